@@ -1,0 +1,44 @@
+//! The crate's error type.
+
+/// Everything a platform backend can fail at.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No DMA memory left for a request.
+    #[error("out of DMA memory: {requested} bytes requested, {available} available")]
+    OutOfDmaMemory {
+        /// Bytes requested.
+        requested: usize,
+        /// Largest block still available.
+        available: usize,
+    },
+
+    /// A caller passed an argument the backend cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+
+    /// A register access outside the window or not aligned to its width.
+    #[error(
+        "MMIO access of {width} bytes at {offset:#x} is misaligned or outside the {len:#x}-byte window"
+    )]
+    MmioOutOfRange {
+        /// Offset of the access.
+        offset: usize,
+        /// Width in bytes.
+        width: usize,
+        /// Window size.
+        len: usize,
+    },
+
+    /// The device has no such BAR, or it is not a memory BAR.
+    #[error("BAR {0} does not exist or is not a memory BAR")]
+    NoSuchBar(u8),
+
+    /// The backend cannot do this.
+    #[error("not supported by this platform: {0}")]
+    NotSupported(&'static str),
+
+    /// The device is gone (surprise removal, reads of all-ones).
+    #[error("device is gone")]
+    DeviceGone,
+}

@@ -1,0 +1,112 @@
+//! # platform: memory the device can see
+//!
+//! Everything of the driver that touches memory a ConnectX can read or write
+//! lives here, and only here (with the data path in `verbs-core`) is `unsafe`
+//! allowed:
+//!
+//! - [`Platform`]: DMA memory, BAR mapping, PCI configuration space, time,
+//!   function reset. Implemented by the [`bare_metal`] backend (no_std, no
+//!   heap: the caller hands in a physically contiguous region and the BAR's
+//!   virtual address), the `vfio` backend (Linux userspace on a device bound to
+//!   `vfio-pci`, feature `vfio`), and by `hca-emu`, the emulated ConnectX.
+//! - [`Mmio`]: aligned, bounds-checked, never-torn 32-bit register reads and
+//!   writes, the 64-bit doorbell store and the ordered BlueFlame copy.
+//! - [`DmaRegion`]: a block of DMA memory with its host address and IOVA,
+//!   accessed only by volatile copies: no `&`/`&mut` into memory the device
+//!   can write is ever created.
+//! - [`barrier`]: the memory barriers of rdma-core's `util/udma_barrier.h`,
+//!   with the right instruction for x86_64 and aarch64.
+#![no_std]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod bare_metal;
+pub mod barrier;
+mod dma;
+mod error;
+mod mmio;
+
+pub use dma::DmaRegion;
+pub use error::Error;
+pub use firmware_cmds::endian::{Be16, Be32, Be64};
+pub use mmio::{Mmio, MmioWindow};
+
+use core::time::Duration;
+
+/// The page size of DMA allocations and of firmware pages.
+pub const PAGE_SIZE: usize = 4096;
+
+/// What a driver needs from the machine it runs on.
+///
+/// All methods take `&self`: a platform is shared by the control plane and
+/// the data path. Implementations decide how they synchronise.
+pub trait Platform {
+    /// The register window type of a mapped BAR.
+    type Mmio: Mmio;
+
+    /// Allocates `len` bytes of zeroed DMA memory, contiguous in IOVA space,
+    /// whose IOVA and host address are both aligned to `align` (a power of
+    /// two, at least 8). `len` is rounded up to the backend's granule.
+    fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaRegion, Error>;
+
+    /// Returns a region to the backend, which unmaps it from the device.
+    ///
+    /// The caller must make sure the device no longer accesses the region
+    /// (the owning object was destroyed, or the function was disabled or
+    /// reset) before freeing it.
+    fn free_dma(&self, region: DmaRegion);
+
+    /// Maps BAR `bar` (0 for a ConnectX: the initialization segment and UAR
+    /// pages).
+    fn map_bar(&self, bar: u8) -> Result<Self::Mmio, Error>;
+
+    /// Reads `buf.len()` bytes of PCI configuration space at `offset`
+    /// (little-endian, as the PCI specification lays it out).
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Error>;
+
+    /// Writes PCI configuration space.
+    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), Error>;
+
+    /// Monotonic time since an arbitrary origin.
+    fn now(&self) -> Duration;
+
+    /// Waits at least `d`.
+    fn delay(&self, d: Duration);
+
+    /// Called in busy-poll loops between two reads of device memory. The
+    /// default is a CPU spin hint; an emulated device may use it to make
+    /// progress.
+    fn relax(&self) {
+        core::hint::spin_loop();
+    }
+
+    /// Resets the PCI function (FLR or the backend's equivalent).
+    fn reset_function(&self) -> Result<(), Error>;
+
+    /// A short description of the device for logs and errors
+    /// (`vfio 0000:02:00.0`, `emulated ConnectX-4`).
+    fn describe(&self) -> &str;
+}
+
+/// PCI configuration space offsets and bits used by the driver.
+pub mod pci {
+    /// Vendor ID (16 bits).
+    pub const VENDOR_ID: u16 = 0x00;
+    /// Device ID (16 bits).
+    pub const DEVICE_ID: u16 = 0x02;
+    /// Command register (16 bits).
+    pub const COMMAND: u16 = 0x04;
+    /// Command register: memory space enable.
+    pub const COMMAND_MEMORY: u16 = 1 << 1;
+    /// Command register: bus master enable.
+    pub const COMMAND_BUS_MASTER: u16 = 1 << 2;
+    /// Revision ID (8 bits).
+    pub const REVISION_ID: u16 = 0x08;
+    /// Subsystem vendor ID (16 bits).
+    pub const SUBSYSTEM_VENDOR_ID: u16 = 0x2c;
+    /// Subsystem ID (16 bits).
+    pub const SUBSYSTEM_ID: u16 = 0x2e;
+    /// Mellanox / NVIDIA networking vendor ID.
+    pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
+}
