@@ -14,6 +14,8 @@
 //! - [`DmaRegion`]: a block of DMA memory with its host address and IOVA,
 //!   accessed only by volatile copies: no `&`/`&mut` into memory the device
 //!   can write is ever created.
+//! - `host` (feature `std`): heap memory lent out as DMA memory, for the
+//!   emulated device, tests and benchmarks.
 //! - [`barrier`]: the memory barriers of rdma-core's `util/udma_barrier.h`,
 //!   with the right instruction for x86_64 and aarch64.
 #![no_std]
@@ -25,6 +27,8 @@ pub mod bare_metal;
 pub mod barrier;
 mod dma;
 mod error;
+#[cfg(feature = "std")]
+pub mod host;
 mod mmio;
 
 pub use dma::DmaRegion;

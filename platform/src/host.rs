@@ -1,0 +1,241 @@
+//! Heap memory standing in for DMA memory (feature `std`): what an emulated
+//! device, a test or a benchmark lends to a driver as a [`DmaRegion`].
+//!
+//! A [`HostBlock`] owns a zeroed, aligned heap allocation and can access it
+//! (volatile copies, like [`DmaRegion`]) from the "device" side while the
+//! driver holds the [`DmaRegion`] it lent out. The allocation is freed only
+//! when the block is dropped *and* the region was handed back with
+//! [`HostBlock::reclaim`]; a block dropped while its region is still out
+//! leaks its memory instead, so a region can never dangle.
+
+extern crate alloc;
+
+use alloc::alloc::{Layout, alloc_zeroed, dealloc};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use crate::{Be32, Be64, DmaRegion, Error};
+
+/// A zeroed, aligned heap allocation that can be lent out as a [`DmaRegion`].
+#[derive(Debug)]
+pub struct HostBlock {
+    ptr: NonNull<u8>,
+    layout: Layout,
+    lent: AtomicBool,
+}
+
+// SAFETY: the block owns its allocation; all access through `&self` is by
+// volatile copies, like device memory, so it can be shared between the
+// driver's threads and an emulated device's thread.
+unsafe impl Send for HostBlock {}
+// SAFETY: as above.
+unsafe impl Sync for HostBlock {}
+
+impl HostBlock {
+    /// Allocates `len` zeroed bytes aligned to `align` (a power of two).
+    pub fn new(len: usize, align: usize) -> Result<Self, Error> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("zero-length DMA block"));
+        }
+        if !align.is_power_of_two() {
+            return Err(Error::InvalidArgument(
+                "DMA alignment must be a power of two",
+            ));
+        }
+        let align = align.max(8);
+        let layout = Layout::from_size_align(len, align)
+            .map_err(|_| Error::InvalidArgument("DMA alignment must be a power of two"))?;
+        // SAFETY: `layout` has a non-zero size (checked above).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or(Error::OutOfDmaMemory {
+            requested: len,
+            available: 0,
+        })?;
+        Ok(Self {
+            ptr,
+            layout,
+            lent: AtomicBool::new(false),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Whether the block is empty (never: zero-length blocks are refused).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Host address of the first byte.
+    pub fn host_addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Lends the whole block out as a [`DmaRegion`] at bus address `iova`.
+    ///
+    /// Fails if the block is already lent out.
+    pub fn lend(&self, iova: u64, cookie: usize) -> Result<DmaRegion, Error> {
+        if self.lent.swap(true, Ordering::AcqRel) {
+            return Err(Error::InvalidArgument("DMA block is already lent out"));
+        }
+        // SAFETY: the allocation is valid for `len` bytes and, now that `lent`
+        // is set, is not freed until the region comes back through
+        // `reclaim` (Drop leaks it otherwise). Nobody holds a reference into
+        // it: the block itself only performs volatile copies.
+        Ok(unsafe { DmaRegion::from_raw_parts(self.ptr, iova, self.len(), cookie) })
+    }
+
+    /// Takes back the region [`lend`](Self::lend) gave out. Fails (and hands
+    /// the region back) if it is not this block's.
+    pub fn reclaim(&self, region: DmaRegion) -> Result<(), DmaRegion> {
+        if region.host_ptr() != self.ptr
+            || region.len() != self.len()
+            || !self.lent.load(Ordering::Acquire)
+        {
+            return Err(region);
+        }
+        let _ = region;
+        self.lent.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether the block's region is lent out.
+    pub fn is_lent(&self) -> bool {
+        self.lent.load(Ordering::Acquire)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<*mut u8, Error> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => {
+                // SAFETY: `offset <= len` of the allocation.
+                Ok(unsafe { self.ptr.as_ptr().add(offset) })
+            }
+            _ => Err(Error::InvalidArgument("access outside the DMA block")),
+        }
+    }
+
+    /// Copies bytes out of the block (the device reading memory).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        let p = self.check(offset, dst.len())?;
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: `p .. p + dst.len()` is inside the allocation (checked).
+            *d = unsafe { p.add(i).read_volatile() };
+        }
+        Ok(())
+    }
+
+    /// Copies bytes into the block (the device writing memory).
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        let p = self.check(offset, src.len())?;
+        for (i, &s) in src.iter().enumerate() {
+            // SAFETY: `p .. p + src.len()` is inside the allocation (checked).
+            unsafe { p.add(i).write_volatile(s) };
+        }
+        Ok(())
+    }
+
+    /// Reads an aligned big-endian dword with one load.
+    pub fn read32(&self, offset: usize) -> Result<Be32, Error> {
+        if offset % 4 != 0 {
+            return Err(Error::InvalidArgument("misaligned 32-bit DMA access"));
+        }
+        let p = self.check(offset, 4)?;
+        // SAFETY: in bounds (checked) and 4-byte aligned (the allocation is at
+        // least 8-byte aligned and `offset` is a multiple of 4).
+        Ok(Be32::from_raw(unsafe { p.cast::<u32>().read_volatile() }))
+    }
+
+    /// Writes an aligned big-endian dword with one store.
+    pub fn write32(&self, offset: usize, value: Be32) -> Result<(), Error> {
+        if offset % 4 != 0 {
+            return Err(Error::InvalidArgument("misaligned 32-bit DMA access"));
+        }
+        let p = self.check(offset, 4)?;
+        // SAFETY: in bounds and aligned, as in `read32`.
+        unsafe { p.cast::<u32>().write_volatile(value.to_raw()) };
+        Ok(())
+    }
+
+    /// Reads an aligned big-endian qword with one load.
+    pub fn read64(&self, offset: usize) -> Result<Be64, Error> {
+        if offset % 8 != 0 {
+            return Err(Error::InvalidArgument("misaligned 64-bit DMA access"));
+        }
+        let p = self.check(offset, 8)?;
+        // SAFETY: in bounds (checked) and 8-byte aligned (allocation alignment
+        // is at least 8).
+        Ok(Be64::from_raw(unsafe { p.cast::<u64>().read_volatile() }))
+    }
+
+    /// Writes an aligned big-endian qword with one store.
+    pub fn write64(&self, offset: usize, value: Be64) -> Result<(), Error> {
+        if offset % 8 != 0 {
+            return Err(Error::InvalidArgument("misaligned 64-bit DMA access"));
+        }
+        let p = self.check(offset, 8)?;
+        // SAFETY: in bounds and aligned, as in `read64`.
+        unsafe { p.cast::<u64>().write_volatile(value.to_raw()) };
+        Ok(())
+    }
+}
+
+impl Drop for HostBlock {
+    fn drop(&mut self) {
+        if self.lent.load(Ordering::Acquire) {
+            // The region is still out there: leak rather than let it dangle.
+            log::warn!(
+                "DMA block of {} bytes dropped while lent out; leaking it",
+                self.len()
+            );
+            return;
+        }
+        // SAFETY: allocated in `new` with this layout and not lent out, so no
+        // DmaRegion points into it.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lend_access_and_reclaim() {
+        let b = HostBlock::new(4096, 4096).unwrap();
+        assert_eq!(b.host_addr() % 4096, 0);
+        let r = b.lend(0x10_0000, 7).unwrap();
+        assert!(b.lend(0, 0).is_err(), "lent twice");
+        r.write_be32(8, 0xcafe_f00d);
+        assert_eq!(b.read32(8).unwrap().get(), 0xcafe_f00d);
+        b.write(100, &[1, 2, 3]).unwrap();
+        let mut x = [0u8; 3];
+        r.read_bytes(100, &mut x);
+        assert_eq!(x, [1, 2, 3]);
+        assert!(b.read(4095, &mut [0u8; 2]).is_err());
+        assert!(b.read32(2).is_err());
+        assert_eq!((r.iova(), r.cookie()), (0x10_0000, 7));
+
+        let other = HostBlock::new(64, 8).unwrap();
+        let r = other.reclaim(r).unwrap_err();
+        b.reclaim(r).unwrap();
+        assert!(!b.is_lent());
+    }
+
+    #[test]
+    fn dropping_a_lent_block_leaks_instead_of_dangling() {
+        let b = HostBlock::new(64, 8).unwrap();
+        let r = b.lend(0, 0).unwrap();
+        drop(b);
+        // Still valid memory.
+        r.write_be32(0, 1);
+        assert_eq!(r.read_be32(0), 1);
+    }
+
+    #[test]
+    fn zero_length_and_bad_alignment_are_refused() {
+        assert!(HostBlock::new(0, 8).is_err());
+        assert!(HostBlock::new(64, 3).is_err());
+    }
+}
