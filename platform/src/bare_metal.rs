@@ -1,2 +1,879 @@
-//! Bare-metal backend: DMA memory from a physically contiguous region the
-//! caller hands in, registers at a virtual address the caller maps.
+//! Bare-metal backend: DMA memory from a region the caller hands in,
+//! registers at virtual addresses the caller maps, time from the caller's
+//! clock. `no_std`, no heap.
+//!
+//! ```no_run
+//! # use core::{ptr::NonNull, time::Duration};
+//! # use platform::{Platform, bare_metal::{AddressMap, BareMetal, DmaMemory}};
+//! # fn ticks() -> Duration { Duration::ZERO }
+//! # let (dma_virt, dma_phys, bar_virt): (NonNull<u8>, u64, NonNull<u8>) = todo!();
+//! // 16 MiB of physically contiguous memory mapped at `dma_virt`, and BAR0
+//! // (32 MiB) mapped uncached at `bar_virt`.
+//! // SAFETY: both mappings are ours for the platform's whole life.
+//! let mem = unsafe { DmaMemory::new(dma_virt, 16 << 20, AddressMap::Offset { phys_base: dma_phys }) }?;
+//! let hca = unsafe { BareMetal::<_>::new(mem, ticks)?.with_bar(0, bar_virt, 32 << 20)? };
+//! let cmdq = hca.alloc_dma(4096, 4096)?;
+//! # Ok::<(), platform::Error>(())
+//! ```
+//!
+//! DMA memory is handed out in 4 KiB pages from a bitmap of `WORDS * 64`
+//! pages (256 words by default: up to 64 MiB) kept inside the
+//! [`BareMetal`] value, never in the DMA memory itself, so a device writing
+//! where it should not cannot corrupt the allocator. Allocation is first fit;
+//! freeing makes pages available again at once and adjacent free pages form
+//! one block. Every allocation is zeroed.
+//!
+//! Configuration space and function reset go through optional
+//! [`PciHooks`]; without them those calls return [`Error::NotSupported`].
+
+use core::ptr::NonNull;
+use core::time::Duration;
+
+use crate::pages::{AllocFail, FreeFail, PageBitmap};
+use crate::{DmaRegion, DmaStats, Error, MmioWindow, PAGE_SIZE, Platform};
+
+/// A monotonic clock supplied by the caller (a timer counter, the TSC scaled
+/// to time, a unikernel's clock). Any `Fn() -> Duration`, including a plain
+/// `fn() -> Duration`, is a clock.
+pub trait Clock {
+    /// Time since an arbitrary origin; never goes backwards.
+    fn now(&self) -> Duration;
+}
+
+impl<F: Fn() -> Duration> Clock for F {
+    fn now(&self) -> Duration {
+        self()
+    }
+}
+
+/// PCI configuration space and function reset, when the environment can do
+/// them (ECAM access, a hypervisor call). Every method defaults to
+/// [`Error::NotSupported`].
+pub trait PciHooks {
+    /// Reads configuration space at `offset`, little-endian as on the bus.
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Error> {
+        let _ = (offset, buf);
+        Err(Error::NotSupported(
+            "PCI configuration space read (no hook given to the bare-metal platform)",
+        ))
+    }
+
+    /// Writes configuration space at `offset`.
+    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), Error> {
+        let _ = (offset, buf);
+        Err(Error::NotSupported(
+            "PCI configuration space write (no hook given to the bare-metal platform)",
+        ))
+    }
+
+    /// Resets the function (FLR).
+    fn reset_function(&self) -> Result<(), Error> {
+        Err(Error::NotSupported(
+            "function reset (no hook given to the bare-metal platform)",
+        ))
+    }
+}
+
+/// No configuration space access and no reset.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoPciHooks;
+
+impl PciHooks for NoPciHooks {}
+
+/// How host addresses of the DMA memory map to the bus addresses the device
+/// uses.
+#[derive(Debug, Clone, Copy)]
+pub enum AddressMap {
+    /// The region is physically contiguous: the bus address of host address
+    /// `h` is `phys_base + (h - base)`.
+    Offset {
+        /// Bus (physical) address of the region's first byte.
+        phys_base: u64,
+    },
+    /// A translation function from host (virtual) address to bus address.
+    /// The region need not be physically contiguous: an allocation is only
+    /// placed where all its pages are contiguous on the bus side.
+    Translate(fn(usize) -> Option<u64>),
+}
+
+/// The memory the caller hands to the backend for DMA.
+#[derive(Debug)]
+pub struct DmaMemory {
+    base: NonNull<u8>,
+    len: usize,
+    map: AddressMap,
+}
+
+impl DmaMemory {
+    /// `len` bytes at `base` (both multiples of 4 KiB), reachable by the
+    /// device at the bus addresses `map` gives.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `base`, `len` or `phys_base` is not
+    /// page-aligned, `len` is zero, or the bus range overflows.
+    ///
+    /// # Safety
+    ///
+    /// The memory must be valid for volatile reads and writes for the life
+    /// of the platform built from it and of every region it hands out, be
+    /// used by nobody else meanwhile (no Rust references into it), and be
+    /// reachable by the device at the addresses `map` gives (for
+    /// [`AddressMap::Offset`], physically contiguous).
+    pub unsafe fn new(base: NonNull<u8>, len: usize, map: AddressMap) -> Result<Self, Error> {
+        if base.as_ptr().addr() % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 || len == 0 {
+            return Err(Error::InvalidArgument(
+                "DMA memory base and length must be non-zero multiples of 4 KiB",
+            ));
+        }
+        if base.as_ptr().addr().checked_add(len).is_none() {
+            return Err(Error::InvalidArgument(
+                "DMA memory wraps around the address space",
+            ));
+        }
+        if let AddressMap::Offset { phys_base } = map {
+            if phys_base % PAGE_SIZE as u64 != 0 {
+                return Err(Error::InvalidArgument(
+                    "DMA memory physical base must be a multiple of 4 KiB",
+                ));
+            }
+            if phys_base.checked_add(len as u64).is_none() {
+                return Err(Error::InvalidArgument(
+                    "DMA memory bus range overflows 64 bits",
+                ));
+            }
+        }
+        Ok(Self { base, len, map })
+    }
+
+    /// Memory whose bus addresses equal its host addresses (identity-mapped
+    /// memory without an IOMMU).
+    ///
+    /// # Safety
+    ///
+    /// As for [`new`](Self::new).
+    pub unsafe fn identity(base: NonNull<u8>, len: usize) -> Result<Self, Error> {
+        let phys_base = base.as_ptr().addr() as u64;
+        // SAFETY: forwarded to the caller.
+        unsafe { Self::new(base, len, AddressMap::Offset { phys_base }) }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never: `new` refuses it).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bus address of page `page` of the region.
+    fn bus(&self, page: usize) -> Result<u64, Error> {
+        let offset = page * PAGE_SIZE;
+        match self.map {
+            AddressMap::Offset { phys_base } => Ok(phys_base + offset as u64),
+            AddressMap::Translate(f) => {
+                let host = self.base.as_ptr().addr() + offset;
+                f(host).ok_or(Error::AddressTranslation { host })
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bar {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+/// Number of PCI BARs.
+const BARS: usize = 6;
+
+/// The bare-metal platform: DMA memory from [`DmaMemory`], BARs at given
+/// virtual addresses, time from a [`Clock`], configuration space and reset
+/// through [`PciHooks`].
+///
+/// `WORDS` sizes the page bitmap: the region may hold at most `WORDS * 64`
+/// pages of 4 KiB (the default, 256, covers 64 MiB; the bitmaps take
+/// `16 * WORDS` bytes inside this value).
+pub struct BareMetal<C, H = NoPciHooks, const WORDS: usize = 256> {
+    mem: DmaMemory,
+    pages: spin::Mutex<PageBitmap<[u64; WORDS]>>,
+    bars: [Option<Bar>; BARS],
+    clock: C,
+    hooks: H,
+    name: &'static str,
+    tag: usize,
+}
+
+// SAFETY: the raw pointers are handles on memory and registers that the
+// platform owns for its whole life (constructor contracts); the allocator
+// state is behind a mutex, and all access to DMA memory and registers is by
+// volatile copies through `DmaRegion` and `MmioWindow`, which are themselves
+// `Send + Sync`.
+unsafe impl<C: Send, H: Send, const WORDS: usize> Send for BareMetal<C, H, WORDS> {}
+// SAFETY: as above; `&self` methods only lock the allocator or copy the
+// pointers out.
+unsafe impl<C: Sync, H: Sync, const WORDS: usize> Sync for BareMetal<C, H, WORDS> {}
+
+impl<C, H, const WORDS: usize> core::fmt::Debug for BareMetal<C, H, WORDS> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("BareMetal")
+            .field("name", &self.name)
+            .field("mem", &self.mem)
+            .field("bars", &self.bars)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock, const WORDS: usize> BareMetal<C, NoPciHooks, WORDS> {
+    /// A platform allocating DMA memory from `mem`, with time from `clock`,
+    /// no BARs yet (see [`with_bar`](Self::with_bar)) and no PCI hooks (see
+    /// [`with_hooks`](Self::with_hooks)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `mem` has more pages than the bitmap
+    /// (`WORDS * 64`).
+    pub fn new(mem: DmaMemory, clock: C) -> Result<Self, Error> {
+        let pages = mem.len / PAGE_SIZE;
+        if pages > WORDS * 64 {
+            return Err(Error::InvalidArgument(
+                "DMA memory has more pages than the allocator's bitmap: use a larger WORDS",
+            ));
+        }
+        let tag = mem.base.as_ptr().addr() ^ 0x6d6c_7835;
+        Ok(Self {
+            pages: spin::Mutex::new(PageBitmap::new([0; WORDS], [0; WORDS], pages)),
+            mem,
+            bars: [None; BARS],
+            clock,
+            hooks: NoPciHooks,
+            name: "bare-metal",
+            tag,
+        })
+    }
+}
+
+impl<C: Clock, H: PciHooks, const WORDS: usize> BareMetal<C, H, WORDS> {
+    /// Uses `hooks` for configuration space and function reset.
+    pub fn with_hooks<H2: PciHooks>(self, hooks: H2) -> BareMetal<C, H2, WORDS> {
+        BareMetal {
+            mem: self.mem,
+            pages: self.pages,
+            bars: self.bars,
+            clock: self.clock,
+            hooks,
+            name: self.name,
+            tag: self.tag,
+        }
+    }
+
+    /// Names the platform in logs and errors ([`Platform::describe`]).
+    pub fn with_name(mut self, name: &'static str) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// Makes BAR `bar` (0 to 5), mapped at `base` for `len` bytes, available
+    /// to [`map_bar`](Platform::map_bar).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoSuchBar`] for `bar > 5`, [`Error::InvalidArgument`] if
+    /// `base` is not 8-byte aligned or `len` is zero.
+    ///
+    /// # Safety
+    ///
+    /// `base` must be the BAR mapped as device (uncached) memory, valid for
+    /// volatile 32- and 64-bit accesses of `len` bytes for as long as the
+    /// platform or any window it maps exists.
+    pub unsafe fn with_bar(
+        mut self,
+        bar: u8,
+        base: NonNull<u8>,
+        len: usize,
+    ) -> Result<Self, Error> {
+        let slot = self
+            .bars
+            .get_mut(usize::from(bar))
+            .ok_or(Error::NoSuchBar(bar))?;
+        if base.as_ptr().addr() % 8 != 0 || len == 0 {
+            return Err(Error::InvalidArgument(
+                "BAR mapping must be 8-byte aligned and non-empty",
+            ));
+        }
+        *slot = Some(Bar { base, len });
+        Ok(self)
+    }
+
+    /// How much of the DMA memory is in use.
+    pub fn dma_stats(&self) -> DmaStats {
+        let pages = self.pages.lock();
+        DmaStats {
+            total_bytes: pages.pages() * PAGE_SIZE,
+            allocated_bytes: pages.allocated() * PAGE_SIZE,
+            largest_free_block: pages.largest_free_run() * PAGE_SIZE,
+        }
+    }
+
+    /// Checks that the `n` pages at `first` are contiguous on the bus and
+    /// that the first one is aligned to `align`; returns the bus address.
+    fn placement(&self, first: usize, n: usize, align: usize) -> Result<Option<u64>, Error> {
+        let iova = self.mem.bus(first)?;
+        if iova % align as u64 != 0 {
+            return Ok(None);
+        }
+        if let AddressMap::Translate(_) = self.mem.map {
+            for i in 1..n {
+                if self.mem.bus(first + i)? != iova + (i * PAGE_SIZE) as u64 {
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(iova))
+    }
+
+    /// Returns a region to the allocator, saying why when it cannot.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ForeignDmaRegion`] if the region does not come from this
+    /// platform, [`Error::DmaRegionNotAllocated`] if it is not (or no longer)
+    /// allocated as such. The allocator is unchanged in both cases.
+    pub fn try_free_dma(&self, region: DmaRegion) -> Result<(), Error> {
+        let (iova, len) = (region.iova(), region.len());
+        let foreign = Error::ForeignDmaRegion { iova, len };
+        let base = self.mem.base.as_ptr().addr();
+        let host = region.host_ptr().as_ptr().addr();
+        if region.cookie() != self.tag || host < base || host - base >= self.mem.len {
+            return Err(foreign);
+        }
+        let offset = host - base;
+        if offset % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 || len == 0 {
+            return Err(foreign);
+        }
+        let first = offset / PAGE_SIZE;
+        if self.mem.bus(first).ok() != Some(iova) {
+            return Err(foreign);
+        }
+        match self.pages.lock().free(first, len / PAGE_SIZE) {
+            Ok(()) => Ok(()),
+            Err(FreeFail::NotAllocated | FreeFail::LengthMismatch { .. }) => {
+                Err(Error::DmaRegionNotAllocated { iova, len })
+            }
+        }
+    }
+}
+
+impl<C: Clock, H: PciHooks, const WORDS: usize> Platform for BareMetal<C, H, WORDS> {
+    type Mmio = MmioWindow;
+
+    fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaRegion, Error> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("zero-length DMA allocation"));
+        }
+        if !align.is_power_of_two() {
+            return Err(Error::InvalidArgument(
+                "DMA alignment must be a power of two",
+            ));
+        }
+        let n = len.div_ceil(PAGE_SIZE);
+        let align_pages = (align / PAGE_SIZE).max(1);
+        let align = align.max(PAGE_SIZE);
+        let base = self.mem.base.as_ptr().addr();
+        if let AddressMap::Offset { phys_base } = self.mem.map {
+            if (phys_base as usize).wrapping_sub(base) % align != 0 {
+                return Err(Error::InvalidArgument(
+                    "DMA alignment cannot be met: host and bus addresses of the region differ modulo it",
+                ));
+            }
+        }
+        // Host page index `p` is aligned when (base / PAGE_SIZE + p) is a
+        // multiple of `align_pages`.
+        let phase = (base / PAGE_SIZE) % align_pages;
+        let mut pages = self.pages.lock();
+        let mut failure = None;
+        let result = pages.alloc(n, align_pages, phase, |p| {
+            if failure.is_some() {
+                return false;
+            }
+            match self.placement(p, n, align) {
+                Ok(placed) => placed.is_some(),
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let first = match result {
+            Ok(first) => first,
+            Err(AllocFail::NoSpace) => {
+                return Err(Error::OutOfDmaMemory {
+                    requested: n * PAGE_SIZE,
+                    available: pages.largest_free_run() * PAGE_SIZE,
+                });
+            }
+            Err(AllocFail::Rejected) => {
+                return Err(Error::NoContiguousDmaBlock {
+                    requested: n * PAGE_SIZE,
+                    align,
+                });
+            }
+        };
+        drop(pages);
+        let iova = self.mem.bus(first)?;
+        // SAFETY: `first + n <= pages`, so the offset is inside the region
+        // handed in.
+        let host = unsafe { self.mem.base.add(first * PAGE_SIZE) };
+        let words = host.cast::<u64>();
+        for i in 0..n * PAGE_SIZE / 8 {
+            // SAFETY: the pages were free, so nothing else uses them; they lie
+            // inside the region, which is valid for volatile writes, and are
+            // 8-byte aligned (page-aligned base).
+            unsafe { words.add(i).write_volatile(0) };
+        }
+        // SAFETY: the pages are valid for volatile access (DmaMemory
+        // contract) and are not handed out again until `free_dma` gets this
+        // region back.
+        Ok(unsafe { DmaRegion::from_raw_parts(host, iova, n * PAGE_SIZE, self.tag) })
+    }
+
+    fn free_dma(&self, region: DmaRegion) {
+        if let Err(e) = self.try_free_dma(region) {
+            log::error!("{}: free_dma refused: {e}", self.name);
+        }
+    }
+
+    fn map_bar(&self, bar: u8) -> Result<MmioWindow, Error> {
+        let b = self
+            .bars
+            .get(usize::from(bar))
+            .copied()
+            .flatten()
+            .ok_or(Error::NoSuchBar(bar))?;
+        // SAFETY: `with_bar`'s contract: the BAR is mapped, aligned and valid
+        // for volatile accesses of `len` bytes for the platform's life and
+        // every window it maps.
+        Ok(unsafe { MmioWindow::new(b.base, b.len) })
+    }
+
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Error> {
+        self.hooks.config_read(offset, buf)
+    }
+
+    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), Error> {
+        self.hooks.config_write(offset, buf)
+    }
+
+    fn now(&self) -> Duration {
+        self.clock.now()
+    }
+
+    fn delay(&self, d: Duration) {
+        let start = self.clock.now();
+        while self.clock.now().saturating_sub(start) < d {
+            core::hint::spin_loop();
+        }
+    }
+
+    fn reset_function(&self) -> Result<(), Error> {
+        self.hooks.reset_function()
+    }
+
+    fn describe(&self) -> &str {
+        self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::Mmio;
+
+    const MIB: usize = 1 << 20;
+
+    /// Memory standing in for the caller's region, aligned to `ALIGN` so
+    /// that its host addresses agree with the round bus addresses the tests
+    /// use in their low bits.
+    struct Backing(Vec<u64>);
+
+    const ALIGN: usize = 64 * PAGE_SIZE;
+
+    impl Backing {
+        fn new(bytes: usize) -> Self {
+            Self(vec![0u64; (bytes + ALIGN) / 8])
+        }
+        /// The first `ALIGN`-aligned address.
+        fn region(&mut self) -> NonNull<u8> {
+            let p = self.0.as_mut_ptr().cast::<u8>();
+            let skip = p.align_offset(ALIGN);
+            // SAFETY: `skip < ALIGN` and the vector has `bytes + ALIGN` bytes.
+            NonNull::new(unsafe { p.add(skip) }).unwrap()
+        }
+    }
+
+    fn zero() -> Duration {
+        Duration::ZERO
+    }
+
+    fn platform(b: &mut Backing, pages: usize) -> BareMetal<fn() -> Duration, NoPciHooks, 4> {
+        let base = b.region();
+        // SAFETY: `b` outlives the platform in every test and is not used
+        // otherwise.
+        let mem = unsafe {
+            DmaMemory::new(
+                base,
+                pages * PAGE_SIZE,
+                AddressMap::Offset {
+                    phys_base: 0x8000_0000,
+                },
+            )
+        }
+        .unwrap();
+        BareMetal::new(mem, zero as fn() -> Duration).unwrap()
+    }
+
+    #[test]
+    fn allocations_are_zeroed_aligned_and_at_the_right_bus_address() {
+        let mut b = Backing::new(64 * PAGE_SIZE);
+        let p = platform(&mut b, 64);
+        let a = p.alloc_dma(100, 8).unwrap();
+        assert_eq!((a.iova(), a.len()), (0x8000_0000, PAGE_SIZE));
+        a.fill(0, PAGE_SIZE, 0xa5);
+        let c = p.alloc_dma(3 * PAGE_SIZE, 4 * PAGE_SIZE).unwrap();
+        assert_eq!(c.iova() % (4 * PAGE_SIZE) as u64, 0);
+        assert_eq!(c.host_ptr().as_ptr().addr() % (4 * PAGE_SIZE), 0);
+        assert_eq!(c.iova(), 0x8000_0000 + 4 * PAGE_SIZE as u64);
+        let offset = c.host_ptr().as_ptr().addr() - a.host_ptr().as_ptr().addr();
+        assert_eq!(
+            c.iova() - a.iova(),
+            offset as u64,
+            "host and bus offsets agree"
+        );
+        p.free_dma(a);
+        // The page comes back zeroed even though it was dirtied.
+        let a = p.alloc_dma(PAGE_SIZE, PAGE_SIZE).unwrap();
+        assert_eq!(a.iova(), 0x8000_0000);
+        for off in (0..PAGE_SIZE).step_by(8) {
+            assert_eq!(a.read_be64(off), 0);
+        }
+        p.try_free_dma(a).unwrap();
+        p.try_free_dma(c).unwrap();
+        assert_eq!(p.dma_stats().allocated_bytes, 0);
+    }
+
+    #[test]
+    fn exhaustion_is_a_typed_error_and_freeing_recovers() {
+        let mut b = Backing::new(8 * PAGE_SIZE);
+        let p = platform(&mut b, 8);
+        let all: Vec<_> = (0..8).map(|_| p.alloc_dma(PAGE_SIZE, 8).unwrap()).collect();
+        match p.alloc_dma(1, 8) {
+            Err(Error::OutOfDmaMemory {
+                requested,
+                available,
+            }) => assert_eq!((requested, available), (PAGE_SIZE, 0)),
+            other => panic!("expected OutOfDmaMemory, got {other:?}"),
+        }
+        assert!(matches!(
+            p.alloc_dma(9 * PAGE_SIZE, 8),
+            Err(Error::OutOfDmaMemory { .. })
+        ));
+        for r in all {
+            p.try_free_dma(r).unwrap();
+        }
+        let whole = p.alloc_dma(8 * PAGE_SIZE, 8).unwrap();
+        assert_eq!(p.dma_stats().largest_free_block, 0);
+        p.try_free_dma(whole).unwrap();
+        assert_eq!(p.dma_stats().largest_free_block, 8 * PAGE_SIZE);
+    }
+
+    #[test]
+    fn fragmentation_uses_holes_and_freeing_coalesces() {
+        let mut b = Backing::new(8 * PAGE_SIZE);
+        let p = platform(&mut b, 8);
+        let mut r: Vec<_> = (0..8)
+            .map(|_| Some(p.alloc_dma(PAGE_SIZE, 8).unwrap()))
+            .collect();
+        // Free every other page: 4 free pages, none adjacent.
+        for i in (0..8).step_by(2) {
+            p.try_free_dma(r[i].take().unwrap()).unwrap();
+        }
+        let s = p.dma_stats();
+        assert_eq!(
+            (s.allocated_bytes, s.largest_free_block),
+            (4 * PAGE_SIZE, PAGE_SIZE)
+        );
+        match p.alloc_dma(2 * PAGE_SIZE, 8) {
+            Err(Error::OutOfDmaMemory { available, .. }) => assert_eq!(available, PAGE_SIZE),
+            other => panic!("expected OutOfDmaMemory, got {other:?}"),
+        }
+        // A one-page request fits a hole: the lowest one.
+        let hole = p.alloc_dma(PAGE_SIZE, 8).unwrap();
+        assert_eq!(hole.iova(), 0x8000_0000);
+        p.try_free_dma(hole).unwrap();
+        // Freeing pages 1 and 3 joins pages 0..5 into one block.
+        p.try_free_dma(r[1].take().unwrap()).unwrap();
+        p.try_free_dma(r[3].take().unwrap()).unwrap();
+        assert_eq!(p.dma_stats().largest_free_block, 5 * PAGE_SIZE);
+        let four = p.alloc_dma(4 * PAGE_SIZE, 8).unwrap();
+        assert_eq!(four.iova(), 0x8000_0000);
+        p.try_free_dma(four).unwrap();
+        for x in r.into_iter().flatten() {
+            p.try_free_dma(x).unwrap();
+        }
+        assert_eq!(p.dma_stats().largest_free_block, 8 * PAGE_SIZE);
+    }
+
+    #[test]
+    fn alignment_larger_than_a_page() {
+        let mut b = Backing::new(32 * PAGE_SIZE);
+        let p = platform(&mut b, 32);
+        let one = p.alloc_dma(PAGE_SIZE, 8).unwrap();
+        let big = p.alloc_dma(PAGE_SIZE, 16 * PAGE_SIZE).unwrap();
+        assert_eq!(big.iova() % (16 * PAGE_SIZE) as u64, 0);
+        assert_eq!(big.host_ptr().as_ptr().addr() % (16 * PAGE_SIZE), 0);
+        assert!(matches!(
+            p.alloc_dma(PAGE_SIZE, 64 * PAGE_SIZE),
+            Err(Error::OutOfDmaMemory { .. })
+        ));
+        assert!(matches!(
+            p.alloc_dma(PAGE_SIZE, 3),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(p.alloc_dma(0, 8), Err(Error::InvalidArgument(_))));
+        p.try_free_dma(one).unwrap();
+        p.try_free_dma(big).unwrap();
+    }
+
+    #[test]
+    fn alignment_that_host_and_bus_cannot_share_is_refused() {
+        let mut b = Backing::new(16 * PAGE_SIZE);
+        let base = b.region();
+        // Bus base one page off the host base modulo 8 KiB.
+        let phys_base = ((base.as_ptr().addr() + PAGE_SIZE) as u64) & !0xfff;
+        // SAFETY: as in `platform`.
+        let mem = unsafe { DmaMemory::new(base, 16 * PAGE_SIZE, AddressMap::Offset { phys_base }) }
+            .unwrap();
+        let p = BareMetal::<_, NoPciHooks, 1>::new(mem, zero).unwrap();
+        assert!(p.alloc_dma(PAGE_SIZE, PAGE_SIZE).is_ok());
+        assert!(matches!(
+            p.alloc_dma(PAGE_SIZE, 2 * PAGE_SIZE),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn double_free_and_foreign_regions_are_rejected() {
+        let mut b = Backing::new(8 * PAGE_SIZE);
+        let p = platform(&mut b, 8);
+        let mut b2 = Backing::new(8 * PAGE_SIZE);
+        let other = platform(&mut b2, 8);
+
+        let r = p.alloc_dma(2 * PAGE_SIZE, 8).unwrap();
+        let (host, iova, len, cookie) = (r.host_ptr(), r.iova(), r.len(), r.cookie());
+        p.try_free_dma(r).unwrap();
+        // SAFETY: a copy of a freed region's parts, only handed to free.
+        let again = unsafe { DmaRegion::from_raw_parts(host, iova, len, cookie) };
+        assert!(matches!(
+            p.try_free_dma(again),
+            Err(Error::DmaRegionNotAllocated { .. })
+        ));
+
+        // A region of another platform, even at the same bus address.
+        let o = other.alloc_dma(PAGE_SIZE, 8).unwrap();
+        assert_eq!(o.iova(), 0x8000_0000);
+        let (oh, oi, ol, oc) = (o.host_ptr(), o.iova(), o.len(), o.cookie());
+        // SAFETY: as above.
+        let forged = unsafe { DmaRegion::from_raw_parts(oh, oi, ol, oc) };
+        assert!(matches!(
+            p.try_free_dma(forged),
+            Err(Error::ForeignDmaRegion { .. })
+        ));
+        other.try_free_dma(o).unwrap();
+
+        // Right pointer, wrong length; middle of an allocation; wrong IOVA.
+        let r = p.alloc_dma(3 * PAGE_SIZE, 8).unwrap();
+        let (host, iova, cookie) = (r.host_ptr(), r.iova(), r.cookie());
+        // SAFETY: as above; none of these is accepted, so none aliases.
+        unsafe {
+            let short = DmaRegion::from_raw_parts(host, iova, PAGE_SIZE, cookie);
+            assert!(matches!(
+                p.try_free_dma(short),
+                Err(Error::DmaRegionNotAllocated { .. })
+            ));
+            let middle = DmaRegion::from_raw_parts(
+                host.add(PAGE_SIZE),
+                iova + PAGE_SIZE as u64,
+                PAGE_SIZE,
+                cookie,
+            );
+            assert!(matches!(
+                p.try_free_dma(middle),
+                Err(Error::DmaRegionNotAllocated { .. })
+            ));
+            let moved = DmaRegion::from_raw_parts(host, iova + 0x10_0000, 3 * PAGE_SIZE, cookie);
+            assert!(matches!(
+                p.try_free_dma(moved),
+                Err(Error::ForeignDmaRegion { .. })
+            ));
+        }
+        // The refusals changed nothing: the real region frees once.
+        assert_eq!(p.dma_stats().allocated_bytes, 3 * PAGE_SIZE);
+        p.try_free_dma(r).unwrap();
+        assert_eq!(p.dma_stats().allocated_bytes, 0);
+
+        // A heap block lent out as a region is foreign too.
+        let mut heap = vec![0u64; 512];
+        // SAFETY: `heap` outlives the region, which is only handed to free.
+        let h = unsafe {
+            DmaRegion::from_raw_parts(
+                NonNull::new(heap.as_mut_ptr().cast()).unwrap(),
+                0x8000_0000,
+                PAGE_SIZE,
+                0,
+            )
+        };
+        assert!(matches!(
+            p.try_free_dma(h),
+            Err(Error::ForeignDmaRegion { .. })
+        ));
+    }
+
+    /// A translation that maps the region's pages in reverse order: no two
+    /// neighbouring pages are contiguous on the bus.
+    fn reversed(host: usize) -> Option<u64> {
+        let base = REV_BASE.load(Ordering::Relaxed) as usize;
+        let page = host.checked_sub(base)? / PAGE_SIZE;
+        (page < 4).then(|| 0x1_0000_0000 + ((3 - page) * PAGE_SIZE) as u64)
+    }
+    static REV_BASE: AtomicU64 = AtomicU64::new(0);
+
+    #[test]
+    fn translation_function_places_only_contiguous_blocks() {
+        let mut b = Backing::new(4 * PAGE_SIZE);
+        let base = b.region();
+        REV_BASE.store(base.as_ptr().addr() as u64, Ordering::Relaxed);
+        // SAFETY: as in `platform`.
+        let mem = unsafe { DmaMemory::new(base, 4 * PAGE_SIZE, AddressMap::Translate(reversed)) }
+            .unwrap();
+        let p = BareMetal::<_, NoPciHooks, 1>::new(mem, zero).unwrap();
+        let one = p.alloc_dma(PAGE_SIZE, 8).unwrap();
+        assert_eq!(one.iova(), 0x1_0000_0000 + 3 * PAGE_SIZE as u64);
+        assert!(matches!(
+            p.alloc_dma(2 * PAGE_SIZE, 8),
+            Err(Error::NoContiguousDmaBlock { .. })
+        ));
+        p.try_free_dma(one).unwrap();
+    }
+
+    #[test]
+    fn translation_failure_is_reported() {
+        fn none(host: usize) -> Option<u64> {
+            let _ = host;
+            None
+        }
+        let mut b = Backing::new(2 * PAGE_SIZE);
+        let base = b.region();
+        // SAFETY: as in `platform`.
+        let mem =
+            unsafe { DmaMemory::new(base, 2 * PAGE_SIZE, AddressMap::Translate(none)) }.unwrap();
+        let p = BareMetal::<_, NoPciHooks, 1>::new(mem, zero).unwrap();
+        assert!(matches!(
+            p.alloc_dma(PAGE_SIZE, 8),
+            Err(Error::AddressTranslation { .. })
+        ));
+    }
+
+    #[test]
+    fn construction_checks() {
+        let mut b = Backing::new(130 * PAGE_SIZE);
+        let base = b.region();
+        let off = |phys_base| AddressMap::Offset { phys_base };
+        // SAFETY: none of these platforms allocates.
+        unsafe {
+            assert!(DmaMemory::new(base, 100, off(0)).is_err());
+            assert!(DmaMemory::new(base, 0, off(0)).is_err());
+            assert!(DmaMemory::new(base, PAGE_SIZE, off(0x123)).is_err());
+            assert!(DmaMemory::new(base, PAGE_SIZE, off(!0xfff)).is_err());
+            assert!(DmaMemory::new(base.add(8), PAGE_SIZE, off(0)).is_err());
+            let mem = DmaMemory::new(base, 130 * PAGE_SIZE, off(0)).unwrap();
+            // 2 words = 128 pages: too small.
+            assert!(matches!(
+                BareMetal::<_, NoPciHooks, 2>::new(mem, zero),
+                Err(Error::InvalidArgument(_))
+            ));
+            let mem = DmaMemory::identity(base, PAGE_SIZE).unwrap();
+            let p = BareMetal::<_, NoPciHooks, 1>::new(mem, zero).unwrap();
+            let r = p.alloc_dma(8, 8).unwrap();
+            assert_eq!(r.iova(), base.as_ptr().addr() as u64);
+            p.try_free_dma(r).unwrap();
+        }
+    }
+
+    #[test]
+    fn bars_hooks_clock_and_delay() {
+        struct Hooks;
+        impl PciHooks for Hooks {
+            fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Error> {
+                buf.fill(offset as u8);
+                Ok(())
+            }
+        }
+        static TICKS: AtomicU64 = AtomicU64::new(0);
+        fn ticking() -> Duration {
+            Duration::from_micros(TICKS.fetch_add(10, Ordering::Relaxed))
+        }
+
+        let mut regs = vec![0u64; 8];
+        let mut b = Backing::new(MIB / 256);
+        let base = b.region();
+        // SAFETY: `b` and `regs` outlive the platform and its windows.
+        let p = unsafe {
+            let mem = DmaMemory::identity(base, PAGE_SIZE).unwrap();
+            BareMetal::<_, NoPciHooks, 1>::new(mem, ticking)
+                .unwrap()
+                .with_bar(0, NonNull::new(regs.as_mut_ptr().cast()).unwrap(), 64)
+                .unwrap()
+        };
+        assert!(matches!(
+            p.config_read(0, &mut [0; 2]),
+            Err(Error::NotSupported(_))
+        ));
+        assert!(matches!(p.reset_function(), Err(Error::NotSupported(_))));
+        assert!(matches!(p.map_bar(1), Err(Error::NoSuchBar(1))));
+        assert!(matches!(p.map_bar(6), Err(Error::NoSuchBar(6))));
+        let w = p.map_bar(0).unwrap();
+        w.write32(4, crate::Be32::new(0x1234_5678));
+        assert_eq!(w.len(), 64);
+        assert_eq!(p.map_bar(0).unwrap().read32(4).get(), 0x1234_5678);
+
+        let p = p.with_hooks(Hooks).with_name("board");
+        let mut buf = [0u8; 2];
+        p.config_read(4, &mut buf).unwrap();
+        assert_eq!(buf, [4, 4]);
+        assert!(matches!(
+            p.config_write(4, &buf),
+            Err(Error::NotSupported(_))
+        ));
+        assert_eq!(p.describe(), "board");
+
+        let t0 = p.now();
+        p.delay(Duration::from_micros(100));
+        assert!(p.now() - t0 >= Duration::from_micros(100));
+        let refused = {
+            // SAFETY: refused before the pointer is stored (bad BAR index).
+            unsafe { p.with_bar(7, NonNull::dangling(), 8) }
+        };
+        assert!(matches!(refused, Err(Error::NoSuchBar(7))));
+    }
+}

@@ -30,6 +30,7 @@ mod error;
 #[cfg(feature = "std")]
 pub mod host;
 mod mmio;
+mod pages;
 
 pub use dma::DmaRegion;
 pub use error::Error;
@@ -40,6 +41,19 @@ use core::time::Duration;
 
 /// The page size of DMA allocations and of firmware pages.
 pub const PAGE_SIZE: usize = 4096;
+
+/// How much of a backend's DMA memory is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DmaStats {
+    /// Bytes the backend manages (for the vfio backend: bytes currently
+    /// pinned and mapped for the device).
+    pub total_bytes: usize,
+    /// Bytes handed out and not yet freed.
+    pub allocated_bytes: usize,
+    /// The largest block that can still be allocated without getting more
+    /// memory (0 when the backend would get more on demand).
+    pub largest_free_block: usize,
+}
 
 /// What a driver needs from the machine it runs on.
 ///
