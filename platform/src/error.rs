@@ -1,5 +1,8 @@
 //! The crate's error type.
 
+#[cfg(feature = "vfio")]
+use std::{string::String, vec::Vec};
+
 /// Everything a platform backend can fail at.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -82,4 +85,177 @@ pub enum Error {
         /// The host (virtual) address.
         host: usize,
     },
+
+    /// A PCI address that is not `[dddd:]bb:dd.f`.
+    #[cfg(feature = "vfio")]
+    #[error("`{0}` is not a PCI address: expected dddd:bb:dd.f, e.g. 0000:02:00.0")]
+    InvalidBdf(String),
+
+    /// No such PCI function in sysfs.
+    #[cfg(feature = "vfio")]
+    #[error("PCI device {bdf} not found under {sysfs}: list devices with `hca list` or `lspci -D`")]
+    DeviceNotFound {
+        /// The PCI address asked for.
+        bdf: String,
+        /// The sysfs directory searched.
+        sysfs: String,
+    },
+
+    /// The function is not bound to vfio-pci.
+    #[cfg(feature = "vfio")]
+    #[error(
+        "{bdf} is {}, not vfio-pci: run `hca bind {bdf}`",
+        bound_to(driver.as_deref())
+    )]
+    NotBoundToVfio {
+        /// The PCI address.
+        bdf: String,
+        /// The driver it is bound to, if any.
+        driver: Option<String>,
+    },
+
+    /// The function has no IOMMU group: the IOMMU is off.
+    #[cfg(feature = "vfio")]
+    #[error(
+        "{bdf} has no IOMMU group: the IOMMU is off; enable VT-d/AMD-Vi in the firmware setup and boot with intel_iommu=on (Intel) or amd_iommu=on (AMD)"
+    )]
+    NoIommuGroup {
+        /// The PCI address.
+        bdf: String,
+    },
+
+    /// Another device in the function's IOMMU group is bound to a driver
+    /// that owns DMA, so VFIO refuses the group.
+    #[cfg(feature = "vfio")]
+    #[error(
+        "IOMMU group {group} of {bdf} is not viable: {}; every device of the group must be bound to vfio-pci or to no driver (`hca bind <bdf>` for each)",
+        blockers_list(blockers)
+    )]
+    GroupNotViable {
+        /// The PCI address.
+        bdf: String,
+        /// The IOMMU group number.
+        group: u32,
+        /// The devices in the way and their drivers (empty if only the
+        /// kernel's group status said so).
+        blockers: Vec<(String, String)>,
+    },
+
+    /// A VFIO device node cannot be opened.
+    #[cfg(feature = "vfio")]
+    #[error("cannot open {path}: {source}: {hint}")]
+    VfioDevNode {
+        /// The path.
+        path: String,
+        /// What the kernel said.
+        source: std::io::Error,
+        /// What to do about it.
+        hint: &'static str,
+    },
+
+    /// RLIMIT_MEMLOCK is below what the caller plans to pin for DMA.
+    #[cfg(feature = "vfio")]
+    #[error(
+        "RLIMIT_MEMLOCK is {} but {} must be locked for DMA memory: raise it with `ulimit -l unlimited` (or `ulimit -l {}` KiB) in the shell that starts the program, with `<user> hard memlock unlimited` and `<user> soft memlock unlimited` in /etc/security/limits.conf, or LimitMEMLOCK=infinity in its systemd unit; or grant CAP_IPC_LOCK",
+        bytes(*limit), bytes(*needed), needed.div_ceil(1024)
+    )]
+    MemlockTooLow {
+        /// The soft limit in bytes.
+        limit: u64,
+        /// Bytes that would be locked (already locked plus planned).
+        needed: u64,
+    },
+
+    /// The vfio-pci driver is not loaded.
+    #[cfg(feature = "vfio")]
+    #[error("the vfio-pci driver is not loaded: run `modprobe vfio-pci`")]
+    VfioPciNotLoaded,
+
+    /// Binding to a driver did not take.
+    #[cfg(feature = "vfio")]
+    #[error("{bdf} did not bind to {wanted}: it is {} after the probe; see the kernel log (dmesg)", bound_to(driver.as_deref()))]
+    BindFailed {
+        /// The PCI address.
+        bdf: String,
+        /// The driver asked for.
+        wanted: String,
+        /// The driver it ended up with.
+        driver: Option<String>,
+    },
+
+    /// Reading or writing a sysfs file failed.
+    #[cfg(feature = "vfio")]
+    #[error("{path}: {source} (sysfs writes need root)")]
+    Sysfs {
+        /// The file.
+        path: String,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+
+    /// A VFIO operation of the vfio-ioctls crate failed.
+    #[cfg(feature = "vfio")]
+    #[error("VFIO {what}: {source}")]
+    Vfio {
+        /// What was being done.
+        what: &'static str,
+        /// The vfio-ioctls error.
+        source: vfio_ioctls::VfioError,
+    },
+
+    /// A system call failed.
+    #[cfg(feature = "vfio")]
+    #[error("{what}: {source}")]
+    Sys {
+        /// What was being done.
+        what: String,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+
+    /// No IOVA range is left for a DMA mapping.
+    #[cfg(feature = "vfio")]
+    #[error(
+        "no free IOVA range of {requested:#x} bytes below the DMA mask {dma_mask:#x} inside the ranges the IOMMU allows"
+    )]
+    IovaExhausted {
+        /// Bytes requested.
+        requested: u64,
+        /// Highest address the device can reach.
+        dma_mask: u64,
+    },
+}
+
+#[cfg(feature = "vfio")]
+fn bound_to(driver: Option<&str>) -> String {
+    match driver {
+        Some(d) => std::format!("bound to {d}"),
+        None => String::from("not bound to any driver"),
+    }
+}
+
+#[cfg(feature = "vfio")]
+fn blockers_list(blockers: &[(String, String)]) -> String {
+    if blockers.is_empty() {
+        return String::from("the kernel reports the group as not viable");
+    }
+    let parts: Vec<String> = blockers
+        .iter()
+        .map(|(bdf, driver)| std::format!("{bdf} is bound to {driver}"))
+        .collect();
+    parts.join(", ")
+}
+
+/// `n` bytes in the largest binary unit that divides it.
+#[cfg(feature = "vfio")]
+pub(crate) fn bytes(n: u64) -> String {
+    if n == u64::MAX {
+        return String::from("unlimited");
+    }
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return std::format!("{} {unit}", n >> shift);
+        }
+    }
+    std::format!("{n} bytes")
 }

@@ -31,6 +31,8 @@ mod error;
 pub mod host;
 mod mmio;
 mod pages;
+#[cfg(all(feature = "vfio", target_os = "linux"))]
+pub mod vfio;
 
 pub use dma::DmaRegion;
 pub use error::Error;
@@ -127,4 +129,34 @@ pub mod pci {
     pub const SUBSYSTEM_ID: u16 = 0x2e;
     /// Mellanox / NVIDIA networking vendor ID.
     pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
+
+    /// The mlx5 devices (vendor [`MELLANOX_VENDOR_ID`]): PCI device ID and
+    /// product name, ConnectX-4 and later and BlueField.
+    pub const MLX5_DEVICES: &[(u16, &str)] = &[
+        (0x1013, "ConnectX-4"),
+        (0x1014, "ConnectX-4 VF"),
+        (0x1015, "ConnectX-4 Lx"),
+        (0x1016, "ConnectX-4 Lx VF"),
+        (0x1017, "ConnectX-5"),
+        (0x1018, "ConnectX-5 VF"),
+        (0x1019, "ConnectX-5 Ex"),
+        (0x101a, "ConnectX-5 Ex VF"),
+        (0x101b, "ConnectX-6"),
+        (0x101c, "ConnectX-6 VF"),
+        (0x101d, "ConnectX-6 Dx"),
+        (0x101e, "ConnectX VF"),
+        (0x101f, "ConnectX-6 Lx"),
+        (0x1021, "ConnectX-7"),
+        (0x1023, "ConnectX-8"),
+        (0xa2d6, "BlueField-2"),
+        (0xa2dc, "BlueField-3"),
+    ];
+
+    /// The product name of an mlx5 device ID, if it is one.
+    pub fn mlx5_device_name(device_id: u16) -> Option<&'static str> {
+        MLX5_DEVICES
+            .iter()
+            .find(|(id, _)| *id == device_id)
+            .map(|(_, name)| *name)
+    }
 }
