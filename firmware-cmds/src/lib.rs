@@ -45,7 +45,22 @@ pub mod mailbox;
 pub mod opcode;
 pub mod status;
 
+pub mod caps;
 pub mod cq;
+pub mod eq;
+pub mod eth;
+pub mod flow;
+pub mod hca;
+pub mod init_seg;
+pub mod mad;
+pub mod mkey;
+pub mod pd;
+pub mod qp;
+pub mod reg;
+pub mod roce;
+pub mod srq;
+pub mod uar;
+pub mod vport;
 
 pub use error::Error;
 pub use opcode::Opcode;
