@@ -7,4 +7,146 @@
 //! parses completion queue entries into work completions with every index and
 //! length bounds-checked. Generic over [`platform::Mmio`], so the doorbell of
 //! real hardware compiles to one 64-bit store.
+//!
+//! Layouts and behaviour follow the PRM and rdma-core's mlx5 provider; the
+//! tests check every send, receive and CQE vector that the real provider
+//! produced (`data/prm/libmlx5-vectors.json`) byte for byte.
+//!
+//! ## Objects and who owns what
+//!
+//! | object | owns | made from |
+//! |---|---|---|
+//! | [`Qp`] ([`SendQueue`] + [`RecvQueue`]) | one [`DmaRegion`](platform::DmaRegion) laid out by [`QpLayout`], the UAR window `M` | [`QpGeometry`] (rdma-core sizing rules, see [`sizing`]) |
+//! | [`Srq`] | one region laid out by [`SrqLayout`] | [`SrqGeometry`] |
+//! | [`Cq`] | one region laid out by [`CqLayout`], the UAR window `M` | [`CqConfig`] |
+//! | [`QpCompletions`], [`SrqCompletions`] | nothing: handles into a QP's / SRQ's bookkeeping, `Send + Sync` | [`Qp::completions`], [`Srq::completions`] |
+//! | [`CqTable`] | the handles of the queues a CQ serves, by user index | `CqTable::new()` |
+//!
+//! A region holds the rings the device sees, the doorbell record, and
+//! host-only bookkeeping after them: the `wr_id` table, the send queue's
+//! `wqe_head` table (rdma-core's), posted receive lengths and the
+//! producer/consumer counters. That is where `wr_id`s live without a heap;
+//! the device is never given those addresses. Completion handles point into
+//! it; a queue refuses [`into_parts`](Qp::into_parts) while a handle is
+//! alive, so the memory a handle uses is never freed under it. Only one
+//! handle per queue side exists at a time, so exactly one CQ retires a send
+//! or receive queue.
+//!
+//! Posting takes `&mut` of the queue (one posting thread per queue); polling
+//! takes `&mut Cq` and `&` of the resolver: a poller thread and a posting
+//! thread share a queue through the handle, whose counters are atomics
+//! (acquire/release) and whose tables are written before the doorbell and
+//! read after the CQE.
+//!
+//! ## Wiring a QP and a CQ from raw parts
+//!
+//! A driver creates the firmware objects with the geometry verbs-core
+//! computes, then hands the memory over:
+//!
+//! 1. [`QpGeometry::new`] from the requested capabilities; allocate
+//!    `geometry.layout.total_bytes` of DMA memory; CREATE_QP with
+//!    `log_sq_size`, `log_rq_size`, `log_rq_stride`, the page list of
+//!    `0..layout.ring_bytes`, `dbr_addr = iova + layout.dbr_offset`,
+//!    `user_index` (CQE version 1), the UAR page; then [`Qp::new`] with the
+//!    QPN and the UAR window plus [`BfConfig`].
+//! 2. [`CqLayout::for_entries`]; allocate; [`Cq::new`] (initialises the CQEs
+//!    to invalid/owner 0); CREATE_CQ with `log_cq_size`, the page list,
+//!    `dbr_addr = iova + layout.dbr_offset`.
+//! 3. Register the QP with its CQ(s): `table.insert(user_index,
+//!    qp.completions(send, recv, srq)?)`.
+//! 4. Post with [`SendQueue::post`] / [`SendQueue::batch`] /
+//!    [`RecvQueue::post`], poll with [`Cq::poll`], arm with [`Cq::arm`].
+//! 5. Teardown: DESTROY_QP, `table.remove(user_index)`, [`Qp::into_parts`],
+//!    free the region; DESTROY_CQ, [`Cq::into_parts`], free.
+//!
+//! Here with heap memory standing in for DMA memory and a plain buffer for
+//! the UAR page; the "device" writes a requester CQE by hand:
+//!
+//! ```
+//! use core::ptr::NonNull;
+//! use platform::host::HostBlock;
+//! use platform::MmioWindow;
+//! use verbs_core::*;
+//!
+//! // A UAR page standing in for BAR memory.
+//! let mut uar_page = vec![0u64; 4096 / 8];
+//! // SAFETY: the buffer outlives the window and is only used through it.
+//! let uar = unsafe { MmioWindow::new(NonNull::new(uar_page.as_mut_ptr().cast()).unwrap(), 4096) };
+//!
+//! // QP: geometry, memory, data path object.
+//! let caps = QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1,
+//!                     max_inline_data: 0, send_ops: None };
+//! let geometry = QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default())?;
+//! let qp_mem = HostBlock::new(geometry.layout.total_bytes, 4096).unwrap();
+//! let cfg = QpConfig { qp_type: QpType::Rc, qpn: 0x123, geometry, atomics: true,
+//!                      sq_sig_all: false, eth_min_inline: 0 };
+//! let mut qp = Qp::new(qp_mem.lend(0x10_0000, 0).unwrap(), Some((&uar, BfConfig::new(0))), &cfg)
+//!     .map_err(|(e, _)| e)?;
+//!
+//! // CQ with 256 entries on the same UAR page.
+//! let layout = CqLayout::for_entries(255)?;
+//! let cq_mem = HostBlock::new(layout.total_bytes, 4096).unwrap();
+//! let cq_cfg = CqConfig { cqn: 7, layout, version: CqeVersion::V1, uar_page_offset: 0 };
+//! let mut cq = Cq::new(cq_mem.lend(0x20_0000, 0).unwrap(), &uar, &cq_cfg).map_err(|(e, _)| e)?;
+//!
+//! // The CQ serves both queues of the QP, registered under user index 5.
+//! let mut table = CqTable::<8>::new();
+//! table.insert(5, qp.completions(true, true, None)?).map_err(|(e, _)| e)?;
+//!
+//! // RDMA write, signaled: one WQE, doorbell record 1, doorbell at 0x800.
+//! let sge = [Sge { addr: 0x1000, length: 64, lkey: 0xabcd01 }];
+//! let wr = SendWr::new(42, SendOp::RdmaWrite { remote_addr: 0x2000, rkey: 0x1234 })
+//!     .sgl(&sge)
+//!     .flags(SendFlags::SIGNALED);
+//! qp.sq()?.post(&wr)?;
+//! assert_eq!(uar_page[0x800 / 8].to_ne_bytes()[..4], [0, 0, 0, 0x08]);
+//!
+//! // The "device" completes it: requester CQE, WQE counter 0, user index 5.
+//! let mut cqe = [0u8; 64];
+//! cqe[0x20..0x24].copy_from_slice(&5u32.to_be_bytes());
+//! cqe[0x38..0x3c].copy_from_slice(&0x0800_0123u32.to_be_bytes());
+//! cqe[0x3f] = 0x00; // opcode REQ, owner 0 (first pass)
+//! cq_mem.write(0, &cqe).unwrap();
+//!
+//! let mut wc = [WorkCompletion::default(); 4];
+//! assert_eq!(cq.poll(&table, &mut wc)?, 1);
+//! assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (42, WcStatus::Success, WcOpcode::RdmaWrite));
+//! assert_eq!(cq.poll(&table, &mut wc)?, 0);
+//!
+//! // Teardown (after DESTROY_QP / DESTROY_CQ).
+//! drop(table.remove(5));
+//! let parts = qp.into_parts().map_err(|_| "handle alive")?;
+//! qp_mem.reclaim(parts.region).unwrap();
+//! cq_mem.reclaim(cq.into_parts().region).unwrap();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![no_std]
+// Constructors and `into_parts` hand ownership back on failure; without a heap
+// there is nothing to box the returned queue into.
+#![allow(clippy::result_large_err)]
+
+pub mod av;
+pub mod cq;
+mod error;
+mod mem;
+pub mod qp;
+pub mod sizing;
+pub mod srq;
+pub mod uar;
+pub mod wc;
+pub mod wqe;
+
+pub use av::{AddressVector, AhAttr, GlobalRoute, PortLinkLayer};
+pub use cq::{Cq, CqConfig, CqParts, CqResolver, CqTable, CqeVersion, QpCompletions};
+pub use error::Error;
+pub use qp::{
+    Payload, PostError, Qp, QpConfig, QpParts, QpType, RecvQueue, RecvWr, SendBatch, SendFlags,
+    SendOp, SendQueue, SendWr, Sge, UdDest,
+};
+pub use sizing::{
+    CqLayout, DeviceLimits, QpCaps, QpGeometry, QpLayout, RqGeometry, SqGeometry, SrqGeometry,
+    SrqLayout,
+};
+pub use srq::{Srq, SrqCompletions};
+pub use uar::BfConfig;
+pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};

@@ -1,0 +1,2 @@
+//! Data-path benchmarks (placeholder until the criterion benches land).
+fn main() {}

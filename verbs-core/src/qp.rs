@@ -1,0 +1,1316 @@
+//! Queue pairs: the send queue (WQEBB ring, doorbells, BlueFlame) and the
+//! receive queue, in one DMA region laid out by [`QpLayout`].
+
+use core::sync::atomic::Ordering;
+
+use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
+
+use crate::av::AddressVector;
+use crate::cq::{RecvSide, SqSide};
+use crate::mem::{Ptr, check_region};
+use crate::sizing::{QpGeometry, QpLayout, RqGeometry, SqGeometry};
+use crate::uar::{BfConfig, SqDoorbell};
+use crate::wqe::{self, Opcode, fm_ce_se};
+use crate::{Error, QpCompletions, SrqCompletions};
+
+/// Transport type of a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected (`IBV_QPT_RC`).
+    Rc,
+    /// Unreliable connected (`IBV_QPT_UC`).
+    Uc,
+    /// Unreliable datagram (`IBV_QPT_UD`).
+    Ud,
+    /// Raw Ethernet packet QP / SQ (`IBV_QPT_RAW_PACKET`).
+    RawPacket,
+}
+
+/// A scatter/gather entry (`struct ibv_sge`): a bus address (IOVA) inside a
+/// registered memory region, its length and the region's lkey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Bus address of the first byte.
+    pub addr: u64,
+    /// Length in bytes. Zero-length entries are skipped, as rdma-core does
+    /// (a data segment byte count of 0 would mean 2 GiB to the device).
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+/// `send_flags` of a work request (`IBV_SEND_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendFlags(pub u8);
+
+impl SendFlags {
+    /// No flags: unsignaled, unfenced.
+    pub const NONE: Self = Self(0);
+    /// `IBV_SEND_FENCE`: wait for prior RDMA reads and atomics.
+    pub const FENCE: Self = Self(1);
+    /// `IBV_SEND_SIGNALED`: generate a completion.
+    pub const SIGNALED: Self = Self(2);
+    /// `IBV_SEND_SOLICITED`: solicited event at the responder.
+    pub const SOLICITED: Self = Self(4);
+    /// Initiator small fence (`MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`, which
+    /// rdma-core applies after local invalidation).
+    pub const SMALL_FENCE: Self = Self(8);
+    /// `IBV_SEND_IP_CSUM` (raw packet QPs): L3 and L4 checksum offload.
+    pub const IP_CSUM: Self = Self(16);
+
+    /// Whether all flags of `other` are set.
+    #[inline(always)]
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for SendFlags {
+    type Output = Self;
+    #[inline(always)]
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+/// The operation of a send work request (`ibv_wr_opcode` with its
+/// operation-specific fields). Immediates are host-order values; they are
+/// written big-endian (the bytes the responder's `imm_data` shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// `IBV_WR_SEND`.
+    Send,
+    /// `IBV_WR_SEND_WITH_IMM`.
+    SendWithImm(u32),
+    /// `IBV_WR_SEND_WITH_INV`: invalidate `rkey` at the responder (RC only).
+    SendWithInv(u32),
+    /// `IBV_WR_RDMA_WRITE`.
+    RdmaWrite {
+        /// Remote bus address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+    RdmaWriteWithImm {
+        /// Remote bus address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// `IBV_WR_RDMA_READ` (RC only).
+    RdmaRead {
+        /// Remote bus address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP` (RC only; 8-byte aligned remote address).
+    AtomicCmpSwp {
+        /// Remote bus address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Value compared with the remote 8 bytes.
+        compare: u64,
+        /// Value stored when they are equal.
+        swap: u64,
+    },
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD` (RC only; 8-byte aligned remote address).
+    AtomicFetchAdd {
+        /// Remote bus address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Value added.
+        add: u64,
+    },
+    /// `MLX5_OPCODE_NOP`: a WQE with only a control segment (completes like
+    /// any other when signaled; useful to retire unsignaled work).
+    Nop,
+}
+
+impl SendOp {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Send => "IBV_WR_SEND",
+            Self::SendWithImm(_) => "IBV_WR_SEND_WITH_IMM",
+            Self::SendWithInv(_) => "IBV_WR_SEND_WITH_INV",
+            Self::RdmaWrite { .. } => "IBV_WR_RDMA_WRITE",
+            Self::RdmaWriteWithImm { .. } => "IBV_WR_RDMA_WRITE_WITH_IMM",
+            Self::RdmaRead { .. } => "IBV_WR_RDMA_READ",
+            Self::AtomicCmpSwp { .. } => "IBV_WR_ATOMIC_CMP_AND_SWP",
+            Self::AtomicFetchAdd { .. } => "IBV_WR_ATOMIC_FETCH_AND_ADD",
+            Self::Nop => "NOP",
+        }
+    }
+}
+
+/// Where the data of a send comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload<'a> {
+    /// A gather list (data segments).
+    Sgl(&'a [Sge]),
+    /// Data copied into the WQE (`IBV_SEND_INLINE`); host bytes, since an
+    /// SGE's address is a bus address here.
+    Inline(&'a [u8]),
+}
+
+/// UD destination (`wr.ud`): address vector, remote QPN and Q_Key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest<'a> {
+    /// The address handle's address vector.
+    pub av: &'a AddressVector,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Destination Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// A send work request (`struct ibv_send_wr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr<'a> {
+    /// Returned in the work completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// `IBV_SEND_*` flags (inline is expressed by [`Payload::Inline`]).
+    pub flags: SendFlags,
+    /// Gather list or inline data.
+    pub payload: Payload<'a>,
+    /// UD only: the destination.
+    pub ud: Option<UdDest<'a>>,
+    /// Raw packet only: the headers copied into the Ethernet segment
+    /// (at least the queue's minimum inline header size, 18 bytes on a
+    /// ConnectX-4); the payload describes the rest of the frame.
+    pub eth_headers: &'a [u8],
+}
+
+impl<'a> SendWr<'a> {
+    /// A work request with an empty payload and no flags.
+    pub const fn new(wr_id: u64, op: SendOp) -> Self {
+        Self {
+            wr_id,
+            op,
+            flags: SendFlags::NONE,
+            payload: Payload::Sgl(&[]),
+            ud: None,
+            eth_headers: &[],
+        }
+    }
+
+    /// Sets the gather list.
+    pub const fn sgl(mut self, sgl: &'a [Sge]) -> Self {
+        self.payload = Payload::Sgl(sgl);
+        self
+    }
+
+    /// Sets inline data.
+    pub const fn inline(mut self, data: &'a [u8]) -> Self {
+        self.payload = Payload::Inline(data);
+        self
+    }
+
+    /// Sets the flags.
+    pub const fn flags(mut self, flags: SendFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Sets the UD destination.
+    pub const fn ud(mut self, dest: UdDest<'a>) -> Self {
+        self.ud = Some(dest);
+        self
+    }
+
+    /// Sets the raw-packet inline headers.
+    pub const fn eth_headers(mut self, headers: &'a [u8]) -> Self {
+        self.eth_headers = headers;
+        self
+    }
+}
+
+/// A receive work request (`struct ibv_recv_wr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// Returned in the work completion.
+    pub wr_id: u64,
+    /// Scatter list (zero-length entries are skipped).
+    pub sgl: &'a [Sge],
+}
+
+/// A batch of work requests that failed part way: the first `posted` were
+/// posted (and rung), the one at index `posted` was rejected with `error`
+/// before anything of it was written (rdma-core's `bad_wr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("work request {posted} rejected ({posted} before it posted): {error}")]
+pub struct PostError {
+    /// Work requests posted before the bad one.
+    pub posted: usize,
+    /// Why the work request at index `posted` was rejected.
+    pub error: Error,
+}
+
+/// Fixed configuration of a QP's data path, known once CREATE_QP succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpConfig {
+    /// Transport.
+    pub qp_type: QpType,
+    /// QP number (or SQ number of a raw-packet SQ), 24 bits.
+    pub qpn: u32,
+    /// Geometry from [`QpGeometry::new`] (the same the QPC was built from).
+    pub geometry: QpGeometry,
+    /// Atomic operations allowed (rdma-core `atomics_enabled`).
+    pub atomics: bool,
+    /// `sq_sig_all`: every WQE requests a CQE.
+    pub sq_sig_all: bool,
+    /// Raw packet QPs: minimum inline header bytes (`eth_min_inline_size`:
+    /// 18 on a ConnectX-4, 0 when the vport's min inline mode is none).
+    pub eth_min_inline: u16,
+}
+
+/// What a QP gives back when taken apart.
+#[derive(Debug)]
+pub struct QpParts<M> {
+    /// The QP's DMA region (free it after DESTROY_QP).
+    pub region: DmaRegion,
+    /// The doorbell register window, if the QP had a send queue.
+    pub uar: Option<M>,
+}
+
+// Bookkeeping header offsets (inside the meta area).
+pub(crate) const META_SQ_TAIL: usize = 0;
+pub(crate) const META_SQ_HEAD: usize = 4;
+pub(crate) const META_RQ_TAIL: usize = 8;
+pub(crate) const META_RQ_HEAD: usize = 12;
+pub(crate) const META_HANDLES: usize = 16;
+pub(crate) const HANDLE_SQ: u32 = 1;
+pub(crate) const HANDLE_RQ: u32 = 2;
+
+/// Doorbell record words (`MLX5_RCV_DBR` 0, `MLX5_SND_DBR` 1).
+const DBR_RCV: usize = 0;
+const DBR_SND: usize = 4;
+
+/// A send queue: builds WQEs into the ring and rings the doorbell.
+///
+/// Posting takes `&mut self`: one thread posts. Completions are retired by
+/// the CQ through a [`QpCompletions`] handle, which may live on another
+/// thread.
+#[derive(Debug)]
+pub struct SendQueue<M: Mmio> {
+    buf: Ptr,
+    meta: Ptr,
+    dbr: Ptr,
+    wrid_off: usize,
+    wqe_head_off: usize,
+    /// WQEBBs - 1.
+    mask: u32,
+    /// 16-byte units in the ring - 1.
+    unit_mask: usize,
+    /// Ring bytes - 1.
+    byte_mask: usize,
+    /// WQEBB producer counter (rdma-core `sq.cur_post`).
+    cur_post: u32,
+    /// Work requests posted (rdma-core `sq.head`).
+    head: u32,
+    /// Last tail read from the completion side.
+    tail_cache: u32,
+    max_post: u32,
+    max_gs: u32,
+    max_inline: u32,
+    max_units: u32,
+    qpn: u32,
+    qp_type: QpType,
+    atomics: bool,
+    sig_bits: u8,
+    fm_cache: u8,
+    eth_min_inline: u16,
+    db: SqDoorbell<M>,
+}
+
+/// What building one WQE left for the doorbell.
+#[derive(Clone, Copy)]
+struct Built {
+    /// First 8 bytes of the control segment (memory image).
+    ctrl0: u64,
+    /// Ring byte offset of the WQE.
+    start: usize,
+    /// Size in 16-byte units.
+    ds: u32,
+    inline: bool,
+}
+
+impl<M: Mmio> SendQueue<M> {
+    /// Whether `op` may be posted on this QP type.
+    #[inline(always)]
+    fn op_allowed(&self, op: &SendOp) -> Result<(), Error> {
+        let ok = match self.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                op,
+                SendOp::Send
+                    | SendOp::SendWithImm(_)
+                    | SendOp::RdmaWrite { .. }
+                    | SendOp::RdmaWriteWithImm { .. }
+                    | SendOp::Nop
+            ),
+            QpType::Ud => matches!(op, SendOp::Send | SendOp::SendWithImm(_) | SendOp::Nop),
+            QpType::RawPacket => matches!(op, SendOp::Send | SendOp::Nop),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::WrongOpcodeForQpType {
+                op: op.name(),
+                qp_type: self.qp_type,
+            })
+        }
+    }
+
+    /// Ring byte offset of 16-byte unit `k` of the WQE starting at byte
+    /// `start` (wraps at the end of the ring).
+    #[inline(always)]
+    fn unit(&self, start: usize, k: usize) -> usize {
+        if k < 4 {
+            // The first WQEBB never wraps: a WQE starts on a WQEBB.
+            start + 16 * k
+        } else {
+            (((start >> 4) + k) & self.unit_mask) << 4
+        }
+    }
+
+    #[inline(always)]
+    fn put(&self, start: usize, k: usize, seg: [u64; 2]) {
+        let off = self.unit(start, k);
+        self.buf.w64(off, seg[0]);
+        self.buf.w64(off + 8, seg[1]);
+    }
+
+    /// Copies `data` to the WQE at byte `pos` from its start, wrapping at the
+    /// end of the ring; writes exactly `data.len()` bytes.
+    fn copy_in(&self, start: usize, pos: usize, data: &[u8]) {
+        let mut i = 0;
+        while i < data.len() {
+            let off = (start + pos + i) & self.byte_mask;
+            if off % 8 == 0 && data.len() - i >= 8 {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&data[i..i + 8]);
+                self.buf.w64(off, u64::from_ne_bytes(w));
+                i += 8;
+            } else {
+                self.buf.w8(off, data[i]);
+                i += 1;
+            }
+        }
+    }
+
+    /// Validates `wr` and writes its WQE; `nreq` WRs of this batch came
+    /// before it. Nothing is written when it fails.
+    #[inline(always)]
+    fn build(&mut self, wr: &SendWr<'_>, nreq: u32) -> Result<Built, Error> {
+        self.op_allowed(&wr.op)?;
+
+        // Queue space (rdma-core `mlx5_wq_overflow`).
+        let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
+        if outstanding >= self.max_post {
+            self.tail_cache = self.meta.a32(META_SQ_TAIL).load(Ordering::Acquire);
+            let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
+            if outstanding >= self.max_post {
+                return Err(Error::QueueFull {
+                    outstanding,
+                    max_post: self.max_post,
+                });
+            }
+        }
+
+        // Transport segments: (units, which).
+        let (mut units, imm, opcode) = match wr.op {
+            SendOp::Send => (0, 0, Opcode::Send),
+            SendOp::SendWithImm(imm) => (0, imm, Opcode::SendImm),
+            SendOp::SendWithInv(rkey) => (0, rkey, Opcode::SendInval),
+            SendOp::RdmaWrite { .. } => (1, 0, Opcode::RdmaWrite),
+            SendOp::RdmaWriteWithImm { imm, .. } => (1, imm, Opcode::RdmaWriteImm),
+            SendOp::RdmaRead { .. } => (1, 0, Opcode::RdmaRead),
+            SendOp::AtomicCmpSwp { .. } => (2, 0, Opcode::AtomicCs),
+            SendOp::AtomicFetchAdd { .. } => (2, 0, Opcode::AtomicFa),
+            SendOp::Nop => (0, 0, Opcode::Nop),
+        };
+        let is_atomic = matches!(
+            wr.op,
+            SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }
+        );
+        if is_atomic {
+            if !self.atomics {
+                return Err(Error::AtomicsDisabled);
+            }
+            let (SendOp::AtomicCmpSwp { remote_addr, .. }
+            | SendOp::AtomicFetchAdd { remote_addr, .. }) = wr.op
+            else {
+                unreachable!()
+            };
+            if remote_addr % 8 != 0 {
+                return Err(Error::AtomicMisaligned(remote_addr));
+            }
+            match wr.payload {
+                Payload::Sgl([sge]) if sge.length >= 8 => {}
+                Payload::Sgl(s) => {
+                    return Err(Error::AtomicLength {
+                        sges: s.len(),
+                        len: s.first().map_or(0, |s| s.length),
+                    });
+                }
+                Payload::Inline(d) => {
+                    return Err(Error::AtomicLength {
+                        sges: 0,
+                        len: d.len() as u32,
+                    });
+                }
+            }
+        }
+        match (self.qp_type, &wr.ud) {
+            (QpType::Ud, None) => return Err(Error::UdDestination("missing on a UD QP")),
+            (QpType::Ud, Some(_)) => units += 3,
+            (_, Some(_)) => return Err(Error::UdDestination("given on a non-UD QP")),
+            _ => {}
+        }
+        let mut cs = 0;
+        if self.qp_type == QpType::RawPacket {
+            let n = wr.eth_headers.len();
+            if n < self.eth_min_inline as usize {
+                return Err(Error::EthSegment(
+                    "inline headers shorter than the queue's minimum",
+                ));
+            }
+            if n > u16::MAX as usize {
+                return Err(Error::EthSegment("inline headers longer than 65535 bytes"));
+            }
+            units += wqe::eth_seg_units(n) as u32;
+            if wr.flags.contains(SendFlags::IP_CSUM) {
+                cs = wqe::cs_flags::L3_CSUM | wqe::cs_flags::L4_CSUM;
+            }
+        } else if !wr.eth_headers.is_empty() || wr.flags.contains(SendFlags::IP_CSUM) {
+            return Err(Error::EthSegment(
+                "Ethernet headers or checksum offload on a non-raw QP",
+            ));
+        }
+        if matches!(wr.op, SendOp::Nop) && !matches!(wr.payload, Payload::Sgl([])) {
+            return Err(Error::TooManySges { got: 1, max: 0 });
+        }
+        // Payload bound (upper bound: every SGE present).
+        let payload_units = match wr.payload {
+            Payload::Sgl(s) => {
+                if s.len() > self.max_gs as usize {
+                    return Err(Error::TooManySges {
+                        got: s.len(),
+                        max: self.max_gs as usize,
+                    });
+                }
+                s.len() as u32
+            }
+            Payload::Inline(d) => {
+                if d.len() > self.max_inline as usize {
+                    return Err(Error::InlineTooLong {
+                        got: d.len(),
+                        max: self.max_inline as usize,
+                    });
+                }
+                wqe::inline_seg_units(d.len()) as u32
+            }
+        };
+        if 1 + units + payload_units > self.max_units {
+            return Err(Error::WqeTooLarge {
+                wqebbs: (1 + units + payload_units).div_ceil(4),
+                max: self.max_units / 4,
+            });
+        }
+
+        // ---- everything checked: write ----
+        let idx = self.cur_post & self.mask;
+        let start = (idx as usize) << 6;
+        let mut k = 1usize;
+        match wr.op {
+            SendOp::RdmaWrite { remote_addr, rkey }
+            | SendOp::RdmaWriteWithImm {
+                remote_addr, rkey, ..
+            }
+            | SendOp::RdmaRead { remote_addr, rkey } => {
+                self.put(start, 1, wqe::raddr_seg(remote_addr, rkey));
+                k = 2;
+            }
+            SendOp::AtomicCmpSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                self.put(start, 1, wqe::raddr_seg(remote_addr, rkey));
+                self.put(start, 2, wqe::atomic_seg(swap, compare));
+                k = 3;
+            }
+            SendOp::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                self.put(start, 1, wqe::raddr_seg(remote_addr, rkey));
+                // rdma-core leaves the compare field of fetch-and-add alone.
+                self.buf.w64(self.unit(start, 2), Be64::new(add).to_raw());
+                k = 3;
+            }
+            _ => {}
+        }
+        if let Some(ud) = &wr.ud {
+            let w = ud.av.datagram_words(ud.remote_qpn, ud.remote_qkey);
+            // Units 1..4 of the first WQEBB: never wraps.
+            for (i, x) in w.iter().enumerate() {
+                self.buf.w64(start + 16 + 8 * i, *x);
+            }
+            k = 4;
+        }
+        if self.qp_type == QpType::RawPacket {
+            let n = wr.eth_headers.len();
+            let head = wqe::eth_seg_head(cs, 0, n as u16);
+            // Bytes 0..14 of the Ethernet segment (unit k, never wraps
+            // mid-unit), then the headers from byte 14.
+            let off = self.unit(start, k);
+            let mut w0 = [0u8; 8];
+            w0.copy_from_slice(&head[0..8]);
+            self.buf.w64(off, u64::from_ne_bytes(w0));
+            self.buf.w32(off + 8, 0);
+            self.buf
+                .w16(off + 12, u16::from_ne_bytes([head[12], head[13]]));
+            if n < 2 {
+                // The two inline_hdr_start bytes are part of the segment.
+                self.buf.w16(off + 14, 0);
+            }
+            self.copy_in(start, 16 * k + 14, wr.eth_headers);
+            k += wqe::eth_seg_units(n);
+        }
+        let mut inline = false;
+        match wr.payload {
+            Payload::Sgl(sgl) => {
+                for sge in sgl {
+                    if sge.length == 0 {
+                        continue;
+                    }
+                    let len = if is_atomic {
+                        wqe::ATOMIC_SIZE
+                    } else {
+                        sge.length
+                    };
+                    self.put(start, k, wqe::data_seg(len, sge.lkey, sge.addr));
+                    k += 1;
+                }
+            }
+            Payload::Inline(data) => {
+                if !data.is_empty() {
+                    let off = self.unit(start, k);
+                    self.buf
+                        .w32(off, wqe::inline_header(data.len() as u32).to_raw());
+                    self.copy_in(start, 16 * k + 4, data);
+                    k += wqe::inline_seg_units(data.len());
+                    inline = true;
+                }
+            }
+        }
+        let ds = k as u32;
+        let fence = if wr.flags.contains(SendFlags::FENCE) {
+            fm_ce_se::FENCE
+        } else if wr.flags.contains(SendFlags::SMALL_FENCE) {
+            fm_ce_se::SMALL_FENCE
+        } else {
+            self.fm_cache
+        };
+        self.fm_cache = 0;
+        let mut fm = self.sig_bits | fence;
+        if wr.flags.contains(SendFlags::SIGNALED) {
+            fm |= fm_ce_se::CQ_UPDATE;
+        }
+        if wr.flags.contains(SendFlags::SOLICITED) {
+            fm |= fm_ce_se::SOLICITED;
+        }
+        let ctrl = wqe::ctrl_seg(
+            opcode as u8,
+            self.cur_post as u16,
+            self.qpn,
+            ds as u8,
+            fm,
+            imm,
+        );
+        self.buf.w64(start, ctrl[0]);
+        self.buf.w64(start + 8, ctrl[1]);
+
+        self.meta
+            .a64(self.wrid_off + 8 * idx as usize)
+            .store(wr.wr_id, Ordering::Relaxed);
+        self.meta
+            .a32(self.wqe_head_off + 4 * idx as usize)
+            .store(self.head.wrapping_add(nreq), Ordering::Relaxed);
+        self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
+        Ok(Built {
+            ctrl0: ctrl[0],
+            start,
+            ds,
+            inline,
+        })
+    }
+
+    /// Publishes `nreq` work requests and rings the doorbell for the last
+    /// WQE (rdma-core `post_send_db`).
+    #[inline(always)]
+    fn ring(&mut self, nreq: u32, last: Built) {
+        self.head = self.head.wrapping_add(nreq);
+        self.meta
+            .a32(META_SQ_HEAD)
+            .store(self.head, Ordering::Release);
+        // WQEs before the doorbell record.
+        barrier::udma_to_device_barrier();
+        self.dbr
+            .w32(DBR_SND, Be32::new(self.cur_post & 0xffff).to_raw());
+        // Doorbell record before the (write-combined) doorbell.
+        barrier::mmio_wc_start();
+        let reg = self.db.reg + self.db.offset;
+        if nreq == 1
+            && self.db.blueflame
+            && (last.inline || self.db.prefer_bf)
+            && last.ds > 1
+            && last.ds as usize <= self.db.buf_size / 16
+        {
+            self.bf_copy(reg, last);
+        } else {
+            self.db.mmio.write64(reg, Be64::from_raw(last.ctrl0));
+        }
+        barrier::mmio_flush_writes();
+        self.db.offset ^= self.db.buf_size;
+    }
+
+    /// Copies the WQE to the BlueFlame register, 64 bytes at a time, wrapping
+    /// at the end of the ring.
+    fn bf_copy(&self, reg: usize, last: Built) {
+        let blocks = (last.ds as usize).div_ceil(4);
+        for b in 0..blocks {
+            let src = (last.start + 64 * b) & self.byte_mask;
+            let mut chunk = [Be64::ZERO; 8];
+            for (i, w) in chunk.iter_mut().enumerate() {
+                *w = Be64::from_raw(self.buf.r64(src + 8 * i));
+            }
+            self.db.mmio.write_bf(reg + 64 * b, &chunk);
+        }
+    }
+
+    /// Posts one work request and rings the doorbell (`ibv_post_send` with a
+    /// one-element list). A rejected request writes nothing.
+    #[inline]
+    pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
+        let b = self.build(wr, 0)?;
+        self.ring(1, b);
+        Ok(())
+    }
+
+    /// Posts a list of work requests with one doorbell (`ibv_post_send`).
+    /// On a rejected request, the ones before it are posted and rung and the
+    /// error names its index.
+    pub fn post_list(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        let mut last = None;
+        let mut n = 0u32;
+        let mut err = None;
+        for wr in wrs {
+            match self.build(wr, n) {
+                Ok(b) => {
+                    last = Some(b);
+                    n += 1;
+                }
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(b) = last {
+            self.ring(n, b);
+        }
+        match err {
+            None => Ok(()),
+            Some(error) => Err(PostError {
+                posted: n as usize,
+                error,
+            }),
+        }
+    }
+
+    /// Starts a batch: work requests pushed into it are written at once and
+    /// rung with one doorbell when the batch is rung or dropped (the
+    /// `ibv_wr_start` / `ibv_wr_complete` pattern).
+    #[inline]
+    pub fn batch(&mut self) -> SendBatch<'_, M> {
+        SendBatch {
+            sq: self,
+            n: 0,
+            last: None,
+        }
+    }
+
+    /// Work requests posted and not yet retired by a completion.
+    pub fn outstanding(&self) -> u32 {
+        let tail = self.meta.a32(META_SQ_TAIL).load(Ordering::Acquire);
+        self.head.wrapping_sub(tail)
+    }
+
+    /// The WQEBB producer counter (`sq.cur_post`; its low 16 bits are the
+    /// doorbell record value and the next WQE's `wqe_index`).
+    pub fn cur_post(&self) -> u32 {
+        self.cur_post
+    }
+
+    /// Work requests posted so far (`sq.head`).
+    pub fn head(&self) -> u32 {
+        self.head
+    }
+
+    /// The BlueFlame half the next doorbell goes to (0 or `buf_size`).
+    pub fn bf_offset(&self) -> usize {
+        self.db.offset
+    }
+
+    /// The queue's `max_post`.
+    pub fn max_post(&self) -> u32 {
+        self.max_post
+    }
+
+    /// The queue's `max_inline_data`.
+    pub fn max_inline_data(&self) -> u32 {
+        self.max_inline
+    }
+
+    /// The queue's `max_gs`.
+    pub fn max_gs(&self) -> u32 {
+        self.max_gs
+    }
+}
+
+/// Work requests written but not yet rung; see [`SendQueue::batch`].
+#[derive(Debug)]
+pub struct SendBatch<'q, M: Mmio> {
+    sq: &'q mut SendQueue<M>,
+    n: u32,
+    last: Option<BuiltDbg>,
+}
+
+/// `Built` with a Debug impl for the batch.
+#[derive(Clone, Copy)]
+struct BuiltDbg(Built);
+
+impl core::fmt::Debug for BuiltDbg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "WQE at {:#x}, {} units", self.0.start, self.0.ds)
+    }
+}
+
+impl<M: Mmio> SendBatch<'_, M> {
+    /// Validates and writes one work request. A rejected request writes
+    /// nothing; the batch stays usable.
+    #[inline]
+    pub fn push(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
+        let b = self.sq.build(wr, self.n)?;
+        self.n += 1;
+        self.last = Some(BuiltDbg(b));
+        Ok(())
+    }
+
+    /// Work requests in the batch.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Rings the doorbell for everything pushed (nothing if empty).
+    #[inline]
+    pub fn ring(mut self) {
+        self.flush();
+    }
+
+    #[inline(always)]
+    fn flush(&mut self) {
+        if let Some(b) = self.last.take() {
+            self.sq.ring(self.n, b.0);
+            self.n = 0;
+        }
+    }
+}
+
+impl<M: Mmio> Drop for SendBatch<'_, M> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// A receive queue: data-segment WQEs in a ring of `wqe_cnt` strides; the
+/// doorbell record word 0 carries the 16-bit producer counter.
+#[derive(Debug)]
+pub struct RecvQueue {
+    buf: Ptr,
+    meta: Ptr,
+    dbr: Ptr,
+    wrid_off: usize,
+    len_off: usize,
+    mask: u32,
+    shift: u8,
+    max_gs: u32,
+    max_post: u32,
+    head: u32,
+    tail_cache: u32,
+    dbr_enabled: bool,
+}
+
+impl RecvQueue {
+    #[inline(always)]
+    fn build(&mut self, wr: &RecvWr<'_>, nreq: u32) -> Result<(), Error> {
+        let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
+        if outstanding >= self.max_post {
+            self.tail_cache = self.meta.a32(META_RQ_TAIL).load(Ordering::Acquire);
+            let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
+            if outstanding >= self.max_post {
+                return Err(Error::QueueFull {
+                    outstanding,
+                    max_post: self.max_post,
+                });
+            }
+        }
+        if wr.sgl.len() > self.max_gs as usize {
+            return Err(Error::TooManySges {
+                got: wr.sgl.len(),
+                max: self.max_gs as usize,
+            });
+        }
+        let idx = self.head.wrapping_add(nreq) & self.mask;
+        let base = (idx as usize) << self.shift;
+        let mut j = 0usize;
+        let mut total: u64 = 0;
+        for sge in wr.sgl {
+            if sge.length == 0 {
+                continue;
+            }
+            let seg = wqe::data_seg(sge.length, sge.lkey, sge.addr);
+            self.buf.w64(base + 16 * j, seg[0]);
+            self.buf.w64(base + 16 * j + 8, seg[1]);
+            total += u64::from(sge.length);
+            j += 1;
+        }
+        if j < self.max_gs as usize {
+            let seg = wqe::data_seg_end();
+            self.buf.w64(base + 16 * j, seg[0]);
+            self.buf.w64(base + 16 * j + 8, seg[1]);
+        }
+        self.meta
+            .a64(self.wrid_off + 8 * idx as usize)
+            .store(wr.wr_id, Ordering::Relaxed);
+        self.meta
+            .a32(self.len_off + 4 * idx as usize)
+            .store(total.min(u64::from(u32::MAX)) as u32, Ordering::Relaxed);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn publish(&mut self, n: u32) {
+        self.head = self.head.wrapping_add(n);
+        self.meta
+            .a32(META_RQ_HEAD)
+            .store(self.head, Ordering::Release);
+        barrier::udma_to_device_barrier();
+        if self.dbr_enabled {
+            self.dbr
+                .w32(DBR_RCV, Be32::new(self.head & 0xffff).to_raw());
+        }
+    }
+
+    /// Posts one receive work request and updates the doorbell record.
+    #[inline]
+    pub fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), Error> {
+        self.build(wr, 0)?;
+        self.publish(1);
+        Ok(())
+    }
+
+    /// Posts a list with one doorbell-record update (`ibv_post_recv`); on a
+    /// rejected request, the ones before it are posted.
+    pub fn post_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let mut n = 0u32;
+        let mut err = None;
+        for wr in wrs {
+            if let Err(e) = self.build(wr, n) {
+                err = Some(e);
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            self.publish(n);
+        }
+        match err {
+            None => Ok(()),
+            Some(error) => Err(PostError {
+                posted: n as usize,
+                error,
+            }),
+        }
+    }
+
+    /// Raw packet QPs must not update the receive doorbell record before the
+    /// QP reaches RTR (rdma-core `mlx5_post_recv`). The driver disables it at
+    /// creation and enables it after INIT2RTR, which writes the current
+    /// counter.
+    pub fn set_doorbell_record_enabled(&mut self, enabled: bool) {
+        self.dbr_enabled = enabled;
+        if enabled {
+            barrier::udma_to_device_barrier();
+            self.dbr
+                .w32(DBR_RCV, Be32::new(self.head & 0xffff).to_raw());
+        }
+    }
+
+    /// Work requests posted and not yet completed.
+    pub fn outstanding(&self) -> u32 {
+        let tail = self.meta.a32(META_RQ_TAIL).load(Ordering::Acquire);
+        self.head.wrapping_sub(tail)
+    }
+
+    /// Work requests posted so far (`rq.head`).
+    pub fn head(&self) -> u32 {
+        self.head
+    }
+
+    /// The queue's `max_gs`.
+    pub fn max_gs(&self) -> u32 {
+        self.max_gs
+    }
+}
+
+/// A queue pair's data path: its DMA region (rings, doorbell record,
+/// bookkeeping), send queue and receive queue.
+#[derive(Debug)]
+pub struct Qp<M: Mmio> {
+    region: DmaRegion,
+    meta: Ptr,
+    layout: QpLayout,
+    qpn: u32,
+    sq: Option<SendQueue<M>>,
+    rq: Option<RecvQueue>,
+}
+
+impl<M: Mmio> Qp<M> {
+    /// Takes ownership of the QP's DMA region (laid out as
+    /// `cfg.geometry.layout`, 64-byte aligned, the rings zeroed or stale)
+    /// and of the doorbell register window `uar` with its BlueFlame
+    /// configuration (required when the QP has a send queue).
+    ///
+    /// `start_counters` sets the initial producer counters (`sq.cur_post` =
+    /// `sq.head`, `rq.head`) — 0 for a new QP; other values reproduce a
+    /// queue state (tests, golden vectors).
+    ///
+    /// On error, everything is handed back.
+    pub fn new(
+        region: DmaRegion,
+        uar: Option<(M, BfConfig)>,
+        cfg: &QpConfig,
+    ) -> Result<Self, (Error, QpParts<M>)> {
+        Self::with_counters(region, uar, cfg, 0, 0)
+    }
+
+    /// [`new`](Self::new) with the send (WQEBB and WR) counter starting at
+    /// `sq_start` and the receive counter at `rq_start`.
+    pub fn with_counters(
+        region: DmaRegion,
+        uar: Option<(M, BfConfig)>,
+        cfg: &QpConfig,
+        sq_start: u32,
+        rq_start: u32,
+    ) -> Result<Self, (Error, QpParts<M>)> {
+        let layout = cfg.geometry.layout;
+        if let Err(e) = check_region(&region, layout.total_bytes) {
+            return Err((
+                e,
+                QpParts {
+                    region,
+                    uar: uar.map(|u| u.0),
+                },
+            ));
+        }
+        let (uar, bf) = match uar {
+            Some((m, b)) => (Some(m), Some(b)),
+            None => (None, None),
+        };
+        let setup = (|| -> Result<_, Error> {
+            let meta = Ptr::new(&region, layout.meta_offset, layout.meta_len())?;
+            let dbr = Ptr::new(&region, layout.dbr_offset, 8)?;
+            if cfg.qpn >= 1 << 24 {
+                return Err(Error::InvalidGeometry("QPN exceeds 24 bits"));
+            }
+            // Fresh bookkeeping: counters equal, no handles.
+            meta.a32(META_SQ_TAIL).store(sq_start, Ordering::Relaxed);
+            meta.a32(META_SQ_HEAD).store(sq_start, Ordering::Relaxed);
+            meta.a32(META_RQ_TAIL).store(rq_start, Ordering::Relaxed);
+            meta.a32(META_RQ_HEAD).store(rq_start, Ordering::Relaxed);
+            meta.a32(META_HANDLES).store(0, Ordering::Release);
+            let rq = match &cfg.geometry.rq {
+                Some(g) => Some(new_rq(&region, &layout, g, meta, dbr, rq_start, cfg)?),
+                None => None,
+            };
+            Ok((meta, dbr, rq))
+        })();
+        let (meta, dbr, rq) = match setup {
+            Ok(x) => x,
+            Err(e) => return Err((e, QpParts { region, uar })),
+        };
+        let sq = match (&cfg.geometry.sq, uar) {
+            (Some(g), Some(mmio)) => {
+                let db = match SqDoorbell::new(mmio, bf.expect("bf config comes with the uar")) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        // The window was moved into the failed doorbell;
+                        // it cannot be returned.
+                        return Err((e, QpParts { region, uar: None }));
+                    }
+                };
+                match new_sq(&region, &layout, g, meta, dbr, sq_start, cfg, db) {
+                    Ok(sq) => Some(sq),
+                    Err((e, db)) => {
+                        return Err((
+                            e,
+                            QpParts {
+                                region,
+                                uar: Some(db.mmio),
+                            },
+                        ));
+                    }
+                }
+            }
+            (Some(_), None) => {
+                return Err((
+                    Error::InvalidGeometry("a send queue needs a UAR"),
+                    QpParts { region, uar: None },
+                ));
+            }
+            (None, uar) => {
+                // No send queue: the window is not needed.
+                drop(uar);
+                None
+            }
+        };
+        Ok(Self {
+            region,
+            meta,
+            layout,
+            qpn: cfg.qpn,
+            sq,
+            rq,
+        })
+    }
+
+    /// The send queue.
+    pub fn sq(&mut self) -> Result<&mut SendQueue<M>, Error> {
+        self.sq.as_mut().ok_or(Error::NoSuchQueue("send queue"))
+    }
+
+    /// The receive queue.
+    pub fn rq(&mut self) -> Result<&mut RecvQueue, Error> {
+        self.rq.as_mut().ok_or(Error::NoSuchQueue("receive queue"))
+    }
+
+    /// Both queues at once (e.g. to post sends and receives from two
+    /// threads in a scope).
+    pub fn queues(&mut self) -> (Option<&mut SendQueue<M>>, Option<&mut RecvQueue>) {
+        (self.sq.as_mut(), self.rq.as_mut())
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The layout of the DMA region.
+    pub fn layout(&self) -> &QpLayout {
+        &self.layout
+    }
+
+    /// The DMA region (for its IOVA: page list and `dbr_addr`).
+    pub fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+
+    /// A completion handle for a CQ: `send` if the CQ is this QP's send CQ,
+    /// `recv` if it is its receive CQ (a QP with an SRQ passes `srq`
+    /// instead). Each side can have only one handle at a time, so only one
+    /// CQ retires it.
+    pub fn completions(
+        &self,
+        send: bool,
+        recv: bool,
+        srq: Option<SrqCompletions>,
+    ) -> Result<QpCompletions, Error> {
+        let mut want = 0;
+        if send {
+            if self.sq.is_none() {
+                return Err(Error::NoSuchQueue("send queue"));
+            }
+            want |= HANDLE_SQ;
+        }
+        if recv {
+            if self.rq.is_none() {
+                return Err(Error::NoSuchQueue("receive queue"));
+            }
+            if srq.is_some() {
+                return Err(Error::InvalidGeometry("a QP has an RQ or an SRQ, not both"));
+            }
+            want |= HANDLE_RQ;
+        }
+        let flags = self.meta.a32(META_HANDLES);
+        let prev = flags.fetch_or(want, Ordering::AcqRel);
+        if prev & want != 0 {
+            // Undo only the bits this call set.
+            flags.fetch_and(!(want & !prev), Ordering::AcqRel);
+            return Err(Error::HandleOutstanding(if prev & want & HANDLE_SQ != 0 {
+                "send queue"
+            } else {
+                "receive queue"
+            }));
+        }
+        let sq = match (&self.sq, send) {
+            (Some(s), true) => Some(SqSide {
+                wrid: s.wrid_off,
+                wqe_head: s.wqe_head_off,
+                mask: s.mask,
+            }),
+            _ => None,
+        };
+        let rq = match (&self.rq, recv, srq) {
+            (Some(r), true, _) => RecvSide::Rq {
+                wrid: r.wrid_off,
+                len: r.len_off,
+                mask: r.mask,
+            },
+            (_, _, Some(s)) => RecvSide::Srq(s),
+            _ => RecvSide::None,
+        };
+        Ok(QpCompletions::new(self.qpn, self.meta, want, sq, rq))
+    }
+
+    /// Completion handles still alive for this QP (bit 0 send, bit 1
+    /// receive).
+    pub fn handles_alive(&self) -> u32 {
+        self.meta.a32(META_HANDLES).load(Ordering::Acquire)
+    }
+
+    /// Gives the region and UAR back (after DESTROY_QP), or the QP itself
+    /// while a completion handle is still alive (drop or unregister it
+    /// first: it points into the region).
+    pub fn into_parts(self) -> Result<QpParts<M>, Self> {
+        if self.handles_alive() != 0 {
+            return Err(self);
+        }
+        Ok(QpParts {
+            region: self.region,
+            uar: self.sq.map(|s| s.db.mmio),
+        })
+    }
+}
+
+fn new_rq(
+    region: &DmaRegion,
+    layout: &QpLayout,
+    g: &RqGeometry,
+    meta: Ptr,
+    dbr: Ptr,
+    start: u32,
+    cfg: &QpConfig,
+) -> Result<RecvQueue, Error> {
+    if !g.wqe_cnt.is_power_of_two() || !(4..=12).contains(&g.wqe_shift) || g.max_gs == 0 {
+        return Err(Error::InvalidGeometry("receive queue"));
+    }
+    if g.max_gs as usize * 16 > 1 << g.wqe_shift || g.max_post > g.wqe_cnt {
+        return Err(Error::InvalidGeometry("receive queue max_gs / max_post"));
+    }
+    let buf = Ptr::new(region, layout.rq_offset, g.bytes())?;
+    dbr.w32(DBR_RCV, Be32::new(start & 0xffff).to_raw());
+    Ok(RecvQueue {
+        buf,
+        meta,
+        dbr,
+        wrid_off: layout.rq_wrid,
+        len_off: layout.rq_len,
+        mask: g.wqe_cnt - 1,
+        shift: g.wqe_shift,
+        max_gs: g.max_gs,
+        max_post: g.max_post,
+        head: start,
+        tail_cache: start,
+        dbr_enabled: cfg.qp_type != QpType::RawPacket,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn new_sq<M: Mmio>(
+    region: &DmaRegion,
+    layout: &QpLayout,
+    g: &SqGeometry,
+    meta: Ptr,
+    dbr: Ptr,
+    start: u32,
+    cfg: &QpConfig,
+    db: SqDoorbell<M>,
+) -> Result<SendQueue<M>, (Error, SqDoorbell<M>)> {
+    let bad = |what| Err((Error::InvalidGeometry(what), ()));
+    let check = (|| {
+        if !g.wqe_cnt.is_power_of_two() || g.wqe_cnt < 1 {
+            return bad("send queue size must be a power of two");
+        }
+        if g.max_wqe_size % 64 != 0 || g.max_wqe_size == 0 || g.max_wqe_size > 64 * 16 {
+            return bad("send WQE size");
+        }
+        if g.max_post as u64 * (g.max_wqe_size as u64 / 64) > g.wqe_cnt as u64 {
+            return bad("max_post WQEs of the largest size do not fit the ring");
+        }
+        Ok(())
+    })();
+    if let Err((e, ())) = check {
+        return Err((e, db));
+    }
+    let buf = match Ptr::new(region, layout.sq_offset, g.bytes()) {
+        Ok(b) => b,
+        Err(e) => return Err((e, db)),
+    };
+    dbr.w32(DBR_SND, Be32::new(start & 0xffff).to_raw());
+    Ok(SendQueue {
+        buf,
+        meta,
+        dbr,
+        wrid_off: layout.sq_wrid,
+        wqe_head_off: layout.sq_wqe_head,
+        mask: g.wqe_cnt - 1,
+        unit_mask: g.wqe_cnt as usize * 4 - 1,
+        byte_mask: g.bytes() - 1,
+        cur_post: start,
+        head: start,
+        tail_cache: start,
+        max_post: g.max_post,
+        max_gs: g.max_gs,
+        max_inline: g.max_inline_data,
+        max_units: g.max_wqe_size / 16,
+        qpn: cfg.qpn,
+        qp_type: cfg.qp_type,
+        atomics: cfg.atomics,
+        sig_bits: if cfg.sq_sig_all {
+            fm_ce_se::CQ_UPDATE
+        } else {
+            0
+        },
+        fm_cache: 0,
+        eth_min_inline: cfg.eth_min_inline,
+        db,
+    })
+}

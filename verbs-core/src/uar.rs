@@ -1,0 +1,105 @@
+//! UAR doorbells: the send-queue doorbell / BlueFlame register and the CQ
+//! doorbell.
+//!
+//! A UAR page holds, at page offset 0x20, the CQ doorbell (`MLX5_CQ_DOORBELL`)
+//! and from 0x800 on the BlueFlame registers. A QP is given one register of
+//! `bf_reg_size` bytes (512 on current kernels): two halves of `buf_size` =
+//! 256 bytes at 0x800 and 0x900, used alternately (`bf->offset ^=
+//! buf_size` after every doorbell). A doorbell is the first 8 bytes of the
+//! last WQE's control segment written with one 64-bit store; a BlueFlame
+//! doorbell copies the whole WQE (rounded up to 64 bytes, at most
+//! `buf_size`) into the register instead.
+
+use platform::Mmio;
+
+use crate::Error;
+
+/// `MLX5_CQ_DOORBELL`: page offset of the CQ arm doorbell.
+pub const CQ_DOORBELL: usize = 0x20;
+/// Page offset of the first BlueFlame register of a dynamically allocated
+/// UAR (as rdma-core's context sets up `bfs[]`).
+pub const BF_REG_OFFSET: usize = 0x800;
+/// `bf_reg_size` of current firmware and kernels: 512 bytes, two halves.
+pub const BF_REG_SIZE: usize = 512;
+
+/// Where a send queue rings its doorbell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BfConfig {
+    /// Offset in the register window of the BlueFlame register (the UAR
+    /// page's offset plus 0x800 for the first register).
+    pub reg_offset: usize,
+    /// Half size of the register (`bf_reg_size / 2`, 256): doorbells
+    /// alternate between `reg_offset` and `reg_offset + buf_size`.
+    pub buf_size: usize,
+    /// The register can take BlueFlame copies (rdma-core: `uuarn != 0`).
+    /// When false only 8-byte doorbells are written.
+    pub blueflame: bool,
+    /// Copy every single-WQE post by BlueFlame, not only inline ones
+    /// (rdma-core's `MLX5_POST_SEND_PREFER_BF`).
+    pub prefer_bf: bool,
+}
+
+impl BfConfig {
+    /// The configuration of the golden vectors: register at 0x800 of a
+    /// UAR page at `page_offset`, halves of 256 bytes, BlueFlame capable.
+    pub const fn new(page_offset: usize) -> Self {
+        Self {
+            reg_offset: page_offset + BF_REG_OFFSET,
+            buf_size: BF_REG_SIZE / 2,
+            blueflame: true,
+            prefer_bf: false,
+        }
+    }
+}
+
+/// A send queue's doorbell register: the window, its checked offsets and
+/// the alternating BlueFlame offset.
+#[derive(Debug)]
+pub(crate) struct SqDoorbell<M: Mmio> {
+    pub(crate) mmio: M,
+    pub(crate) reg: usize,
+    /// 0 or `buf_size`.
+    pub(crate) offset: usize,
+    pub(crate) buf_size: usize,
+    pub(crate) blueflame: bool,
+    pub(crate) prefer_bf: bool,
+}
+
+impl<M: Mmio> SqDoorbell<M> {
+    pub(crate) fn new(mmio: M, cfg: BfConfig) -> Result<Self, Error> {
+        if cfg.buf_size % 64 != 0 || cfg.buf_size == 0 {
+            return Err(Error::InvalidGeometry(
+                "BlueFlame buf_size must be a non-zero multiple of 64",
+            ));
+        }
+        // Both halves must be inside the window, 8-byte aligned.
+        let end = cfg.reg_offset.checked_add(2 * cfg.buf_size);
+        let ok = end.is_some_and(|e| e <= mmio.len())
+            && mmio.check(cfg.reg_offset, 8).is_ok()
+            && mmio.check(cfg.reg_offset + 2 * cfg.buf_size - 8, 8).is_ok();
+        if !ok {
+            return Err(Error::UarOutOfRange {
+                offset: cfg.reg_offset,
+                width: 2 * cfg.buf_size,
+                len: mmio.len(),
+            });
+        }
+        Ok(Self {
+            mmio,
+            reg: cfg.reg_offset,
+            offset: 0,
+            buf_size: cfg.buf_size,
+            blueflame: cfg.blueflame,
+            prefer_bf: cfg.prefer_bf,
+        })
+    }
+}
+
+/// Checks a CQ doorbell offset once at construction.
+pub(crate) fn check_cq_doorbell<M: Mmio>(mmio: &M, offset: usize) -> Result<(), Error> {
+    mmio.check(offset, 8).map_err(|_| Error::UarOutOfRange {
+        offset,
+        width: 8,
+        len: mmio.len(),
+    })
+}
