@@ -60,6 +60,36 @@ pub fn memlock_limit() -> Result<u64, Error> {
     })
 }
 
+/// Sets the soft `RLIMIT_MEMLOCK` of this process to `bytes` (`u64::MAX`:
+/// unlimited), keeping the hard limit. For tests of the memlock checks.
+pub fn set_memlock_limit(bytes: u64) -> Result<(), Error> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read or write one `struct rlimit` at a
+    // live local.
+    let rc = unsafe {
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) != 0 {
+            -1
+        } else {
+            rl.rlim_cur = if bytes == u64::MAX {
+                libc::RLIM_INFINITY
+            } else {
+                bytes
+            };
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl)
+        }
+    };
+    if rc != 0 {
+        return Err(Error::Sys {
+            what: std::format!("setting RLIMIT_MEMLOCK to {bytes} bytes"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
 /// `_LINUX_CAPABILITY_VERSION_3`.
 const CAP_VERSION_3: u32 = 0x2008_0522;
 /// `CAP_IPC_LOCK`.

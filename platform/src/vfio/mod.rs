@@ -43,7 +43,7 @@ pub mod sysfs;
 pub use iova::{IommuInfo, IovaAllocator, IovaRange, dma_mask, parse_iommu_info};
 pub use memlock::{
     MemlockStatus, check_memlock, drop_cap_ipc_lock, has_cap_ipc_lock, memlock_limit,
-    memlock_status,
+    memlock_status, set_memlock_limit,
 };
 pub use sysfs::{PciFunction, Sysfs, VFIO_PCI, normalize_bdf, wait_for_path};
 
@@ -79,6 +79,10 @@ pub const IOVA_MIN: u64 = CHUNK_SIZE as u64;
 const VFIO_DEVICE_RESET: u64 = (59 << 8) | (100 + 11);
 /// `_IO(VFIO_TYPE, VFIO_BASE + 12)`.
 const VFIO_IOMMU_GET_INFO: u64 = (59 << 8) | (100 + 12);
+/// `_IO(VFIO_TYPE, VFIO_BASE + 3)`.
+const VFIO_GROUP_GET_STATUS: u64 = (59 << 8) | (100 + 3);
+/// `VFIO_GROUP_FLAGS_VIABLE`.
+const VFIO_GROUP_FLAGS_VIABLE: u32 = 1;
 /// `MAP_HUGE_2MB`: log2(2 MiB) << `MAP_HUGE_SHIFT`.
 const MAP_HUGE_2MB: libc::c_int = 21 << 26;
 /// Number of BARs.
@@ -192,6 +196,41 @@ fn check_dev_node(path: &Path) -> Result<(), Error> {
             })
         }
     }
+}
+
+/// Asks the kernel whether IOMMU group `group` is viable
+/// (`VFIO_GROUP_GET_STATUS` on `<dev_vfio>/<group>`), independently of the
+/// sysfs check [`Sysfs::check_vfio_ready`] makes. Opening the group node
+/// needs the same rights as [`VfioPlatform::open`].
+pub fn kernel_group_viable(dev_vfio: &Path, group: u32) -> Result<bool, Error> {
+    let path = dev_vfio.join(group.to_string());
+    check_dev_node(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::Sys {
+            what: format!("opening {}", path.display()),
+            source: e,
+        })?;
+    // struct vfio_group_status { u32 argsz; u32 flags; }
+    let mut status = [8u32, 0u32];
+    // SAFETY: the kernel reads `argsz` and writes `flags` of the two-word
+    // struct, which `status` is.
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            VFIO_GROUP_GET_STATUS as _,
+            status.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(sys_err(format!(
+            "VFIO_GROUP_GET_STATUS on {}",
+            path.display()
+        )));
+    }
+    Ok(status[1] & VFIO_GROUP_FLAGS_VIABLE != 0)
 }
 
 /// Reads the container's IOMMU information (`VFIO_IOMMU_GET_INFO` with its
