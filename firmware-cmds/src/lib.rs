@@ -44,6 +44,7 @@ mod error;
 pub mod mailbox;
 pub mod opcode;
 pub mod status;
+pub mod trace;
 
 pub mod caps;
 pub mod cq;
@@ -57,6 +58,7 @@ pub mod mkey;
 pub mod pd;
 pub mod qp;
 pub mod reg;
+pub mod registry;
 pub mod roce;
 pub mod srq;
 pub mod uar;
