@@ -469,14 +469,18 @@ impl<M: Mmio> SendQueue<M> {
                 }
             }
         }
+        let nop = matches!(wr.op, SendOp::Nop);
         match (self.qp_type, &wr.ud) {
-            (QpType::Ud, None) => return Err(Error::UdDestination("missing on a UD QP")),
-            (QpType::Ud, Some(_)) => units += 3,
-            (_, Some(_)) => return Err(Error::UdDestination("given on a non-UD QP")),
+            (QpType::Ud, None) if !nop => {
+                return Err(Error::UdDestination("missing on a UD QP"));
+            }
+            (QpType::Ud, Some(_)) if !nop => units += 3,
+            (_, Some(_)) => return Err(Error::UdDestination("given on a non-UD QP or a NOP")),
             _ => {}
         }
         let mut cs = 0;
-        if self.qp_type == QpType::RawPacket {
+        let eth = self.qp_type == QpType::RawPacket && !nop;
+        if eth {
             let n = wr.eth_headers.len();
             if n < self.eth_min_inline as usize {
                 return Err(Error::EthSegment(
@@ -569,7 +573,7 @@ impl<M: Mmio> SendQueue<M> {
             }
             k = 4;
         }
-        if self.qp_type == QpType::RawPacket {
+        if eth {
             let n = wr.eth_headers.len();
             let head = wqe::eth_seg_head(cs, 0, n as u16);
             // Bytes 0..14 of the Ethernet segment (unit k, never wraps
