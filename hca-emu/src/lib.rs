@@ -1,8 +1,602 @@
 //! # hca-emu: a software ConnectX
 //!
 //! An emulated ConnectX-4 that behaves like the hardware interface: the
-//! driver sees BAR0 and DMA memory behind a simulated IOMMU, the firmware
-//! model executes the command queue from DMA memory and validates like
-//! firmware, the data-path engine executes posted WQEs and writes CQEs, and
-//! faults can be injected. Every test, benchmark and the `hca` tool run on it
-//! when no card is present.
+//! driver sees BAR0 (init segment at 0, UAR pages after it) through
+//! [`platform::Mmio`] and DMA memory behind a simulated IOMMU through
+//! [`platform::Platform`]; the firmware model executes the command queue
+//! from DMA memory and validates like firmware; faults can be injected.
+//!
+//! ```
+//! use hca_emu::{EmuConfig, EmuHca};
+//! use platform::{Mmio, Platform};
+//!
+//! let emu = EmuHca::new(EmuConfig::default());
+//! let p = emu.platform();
+//! let bar = p.map_bar(0).unwrap();
+//! // Firmware 14.12.1220, command interface revision 5.
+//! assert_eq!(bar.read32(0x000).get(), 0x000c_000e);
+//! assert_eq!(bar.read32(0x004).get() >> 16, 5);
+//! let mem = p.alloc_dma(4096, 4096).unwrap();
+//! p.free_dma(mem);
+//! emu.assert_clean();
+//! ```
+//!
+//! - [`EmuHca`]: one emulated PCI function, built from an [`EmuConfig`]
+//!   (personality, page counts, ports, clock, execution model, delays).
+//! - [`EmuHca::platform`]: the [`EmuPlatform`] handle the driver runs on
+//!   (`type Mmio = EmuBar`).
+//! - [`connect`]: the virtual wire between ports.
+//! - [`EmuHca::faults`]: fault injection ([`Faults`]).
+//! - Reports: [`EmuHca::iommu_faults`], [`EmuHca::leak_report`],
+//!   [`EmuHca::assert_clean`], [`EmuHca::command_log`].
+#![forbid(unsafe_code)]
+
+mod config;
+mod datapath;
+mod device;
+mod faults;
+mod fw;
+pub mod ifc;
+mod iommu;
+pub mod personality;
+mod rng;
+pub mod syndrome;
+mod wire;
+
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use config::{Clock, EmuConfig, Execution, PageCounts, Personality};
+pub use datapath::{Datapath, DoorbellWrite};
+pub use device::CommandRecord;
+pub use faults::{Faults, OutputCorruption};
+pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
+pub use iommu::{FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
+
+use device::{BAR_SIZE, Device, Event, Shared};
+use platform::{Be32, Be64, DmaRegion, Mmio, Platform};
+
+/// Errors of the emulator's own API (not of the emulated device, which
+/// answers with command statuses).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EmuError {
+    /// A port number that the HCA does not have.
+    #[error("port {port} does not exist (the HCA has {ports} ports)")]
+    NoSuchPort {
+        /// The port asked for.
+        port: u8,
+        /// Ports the HCA has.
+        ports: u8,
+    },
+    /// The port is already connected.
+    #[error("port {0} is already connected")]
+    PortBusy(u8),
+    /// A port cannot be connected to itself.
+    #[error("a port cannot be connected to itself")]
+    SelfLoop,
+}
+
+/// Why a CQE could not be written.
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+pub enum CqeError {
+    /// The CQ does not exist.
+    #[error("no such CQ")]
+    NoSuchCq,
+    /// The CQ is in error (it overran before).
+    #[error("CQ is in error")]
+    CqInError,
+    /// The CQ is full (or an overrun was injected): it is now in error.
+    #[error("CQ overrun")]
+    Overrun,
+    /// The CQ buffer or doorbell record is not mapped.
+    #[error("IOMMU fault on the CQ buffer or doorbell record")]
+    IommuFault,
+}
+
+/// What was left behind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeakReport {
+    /// Firmware pages (IOVAs) the driver never took back: still held, or
+    /// lost at DISABLE_HCA / function reset.
+    pub firmware_pages: Vec<u64>,
+    /// Objects alive now, never destroyed.
+    pub objects: Vec<(ObjKind, u32)>,
+    /// Objects that were still alive at TEARDOWN_HCA (destroyed by it, not
+    /// by the driver).
+    pub objects_at_teardown: Vec<(ObjKind, u32)>,
+    /// DMA regions never freed, as (IOVA, length).
+    pub dma_regions: Vec<(u64, usize)>,
+}
+
+impl LeakReport {
+    /// Whether nothing leaked.
+    pub fn is_clean(&self) -> bool {
+        *self == LeakReport::default()
+    }
+}
+
+/// One emulated PCI function.
+pub struct EmuHca {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EmuHca {
+    /// Builds the device. In [`Execution::DeviceThread`] mode a device
+    /// thread starts.
+    pub fn new(cfg: EmuConfig) -> Self {
+        let exec = cfg.execution;
+        let shared = Arc::new(Shared::new(cfg));
+        let thread = (exec == Execution::DeviceThread).then(|| {
+            let s = shared.clone();
+            std::thread::Builder::new()
+                .name("hca-emu device".into())
+                .spawn(move || device::device_thread(s))
+                .expect("spawn the emulated device thread")
+        });
+        Self { shared, thread }
+    }
+
+    /// The platform handle the driver runs on (cheap to clone).
+    pub fn platform(&self) -> EmuPlatform {
+        EmuPlatform {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Fault injection.
+    pub fn faults(&self) -> Faults {
+        Faults {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Stepping mode: runs one queued event or due timer. Returns whether
+    /// there was one. (In device-thread mode the thread runs everything;
+    /// this returns false.)
+    pub fn step(&self) -> bool {
+        if self.shared.execution == Execution::Stepping {
+            self.shared.lock().run_one()
+        } else {
+            false
+        }
+    }
+
+    /// Runs (or waits for) everything the device can do now.
+    pub fn run_until_idle(&self) {
+        self.shared.wait_idle();
+    }
+
+    /// Number of events waiting for the device.
+    pub fn pending_events(&self) -> usize {
+        self.shared.lock().events.len()
+    }
+
+    /// Advances virtual time (no effect on a real clock).
+    pub fn advance(&self, by: Duration) {
+        if self.shared.clock == Clock::Virtual {
+            self.shared.delay(by);
+        }
+    }
+
+    /// Device time.
+    pub fn now(&self) -> Duration {
+        self.shared.now()
+    }
+
+    /// Every IOMMU fault so far.
+    pub fn iommu_faults(&self) -> Vec<IommuFault> {
+        self.shared.lock().iommu.faults.clone()
+    }
+
+    /// What has leaked so far (call after teardown and after the driver
+    /// freed its memory).
+    pub fn leak_report(&self) -> LeakReport {
+        let d = self.shared.lock();
+        let mut firmware_pages: Vec<u64> = d.fw.pages.held.iter().copied().collect();
+        firmware_pages.extend(d.fw.pages_lost.iter().copied());
+        LeakReport {
+            firmware_pages,
+            objects: d.fw.objs.live(),
+            objects_at_teardown: d.fw.leaked_at_teardown.clone(),
+            dma_regions: d.iommu.mappings(),
+        }
+    }
+
+    /// Panics with a readable report unless there was no IOMMU fault, no
+    /// internal error, and nothing leaked.
+    #[track_caller]
+    pub fn assert_clean(&self) {
+        let faults = self.iommu_faults();
+        let errors = self.internal_errors();
+        let leaks = self.leak_report();
+        if !faults.is_empty() || !errors.is_empty() || !leaks.is_clean() {
+            let mut msg = String::from("emulated HCA is not clean:\n");
+            for f in &faults {
+                msg += &format!("  {f}\n");
+            }
+            for e in &errors {
+                msg += &format!("  firmware internal error: {e}\n");
+            }
+            if !leaks.firmware_pages.is_empty() {
+                msg += &format!(
+                    "  {} firmware pages not returned\n",
+                    leaks.firmware_pages.len()
+                );
+            }
+            for o in &leaks.objects {
+                msg += &format!("  object never destroyed: {:?} {:#x}\n", o.0, o.1);
+            }
+            for o in &leaks.objects_at_teardown {
+                msg += &format!("  object alive at TEARDOWN_HCA: {:?} {:#x}\n", o.0, o.1);
+            }
+            for r in &leaks.dma_regions {
+                msg += &format!("  DMA region never freed: {:#x} ({} bytes)\n", r.0, r.1);
+            }
+            panic!("{msg}");
+        }
+    }
+
+    /// Panics raised inside the device model (reported to the driver as a
+    /// firmware internal error, health syndrome 0x1). Empty unless the
+    /// emulator has a bug.
+    pub fn internal_errors(&self) -> Vec<String> {
+        self.shared.lock().internal_errors.clone()
+    }
+
+    /// Every command the firmware completed or refused, in order.
+    pub fn command_log(&self) -> Vec<CommandRecord> {
+        self.shared.lock().cmd_log.clone()
+    }
+
+    /// Doorbells the device ignored, with the reason (commands before the
+    /// queue was ready, doorbells on the wrong UAR...).
+    pub fn ignored_doorbells(&self) -> Vec<String> {
+        self.shared.lock().ignored_doorbells.clone()
+    }
+
+    /// The firmware state.
+    pub fn hca_state(&self) -> HcaState {
+        self.shared.lock().fw.state
+    }
+
+    /// Pages the firmware holds now.
+    pub fn firmware_pages(&self) -> usize {
+        self.shared.lock().fw.pages.held.len()
+    }
+
+    /// Live objects of one kind.
+    pub fn objects(&self, kind: ObjKind) -> Vec<u32> {
+        self.shared
+            .lock()
+            .fw
+            .objs
+            .of(kind)
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    /// How many interrupts (EQE written to an armed EQ) MSI-X vector `v`
+    /// took.
+    pub fn interrupts(&self, v: u8) -> u64 {
+        self.shared.lock().interrupts.get(&v).copied().unwrap_or(0)
+    }
+
+    /// Data-path counters.
+    pub fn datapath(&self) -> Datapath {
+        self.shared.lock().datapath.clone()
+    }
+
+    /// The QP state, if the QP exists.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.shared.lock().fw.objs.qp(qpn).map(|q| q.state)
+    }
+
+    /// A copy of a QP's firmware state.
+    pub fn qp(&self, qpn: u32) -> Option<Qp> {
+        self.shared.lock().fw.objs.qp(qpn).cloned()
+    }
+
+    /// A copy of a CQ's firmware state.
+    pub fn cq(&self, cqn: u32) -> Option<Cq> {
+        self.shared.lock().fw.objs.cq(cqn).cloned()
+    }
+
+    /// A copy of a memory key's firmware state, by `mkey_index`.
+    pub fn mkey(&self, index: u32) -> Option<Mkey> {
+        self.shared.lock().fw.objs.mkey(index).cloned()
+    }
+
+    /// A copy of an SRQ's firmware state.
+    pub fn srq(&self, srqn: u32) -> Option<Srq> {
+        self.shared.lock().fw.objs.srq(srqn).cloned()
+    }
+
+    /// A copy of an SQ's or RQ's firmware state.
+    pub fn wq(&self, kind: ObjKind, n: u32) -> Option<Wq> {
+        self.shared.lock().fw.objs.wq(kind, n).cloned()
+    }
+
+    /// Writes a CQE into a CQ as the data-path engine will: owner bit,
+    /// overrun check, injected corruption, completion event when armed.
+    pub fn post_cqe(&self, cqn: u32, cqe: &[u8; 64]) -> Result<(), CqeError> {
+        let r = self.shared.lock().write_cqe(cqn, cqe);
+        self.shared.cv.notify_all();
+        r
+    }
+
+    /// Whether a port's link is up.
+    pub fn link_up(&self, port: u8) -> bool {
+        self.shared.lock().link_up(port)
+    }
+
+    /// Number of ports.
+    pub fn ports(&self) -> u8 {
+        self.shared.lock().fw.ports.len() as u8
+    }
+
+    fn set_peer(&self, port: u8, peer: Option<wire::Peer>) {
+        let mut d = self.shared.lock();
+        let before = d.link_up(port);
+        match peer {
+            Some(p) => {
+                d.peers.insert(port, p);
+            }
+            None => {
+                d.peers.remove(&port);
+            }
+        }
+        let after = d.link_up(port);
+        if before != after {
+            d.port_change_event(port, after);
+        }
+        drop(d);
+        self.shared.cv.notify_all();
+    }
+
+    fn check_port(&self, port: u8) -> Result<(), EmuError> {
+        let d = self.shared.lock();
+        let n = d.fw.ports.len() as u8;
+        if port == 0 || port > n {
+            return Err(EmuError::NoSuchPort { port, ports: n });
+        }
+        if d.peers.contains_key(&port) {
+            return Err(EmuError::PortBusy(port));
+        }
+        Ok(())
+    }
+
+    /// Unplugs the cable of a port (both ends go down).
+    pub fn disconnect(&self, port: u8) {
+        let peer = self.shared.lock().peers.get(&port).cloned();
+        self.set_peer(port, None);
+        if let Some(p) = peer.and_then(|p| p.hca.upgrade().map(|h| (h, p.port))) {
+            let other = EmuHca {
+                shared: p.0,
+                thread: None,
+            };
+            other.set_peer(p.1, None);
+        }
+    }
+}
+
+/// Connects port `pa` of `a` to port `pb` of `b` (which may be the same HCA
+/// with another port). Both links come up (if their PAOS admin status is
+/// up) and each HCA posts a port state change event.
+pub fn connect(a: &EmuHca, pa: u8, b: &EmuHca, pb: u8) -> Result<(), EmuError> {
+    if Arc::ptr_eq(&a.shared, &b.shared) && pa == pb {
+        return Err(EmuError::SelfLoop);
+    }
+    a.check_port(pa)?;
+    b.check_port(pb)?;
+    a.set_peer(
+        pa,
+        Some(wire::Peer {
+            hca: Arc::downgrade(&b.shared),
+            port: pb,
+        }),
+    );
+    b.set_peer(
+        pb,
+        Some(wire::Peer {
+            hca: Arc::downgrade(&a.shared),
+            port: pa,
+        }),
+    );
+    Ok(())
+}
+
+impl Drop for EmuHca {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.shared.lock().shutdown = true;
+            self.shared.cv.notify_all();
+            let _ = t.join();
+        }
+    }
+}
+
+/// The platform of an emulated HCA: DMA memory behind the simulated IOMMU,
+/// BAR0, PCI configuration space, the device's clock.
+#[derive(Clone)]
+pub struct EmuPlatform {
+    shared: Arc<Shared>,
+}
+
+impl EmuPlatform {
+    /// A weak handle (for the wire).
+    #[allow(dead_code)]
+    fn weak(&self) -> Weak<Shared> {
+        Arc::downgrade(&self.shared)
+    }
+}
+
+impl core::fmt::Debug for EmuPlatform {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("EmuPlatform(emulated ConnectX-4)")
+    }
+}
+
+impl Platform for EmuPlatform {
+    type Mmio = EmuBar;
+
+    fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaRegion, platform::Error> {
+        self.shared.lock().iommu.map(len, align)
+    }
+
+    fn free_dma(&self, region: DmaRegion) {
+        let mut d = self.shared.lock();
+        let (iova, len) = (region.iova(), region.len());
+        let held: Vec<u64> =
+            d.fw.pages
+                .held
+                .range(iova..iova.saturating_add(len as u64))
+                .copied()
+                .collect();
+        if !held.is_empty() {
+            d.iommu.fault(
+                FaultKind::FreedWhileHeld,
+                held[0],
+                held.len() * 4096,
+                &format!("free_dma of memory holding {} firmware pages", held.len()),
+            );
+        }
+        let in_use: Vec<_> =
+            d.fw.objs
+                .buffers()
+                .into_iter()
+                .filter(|&(_, _, a, _)| a >= iova && a < iova + len as u64)
+                .collect();
+        if let Some(&(k, n, a, l)) = in_use.first() {
+            d.iommu.fault(
+                FaultKind::FreedWhileHeld,
+                a,
+                l,
+                &format!("free_dma of a buffer of live {k:?} {n:#x}"),
+            );
+        }
+        d.iommu.unmap(region);
+    }
+
+    fn map_bar(&self, bar: u8) -> Result<EmuBar, platform::Error> {
+        if bar != 0 {
+            return Err(platform::Error::NoSuchBar(bar));
+        }
+        Ok(EmuBar {
+            shared: self.shared.clone(),
+        })
+    }
+
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), platform::Error> {
+        let d = self.shared.lock();
+        let o = usize::from(offset);
+        let src = d
+            .config_space
+            .get(o..o + buf.len())
+            .ok_or(platform::Error::InvalidArgument(
+                "config space access out of range",
+            ))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), platform::Error> {
+        let mut d = self.shared.lock();
+        let o = usize::from(offset);
+        if o + buf.len() > d.config_space.len() {
+            return Err(platform::Error::InvalidArgument(
+                "config space access out of range",
+            ));
+        }
+        // Only the command register is writable.
+        for (i, &b) in buf.iter().enumerate() {
+            if o + i == 4 || o + i == 5 {
+                d.config_space[o + i] = b;
+            }
+        }
+        Ok(())
+    }
+
+    fn now(&self) -> Duration {
+        self.shared.now()
+    }
+
+    fn delay(&self, d: Duration) {
+        self.shared.delay(d)
+    }
+
+    fn relax(&self) {
+        self.shared.relax()
+    }
+
+    fn reset_function(&self) -> Result<(), platform::Error> {
+        let mut d = self.shared.lock();
+        let held: Vec<u64> = std::mem::take(&mut d.fw.pages.held).into_iter().collect();
+        let live = d.fw.objs.live();
+        d.fw.pages_lost.extend(held);
+        d.fw.leaked_at_teardown.extend(live);
+        d.reset();
+        Ok(())
+    }
+
+    fn describe(&self) -> &str {
+        "emulated ConnectX-4 (hca-emu)"
+    }
+}
+
+/// BAR0 of an emulated HCA: the init segment at 0, UAR pages after it.
+/// Register writes reach the device as events; doorbells are executed on
+/// the device's schedule.
+#[derive(Clone)]
+pub struct EmuBar {
+    shared: Arc<Shared>,
+}
+
+impl core::fmt::Debug for EmuBar {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("EmuBar")
+    }
+}
+
+impl Mmio for EmuBar {
+    fn len(&self) -> usize {
+        BAR_SIZE
+    }
+
+    fn read32(&self, offset: usize) -> Be32 {
+        if let Err(e) = self.check(offset, 4) {
+            panic!("{e}");
+        }
+        Be32::new(self.shared.lock().bar_read32(offset))
+    }
+
+    fn write32(&self, offset: usize, value: Be32) {
+        if let Err(e) = self.check(offset, 4) {
+            panic!("{e}");
+        }
+        self.write(offset, u64::from(value.get()), 4);
+    }
+
+    fn write64(&self, offset: usize, value: Be64) {
+        if let Err(e) = self.check(offset, 8) {
+            panic!("{e}");
+        }
+        self.write(offset, value.get(), 8);
+    }
+}
+
+impl EmuBar {
+    fn write(&self, offset: usize, value: u64, width: u8) {
+        let mut d: std::sync::MutexGuard<'_, Device> = self.shared.lock();
+        d.bar_write(offset, value, width);
+        drop(d);
+        self.shared.cv.notify_all();
+    }
+
+    /// Posts a frame to this HCA's port as if it came from the wire.
+    #[allow(dead_code)]
+    pub(crate) fn post_frame(&self, port: u8, bytes: Vec<u8>) {
+        self.shared.post(Event::Frame { port, bytes });
+    }
+}

@@ -1,0 +1,127 @@
+//! How an emulated HCA is built.
+
+use std::time::Duration;
+
+/// Which clock the emulated device and its platform run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// Virtual time (the default): `Platform::now` is virtual, and
+    /// `Platform::delay(d)` first lets the device finish everything pending
+    /// (waiting in real time as long as that takes), then advances virtual
+    /// time by `d`. Timeouts of seconds take no real time, and a slow device
+    /// thread never causes a spurious timeout.
+    Virtual,
+    /// Real (monotonic) time: `delay` sleeps.
+    Real,
+}
+
+/// Who executes the device's events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Execution {
+    /// A device thread executes events on its own schedule (the default),
+    /// like hardware.
+    DeviceThread,
+    /// Deterministic stepping: events queue until [`EmuHca::step`] or
+    /// [`EmuHca::run_until_idle`] runs them, or until the driver calls
+    /// `Platform::delay` (runs everything pending) or `Platform::relax` (runs
+    /// one event).
+    ///
+    /// [`EmuHca::step`]: crate::EmuHca::step
+    /// [`EmuHca::run_until_idle`]: crate::EmuHca::run_until_idle
+    Stepping,
+}
+
+/// How many pages the firmware asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageCounts {
+    /// Answer of QUERY_PAGES op_mod 1 (boot pages).
+    pub boot: u32,
+    /// Answer of QUERY_PAGES op_mod 2 (init pages).
+    pub init: u32,
+}
+
+impl PageCounts {
+    /// What the real ConnectX-4 of the trace asked for: 6 boot pages and
+    /// 12,868 init pages (about 50 MiB).
+    pub const REAL: PageCounts = PageCounts {
+        boot: 6,
+        init: 12_868,
+    };
+    /// The default: scaled down so that tests stay small (2 boot, 16 init).
+    pub const SCALED: PageCounts = PageCounts { boot: 2, init: 16 };
+}
+
+/// The device the emulator pretends to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Personality {
+    /// ConnectX-4 (PCI 15b3:1013), firmware 14.12.1220, with the capabilities
+    /// recorded from a real card (`hca-emu/data/cx4-fw14.12.1220.txt`).
+    ConnectX4,
+}
+
+/// Everything that shapes one emulated PCI function.
+#[derive(Clone, Debug)]
+pub struct EmuConfig {
+    /// The device personality.
+    pub personality: Personality,
+    /// Firmware page demand.
+    pub pages: PageCounts,
+    /// Number of physical ports (1 like the recorded card; 2 rewrites
+    /// `num_ports` in the capabilities).
+    pub ports: u8,
+    /// Clock.
+    pub clock: Clock,
+    /// Execution model.
+    pub execution: Execution,
+    /// How long `initializing` stays set after power-on / reset.
+    pub boot_delay: Duration,
+    /// How long `initializing` stays set after the command queue address is
+    /// written.
+    pub initializing_delay: Duration,
+    /// Time between a command doorbell and the execution of the command.
+    pub command_latency: Duration,
+    /// Period of the health counter.
+    pub health_period: Duration,
+    /// Seed of the object-number generator and IOVA offset.
+    pub seed: u64,
+    /// Whether command execution needs the PCI command register's memory
+    /// space and bus master bits (as on real hardware; the driver sets them).
+    pub require_bus_master: bool,
+    /// MSI-X vectors the function offers (EQ `intr` must be below).
+    pub msix_vectors: u8,
+}
+
+impl Default for EmuConfig {
+    fn default() -> Self {
+        Self {
+            personality: Personality::ConnectX4,
+            pages: PageCounts::SCALED,
+            ports: 1,
+            clock: Clock::Virtual,
+            execution: Execution::DeviceThread,
+            boot_delay: Duration::from_millis(5),
+            initializing_delay: Duration::from_millis(5),
+            command_latency: Duration::ZERO,
+            health_period: Duration::from_millis(50),
+            seed: 0x5eed_c0de,
+            require_bus_master: true,
+            msix_vectors: 64,
+        }
+    }
+}
+
+impl EmuConfig {
+    /// The default configuration in deterministic stepping mode.
+    pub fn stepping() -> Self {
+        Self {
+            execution: Execution::Stepping,
+            ..Self::default()
+        }
+    }
+
+    /// With the real page counts of the recorded card.
+    pub fn with_real_pages(mut self) -> Self {
+        self.pages = PageCounts::REAL;
+        self
+    }
+}

@@ -1,0 +1,547 @@
+//! The device core: registers, events, time, and the thread that runs them.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::config::{Clock, EmuConfig, Execution};
+use crate::datapath::Datapath;
+use crate::faults::FaultPlan;
+use crate::fw::Fw;
+use crate::iommu::Iommu;
+use crate::personality::{CMDIF_REV, FW_VERSION, PCI_ID};
+
+/// Init segment offsets (PRM "initialization segment").
+pub(crate) mod reg {
+    pub const FW_REV: usize = 0x000;
+    pub const CMDIF_REV_FW_SUB: usize = 0x004;
+    pub const CMDQ_ADDR_H: usize = 0x010;
+    pub const CMDQ_ADDR_L: usize = 0x014;
+    pub const CMD_DBELL: usize = 0x018;
+    pub const INITIALIZING: usize = 0x1fc;
+    pub const HEALTH_FW_VER: usize = 0x230;
+    pub const HEALTH_HW_ID: usize = 0x234;
+    pub const HEALTH_SYND: usize = 0x23c;
+    pub const INTERNAL_TIMER_H: usize = 0x1000;
+    pub const INTERNAL_TIMER_L: usize = 0x1004;
+    pub const HEALTH_COUNTER: usize = 0x1010;
+    /// Size of the register area before the first UAR page the driver may
+    /// get (the init segment layout is 16 KiB).
+    pub const INIT_SEG_SIZE: usize = 0x4000;
+}
+
+/// Log2 of the number of command queue slots the device offers.
+pub(crate) const LOG_CMDQ_SIZE: u32 = 5;
+/// Log2 of the command queue entry stride.
+pub(crate) const LOG_CMDQ_STRIDE: u32 = 6;
+/// BAR0 size: `uar_sz` = 5 of the recorded caps, 1 MiB << 5.
+pub(crate) const BAR_SIZE: usize = 32 << 20;
+/// Real time the driver side waits for the device thread before it logs a
+/// warning (it keeps waiting: a device that is merely slow must not cause
+/// a spurious timeout).
+const SLOW_DEVICE_WARNING: Duration = Duration::from_secs(10);
+
+/// Something the driver did that the device reacts to.
+#[derive(Clone, Debug)]
+pub(crate) enum Event {
+    /// A write of the command doorbell (init segment 0x18).
+    CmdDoorbell(u32),
+    /// A write into a UAR page.
+    Uar {
+        page: u32,
+        offset: usize,
+        value: u64,
+        width: u8,
+    },
+    /// A frame arriving from the wire on `port` (for the data path).
+    Frame { port: u8, bytes: Vec<u8> },
+}
+
+/// Timed device work.
+#[derive(Clone, Debug)]
+pub(crate) enum Timer {
+    /// Execute the commands of a doorbell (command latency).
+    ExecCommands(u32),
+}
+
+/// A command as the device executed it, for tests and reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandRecord {
+    /// Command queue slot.
+    pub slot: u8,
+    /// Opcode (from the inline input).
+    pub opcode: u16,
+    /// op_mod.
+    pub op_mod: u16,
+    /// Delivery status written into the entry.
+    pub delivery_status: u8,
+    /// Command status (0 when delivery failed).
+    pub status: u8,
+    /// Syndrome.
+    pub syndrome: u32,
+    /// Input length of the entry.
+    pub input_length: u32,
+    /// Output length of the entry.
+    pub output_length: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Health {
+    pub(crate) synd: u8,
+    pub(crate) ext_synd: u16,
+    /// Counter value frozen at a fatal error.
+    pub(crate) frozen: Option<u32>,
+}
+
+/// All device state, behind one lock.
+pub(crate) struct Device {
+    pub(crate) cfg: EmuConfig,
+    pub(crate) iommu: Iommu,
+    pub(crate) vnow: Duration,
+    pub(crate) real_start: Instant,
+    pub(crate) relax_quantum: Duration,
+    pub(crate) relax_seen: u64,
+    pub(crate) progress: u64,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) timers: BTreeMap<(Duration, u64), Timer>,
+    pub(crate) timer_seq: u64,
+    pub(crate) shutdown: bool,
+    pub(crate) cmdq_h: u32,
+    pub(crate) cmdq_l: u32,
+    pub(crate) cmdq_written: bool,
+    pub(crate) init_clear_at: Option<Duration>,
+    pub(crate) health: Health,
+    pub(crate) gone: bool,
+    pub(crate) config_space: [u8; 256],
+    pub(crate) fw: Fw,
+    pub(crate) faults: FaultPlan,
+    pub(crate) internal_errors: Vec<String>,
+    pub(crate) cmd_log: Vec<CommandRecord>,
+    pub(crate) ignored_doorbells: Vec<String>,
+    pub(crate) datapath: Datapath,
+    pub(crate) interrupts: BTreeMap<u8, u64>,
+    pub(crate) peers: crate::wire::Peers,
+}
+
+impl Device {
+    pub(crate) fn new(cfg: EmuConfig) -> Self {
+        let mut config_space = [0u8; 256];
+        config_space[0..2].copy_from_slice(&PCI_ID.0.to_le_bytes());
+        config_space[2..4].copy_from_slice(&PCI_ID.1.to_le_bytes());
+        config_space[0x0a] = 0x00; // subclass: Ethernet
+        config_space[0x0b] = 0x02; // class: network controller
+        config_space[0x2c..0x2e].copy_from_slice(&PCI_ID.0.to_le_bytes());
+        config_space[0x2e..0x30].copy_from_slice(&0x0008u16.to_le_bytes());
+        let iova_offset = cfg.seed % 4096;
+        let fw = Fw::new(&cfg);
+        Self {
+            init_clear_at: Some(cfg.boot_delay),
+            iommu: Iommu::new(iova_offset),
+            vnow: Duration::ZERO,
+            real_start: Instant::now(),
+            relax_quantum: Duration::from_micros(1),
+            relax_seen: 0,
+            progress: 0,
+            events: VecDeque::new(),
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            shutdown: false,
+            cmdq_h: 0,
+            cmdq_l: 0,
+            cmdq_written: false,
+            health: Health::default(),
+            gone: false,
+            config_space,
+            fw,
+            faults: FaultPlan::default(),
+            internal_errors: Vec::new(),
+            cmd_log: Vec::new(),
+            ignored_doorbells: Vec::new(),
+            datapath: Datapath::default(),
+            interrupts: BTreeMap::new(),
+            peers: Default::default(),
+            cfg,
+        }
+    }
+
+    /// Device time.
+    pub(crate) fn now(&self) -> Duration {
+        match self.cfg.clock {
+            Clock::Virtual => self.vnow,
+            Clock::Real => self.real_start.elapsed(),
+        }
+    }
+
+    pub(crate) fn initializing(&self) -> bool {
+        if self.faults.init_never_clears {
+            return true;
+        }
+        match self.init_clear_at {
+            Some(t) => self.now() < t,
+            None => true,
+        }
+    }
+
+    pub(crate) fn health_counter(&self) -> u32 {
+        if let Some(f) = self.health.frozen {
+            return f;
+        }
+        let p = self.cfg.health_period.as_nanos().max(1);
+        ((self.now().as_nanos() / p) as u32) & 0xff_ffff
+    }
+
+    pub(crate) fn set_fatal(&mut self, synd: u8, ext_synd: u16) {
+        self.health.frozen = Some(self.health_counter());
+        self.health.synd = synd;
+        self.health.ext_synd = ext_synd;
+    }
+
+    pub(crate) fn fatal(&self) -> bool {
+        self.health.frozen.is_some()
+    }
+
+    /// Whether the PCI command register lets the device do DMA.
+    pub(crate) fn dma_enabled(&self) -> bool {
+        if !self.cfg.require_bus_master {
+            return true;
+        }
+        let cmd = u16::from_le_bytes([self.config_space[4], self.config_space[5]]);
+        cmd & platform::pci::COMMAND_BUS_MASTER != 0 && cmd & platform::pci::COMMAND_MEMORY != 0
+    }
+
+    pub(crate) fn cmdq_addr(&self) -> u64 {
+        (u64::from(self.cmdq_h) << 32) | u64::from(self.cmdq_l & 0xffff_f000)
+    }
+
+    /// UAR page size in bytes (4 KiB << log_uar_page_sz).
+    pub(crate) fn uar_page_size(&self) -> usize {
+        let l = self.fw.caps.general("log_uar_page_sz").min(8);
+        4096 << l
+    }
+
+    /// A BAR0 read.
+    pub(crate) fn bar_read32(&self, off: usize) -> u32 {
+        if self.gone {
+            return 0xffff_ffff;
+        }
+        let (maj, min, sub) = FW_VERSION;
+        match off {
+            reg::FW_REV => (u32::from(min) << 16) | u32::from(maj),
+            reg::CMDIF_REV_FW_SUB => (u32::from(CMDIF_REV) << 16) | u32::from(sub),
+            reg::CMDQ_ADDR_H => self.cmdq_h,
+            reg::CMDQ_ADDR_L => {
+                (self.cmdq_l & 0xffff_f700) | (LOG_CMDQ_SIZE << 4) | LOG_CMDQ_STRIDE
+            }
+            reg::INITIALIZING => {
+                (u32::from(self.initializing()) << 31) | (1 << 24) // nic_interface_supported: full driver
+            }
+            reg::HEALTH_FW_VER => (u32::from(min) << 16) | u32::from(maj),
+            reg::HEALTH_HW_ID => 0x0000_0209,
+            reg::HEALTH_SYND => {
+                (u32::from(self.health.synd) << 16) | u32::from(self.health.ext_synd)
+            }
+            reg::INTERNAL_TIMER_H | reg::INTERNAL_TIMER_L => {
+                // device_frequency_mhz = 275 in the recorded caps.
+                let ticks = (self.now().as_nanos() * 275 / 1000) as u64;
+                if off == reg::INTERNAL_TIMER_H {
+                    (ticks >> 32) as u32
+                } else {
+                    ticks as u32
+                }
+            }
+            reg::HEALTH_COUNTER => (u32::from(self.health.synd) << 24) | self.health_counter(),
+            _ => 0,
+        }
+    }
+
+    /// A BAR0 write. Register stores take effect at once; doorbells become
+    /// events for the device to execute.
+    pub(crate) fn bar_write(&mut self, off: usize, value: u64, width: u8) {
+        if self.gone {
+            return;
+        }
+        self.progress += 1;
+        let v32 = value as u32;
+        match off {
+            reg::CMDQ_ADDR_H if width == 4 => self.cmdq_h = v32,
+            reg::CMDQ_ADDR_L if width == 4 => {
+                self.cmdq_l = v32;
+                self.cmdq_written = true;
+                self.init_clear_at = Some(self.now() + self.cfg.initializing_delay);
+            }
+            reg::CMD_DBELL if width == 4 => self.events.push_back(Event::CmdDoorbell(v32)),
+            o if o >= reg::INIT_SEG_SIZE => {
+                let ps = self.uar_page_size();
+                self.events.push_back(Event::Uar {
+                    page: (o / ps) as u32,
+                    offset: o % ps,
+                    value,
+                    width,
+                });
+            }
+            _ => log::debug!("write of {value:#x} to read-only/unknown register {off:#x} ignored"),
+        }
+    }
+
+    /// Whether there is work the device can do now.
+    pub(crate) fn has_ready(&self) -> bool {
+        if !self.events.is_empty() {
+            return true;
+        }
+        let now = self.now();
+        self.timers.keys().next().is_some_and(|&(t, _)| t <= now)
+    }
+
+    /// Runs one event or due timer. Returns whether there was one. A panic
+    /// inside the device model is caught and reported as a firmware internal
+    /// error (health syndrome 0x1): the device thread never dies.
+    pub(crate) fn run_one(&mut self) -> bool {
+        let now = self.now();
+        let due = self
+            .timers
+            .keys()
+            .next()
+            .copied()
+            .filter(|&(t, _)| t <= now);
+        let work: Option<Result<Timer, Event>> = if let Some(k) = due {
+            self.timers.remove(&k).map(Ok)
+        } else {
+            self.events.pop_front().map(Err)
+        };
+        let Some(work) = work else { return false };
+        self.progress += 1;
+        let r = catch_unwind(AssertUnwindSafe(|| match work {
+            Ok(Timer::ExecCommands(bits)) => self.exec_commands(bits),
+            Err(Event::CmdDoorbell(bits)) => self.command_doorbell(bits),
+            Err(Event::Uar {
+                page,
+                offset,
+                value,
+                width,
+            }) => self.uar_write(page, offset, value, width),
+            Err(Event::Frame { port, bytes }) => self.receive_frame(port, bytes),
+        }));
+        if let Err(p) = r {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            log::error!("emulated firmware internal error: {msg}");
+            self.internal_errors.push(msg);
+            if !self.fatal() {
+                self.set_fatal(0x1, 0);
+            }
+        }
+        true
+    }
+
+    pub(crate) fn schedule(&mut self, after: Duration, t: Timer) {
+        self.timer_seq += 1;
+        let at = self.now() + after;
+        self.timers.insert((at, self.timer_seq), t);
+    }
+
+    fn command_doorbell(&mut self, bits: u32) {
+        if self.cfg.command_latency > Duration::ZERO {
+            self.schedule(self.cfg.command_latency, Timer::ExecCommands(bits));
+        } else {
+            self.exec_commands(bits);
+        }
+    }
+
+    /// The PCI function is reset (FLR): firmware state, objects and pages
+    /// are gone, the device boots again. DMA mappings (host memory) stay.
+    pub(crate) fn reset(&mut self) {
+        let cfg = self.cfg.clone();
+        self.fw = Fw::new(&cfg);
+        self.cmdq_h = 0;
+        self.cmdq_l = 0;
+        self.cmdq_written = false;
+        self.init_clear_at = Some(self.now() + cfg.boot_delay);
+        self.health = Health::default();
+        self.gone = false;
+        self.events.clear();
+        self.timers.clear();
+        self.config_space[4] = 0;
+        self.config_space[5] = 0;
+    }
+}
+
+/// The device state shared by the HCA handle, its platform handles, BAR
+/// windows and the device thread.
+pub(crate) struct Shared {
+    dev: Mutex<Device>,
+    pub(crate) cv: Condvar,
+    pub(crate) clock: Clock,
+    pub(crate) execution: Execution,
+    pub(crate) thread_alive: AtomicBool,
+    pub(crate) real_start: Instant,
+}
+
+impl Shared {
+    pub(crate) fn new(cfg: EmuConfig) -> Self {
+        let clock = cfg.clock;
+        let execution = cfg.execution;
+        let dev = Device::new(cfg);
+        let real_start = dev.real_start;
+        Self {
+            dev: Mutex::new(dev),
+            cv: Condvar::new(),
+            clock,
+            execution,
+            thread_alive: AtomicBool::new(false),
+            real_start,
+        }
+    }
+
+    /// Locks the device. A poisoned lock (a panic on a driver thread while
+    /// holding it) is taken over: the device state is still consistent
+    /// because device work runs under `catch_unwind`.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Device> {
+        self.dev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn now(&self) -> Duration {
+        match self.clock {
+            Clock::Virtual => self.lock().vnow,
+            Clock::Real => self.real_start.elapsed(),
+        }
+    }
+
+    /// Waits until the device has done everything it can do now.
+    pub(crate) fn wait_idle(&self) {
+        let mut d = self.lock();
+        match self.execution {
+            Execution::Stepping => while d.run_one() {},
+            Execution::DeviceThread => {
+                let start = Instant::now();
+                let mut warned = false;
+                while d.has_ready() && !d.shutdown {
+                    if !self.thread_alive.load(Ordering::Acquire) {
+                        // Never happens (the thread catches panics); run
+                        // the work here rather than hang.
+                        while d.run_one() {}
+                        break;
+                    }
+                    let (g, _) = self
+                        .cv
+                        .wait_timeout(d, Duration::from_millis(100))
+                        .unwrap_or_else(|e| e.into_inner());
+                    d = g;
+                    if !warned && start.elapsed() > SLOW_DEVICE_WARNING {
+                        log::warn!("emulated device busy for more than {SLOW_DEVICE_WARNING:?}");
+                        warned = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn advance(&self, by: Duration) {
+        {
+            let mut d = self.lock();
+            d.vnow += by;
+        }
+        self.cv.notify_all();
+        self.wait_idle();
+    }
+
+    pub(crate) fn delay(&self, d: Duration) {
+        match self.clock {
+            Clock::Real => std::thread::sleep(d),
+            Clock::Virtual => {
+                self.wait_idle();
+                self.advance(d);
+            }
+        }
+    }
+
+    /// A busy-poll step. Virtual clock: the device catches up; if it has
+    /// made no progress since the previous `relax`, virtual time advances by
+    /// a quantum that doubles from 1 µs up to 10 ms while nothing happens
+    /// (so a driver that polls with `relax` alone still reaches its
+    /// timeouts quickly), and falls back to 1 µs after any progress.
+    pub(crate) fn relax(&self) {
+        match self.clock {
+            Clock::Real => {
+                if self.execution == Execution::Stepping {
+                    self.lock().run_one();
+                }
+                std::thread::yield_now();
+            }
+            Clock::Virtual => {
+                if self.execution == Execution::Stepping {
+                    let mut d = self.lock();
+                    if d.run_one() {
+                        return;
+                    }
+                } else {
+                    self.wait_idle();
+                }
+                let q = {
+                    let mut d = self.lock();
+                    if d.progress != d.relax_seen {
+                        d.relax_seen = d.progress;
+                        d.relax_quantum = Duration::from_micros(1);
+                    } else {
+                        d.relax_quantum = (d.relax_quantum * 2).min(Duration::from_millis(10));
+                    }
+                    d.relax_quantum
+                };
+                self.advance(q);
+                let mut d = self.lock();
+                d.relax_seen = d.progress;
+            }
+        }
+    }
+
+    /// Posts an event from outside (the wire).
+    pub(crate) fn post(&self, ev: Event) {
+        self.lock().events.push_back(ev);
+        self.cv.notify_all();
+    }
+}
+
+/// The device thread's body.
+pub(crate) fn device_thread(shared: Arc<Shared>) {
+    struct Alive<'a>(&'a AtomicBool);
+    impl Drop for Alive<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    shared.thread_alive.store(true, Ordering::Release);
+    let _alive = Alive(&shared.thread_alive);
+    let mut d = shared.lock();
+    loop {
+        if d.shutdown {
+            return;
+        }
+        if d.run_one() {
+            drop(d);
+            shared.cv.notify_all();
+            d = shared.lock();
+            continue;
+        }
+        // Idle: sleep until an event, a clock change, or the next timer in
+        // real time.
+        let wait = match shared.clock {
+            Clock::Real => d
+                .timers
+                .keys()
+                .next()
+                .map(|&(t, _)| t.saturating_sub(d.now()))
+                .unwrap_or(Duration::from_millis(100)),
+            Clock::Virtual => Duration::from_millis(100),
+        };
+        shared.cv.notify_all();
+        let (g, _) = shared
+            .cv
+            .wait_timeout(d, wait.max(Duration::from_micros(50)))
+            .unwrap_or_else(|e| e.into_inner());
+        d = g;
+    }
+}

@@ -1,0 +1,209 @@
+//! Fault injection: what a test can make the emulated device do wrong.
+//!
+//! Get the handle with [`EmuHca::faults`](crate::EmuHca::faults); every
+//! method takes effect from the next device event on.
+
+use std::sync::Arc;
+
+use crate::device::Shared;
+
+/// How to corrupt a command answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputCorruption {
+    /// Output mailbox blocks carry a wrong `block_number`.
+    BlockNumber,
+    /// Output mailbox blocks carry a wrong `token`.
+    Token,
+    /// Output mailbox blocks carry a wrong `signature` / `ctrl_signature`.
+    Signature,
+    /// XOR a byte of the output message (offset from the start of the
+    /// output, inline bytes included), e.g. `output_num_entries` of
+    /// MANAGE_PAGES at 0x8..0xc.
+    OutputByte {
+        /// Offset in the output message.
+        offset: usize,
+        /// Value XORed into the byte.
+        xor: u8,
+    },
+    /// The firmware rewrites the entry's `output_length` with this value.
+    EntryOutputLength(u32),
+    /// The entry's status word comes back with this token instead.
+    EntryToken(u8),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct OpcodeRule {
+    pub(crate) opcode: Option<u16>,
+    /// Matching commands still to let through before the rule fires.
+    pub(crate) skip: u32,
+    /// Fire once, or on every match after `skip`.
+    pub(crate) once: bool,
+}
+
+impl OpcodeRule {
+    /// Whether the rule fires for this command; updates the counters. A
+    /// fired one-shot rule is marked dead by returning `(true, true)`.
+    pub(crate) fn hit(&mut self, opcode: u16) -> (bool, bool) {
+        if self.opcode.is_some_and(|o| o != opcode) {
+            return (false, false);
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return (false, false);
+        }
+        (true, self.once)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FaultPlan {
+    pub(crate) never_complete: Vec<OpcodeRule>,
+    pub(crate) fail: Vec<(OpcodeRule, (u8, u32))>,
+    pub(crate) corrupt_output: Vec<(OpcodeRule, OutputCorruption)>,
+    pub(crate) init_never_clears: bool,
+    pub(crate) corrupt_cqe: Vec<(u32, usize, u8)>,
+    pub(crate) corrupt_eqe: Vec<(u32, usize, u8)>,
+    pub(crate) cq_overrun: Vec<u32>,
+}
+
+/// Applies the first firing rule of a list; removes fired one-shot rules.
+pub(crate) fn fire<T: Clone>(rules: &mut Vec<(OpcodeRule, T)>, opcode: u16) -> Option<T> {
+    let mut hit = None;
+    let mut i = 0;
+    while i < rules.len() {
+        let (fired, dead) = rules[i].0.hit(opcode);
+        if fired && hit.is_none() {
+            hit = Some(rules[i].1.clone());
+            if dead {
+                rules.remove(i);
+                continue;
+            }
+        }
+        i += 1;
+    }
+    hit
+}
+
+/// The fault-injection handle of one emulated HCA.
+#[derive(Clone)]
+pub struct Faults {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Faults {
+    fn with(&self, f: impl FnOnce(&mut crate::device::Device)) {
+        let mut d = self.shared.lock();
+        f(&mut d);
+        drop(d);
+        self.shared.cv.notify_all();
+    }
+
+    /// The `nth` next command (1 = the next one) with this opcode (`None`:
+    /// any opcode) is never completed: the entry stays owned by firmware.
+    pub fn command_never_completes(&self, opcode: Option<u16>, nth: u32) {
+        self.with(|d| {
+            d.faults.never_complete.push(OpcodeRule {
+                opcode,
+                skip: nth.saturating_sub(1),
+                once: true,
+            })
+        })
+    }
+
+    /// Every command with this opcode fails with `status` and `syndrome`
+    /// (without any effect).
+    pub fn fail_opcode(&self, opcode: u16, status: u8, syndrome: u32) {
+        self.with(|d| {
+            d.faults.fail.push((
+                OpcodeRule {
+                    opcode: Some(opcode),
+                    skip: 0,
+                    once: false,
+                },
+                (status, syndrome),
+            ))
+        })
+    }
+
+    /// Only the `nth` next command with this opcode (1 = the next) fails.
+    pub fn fail_opcode_nth(&self, opcode: u16, nth: u32, status: u8, syndrome: u32) {
+        self.with(|d| {
+            d.faults.fail.push((
+                OpcodeRule {
+                    opcode: Some(opcode),
+                    skip: nth.saturating_sub(1),
+                    once: true,
+                },
+                (status, syndrome),
+            ))
+        })
+    }
+
+    /// `initializing` (init segment 0x1fc bit 31) never clears from now on.
+    pub fn initializing_never_clears(&self) {
+        self.with(|d| d.faults.init_never_clears = true)
+    }
+
+    /// A fatal firmware error: `health.synd`/`ext_synd` are set, the health
+    /// counter stops, and commands are no longer executed.
+    pub fn fatal_health(&self, synd: u8, ext_synd: u16) {
+        self.with(|d| d.set_fatal(synd, ext_synd))
+    }
+
+    /// Surprise removal: every BAR read returns all-ones, writes are lost,
+    /// the device does no more DMA.
+    pub fn surprise_removal(&self) {
+        self.with(|d| d.gone = true)
+    }
+
+    /// The firmware asks at runtime for `num_pages` more pages (positive) or
+    /// wants to give `-num_pages` back (negative): a PAGE_REQUEST EQE (event
+    /// 0x0b) on the EQ subscribed to it.
+    pub fn page_request(&self, num_pages: i32) {
+        self.with(|d| d.page_request(num_pages))
+    }
+
+    /// Corrupts the answer of the `nth` next command with this opcode
+    /// (`None`: any).
+    pub fn corrupt_output(&self, opcode: Option<u16>, nth: u32, how: OutputCorruption) {
+        self.with(|d| {
+            d.faults.corrupt_output.push((
+                OpcodeRule {
+                    opcode,
+                    skip: nth.saturating_sub(1),
+                    once: true,
+                },
+                how,
+            ))
+        })
+    }
+
+    /// XORs byte `offset` of the next CQE written to CQ `cqn`.
+    pub fn corrupt_next_cqe(&self, cqn: u32, offset: usize, xor: u8) {
+        self.with(|d| d.faults.corrupt_cqe.push((cqn, offset % 64, xor)))
+    }
+
+    /// XORs byte `offset` of the next EQE written to EQ `eqn`.
+    pub fn corrupt_next_eqe(&self, eqn: u32, offset: usize, xor: u8) {
+        self.with(|d| d.faults.corrupt_eqe.push((eqn, offset % 64, xor)))
+    }
+
+    /// The next completion for CQ `cqn` overruns it, as if the consumer
+    /// index had not moved: the CQ enters the error state and a CQ error
+    /// event (0x04, syndrome 1 = overrun) is posted.
+    pub fn cq_overrun(&self, cqn: u32) {
+        self.with(|d| d.faults.cq_overrun.push(cqn))
+    }
+
+    /// Removes every pending injected fault (a fatal error or surprise
+    /// removal stays until `reset_function`).
+    pub fn clear(&self) {
+        self.with(|d| {
+            let keep_init = false;
+            d.faults = crate::faults::FaultPlan {
+                init_never_clears: keep_init,
+                ..Default::default()
+            }
+        })
+    }
+}

@@ -1,0 +1,1027 @@
+//! The command table and the handlers of the simpler objects (UAR, PD,
+//! transport domain, MKEY, CQ, SRQ, and the raw Ethernet objects).
+
+use super::objects::{Cq, Mkey, ObjData, ObjKind, Srq, Wq, pages_for};
+use super::{Cmd, Fail, R, fail, st};
+use crate::device::Device;
+use crate::ifc::ifc;
+use crate::syndrome as syn;
+
+/// In which firmware states a command is accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Only before ENABLE_HCA.
+    Disabled,
+    /// Any time after ENABLE_HCA.
+    Enabled,
+    /// After ENABLE_HCA, before INIT_HCA.
+    PreInit,
+    /// After INIT_HCA, before TEARDOWN_HCA.
+    Initialized,
+    /// Enabled but not initialized (before INIT_HCA or after TEARDOWN_HCA).
+    NotInitialized,
+    /// ACCESS_REG: before and after INIT_HCA (the handler restricts which
+    /// registers before).
+    AccessReg,
+}
+
+pub(crate) type Handler = fn(&mut Device, &Cmd) -> R;
+
+/// One command: layouts, minimum lengths, gate and handler.
+pub(crate) struct Spec {
+    pub(crate) lin: &'static str,
+    pub(crate) lout: &'static str,
+    pub(crate) min_in: Option<usize>,
+    pub(crate) min_out: Option<usize>,
+    pub(crate) gate: Gate,
+    pub(crate) handler: Handler,
+}
+
+macro_rules! spec {
+    ($lin:expr, $lout:expr, $gate:ident, $h:expr) => {
+        Spec {
+            lin: $lin,
+            lout: $lout,
+            min_in: None,
+            min_out: None,
+            gate: Gate::$gate,
+            handler: $h,
+        }
+    };
+    ($lin:expr, $lout:expr, $gate:ident, $h:expr, in = $mi:expr) => {
+        Spec {
+            lin: $lin,
+            lout: $lout,
+            min_in: Some($mi),
+            min_out: None,
+            gate: Gate::$gate,
+            handler: $h,
+        }
+    };
+}
+
+/// The command table.
+pub(crate) fn spec(opcode: u16) -> Option<Spec> {
+    use super::{eq, hca, port, qp};
+    Some(match opcode {
+        0x100 => spec!(
+            "query_hca_cap_in",
+            "query_hca_cap_out",
+            Enabled,
+            hca::query_hca_cap
+        ),
+        0x101 => spec!(
+            "query_adapter_in",
+            "query_adapter_out",
+            Enabled,
+            hca::query_adapter
+        ),
+        0x102 => spec!("init_hca_in", "init_hca_out", PreInit, hca::init_hca),
+        0x103 => spec!(
+            "teardown_hca_in",
+            "teardown_hca_out",
+            Initialized,
+            hca::teardown_hca
+        ),
+        0x104 => spec!("enable_hca_in", "enable_hca_out", Disabled, hca::enable_hca),
+        0x105 => spec!(
+            "disable_hca_in",
+            "disable_hca_out",
+            NotInitialized,
+            hca::disable_hca
+        ),
+        0x107 => spec!(
+            "query_pages_in",
+            "query_pages_out",
+            Enabled,
+            hca::query_pages
+        ),
+        0x108 => spec!(
+            "manage_pages_in",
+            "manage_pages_out",
+            Enabled,
+            hca::manage_pages
+        ),
+        0x109 => spec!(
+            "set_hca_cap_in",
+            "set_hca_cap_out",
+            PreInit,
+            hca::set_hca_cap
+        ),
+        0x10a => spec!("query_issi_in", "query_issi_out", Enabled, hca::query_issi),
+        0x10b => spec!("set_issi_in", "set_issi_out", PreInit, hca::set_issi),
+        0x10d => spec!(
+            "set_driver_version_in",
+            "set_driver_version_out",
+            Initialized,
+            hca::set_driver_version
+        ),
+        0x200 => spec!(
+            "create_mkey_in",
+            "create_mkey_out",
+            Initialized,
+            create_mkey
+        ),
+        0x201 => spec!("query_mkey_in", "query_mkey_out", Initialized, query_mkey),
+        0x202 => spec!(
+            "destroy_mkey_in",
+            "destroy_mkey_out",
+            Initialized,
+            destroy_mkey
+        ),
+        0x203 => spec!(
+            "query_special_contexts_in",
+            "query_special_contexts_out",
+            Initialized,
+            hca::query_special_contexts
+        ),
+        0x301 => spec!("create_eq_in", "create_eq_out", Initialized, eq::create_eq),
+        0x302 => spec!(
+            "destroy_eq_in",
+            "destroy_eq_out",
+            Initialized,
+            eq::destroy_eq
+        ),
+        0x303 => spec!("query_eq_in", "query_eq_out", Initialized, eq::query_eq),
+        0x400 => spec!("create_cq_in", "create_cq_out", Initialized, create_cq),
+        0x401 => spec!("destroy_cq_in", "destroy_cq_out", Initialized, destroy_cq),
+        0x402 => spec!("query_cq_in", "query_cq_out", Initialized, query_cq),
+        0x403 => spec!("modify_cq_in", "modify_cq_out", Initialized, modify_cq),
+        0x500 => spec!("create_qp_in", "create_qp_out", Initialized, qp::create_qp, in = 0x110),
+        0x501 => spec!(
+            "destroy_qp_in",
+            "destroy_qp_out",
+            Initialized,
+            qp::destroy_qp
+        ),
+        0x502 => spec!(
+            "rst2init_qp_in",
+            "rst2init_qp_out",
+            Initialized,
+            qp::modify_qp
+        ),
+        0x503 => spec!(
+            "init2rtr_qp_in",
+            "init2rtr_qp_out",
+            Initialized,
+            qp::modify_qp
+        ),
+        0x504 => spec!(
+            "rtr2rts_qp_in",
+            "rtr2rts_qp_out",
+            Initialized,
+            qp::modify_qp
+        ),
+        0x505 => spec!(
+            "rts2rts_qp_in",
+            "rts2rts_qp_out",
+            Initialized,
+            qp::modify_qp
+        ),
+        0x506 => spec!(
+            "sqerr2rts_qp_in",
+            "sqerr2rts_qp_out",
+            Initialized,
+            qp::modify_qp
+        ),
+        0x507 => spec!("qp_2err_in", "qp_2err_out", Initialized, qp::modify_qp),
+        0x50a => spec!("qp_2rst_in", "qp_2rst_out", Initialized, qp::modify_qp),
+        0x50b => spec!("query_qp_in", "query_qp_out", Initialized, qp::query_qp),
+        0x50c => spec!(
+            "sqd2rts_qp_in",
+            "sqd2rts_qp_out",
+            Initialized,
+            qp::modify_qp
+        ),
+        0x50e => spec!(
+            "init2init_qp_in",
+            "init2init_qp_out",
+            Initialized,
+            qp::modify_qp
+        ),
+        0x700 => spec!("create_srq_in", "create_srq_out", Initialized, create_srq),
+        0x701 => spec!(
+            "destroy_srq_in",
+            "destroy_srq_out",
+            Initialized,
+            destroy_srq
+        ),
+        0x702 => spec!("query_srq_in", "query_srq_out", Initialized, query_srq),
+        0x703 => spec!("arm_rq_in", "arm_rq_out", Initialized, arm_rq),
+        0x750 => spec!(
+            "query_vport_state_in",
+            "query_vport_state_out",
+            Initialized,
+            port::query_vport_state
+        ),
+        0x754 => spec!(
+            "query_nic_vport_context_in",
+            "query_nic_vport_context_out",
+            Initialized,
+            port::query_nic_vport_context
+        ),
+        0x755 => spec!(
+            "modify_nic_vport_context_in",
+            "modify_nic_vport_context_out",
+            Initialized,
+            port::modify_nic_vport_context
+        ),
+        0x760 => spec!(
+            "query_roce_address_in",
+            "query_roce_address_out",
+            Initialized,
+            port::query_roce_address
+        ),
+        0x761 => spec!(
+            "set_roce_address_in",
+            "set_roce_address_out",
+            Initialized,
+            port::set_roce_address
+        ),
+        0x762 => spec!(
+            "query_hca_vport_context_in",
+            "query_hca_vport_context_out",
+            Initialized,
+            port::query_hca_vport_context
+        ),
+        0x764 => spec!(
+            "query_hca_vport_gid_in",
+            "query_hca_vport_gid_out",
+            Initialized,
+            port::query_hca_vport_gid
+        ),
+        0x800 => spec!("alloc_pd_in", "alloc_pd_out", Initialized, alloc_pd),
+        0x801 => spec!("dealloc_pd_in", "dealloc_pd_out", Initialized, dealloc_pd),
+        0x802 => spec!("alloc_uar_in", "alloc_uar_out", Initialized, alloc_uar),
+        0x803 => spec!(
+            "dealloc_uar_in",
+            "dealloc_uar_out",
+            Initialized,
+            dealloc_uar
+        ),
+        0x805 => spec!(
+            "access_register_in",
+            "access_register_out",
+            AccessReg,
+            port::access_reg
+        ),
+        0x80d => spec!("nop_in", "nop_out", Initialized, hca::nop),
+        0x816 => spec!(
+            "alloc_transport_domain_in",
+            "alloc_transport_domain_out",
+            Initialized,
+            alloc_td
+        ),
+        0x817 => spec!(
+            "dealloc_transport_domain_in",
+            "dealloc_transport_domain_out",
+            Initialized,
+            dealloc_td
+        ),
+        0x900 => spec!("create_tir_in", "create_tir_out", Initialized, create_tir),
+        0x902 => spec!(
+            "destroy_tir_in",
+            "destroy_tir_out",
+            Initialized,
+            destroy_tir
+        ),
+        0x904 => spec!("create_sq_in", "create_sq_out", Initialized, create_sq),
+        0x905 => spec!("modify_sq_in", "modify_sq_out", Initialized, modify_sq),
+        0x906 => spec!("destroy_sq_in", "destroy_sq_out", Initialized, destroy_sq),
+        0x907 => spec!("query_sq_in", "query_sq_out", Initialized, query_sq),
+        0x908 => spec!("create_rq_in", "create_rq_out", Initialized, create_rq),
+        0x909 => spec!("modify_rq_in", "modify_rq_out", Initialized, modify_rq),
+        0x90a => spec!("destroy_rq_in", "destroy_rq_out", Initialized, destroy_rq),
+        0x90b => spec!("query_rq_in", "query_rq_out", Initialized, query_rq),
+        0x912 => spec!("create_tis_in", "create_tis_out", Initialized, create_tis),
+        0x914 => spec!(
+            "destroy_tis_in",
+            "destroy_tis_out",
+            Initialized,
+            destroy_tis
+        ),
+        0x916 => spec!("create_rqt_in", "create_rqt_out", Initialized, create_rqt),
+        0x918 => spec!(
+            "destroy_rqt_in",
+            "destroy_rqt_out",
+            Initialized,
+            destroy_rqt
+        ),
+        0x92f => spec!(
+            "set_flow_table_root_in",
+            "set_flow_table_root_out",
+            Initialized,
+            set_flow_table_root
+        ),
+        0x930 => spec!(
+            "create_flow_table_in",
+            "create_flow_table_out",
+            Initialized,
+            create_flow_table
+        ),
+        0x931 => spec!(
+            "destroy_flow_table_in",
+            "destroy_flow_table_out",
+            Initialized,
+            destroy_flow_table
+        ),
+        0x933 => spec!(
+            "create_flow_group_in",
+            "create_flow_group_out",
+            Initialized,
+            create_flow_group
+        ),
+        0x934 => spec!(
+            "destroy_flow_group_in",
+            "destroy_flow_group_out",
+            Initialized,
+            destroy_flow_group
+        ),
+        0x936 => spec!("set_fte_in", "set_fte_out", Initialized, set_fte),
+        0x938 => spec!("delete_fte_in", "delete_fte_out", Initialized, delete_fte),
+        _ => return None,
+    })
+}
+
+// ---- helpers ----------------------------------------------------------------
+
+impl Device {
+    /// Fails with `BAD_RES` + `syndrome` unless the object exists.
+    pub(crate) fn need(&self, k: ObjKind, n: u32, syndrome: u32) -> Result<(), Fail> {
+        if self.fw.objs.exists(k, n) {
+            Ok(())
+        } else {
+            fail(st::BAD_RES, syndrome)
+        }
+    }
+
+    /// Fails with `LIM_EXCEEDED` when `1 << log_max` objects exist.
+    pub(crate) fn limit(&self, k: ObjKind, log_max_field: &str) -> Result<(), Fail> {
+        let log = self.fw.caps.general(log_max_field).min(31);
+        if self.fw.objs.count(k) as u64 >= 1u64 << log {
+            fail(st::LIM_EXCEEDED, syn::TOO_MANY)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn cap_le(&self, v: u64, field: &str, syndrome: u32) -> Result<(), Fail> {
+        if v > self.fw.caps.general(field) {
+            fail(st::LIM_EXCEEDED, syndrome)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Reads `n` page addresses of a flexible array starting at byte `off`.
+pub(crate) fn read_pas_at(c: &Cmd, off: usize, n: usize) -> Result<Vec<u64>, Fail> {
+    if c.input.len() < off + 8 * n {
+        return fail(st::BAD_INP_LEN, syn::PAS_TOO_SHORT);
+    }
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&c.input[off + 8 * i..off + 8 * i + 8]);
+        let a = u64::from_be_bytes(b);
+        if a & 0xfff != 0 {
+            return fail(st::BAD_PARAM, syn::PAS_MISALIGNED);
+        }
+        v.push(a);
+    }
+    Ok(v)
+}
+
+pub(crate) fn read_pas(c: &Cmd, path: &str, n: usize) -> Result<Vec<u64>, Fail> {
+    read_pas_at(c, c.off(path), n)
+}
+
+pub(crate) fn check_dbr(dbr: u64) -> Result<(), Fail> {
+    if dbr % 8 != 0 {
+        fail(st::BAD_PARAM, syn::DBR_MISALIGNED)
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) fn check_lps(lps: u64) -> Result<u8, Fail> {
+    if lps > 20 {
+        fail(st::BAD_PARAM, syn::BAD_PAGE_SIZE)
+    } else {
+        Ok(lps as u8)
+    }
+}
+
+fn simple_alloc(d: &mut Device, c: &Cmd, k: ObjKind, out_field: &str) -> R {
+    let n = d.fw.objs.create(k, ObjData::None, vec![])?;
+    c.out().set(out_field, u64::from(n)).done()
+}
+
+fn simple_destroy(d: &mut Device, c: &Cmd, k: ObjKind, in_field: &str) -> R {
+    d.fw.objs.destroy(k, c.get(in_field) as u32)?;
+    c.out().done()
+}
+
+// ---- UAR, PD, transport domain -----------------------------------------------
+
+fn alloc_uar(d: &mut Device, c: &Cmd) -> R {
+    let n =
+        d.fw.objs
+            .create(ObjKind::Uar, ObjData::None, vec![])
+            .map_err(|_| Fail {
+                status: st::LIM_EXCEEDED,
+                syndrome: syn::NO_UAR,
+            })?;
+    c.out().set("uar", u64::from(n)).done()
+}
+
+fn dealloc_uar(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Uar, "uar")
+}
+
+fn alloc_pd(d: &mut Device, c: &Cmd) -> R {
+    d.limit(ObjKind::Pd, "log_max_pd")?;
+    simple_alloc(d, c, ObjKind::Pd, "pd")
+}
+
+fn dealloc_pd(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Pd, "pd")
+}
+
+fn alloc_td(d: &mut Device, c: &Cmd) -> R {
+    d.limit(ObjKind::TransportDomain, "log_max_transport_domain")?;
+    simple_alloc(d, c, ObjKind::TransportDomain, "transport_domain")
+}
+
+fn dealloc_td(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::TransportDomain, "transport_domain")
+}
+
+// ---- MKEY ---------------------------------------------------------------------
+
+fn create_mkey(d: &mut Device, c: &Cmd) -> R {
+    let m = |p: &str| c.get(&format!("memory_key_mkey_entry.{p}"));
+    let access_mode = (m("access_mode_1_0") | (m("access_mode_4_2") << 2)) as u8;
+    if access_mode > 1 {
+        return fail(st::BAD_PARAM, syn::MKEY_ACCESS_MODE);
+    }
+    let pd = m("pd") as u32;
+    d.need(ObjKind::Pd, pd, syn::BAD_PD)?;
+    if m("qpn") != 0xff_ffff {
+        return fail(st::BAD_PARAM, syn::MKEY_QPN);
+    }
+    let (lr, lw, rr, rw, a) = (
+        m("lr") == 1,
+        m("lw") == 1,
+        m("rr") == 1,
+        m("rw") == 1,
+        m("a") == 1,
+    );
+    if (rw || a) && !lw {
+        return fail(st::BAD_PARAM, syn::MKEY_REMOTE_WITHOUT_LOCAL_WRITE);
+    }
+    let start = m("start_addr");
+    let length64 = m("length64") == 1;
+    let len = if length64 { u64::MAX } else { m("len") };
+    if !length64 && start.checked_add(len).is_none() {
+        return fail(st::BAD_PARAM, syn::MKEY_BOUNDS);
+    }
+    d.limit(ObjKind::Mkey, "log_max_mkey")?;
+    let mut log_page_size = 12u8;
+    let mut mtt = Vec::new();
+    if access_mode == 1 {
+        let lps = m("log_page_size");
+        if !(12..=30).contains(&lps) {
+            return fail(st::BAD_PARAM, syn::BAD_PAGE_SIZE);
+        }
+        log_page_size = lps as u8;
+        let ps = 1u64 << lps;
+        let entries = if length64 || len == 0 {
+            0
+        } else {
+            ((start % ps + len).div_ceil(ps)) as usize
+        };
+        if m("translations_octword_size") * 2 < entries as u64 {
+            return fail(st::BAD_PARAM, syn::MKEY_MTT_SHORT);
+        }
+        let off = c.off("klm_pas_mtt");
+        if c.input.len() < off + 8 * entries {
+            return fail(st::BAD_INP_LEN, syn::PAS_TOO_SHORT);
+        }
+        for i in 0..entries {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&c.input[off + 8 * i..off + 8 * i + 8]);
+            let e = u64::from_be_bytes(b) & !7;
+            if e % ps != 0 {
+                return fail(st::BAD_PARAM, syn::MKEY_MTT_MISALIGNED);
+            }
+            mtt.push(e);
+        }
+    }
+    let variant = m("mkey_7_0") as u32;
+    let ctx = c.bytes("memory_key_mkey_entry").to_vec();
+    let idx = d.fw.objs.create(
+        ObjKind::Mkey,
+        ObjData::Mkey(Mkey {
+            key: 0,
+            pd,
+            access_mode,
+            lr,
+            lw,
+            rr,
+            rw,
+            a,
+            start,
+            len,
+            log_page_size,
+            mtt,
+            ctx,
+        }),
+        vec![(ObjKind::Pd, pd)],
+    )?;
+    if let Some(o) = d.fw.objs.get_mut(ObjKind::Mkey, idx) {
+        if let ObjData::Mkey(k) = &mut o.data {
+            k.key = (idx << 8) | variant;
+        }
+    }
+    c.out().set("mkey_index", u64::from(idx)).done()
+}
+
+fn query_mkey(d: &mut Device, c: &Cmd) -> R {
+    let idx = c.get("mkey_index") as u32;
+    let Some(ObjData::Mkey(k)) = d.fw.objs.get(ObjKind::Mkey, idx).map(|o| &o.data) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    let off = ifc().field(c.lout, "memory_key_mkey_entry").byte_offset();
+    c.out().put(off, &k.ctx.clone()).done()
+}
+
+fn destroy_mkey(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Mkey, "mkey_index")
+}
+
+// ---- CQ -------------------------------------------------------------------------
+
+fn create_cq(d: &mut Device, c: &Cmd) -> R {
+    let g = |p: &str| c.get(&format!("cq_context.{p}"));
+    let log = g("log_cq_size");
+    d.cap_le(log, "log_max_cq_sz", syn::CQ_LOG_SIZE)?;
+    let cqe_sz = g("cqe_sz");
+    if cqe_sz > 1 {
+        return fail(st::BAD_PARAM, syn::CQ_CQE_SIZE);
+    }
+    let uar = g("uar_page") as u32;
+    d.need(ObjKind::Uar, uar, syn::BAD_UAR)?;
+    let c_eqn = g("c_eqn") as u32;
+    d.need(ObjKind::Eq, c_eqn, syn::CQ_BAD_EQN)?;
+    if g("page_offset") != 0 {
+        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
+    }
+    let lps = check_lps(g("log_page_size"))?;
+    let dbr = g("dbr_addr");
+    check_dbr(dbr)?;
+    d.limit(ObjKind::Cq, "log_max_cq")?;
+    let n = pages_for((64u64 << cqe_sz) << log, lps);
+    let pas = read_pas(c, "pas", n)?;
+    let cq = Cq {
+        log_size: log as u8,
+        cqe_sz: cqe_sz as u8,
+        uar,
+        c_eqn,
+        log_page_size: lps,
+        pas,
+        dbr_addr: dbr,
+        pc: 0,
+        armed: None,
+        arm_sn: 0,
+        error: false,
+        ctx: c.bytes("cq_context").to_vec(),
+    };
+    let cqn = d.fw.objs.create(
+        ObjKind::Cq,
+        ObjData::Cq(cq),
+        vec![(ObjKind::Uar, uar), (ObjKind::Eq, c_eqn)],
+    )?;
+    c.out().set("cqn", u64::from(cqn)).done()
+}
+
+fn destroy_cq(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Cq, "cqn")
+}
+
+fn query_cq(d: &mut Device, c: &Cmd) -> R {
+    let cqn = c.get("cqn") as u32;
+    let Some(cq) = d.fw.objs.cq(cqn) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    let mut o = c.out();
+    let off = ifc().field(c.lout, "cq_context").byte_offset();
+    o.put(off, &cq.ctx);
+    o.set("cq_context.producer_counter", u64::from(cq.pc & 0xff_ffff));
+    o.set("cq_context.status", if cq.error { 9 } else { 0 });
+    o.done()
+}
+
+fn modify_cq(d: &mut Device, c: &Cmd) -> R {
+    let cqn = c.get("cqn") as u32;
+    if c.op_mod != 0 {
+        // Resize is not emulated.
+        return fail(st::BAD_PARAM, syn::BAD_OP_MOD);
+    }
+    let period = c.get("cq_context.cq_period");
+    let count = c.get("cq_context.cq_max_count");
+    let Some(cq) = d.fw.objs.cq_mut(cqn) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    ifc().set(&mut cq.ctx, "cqc", "cq_period", period);
+    ifc().set(&mut cq.ctx, "cqc", "cq_max_count", count);
+    c.out().done()
+}
+
+// ---- SRQ ------------------------------------------------------------------------
+
+fn create_srq(d: &mut Device, c: &Cmd) -> R {
+    let g = |p: &str| c.get(&format!("srq_context_entry.{p}"));
+    let log = g("log_srq_size");
+    d.cap_le(log, "log_max_srq_sz", syn::SRQ_LOG_SIZE)?;
+    let stride = g("log_rq_stride");
+    let pd = g("pd") as u32;
+    d.need(ObjKind::Pd, pd, syn::BAD_PD)?;
+    let cqn = g("cqn") as u32;
+    let mut deps = vec![(ObjKind::Pd, pd)];
+    if cqn != 0 {
+        d.need(ObjKind::Cq, cqn, syn::BAD_CQN)?;
+        deps.push((ObjKind::Cq, cqn));
+    }
+    if g("page_offset") != 0 {
+        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
+    }
+    let lps = check_lps(g("log_page_size"))?;
+    let dbr = g("dbr_addr");
+    check_dbr(dbr)?;
+    d.limit(ObjKind::Srq, "log_max_srq")?;
+    let n = pages_for((16u64 << stride) << log, lps);
+    let pas = read_pas(c, "pas", n)?;
+    let srq = Srq {
+        log_size: log as u8,
+        log_rq_stride: stride as u8,
+        pd,
+        cqn,
+        dbr_addr: dbr,
+        log_page_size: lps,
+        pas,
+        lwm: g("lwm") as u16,
+        ctx: c.bytes("srq_context_entry").to_vec(),
+    };
+    let n = d.fw.objs.create(ObjKind::Srq, ObjData::Srq(srq), deps)?;
+    c.out().set("srqn", u64::from(n)).done()
+}
+
+fn destroy_srq(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Srq, "srqn")
+}
+
+fn query_srq(d: &mut Device, c: &Cmd) -> R {
+    let n = c.get("srqn") as u32;
+    let Some(ObjData::Srq(s)) = d.fw.objs.get(ObjKind::Srq, n).map(|o| &o.data) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    let mut o = c.out();
+    let off = ifc().field(c.lout, "srq_context_entry").byte_offset();
+    o.put(off, &s.ctx.clone());
+    o.set("srq_context_entry.lwm", u64::from(s.lwm));
+    o.done()
+}
+
+fn arm_rq(d: &mut Device, c: &Cmd) -> R {
+    let n = c.get("srq_number") as u32;
+    let lwm = c.get("lwm") as u16;
+    let Some(ObjData::Srq(s)) = d.fw.objs.get_mut(ObjKind::Srq, n).map(|o| &mut o.data) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    if u32::from(lwm) > 1u32 << s.log_size {
+        return fail(st::BAD_PARAM, syn::SRQ_LWM);
+    }
+    s.lwm = lwm;
+    c.out().done()
+}
+
+// ---- SQ / RQ --------------------------------------------------------------------
+
+fn create_wq(d: &mut Device, c: &Cmd, k: ObjKind) -> Result<u32, Fail> {
+    let g = |p: &str| c.get(&format!("ctx.{p}"));
+    if g("state") != 0 {
+        return fail(st::BAD_PARAM, syn::WQ_STATE);
+    }
+    let cqn = g("cqn") as u32;
+    d.need(ObjKind::Cq, cqn, syn::BAD_CQN)?;
+    if g("wq.wq_type") != 1 {
+        return fail(st::BAD_PARAM, syn::WQ_TYPE);
+    }
+    let pd = g("wq.pd") as u32;
+    d.need(ObjKind::Pd, pd, syn::BAD_PD)?;
+    let mut deps = vec![(ObjKind::Cq, cqn), (ObjKind::Pd, pd)];
+    let uar = g("wq.uar_page") as u32;
+    if k == ObjKind::Sq {
+        d.need(ObjKind::Uar, uar, syn::BAD_UAR)?;
+        deps.push((ObjKind::Uar, uar));
+    }
+    let mut tisn = 0;
+    if k == ObjKind::Sq {
+        tisn = g("tis_num_0") as u32;
+        d.need(ObjKind::Tis, tisn, syn::WQ_BAD_TIS)?;
+        deps.push((ObjKind::Tis, tisn));
+    }
+    let dbr = g("wq.dbr_addr");
+    check_dbr(dbr)?;
+    let log = g("wq.log_wq_sz");
+    d.cap_le(log, "log_max_wq_sz", syn::WQ_LOG_SIZE)?;
+    let stride = g("wq.log_wq_stride");
+    let lps = check_lps(g("wq.log_wq_pg_sz"))?;
+    if g("wq.page_offset") != 0 {
+        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
+    }
+    d.limit(
+        k,
+        if k == ObjKind::Sq {
+            "log_max_sq"
+        } else {
+            "log_max_rq"
+        },
+    )?;
+    // The wq's flexible `pas` follows the fixed layout of the command (the
+    // layout file omits it).
+    let n = pages_for((1u64 << stride.min(16)) << log, lps);
+    let pas = read_pas_at(c, ifc().size(c.lin), n)?;
+    let wq = Wq {
+        state: 0,
+        cqn,
+        pd,
+        uar,
+        dbr_addr: dbr,
+        log_wq_sz: log as u8,
+        log_wq_stride: stride as u8,
+        log_wq_pg_sz: lps,
+        pas,
+        tisn,
+        ctx: c.bytes("ctx").to_vec(),
+    };
+    d.fw.objs.create(k, ObjData::Wq(wq), deps)
+}
+
+fn create_sq(d: &mut Device, c: &Cmd) -> R {
+    let n = create_wq(d, c, ObjKind::Sq)?;
+    c.out().set("sqn", u64::from(n)).done()
+}
+
+fn create_rq(d: &mut Device, c: &Cmd) -> R {
+    let n = create_wq(d, c, ObjKind::Rq)?;
+    c.out().set("rqn", u64::from(n)).done()
+}
+
+fn modify_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str, cur: &str) -> R {
+    let n = c.get(num) as u32;
+    let cur_state = c.get(cur) as u8;
+    let new_state = c.get("ctx.state") as u8;
+    let ctx = c.bytes("ctx").to_vec();
+    let Some(w) = d.fw.objs.wq_mut(k, n) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    let legal = matches!(
+        (cur_state, new_state),
+        (0, 1) | (1, 1) | (1, 3) | (1, 0) | (3, 0)
+    );
+    if w.state != cur_state || !legal {
+        return fail(st::BAD_RES_STATE, syn::WQ_STATE);
+    }
+    w.state = new_state;
+    let mut ctx = ctx;
+    let sfield = if k == ObjKind::Sq { "sqc" } else { "rqc" };
+    ifc().set(&mut ctx, sfield, "state", u64::from(new_state));
+    // Creation-time fields stay.
+    let wq_off = ifc().field(sfield, "wq").byte_offset();
+    ctx[wq_off..].copy_from_slice(&w.ctx[wq_off..]);
+    w.ctx = ctx;
+    c.out().done()
+}
+
+fn modify_sq(d: &mut Device, c: &Cmd) -> R {
+    modify_wq(d, c, ObjKind::Sq, "sqn", "sq_state")
+}
+
+fn modify_rq(d: &mut Device, c: &Cmd) -> R {
+    modify_wq(d, c, ObjKind::Rq, "rqn", "rq_state")
+}
+
+fn destroy_sq(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Sq, "sqn")
+}
+
+fn destroy_rq(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Rq, "rqn")
+}
+
+fn query_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str) -> R {
+    let n = c.get(num) as u32;
+    let Some(w) = d.fw.objs.wq_mut(k, n) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    let ctx = w.ctx.clone();
+    let off = ifc().field(c.lout, "ctx").byte_offset();
+    c.out().put(off, &ctx).done()
+}
+
+fn query_sq(d: &mut Device, c: &Cmd) -> R {
+    query_wq(d, c, ObjKind::Sq, "sqn")
+}
+
+fn query_rq(d: &mut Device, c: &Cmd) -> R {
+    query_wq(d, c, ObjKind::Rq, "rqn")
+}
+
+// ---- TIS / TIR / RQT ------------------------------------------------------------
+
+fn create_tis(d: &mut Device, c: &Cmd) -> R {
+    let td = c.get("ctx.transport_domain") as u32;
+    d.need(ObjKind::TransportDomain, td, syn::BAD_TD)?;
+    d.limit(ObjKind::Tis, "log_max_tis")?;
+    let n = d.fw.objs.create(
+        ObjKind::Tis,
+        ObjData::None,
+        vec![(ObjKind::TransportDomain, td)],
+    )?;
+    c.out().set("tisn", u64::from(n)).done()
+}
+
+fn destroy_tis(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Tis, "tisn")
+}
+
+fn create_tir(d: &mut Device, c: &Cmd) -> R {
+    let td = c.get("ctx.transport_domain") as u32;
+    d.need(ObjKind::TransportDomain, td, syn::BAD_TD)?;
+    let mut deps = vec![(ObjKind::TransportDomain, td)];
+    match c.get("ctx.disp_type") {
+        0 => {
+            let rqn = c.get("ctx.inline_rqn") as u32;
+            d.need(ObjKind::Rq, rqn, syn::TIR_BAD_RQ)?;
+            deps.push((ObjKind::Rq, rqn));
+        }
+        1 => {
+            let rqt = c.get("ctx.indirect_table") as u32;
+            d.need(ObjKind::Rqt, rqt, syn::TIR_BAD_RQT)?;
+            deps.push((ObjKind::Rqt, rqt));
+        }
+        _ => return fail(st::BAD_PARAM, syn::TIR_DISP_TYPE),
+    }
+    d.limit(ObjKind::Tir, "log_max_tir")?;
+    let n = d.fw.objs.create(ObjKind::Tir, ObjData::None, deps)?;
+    c.out().set("tirn", u64::from(n)).done()
+}
+
+fn destroy_tir(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Tir, "tirn")
+}
+
+fn create_rqt(d: &mut Device, c: &Cmd) -> R {
+    let max = c.get("rqt_context.rqt_max_size");
+    let actual = c.get("rqt_context.rqt_actual_size");
+    let log = d.fw.caps.general("log_max_rqt_size").min(31);
+    if actual > max || max > 1 << log {
+        return fail(st::BAD_PARAM, syn::RQT_SIZE);
+    }
+    d.limit(ObjKind::Rqt, "log_max_rqt")?;
+    // The RQ list (`rq_num[]`) is not in the layout file: not validated.
+    let n = d.fw.objs.create(ObjKind::Rqt, ObjData::None, vec![])?;
+    c.out().set("rqtn", u64::from(n)).done()
+}
+
+fn destroy_rqt(d: &mut Device, c: &Cmd) -> R {
+    simple_destroy(d, c, ObjKind::Rqt, "rqtn")
+}
+
+// ---- flow tables ----------------------------------------------------------------
+
+fn check_table(d: &Device, c: &Cmd) -> Result<u32, Fail> {
+    let ty = c.get("table_type") as u8;
+    if ty > 1 {
+        return fail(st::BAD_PARAM, syn::FT_TYPE);
+    }
+    let id = c.get("table_id") as u32;
+    match d.fw.objs.get(ObjKind::FlowTable, id).map(|o| &o.data) {
+        Some(ObjData::FlowTable { table_type, .. }) if *table_type == ty => Ok(id),
+        _ => fail(st::BAD_RES, syn::FT_BAD_TABLE),
+    }
+}
+
+fn create_flow_table(d: &mut Device, c: &Cmd) -> R {
+    if c.get("other_vport") != 0 {
+        return fail(st::BAD_PARAM, syn::VPORT_OTHER);
+    }
+    let ty = c.get("table_type") as u8;
+    if ty > 1 {
+        return fail(st::BAD_PARAM, syn::FT_TYPE);
+    }
+    let log = c.get("flow_table_context.log_size") as u8;
+    let prop = if ty == 0 {
+        "flow_table_properties_nic_receive"
+    } else {
+        "flow_table_properties_nic_transmit"
+    };
+    let caps = &d.fw.caps.cur[&7];
+    let max = ifc().get(
+        caps,
+        "flow_table_nic_cap",
+        &format!("{prop}.log_max_ft_size"),
+    );
+    if u64::from(log) > max {
+        return fail(st::BAD_PARAM, syn::FT_LOG_SIZE);
+    }
+    let n = d.fw.objs.create(
+        ObjKind::FlowTable,
+        ObjData::FlowTable {
+            table_type: ty,
+            log_size: log,
+        },
+        vec![],
+    )?;
+    c.out().set("table_id", u64::from(n)).done()
+}
+
+fn destroy_flow_table(d: &mut Device, c: &Cmd) -> R {
+    let id = check_table(d, c)?;
+    d.fw.objs.destroy(ObjKind::FlowTable, id)?;
+    c.out().done()
+}
+
+fn create_flow_group(d: &mut Device, c: &Cmd) -> R {
+    let id = check_table(d, c)?;
+    // start/end_flow_index and the match criteria are not in the layout
+    // file: not validated.
+    let n = d.fw.objs.create(
+        ObjKind::FlowGroup,
+        ObjData::FlowGroup { table: id },
+        vec![(ObjKind::FlowTable, id)],
+    )?;
+    c.out().set("group_id", u64::from(n)).done()
+}
+
+fn destroy_flow_group(d: &mut Device, c: &Cmd) -> R {
+    let id = check_table(d, c)?;
+    let g = c.get("group_id") as u32;
+    match d.fw.objs.get(ObjKind::FlowGroup, g).map(|o| &o.data) {
+        Some(ObjData::FlowGroup { table }) if *table == id => {}
+        _ => return fail(st::BAD_RES, syn::NO_SUCH_OBJECT),
+    }
+    d.fw.objs.destroy(ObjKind::FlowGroup, g)?;
+    c.out().done()
+}
+
+fn find_fte(d: &Device, table: u32, index: u32) -> Option<u32> {
+    d.fw.objs
+        .of(ObjKind::FlowEntry)
+        .find(|(_, o)| matches!(o.data, ObjData::FlowEntry { table: t, index: i } if t == table && i == index))
+        .map(|(n, _)| n)
+}
+
+fn set_fte(d: &mut Device, c: &Cmd) -> R {
+    let id = check_table(d, c)?;
+    let index = c.get("flow_index") as u32;
+    let Some(ObjData::FlowTable { log_size, .. }) =
+        d.fw.objs.get(ObjKind::FlowTable, id).map(|o| &o.data)
+    else {
+        return fail(st::BAD_RES, syn::FT_BAD_TABLE);
+    };
+    if u64::from(index) >= 1u64 << (*log_size).min(40) {
+        return fail(st::BAD_PARAM, syn::FT_INDEX);
+    }
+    let g = c.get("flow_context.group_id") as u32;
+    match d.fw.objs.get(ObjKind::FlowGroup, g).map(|o| &o.data) {
+        Some(ObjData::FlowGroup { table }) if *table == id => {}
+        _ => return fail(st::BAD_PARAM, syn::FT_BAD_GROUP),
+    }
+    if let Some(old) = find_fte(d, id, index) {
+        d.fw.objs.destroy(ObjKind::FlowEntry, old)?;
+    }
+    d.fw.objs.create(
+        ObjKind::FlowEntry,
+        ObjData::FlowEntry { table: id, index },
+        vec![(ObjKind::FlowGroup, g)],
+    )?;
+    c.out().done()
+}
+
+fn delete_fte(d: &mut Device, c: &Cmd) -> R {
+    let id = check_table(d, c)?;
+    let index = c.get("flow_index") as u32;
+    let Some(n) = find_fte(d, id, index) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    d.fw.objs.destroy(ObjKind::FlowEntry, n)?;
+    c.out().done()
+}
+
+fn set_flow_table_root(d: &mut Device, c: &Cmd) -> R {
+    check_table(d, c)?;
+    c.out().done()
+}

@@ -1,0 +1,487 @@
+//! Object tables: every firmware object, its number, what it depends on and
+//! how many objects use it (destroy order is checked against that).
+
+use std::collections::BTreeMap;
+
+use super::{Fail, NumberPool, fail, st};
+use crate::device::{BAR_SIZE, reg::INIT_SEG_SIZE};
+use crate::rng::Rng;
+use crate::syndrome as syn;
+
+/// The kinds of firmware objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjKind {
+    /// User access region (ALLOC_UAR).
+    Uar,
+    /// Protection domain (ALLOC_PD).
+    Pd,
+    /// Transport domain (ALLOC_TRANSPORT_DOMAIN).
+    TransportDomain,
+    /// Memory key (CREATE_MKEY); the number is the `mkey_index`.
+    Mkey,
+    /// Event queue.
+    Eq,
+    /// Completion queue.
+    Cq,
+    /// Queue pair.
+    Qp,
+    /// Shared receive queue.
+    Srq,
+    /// Send queue (raw Ethernet).
+    Sq,
+    /// Receive queue (raw Ethernet).
+    Rq,
+    /// Transport interface send.
+    Tis,
+    /// Transport interface receive.
+    Tir,
+    /// RQ table.
+    Rqt,
+    /// Flow table.
+    FlowTable,
+    /// Flow group.
+    FlowGroup,
+    /// Flow table entry (numbered internally).
+    FlowEntry,
+}
+
+/// An event queue.
+#[derive(Clone, Debug)]
+pub(crate) struct Eq {
+    pub(crate) log_size: u8,
+    pub(crate) uar: u32,
+    pub(crate) intr: u8,
+    pub(crate) log_page_size: u8,
+    pub(crate) pas: Vec<u64>,
+    /// `event_bitmask[0]`: bit n = event type n.
+    pub(crate) events: u64,
+    pub(crate) pc: u32,
+    pub(crate) cc: u32,
+    pub(crate) armed: bool,
+    pub(crate) overrun: bool,
+    pub(crate) ctx: Vec<u8>,
+}
+
+/// A completion queue.
+#[derive(Clone, Debug)]
+pub struct Cq {
+    /// log2 of the number of CQEs.
+    pub log_size: u8,
+    /// 0: 64-byte CQEs, 1: 128-byte.
+    pub cqe_sz: u8,
+    /// UAR of its doorbells.
+    pub uar: u32,
+    /// EQ that receives its completion events.
+    pub c_eqn: u32,
+    /// Buffer page size: 4 KiB << log_page_size.
+    pub log_page_size: u8,
+    /// Buffer pages (IOVAs).
+    pub pas: Vec<u64>,
+    /// Doorbell record IOVA.
+    pub dbr_addr: u64,
+    /// Producer counter: CQEs written so far.
+    pub pc: u32,
+    /// Armed: `Some(solicited_only)`.
+    pub armed: Option<bool>,
+    /// Arm sequence number of the last arm doorbell.
+    pub arm_sn: u8,
+    /// Overrun or write failure happened: the CQ is in error.
+    pub error: bool,
+    /// The context as created.
+    pub ctx: Vec<u8>,
+}
+
+/// QP state (PRM encoding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// RESET.
+    Rst = 0,
+    /// INIT.
+    Init = 1,
+    /// Ready to receive.
+    Rtr = 2,
+    /// Ready to send.
+    Rts = 3,
+    /// Send queue error.
+    Sqer = 4,
+    /// Send queue drained.
+    Sqd = 5,
+    /// Error.
+    Err = 6,
+}
+
+/// A queue pair.
+#[derive(Clone, Debug)]
+pub struct Qp {
+    /// Service type (0 RC, 1 UC, 2 UD).
+    pub st: u8,
+    /// Current state.
+    pub state: QpState,
+    /// Protection domain.
+    pub pd: u32,
+    /// Send CQ.
+    pub cqn_snd: u32,
+    /// Receive CQ.
+    pub cqn_rcv: u32,
+    /// SRQ when `rq_type` = 1.
+    pub srqn: Option<u32>,
+    /// 0 regular RQ, 1 SRQ, 3 zero-length RQ.
+    pub rq_type: u8,
+    /// log2 receive WQEs.
+    pub log_rq_size: u8,
+    /// Receive WQE stride: 16 << log_rq_stride.
+    pub log_rq_stride: u8,
+    /// log2 send WQEBBs.
+    pub log_sq_size: u8,
+    /// No send queue.
+    pub no_sq: bool,
+    /// UAR of its doorbells.
+    pub uar: u32,
+    /// Buffer page size: 4 KiB << log_page_size.
+    pub log_page_size: u8,
+    /// Buffer pages: the RQ first, then the SQ.
+    pub pas: Vec<u64>,
+    /// Doorbell record.
+    pub dbr_addr: u64,
+    /// The QP context as last set (QUERY_QP answers it).
+    pub ctx: Vec<u8>,
+}
+
+/// A memory key.
+#[derive(Clone, Debug)]
+pub struct Mkey {
+    /// The key: `mkey_index << 8 | mkey_7_0`.
+    pub key: u32,
+    /// Protection domain.
+    pub pd: u32,
+    /// Access mode: 0 PA, 1 MTT.
+    pub access_mode: u8,
+    /// Local read.
+    pub lr: bool,
+    /// Local write.
+    pub lw: bool,
+    /// Remote read.
+    pub rr: bool,
+    /// Remote write.
+    pub rw: bool,
+    /// Atomic.
+    pub a: bool,
+    /// First virtual address.
+    pub start: u64,
+    /// Length (`u64::MAX` with length64).
+    pub len: u64,
+    /// MTT page size: 4 KiB << (log_page_size - 12) ... stored as log2 bytes.
+    pub log_page_size: u8,
+    /// MTT entries (page IOVAs).
+    pub mtt: Vec<u64>,
+    /// The context as created.
+    pub ctx: Vec<u8>,
+}
+
+/// A shared receive queue.
+#[derive(Clone, Debug)]
+pub struct Srq {
+    /// log2 WQEs.
+    pub log_size: u8,
+    /// WQE stride: 16 << log_rq_stride.
+    pub log_rq_stride: u8,
+    /// Protection domain.
+    pub pd: u32,
+    /// CQ (XRC only; 0 otherwise).
+    pub cqn: u32,
+    /// Doorbell record.
+    pub dbr_addr: u64,
+    /// Buffer page size.
+    pub log_page_size: u8,
+    /// Buffer pages.
+    pub pas: Vec<u64>,
+    /// Limit watermark (ARM_RQ).
+    pub lwm: u16,
+    /// The context as created.
+    pub ctx: Vec<u8>,
+}
+
+/// A send or receive queue of the raw Ethernet path.
+#[derive(Clone, Debug)]
+pub struct Wq {
+    /// 0 RST, 1 RDY, 3 ERR.
+    pub state: u8,
+    /// CQ.
+    pub cqn: u32,
+    /// Protection domain.
+    pub pd: u32,
+    /// UAR.
+    pub uar: u32,
+    /// Doorbell record.
+    pub dbr_addr: u64,
+    /// log2 WQEs.
+    pub log_wq_sz: u8,
+    /// log2 WQE stride.
+    pub log_wq_stride: u8,
+    /// log2 page size (relative to 4 KiB).
+    pub log_wq_pg_sz: u8,
+    /// Buffer pages.
+    pub pas: Vec<u64>,
+    /// TIS (send queues).
+    pub tisn: u32,
+    /// The context as last set.
+    pub ctx: Vec<u8>,
+}
+
+/// Object payloads.
+#[derive(Clone, Debug)]
+pub(crate) enum ObjData {
+    None,
+    Mkey(Mkey),
+    Eq(Eq),
+    Cq(Cq),
+    Qp(Qp),
+    Srq(Srq),
+    Wq(Wq),
+    FlowTable { table_type: u8, log_size: u8 },
+    FlowGroup { table: u32 },
+    FlowEntry { table: u32, index: u32 },
+}
+
+/// One object.
+#[derive(Clone, Debug)]
+pub(crate) struct Obj {
+    pub(crate) deps: Vec<(ObjKind, u32)>,
+    pub(crate) users: u32,
+    pub(crate) data: ObjData,
+}
+
+/// Number spaces: QPs, SQs and RQs share one like on the device.
+fn pool_of(k: ObjKind) -> ObjKind {
+    match k {
+        ObjKind::Sq | ObjKind::Rq => ObjKind::Qp,
+        k => k,
+    }
+}
+
+/// All objects.
+pub(crate) struct Objects {
+    map: BTreeMap<(ObjKind, u32), Obj>,
+    pools: BTreeMap<ObjKind, NumberPool>,
+}
+
+impl Objects {
+    pub(crate) fn new(rng: &mut Rng) -> Self {
+        let max_uar = (BAR_SIZE / 4096 - 1) as u32;
+        let first_uar = (INIT_SEG_SIZE / 4096) as u32 * 2;
+        let mut pools = BTreeMap::new();
+        use ObjKind::*;
+        pools.insert(
+            Uar,
+            NumberPool::new(rng, first_uar, first_uar + 32, 1, max_uar),
+        );
+        pools.insert(Eq, NumberPool::new(rng, 5, 40, 1, 0xff));
+        for k in [
+            Pd,
+            TransportDomain,
+            Mkey,
+            Cq,
+            Srq,
+            Tis,
+            Tir,
+            Rqt,
+            FlowTable,
+            FlowGroup,
+        ] {
+            pools.insert(k, NumberPool::new(rng, 0x10, 0x4000, 7, 0xff_ffff));
+        }
+        pools.insert(Qp, NumberPool::new(rng, 0x100, 0x8000, 7, 0xff_ffff));
+        pools.insert(FlowEntry, NumberPool::new(rng, 1, 2, 1, u32::MAX));
+        Self {
+            map: BTreeMap::new(),
+            pools,
+        }
+    }
+
+    pub(crate) fn get(&self, k: ObjKind, n: u32) -> Option<&Obj> {
+        self.map.get(&(k, n))
+    }
+
+    pub(crate) fn get_mut(&mut self, k: ObjKind, n: u32) -> Option<&mut Obj> {
+        self.map.get_mut(&(k, n))
+    }
+
+    pub(crate) fn exists(&self, k: ObjKind, n: u32) -> bool {
+        self.map.contains_key(&(k, n))
+    }
+
+    pub(crate) fn count(&self, k: ObjKind) -> usize {
+        self.map.range((k, 0)..=(k, u32::MAX)).count()
+    }
+
+    /// Every live object.
+    pub(crate) fn live(&self) -> Vec<(ObjKind, u32)> {
+        self.map.keys().copied().collect()
+    }
+
+    /// Live objects of one kind.
+    pub(crate) fn of(&self, k: ObjKind) -> impl Iterator<Item = (u32, &Obj)> {
+        self.map
+            .range((k, 0)..=(k, u32::MAX))
+            .map(|(&(_, n), o)| (n, o))
+    }
+
+    /// Creates an object that holds `deps` (each must exist).
+    pub(crate) fn create(
+        &mut self,
+        k: ObjKind,
+        data: ObjData,
+        deps: Vec<(ObjKind, u32)>,
+    ) -> Result<u32, Fail> {
+        let pool = pool_of(k);
+        let map = &self.map;
+        let sharing: &[ObjKind] = if pool == ObjKind::Qp {
+            &[ObjKind::Qp, ObjKind::Sq, ObjKind::Rq]
+        } else {
+            std::slice::from_ref(&k)
+        };
+        let taken = |n: u32| sharing.iter().any(|&kk| map.contains_key(&(kk, n)));
+        let n = self
+            .pools
+            .get_mut(&pool)
+            .expect("every kind has a pool")
+            .alloc(taken)
+            .ok_or(Fail {
+                status: st::LIM_EXCEEDED,
+                syndrome: syn::TOO_MANY,
+            })?;
+        for d in &deps {
+            if let Some(o) = self.map.get_mut(d) {
+                o.users += 1;
+            }
+        }
+        self.map.insert(
+            (k, n),
+            Obj {
+                deps,
+                users: 0,
+                data,
+            },
+        );
+        Ok(n)
+    }
+
+    /// Destroys an object nobody uses.
+    pub(crate) fn destroy(&mut self, k: ObjKind, n: u32) -> Result<Obj, Fail> {
+        match self.map.get(&(k, n)) {
+            None => return fail(st::BAD_RES, syn::NO_SUCH_OBJECT),
+            Some(o) if o.users > 0 => return fail(st::BAD_RES_STATE, syn::IN_USE),
+            Some(_) => {}
+        }
+        let o = self.map.remove(&(k, n)).expect("checked above");
+        for d in &o.deps {
+            if let Some(x) = self.map.get_mut(d) {
+                x.users = x.users.saturating_sub(1);
+            }
+        }
+        Ok(o)
+    }
+
+    /// Forgets every object (TEARDOWN_HCA, reset).
+    pub(crate) fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    pub(crate) fn cq(&self, n: u32) -> Option<&Cq> {
+        match self.get(ObjKind::Cq, n).map(|o| &o.data) {
+            Some(ObjData::Cq(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn cq_mut(&mut self, n: u32) -> Option<&mut Cq> {
+        match self.get_mut(ObjKind::Cq, n).map(|o| &mut o.data) {
+            Some(ObjData::Cq(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn eq_mut(&mut self, n: u32) -> Option<&mut Eq> {
+        match self.get_mut(ObjKind::Eq, n).map(|o| &mut o.data) {
+            Some(ObjData::Eq(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn qp(&self, n: u32) -> Option<&Qp> {
+        match self.get(ObjKind::Qp, n).map(|o| &o.data) {
+            Some(ObjData::Qp(q)) => Some(q),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn qp_mut(&mut self, n: u32) -> Option<&mut Qp> {
+        match self.get_mut(ObjKind::Qp, n).map(|o| &mut o.data) {
+            Some(ObjData::Qp(q)) => Some(q),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn mkey(&self, n: u32) -> Option<&Mkey> {
+        match self.get(ObjKind::Mkey, n).map(|o| &o.data) {
+            Some(ObjData::Mkey(m)) => Some(m),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn srq(&self, n: u32) -> Option<&Srq> {
+        match self.get(ObjKind::Srq, n).map(|o| &o.data) {
+            Some(ObjData::Srq(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn wq(&self, k: ObjKind, n: u32) -> Option<&Wq> {
+        match self.get(k, n).map(|o| &o.data) {
+            Some(ObjData::Wq(w)) => Some(w),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn wq_mut(&mut self, k: ObjKind, n: u32) -> Option<&mut Wq> {
+        match self.get_mut(k, n).map(|o| &mut o.data) {
+            Some(ObjData::Wq(w)) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// Queue buffers and doorbell records of live objects, as IOVA ranges.
+    pub(crate) fn buffers(&self) -> Vec<(ObjKind, u32, u64, usize)> {
+        let mut v = Vec::new();
+        for (&(k, n), o) in &self.map {
+            let (pas, lps, dbr): (&[u64], u8, Option<u64>) = match &o.data {
+                ObjData::Eq(e) => (&e.pas, e.log_page_size, None),
+                ObjData::Cq(c) => (&c.pas, c.log_page_size, Some(c.dbr_addr)),
+                ObjData::Qp(q) => (&q.pas, q.log_page_size, Some(q.dbr_addr)),
+                ObjData::Srq(s) => (&s.pas, s.log_page_size, Some(s.dbr_addr)),
+                ObjData::Wq(w) => (&w.pas, w.log_wq_pg_sz, Some(w.dbr_addr)),
+                _ => (&[], 0, None),
+            };
+            for &p in pas {
+                v.push((k, n, p, 4096usize << lps.min(20)));
+            }
+            if let Some(d) = dbr {
+                v.push((k, n, d, 8));
+            }
+        }
+        v
+    }
+}
+
+/// Number of pages a queue of `bytes` needs with pages of 4 KiB << lps.
+pub(crate) fn pages_for(bytes: u64, log_page_size: u8) -> usize {
+    let ps = 4096u64 << log_page_size.min(20);
+    bytes.div_ceil(ps) as usize
+}
+
+/// IOVA of byte `off` of a queue buffer.
+pub fn buf_addr(pas: &[u64], log_page_size: u8, off: u64) -> Option<u64> {
+    let shift = 12 + u32::from(log_page_size.min(20));
+    let page = usize::try_from(off >> shift).ok()?;
+    Some(pas.get(page)? + (off & ((1u64 << shift) - 1)))
+}

@@ -1,0 +1,342 @@
+//! Ports: PAOS/PTYS/PMTU and HOST_ENDIANNESS through ACCESS_REG, vport
+//! state and contexts, the RoCE address (GID) table.
+//!
+//! Synthesized values (the trace does not show them): MAC
+//! `7c:fe:90:xx:xx:pp` (Mellanox OUI, bytes from the seed, port number
+//! last), max MTU 9978 (PMTU, bytes including the L2 header), default admin
+//! MTU 1522 (1500 + Ethernet header, VLAN tag and FCS, as Linux writes it),
+//! Ethernet protocols 10G/25G/40G/50G/100G with 100GBASE-CR4 operational
+//! when the link is up. The link is up when the port's PAOS admin status is
+//! up and a peer is connected on the virtual wire (the peer's own admin
+//! state is not considered).
+
+use super::{Cmd, HcaState, R, fail, st};
+use crate::device::Device;
+use crate::ifc::ifc;
+use crate::personality::ROCE_ADDRESS_TABLE_SIZE;
+use crate::rng::Rng;
+use crate::syndrome as syn;
+
+const REG_PMTU: u64 = 0x5003;
+const REG_PTYS: u64 = 0x5004;
+const REG_PAOS: u64 = 0x5006;
+const REG_HOST_ENDIANNESS: u64 = 0x7004;
+
+/// Ethernet protocol bits the port offers: 10GBASE-CR (12), 40GBASE-CR4
+/// (6), 100GBASE-CR4 (20), 25GBASE-CR (27), 50GBASE-CR2 (30).
+pub const ETH_PROTO_CAPABILITY: u32 = (1 << 12) | (1 << 6) | (1 << 20) | (1 << 27) | (1 << 30);
+/// Operational protocol when the link is up: 100GBASE-CR4.
+pub const ETH_PROTO_OPER: u32 = 1 << 20;
+/// PMTU max_mtu.
+pub const MAX_MTU: u16 = 9978;
+
+/// One physical port.
+#[derive(Clone, Debug)]
+pub(crate) struct Port {
+    pub(crate) num: u8,
+    pub(crate) admin_up: bool,
+    pub(crate) admin_mtu: u16,
+    pub(crate) eth_proto_admin: u32,
+    pub(crate) mac: [u8; 6],
+    pub(crate) roce_en: bool,
+    pub(crate) vport_mtu: u16,
+    pub(crate) event_enable: u8,
+    pub(crate) gids: Vec<Option<Vec<u8>>>,
+    pub(crate) node_guid: u64,
+}
+
+impl Port {
+    pub(crate) fn new(seed: u64, num: u8) -> Self {
+        let mut r = Rng::new(seed ^ 0x6d61_6321);
+        let x = r.next_u64();
+        let mac = [0x7c, 0xfe, 0x90, (x >> 16) as u8, (x >> 8) as u8, num];
+        let node_guid = u64::from_be_bytes([mac[0], mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], 0]);
+        Self {
+            num,
+            admin_up: true,
+            admin_mtu: 1522,
+            eth_proto_admin: ETH_PROTO_CAPABILITY,
+            mac,
+            roce_en: false,
+            vport_mtu: 1522,
+            event_enable: 0,
+            gids: vec![None; ROCE_ADDRESS_TABLE_SIZE],
+            node_guid,
+        }
+    }
+}
+
+impl Device {
+    /// Whether a port's link is up.
+    pub(crate) fn link_up(&self, port: u8) -> bool {
+        let admin = self
+            .fw
+            .ports
+            .get(usize::from(port).wrapping_sub(1))
+            .is_some_and(|p| p.admin_up);
+        admin && self.peers.contains_key(&port)
+    }
+
+    fn port_index(&self, port: u64) -> Result<usize, super::Fail> {
+        if port == 0 || port > self.fw.ports.len() as u64 {
+            fail(st::BAD_PARAM, syn::BAD_PORT)
+        } else {
+            Ok(port as usize - 1)
+        }
+    }
+}
+
+pub(crate) fn access_reg(d: &mut Device, c: &Cmd) -> R {
+    let id = c.get("register_id");
+    if d.fw.state != HcaState::Initialized && id != REG_HOST_ENDIANNESS {
+        return fail(st::BAD_SYS_STATE, syn::REG_BEFORE_INIT);
+    }
+    let layout = match id {
+        REG_HOST_ENDIANNESS => "register_host_endianness",
+        REG_PAOS => "paos_reg",
+        REG_PTYS => "ptys_reg",
+        REG_PMTU => "pmtu_reg",
+        _ => return fail(st::BAD_PARAM, syn::REG_UNKNOWN),
+    };
+    let size = ifc().size(layout);
+    if c.input.len() < 16 + size {
+        return fail(st::BAD_INP_LEN, syn::REG_SHORT);
+    }
+    if c.out_len < 16 + size {
+        return fail(st::BAD_OUTP_LEN, syn::REG_SHORT);
+    }
+    let write = match c.op_mod {
+        0 => true,
+        1 => false,
+        _ => return fail(st::BAD_PARAM, syn::BAD_OP_MOD),
+    };
+    let data = c.input[16..16 + size].to_vec();
+    let t = ifc();
+    let get = |f: &str| t.get(&data, layout, f);
+    let mut reg = vec![0u8; size];
+    if id == REG_HOST_ENDIANNESS {
+        if write {
+            d.fw.host_endianness = get("he") as u8;
+        }
+        t.set(&mut reg, layout, "he", u64::from(d.fw.host_endianness));
+    } else {
+        let pi = d.port_index(get("local_port"))?;
+        let num = d.fw.ports[pi].num;
+        t.set(&mut reg, layout, "local_port", u64::from(num));
+        match id {
+            REG_PAOS => {
+                if write && get("ase") == 1 {
+                    let up = match get("admin_status") {
+                        1 => true,
+                        2 => false,
+                        _ => return fail(st::BAD_PARAM, syn::REG_BAD_VALUE),
+                    };
+                    let before = d.link_up(num);
+                    d.fw.ports[pi].admin_up = up;
+                    let after = d.link_up(num);
+                    if before != after {
+                        d.port_change_event(num, after);
+                    }
+                }
+                if write && get("ee") == 1 {
+                    d.fw.ports[pi].event_enable = get("e") as u8;
+                }
+                let p = &d.fw.ports[pi];
+                t.set(
+                    &mut reg,
+                    layout,
+                    "admin_status",
+                    if p.admin_up { 1 } else { 2 },
+                );
+                t.set(
+                    &mut reg,
+                    layout,
+                    "oper_status",
+                    if d.link_up(num) { 1 } else { 2 },
+                );
+                t.set(
+                    &mut reg,
+                    layout,
+                    "e",
+                    u64::from(d.fw.ports[pi].event_enable),
+                );
+            }
+            REG_PTYS => {
+                if get("proto_mask") & 0x4 == 0 {
+                    return fail(st::BAD_PARAM, syn::REG_BAD_VALUE);
+                }
+                if write {
+                    let admin = get("eth_proto_admin") as u32;
+                    if admin & !ETH_PROTO_CAPABILITY != 0 || admin == 0 {
+                        return fail(st::BAD_PARAM, syn::REG_BAD_VALUE);
+                    }
+                    d.fw.ports[pi].eth_proto_admin = admin;
+                }
+                let up = d.link_up(num);
+                t.set(&mut reg, layout, "proto_mask", 0x4);
+                t.set(
+                    &mut reg,
+                    layout,
+                    "eth_proto_capability",
+                    u64::from(ETH_PROTO_CAPABILITY),
+                );
+                t.set(
+                    &mut reg,
+                    layout,
+                    "eth_proto_admin",
+                    u64::from(d.fw.ports[pi].eth_proto_admin),
+                );
+                t.set(
+                    &mut reg,
+                    layout,
+                    "eth_proto_oper",
+                    if up { u64::from(ETH_PROTO_OPER) } else { 0 },
+                );
+            }
+            REG_PMTU => {
+                if write {
+                    let m = get("admin_mtu");
+                    if m == 0 || m > u64::from(MAX_MTU) {
+                        return fail(st::BAD_PARAM, syn::REG_BAD_VALUE);
+                    }
+                    d.fw.ports[pi].admin_mtu = m as u16;
+                }
+                let p = &d.fw.ports[pi];
+                t.set(&mut reg, layout, "max_mtu", u64::from(MAX_MTU));
+                t.set(&mut reg, layout, "admin_mtu", u64::from(p.admin_mtu));
+                t.set(&mut reg, layout, "oper_mtu", u64::from(p.admin_mtu));
+            }
+            _ => unreachable!("register ids matched above"),
+        }
+    }
+    let mut o = c.out();
+    o.put(16, &reg);
+    o.done()
+}
+
+fn no_other_vport(c: &Cmd) -> Result<(), super::Fail> {
+    if c.get("other_vport") != 0 {
+        fail(st::BAD_PARAM, syn::VPORT_OTHER)
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) fn query_vport_state(d: &mut Device, c: &Cmd) -> R {
+    no_other_vport(c)?;
+    if c.op_mod > 2 {
+        return fail(st::BAD_PARAM, syn::BAD_OP_MOD);
+    }
+    c.out()
+        .set("state", u64::from(d.link_up(1)))
+        .set("admin_state", 2)
+        .done()
+}
+
+pub(crate) fn query_nic_vport_context(d: &mut Device, c: &Cmd) -> R {
+    no_other_vport(c)?;
+    let p = &d.fw.ports[0];
+    let mut o = c.out();
+    let m = &p.mac;
+    o.set("nic_vport_context.roce_en", u64::from(p.roce_en))
+        .set("nic_vport_context.mtu", u64::from(p.vport_mtu))
+        .set(
+            "nic_vport_context.permanent_address.mac_addr_47_32",
+            u64::from(u16::from_be_bytes([m[0], m[1]])),
+        )
+        .set(
+            "nic_vport_context.permanent_address.mac_addr_31_0",
+            u64::from(u32::from_be_bytes([m[2], m[3], m[4], m[5]])),
+        )
+        .set("nic_vport_context.node_guid", p.node_guid)
+        .set("nic_vport_context.port_guid", p.node_guid)
+        .set("nic_vport_context.system_image_guid", p.node_guid);
+    o.done()
+}
+
+pub(crate) fn modify_nic_vport_context(d: &mut Device, c: &Cmd) -> R {
+    no_other_vport(c)?;
+    let sel = |f: &str| c.get(&format!("field_select.{f}")) == 1;
+    let v = |f: &str| c.get(&format!("nic_vport_context.{f}"));
+    if sel("mtu") && v("mtu") > u64::from(MAX_MTU) {
+        return fail(st::BAD_PARAM, syn::MTU_RANGE);
+    }
+    let p = &mut d.fw.ports[0];
+    if sel("mtu") {
+        p.vport_mtu = v("mtu") as u16;
+    }
+    if sel("roce_en") {
+        p.roce_en = v("roce_en") == 1;
+    }
+    if sel("permanent_address") {
+        let hi = (v("permanent_address.mac_addr_47_32") as u16).to_be_bytes();
+        let lo = (v("permanent_address.mac_addr_31_0") as u32).to_be_bytes();
+        p.mac = [hi[0], hi[1], lo[0], lo[1], lo[2], lo[3]];
+    }
+    c.out().done()
+}
+
+pub(crate) fn query_hca_vport_context(d: &mut Device, c: &Cmd) -> R {
+    no_other_vport(c)?;
+    let pi = d.port_index(c.get("port_num").max(1))?;
+    let num = d.fw.ports[pi].num;
+    let up = d.link_up(num);
+    let guid = d.fw.ports[pi].node_guid;
+    c.out()
+        .set("hca_vport_context.port_state", if up { 4 } else { 1 })
+        .set("hca_vport_context.vport_state", if up { 4 } else { 1 })
+        .set(
+            "hca_vport_context.port_physical_state",
+            if up { 5 } else { 3 },
+        )
+        .set("hca_vport_context.has_raw", 1)
+        .set("hca_vport_context.node_guid", guid)
+        .set("hca_vport_context.port_guid", guid)
+        .set("hca_vport_context.system_image_guid", guid)
+        .done()
+}
+
+pub(crate) fn query_hca_vport_gid(d: &mut Device, c: &Cmd) -> R {
+    no_other_vport(c)?;
+    let pi = d.port_index(c.get("port_num").max(1))?;
+    let idx = c.get("gid_index") as usize;
+    if idx >= ROCE_ADDRESS_TABLE_SIZE {
+        return fail(st::BAD_PARAM, syn::GID_INDEX);
+    }
+    if c.out_len < 32 {
+        return fail(st::BAD_OUTP_LEN, syn::OUTPUT_TOO_SHORT);
+    }
+    let gid = d.fw.ports[pi].gids[idx]
+        .as_ref()
+        .map(|a| a[..16].to_vec())
+        .unwrap_or_else(|| vec![0; 16]);
+    let mut o = c.out();
+    o.set("gids_num", 1);
+    o.put(16, &gid);
+    o.done()
+}
+
+fn roce_index(d: &Device, c: &Cmd) -> Result<(usize, usize), super::Fail> {
+    let idx = c.get("roce_address_index") as usize;
+    if idx >= ROCE_ADDRESS_TABLE_SIZE {
+        return fail(st::BAD_PARAM, syn::GID_INDEX);
+    }
+    let pi = d.port_index(c.get("vhca_port_num").max(1))?;
+    Ok((pi, idx))
+}
+
+pub(crate) fn set_roce_address(d: &mut Device, c: &Cmd) -> R {
+    let (pi, idx) = roce_index(d, c)?;
+    let a = c.bytes("roce_address").to_vec();
+    d.fw.ports[pi].gids[idx] = a.iter().any(|&b| b != 0).then_some(a);
+    c.out().done()
+}
+
+pub(crate) fn query_roce_address(d: &mut Device, c: &Cmd) -> R {
+    let (pi, idx) = roce_index(d, c)?;
+    let a = d.fw.ports[pi].gids[idx]
+        .clone()
+        .unwrap_or_else(|| vec![0; 32]);
+    let off = ifc().field(c.lout, "roce_address").byte_offset();
+    c.out().put(off, &a).done()
+}

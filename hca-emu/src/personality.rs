@@ -1,0 +1,163 @@
+//! The recorded ConnectX-4: capability blocks, QUERY_ADAPTER and QUERY_ISSI
+//! answers, from `hca-emu/data/cx4-fw14.12.1220.txt` (extracted from the
+//! real-hardware trace `data/prm/trace-mlx5_core-cx4.txt`; the test
+//! `tests/personality.rs` proves every byte matches the trace).
+//!
+//! Synthesized (the trace does not show them, documented here):
+//! - capability types 8 (eswitch flow table) and 9 (eswitch): all zero, the
+//!   emulator has no eswitch (the general caps still say
+//!   `vport_group_manager`/`eswitch_manager`, as the card did);
+//! - with [`EmuConfig::ports`](crate::EmuConfig::ports) = 2, `num_ports` in
+//!   the general caps is rewritten to 2;
+//! - the RoCE address (GID) table has [`ROCE_ADDRESS_TABLE_SIZE`] entries:
+//!   the recorded RoCE caps say 256 in a dword the layout file marks
+//!   reserved;
+//! - port registers (PAOS/PTYS/PMTU): see `fw::port`.
+
+use std::collections::BTreeMap;
+
+const DATA: &str = include_str!("../data/cx4-fw14.12.1220.txt");
+
+/// Firmware version 14.12.1220.
+pub const FW_VERSION: (u16, u16, u16) = (14, 12, 1220);
+/// Command interface revision.
+pub const CMDIF_REV: u16 = 5;
+/// PCI vendor and device id of a ConnectX-4.
+pub const PCI_ID: (u16, u16) = (0x15b3, 0x1013);
+/// Entries of the RoCE address table per port.
+pub const ROCE_ADDRESS_TABLE_SIZE: usize = 256;
+/// The ISSI values the firmware supports (bit n = ISSI n): 0 and 1.
+pub const SUPPORTED_ISSI: u32 = 0b11;
+
+/// One recorded answer: a section of the data file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedAnswer {
+    /// Section title (`QUERY_HCA_CAP op_mod=0x1`, `QUERY_ADAPTER`...).
+    pub title: String,
+    /// Index of the command in the trace (0-based).
+    pub trace_command: usize,
+    /// Output payload: the bytes after the 16-byte header.
+    pub bytes: Vec<u8>,
+}
+
+/// Parses the personality data file.
+pub fn recorded_answers() -> Vec<RecordedAnswer> {
+    parse(DATA).expect("hca-emu/data/cx4-fw14.12.1220.txt is well formed")
+}
+
+fn parse(text: &str) -> Result<Vec<RecordedAnswer>, String> {
+    let mut out: Vec<RecordedAnswer> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix('[') {
+            let (title, tail) = rest
+                .split_once(']')
+                .ok_or_else(|| format!("line {}: unterminated section", n + 1))?;
+            let idx = tail
+                .trim()
+                .strip_prefix("trace_command=")
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| format!("line {}: missing trace_command", n + 1))?;
+            out.push(RecordedAnswer {
+                title: title.to_string(),
+                trace_command: idx,
+                bytes: Vec::new(),
+            });
+            continue;
+        }
+        let cur = out
+            .last_mut()
+            .ok_or_else(|| format!("line {}: data before a section", n + 1))?;
+        if line.len() % 2 != 0 {
+            return Err(format!("line {}: odd number of hex digits", n + 1));
+        }
+        for i in (0..line.len()).step_by(2) {
+            let b = u8::from_str_radix(&line[i..i + 2], 16)
+                .map_err(|_| format!("line {}: not hex", n + 1))?;
+            cur.bytes.push(b);
+        }
+    }
+    Ok(out)
+}
+
+/// The capability and identity data the firmware model answers with.
+#[derive(Clone, Debug)]
+pub(crate) struct Caps {
+    /// Current capabilities by type (4096 bytes each).
+    pub(crate) cur: BTreeMap<u8, Vec<u8>>,
+    /// Maximum capabilities by type.
+    pub(crate) max: BTreeMap<u8, Vec<u8>>,
+    /// QUERY_ADAPTER payload (256 bytes).
+    pub(crate) adapter: Vec<u8>,
+}
+
+/// Capability type: general device caps.
+pub(crate) const CAP_GENERAL: u8 = 0;
+/// Capability type: atomic.
+pub(crate) const CAP_ATOMIC: u8 = 3;
+/// Capability type: RoCE.
+pub(crate) const CAP_ROCE: u8 = 4;
+
+impl Caps {
+    pub(crate) fn connectx4(ports: u8) -> Self {
+        let mut cur = BTreeMap::new();
+        let mut max = BTreeMap::new();
+        let mut adapter = Vec::new();
+        for a in recorded_answers() {
+            if let Some(m) = a.title.strip_prefix("QUERY_HCA_CAP op_mod=0x") {
+                let op_mod = u8::from_str_radix(m, 16).expect("op_mod in hex");
+                let mut b = a.bytes.clone();
+                b.resize(4096, 0);
+                if op_mod & 1 == 1 {
+                    cur.insert(op_mod >> 1, b);
+                } else {
+                    max.insert(op_mod >> 1, b);
+                }
+            } else if a.title == "QUERY_ADAPTER" {
+                adapter = a.bytes.clone();
+            }
+        }
+        for t in [8u8, 9] {
+            cur.entry(t).or_insert_with(|| vec![0; 4096]);
+            max.entry(t).or_insert_with(|| vec![0; 4096]);
+        }
+        let mut caps = Self { cur, max, adapter };
+        if ports != 1 {
+            for m in [&mut caps.cur, &mut caps.max] {
+                if let Some(g) = m.get_mut(&CAP_GENERAL) {
+                    crate::ifc::ifc().set(g, "cmd_hca_cap", "num_ports", u64::from(ports));
+                }
+            }
+        }
+        caps
+    }
+
+    /// A general (current) capability field.
+    pub(crate) fn general(&self, field: &str) -> u64 {
+        crate::ifc::ifc().get(&self.cur[&CAP_GENERAL], "cmd_hca_cap", field)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_file_parses() {
+        let a = recorded_answers();
+        assert_eq!(a.len(), 12);
+        let caps = Caps::connectx4(1);
+        assert_eq!(caps.general("log_max_qp"), 14);
+        assert_eq!(
+            crate::ifc::ifc().get(&caps.max[&0], "cmd_hca_cap", "log_max_qp"),
+            23
+        );
+        assert_eq!(caps.general("num_ports"), 1);
+        assert_eq!(caps.adapter.len(), 256);
+        assert!(parse("[x] trace_command=1\nzz\n").is_err());
+        assert!(parse("00\n").is_err());
+    }
+}

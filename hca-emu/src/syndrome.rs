@@ -1,0 +1,151 @@
+//! The syndromes the emulated firmware returns with a failing command
+//! status.
+//!
+//! Real firmware syndromes are opaque 32-bit numbers that identify the exact
+//! check that failed; the emulator's are stable and distinct too, one per
+//! check, so a test can assert *which* rule refused a command. Checks that
+//! apply to every command live at `0xE0_00xx`; a command-specific check is
+//! `opcode << 8 | n` (so `0x0004_0003` is the third check of CREATE_CQ 0x400).
+//! [`describe`] names any of them.
+
+macro_rules! syndromes {
+    ($($(#[$m:meta])* $name:ident = $val:expr, $text:expr;)*) => {
+        $($(#[$m])* #[doc = $text] pub const $name: u32 = $val;)*
+        /// Every syndrome with its description.
+        pub const ALL: &[(u32, &str, &str)] = &[$(($val, stringify!($name), $text)),*];
+    };
+}
+
+syndromes! {
+    // Checks common to every command.
+    BAD_OPCODE = 0x00e0_0001, "opcode not supported by this firmware";
+    NOT_ENABLED = 0x00e0_0002, "command before ENABLE_HCA";
+    NOT_INITIALIZED = 0x00e0_0003, "command needs INIT_HCA first";
+    ONLY_BEFORE_INIT = 0x00e0_0004, "command only allowed before INIT_HCA";
+    INPUT_TOO_SHORT = 0x00e0_0005, "input length shorter than the command's layout";
+    OUTPUT_TOO_SHORT = 0x00e0_0006, "output length shorter than the command's layout";
+    RESERVED_NOT_ZERO = 0x00e0_0007, "a reserved field of the command input is not zero";
+    BAD_OP_MOD = 0x00e0_0008, "op_mod not valid for this command";
+    INJECTED = 0x00e0_0009, "failure injected by the test (fail_opcode without syndrome)";
+    TORN_DOWN = 0x00e0_000a, "command after TEARDOWN_HCA";
+    BAD_UID = 0x00e0_000b, "uid must be 0 (no user contexts)";
+    PAS_TOO_SHORT = 0x00e0_000c, "input too short for the page list the queue size needs";
+    PAS_MISALIGNED = 0x00e0_000d, "a page address is not 4 KiB aligned";
+    BAD_UAR = 0x00e0_000e, "uar_page is not an allocated UAR";
+    BAD_PD = 0x00e0_000f, "pd is not an allocated protection domain";
+    BAD_CQN = 0x00e0_0010, "CQ number does not exist";
+    DBR_MISALIGNED = 0x00e0_0011, "dbr_addr is not 8-byte aligned";
+    NO_SUCH_OBJECT = 0x00e0_0012, "object number does not exist";
+    IN_USE = 0x00e0_0013, "object still in use by another object";
+    TOO_MANY = 0x00e0_0014, "no more objects of this type (log_max_* reached)";
+    BAD_PAGE_SIZE = 0x00e0_0015, "log_page_size out of range";
+    BAD_PORT = 0x00e0_0016, "port number out of range";
+    BAD_TD = 0x00e0_0017, "transport domain does not exist";
+    PAGE_OFFSET = 0x00e0_0018, "page_offset must be 0";
+
+    // ENABLE_HCA / DISABLE_HCA / INIT_HCA / TEARDOWN_HCA.
+    ALREADY_ENABLED = 0x0001_0401, "ENABLE_HCA: function already enabled";
+    BAD_FUNCTION_ID = 0x0001_0402, "function_id must be 0 (no VFs)";
+    DISABLE_WHILE_INIT = 0x0001_0501, "DISABLE_HCA while the HCA is initialized (TEARDOWN_HCA first)";
+    INIT_PAGES_MISSING = 0x0001_0201, "INIT_HCA before the boot and init pages asked for were given";
+    ALREADY_INITIALIZED = 0x0001_0202, "INIT_HCA twice";
+    BAD_TEARDOWN_PROFILE = 0x0001_0301, "TEARDOWN_HCA profile not supported";
+    // ISSI.
+    ISSI_UNSUPPORTED = 0x0001_0b01, "SET_ISSI with an ISSI the firmware does not support";
+    // QUERY_PAGES / MANAGE_PAGES.
+    PAGES_OP_MOD = 0x0001_0701, "QUERY_PAGES op_mod must be 1 (boot), 2 (init) or 3 (regular)";
+    PAGE_NOT_MAPPED = 0x0001_0801, "MANAGE_PAGES: a page is not mapped DMA memory (IOMMU fault)";
+    PAGE_DUPLICATE = 0x0001_0802, "MANAGE_PAGES: a page is given twice or is already held";
+    PAGE_MISALIGNED = 0x0001_0803, "MANAGE_PAGES: a page address is not 4 KiB aligned";
+    PAGES_LIST_SHORT = 0x0001_0804, "MANAGE_PAGES: input shorter than input_num_entries addresses";
+    PAGES_OUT_SHORT = 0x0001_0805, "MANAGE_PAGES take: output too short for the pages returned";
+    PAGES_TOO_MANY = 0x0001_0806, "MANAGE_PAGES give: more pages than the firmware can hold";
+    // QUERY_HCA_CAP / SET_HCA_CAP.
+    CAP_TYPE = 0x0001_0001, "QUERY_HCA_CAP: capability type not supported";
+    SET_CAP_TYPE = 0x0001_0901, "SET_HCA_CAP: capability type cannot be set";
+    SET_CAP_ABOVE_MAX = 0x0001_0902, "SET_HCA_CAP: a settable field exceeds its maximum";
+    SET_CAP_UNSUPPORTED = 0x0001_0903, "SET_HCA_CAP: a mode the maximum caps do not offer";
+    // ACCESS_REG.
+    REG_UNKNOWN = 0x0008_0501, "ACCESS_REG: register not supported";
+    REG_SHORT = 0x0008_0502, "ACCESS_REG: register data shorter than the register";
+    REG_BAD_VALUE = 0x0008_0503, "ACCESS_REG: value out of range";
+    REG_BEFORE_INIT = 0x0008_0504, "ACCESS_REG: only HOST_ENDIANNESS before INIT_HCA";
+    // UAR.
+    NO_UAR = 0x0008_0201, "ALLOC_UAR: no UAR pages left in the BAR";
+    // MKEY.
+    MKEY_ACCESS_MODE = 0x0002_0001, "CREATE_MKEY: access mode not supported (PA and MTT only)";
+    MKEY_REMOTE_WITHOUT_LOCAL_WRITE = 0x0002_0002, "CREATE_MKEY: remote write or atomic without local write";
+    MKEY_BOUNDS = 0x0002_0003, "CREATE_MKEY: start_addr + len overflows";
+    MKEY_MTT_SHORT = 0x0002_0004, "CREATE_MKEY: translations do not cover start_addr..start_addr+len";
+    MKEY_MTT_MISALIGNED = 0x0002_0005, "CREATE_MKEY: an MTT entry is not aligned to the page size";
+    MKEY_QPN = 0x0002_0006, "CREATE_MKEY: qpn must be 0xffffff";
+    MKEY_ZERO_LEN = 0x0002_0007, "CREATE_MKEY: len is 0 without length64";
+    // EQ.
+    EQ_LOG_SIZE = 0x0003_0101, "CREATE_EQ: log_eq_size above log_max_eq_sz";
+    EQ_INTR = 0x0003_0102, "CREATE_EQ: intr beyond the MSI-X vectors";
+    EQ_EVENTS = 0x0003_0103, "CREATE_EQ: event_bitmask asks for an event type that does not exist";
+    EQ_CMD_TWICE = 0x0003_0104, "CREATE_EQ: another EQ already receives command completions";
+    // CQ.
+    CQ_LOG_SIZE = 0x0004_0001, "CREATE_CQ: log_cq_size above log_max_cq_sz";
+    CQ_BAD_EQN = 0x0004_0002, "CREATE_CQ: c_eqn is not an existing EQ";
+    CQ_CQE_SIZE = 0x0004_0003, "CREATE_CQ: cqe_sz must be 0 (64 B) or 1 (128 B)";
+    // QP.
+    QP_ST = 0x0005_0001, "CREATE_QP: service type not supported (RC, UC, UD)";
+    QP_LOG_SIZE = 0x0005_0002, "CREATE_QP: log_rq_size or log_sq_size above log_max_qp_sz";
+    QP_RQ_TYPE = 0x0005_0003, "CREATE_QP: rq_type not supported";
+    QP_BAD_SRQ = 0x0005_0004, "CREATE_QP: srqn is not an existing SRQ";
+    QP_STATE_NOT_RST = 0x0005_0005, "CREATE_QP: initial state must be RST";
+    QP_BAD_TRANSITION = 0x0005_0006, "modify QP: not a legal edge from the QP's current state";
+    QP_OPT_PARAM = 0x0005_0007, "modify QP: opt_param_mask bit not allowed for this transition";
+    QP_PORT = 0x0005_0008, "modify QP: vhca_port_num out of range";
+    QP_PKEY_INDEX = 0x0005_0009, "modify QP: pkey_index beyond the P_Key table";
+    QP_MTU = 0x0005_000a, "INIT2RTR: mtu must be 1..5 (256..4096)";
+    QP_ROCE_GRH = 0x0005_000b, "INIT2RTR: RoCE needs grh = 1";
+    QP_GID_INDEX = 0x0005_000c, "INIT2RTR: src_addr_index is not a valid GID table entry";
+    QP_RQ_STRIDE = 0x0005_000d, "CREATE_QP: log_rq_stride gives a receive WQE above max_wqe_sz_rq";
+    QP_TOO_MANY_QPS = 0x0005_000e, "CREATE_QP: log_max_qp QPs already exist";
+    QP_RMAC = 0x0005_000f, "INIT2RTR: RoCE needs a destination MAC";
+    // SRQ.
+    SRQ_LOG_SIZE = 0x0007_0001, "CREATE_SRQ: log_srq_size above log_max_srq_sz";
+    SRQ_LWM = 0x0007_0301, "ARM_RQ: lwm above the SRQ size";
+    // SQ / RQ / TIS / TIR / RQT / flow tables.
+    WQ_LOG_SIZE = 0x0009_0401, "CREATE_SQ/RQ: log_wq_sz above log_max_wq_sz";
+    WQ_BAD_TIS = 0x0009_0402, "CREATE_SQ: tis_num_0 is not an existing TIS";
+    WQ_STATE = 0x0009_0501, "MODIFY_SQ/RQ: current state does not match or illegal edge";
+    WQ_TYPE = 0x0009_0403, "CREATE_SQ/RQ: wq_type must be cyclic (1)";
+    TIR_BAD_RQ = 0x0009_0001, "CREATE_TIR: inline_rqn is not an existing RQ";
+    TIR_BAD_RQT = 0x0009_0002, "CREATE_TIR: indirect_table is not an existing RQT";
+    TIR_DISP_TYPE = 0x0009_0003, "CREATE_TIR: disp_type not supported";
+    RQT_SIZE = 0x0009_1601, "CREATE_RQT: rqt_actual_size above rqt_max_size or log_max_rqt_size";
+    FT_TYPE = 0x0009_3001, "flow table: table_type must be 0 (NIC RX) or 1 (NIC TX)";
+    FT_LOG_SIZE = 0x0009_3002, "CREATE_FLOW_TABLE: log_size above the maximum";
+    FT_BAD_TABLE = 0x0009_3301, "flow table does not exist";
+    FT_BAD_GROUP = 0x0009_3601, "SET_FLOW_TABLE_ENTRY: group_id is not a group of this table";
+    FT_INDEX = 0x0009_3602, "SET_FLOW_TABLE_ENTRY: flow_index beyond the table";
+    // Vport / RoCE address.
+    VPORT_OTHER = 0x0007_5001, "vport commands: other_vport not supported (no eswitch)";
+    GID_INDEX = 0x0007_6001, "SET/QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID: index beyond the table";
+    MTU_RANGE = 0x0007_5501, "MODIFY_NIC_VPORT_CONTEXT: mtu above the port's max_mtu";
+}
+
+/// The name and description of a syndrome the emulator returns.
+pub fn describe(syndrome: u32) -> Option<(&'static str, &'static str)> {
+    ALL.iter()
+        .find(|&&(s, _, _)| s == syndrome)
+        .map(|&(_, n, d)| (n, d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syndromes_are_distinct() {
+        let mut v: Vec<u32> = ALL.iter().map(|x| x.0).collect();
+        v.sort_unstable();
+        let n = v.len();
+        v.dedup();
+        assert_eq!(v.len(), n, "two checks share a syndrome");
+        assert!(describe(CQ_LOG_SIZE).is_some());
+    }
+}
