@@ -918,3 +918,47 @@ impl Platform for VfioPlatform {
         &self.describe
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_can_be_shared_between_threads() {
+        send_sync::<VfioPlatform>();
+        send_sync::<VfioBar>();
+        send_sync::<crate::bare_metal::BareMetal<fn() -> Duration>>();
+    }
+
+    #[test]
+    fn opening_checks_come_before_any_device_access() {
+        // A fake sysfs: each readiness failure is reported before VFIO is
+        // touched (this machine has no VFIO device).
+        let dir = sysfs::fake::temp_dir("open");
+        let fake = sysfs::fake::FakeSysfs::new(&dir);
+        fake.add_device("0000:02:00.0", 0x15b3, 0x1013, Some("mlx5_core"), Some(3));
+        fake.add_device("0000:03:00.0", 0x15b3, 0x1017, Some("vfio-pci"), Some(4));
+        let opts = || {
+            let mut o = VfioOptions::default().sysfs_root(&fake.root);
+            o.dev_vfio = fake.root.join("dev-vfio");
+            o
+        };
+        let e = VfioPlatform::open("0000:02:00.0", opts()).unwrap_err();
+        assert!(matches!(e, Error::NotBoundToVfio { .. }), "{e}");
+        let e = VfioPlatform::open("0000:09:00.0", opts()).unwrap_err();
+        assert!(matches!(e, Error::DeviceNotFound { .. }), "{e}");
+        // Bound and viable, but no device node.
+        let e = VfioPlatform::open("03:00.0", opts()).unwrap_err();
+        match &e {
+            Error::VfioDevNode { path, hint, .. } => {
+                assert!(path.ends_with("dev-vfio/vfio"), "{path}");
+                assert!(hint.contains("modprobe vfio-pci"), "{hint}");
+            }
+            other => panic!("expected VfioDevNode, got {other:?}"),
+        }
+        let e = kernel_group_viable(&fake.root.join("dev-vfio"), 4).unwrap_err();
+        assert!(matches!(e, Error::VfioDevNode { .. }), "{e}");
+    }
+}

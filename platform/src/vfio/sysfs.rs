@@ -422,8 +422,14 @@ pub mod fake {
         }
     }
 
-    /// A fresh temporary directory (removed by the caller or left in
-    /// /tmp).
+    impl Drop for FakeSysfs {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.root);
+        }
+    }
+
+    /// A fresh temporary directory (the caller removes it; a [`FakeSysfs`]
+    /// built on it removes it when dropped).
     pub fn temp_dir(tag: &str) -> PathBuf {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static N: AtomicUsize = AtomicUsize::new(0);
@@ -637,8 +643,9 @@ mod tests {
     #[test]
     fn waiting_for_a_path_times_out() {
         let dir = temp_dir("wait");
+        let fake = FakeSysfs::new(&dir);
         wait_for_path(&dir, Duration::from_millis(10)).unwrap();
-        let e = wait_for_path(&dir.join("never"), Duration::from_millis(20)).unwrap_err();
+        let e = wait_for_path(&fake.root.join("never"), Duration::from_millis(20)).unwrap_err();
         assert!(e.to_string().contains("to appear"), "{e}");
     }
 }
