@@ -1289,6 +1289,12 @@ fn new_sq<M: Mmio>(
         Err(e) => return Err((e, db)),
     };
     dbr.w32(DBR_SND, Be32::new(start & 0xffff).to_raw());
+    // No slot starts an outstanding WQE yet: mark every slot as the work
+    // request just before the tail, outside the outstanding window.
+    for i in 0..g.wqe_cnt as usize {
+        meta.a32(layout.sq_wqe_head + 4 * i)
+            .store(start.wrapping_sub(1), Ordering::Relaxed);
+    }
     Ok(SendQueue {
         buf,
         meta,
