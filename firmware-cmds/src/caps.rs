@@ -1073,6 +1073,10 @@ prm_struct! {
         opcode: u16 = 0x00[31:16],
         /// Op mod: capability type << 1 (mode bit 0).
         op_mod: u16 = 0x04[15:0],
+        /// Set the capabilities of `function_id`, not of this function.
+        other_function: bool = 0x08[31:31],
+        /// Function whose capabilities are set (with `other_function`).
+        function_id: u16 = 0x08[15:0],
         /// The capability block to set.
         capability: HcaCapUnion = 0x10,
     }
