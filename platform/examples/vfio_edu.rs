@@ -373,6 +373,51 @@ fn exercise(c: &mut Checks, sysfs: &Sysfs, dut: &PciFunction, kmsg: &mut Option<
     let _ = sysfs;
 }
 
+/// DMA from a 2 MiB huge page: reserve a few in the guest, check the chunk
+/// is one and that edu's DMA goes through it.
+fn huge_pages(c: &mut Checks, dut: &PciFunction) {
+    let knob = "/proc/sys/vm/nr_hugepages";
+    let reserved = fs::write(knob, "4")
+        .and_then(|_| fs::read_to_string(knob))
+        .map(|s| s.trim().to_string());
+    c.check(
+        "setup: huge pages reserved",
+        reserved.as_ref().is_ok_and(|n| n != "0"),
+        format!("nr_hugepages = {reserved:?}"),
+    );
+    let plat = match VfioPlatform::open(&dut.bdf, options()) {
+        Ok(p) => p,
+        Err(e) => return c.check("open (huge pages)", false, e),
+    };
+    let (bar, buf) = match (plat.map_bar(0), plat.alloc_dma(HOST_LEN, 4096)) {
+        (Ok(bar), Ok(buf)) => (bar, buf),
+        (a, b) => {
+            return c.check(
+                "huge page DMA",
+                false,
+                format!("{:?} {:?}", a.err(), b.err()),
+            );
+        }
+    };
+    let chunks = plat.dma_chunks();
+    fill_pattern(&buf, 99);
+    let sent = read_all(&buf, EDU_XFER);
+    let there = edu_dma(&bar, buf.iova(), EDU_BUF, EDU_XFER, false);
+    buf.fill(0, HOST_LEN, 0);
+    let back = edu_dma(&bar, EDU_BUF, buf.iova(), EDU_XFER, true);
+    let same = read_all(&buf, EDU_XFER) == sent;
+    c.check(
+        "huge page DMA",
+        chunks.len() == 1 && chunks[0].huge && there.is_ok() && back.is_ok() && same,
+        format!("chunks {chunks:x?}, round trip equal: {same}"),
+    );
+    let freed = plat.try_free_dma(buf);
+    c.check("huge page freed", freed.is_ok(), format!("{freed:?}"));
+    drop(bar);
+    drop(plat);
+    let _ = fs::write(knob, "0");
+}
+
 fn main() -> ExitCode {
     let mut c = Checks {
         passed: 0,
@@ -462,6 +507,7 @@ fn main() -> ExitCode {
     );
 
     exercise(&mut c, &sysfs, &dut, &mut kmsg);
+    huge_pages(&mut c, &dut);
 
     // A non-viable group: one edu of the shared group on vfio-pci, the other
     // owned by a kernel driver.
