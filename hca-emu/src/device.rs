@@ -356,7 +356,11 @@ impl Device {
     /// are gone, the device boots again. DMA mappings (host memory) stay.
     pub(crate) fn reset(&mut self) {
         let cfg = self.cfg.clone();
+        let lost = std::mem::take(&mut self.fw.pages_lost);
+        let at_teardown = std::mem::take(&mut self.fw.leaked_at_teardown);
         self.fw = Fw::new(&cfg);
+        self.fw.pages_lost = lost;
+        self.fw.leaked_at_teardown = at_teardown;
         self.cmdq_h = 0;
         self.cmdq_l = 0;
         self.cmdq_written = false;

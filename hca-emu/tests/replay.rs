@@ -15,6 +15,7 @@
 //! - CREATE_EQ: `uar_page` is the UAR the emulator allocated for the first
 //!   ALLOC_UAR (the real one answered 0x10), and `pas` points to a buffer of
 //!   the test's DMA memory of the EQ's size and page size.
+//!
 //! Object numbers (UARs, EQs) are the emulator's own: real firmware numbers
 //! are not part of the interface.
 

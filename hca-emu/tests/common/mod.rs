@@ -324,7 +324,8 @@ impl Raw {
         self.ok(&inp(0x102, 0, 16), 16);
     }
 
-    /// TEARDOWN_HCA, reclaim everything, DISABLE_HCA, free all memory.
+    /// TEARDOWN_HCA, reclaim everything, DISABLE_HCA, free the memory
+    /// (the command queue stays).
     pub fn teardown(&mut self) {
         self.ok(&inp(0x103, 0, 16), 16);
         loop {
@@ -336,7 +337,9 @@ impl Raw {
             assert!(!got.is_empty(), "firmware returns no pages");
         }
         self.ok(&inp(0x105, 0, 16), 16);
-        self.free_all();
+        for r in self.pages.drain(..).chain(self.other.drain(..)) {
+            self.p.free_dma(r);
+        }
     }
 
     pub fn free_all(&mut self) {
@@ -361,5 +364,122 @@ impl Raw {
             .iter()
             .find(|r| r.contains_iova(iova, 1))
             .expect("region of this test")
+    }
+}
+
+/// Resource builders with PRM offsets written by hand (from the PRM field
+/// tables), independent of the emulator's layout table.
+impl Raw {
+    pub fn alloc_uar(&mut self) -> u32 {
+        let o = self.ok(&inp(0x802, 0, 16), 16);
+        u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff
+    }
+
+    pub fn alloc_pd(&mut self) -> u32 {
+        let o = self.ok(&inp(0x800, 0, 16), 16);
+        u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff
+    }
+
+    /// CREATE_EQ input: log size, UAR, events, buffer.
+    pub fn eq_input(&mut self, log: u32, uar: u32, events: u64) -> (Vec<u8>, u64) {
+        let buf = self.dma((64usize << log).max(4096));
+        // Owner bytes initialised to 1.
+        let r = self.region(buf);
+        for i in 0..(1usize << log) {
+            r.write_u8(i * 64 + 63, 1);
+        }
+        let mut m = inp(0x301, 0, 0x118);
+        setf(&mut m, 0x1c, 28, 24, u64::from(log));
+        setf(&mut m, 0x1c, 23, 0, u64::from(uar));
+        let lps = ((64u64 << log).max(4096) / 4096).trailing_zeros();
+        setf(&mut m, 0x28, 28, 24, u64::from(lps));
+        put64(&mut m, 0x58, events);
+        put64(&mut m, 0x110, buf);
+        (m, buf)
+    }
+
+    pub fn create_eq(&mut self, log: u32, uar: u32, events: u64) -> (u32, u64) {
+        let (m, buf) = self.eq_input(log, uar, events);
+        let o = self.ok(&m, 16);
+        (u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff, buf)
+    }
+
+    /// CREATE_CQ input: log size, UAR, EQ; returns input, buffer, dbr.
+    pub fn cq_input(&mut self, log: u32, uar: u32, eqn: u32) -> (Vec<u8>, u64, u64) {
+        let size = (64usize << log).max(4096);
+        let buf = self.dma(size);
+        let r = self.region(buf);
+        for i in 0..(1usize << log) {
+            r.write_u8(i * 64 + 63, 0xf0);
+        }
+        let dbr = self.dma(64);
+        let mut m = inp(0x400, 0, 0x110 + 8 * (size / 4096));
+        setf(&mut m, 0x1c, 28, 24, u64::from(log));
+        setf(&mut m, 0x1c, 23, 0, u64::from(uar));
+        setf(&mut m, 0x24, 7, 0, u64::from(eqn));
+        put64(&mut m, 0x48, dbr);
+        for i in 0..size / 4096 {
+            put64(&mut m, 0x110 + 8 * i, buf + (i * 4096) as u64);
+        }
+        (m, buf, dbr)
+    }
+
+    pub fn create_cq(&mut self, log: u32, uar: u32, eqn: u32) -> (u32, u64, u64) {
+        let (m, buf, dbr) = self.cq_input(log, uar, eqn);
+        let o = self.ok(&m, 16);
+        (
+            u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff,
+            buf,
+            dbr,
+        )
+    }
+
+    /// CREATE_QP input for a service type with 2^4 RQ WQEs (stride 64) and
+    /// 2^4 SQ WQEBBs.
+    pub fn qp_input(&mut self, st: u32, pd: u32, uar: u32, cqn: u32) -> Vec<u8> {
+        let buf = self.dma(4096 * 2);
+        let dbr = self.dma(64);
+        let mut m = inp(0x500, 0, 0x110 + 16);
+        setf(&mut m, 0x18, 23, 16, u64::from(st));
+        setf(&mut m, 0x1c, 23, 0, u64::from(pd));
+        setf(&mut m, 0x20, 22, 19, 4); // log_rq_size
+        setf(&mut m, 0x20, 18, 16, 2); // log_rq_stride: 64 B
+        setf(&mut m, 0x20, 14, 11, 4); // log_sq_size
+        setf(&mut m, 0x24, 23, 0, u64::from(uar));
+        setf(&mut m, 0x94, 23, 0, u64::from(cqn));
+        setf(&mut m, 0xb4, 23, 0, u64::from(cqn));
+        put64(&mut m, 0xb8, dbr);
+        put64(&mut m, 0x110, buf);
+        put64(&mut m, 0x118, buf + 4096);
+        m
+    }
+
+    pub fn create_qp(&mut self, st: u32, pd: u32, uar: u32, cqn: u32) -> u32 {
+        let m = self.qp_input(st, pd, uar, cqn);
+        let o = self.ok(&m, 16);
+        u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff
+    }
+
+    /// A modify-QP input (0x110 bytes) for `opcode`.
+    pub fn modify_input(opcode: u16, qpn: u32) -> Vec<u8> {
+        let mut m = inp(
+            opcode,
+            0,
+            if matches!(opcode, 0x507 | 0x50a) {
+                16
+            } else {
+                0x110
+            },
+        );
+        setf(&mut m, 0x08, 23, 0, u64::from(qpn));
+        m
+    }
+
+    /// The QP state from QUERY_QP.
+    pub fn query_qp_state(&mut self, qpn: u32) -> u32 {
+        let mut m = inp(0x50b, 0, 16);
+        setf(&mut m, 0x08, 23, 0, u64::from(qpn));
+        let o = self.ok(&m, 0x110);
+        u32::from_be_bytes(o[0x18..0x1c].try_into().unwrap()) >> 28
     }
 }

@@ -76,9 +76,6 @@ pub fn parse() -> Vec<TraceCmd> {
             continue;
         }
         let Some(close) = line.find("] ") else {
-            if line.trim().is_empty() {
-                in_block = in_block && false;
-            }
             continue;
         };
         let body = line[close + 2..].trim();
