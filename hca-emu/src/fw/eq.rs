@@ -174,13 +174,15 @@ impl Device {
         self.post_eqe(eqn, ty, sub, &data)
     }
 
-    pub(crate) fn post_cmd_completion(&mut self, slot: u8) {
-        self.post_event(
-            event::CMD,
-            0,
+    pub(crate) fn post_cmd_completion(&mut self, eqn: u32, slot: u8) {
+        let mut data = vec![0u8; 28];
+        ifc().set(
+            &mut data,
             "cmd_inter_comp_event",
-            &[("command_completion_vector", 1u64 << slot)],
+            "command_completion_vector",
+            1u64 << slot,
         );
+        self.post_eqe(eqn, event::CMD, 0, &data);
     }
 
     /// A runtime page request (positive) or reclaim (negative).

@@ -372,6 +372,8 @@ impl Device {
             output_length: out_len as u32,
         };
         let corrupt = fire(&mut self.faults.corrupt_output, opcode);
+        // Only an EQ that existed when the command started hears of it.
+        let notify = self.eq_for(eq::event::CMD);
         match self.deliver(slot, &e, token, in_len, out_len, corrupt) {
             Ok((status, syndrome)) => {
                 rec.status = status;
@@ -401,7 +403,9 @@ impl Device {
             rec.syndrome
         );
         self.cmd_log.push(rec);
-        self.post_cmd_completion(slot);
+        if let Some(eqn) = notify {
+            self.post_cmd_completion(eqn, slot);
+        }
     }
 
     fn deliver(
