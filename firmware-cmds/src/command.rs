@@ -138,6 +138,20 @@ impl ArrayItem for u32 {
     }
 }
 
+/// A byte image of a fixed size: a 16-byte GID, the 8-byte image of a flow
+/// destination (`dest_format_struct`), copied as is.
+impl<const N: usize> ArrayItem for [u8; N] {
+    const SIZE: usize = N;
+    fn byte(self, i: usize) -> u8 {
+        self[i]
+    }
+    fn from_be(b: &[u8]) -> Self {
+        let mut out = [0u8; N];
+        out.copy_from_slice(&b[..N]);
+        out
+    }
+}
+
 /// A fixed layout followed by a flexible array: `CREATE_CQ` with its page
 /// list, `MANAGE_PAGES` with the pages it gives.
 #[derive(Clone, Copy, Debug)]
