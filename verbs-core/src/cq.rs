@@ -322,6 +322,37 @@ pub struct Cq<M: Mmio> {
     version: CqeVersion,
 }
 
+// Requester CQE: the WQE opcode (sop) to the work completion, as
+// rdma-core's `handle_good_req`: bits 2:0 index `WC_OPCODES`, bit 3 "with
+// immediate", bits 7:4 where byte_len comes from; 0 = unknown opcode.
+const REQ_IMM: u8 = 0x08;
+const REQ_LEN_CNT: u8 = 0x10;
+const REQ_LEN_8: u8 = 0x20;
+const WC_OPCODES: [WcOpcode; 8] = [
+    WcOpcode::Send,
+    WcOpcode::RdmaWrite,
+    WcOpcode::RdmaRead,
+    WcOpcode::CompSwap,
+    WcOpcode::FetchAdd,
+    WcOpcode::Tso,
+    WcOpcode::Nop,
+    WcOpcode::Send,
+];
+const REQ_OPCODES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[Opcode::RdmaWrite as usize] = 1;
+    t[Opcode::RdmaWriteImm as usize] = 1 | REQ_IMM;
+    t[Opcode::Send as usize] = 7;
+    t[Opcode::SendInval as usize] = 7;
+    t[Opcode::SendImm as usize] = 7 | REQ_IMM;
+    t[Opcode::RdmaRead as usize] = 2 | REQ_LEN_CNT;
+    t[Opcode::AtomicCs as usize] = 3 | REQ_LEN_8;
+    t[Opcode::AtomicFa as usize] = 4 | REQ_LEN_8;
+    t[Opcode::Tso as usize] = 5;
+    t[Opcode::Nop as usize] = 6;
+    t
+};
+
 /// What a parsed CQE changes once it is accepted.
 enum Commit<'a> {
     SqTail(&'a QpCompletions, u32),
@@ -476,19 +507,18 @@ impl<M: Mmio> Cq<M> {
                 break;
             }
             barrier::udma_from_device_barrier();
-            match self.parse(off, op_own, queues, &mut cache) {
-                Ok((w, commit)) => {
-                    let w = match commit {
+            let w = &mut wc[n];
+            match self.parse(off, op_own, queues, &mut cache, w) {
+                Ok(commit) => {
+                    match commit {
                         Commit::SqTail(h, t) => {
                             h.meta.a32(META_SQ_TAIL).store(t, Ordering::Release);
-                            w
                         }
                         Commit::RqTail(h, t) => {
                             h.meta.a32(META_RQ_TAIL).store(t, Ordering::Release);
-                            w
                         }
                         Commit::Srq(s, wqe, ctr) => match s.retire(&wqe, ctr, self.ci) {
-                            Ok(wr_id) => WorkCompletion { wr_id, ..w },
+                            Ok(wr_id) => w.wr_id = wr_id,
                             Err(e @ Error::SrqLockTimeout(_)) => {
                                 // Not the CQE's fault: leave it for the next poll.
                                 if n == 0 {
@@ -504,8 +534,7 @@ impl<M: Mmio> Cq<M> {
                                 break;
                             }
                         },
-                    };
-                    wc[n] = w;
+                    }
                     self.ci = self.ci.wrapping_add(1);
                     n += 1;
                 }
@@ -571,7 +600,8 @@ impl<M: Mmio> Cq<M> {
         op_own: u8,
         queues: &'r R,
         cache: &mut Option<(u32, &'r QpCompletions)>,
-    ) -> Result<(WorkCompletion, Commit<'r>), Error> {
+        out: &mut WorkCompletion,
+    ) -> Result<Commit<'r>, Error> {
         let ci = self.ci;
         let opcode = op_own >> 4;
         if op_own & 0x0c != 0 {
@@ -608,32 +638,32 @@ impl<M: Mmio> Cq<M> {
                 }
                 let wr_id = h.meta.a64(sq.wrid + 8 * idx).load(Ordering::Relaxed);
                 let sop = (sop_qpn >> 24) as u8;
-                let mut w = WorkCompletion {
-                    wr_id,
-                    qp_num: qpn,
-                    ..WorkCompletion::default()
-                };
                 if opcode == cqe_opcode::REQ {
-                    let (op, flags, len) = match Opcode::from_u8(sop) {
-                        Some(Opcode::RdmaWrite) => (WcOpcode::RdmaWrite, 0, 0),
-                        Some(Opcode::RdmaWriteImm) => (WcOpcode::RdmaWrite, WcFlags::WITH_IMM, 0),
-                        Some(Opcode::Send | Opcode::SendInval) => (WcOpcode::Send, 0, 0),
-                        Some(Opcode::SendImm) => (WcOpcode::Send, WcFlags::WITH_IMM, 0),
-                        Some(Opcode::RdmaRead) => (
-                            WcOpcode::RdmaRead,
-                            0,
-                            Be32::from_raw(self.buf.r32(off + cqe_offset::BYTE_CNT)).get(),
-                        ),
-                        Some(Opcode::AtomicCs) => (WcOpcode::CompSwap, 0, 8),
-                        Some(Opcode::AtomicFa) => (WcOpcode::FetchAdd, 0, 8),
-                        Some(Opcode::Nop) => (WcOpcode::Nop, 0, 0),
-                        Some(Opcode::Tso) => (WcOpcode::Tso, 0, 0),
-                        _ => return Err(Error::CqeOpcode { ci, opcode: sop }),
+                    let m = REQ_OPCODES[usize::from(sop)];
+                    if m == 0 {
+                        return Err(Error::CqeOpcode { ci, opcode: sop });
+                    }
+                    let byte_len = match m & 0xf0 {
+                        REQ_LEN_CNT => {
+                            Be32::from_raw(self.buf.r32(off + cqe_offset::BYTE_CNT)).get()
+                        }
+                        REQ_LEN_8 => 8,
+                        _ => 0,
                     };
-                    w.opcode = op;
-                    w.wc_flags = WcFlags(flags);
-                    w.byte_len = len;
+                    *out = WorkCompletion {
+                        wr_id,
+                        byte_len,
+                        qp_num: qpn,
+                        wc_flags: WcFlags(u32::from(m & REQ_IMM) >> 2),
+                        opcode: WC_OPCODES[usize::from(m & 7)],
+                        ..WorkCompletion::default()
+                    };
                 } else {
+                    let mut w = WorkCompletion {
+                        wr_id,
+                        qp_num: qpn,
+                        ..WorkCompletion::default()
+                    };
                     self.error_fields(off, &mut w);
                     w.opcode = match Opcode::from_u8(sop) {
                         Some(Opcode::RdmaWrite | Opcode::RdmaWriteImm) => WcOpcode::RdmaWrite,
@@ -643,8 +673,9 @@ impl<M: Mmio> Cq<M> {
                         Some(Opcode::Nop) => WcOpcode::Nop,
                         _ => WcOpcode::Send,
                     };
+                    *out = w;
                 }
-                Ok((w, Commit::SqTail(h, wqe_head.wrapping_add(1))))
+                Ok(Commit::SqTail(h, wqe_head.wrapping_add(1)))
             }
             cqe_opcode::RESP_WR_IMM
             | cqe_opcode::RESP_SEND
@@ -693,7 +724,8 @@ impl<M: Mmio> Cq<M> {
                             posted: u64::from(wqe.len),
                         });
                     }
-                    return Ok((w, Commit::Srq(s, wqe, counter)));
+                    *out = w;
+                    return Ok(Commit::Srq(s, wqe, counter));
                 }
                 let h = h.expect("resolved above when there is no SRQ");
                 let RecvSide::Rq { wrid, len, mask } = h.rq else {
@@ -722,7 +754,8 @@ impl<M: Mmio> Cq<M> {
                     });
                 }
                 w.wr_id = h.meta.a64(wrid + 8 * idx).load(Ordering::Relaxed);
-                Ok((w, Commit::RqTail(h, tail.wrapping_add(1))))
+                *out = w;
+                Ok(Commit::RqTail(h, tail.wrapping_add(1)))
             }
             _ => Err(Error::CqeOpcode { ci, opcode }),
         }

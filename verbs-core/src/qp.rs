@@ -321,12 +321,19 @@ pub struct SendQueue<M: Mmio> {
     max_gs: u32,
     max_inline: u32,
     max_units: u32,
-    qpn: u32,
     qp_type: QpType,
     atomics: bool,
     sig_bits: u8,
     fm_cache: u8,
     eth_min_inline: u16,
+    /// UD or raw packet: WQEs carry a transport segment.
+    special: bool,
+    /// `qpn << 8`, the control segment's `qpn_ds` without `ds`.
+    qpn8: u32,
+    /// Bit `opcode` set for every MLX5 opcode this QP type may post.
+    allowed: u32,
+    wrid: Ptr,
+    wqe_head: Ptr,
     db: SqDoorbell<M>,
 }
 
@@ -408,21 +415,131 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Validates `wr` and writes its WQE; `nreq` WRs of this batch came
     /// before it. Nothing is written when it fails.
+    ///
+    /// The fast path covers connected QPs posting sends and RDMA with a
+    /// gather list; everything else (UD, raw Ethernet, atomics, inline, NOP)
+    /// goes through [`build_general`](Self::build_general). Both validate
+    /// the same way.
     #[inline(always)]
     fn build(&mut self, wr: &SendWr<'_>, nreq: u32) -> Result<Built, Error> {
+        let (opcode, imm, raddr) = match wr.op {
+            SendOp::Send => (Opcode::Send, 0, None),
+            SendOp::SendWithImm(imm) => (Opcode::SendImm, imm, None),
+            SendOp::SendWithInv(rkey) => (Opcode::SendInval, rkey, None),
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                (Opcode::RdmaWrite, 0, Some((remote_addr, rkey)))
+            }
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => (Opcode::RdmaWriteImm, imm, Some((remote_addr, rkey))),
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                (Opcode::RdmaRead, 0, Some((remote_addr, rkey)))
+            }
+            _ => return self.build_general(wr, nreq),
+        };
+        let Payload::Sgl(sgl) = wr.payload else {
+            return self.build_general(wr, nreq);
+        };
+        if self.special
+            || wr.ud.is_some()
+            || !wr.eth_headers.is_empty()
+            || wr.flags.0 & SendFlags::IP_CSUM.0 != 0
+            || self.allowed >> (opcode as u8) & 1 == 0
+        {
+            return self.build_general(wr, nreq);
+        }
+        let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
+        if outstanding >= self.max_post {
+            self.refresh_tail(nreq)?;
+        }
+        if sgl.len() > self.max_gs as usize {
+            return Err(Error::TooManySges {
+                got: sgl.len(),
+                max: self.max_gs as usize,
+            });
+        }
+        // Sizing guarantees ctrl + raddr + max_gs data segments fit the
+        // largest WQE, so no size check is needed here.
+        let idx = self.cur_post & self.mask;
+        let start = (idx as usize) << 6;
+        let mut k = 1usize;
+        if let Some((remote_addr, rkey)) = raddr {
+            self.put(start, 1, wqe::raddr_seg(remote_addr, rkey));
+            k = 2;
+        }
+        for sge in sgl {
+            if sge.length != 0 {
+                self.put(start, k, wqe::data_seg(sge.length, sge.lkey, sge.addr));
+                k += 1;
+            }
+        }
+        let fm = FM_CE_SE[(wr.flags.0 & 0xf) as usize] | self.sig_bits;
+        Ok(self.finish(wr.wr_id, nreq, idx, start, opcode, k as u32, fm, imm, false))
+    }
+
+    /// Re-reads the completion side's tail when the queue looks full.
+    #[cold]
+    #[inline(never)]
+    fn refresh_tail(&mut self, nreq: u32) -> Result<(), Error> {
+        self.tail_cache = self.meta.a32(META_SQ_TAIL).load(Ordering::Acquire);
+        let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
+        if outstanding >= self.max_post {
+            return Err(Error::QueueFull {
+                outstanding,
+                max_post: self.max_post,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes the control segment and the bookkeeping of a built WQE.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn finish(
+        &mut self,
+        wr_id: u64,
+        nreq: u32,
+        idx: u32,
+        start: usize,
+        opcode: Opcode,
+        ds: u32,
+        fm: u8,
+        imm: u32,
+        inline: bool,
+    ) -> Built {
+        // Same words as `wqe::ctrl_seg` (tested), with qpn << 8 precomputed.
+        let w0 = ((u64::from(self.cur_post & 0xffff) << 8 | u64::from(opcode as u8)) << 32)
+            | u64::from(self.qpn8 | ds);
+        let ctrl0 = w0.to_be();
+        let ctrl1 = (u64::from(fm) << 32 | u64::from(imm)).to_be();
+        self.buf.w64(start, ctrl0);
+        self.buf.w64(start + 8, ctrl1);
+        self.wrid
+            .a64(8 * idx as usize)
+            .store(wr_id, Ordering::Relaxed);
+        self.wqe_head
+            .a32(4 * idx as usize)
+            .store(self.head.wrapping_add(nreq), Ordering::Relaxed);
+        self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
+        Built {
+            ctrl0,
+            start,
+            ds,
+            inline,
+        }
+    }
+
+    /// Everything the fast path does not handle.
+    #[inline(never)]
+    fn build_general(&mut self, wr: &SendWr<'_>, nreq: u32) -> Result<Built, Error> {
         self.op_allowed(&wr.op)?;
 
         // Queue space (rdma-core `mlx5_wq_overflow`).
         let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
         if outstanding >= self.max_post {
-            self.tail_cache = self.meta.a32(META_SQ_TAIL).load(Ordering::Acquire);
-            let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
-            if outstanding >= self.max_post {
-                return Err(Error::QueueFull {
-                    outstanding,
-                    max_post: self.max_post,
-                });
-            }
+            self.refresh_tail(nreq)?;
         }
 
         // Transport segments: (units, which).
@@ -619,46 +736,11 @@ impl<M: Mmio> SendQueue<M> {
                 }
             }
         }
-        let ds = k as u32;
-        let fence = if wr.flags.contains(SendFlags::FENCE) {
-            fm_ce_se::FENCE
-        } else if wr.flags.contains(SendFlags::SMALL_FENCE) {
-            fm_ce_se::SMALL_FENCE
-        } else {
-            self.fm_cache
-        };
+        let fm = FM_CE_SE[(wr.flags.0 & 0xf) as usize] | self.sig_bits | self.fm_cache;
         self.fm_cache = 0;
-        let mut fm = self.sig_bits | fence;
-        if wr.flags.contains(SendFlags::SIGNALED) {
-            fm |= fm_ce_se::CQ_UPDATE;
-        }
-        if wr.flags.contains(SendFlags::SOLICITED) {
-            fm |= fm_ce_se::SOLICITED;
-        }
-        let ctrl = wqe::ctrl_seg(
-            opcode as u8,
-            self.cur_post as u16,
-            self.qpn,
-            ds as u8,
-            fm,
-            imm,
-        );
-        self.buf.w64(start, ctrl[0]);
-        self.buf.w64(start + 8, ctrl[1]);
-
-        self.meta
-            .a64(self.wrid_off + 8 * idx as usize)
-            .store(wr.wr_id, Ordering::Relaxed);
-        self.meta
-            .a32(self.wqe_head_off + 4 * idx as usize)
-            .store(self.head.wrapping_add(nreq), Ordering::Relaxed);
-        self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
-        Ok(Built {
-            ctrl0: ctrl[0],
-            start,
-            ds,
-            inline,
-        })
+        Ok(self.finish(
+            wr.wr_id, nreq, idx, start, opcode, k as u32, fm, imm, inline,
+        ))
     }
 
     /// Publishes `nreq` work requests and rings the doorbell for the last
@@ -676,9 +758,9 @@ impl<M: Mmio> SendQueue<M> {
         // Doorbell record before the (write-combined) doorbell.
         barrier::mmio_wc_start();
         let reg = self.db.reg + self.db.offset;
-        if nreq == 1
+        if (last.inline || self.db.prefer_bf)
+            && nreq == 1
             && self.db.blueflame
-            && (last.inline || self.db.prefer_bf)
             && last.ds > 1
             && last.ds as usize <= self.db.buf_size / 16
         {
@@ -706,7 +788,7 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Posts one work request and rings the doorbell (`ibv_post_send` with a
     /// one-element list). A rejected request writes nothing.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
         let b = self.build(wr, 0)?;
         self.ring(1, b);
@@ -1257,6 +1339,57 @@ fn new_rq(
     })
 }
 
+/// The MLX5 opcodes a QP type may post, as a bit set.
+fn allowed_opcodes(t: QpType) -> u32 {
+    let bits = |ops: &[Opcode]| ops.iter().fold(0u32, |a, o| a | 1 << (*o as u8));
+    match t {
+        QpType::Rc => bits(&[
+            Opcode::Nop,
+            Opcode::Send,
+            Opcode::SendImm,
+            Opcode::SendInval,
+            Opcode::RdmaWrite,
+            Opcode::RdmaWriteImm,
+            Opcode::RdmaRead,
+            Opcode::AtomicCs,
+            Opcode::AtomicFa,
+        ]),
+        QpType::Uc => bits(&[
+            Opcode::Nop,
+            Opcode::Send,
+            Opcode::SendImm,
+            Opcode::RdmaWrite,
+            Opcode::RdmaWriteImm,
+        ]),
+        QpType::Ud => bits(&[Opcode::Nop, Opcode::Send, Opcode::SendImm]),
+        QpType::RawPacket => bits(&[Opcode::Nop, Opcode::Send]),
+    }
+}
+
+/// `fm_ce_se` for the low four `SendFlags` bits (FENCE, SIGNALED,
+/// SOLICITED, SMALL_FENCE); a strong fence wins over a small one.
+const FM_CE_SE: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        let mut v = 0;
+        if i & 1 != 0 {
+            v |= fm_ce_se::FENCE;
+        } else if i & 8 != 0 {
+            v |= fm_ce_se::SMALL_FENCE;
+        }
+        if i & 2 != 0 {
+            v |= fm_ce_se::CQ_UPDATE;
+        }
+        if i & 4 != 0 {
+            v |= fm_ce_se::SOLICITED;
+        }
+        t[i] = v;
+        i += 1;
+    }
+    t
+};
+
 #[allow(clippy::too_many_arguments)]
 fn new_sq<M: Mmio>(
     region: &DmaRegion,
@@ -1311,7 +1444,6 @@ fn new_sq<M: Mmio>(
         max_gs: g.max_gs,
         max_inline: g.max_inline_data,
         max_units: g.max_wqe_size / 16,
-        qpn: cfg.qpn,
         qp_type: cfg.qp_type,
         atomics: cfg.atomics,
         sig_bits: if cfg.sq_sig_all {
@@ -1321,6 +1453,11 @@ fn new_sq<M: Mmio>(
         },
         fm_cache: 0,
         eth_min_inline: cfg.eth_min_inline,
+        special: matches!(cfg.qp_type, QpType::Ud | QpType::RawPacket),
+        qpn8: cfg.qpn << 8,
+        allowed: allowed_opcodes(cfg.qp_type),
+        wrid: meta.offset(layout.sq_wrid),
+        wqe_head: meta.offset(layout.sq_wqe_head),
         db,
     })
 }

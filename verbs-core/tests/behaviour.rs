@@ -606,6 +606,7 @@ fn corrupt_cqes_give_typed_errors() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
         cases: if cfg!(miri) { 8 } else { 512 },
+        failure_persistence: None,
         ..Default::default()
     })]
 
