@@ -143,7 +143,7 @@ fn armed_cq_raises_a_completion_event() {
     let (eqn, eqbuf) = r.create_eq(4, uar, 1);
     let (cqn, _, _) = r.create_cq(4, uar, eqn);
     // Arm (sn 0, cmd 0 = next completion, ci 0): 64-bit store to UAR+0x20.
-    let v = (0u64 << 32) | u64::from(cqn);
+    let v = u64::from(cqn); // arm word 0 (sn 0, next completion, ci 0) << 32
     r.bar
         .write64(uar as usize * 4096 + 0x20, platform::Be64::new(v));
     r.emu.run_until_idle();
