@@ -198,12 +198,6 @@ impl Faults {
     /// Removes every pending injected fault (a fatal error or surprise
     /// removal stays until `reset_function`).
     pub fn clear(&self) {
-        self.with(|d| {
-            let keep_init = false;
-            d.faults = crate::faults::FaultPlan {
-                init_never_clears: keep_init,
-                ..Default::default()
-            }
-        })
+        self.with(|d| d.faults = FaultPlan::default())
     }
 }

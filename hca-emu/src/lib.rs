@@ -43,7 +43,7 @@ mod rng;
 pub mod syndrome;
 mod wire;
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -422,14 +422,6 @@ impl Drop for EmuHca {
 #[derive(Clone)]
 pub struct EmuPlatform {
     shared: Arc<Shared>,
-}
-
-impl EmuPlatform {
-    /// A weak handle (for the wire).
-    #[allow(dead_code)]
-    fn weak(&self) -> Weak<Shared> {
-        Arc::downgrade(&self.shared)
-    }
 }
 
 impl core::fmt::Debug for EmuPlatform {

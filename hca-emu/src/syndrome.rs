@@ -48,7 +48,6 @@ syndromes! {
     BAD_FUNCTION_ID = 0x0001_0402, "function_id must be 0 (no VFs)";
     DISABLE_WHILE_INIT = 0x0001_0501, "DISABLE_HCA while the HCA is initialized (TEARDOWN_HCA first)";
     INIT_PAGES_MISSING = 0x0001_0201, "INIT_HCA before the boot and init pages asked for were given";
-    ALREADY_INITIALIZED = 0x0001_0202, "INIT_HCA twice";
     BAD_TEARDOWN_PROFILE = 0x0001_0301, "TEARDOWN_HCA profile not supported";
     // ISSI.
     ISSI_UNSUPPORTED = 0x0001_0b01, "SET_ISSI with an ISSI the firmware does not support";
@@ -79,11 +78,9 @@ syndromes! {
     MKEY_MTT_SHORT = 0x0002_0004, "CREATE_MKEY: translations do not cover start_addr..start_addr+len";
     MKEY_MTT_MISALIGNED = 0x0002_0005, "CREATE_MKEY: an MTT entry is not aligned to the page size";
     MKEY_QPN = 0x0002_0006, "CREATE_MKEY: qpn must be 0xffffff";
-    MKEY_ZERO_LEN = 0x0002_0007, "CREATE_MKEY: len is 0 without length64";
     // EQ.
     EQ_LOG_SIZE = 0x0003_0101, "CREATE_EQ: log_eq_size above log_max_eq_sz";
     EQ_INTR = 0x0003_0102, "CREATE_EQ: intr beyond the MSI-X vectors";
-    EQ_EVENTS = 0x0003_0103, "CREATE_EQ: event_bitmask asks for an event type that does not exist";
     EQ_CMD_TWICE = 0x0003_0104, "CREATE_EQ: another EQ already receives command completions";
     // CQ.
     CQ_LOG_SIZE = 0x0004_0001, "CREATE_CQ: log_cq_size above log_max_cq_sz";
