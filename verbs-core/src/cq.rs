@@ -315,7 +315,6 @@ pub struct Cq<M: Mmio> {
     mmio: M,
     db_offset: usize,
     cqn: u32,
-    log_size: u32,
     mask: u32,
     ci: u32,
     arm_sn: u32,
@@ -417,7 +416,6 @@ impl<M: Mmio> Cq<M> {
             mmio: uar,
             db_offset,
             cqn: cfg.cqn,
-            log_size: u32::from(l.log_cq_size),
             mask: (1u32 << l.log_cq_size) - 1,
             ci,
             arm_sn: 0,
@@ -501,9 +499,9 @@ impl<M: Mmio> Cq<M> {
         while n < wc.len() {
             let off = ((self.ci & self.mask) as usize) << 6;
             let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
-            if op_own >> 4 == cqe_opcode::INVALID
-                || u32::from(op_own & 1) != (self.ci >> self.log_size) & 1
-            {
+            // Owner bit = bit log_cq_size of the consumer index.
+            let sw_owner = u8::from(self.ci & (self.mask + 1) != 0);
+            if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != sw_owner {
                 break;
             }
             barrier::udma_from_device_barrier();
@@ -551,19 +549,14 @@ impl<M: Mmio> Cq<M> {
         result.map(|()| n)
     }
 
-    #[inline(always)]
-    fn resolve<'r, R: CqResolver>(
+    #[cold]
+    #[inline(never)]
+    fn resolve_slow<'r, R: CqResolver>(
         &self,
         queues: &'r R,
         cache: &mut Option<(u32, &'r QpCompletions)>,
         key: u32,
-        qpn: u32,
     ) -> Result<&'r QpCompletions, Error> {
-        if let Some((k, h)) = *cache {
-            if k == key {
-                return self.check_qpn(h, qpn);
-            }
-        }
         let h = match self.version {
             CqeVersion::V1 => queues.by_user_index(key),
             CqeVersion::V0 => queues.by_qpn(key),
@@ -577,6 +570,23 @@ impl<M: Mmio> Cq<M> {
             key,
         })?;
         *cache = Some((key, h));
+        Ok(h)
+    }
+
+    #[inline(always)]
+    fn resolve<'r, R: CqResolver>(
+        &self,
+        queues: &'r R,
+        cache: &mut Option<(u32, &'r QpCompletions)>,
+        key: u32,
+        qpn: u32,
+    ) -> Result<&'r QpCompletions, Error> {
+        if let Some((k, h)) = *cache {
+            if k == key {
+                return self.check_qpn(h, qpn);
+            }
+        }
+        let h = self.resolve_slow(queues, cache, key)?;
         self.check_qpn(h, qpn)
     }
 
@@ -807,5 +817,19 @@ impl<M: Mmio> Cq<M> {
             region: self.region,
             uar: self.mmio,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doorbell_words_match_their_bitfields() {
+        for ci in [0u32, 1, 0xff_ffff, 0x12_3456] {
+            assert_eq!(CqSetCi::new().with_ci(ci).into_bits().to_raw(), ci.to_be());
+        }
+        let w = CqArmWord::new().with_sn(2).with_cmd(1).with_ci(0x345);
+        assert_eq!(w.into_bits().get(), 2 << 28 | 1 << 24 | 0x345);
     }
 }

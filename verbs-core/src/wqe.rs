@@ -299,6 +299,18 @@ mod tests {
     }
 
     #[test]
+    fn ctrl_words_by_shifts_equal_the_bitfields() {
+        // The send fast path builds `opmod_idx_opcode | qpn_ds` with shifts.
+        let (idx, op, qpn, ds) = (0xfffeu16, 0x0au8, 0xabcdefu32, 0x3fu8);
+        let shifts = ((u64::from(idx) << 8 | u64::from(op)) << 32
+            | u64::from(qpn << 8 | u32::from(ds)))
+        .to_be();
+        assert_eq!(ctrl_seg(op, idx, qpn, ds, 0, 0)[0], shifts);
+        let fm_imm = (u64::from(0x88u8) << 32 | 0xdead_beef).to_be();
+        assert_eq!(ctrl_seg(op, idx, qpn, ds, 0x88, 0xdead_beef)[1], fm_imm);
+    }
+
+    #[test]
     fn ctrl_fields_round_trip() {
         let w = CtrlQpnDs::new().with_qpn(0xabcdef).with_ds(0x3f);
         assert_eq!(w.into_bits().get(), 0xabcd_ef3f);

@@ -47,9 +47,9 @@ fn small_rc() -> QpConfig {
 /// Completes the send WQE whose control segment starts at WQEBB counter
 /// `counter` with a requester CQE in the next CQ slot.
 fn complete_send(cq: &mut CqEnv<'_>, table: &CqTable<4>, qpn: u32, counter: u16) -> WorkCompletion {
-    let ci = cq.cq.consumer_index();
-    let owner = ((ci >> cq.cq.entries().trailing_zeros()) & 1) as u8;
-    let slot = (ci & (cq.cq.entries() - 1)) as usize;
+    let ci = cq.cq().consumer_index();
+    let owner = ((ci >> cq.cq().entries().trailing_zeros()) & 1) as u8;
+    let slot = (ci & (cq.cq().entries() - 1)) as usize;
     cq.write_cqe(
         slot,
         &CqeImage::new(0, owner)
@@ -59,7 +59,7 @@ fn complete_send(cq: &mut CqEnv<'_>, table: &CqTable<4>, qpn: u32, counter: u16)
             .0,
     );
     let mut wc = [WorkCompletion::default(); 1];
-    assert_eq!(cq.cq.poll(table, &mut wc), Ok(1));
+    assert_eq!(cq.cq().poll(table, &mut wc), Ok(1));
     wc[0]
 }
 
@@ -461,7 +461,7 @@ fn srq_free_list_post_complete_and_full() {
             );
             ci_slot += 1;
             let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq.poll(&table, &mut wc), Ok(1));
+            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1));
             assert!(
                 wr_ids.insert(wc[0].wr_id, ()).is_none(),
                 "wr_id completed twice"
@@ -480,7 +480,7 @@ fn srq_free_list_post_complete_and_full() {
             );
             ci_slot += 1;
             assert!(matches!(
-                cq.cq.poll(&table, &mut wc),
+                cq.cq().poll(&table, &mut wc),
                 Err(Error::CqeWqeCounter { queue: "SRQ", .. })
             ));
         }
@@ -497,12 +497,12 @@ fn srq_free_list_post_complete_and_full() {
 fn arm_writes_record_and_doorbell() {
     let uar = UarPage::new();
     let mut cq = make_cq(&uar, 4, 0x12345);
-    cq.cq.arm(true);
+    cq.cq().arm(true);
     let page = uar.bytes();
     assert_eq!(cq.dbr()[4..8], [0x01, 0x01, 0x23, 0x45]);
     assert_eq!(page[0x20..0x28], [0x01, 0x01, 0x23, 0x45, 0, 0, 0, 7]);
-    cq.cq.completion_event();
-    cq.cq.arm(false);
+    cq.cq().completion_event();
+    cq.cq().arm(false);
     assert_eq!(uar.bytes()[0x20..0x24], [0x10, 0x01, 0x23, 0x45]);
 }
 
@@ -579,26 +579,26 @@ fn corrupt_cqes_give_typed_errors() {
     let mut wc = [WorkCompletion::default(); 2];
     for (i, (img, what)) in cases.iter().enumerate() {
         cq.write_cqe(i, &img.0);
-        let e = cq.cq.poll(&table, &mut wc);
+        let e = cq.cq().poll(&table, &mut wc);
         assert!(e.is_err(), "{what}: {e:?}");
-        assert_eq!(cq.cq.consumer_index(), i as u32 + 1, "{what}: consumed");
+        assert_eq!(cq.cq().consumer_index(), i as u32 + 1, "{what}: consumed");
     }
     let mut fmt = CqeImage::new(0, 0).qpn(8, 0x42).uidx(1).counter(0);
     fmt.0[63] |= 0x04;
     cq.write_cqe(8, &fmt.0);
     assert!(matches!(
-        cq.cq.poll(&table, &mut wc),
+        cq.cq().poll(&table, &mut wc),
         Err(Error::CqeFormat { .. })
     ));
     // Nothing was retired by the bad CQEs; good ones still work, and a bad
     // one after a good one is left for the next poll.
     cq.write_cqe(9, &CqeImage::new(0, 0).qpn(8, 0x42).uidx(1).counter(0).0);
     cq.write_cqe(10, &CqeImage::new(9, 0).0);
-    assert_eq!(cq.cq.poll(&table, &mut wc), Ok(1));
+    assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1));
     assert_eq!(wc[0].wr_id, 1);
-    assert_eq!(cq.cq.consumer_index(), 10);
-    assert!(cq.cq.poll(&table, &mut wc).is_err());
-    assert_eq!(cq.cq.consumer_index(), 11);
+    assert_eq!(cq.cq().consumer_index(), 10);
+    assert!(cq.cq().poll(&table, &mut wc).is_err());
+    assert_eq!(cq.cq().consumer_index(), 11);
     drop(table);
     env.reclaim();
 }
@@ -630,7 +630,7 @@ proptest::proptest! {
             b[63] = (b[63] & !1) | (((i >> 2) & 1) as u8);
             cq.write_cqe(i & 3, &b);
             let mut wc = [WorkCompletion::default(); 4];
-            if let Ok(n) = cq.cq.poll(&table, &mut wc) {
+            if let Ok(n) = cq.cq().poll(&table, &mut wc) {
                 for w in &wc[..n] {
                     proptest::prop_assert!(w.wr_id == 7 || w.wr_id == 8);
                 }

@@ -319,7 +319,7 @@ fn send_vectors() {
                     .0,
             );
             let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq.poll(&table, &mut wc), Ok(1), "{name}");
+            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
             assert_eq!(wc[0].wr_id, *wr_id, "{name} wr_id");
         }
         assert_eq!(env.qp.sq().unwrap().outstanding(), 0, "{name}: all retired");
@@ -414,7 +414,7 @@ fn recv_vectors() {
                     .0,
             );
             let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq.poll(&table, &mut wc), Ok(1), "{name}");
+            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
             assert_eq!(wc[0].wr_id, num(&w["rq_wrid_at_slot"]), "{name}");
         }
         drop(table);
@@ -484,7 +484,7 @@ fn cqe_vectors() {
         }
         let p = &v["poll"];
         let mut wc = vec![WorkCompletion::default(); num(&p["ne"]) as usize];
-        let n = cq.cq.poll(&table, &mut wc).unwrap();
+        let n = cq.cq().poll(&table, &mut wc).unwrap();
         assert_eq!(n as u64, num(&p["return"]), "{name}");
         for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
             let nw: Vec<&str> = e["not_written"]
@@ -533,7 +533,7 @@ fn cqe_vectors() {
         }
         let r = &v["result"];
         assert_eq!(
-            u64::from(cq.cq.consumer_index()),
+            u64::from(cq.cq().consumer_index()),
             num(&r["cq_cons_index_after"]),
             "{name}"
         );

@@ -139,7 +139,22 @@ impl QpEnv<'_> {
 /// A 256-entry CQ (cqn 7), CQE version 1, on the UAR page.
 pub struct CqEnv<'u> {
     pub mem: HostBlock,
-    pub cq: Cq<&'u MmioWindow>,
+    cq: Option<Cq<&'u MmioWindow>>,
+}
+
+impl<'u> CqEnv<'u> {
+    pub fn cq(&mut self) -> &mut Cq<&'u MmioWindow> {
+        self.cq.as_mut().unwrap()
+    }
+}
+
+impl Drop for CqEnv<'_> {
+    /// Hands the region back so the heap block is freed (no leak under Miri).
+    fn drop(&mut self) {
+        if let Some(cq) = self.cq.take() {
+            let _ = self.mem.reclaim(cq.into_parts().region);
+        }
+    }
 }
 
 pub fn make_cq<'u>(uar: &'u UarPage, log: u8, ci: u32) -> CqEnv<'u> {
@@ -154,7 +169,7 @@ pub fn make_cq<'u>(uar: &'u UarPage, log: u8, ci: u32) -> CqEnv<'u> {
     let cq = Cq::with_consumer_index(mem.lend(0x200_0000, 0).unwrap(), &uar.window, &cfg, ci)
         .map_err(|(e, _)| e)
         .unwrap();
-    CqEnv { mem, cq }
+    CqEnv { mem, cq: Some(cq) }
 }
 
 impl CqEnv<'_> {
@@ -165,9 +180,8 @@ impl CqEnv<'_> {
 
     pub fn dbr(&self) -> [u8; 8] {
         let mut b = [0; 8];
-        self.mem
-            .read(64usize << self.cq.entries().trailing_zeros(), &mut b)
-            .unwrap();
+        let entries = self.cq.as_ref().unwrap().entries() as usize;
+        self.mem.read(64 * entries, &mut b).unwrap();
         b
     }
 }
