@@ -13,7 +13,7 @@
 //! `fte_match_param` lacks its reserved tail. The fields declared here
 //! beyond the facts follow Linux's `mlx5_ifc.h` (and are listed as
 //! exceptions in the layout test): `create_flow_group_in.start_flow_index`
-//! (0x1c), `end_flow_index` (0x24), `match_criteria_enable` (0x3c[7:0]) and
+//! (0x1c), `end_flow_index` (0x24), `match_criteria_enable` (`0x3c[7:0]`) and
 //! `match_criteria` (0x40); `flow_context.modify_header_id` (0x1c),
 //! `match_value` (0x40) and `destination` (0x300); `fte_match_param` is
 //! 0x200 bytes. `flow_table_context`'s union at 0x18 (RTC ids or

@@ -3,7 +3,7 @@
 //! flag, the health buffer, the internal timer and the health counter.
 //!
 //! The driver reads these registers one dword at a time; the dwords it
-//! decodes are [`bitfield`](bitfield_struct::bitfield) types over an aligned
+//! decodes are `#[bitfield]` types (`bitfield-struct`) over an aligned
 //! [`Be32`] with the most significant bit first, one PRM dword per type:
 //! read the dword with a single 32-bit load, wrap it with
 //! `from_bits(Be32::from_raw(raw))`.

@@ -16,7 +16,21 @@
 //! - [`command`]: the [`command::Command`] trait (opcode and output type of
 //!   each `*_in` layout) and [`command::Encode`] for inputs that end in a
 //!   flexible array.
-//! - One module per PRM object with its context and commands ([`cq`], ...).
+//! - One module per PRM object with its context, commands and constants:
+//!   [`hca`] (bring-up, pages, teardown), [`caps`] (QUERY/SET_HCA_CAP and the
+//!   capability blocks), [`uar`], [`eq`] (EQ context, EQE, event types and
+//!   data), [`cq`], [`pd`], [`mkey`], [`qp`] (QP context, address path,
+//!   every state transition), [`srq`], [`eth`] (SQ, RQ, TIS, TIR, RQT),
+//!   [`flow`] (flow tables, groups, entries), [`reg`] (ACCESS_REG, PAOS,
+//!   PTYS, PMTU), [`vport`], [`roce`], [`mad`].
+//! - [`init_seg`]: the initialization segment (register offsets, the polled
+//!   dwords as bitfields over [`endian::Be32`], firmware version, the health
+//!   buffer and health syndromes).
+//! - [`registry`]: every layout of the crate and every command's input and
+//!   output layouts (with the capability block or register an op_mod or
+//!   input selects), so a tool can decode any command field by field.
+//! - [`trace`]: writes commands in the Linux `mlx5_core` dump format and,
+//!   with the `alloc` feature, parses such dumps back.
 //!
 //! ```
 //! use firmware_cmds::command::Command;

@@ -16,7 +16,7 @@
 //!
 //! [`write_dump`] writes one entry and its blocks in this form to any
 //! [`core::fmt::Write`] (no allocation), so a driver can dump its own
-//! traffic like Linux does. With the `alloc` feature, [`parse`] reads such a
+//! traffic like Linux does. With the `alloc` feature, `parse` reads such a
 //! dump back (the caller passes the text): it pairs each INPUT with its
 //! OUTPUT, checks the entries and the mailbox chains (block numbers, tokens,
 //! lengths, optionally signatures) and reassembles the input and output

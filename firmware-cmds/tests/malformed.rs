@@ -19,6 +19,23 @@ use firmware_cmds::registry::{self, all_layouts};
 use firmware_cmds::status::{CmdStatus, DeliveryStatus};
 use proptest::prelude::*;
 
+/// Proptest settings: fewer cases and no failure files under Miri (which
+/// isolates the file system).
+fn config(cases: u32) -> ProptestConfig {
+    if cfg!(miri) {
+        ProptestConfig {
+            cases: 4,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    } else {
+        ProptestConfig {
+            cases,
+            ..ProptestConfig::default()
+        }
+    }
+}
+
 fn chain_blocks<E: Encode + ?Sized>(msg: &E, token: u8, signed: bool) -> Vec<CmdIfBox> {
     let chain = InputChain::new(msg, token, signed);
     (0..chain.num_blocks())
@@ -266,7 +283,7 @@ fn read_all(info: &LayoutInfo, image: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 64 }, ..ProptestConfig::default() })]
+    #![proptest_config(config(64))]
 
     #[test]
     fn random_bytes_into_every_layout(bytes in proptest::collection::vec(any::<u8>(), 0..0x1100)) {
@@ -549,7 +566,7 @@ mod trace_input {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 128 }, ..ProptestConfig::default() })]
+        #![proptest_config(config(128))]
 
         #[test]
         fn random_text_into_the_parser(s in "\\PC{0,400}") {
