@@ -1,9 +1,88 @@
-//! # hca-driver: the mlx5 control plane and the verbs API
+//! # hca-driver: the mlx5 control plane
 //!
-//! `#![no_std]`. Takes a ConnectX from power-on to a ready HCA through the
-//! firmware command interface (command queue executor, bring-up and teardown
-//! in PRM order, firmware page supply and reclaim, event queues and
-//! asynchronous events, health monitor) and offers the resources of the verbs
-//! API over it: protection domains, memory regions, completion queues, queue
-//! pairs and shared receive queues, with the data path in `verbs-core`.
+//! `#![no_std]`, no heap. Takes a ConnectX from power-on to a ready HCA and
+//! back through the firmware command interface alone, on any
+//! [`platform::Platform`]: the emulated ConnectX of `hca-emu`, Linux
+//! userspace under VFIO, bare metal.
+//!
+//! - [`Hca::open`] / [`Hca::close`]: bring-up and teardown in the PRM/Linux
+//!   order (PCI command register, firmware ready, command queue,
+//!   ENABLE_HCA, ISSI, boot pages, capabilities, init pages, INIT_HCA,
+//!   SET_DRIVER_VERSION, QUERY_ADAPTER, ALLOC_UAR, EQs, ports; and back).
+//!   A failed bring-up unwinds and hands the platform back ([`Failure`]).
+//! - The command executor: [`Hca::exec`] for any typed command of
+//!   `firmware-cmds`, [`Hca::exec_with_items`] for inputs with a flexible
+//!   array, [`Hca::exec_encoded`] for any [`Encode`](firmware_cmds::command::Encode)d
+//!   input (e.g. [`PageList`]), [`Hca::exec_read`] for outputs with a
+//!   flexible array ([`Output`]). Slots, tokens, mailbox chains of any
+//!   length, polling or EQ completion, timeouts, and validation of every
+//!   byte the device writes. Each command is logged at trace level and can
+//!   be recorded in Linux's hexdump form ([`CommandRecorder`],
+//!   [`DumpRecorder`]).
+//! - Firmware pages: given at bring-up and on page request events,
+//!   taken back on negative requests and at teardown, every returned
+//!   address checked ([`PageStats`]).
+//! - Events: [`Hca::poll_events`] consumes the EQs; completion events are
+//!   counted per CQ and asynchronous events queued for their owners
+//!   ([`EventRouter`], [`AsyncEvent`]).
+//! - Health: [`Hca::check_health`] (health counter, syndromes, device
+//!   gone); a dead device puts the driver in an error state in which every
+//!   command fails at once with [`Error::DeviceDead`].
+//! - Device information ([`DeviceInfo`], [`Caps`], [`PortInfo`]) and RAII
+//!   resources with typed numbers ([`Uar`], [`Pd`], [`TransportDomain`],
+//!   [`Cq`], [`Qp`], [`Srq`], [`Mkey`]).
+//!
+//! ## Locking rules
+//!
+//! Every method takes `&self` and may be called from several threads.
+//! Internal spin locks guard the command slot mask, the mailbox pool, each
+//! EQ's consumer state, the page manager, the event registry and queue;
+//! none is held while waiting for a command except the page manager's
+//! (held across MANAGE_PAGES, so page work is serialized). EQs are polled
+//! with `try_lock`: two threads never consume the same EQ. A
+//! [`CommandRecorder`] is called outside every lock but must not run
+//! commands.
 #![no_std]
+
+mod bits;
+mod cmd;
+mod config;
+mod eq;
+mod error;
+mod events;
+mod fwpages;
+mod hca;
+mod health;
+mod info;
+mod mailbox;
+mod pages;
+mod pas;
+mod query;
+mod record;
+mod resources;
+mod types;
+
+pub use cmd::{MAX_MESSAGE, Output};
+pub use config::{Config, Timeouts};
+pub use eq::{ASYNC_EVENTS, EQ_UPDATE_EVERY, EqKind};
+pub use error::{DeadReason, EqeError, Error, Result, Wait};
+pub use events::{
+    AsyncEvent, CqEventCounts, EVENT_QUEUE_LEN, EventRouter, MAX_CQS, MAX_PORTS, MAX_QUEUES,
+    QueueId,
+};
+pub use fwpages::PageStats;
+pub use hca::{BringUpReport, DmaUsage, Failure, Hca, MAX_COMP_EQS};
+pub use health::{HealthReading, MAX_HEALTH_STALLS};
+pub use info::{
+    CapMode, CapPair, Caps, DeviceInfo, ETH_FRAMING, ETH_PROTOCOLS, Guid, IbMtu, LinkLayer, PciIds,
+    PortInfo, PortState, eth_speed,
+};
+pub use mailbox::MAX_MAILBOX_CHUNKS;
+pub use pages::MAX_PAGE_CHUNKS;
+pub use pas::{PAS_PAGE_SIZE, PageList};
+pub use record::{CommandRecorder, DumpRecorder, Exchange, LogRecorder, Outcome};
+pub use resources::{
+    Cq, CqObj, FwObject, Mkey, MkeyObj, Object, Pd, PdObj, Qp, QpObj, Srq, SrqObj, TdObj,
+    TransportDomain, Uar, UarObj,
+};
+pub use types::{Cqn, Eqn, MkeyIndex, Pdn, Qpn, Srqn, Tdn, Uarn};

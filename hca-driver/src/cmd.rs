@@ -1,0 +1,788 @@
+//! The command queue executor.
+//!
+//! A command goes into a free slot of the command queue page: its input
+//! mailbox chain (the input beyond 16 bytes, any length) and output chain
+//! (trailers prepared: next pointer, block number, token) come from the
+//! mailbox pool, the entry is written with the ownership bit last behind a
+//! barrier, and the slot's doorbell bit is rung. The driver then polls the
+//! ownership bit (polling mode) or the command completion EQ (event mode,
+//! once that EQ exists), with a timeout on the platform clock and a health
+//! check every [`Timeouts::health_check_in_wait`](crate::Timeouts).
+//!
+//! Everything the device wrote is validated before it is used: the entry's
+//! token, delivery status, output length and output pointer (and signature
+//! while `cmdif_checksum` is on), every output block's number, token, next
+//! pointer (and signatures), then the command status and syndrome.
+//!
+//! A command that does not complete leaves its slot and mailboxes "stuck":
+//! they are not reused until the firmware gives the entry back, and freed
+//! only once the device is quiesced.
+//!
+//! Several threads may run commands at once, each in its own slot (`&self`
+//! everywhere; spin locks guard the slot mask and the mailbox pool and are
+//! never held while waiting).
+
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use core::time::Duration;
+
+use firmware_cmds::cmdq::{CmdQueueEntry, ENTRY_SIZE, INLINE_SIZE, MAX_SLOTS, STATUS_WORD_OFFSET};
+use firmware_cmds::command::{ArrayItem, Command, Encode, WithArray, input_header};
+use firmware_cmds::init_seg::CMD_DBELL_OFFSET;
+use firmware_cmds::layout::Layout;
+use firmware_cmds::mailbox::{
+    CmdIfBox, InputChain, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_SIZE, OutputChain, blocks_for,
+};
+use firmware_cmds::{CmdError, CmdStatus, Opcode};
+use platform::barrier::{udma_from_device_barrier, udma_to_device_barrier};
+use platform::{Be32, DmaRegion, Mmio, Platform};
+
+use crate::error::{EqeError, Error, Result, Wait};
+use crate::events::AsyncEvent;
+use crate::hca::{DmaUse, Hca};
+use crate::mailbox::{Chain, MailboxPool, PoolError};
+use crate::record::{Exchange, Outcome};
+
+/// Largest command message (input or output) the driver builds or accepts:
+/// 16 inline bytes and 8,192 mailbox blocks (4 MiB).
+pub const MAX_MESSAGE: usize = INLINE_SIZE + 8192 * MAILBOX_DATA_SIZE;
+
+/// Relax spins before a command wait starts sleeping.
+const SPINS_BEFORE_SLEEP: u32 = 64;
+/// Longest sleep between two polls of a command entry.
+const MAX_POLL_SLEEP: Duration = Duration::from_millis(1);
+
+/// State of the command interface.
+pub(crate) struct CmdState {
+    pub(crate) queue: Option<DmaRegion>,
+    pub(crate) slots: u32,
+    pub(crate) stride: usize,
+    free: spin::Mutex<u32>,
+    in_flight: AtomicU32,
+    completed: AtomicU32,
+    stuck_mask: AtomicU32,
+    stuck: spin::Mutex<[Option<(Chain, Chain)>; MAX_SLOTS]>,
+    token: AtomicU8,
+    pub(crate) events_mode: AtomicBool,
+    pub(crate) pool: spin::Mutex<MailboxPool>,
+    pub(crate) sign_inputs: AtomicBool,
+    pub(crate) check_signatures: AtomicBool,
+    pub(crate) executed: AtomicU32,
+}
+
+impl CmdState {
+    pub(crate) fn new(queue: DmaRegion, log_size: u8, log_stride: u8) -> Self {
+        let slots = 1u32 << log_size;
+        let free = if slots >= 32 {
+            u32::MAX
+        } else {
+            (1 << slots) - 1
+        };
+        Self {
+            queue: Some(queue),
+            slots,
+            stride: 1 << log_stride,
+            free: spin::Mutex::new(free),
+            in_flight: AtomicU32::new(0),
+            completed: AtomicU32::new(0),
+            stuck_mask: AtomicU32::new(0),
+            stuck: spin::Mutex::new([const { None }; MAX_SLOTS]),
+            token: AtomicU8::new(0),
+            events_mode: AtomicBool::new(false),
+            pool: spin::Mutex::new(MailboxPool::new()),
+            sign_inputs: AtomicBool::new(true),
+            check_signatures: AtomicBool::new(false),
+            executed: AtomicU32::new(0),
+        }
+    }
+
+    pub(crate) fn queue(&self) -> &DmaRegion {
+        self.queue
+            .as_ref()
+            .expect("the command queue page exists while the HCA is open")
+    }
+
+    fn next_token(&self) -> u8 {
+        loop {
+            let t = self.token.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            if t != 0 {
+                return t;
+            }
+        }
+    }
+
+    /// Slots whose command never completed.
+    pub(crate) fn stuck_slots(&self) -> u32 {
+        self.stuck_mask.load(Ordering::Acquire)
+    }
+
+    /// Marks command completion events for `vector`; returns the bits that
+    /// name no command in flight.
+    pub(crate) fn complete_by_event(&self, vector: u32) -> u32 {
+        let in_flight = self.in_flight.load(Ordering::Acquire);
+        self.completed
+            .fetch_or(vector & in_flight, Ordering::AcqRel);
+        vector & !in_flight
+    }
+
+    /// Every stuck chain, for freeing after the device is quiesced.
+    pub(crate) fn take_stuck(&self) {
+        let mut st = self.stuck.lock();
+        let mut pool = self.pool.lock();
+        for s in st.iter_mut() {
+            if let Some((i, o)) = s.take() {
+                pool.release(&i);
+                pool.release(&o);
+            }
+        }
+        self.stuck_mask.store(0, Ordering::Release);
+    }
+}
+
+/// The answer of a command: the output message, read out of the queue entry
+/// and the output mailboxes on demand (nothing is copied up front).
+pub struct Output<'a> {
+    opcode: Opcode,
+    op_mod: u16,
+    entry: [u8; ENTRY_SIZE],
+    len: usize,
+    chain: &'a Chain,
+    pool: &'a spin::Mutex<MailboxPool>,
+}
+
+impl Output<'_> {
+    /// The command.
+    pub fn opcode(&self) -> Opcode {
+        self.opcode
+    }
+
+    /// Length of the output message (the entry's `output_length`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the output is empty (never: at least 16 bytes).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// An [`Error::InvalidAnswer`] for this command.
+    pub fn invalid(&self, field: &'static str, value: u64, reason: &'static str) -> Error {
+        Error::InvalidAnswer {
+            opcode: self.opcode,
+            op_mod: self.op_mod,
+            field,
+            value,
+            reason,
+        }
+    }
+
+    /// Copies output bytes `offset .. offset + dst.len()`.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(dst.len());
+        if end.is_none_or(|e| e > self.len) {
+            return Err(Error::InvalidArgument {
+                arg: "offset",
+                reason: "read past the end of the command output",
+            });
+        }
+        let mut done = 0;
+        if offset < INLINE_SIZE {
+            let n = (INLINE_SIZE - offset).min(dst.len());
+            dst[..n].copy_from_slice(&self.entry[0x20 + offset..0x20 + offset + n]);
+            done = n;
+        }
+        if done < dst.len() {
+            let pool = self.pool.lock();
+            while done < dst.len() {
+                let m = offset + done - INLINE_SIZE;
+                let (block, within) = (m / MAILBOX_DATA_SIZE, m % MAILBOX_DATA_SIZE);
+                let n = (MAILBOX_DATA_SIZE - within).min(dst.len() - done);
+                let (region, off) = pool.block(self.chain, block);
+                region.read_bytes(off + within, &mut dst[done..done + n]);
+                done += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// The first `L::SIZE` bytes as layout `L`.
+    pub fn decode<L: Layout>(&self) -> Result<L> {
+        let mut l = L::zeroed();
+        if L::SIZE > self.len {
+            return Err(Error::InvalidArgument {
+                arg: "L",
+                reason: "layout larger than the command output",
+            });
+        }
+        self.read(0, l.bytes_mut())?;
+        Ok(l)
+    }
+
+    /// Layout `L` at byte `offset`.
+    pub fn decode_at<L: Layout>(&self, offset: usize) -> Result<L> {
+        let mut l = L::zeroed();
+        self.read(offset, l.bytes_mut())?;
+        Ok(l)
+    }
+
+    /// Calls `f` with each of the `count` big-endian elements of a flexible
+    /// array starting at byte `start`. `count` usually comes from the
+    /// device: it is checked against the output length first
+    /// ([`Error::InvalidAnswer`] naming `field`).
+    pub fn read_array<T: ArrayItem>(
+        &self,
+        field: &'static str,
+        start: usize,
+        count: usize,
+        mut f: impl FnMut(T) -> Result<()>,
+    ) -> Result<()> {
+        let fits = count
+            .checked_mul(T::SIZE)
+            .and_then(|n| n.checked_add(start))
+            .is_some_and(|end| end <= self.len);
+        if !fits {
+            return Err(self.invalid(field, count as u64, "more entries than the output holds"));
+        }
+        let mut buf = [0u8; 64];
+        let per = 64 / T::SIZE.max(1);
+        let mut k = 0;
+        while k < count {
+            let n = per.min(count - k);
+            let bytes = &mut buf[..n * T::SIZE];
+            self.read(start + k * T::SIZE, bytes)?;
+            for item in bytes.chunks_exact(T::SIZE) {
+                f(T::from_be(item))?;
+            }
+            k += n;
+        }
+        Ok(())
+    }
+}
+
+/// The output length a layout needs (at least the 16 inline bytes).
+pub(crate) fn out_len_for<L: Layout>() -> usize {
+    L::SIZE.max(INLINE_SIZE)
+}
+
+impl<P: Platform> Hca<P> {
+    /// Runs a command whose output is the fixed layout `C::Output`.
+    ///
+    /// ```ignore
+    /// let out = hca.exec(&AllocPdIn::new())?;
+    /// let pd = out.get(AllocPdOut::pd);
+    /// ```
+    pub fn exec<C: Command>(&self, input: &C) -> Result<C::Output> {
+        self.exec_read(input, out_len_for::<C::Output>(), |o| o.decode())
+    }
+
+    /// Runs a command whose input ends in a flexible array (`pas`, MTT
+    /// entries...): `head` followed by `items`.
+    pub fn exec_with_items<C: Command, T: ArrayItem>(
+        &self,
+        head: &C,
+        items: &[T],
+    ) -> Result<C::Output> {
+        self.exec_read(
+            &WithArray::new(head, items),
+            out_len_for::<C::Output>(),
+            |o| o.decode(),
+        )
+    }
+
+    /// Runs a command with any encoded input (see
+    /// [`firmware_cmds::command::Encode`], e.g. [`PageList`](crate::PageList))
+    /// and a fixed output layout.
+    pub fn exec_encoded<O: Layout, E: Encode + ?Sized>(&self, input: &E) -> Result<O> {
+        self.exec_read(input, out_len_for::<O>(), |o| o.decode())
+    }
+
+    /// Runs a command with any input and an output of `out_len` bytes, and
+    /// hands the validated answer to `read` (for outputs with a flexible
+    /// array: MANAGE_PAGES take, QUERY_HCA_VPORT_GID...).
+    ///
+    /// Errors: [`Error::DeviceDead`] at once once the device is known dead;
+    /// [`Error::Timeout`] naming the command; [`Error::Delivery`],
+    /// [`Error::MalformedAnswer`], [`Error::InvalidAnswer`] for answers the
+    /// device got wrong; [`Error::Command`] when the command failed.
+    pub fn exec_read<E: Encode + ?Sized, R>(
+        &self,
+        input: &E,
+        out_len: usize,
+        read: impl FnOnce(&Output<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.check_alive()?;
+        let in_len = input.encoded_len();
+        let mut hdr = [0u8; 8];
+        input.encode_range(0, &mut hdr);
+        let (opcode, op_mod) = input_header(&hdr)?;
+        if !(INLINE_SIZE..=MAX_MESSAGE).contains(&in_len) {
+            return Err(Error::InvalidArgument {
+                arg: "input",
+                reason: "a command input is 16 bytes to 4 MiB long",
+            });
+        }
+        if !(INLINE_SIZE..=MAX_MESSAGE).contains(&out_len) {
+            return Err(Error::InvalidArgument {
+                arg: "out_len",
+                reason: "a command output is 16 bytes to 4 MiB long",
+            });
+        }
+        let slot = self.acquire_slot()?;
+        let token = self.cmd.next_token();
+        let chain = InputChain::new(input, token, self.cmd.sign_inputs.load(Ordering::Relaxed));
+        let (inb, outb) = match self.alloc_chains(chain.num_blocks(), blocks_for(out_len)) {
+            Ok(c) => c,
+            Err(e) => {
+                self.release_slot(slot);
+                return Err(e);
+            }
+        };
+        let r = self.run(slot, token, opcode, op_mod, &chain, out_len, &inb, &outb);
+        match r {
+            Ok(entry) => {
+                let result = self.answer(opcode, op_mod, token, &entry, out_len, &inb, &outb, read);
+                let mut pool = self.cmd.pool.lock();
+                pool.release(&inb);
+                pool.release(&outb);
+                drop(pool);
+                self.release_slot(slot);
+                result
+            }
+            Err(e) => {
+                // The firmware may still own the entry and write the output
+                // mailboxes: keep both until it gives the entry back.
+                self.cmd.stuck.lock()[slot as usize] = Some((inb, outb));
+                self.cmd.stuck_mask.fetch_or(1 << slot, Ordering::AcqRel);
+                Err(e)
+            }
+        }
+    }
+
+    fn alloc_chains(&self, n_in: usize, n_out: usize) -> Result<(Chain, Chain)> {
+        let mut pool = self.cmd.pool.lock();
+        let mut grow = |bytes: usize| {
+            self.dma_alloc(
+                bytes,
+                4096,
+                DmaUse::Mailboxes,
+                "allocating command mailboxes",
+            )
+        };
+        let map = |e: PoolError<Error>| match e {
+            PoolError::Grow(e) => e,
+            PoolError::TooManyChunks => Error::CapacityExceeded {
+                what: "the mailbox pool",
+                capacity: crate::mailbox::MAX_MAILBOX_CHUNKS,
+            },
+            PoolError::TooManyRuns => Error::CapacityExceeded {
+                what: "a mailbox chain's list of runs",
+                capacity: crate::mailbox::MAX_CHAIN_RUNS,
+            },
+        };
+        let inb = pool.alloc(n_in, &mut grow).map_err(map)?;
+        match pool.alloc(n_out, &mut grow) {
+            Ok(outb) => Ok((inb, outb)),
+            Err(e) => {
+                pool.release(&inb);
+                Err(map(e))
+            }
+        }
+    }
+
+    /// Takes a free slot, waiting (with the command timeout) when all are
+    /// busy.
+    fn acquire_slot(&self) -> Result<u8> {
+        let start = self.p().now();
+        loop {
+            if self.cmd.stuck_mask.load(Ordering::Acquire) != 0 {
+                self.reclaim_stuck();
+            }
+            {
+                let mut f = self.cmd.free.lock();
+                if *f != 0 {
+                    let s = f.trailing_zeros();
+                    *f &= !(1 << s);
+                    return Ok(s as u8);
+                }
+            }
+            self.check_alive()?;
+            let waited = self.p().now().saturating_sub(start);
+            if waited >= self.cfg.timeouts.command {
+                return Err(Error::Timeout {
+                    what: Wait::CommandSlot,
+                    after: waited,
+                });
+            }
+            self.p().relax();
+        }
+    }
+
+    fn release_slot(&self, slot: u8) {
+        self.cmd.in_flight.fetch_and(!(1 << slot), Ordering::AcqRel);
+        self.cmd.completed.fetch_and(!(1 << slot), Ordering::AcqRel);
+        *self.cmd.free.lock() |= 1 << slot;
+    }
+
+    /// Frees stuck slots whose entry the firmware has given back.
+    pub(crate) fn reclaim_stuck(&self) {
+        let mask = self.cmd.stuck_mask.load(Ordering::Acquire);
+        for slot in 0..self.cmd.slots {
+            if mask & (1 << slot) == 0 || self.entry_owned_by_fw(slot as u8) {
+                continue;
+            }
+            let chains = self.cmd.stuck.lock()[slot as usize].take();
+            if let Some((i, o)) = chains {
+                let mut pool = self.cmd.pool.lock();
+                pool.release(&i);
+                pool.release(&o);
+            }
+            self.cmd
+                .stuck_mask
+                .fetch_and(!(1 << slot), Ordering::AcqRel);
+            log::debug!("command slot {slot} came back from the firmware late; reusing it");
+            self.release_slot(slot as u8);
+        }
+    }
+
+    fn entry_owned_by_fw(&self, slot: u8) -> bool {
+        let off = usize::from(slot) * self.cmd.stride;
+        self.cmd.queue().read_u8(off + STATUS_WORD_OFFSET + 3) & 1 == 1
+    }
+
+    /// Writes the mailboxes and the entry, rings the doorbell, waits.
+    /// Returns the answered entry.
+    #[allow(clippy::too_many_arguments)]
+    fn run<E: Encode + ?Sized>(
+        &self,
+        slot: u8,
+        token: u8,
+        opcode: Opcode,
+        op_mod: u16,
+        chain: &InputChain<'_, E>,
+        out_len: usize,
+        inb: &Chain,
+        outb: &Chain,
+    ) -> Result<CmdQueueEntry> {
+        let (in_ptr, out_ptr) = {
+            let pool = self.cmd.pool.lock();
+            for i in 0..inb.len() {
+                let next = if i + 1 < inb.len() {
+                    pool.iova(inb, i + 1)
+                } else {
+                    0
+                };
+                let b = chain.block(i, next)?;
+                let (region, off) = pool.block(inb, i);
+                region.write_bytes(off, b.as_bytes());
+            }
+            for i in 0..outb.len() {
+                let next = if i + 1 < outb.len() {
+                    pool.iova(outb, i + 1)
+                } else {
+                    0
+                };
+                let mut b = CmdIfBox::new();
+                b.set_next_pointer(next)?;
+                b.set(CmdIfBox::block_number, i as u32)?
+                    .set(CmdIfBox::token, token)?;
+                let (region, off) = pool.block(outb, i);
+                region.write_bytes(off, b.as_bytes());
+            }
+            let first = |c: &Chain| if c.len() > 0 { pool.iova(c, 0) } else { 0 };
+            (first(inb), first(outb))
+        };
+        let entry = CmdQueueEntry::build(
+            &chain.inline(),
+            chain.len() as u32,
+            in_ptr,
+            out_len as u32,
+            out_ptr,
+            token,
+        )?;
+        let q = self.cmd.queue();
+        let off = usize::from(slot) * self.cmd.stride;
+        let e = entry.as_bytes();
+        q.write_bytes(off, &e[..STATUS_WORD_OFFSET]);
+        udma_to_device_barrier();
+        q.write32(
+            off + STATUS_WORD_OFFSET,
+            Be32::from_bytes([e[0x3c], e[0x3d], e[0x3e], e[0x3f]]),
+        );
+        let bit = 1u32 << slot;
+        self.cmd.completed.fetch_and(!bit, Ordering::AcqRel);
+        self.cmd.in_flight.fetch_or(bit, Ordering::AcqRel);
+        udma_to_device_barrier();
+        let start = self.p().now();
+        self.bar.write32(CMD_DBELL_OFFSET, Be32::new(bit));
+        self.cmd.executed.fetch_add(1, Ordering::Relaxed);
+        let timeout = if opcode == Opcode::TEARDOWN_HCA {
+            self.cfg.timeouts.teardown
+        } else {
+            self.cfg.timeouts.command
+        };
+        let waited = self.wait_slot(slot, opcode, op_mod, start, timeout);
+        let elapsed = self.p().now().saturating_sub(start);
+        let mut answered = [0u8; ENTRY_SIZE];
+        if waited.is_ok() {
+            udma_from_device_barrier();
+            q.read_bytes(off, &mut answered);
+        }
+        let answered = CmdQueueEntry::from_array(answered);
+        self.log_and_record(
+            opcode,
+            op_mod,
+            slot,
+            token,
+            elapsed,
+            &entry,
+            waited.is_ok().then_some(&answered),
+            inb,
+            outb,
+        );
+        waited.map(|()| answered)
+    }
+
+    fn wait_slot(
+        &self,
+        slot: u8,
+        opcode: Opcode,
+        op_mod: u16,
+        start: Duration,
+        timeout: Duration,
+    ) -> Result<()> {
+        let bit = 1u32 << slot;
+        let mut last_health = start;
+        let mut clear_since: Option<Duration> = None;
+        let mut spins = 0u32;
+        let mut sleep = Duration::from_micros(1);
+        loop {
+            let owned = self.entry_owned_by_fw(slot);
+            if self.cmd.events_mode.load(Ordering::Acquire) {
+                if self.cmd.completed.load(Ordering::Acquire) & bit != 0 {
+                    self.cmd.completed.fetch_and(!bit, Ordering::AcqRel);
+                    if !owned {
+                        return Ok(());
+                    }
+                    let eqn = self.eqs.cmd.as_ref().map_or(0, |e| e.eqn);
+                    log::warn!(
+                        "command completion event for slot {slot} while the firmware still owns it"
+                    );
+                    self.events.push(AsyncEvent::InvalidEqe {
+                        eqn,
+                        error: EqeError::BadCommandSlots { vector: bit },
+                    });
+                }
+                if let Some(eq) = self.eqs.cmd.as_ref() {
+                    // Errors are queued as events; this wait goes on.
+                    let _ = self.poll_eq(eq);
+                }
+                if self.cmd.completed.load(Ordering::Acquire) & bit != 0 {
+                    continue;
+                }
+                if !owned {
+                    let now = self.p().now();
+                    let since = *clear_since.get_or_insert(now);
+                    if now.saturating_sub(since) >= self.cfg.timeouts.missing_completion_event {
+                        log::warn!(
+                            "{opcode} op_mod({op_mod:#x}): entry of slot {slot} is back without a completion event; accepting it"
+                        );
+                        self.events
+                            .push(AsyncEvent::MissedCommandCompletion { slot });
+                        return Ok(());
+                    }
+                }
+            } else if !owned {
+                return Ok(());
+            }
+            let now = self.p().now();
+            let waited = now.saturating_sub(start);
+            if waited >= timeout {
+                log::error!(
+                    "{opcode} op_mod({op_mod:#x}) timed out after {waited:?} in slot {slot}"
+                );
+                return Err(Error::Timeout {
+                    what: Wait::Command { opcode, op_mod },
+                    after: waited,
+                });
+            }
+            if now.saturating_sub(last_health) >= self.cfg.timeouts.health_check_in_wait {
+                last_health = now;
+                self.probe_health()?;
+                if self.cmd.events_mode.load(Ordering::Acquire) {
+                    // A command the firmware holds until it gets pages.
+                    self.service_while_waiting();
+                }
+            }
+            if spins < SPINS_BEFORE_SLEEP {
+                spins += 1;
+                self.p().relax();
+            } else {
+                self.p().delay(sleep);
+                sleep = (sleep * 2).min(MAX_POLL_SLEEP);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn log_and_record(
+        &self,
+        opcode: Opcode,
+        op_mod: u16,
+        slot: u8,
+        token: u8,
+        elapsed: Duration,
+        input: &CmdQueueEntry,
+        output: Option<&CmdQueueEntry>,
+        inb: &Chain,
+        outb: &Chain,
+    ) {
+        let outcome = match output {
+            Some(o) => {
+                let b = o.as_bytes();
+                Outcome::Answered {
+                    delivery: o.delivery_status(),
+                    status: CmdStatus(b[0x20]),
+                    syndrome: u32::from_be_bytes([b[0x24], b[0x25], b[0x26], b[0x27]]),
+                }
+            }
+            None => Outcome::TimedOut,
+        };
+        match outcome {
+            Outcome::Answered {
+                delivery,
+                status,
+                syndrome,
+            } => log::trace!(
+                "{opcode} op_mod({op_mod:#x}) slot {slot}: delivery {delivery}, status {status}, syndrome {syndrome:#x}, {elapsed:?}"
+            ),
+            Outcome::TimedOut => {
+                log::trace!("{opcode} op_mod({op_mod:#x}) slot {slot}: no answer after {elapsed:?}")
+            }
+        }
+        if let Some(rec) = self.cfg.recorder {
+            rec.record(&Exchange {
+                opcode,
+                op_mod,
+                slot,
+                token,
+                duration: elapsed,
+                outcome,
+                input_entry: input,
+                output_entry: output,
+                pool: &self.cmd.pool,
+                input: inb,
+                output: outb,
+            });
+        }
+    }
+
+    /// Validates the answered entry and output chain, then hands the output
+    /// to `read`.
+    #[allow(clippy::too_many_arguments)]
+    fn answer<R>(
+        &self,
+        opcode: Opcode,
+        op_mod: u16,
+        token: u8,
+        entry: &CmdQueueEntry,
+        out_len: usize,
+        inb: &Chain,
+        outb: &Chain,
+        read: impl FnOnce(&Output<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let _ = inb;
+        let invalid = |field, value: u64, reason| Error::InvalidAnswer {
+            opcode,
+            op_mod,
+            field,
+            value,
+            reason,
+        };
+        let malformed = |error| Error::MalformedAnswer {
+            opcode,
+            op_mod,
+            error,
+        };
+        let t = entry.get(CmdQueueEntry::token);
+        if t != token {
+            return Err(invalid(
+                "cmd_queue_entry.token",
+                u64::from(t),
+                "not the token of the command in this slot",
+            ));
+        }
+        let checksum = self.cmd.check_signatures.load(Ordering::Relaxed);
+        if checksum {
+            entry.check_signature().map_err(malformed)?;
+        }
+        let ds = entry.delivery_status();
+        if !ds.is_ok() {
+            return Err(Error::Delivery {
+                opcode,
+                op_mod,
+                status: ds,
+            });
+        }
+        let ol = entry.get(CmdQueueEntry::output_length);
+        if ol as usize != out_len {
+            return Err(invalid(
+                "cmd_queue_entry.output_length",
+                u64::from(ol),
+                "differs from the output length the driver posted",
+            ));
+        }
+        let pool = &self.cmd.pool;
+        {
+            let p = pool.lock();
+            let expect_ptr = if outb.len() > 0 { p.iova(outb, 0) } else { 0 };
+            if entry.output_mailbox() != expect_ptr {
+                return Err(invalid(
+                    "cmd_queue_entry.output_mailbox_pointer",
+                    entry.output_mailbox(),
+                    "differs from the output mailbox the driver posted",
+                ));
+            }
+            let mut oc = OutputChain::new(out_len, token, checksum);
+            for i in 0..outb.len() {
+                let (region, off) = p.block(outb, i);
+                let mut b = [0u8; MAILBOX_BLOCK_SIZE];
+                region.read_bytes(off, &mut b);
+                let b = CmdIfBox::from_array(b);
+                let next = if i + 1 < outb.len() {
+                    p.iova(outb, i + 1)
+                } else {
+                    0
+                };
+                if b.next_pointer() != next {
+                    return Err(invalid(
+                        "cmd_if_box.next_pointer",
+                        b.next_pointer(),
+                        "an output block's next pointer was changed",
+                    ));
+                }
+                oc.push(&b).map_err(malformed)?;
+            }
+            oc.finish().map_err(malformed)?;
+        }
+        let b = entry.as_bytes();
+        let status = CmdStatus(b[0x20]);
+        if !status.is_ok() {
+            return Err(Error::Command(CmdError {
+                opcode,
+                op_mod,
+                status,
+                syndrome: u32::from_be_bytes([b[0x24], b[0x25], b[0x26], b[0x27]]),
+            }));
+        }
+        let mut inline = [0u8; ENTRY_SIZE];
+        inline.copy_from_slice(b);
+        read(&Output {
+            opcode,
+            op_mod,
+            entry: inline,
+            len: out_len,
+            chain: outb,
+            pool,
+        })
+    }
+}

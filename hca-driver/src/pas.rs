@@ -1,0 +1,131 @@
+//! Physical address lists (`pas`): the page list after the fixed part of
+//! CREATE_EQ, CREATE_CQ, CREATE_QP, CREATE_SRQ and the MTT of CREATE_MKEY,
+//! encoded piecewise (no list is built in memory).
+
+use firmware_cmds::command::Encode;
+use firmware_cmds::layout::Layout;
+use platform::DmaRegion;
+
+/// Size of the pages a [`PageList`] describes when built from a region
+/// (`log_page_size` 0 in the contexts).
+pub const PAS_PAGE_SIZE: usize = 4096;
+
+#[derive(Clone, Copy, Debug)]
+enum Pages<'a> {
+    Contiguous { iova: u64, count: usize, size: u64 },
+    List(&'a [u64]),
+}
+
+/// A command input head followed by 64-bit page addresses.
+///
+/// ```
+/// use firmware_cmds::command::Encode;
+/// use firmware_cmds::eq::CreateEqIn;
+/// use hca_driver::PageList;
+///
+/// let head = CreateEqIn::new();
+/// let m = PageList::contiguous(&head, 0x10_0000, 4096, 2);
+/// assert_eq!(m.encoded_len(), 0x110 + 16);
+/// let mut b = [0u8; 8];
+/// m.encode_range(0x118, &mut b);
+/// assert_eq!(u64::from_be_bytes(b), 0x10_1000);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct PageList<'a, H> {
+    head: &'a H,
+    pages: Pages<'a>,
+}
+
+impl<'a, H: Layout> PageList<'a, H> {
+    /// `count` pages of `page_size` bytes, consecutive from `iova`.
+    pub fn contiguous(head: &'a H, iova: u64, page_size: usize, count: usize) -> Self {
+        Self {
+            head,
+            pages: Pages::Contiguous {
+                iova,
+                count,
+                size: page_size as u64,
+            },
+        }
+    }
+
+    /// The 4 KiB pages of a DMA region (contiguous in bus address space).
+    pub fn of_region(head: &'a H, region: &DmaRegion) -> Self {
+        Self::contiguous(
+            head,
+            region.iova(),
+            PAS_PAGE_SIZE,
+            region.len().div_ceil(PAS_PAGE_SIZE),
+        )
+    }
+
+    /// An explicit list of page addresses.
+    pub fn list(head: &'a H, pages: &'a [u64]) -> Self {
+        Self {
+            head,
+            pages: Pages::List(pages),
+        }
+    }
+
+    /// Number of pages.
+    pub fn count(&self) -> usize {
+        match self.pages {
+            Pages::Contiguous { count, .. } => count,
+            Pages::List(l) => l.len(),
+        }
+    }
+
+    fn page(&self, k: usize) -> u64 {
+        match self.pages {
+            Pages::Contiguous { iova, size, .. } => iova + k as u64 * size,
+            Pages::List(l) => l[k],
+        }
+    }
+}
+
+impl<H: Layout> Encode for PageList<'_, H> {
+    fn encoded_len(&self) -> usize {
+        H::SIZE + 8 * self.count()
+    }
+
+    fn encode_range(&self, offset: usize, dst: &mut [u8]) {
+        let head = self.head.bytes();
+        let n = self.count();
+        for (i, d) in dst.iter_mut().enumerate() {
+            let pos = offset + i;
+            *d = if pos < head.len() {
+                head[pos]
+            } else {
+                let k = (pos - head.len()) / 8;
+                if k < n {
+                    self.page(k).to_be_bytes()[(pos - head.len()) % 8]
+                } else {
+                    0
+                }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use firmware_cmds::cq::CreateCqIn;
+
+    use super::*;
+
+    #[test]
+    fn list_and_contiguous_encode_alike() {
+        let head = CreateCqIn::new();
+        let addrs = [0x2000u64, 0x3000, 0x4000];
+        let a = PageList::list(&head, &addrs);
+        let b = PageList::contiguous(&head, 0x2000, 4096, 3);
+        let mut x = [0xa5u8; 0x110 + 32];
+        let mut y = [0x5au8; 0x110 + 32];
+        a.encode_range(0, &mut x);
+        b.encode_range(0, &mut y);
+        assert_eq!(x, y);
+        assert_eq!(&x[0x110..0x118], &0x2000u64.to_be_bytes());
+        assert_eq!(&x[0x128..], &[0u8; 8]);
+        assert_eq!(&x[..2], &[0x04, 0x00]);
+    }
+}

@@ -1,0 +1,182 @@
+//! Registers (ACCESS_REG) and the port/vport queries of bring-up.
+
+use firmware_cmds::command::Encode;
+use firmware_cmds::layout::Layout;
+use firmware_cmds::reg::{
+    ACCESS_REG_OP_MOD_READ, AccessRegisterIn, PORT_STATUS_UP, PTYS_EN, PTYS_IB, PaosReg, PmtuReg,
+    PtysReg, REG_PAOS, REG_PMTU, REG_PTYS, REGISTER_DATA_OFFSET,
+};
+use firmware_cmds::vport::{
+    HcaVportContext, NicVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut,
+    QueryNicVportContextIn, QueryNicVportContextOut, QueryVportStateIn, QueryVportStateOut,
+    VPORT_STATE_UP,
+};
+use platform::Platform;
+
+use crate::error::Result;
+use crate::events::MAX_PORTS;
+use crate::hca::Hca;
+use crate::info::{ETH_FRAMING, IbMtu, LinkLayer, PortInfo, PortState, eth_speed};
+
+/// A command head followed by a register image.
+struct HeadAndImage<'a> {
+    head: &'a [u8],
+    image: &'a [u8],
+}
+
+impl Encode for HeadAndImage<'_> {
+    fn encoded_len(&self) -> usize {
+        self.head.len() + self.image.len()
+    }
+    fn encode_range(&self, offset: usize, dst: &mut [u8]) {
+        for (i, d) in dst.iter_mut().enumerate() {
+            let pos = offset + i;
+            *d = if pos < self.head.len() {
+                self.head[pos]
+            } else {
+                self.image.get(pos - self.head.len()).copied().unwrap_or(0)
+            };
+        }
+    }
+}
+
+impl<P: Platform> Hca<P> {
+    /// ACCESS_REG: writes (`ACCESS_REG_OP_MOD_WRITE`) or reads
+    /// (`ACCESS_REG_OP_MOD_READ`) register `id` (`REG_*` of
+    /// [`firmware_cmds::reg`]) with image `reg`; returns the image the
+    /// firmware answers.
+    pub fn access_reg<R: Layout>(&self, op_mod: u16, id: u16, argument: u32, reg: &R) -> Result<R> {
+        let head = AccessRegisterIn::new()
+            .with(AccessRegisterIn::op_mod, op_mod)?
+            .with(AccessRegisterIn::register_id, id)?
+            .with(AccessRegisterIn::argument, argument)?;
+        let msg = HeadAndImage {
+            head: head.bytes(),
+            image: reg.bytes(),
+        };
+        self.exec_read(&msg, REGISTER_DATA_OFFSET + R::SIZE, |o| {
+            o.decode_at::<R>(REGISTER_DATA_OFFSET)
+        })
+    }
+
+    fn read_port_reg<R: Layout>(&self, id: u16, reg: R) -> Result<R> {
+        self.access_reg(ACCESS_REG_OP_MOD_READ, id, 0, &reg)
+    }
+
+    /// Queries every port: state, MTUs, speed, addresses (QUERY_VPORT_STATE,
+    /// QUERY_NIC_VPORT_CONTEXT or QUERY_HCA_VPORT_CONTEXT, and the PAOS,
+    /// PMTU and PTYS registers).
+    pub fn query_port(&self, port: u8) -> Result<PortInfo> {
+        let ll = self.info.caps.link_layer();
+        let pmtu = self.read_port_reg(REG_PMTU, PmtuReg::new().with(PmtuReg::local_port, port)?)?;
+        let (max_b, oper_b) = (pmtu.get(PmtuReg::max_mtu), pmtu.get(PmtuReg::oper_mtu));
+        let ptys = self.read_port_reg(
+            REG_PTYS,
+            PtysReg::new().with(PtysReg::local_port, port)?.with(
+                PtysReg::proto_mask,
+                if ll == LinkLayer::Ethernet {
+                    PTYS_EN
+                } else {
+                    PTYS_IB
+                },
+            )?,
+        )?;
+        match ll {
+            LinkLayer::Ethernet => {
+                let paos =
+                    self.read_port_reg(REG_PAOS, PaosReg::new().with(PaosReg::local_port, port)?)?;
+                let up = paos.get(PaosReg::oper_status) == PORT_STATUS_UP;
+                let nic = self.nic_vport_context()?;
+                let oper = ptys.get(PtysReg::eth_proto_oper);
+                Ok(PortInfo {
+                    port,
+                    link_layer: ll,
+                    state: if up {
+                        PortState::Active
+                    } else {
+                        PortState::Down
+                    },
+                    max_mtu_bytes: max_b,
+                    oper_mtu_bytes: oper_b,
+                    max_mtu: IbMtu::for_roce(u32::from(max_b.saturating_sub(ETH_FRAMING))),
+                    active_mtu: IbMtu::for_roce(u32::from(oper_b.saturating_sub(ETH_FRAMING))),
+                    proto_oper: oper,
+                    speed_mbps: if up {
+                        eth_speed(oper).map(|s| s.1)
+                    } else {
+                        None
+                    },
+                    ib_link_width_oper: 0,
+                    lid: 0,
+                    mac: (port == 1).then(|| nic.get(NicVportContext::permanent_address).mac()),
+                    port_guid: nic.get(NicVportContext::port_guid),
+                })
+            }
+            LinkLayer::InfiniBand => {
+                let q =
+                    QueryHcaVportContextIn::new().with(QueryHcaVportContextIn::port_num, port)?;
+                let out: QueryHcaVportContextOut = self.exec(&q)?;
+                let ctx = out.get(QueryHcaVportContextOut::hca_vport_context);
+                let state = PortState::from_raw(ctx.get(HcaVportContext::port_state));
+                Ok(PortInfo {
+                    port,
+                    link_layer: ll,
+                    state,
+                    max_mtu_bytes: max_b,
+                    oper_mtu_bytes: oper_b,
+                    max_mtu: IbMtu::fitting(u32::from(max_b)),
+                    active_mtu: IbMtu::fitting(u32::from(oper_b)),
+                    proto_oper: u32::from(ptys.get(PtysReg::ib_proto_oper)),
+                    speed_mbps: None,
+                    ib_link_width_oper: ptys.get(PtysReg::ib_link_width_oper),
+                    lid: ctx.get(HcaVportContext::lid),
+                    mac: None,
+                    port_guid: ctx.get(HcaVportContext::port_guid),
+                })
+            }
+        }
+    }
+
+    /// QUERY_NIC_VPORT_CONTEXT of this function's vport.
+    pub fn nic_vport_context(&self) -> Result<NicVportContext> {
+        let out: QueryNicVportContextOut = self.exec(&QueryNicVportContextIn::new())?;
+        Ok(out.get(QueryNicVportContextOut::nic_vport_context))
+    }
+
+    /// QUERY_VPORT_STATE of this function's vport: whether it is up.
+    pub fn vport_up(&self) -> Result<bool> {
+        let out: QueryVportStateOut = self.exec(&QueryVportStateIn::new())?;
+        Ok(out.get(QueryVportStateOut::state) == VPORT_STATE_UP)
+    }
+
+    /// Bring-up: the vport, GUIDs and every port.
+    pub(crate) fn query_ports(&mut self) -> Result<()> {
+        let ll = self.info.caps.link_layer();
+        let n = self.info.caps.num_ports();
+        if usize::from(n) > MAX_PORTS {
+            log::warn!("{n} ports; the driver tracks the first {MAX_PORTS}");
+        }
+        if ll == LinkLayer::Ethernet {
+            let up = self.vport_up()?;
+            log::debug!("vport state: {}", if up { "up" } else { "down" });
+            let nic = self.nic_vport_context()?;
+            self.info.node_guid = nic.get(NicVportContext::node_guid);
+            self.info.sys_image_guid = nic.get(NicVportContext::system_image_guid);
+        }
+        self.info.ports.clear();
+        for port in 1..=n.min(MAX_PORTS as u8) {
+            let p = self.query_port(port)?;
+            if ll == LinkLayer::InfiniBand && port == 1 {
+                let q = QueryHcaVportContextIn::new().with(QueryHcaVportContextIn::port_num, 1)?;
+                let out: QueryHcaVportContextOut = self.exec(&q)?;
+                let ctx = out.get(QueryHcaVportContextOut::hca_vport_context);
+                self.info.node_guid = ctx.get(HcaVportContext::node_guid);
+                self.info.sys_image_guid = ctx.get(HcaVportContext::system_image_guid);
+            }
+            self.events.set_port_state(port, p.state);
+            // Capacity: at most MAX_PORTS ports are queried.
+            let _ = self.info.ports.push(p);
+        }
+        Ok(())
+    }
+}

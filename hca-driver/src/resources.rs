@@ -1,0 +1,352 @@
+//! Firmware objects as RAII handles: UAR, protection domain, transport
+//! domain, and the CQ, QP, SRQ and memory key the verbs layer creates
+//! through typed commands.
+//!
+//! A handle borrows the [`Hca`], so the HCA cannot be closed while it
+//! exists, and holds the typed object number. [`Object::destroy`] runs the
+//! destroy command and returns its result; dropping a handle does the same
+//! and logs a failure. The memory a CQ, QP or SRQ lives in belongs to the
+//! caller and must outlive the handle (destroy first, then free).
+
+use core::fmt;
+
+use firmware_cmds::Opcode;
+use firmware_cmds::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
+use firmware_cmds::mkey::{CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn};
+use firmware_cmds::pd::{
+    AllocPdIn, AllocPdOut, AllocTransportDomainIn, AllocTransportDomainOut, DeallocPdIn,
+    DeallocTransportDomainIn,
+};
+use firmware_cmds::qp::{CreateQpIn, CreateQpOut, DestroyQpIn};
+use firmware_cmds::srq::{CreateSrqIn, CreateSrqOut, DestroySrqIn};
+use firmware_cmds::uar::{AllocUarIn, AllocUarOut, DeallocUarIn};
+use platform::{Mmio, Platform};
+
+use crate::error::{Error, Result};
+use crate::events::QueueId;
+use crate::hca::Hca;
+use crate::pas::PageList;
+use crate::types::{Cqn, MkeyIndex, Pdn, Qpn, Srqn, Tdn, Uarn};
+
+/// A kind of firmware object: its number type and how it is destroyed.
+pub trait FwObject {
+    /// The typed object number.
+    type Number: Copy + fmt::Debug + fmt::Display;
+    /// The PRM name of the object (`PD`, `CQ`...).
+    const NAME: &'static str;
+    /// Runs the destroy command and forgets the object's registrations.
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Self::Number) -> Result<()>;
+}
+
+/// A live firmware object.
+pub struct Object<'a, P: Platform, K: FwObject> {
+    hca: &'a Hca<P>,
+    number: K::Number,
+    live: bool,
+}
+
+impl<'a, P: Platform, K: FwObject> Object<'a, P, K> {
+    pub(crate) fn new(hca: &'a Hca<P>, number: K::Number) -> Self {
+        Self {
+            hca,
+            number,
+            live: true,
+        }
+    }
+
+    /// The object number.
+    pub fn number(&self) -> K::Number {
+        self.number
+    }
+
+    /// The HCA it belongs to.
+    pub fn hca(&self) -> &'a Hca<P> {
+        self.hca
+    }
+
+    /// Destroys the object now and reports the result.
+    pub fn destroy(mut self) -> Result<()> {
+        self.live = false;
+        K::destroy(self.hca, self.number)
+    }
+}
+
+impl<P: Platform, K: FwObject> Drop for Object<'_, P, K> {
+    fn drop(&mut self) {
+        if self.live {
+            if let Err(e) = K::destroy(self.hca, self.number) {
+                log::error!("destroying {} {}: {e}", K::NAME, self.number);
+            }
+        }
+    }
+}
+
+impl<P: Platform, K: FwObject> fmt::Debug for Object<'_, P, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.number)
+    }
+}
+
+/// UAR objects.
+#[derive(Debug)]
+pub enum UarObj {}
+/// Protection domains.
+#[derive(Debug)]
+pub enum PdObj {}
+/// Transport domains.
+#[derive(Debug)]
+pub enum TdObj {}
+/// Completion queues.
+#[derive(Debug)]
+pub enum CqObj {}
+/// Queue pairs.
+#[derive(Debug)]
+pub enum QpObj {}
+/// Shared receive queues.
+#[derive(Debug)]
+pub enum SrqObj {}
+/// Memory keys.
+#[derive(Debug)]
+pub enum MkeyObj {}
+
+/// A UAR page (ALLOC_UAR / DEALLOC_UAR).
+pub type Uar<'a, P> = Object<'a, P, UarObj>;
+/// A protection domain (ALLOC_PD / DEALLOC_PD).
+pub type Pd<'a, P> = Object<'a, P, PdObj>;
+/// A transport domain (ALLOC_TRANSPORT_DOMAIN / DEALLOC_TRANSPORT_DOMAIN).
+pub type TransportDomain<'a, P> = Object<'a, P, TdObj>;
+/// A completion queue (CREATE_CQ / DESTROY_CQ), registered for events.
+pub type Cq<'a, P> = Object<'a, P, CqObj>;
+/// A queue pair (CREATE_QP / DESTROY_QP), registered for events.
+pub type Qp<'a, P> = Object<'a, P, QpObj>;
+/// A shared receive queue (CREATE_SRQ / DESTROY_SRQ), registered for events.
+pub type Srq<'a, P> = Object<'a, P, SrqObj>;
+/// A memory key (CREATE_MKEY / DESTROY_MKEY).
+pub type Mkey<'a, P> = Object<'a, P, MkeyObj>;
+
+impl FwObject for UarObj {
+    type Number = Uarn;
+    const NAME: &'static str = "UAR";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Uarn) -> Result<()> {
+        hca.dealloc_uar_number(n)
+    }
+}
+
+impl FwObject for PdObj {
+    type Number = Pdn;
+    const NAME: &'static str = "PD";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Pdn) -> Result<()> {
+        hca.exec(&DeallocPdIn::new().with(DeallocPdIn::pd, n.0)?)
+            .map(drop)
+    }
+}
+
+impl FwObject for TdObj {
+    type Number = Tdn;
+    const NAME: &'static str = "transport domain";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Tdn) -> Result<()> {
+        hca.exec(
+            &DeallocTransportDomainIn::new()
+                .with(DeallocTransportDomainIn::transport_domain, n.0)?,
+        )
+        .map(drop)
+    }
+}
+
+impl FwObject for CqObj {
+    type Number = Cqn;
+    const NAME: &'static str = "CQ";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Cqn) -> Result<()> {
+        hca.exec(&DestroyCqIn::new().with(DestroyCqIn::cqn, n.0)?)?;
+        hca.events().unregister_cq(n);
+        Ok(())
+    }
+}
+
+impl FwObject for QpObj {
+    type Number = Qpn;
+    const NAME: &'static str = "QP";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Qpn) -> Result<()> {
+        hca.exec(&DestroyQpIn::new().with(DestroyQpIn::qpn, n.0)?)?;
+        hca.events().unregister_queue(QueueId::Qp(n));
+        Ok(())
+    }
+}
+
+impl FwObject for SrqObj {
+    type Number = Srqn;
+    const NAME: &'static str = "SRQ";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Srqn) -> Result<()> {
+        hca.exec(&DestroySrqIn::new().with(DestroySrqIn::srqn, n.0)?)?;
+        hca.events().unregister_queue(QueueId::Srq(n));
+        Ok(())
+    }
+}
+
+impl FwObject for MkeyObj {
+    type Number = MkeyIndex;
+    const NAME: &'static str = "MKEY";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: MkeyIndex) -> Result<()> {
+        hca.exec(&DestroyMkeyIn::new().with(DestroyMkeyIn::mkey_index, n.0)?)
+            .map(drop)
+    }
+}
+
+impl<'a, P: Platform> Object<'a, P, UarObj> {
+    /// Byte offset of the UAR page in BAR0 (checked against the BAR size
+    /// when allocated).
+    pub fn offset(&self) -> usize {
+        self.number.0 as usize * self.hca.uar_page_size()
+    }
+}
+
+impl<P: Platform> Hca<P> {
+    /// ALLOC_UAR; the index is checked to name a page inside BAR0 after the
+    /// initialization segment.
+    pub(crate) fn alloc_uar_number(&self) -> Result<Uarn> {
+        let out: AllocUarOut = self.exec(&AllocUarIn::new())?;
+        let n = out.get(AllocUarOut::uar);
+        let ps = self.uar_page_size;
+        let off = (n as usize).checked_mul(ps);
+        let inside = off.is_some_and(|o| {
+            o >= firmware_cmds::init_seg::INIT_SEG_SIZE
+                && self.bar.check(o, 8).is_ok()
+                && self.bar.check(o + ps - 8, 8).is_ok()
+        });
+        if !inside {
+            // Give it back; it cannot be used.
+            if let Err(e) = self.dealloc_uar_number(Uarn(n)) {
+                log::warn!("DEALLOC_UAR of unusable UAR {n:#x}: {e}");
+            }
+            return Err(Error::InvalidAnswer {
+                opcode: Opcode::ALLOC_UAR,
+                op_mod: 0,
+                field: "alloc_uar_out.uar",
+                value: u64::from(n),
+                reason: "the UAR page is not inside BAR0 after the initialization segment",
+            });
+        }
+        Ok(Uarn(n))
+    }
+
+    pub(crate) fn dealloc_uar_number(&self, n: Uarn) -> Result<()> {
+        self.exec(&DeallocUarIn::new().with(DeallocUarIn::uar, n.0)?)
+            .map(drop)
+    }
+
+    /// ALLOC_UAR: a UAR page for doorbells (CQ arm at +0x20, BlueFlame at
+    /// +0x800).
+    pub fn alloc_uar(&self) -> Result<Uar<'_, P>> {
+        Ok(Object::new(self, self.alloc_uar_number()?))
+    }
+
+    /// ALLOC_PD.
+    pub fn alloc_pd(&self) -> Result<Pd<'_, P>> {
+        let out: AllocPdOut = self.exec(&AllocPdIn::new())?;
+        Ok(Object::new(self, Pdn(out.get(AllocPdOut::pd))))
+    }
+
+    /// ALLOC_TRANSPORT_DOMAIN.
+    pub fn alloc_transport_domain(&self) -> Result<TransportDomain<'_, P>> {
+        let out: AllocTransportDomainOut = self.exec(&AllocTransportDomainIn::new())?;
+        Ok(Object::new(
+            self,
+            Tdn(out.get(AllocTransportDomainOut::transport_domain)),
+        ))
+    }
+
+    /// CREATE_CQ with the caller's context and buffer pages; the CQ is
+    /// registered for completion and error events.
+    pub fn create_cq(&self, pages: &PageList<'_, CreateCqIn>) -> Result<Cq<'_, P>> {
+        let out: CreateCqOut = self.exec_encoded(pages)?;
+        let cqn = Cqn(out.get(CreateCqOut::cqn));
+        let cq = Object::new(self, cqn);
+        match self.events.register_cq(cqn) {
+            Ok(()) => Ok(cq),
+            Err(Error::InvalidArgument { .. }) => Err(duplicate(
+                cq,
+                Opcode::CREATE_CQ,
+                "create_cq_out.cqn",
+                u64::from(cqn.0),
+            )),
+            // The registry is full: the drop destroys the new CQ.
+            Err(e) => Err(e),
+        }
+    }
+
+    /// CREATE_QP with the caller's context and buffer pages; the QP is
+    /// registered for events.
+    pub fn create_qp(&self, pages: &PageList<'_, CreateQpIn>) -> Result<Qp<'_, P>> {
+        let out: CreateQpOut = self.exec_encoded(pages)?;
+        let qpn = Qpn(out.get(CreateQpOut::qpn));
+        let qp = Object::new(self, qpn);
+        self.register_created(
+            qp,
+            QueueId::Qp(qpn),
+            Opcode::CREATE_QP,
+            "create_qp_out.qpn",
+            qpn.0,
+        )
+    }
+
+    /// CREATE_SRQ with the caller's context and buffer pages; the SRQ is
+    /// registered for events.
+    pub fn create_srq(&self, pages: &PageList<'_, CreateSrqIn>) -> Result<Srq<'_, P>> {
+        let out: CreateSrqOut = self.exec_encoded(pages)?;
+        let srqn = Srqn(out.get(CreateSrqOut::srqn));
+        let srq = Object::new(self, srqn);
+        self.register_created(
+            srq,
+            QueueId::Srq(srqn),
+            Opcode::CREATE_SRQ,
+            "create_srq_out.srqn",
+            srqn.0,
+        )
+    }
+
+    /// CREATE_MKEY with the caller's memory key context and MTT (page
+    /// addresses with the access bits, as 64-bit entries).
+    pub fn create_mkey(&self, mtt: &PageList<'_, CreateMkeyIn>) -> Result<Mkey<'_, P>> {
+        let out: CreateMkeyOut = self.exec_encoded(mtt)?;
+        Ok(Object::new(
+            self,
+            MkeyIndex(out.get(CreateMkeyOut::mkey_index)),
+        ))
+    }
+
+    fn register_created<'a, K: FwObject>(
+        &self,
+        obj: Object<'a, P, K>,
+        q: QueueId,
+        opcode: Opcode,
+        field: &'static str,
+        n: u32,
+    ) -> Result<Object<'a, P, K>> {
+        match self.events.register_queue(q) {
+            Ok(()) => Ok(obj),
+            Err(Error::InvalidArgument { .. }) => Err(duplicate(obj, opcode, field, u64::from(n))),
+            // The registry is full: the drop destroys the new object.
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The firmware answered with the number of an object that already
+/// exists: destroying "it" would destroy the other one, so the handle is
+/// forgotten (the firmware's bookkeeping is wrong anyway).
+fn duplicate<P: Platform, K: FwObject>(
+    mut obj: Object<'_, P, K>,
+    opcode: Opcode,
+    field: &'static str,
+    value: u64,
+) -> Error {
+    obj.live = false;
+    log::error!("{opcode}: {field} = {value:#x} is already in use; not destroying it");
+    Error::InvalidAnswer {
+        opcode,
+        op_mod: 0,
+        field,
+        value,
+        reason: "the number of an object that exists",
+    }
+}

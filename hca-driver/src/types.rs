@@ -1,0 +1,64 @@
+//! Typed object numbers: what the firmware calls each object by.
+
+use core::fmt;
+
+macro_rules! object_number {
+    ($(#[$m:meta])* $name:ident($t:ty), $prefix:literal) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub $t);
+
+        impl $name {
+            /// The raw number.
+            pub const fn get(self) -> $t {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, " {:#x}"), self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(self, f)
+            }
+        }
+    };
+}
+
+object_number!(
+    /// A UAR index (`alloc_uar_out.uar`): the UAR page's number in BAR0.
+    Uarn(u32), "UAR"
+);
+object_number!(
+    /// A protection domain number (`alloc_pd_out.pd`).
+    Pdn(u32), "PD"
+);
+object_number!(
+    /// A transport domain number (`alloc_transport_domain_out.transport_domain`).
+    Tdn(u32), "TD"
+);
+object_number!(
+    /// An event queue number (`create_eq_out.eq_number`).
+    Eqn(u8), "EQ"
+);
+object_number!(
+    /// A completion queue number (`create_cq_out.cqn`).
+    Cqn(u32), "CQ"
+);
+object_number!(
+    /// A queue pair number (`create_qp_out.qpn`).
+    Qpn(u32), "QP"
+);
+object_number!(
+    /// A shared receive queue number (`create_srq_out.srqn`).
+    Srqn(u32), "SRQ"
+);
+object_number!(
+    /// A memory key index (`create_mkey_out.mkey_index`); the key is
+    /// `index << 8 | mkey_7_0`.
+    MkeyIndex(u32), "MKEY index"
+);
