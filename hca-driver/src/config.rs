@@ -15,8 +15,8 @@ pub struct Timeouts {
     pub fw_init: Duration,
     /// One command (60 s).
     pub command: Duration,
-    /// TEARDOWN_HCA (3 s... Linux waits the command timeout for the
-    /// graceful close; 60 s).
+    /// The TEARDOWN_HCA command (the command timeout, 60 s, as Linux waits
+    /// for a graceful close).
     pub teardown: Duration,
     /// Reclaiming every firmware page at teardown (5 s).
     pub page_reclaim: Duration,
@@ -72,8 +72,10 @@ pub struct Config {
     pub driver_version: &'static str,
     /// Most firmware pages one MANAGE_PAGES command gives or takes.
     pub max_pages_per_command: u32,
-    /// Most firmware pages the driver gives in total (a larger request is an
-    /// invalid device answer).
+    /// Most firmware pages the driver gives in total (its page budget): at
+    /// bring-up a larger demand fails the bring-up, at runtime a page
+    /// request beyond it is answered with MANAGE_PAGES op_mod 0 (allocation
+    /// failed).
     pub max_firmware_pages: u32,
     /// Smallest DMA chunk (in 4 KiB pages) the page manager allocates.
     pub min_page_chunk: u16,

@@ -312,7 +312,7 @@ impl<P: Platform> Hca<P> {
                 let p = d.get(EventAuto::pages_req_event);
                 let fid = p.get(PagesReqEvent::function_id);
                 let num = p.num_pages_signed();
-                if fid != 0 || num.unsigned_abs() > self.cfg.max_firmware_pages {
+                if fid != 0 || num.unsigned_abs() > crate::fwpages::MAX_PAGE_REQUEST {
                     return Err(EqeError::BadPageRequest {
                         function_id: fid,
                         num_pages: num,

@@ -19,6 +19,10 @@ use crate::error::{Error, Result, Wait};
 use crate::hca::{DmaUse, Hca};
 use crate::pages::{CHUNK_MAX_PAGES, GiveMessage, MAX_PAGE_CHUNKS, PageBook, run_pages};
 
+/// Most pages one request (QUERY_PAGES answer or page request event) may
+/// name before it is an invalid device answer (2^24 pages: 64 GiB).
+pub const MAX_PAGE_REQUEST: u32 = 1 << 24;
+
 /// Counters of the page manager.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PageStats {
@@ -87,13 +91,13 @@ impl<P: Platform> Hca<P> {
         let q = QueryPagesIn::new().with(QueryPagesIn::op_mod, op_mod)?;
         let out = self.exec(&q)?;
         let n = out.num_pages_signed();
-        if n < 0 || n as u32 > self.cfg.max_firmware_pages {
+        if n < 0 || n as u32 > MAX_PAGE_REQUEST {
             return Err(Error::InvalidAnswer {
                 opcode: firmware_cmds::Opcode::QUERY_PAGES,
                 op_mod,
                 field: "query_pages_out.num_pages",
                 value: u64::from(n as u32),
-                reason: "negative, or above Config::max_firmware_pages",
+                reason: "negative, or more than 64 GiB of pages",
             });
         }
         Ok(n as u32)
@@ -132,6 +136,13 @@ impl<P: Platform> Hca<P> {
     }
 
     fn give_locked(&self, pm: &mut PageManager, n: usize) -> Result<()> {
+        let budget = u64::from(self.cfg.max_firmware_pages);
+        if pm.book.held() + n as u64 > budget {
+            return Err(Error::CapacityExceeded {
+                what: "the firmware page budget (Config::max_firmware_pages)",
+                capacity: budget as usize,
+            });
+        }
         let mut remaining = n;
         while remaining > 0 {
             let batch = remaining.min(self.cfg.max_pages_per_command as usize);

@@ -13,7 +13,9 @@ use firmware_cmds::endian::Be32;
 use firmware_cmds::hca::{
     DisableHcaIn, EnableHcaIn, InitHcaIn, QUERY_PAGES_OP_MOD_BOOT_PAGES,
     QUERY_PAGES_OP_MOD_INIT_PAGES, QueryAdapterIn, QueryAdapterOut, QueryAdapterParamBlock,
-    QueryIssiIn, SetDriverVersionIn, SetIssiIn, TEARDOWN_HCA_PROFILE_GRACEFUL_CLOSE, TeardownHcaIn,
+    QueryIssiIn, SetDriverVersionIn, SetIssiIn, TEARDOWN_HCA_OUT_FORCE_STATE_SUCCESS,
+    TEARDOWN_HCA_PROFILE_FORCE_CLOSE, TEARDOWN_HCA_PROFILE_GRACEFUL_CLOSE, TeardownHcaIn,
+    TeardownHcaOut,
 };
 use firmware_cmds::init_seg::{
     CMDIF_REV, CMDIF_REV_FW_SUB_OFFSET, CMDQ_ADDR_H_OFFSET, CMDQ_ADDR_L_SZ_OFFSET, CmdifRevFwSub,
@@ -922,7 +924,13 @@ impl<P: Platform> Hca<P> {
                 );
                 match self.exec(&t) {
                     Ok(_) => self.progress.initialized = false,
-                    Err(e) => note(e, &mut first),
+                    Err(e) => {
+                        let force = self.info.caps.general.max.get(CmdHcaCap::force_teardown);
+                        if force && self.check_alive().is_ok() && self.teardown_force() {
+                            self.progress.initialized = false;
+                        }
+                        note(e, &mut first);
+                    }
                 }
             }
             if self.progress.enabled {
@@ -979,6 +987,31 @@ impl<P: Platform> Hca<P> {
         match first {
             None => Ok(()),
             Some(e) => Err(e),
+        }
+    }
+
+    /// TEARDOWN_HCA with the force-close profile, after a graceful close
+    /// failed; whether it worked.
+    fn teardown_force(&self) -> bool {
+        let t = match TeardownHcaIn::new()
+            .with(TeardownHcaIn::profile, TEARDOWN_HCA_PROFILE_FORCE_CLOSE)
+        {
+            Ok(t) => t,
+            Err(_) => return false,
+        };
+        match self.exec(&t) {
+            Ok(o) if o.get(TeardownHcaOut::state) == TEARDOWN_HCA_OUT_FORCE_STATE_SUCCESS => {
+                log::warn!("graceful TEARDOWN_HCA failed; force close succeeded");
+                true
+            }
+            Ok(_) => {
+                log::error!("TEARDOWN_HCA force close reports failure");
+                false
+            }
+            Err(e) => {
+                log::error!("TEARDOWN_HCA force close: {e}");
+                false
+            }
         }
     }
 
