@@ -2,12 +2,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use crate::config::{Clock, EmuConfig, Execution};
-use crate::datapath::Datapath;
+use crate::datapath::{Datapath, Engine, Outgoing};
 use crate::faults::FaultPlan;
 use crate::fw::Fw;
 use crate::iommu::Iommu;
@@ -43,8 +43,33 @@ pub(crate) const BAR_SIZE: usize = 32 << 20;
 /// a spurious timeout).
 const SLOW_DEVICE_WARNING: Duration = Duration::from_secs(10);
 
+/// A frame sent to another HCA, counted in the sender's frames in flight
+/// until the receiver has processed it and delivered what it sent in
+/// response (the sender's `wait_idle` waits for that, so its virtual clock
+/// does not run ahead of a peer that has not looked at the frame yet).
+pub(crate) struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    pub(crate) fn new(counter: &Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::AcqRel);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl core::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("InFlight")
+    }
+}
+
 /// Something the driver did that the device reacts to.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) enum Event {
     /// A write of the command doorbell (init segment 0x18).
     CmdDoorbell(u32),
@@ -56,7 +81,11 @@ pub(crate) enum Event {
         width: u8,
     },
     /// A frame arriving from the wire on `port` (for the data path).
-    Frame { port: u8, bytes: Vec<u8> },
+    Frame {
+        port: u8,
+        bytes: Vec<u8>,
+        flight: Option<InFlight>,
+    },
 }
 
 /// Timed device work.
@@ -64,6 +93,12 @@ pub(crate) enum Event {
 pub(crate) enum Timer {
     /// Execute the commands of a doorbell (command latency).
     ExecCommands(u32),
+    /// An RC QP's ACK timeout (valid while its timer generation is `tgen`).
+    Retry { qpn: u32, tgen: u64 },
+    /// An RC QP's RNR wait ends.
+    Rnr { qpn: u32, tgen: u64 },
+    /// Flush WQEs posted to queues in the error state.
+    ErrPoll,
 }
 
 /// A command as the device executed it, for tests and reports.
@@ -123,10 +158,16 @@ pub(crate) struct Device {
     pub(crate) datapath: Datapath,
     pub(crate) interrupts: BTreeMap<u8, u64>,
     pub(crate) peers: crate::wire::Peers,
+    /// The transport engine's state.
+    pub(crate) engine: Engine,
+    /// This device's own shared state (to recognise itself as a peer).
+    pub(crate) me: Weak<Shared>,
+    /// Frames this device sent to other HCAs, not yet processed there.
+    pub(crate) inflight: Arc<AtomicUsize>,
 }
 
 impl Device {
-    pub(crate) fn new(cfg: EmuConfig) -> Self {
+    pub(crate) fn new(cfg: EmuConfig, me: Weak<Shared>, inflight: Arc<AtomicUsize>) -> Self {
         let mut config_space = [0u8; 256];
         config_space[0..2].copy_from_slice(&PCI_ID.0.to_le_bytes());
         config_space[2..4].copy_from_slice(&PCI_ID.1.to_le_bytes());
@@ -162,6 +203,9 @@ impl Device {
             datapath: Datapath::default(),
             interrupts: BTreeMap::new(),
             peers: Default::default(),
+            engine: Engine::default(),
+            me,
+            inflight,
             cfg,
         }
     }
@@ -314,6 +358,7 @@ impl Device {
         self.progress += 1;
         let r = catch_unwind(AssertUnwindSafe(|| match work {
             Ok(Timer::ExecCommands(bits)) => self.exec_commands(bits),
+            Ok(t) => self.datapath_timer(t),
             Err(Event::CmdDoorbell(bits)) => self.command_doorbell(bits),
             Err(Event::Uar {
                 page,
@@ -321,7 +366,16 @@ impl Device {
                 value,
                 width,
             }) => self.uar_write(page, offset, value, width),
-            Err(Event::Frame { port, bytes }) => self.receive_frame(port, bytes),
+            Err(Event::Frame {
+                port,
+                bytes,
+                flight,
+            }) => {
+                self.receive_frame(port, bytes);
+                if let Some(f) = flight {
+                    self.engine.held.push(f);
+                }
+            }
         }));
         if let Err(p) = r {
             let msg = p
@@ -369,6 +423,7 @@ impl Device {
         self.gone = false;
         self.events.clear();
         self.timers.clear();
+        self.engine = Engine::default();
         self.config_space[4] = 0;
         self.config_space[5] = 0;
     }
@@ -383,13 +438,16 @@ pub(crate) struct Shared {
     pub(crate) execution: Execution,
     pub(crate) thread_alive: AtomicBool,
     pub(crate) real_start: Instant,
+    /// Frames sent to other HCAs and not processed there yet.
+    pub(crate) inflight: Arc<AtomicUsize>,
 }
 
 impl Shared {
-    pub(crate) fn new(cfg: EmuConfig) -> Self {
+    pub(crate) fn new(cfg: EmuConfig, me: Weak<Shared>) -> Self {
         let clock = cfg.clock;
         let execution = cfg.execution;
-        let dev = Device::new(cfg);
+        let inflight = Arc::new(AtomicUsize::new(0));
+        let dev = Device::new(cfg, me, inflight.clone());
         let real_start = dev.real_start;
         Self {
             dev: Mutex::new(dev),
@@ -398,6 +456,7 @@ impl Shared {
             execution,
             thread_alive: AtomicBool::new(false),
             real_start,
+            inflight,
         }
     }
 
@@ -415,24 +474,49 @@ impl Shared {
         }
     }
 
-    /// Waits until the device has done everything it can do now.
+    /// Waits until the device has done everything it can do now, and (with
+    /// a device thread) until the frames it sent to other HCAs were
+    /// processed there.
     pub(crate) fn wait_idle(&self) {
         let mut d = self.lock();
         match self.execution {
-            Execution::Stepping => while d.run_one() {},
+            Execution::Stepping => loop {
+                let (g, ran) = self.run_one(d);
+                d = g;
+                if !ran {
+                    break;
+                }
+            },
             Execution::DeviceThread => {
                 let start = Instant::now();
                 let mut warned = false;
-                while d.has_ready() && !d.shutdown {
+                loop {
+                    let flying = self.inflight.load(Ordering::Acquire) > 0;
+                    if d.shutdown || !(d.has_ready() || flying) {
+                        break;
+                    }
                     if !self.thread_alive.load(Ordering::Acquire) {
                         // Never happens (the thread catches panics); run
                         // the work here rather than hang.
-                        while d.run_one() {}
+                        loop {
+                            let (g, ran) = self.run_one(d);
+                            d = g;
+                            if !ran {
+                                break;
+                            }
+                        }
                         break;
                     }
+                    // Frames in flight are released by another device
+                    // without this lock: poll for them.
+                    let t = if flying {
+                        Duration::from_micros(200)
+                    } else {
+                        Duration::from_millis(100)
+                    };
                     let (g, _) = self
                         .cv
-                        .wait_timeout(d, Duration::from_millis(100))
+                        .wait_timeout(d, t)
                         .unwrap_or_else(|e| e.into_inner());
                     d = g;
                     if !warned && start.elapsed() > SLOW_DEVICE_WARNING {
@@ -472,14 +556,16 @@ impl Shared {
         match self.clock {
             Clock::Real => {
                 if self.execution == Execution::Stepping {
-                    self.lock().run_one();
+                    let (g, _) = self.run_one(self.lock());
+                    drop(g);
                 }
                 std::thread::yield_now();
             }
             Clock::Virtual => {
                 if self.execution == Execution::Stepping {
-                    let mut d = self.lock();
-                    if d.run_one() {
+                    let (g, ran) = self.run_one(self.lock());
+                    drop(g);
+                    if ran {
                         return;
                     }
                 } else {
@@ -507,6 +593,43 @@ impl Shared {
         self.lock().events.push_back(ev);
         self.cv.notify_all();
     }
+
+    /// Runs one event or due timer, then delivers the frames it sent to
+    /// other HCAs with this device's lock released (two devices never
+    /// hold each other's locks). Returns the guard and whether there was
+    /// work.
+    pub(crate) fn run_one<'a>(
+        &'a self,
+        mut d: MutexGuard<'a, Device>,
+    ) -> (MutexGuard<'a, Device>, bool) {
+        let ran = d.run_one();
+        if d.engine.outbox.is_empty() && d.engine.held.is_empty() {
+            return (d, ran);
+        }
+        let out = std::mem::take(&mut d.engine.outbox);
+        let held = std::mem::take(&mut d.engine.held);
+        drop(d);
+        self.cv.notify_all();
+        deliver(out);
+        drop(held);
+        (self.lock(), ran)
+    }
+}
+
+/// Posts frames to the HCAs at the other end of the wire. A frame for a
+/// device in stepping mode is not counted in flight (nothing would process
+/// it until the test steps that device).
+fn deliver(out: Vec<Outgoing>) {
+    for (peer, port, bytes, flight) in out {
+        if let Some(p) = peer.upgrade() {
+            let flight = flight.filter(|_| p.execution == Execution::DeviceThread);
+            p.post(Event::Frame {
+                port,
+                bytes,
+                flight,
+            });
+        }
+    }
 }
 
 /// The device thread's body.
@@ -524,7 +647,9 @@ pub(crate) fn device_thread(shared: Arc<Shared>) {
         if d.shutdown {
             return;
         }
-        if d.run_one() {
+        let (g, ran) = shared.run_one(d);
+        d = g;
+        if ran {
             drop(d);
             shared.cv.notify_all();
             d = shared.lock();

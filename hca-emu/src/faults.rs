@@ -31,6 +31,55 @@ pub enum OutputCorruption {
     EntryToken(u8),
 }
 
+/// Which frames a port drops on transmission (the virtual wire loses
+/// them): requests, responses, ACKs and raw frames alike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PacketDrop {
+    /// Nothing (removes the rule).
+    None,
+    /// Every frame.
+    All,
+    /// The next `n` frames, then none.
+    Next(u32),
+    /// Every `n`-th frame (the `n`-th, `2n`-th, ...; 1 = every frame).
+    EveryNth(u32),
+    /// Each frame with this probability (0.0 to 1.0), from a generator
+    /// seeded by the HCA's seed: reproducible.
+    Rate(f64),
+}
+
+/// A port's drop rule and its state.
+#[derive(Clone, Debug)]
+pub(crate) struct DropRule {
+    pub(crate) policy: PacketDrop,
+    pub(crate) seen: u64,
+    pub(crate) rng: crate::rng::Rng,
+}
+
+impl DropRule {
+    /// Whether the next frame is dropped.
+    pub(crate) fn hit(&mut self) -> bool {
+        self.seen += 1;
+        match &mut self.policy {
+            PacketDrop::None => false,
+            PacketDrop::All => true,
+            PacketDrop::Next(n) => {
+                if *n > 0 {
+                    *n -= 1;
+                    true
+                } else {
+                    false
+                }
+            }
+            PacketDrop::EveryNth(n) => *n > 0 && self.seen % u64::from(*n) == 0,
+            PacketDrop::Rate(p) => {
+                let x = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                x < *p
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct OpcodeRule {
     pub(crate) opcode: Option<u16>,
@@ -64,6 +113,8 @@ pub(crate) struct FaultPlan {
     pub(crate) corrupt_cqe: Vec<(u32, usize, u8)>,
     pub(crate) corrupt_eqe: Vec<(u32, usize, u8)>,
     pub(crate) cq_overrun: Vec<u32>,
+    /// Packet loss by port.
+    pub(crate) drop: std::collections::BTreeMap<u8, DropRule>,
 }
 
 /// Applies the first firing rule of a list; removes fired one-shot rules.
@@ -193,6 +244,30 @@ impl Faults {
     /// event (0x04, syndrome 1 = overrun) is posted.
     pub fn cq_overrun(&self, cqn: u32) {
         self.with(|d| d.faults.cq_overrun.push(cqn))
+    }
+
+    /// Frames transmitted by `port` are lost on the wire according to
+    /// `policy` (counted in [`Datapath::drops`](crate::Datapath)`.injected`).
+    /// An RC requester sees no acknowledgement and retransmits after its
+    /// ACK timeout; when its `retry_count` is spent the WQE completes with
+    /// "transport retry counter exceeded" (syndrome 0x15).
+    /// [`PacketDrop::None`] removes the rule.
+    pub fn drop_packets(&self, port: u8, policy: PacketDrop) {
+        self.with(|d| {
+            if policy == PacketDrop::None {
+                d.faults.drop.remove(&port);
+            } else {
+                let rng = crate::rng::Rng::new(d.cfg.seed ^ 0x6472_6f70 ^ u64::from(port));
+                d.faults.drop.insert(
+                    port,
+                    DropRule {
+                        policy,
+                        seen: 0,
+                        rng,
+                    },
+                );
+            }
+        })
     }
 
     /// Removes every pending injected fault (a fatal error or surprise

@@ -48,9 +48,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use config::{Clock, EmuConfig, Execution, PageCounts, Personality};
-pub use datapath::{Datapath, DoorbellWrite};
+pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
-pub use faults::{Faults, OutputCorruption};
+pub use faults::{Faults, OutputCorruption, PacketDrop};
 pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub use iommu::{FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 
@@ -127,7 +127,7 @@ impl EmuHca {
     /// thread starts.
     pub fn new(cfg: EmuConfig) -> Self {
         let exec = cfg.execution;
-        let shared = Arc::new(Shared::new(cfg));
+        let shared = Arc::new_cyclic(|me| Shared::new(cfg, me.clone()));
         let thread = (exec == Execution::DeviceThread).then(|| {
             let s = shared.clone();
             std::thread::Builder::new()
@@ -157,7 +157,7 @@ impl EmuHca {
     /// this returns false.)
     pub fn step(&self) -> bool {
         if self.shared.execution == Execution::Stepping {
-            self.shared.lock().run_one()
+            self.shared.run_one(self.shared.lock()).1
         } else {
             false
         }
@@ -589,6 +589,10 @@ impl EmuBar {
     /// Posts a frame to this HCA's port as if it came from the wire.
     #[allow(dead_code)]
     pub(crate) fn post_frame(&self, port: u8, bytes: Vec<u8>) {
-        self.shared.post(Event::Frame { port, bytes });
+        self.shared.post(Event::Frame {
+            port,
+            bytes,
+            flight: None,
+        });
     }
 }

@@ -418,7 +418,9 @@ fn simple_alloc(d: &mut Device, c: &Cmd, k: ObjKind, out_field: &str) -> R {
 }
 
 fn simple_destroy(d: &mut Device, c: &Cmd, k: ObjKind, in_field: &str) -> R {
-    d.fw.objs.destroy(k, c.get(in_field) as u32)?;
+    let n = c.get(in_field) as u32;
+    d.fw.objs.destroy(k, n)?;
+    d.datapath_forget(k, n);
     c.out().done()
 }
 
@@ -795,6 +797,12 @@ fn modify_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str, cur: &str) -> R {
         return fail(st::BAD_RES_STATE, syn::WQ_STATE);
     }
     w.state = new_state;
+    if new_state == 0 {
+        d.datapath_forget(k, n);
+    }
+    let Some(w) = d.fw.objs.wq_mut(k, n) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
     let mut ctx = ctx;
     let sfield = if k == ObjKind::Sq { "sqc" } else { "rqc" };
     ifc().set(&mut ctx, sfield, "state", u64::from(new_state));

@@ -62,6 +62,7 @@ pub(crate) fn teardown_hca(d: &mut Device, c: &Cmd) -> R {
     let live = d.fw.objs.live();
     d.fw.leaked_at_teardown.extend(live);
     d.fw.objs.clear();
+    d.engine = Default::default();
     d.fw.state = HcaState::TornDown;
     c.out().done()
 }

@@ -31,10 +31,11 @@
 mod cmds;
 mod eq;
 mod hca;
-mod objects;
+pub(crate) mod objects;
 mod port;
 mod qp;
 
+pub(crate) use hca::RESD_LKEY;
 pub(crate) use objects::Objects;
 pub use objects::{Cq, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub(crate) use port::Port;

@@ -5,7 +5,9 @@
 //! any state. Any other edge is answered with bad resource state
 //! ([`QP_BAD_TRANSITION`](crate::syndrome::QP_BAD_TRANSITION)). Each
 //! transition accepts only its optional-parameter bits and checks the fields
-//! it needs (port, P_Key index, MTU, RoCE GRH/GID/MAC).
+//! it needs (port, P_Key index, MTU, RoCE GRH/GID/MAC). A transition takes
+//! its required fields from the input context, and an optional field only
+//! when its `opt_param_mask` bit is set.
 
 use super::cmds::{check_dbr, check_lps, read_pas_at};
 use super::objects::{ObjData, ObjKind, Qp, QpState, pages_for};
@@ -129,7 +131,9 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
 }
 
 pub(crate) fn destroy_qp(d: &mut Device, c: &Cmd) -> R {
-    d.fw.objs.destroy(ObjKind::Qp, c.get("qpn") as u32)?;
+    let qpn = c.get("qpn") as u32;
+    d.fw.objs.destroy(ObjKind::Qp, qpn)?;
+    d.datapath_forget(ObjKind::Qp, qpn);
     c.out().done()
 }
 
@@ -143,40 +147,95 @@ pub(crate) fn query_qp(d: &mut Device, c: &Cmd) -> R {
     c.out().put(off, &ctx).done()
 }
 
-/// Fields each transition takes from its input context (paths in `qpc`).
-fn fields_set(opcode: u16) -> &'static [&'static str] {
+/// Fields each transition takes from its input context (paths in `qpc`):
+/// the required ones always, each optional group only when its
+/// `opt_param_mask` bit is set (as firmware does: an optional attribute the
+/// driver did not select keeps its value).
+type Fields = (
+    &'static [&'static str],
+    &'static [(u32, &'static [&'static str])],
+);
+
+fn fields_set(opcode: u16, st: u8) -> Fields {
+    const ACCESS: [(u32, &[&str]); 3] = [
+        (opt::RRE, &["rre"]),
+        (opt::RWE, &["rwe"]),
+        (opt::RAE, &["rae"]),
+    ];
+    const PKEY: (u32, &[&str]) = (opt::PKEY_INDEX, &["primary_address_path.pkey_index"]);
+    const QKEY: (u32, &[&str]) = (opt::Q_KEY, &["q_key"]);
+    const RNR: (u32, &[&str]) = (opt::RNR_TIMEOUT, &["min_rnr_nak"]);
+    const ACK: (u32, &[&str]) = (opt::ACK_TIMEOUT, &["primary_address_path.ack_timeout"]);
+    const PATH: (u32, &[&str]) = (opt::PRIMARY_ADDR_PATH, &["primary_address_path"]);
     match opcode {
-        0x502 | 0x50e => &[
-            "primary_address_path.pkey_index",
-            "primary_address_path.vhca_port_num",
-            "rre",
-            "rwe",
-            "rae",
-            "q_key",
-        ],
-        0x503 => &[
-            "mtu",
-            "log_msg_max",
-            "remote_qpn",
-            "primary_address_path",
-            "next_rcv_psn",
-            "log_rra_max",
-            "min_rnr_nak",
-            "q_key",
-            "rre",
-            "rwe",
-            "rae",
-        ],
-        0x504 | 0x505 | 0x506 | 0x50c => &[
-            "next_send_psn",
-            "retry_count",
-            "rnr_retry",
-            "log_sra_max",
-            "primary_address_path.ack_timeout",
-            "min_rnr_nak",
-            "q_key",
-        ],
-        _ => &[],
+        0x502 => (
+            &[
+                "primary_address_path.pkey_index",
+                "primary_address_path.vhca_port_num",
+                "rre",
+                "rwe",
+                "rae",
+                "q_key",
+            ],
+            &[],
+        ),
+        0x50e => (
+            &[],
+            &[
+                ACCESS[0],
+                ACCESS[1],
+                ACCESS[2],
+                PKEY,
+                QKEY,
+                (opt::PRI_PORT, &["primary_address_path.vhca_port_num"]),
+            ],
+        ),
+        0x503 if st == ST_UD => (&[], &[ACCESS[0], ACCESS[1], ACCESS[2], PKEY, QKEY]),
+        0x503 => (
+            &[
+                "mtu",
+                "log_msg_max",
+                "remote_qpn",
+                "primary_address_path",
+                "next_rcv_psn",
+                "log_rra_max",
+                "min_rnr_nak",
+            ],
+            &[ACCESS[0], ACCESS[1], ACCESS[2], PKEY, QKEY],
+        ),
+        0x504 => (
+            &[
+                "next_send_psn",
+                "retry_count",
+                "rnr_retry",
+                "log_sra_max",
+                "primary_address_path.ack_timeout",
+            ],
+            &[ACCESS[0], ACCESS[1], ACCESS[2], RNR, QKEY],
+        ),
+        0x505 => (
+            &[],
+            &[ACCESS[0], ACCESS[1], ACCESS[2], RNR, QKEY, ACK, PATH],
+        ),
+        0x506 => (&[], &[RNR, QKEY]),
+        0x50c => (
+            &[],
+            &[
+                ACCESS[0],
+                ACCESS[1],
+                ACCESS[2],
+                PKEY,
+                QKEY,
+                RNR,
+                ACK,
+                PATH,
+                (opt::RETRY_COUNT, &["retry_count"]),
+                (opt::RNR_RETRY, &["rnr_retry"]),
+                (opt::SRA_MAX, &["log_sra_max"]),
+                (opt::RRA_MAX, &["log_rra_max"]),
+            ],
+        ),
+        _ => (&[], &[]),
     }
 }
 
@@ -309,16 +368,23 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
         }
     }
     // Apply.
-    let input_ctx = if has_ctx {
-        c.bytes("qpc").to_vec()
+    let (input_ctx, mask) = if has_ctx {
+        (c.bytes("qpc").to_vec(), c.get("opt_param_mask") as u32)
     } else {
-        Vec::new()
+        (Vec::new(), 0)
     };
     let q = d.fw.objs.qp_mut(qpn).expect("checked above");
     let t = ifc();
-    for path in fields_set(c.opcode) {
+    let (required, optional) = fields_set(c.opcode, q.st);
+    let chosen = optional
+        .iter()
+        .filter(|(bit, _)| mask & bit != 0)
+        .flat_map(|(_, f)| f.iter());
+    for path in required.iter().chain(chosen) {
         copy_field(&mut q.ctx, &input_ctx, t.field("qpc", path));
     }
+    let from_state = q.state;
     q.state = to;
+    d.qp_transition(qpn, from_state, to);
     c.out().done()
 }

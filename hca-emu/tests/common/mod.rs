@@ -3,6 +3,7 @@
 //! builders with hand-written PRM offsets, and a parser of the real trace.
 #![allow(dead_code)]
 
+pub mod dp;
 pub mod trace;
 
 use std::time::Duration;

@@ -1,0 +1,989 @@
+//! The data path: the transport engine that executes what the driver posts.
+//!
+//! # What executes
+//!
+//! - **Send doorbells** (UAR offset 0x800 or 0x900, a 64-bit store of the
+//!   first 8 bytes of the last WQE's control segment; `qpn << 8 | ds` in
+//!   the low word) name a QP or a raw Ethernet SQ. The engine reads the
+//!   send counter of the queue's doorbell record (word 1, 16 bits) and
+//!   executes every WQE from its own position up to that counter, fetching
+//!   the 64-byte WQEBBs from the queue buffer (the SQ follows the RQ in a
+//!   QP's buffer) with wrap-around. BlueFlame copies (the rest of the
+//!   256-byte register half) are compared with the WQE in memory; a
+//!   difference is counted in [`Datapath::bf_mismatches`].
+//! - A WQE is checked before it runs: its control segment must carry this
+//!   queue's number and the queue position as `wqe_index`, `ds` must cover
+//!   the segments the opcode needs, the opcode must be one the queue type
+//!   executes (RC: NOP, SEND, SEND_IMM, RDMA_WRITE, RDMA_WRITE_IMM,
+//!   RDMA_READ, ATOMIC_CS, ATOMIC_FA; UC: NOP, SEND, SEND_IMM, RDMA_WRITE,
+//!   RDMA_WRITE_IMM; UD: NOP, SEND, SEND_IMM; raw SQ: NOP, SEND). Anything
+//!   else completes with a local QP operation error (syndrome 0x02).
+//! - **RC**: messages go out as RoCE frames on the QP's port; the responder
+//!   checks the PSN (duplicates are re-acknowledged, READs re-executed,
+//!   atomics answered from their saved result; a PSN ahead is NAKed once
+//!   with a sequence error), executes, and answers with ACK, NAK, RNR NAK,
+//!   READ response or atomic ACK. The requester completes WQEs in order
+//!   when they are acknowledged, retransmits on the ACK timeout (4.096 µs ×
+//!   2^`ack_timeout`, 0 = never) and on a sequence NAK, counting
+//!   `retry_count`; on an RNR NAK it waits the responder's `min_rnr_nak`
+//!   timer and retries, counting `rnr_retry` (7 = infinite). All timers run
+//!   on the device clock (virtual time by default).
+//! - **UC and UD** complete at transmission; the responder drops what it
+//!   cannot take (no receive WQE, Q_Key mismatch, bad rkey on UC) silently,
+//!   as on the wire.
+//! - **Receive**: a SEND consumes the next WQE of the QP's RQ (receive
+//!   counter in word 0 of the doorbell record) or of its SRQ (following
+//!   the `next_wqe_index` links; SRQ limit event 0x14 when fewer WQEs than
+//!   the armed `lwm` remain) and scatters into it; a UD receive scatters the
+//!   40-byte GRH area first.
+//! - **Raw Ethernet**: an SQ object sends its inline headers plus gathered
+//!   data as a frame (with checksum insertion if asked); frames that are
+//!   not RoCE (or arrive while RoCE is disabled on the vport) go to the RQ
+//!   of the first TIR whose RQ is ready.
+//! - **QP states**: the SQ executes in RTS; the RQ receives in RTR and RTS
+//!   (and SQE for UD/UC); in the error state everything posted completes
+//!   with the flush syndrome (0x05), also WQEs posted later (send
+//!   doorbells, and receive counters checked every 100 µs of device time).
+//!   A requester error on UD/UC puts the QP in SQE (the RQ keeps working).
+//!
+//! See [`Datapath`] for the counters and the drop reasons, and
+//! [`Faults::drop_packets`](crate::Faults::drop_packets) for packet loss.
+
+mod cqe;
+mod mem;
+mod packet;
+mod raw;
+mod requester;
+mod responder;
+mod wqe;
+
+pub use cqe::syndrome as cqe_syndrome;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::device::{Device, Event, InFlight, Shared, Timer};
+use crate::fw::{ObjKind, Qp, QpState, buf_addr};
+use crate::ifc::ifc;
+use packet::{RoceVer, Route};
+
+/// Entries kept in [`Datapath::doorbells`] and [`Datapath::log`].
+const KEEP: usize = 256;
+/// Period of the check for WQEs posted to queues in the error state.
+const ERR_POLL: Duration = Duration::from_micros(100);
+
+/// One doorbell write the data path received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DoorbellWrite {
+    /// UAR page.
+    pub uar: u32,
+    /// Offset in the page (0x800 or 0x900 for the send doorbell/BlueFlame).
+    pub offset: usize,
+    /// Value written (device byte order, as a host integer of the bytes).
+    pub value: u64,
+    /// Access width in bytes.
+    pub width: u8,
+}
+
+/// Frames the engine dropped, by reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Drops {
+    /// Dropped by [`Faults::drop_packets`](crate::Faults::drop_packets).
+    pub injected: u64,
+    /// Sent on a port whose link is down (no peer, or admin down).
+    pub no_link: u64,
+    /// Not parseable.
+    pub malformed: u64,
+    /// Destination MAC or GID not this port's.
+    pub not_for_us: u64,
+    /// No QP with the destination QPN on this port, or a transport that
+    /// does not match the QP's type.
+    pub no_qp: u64,
+    /// The QP is not in a state that receives.
+    pub bad_state: u64,
+    /// UD: Q_Key mismatch.
+    pub qkey: u64,
+    /// UD/UC: no receive WQE posted.
+    pub no_receive: u64,
+    /// UC: RDMA WRITE refused (rkey, rights, bounds).
+    pub uc_access: u64,
+    /// Raw Ethernet frame with no ready RQ or no receive WQE.
+    pub raw_no_buffer: u64,
+    /// Frames of the RDMA transport that could not be acted on (a response
+    /// matching nothing outstanding, a duplicate atomic whose result is
+    /// gone).
+    pub stale: u64,
+}
+
+/// Data-path state and counters.
+#[derive(Clone, Debug, Default)]
+pub struct Datapath {
+    /// Send doorbell writes received (most recent last, at most 256 kept).
+    pub doorbells: VecDeque<DoorbellWrite>,
+    /// CQ arm doorbells handled.
+    pub cq_arms: u64,
+    /// CQs that overran.
+    pub cq_overruns: Vec<u32>,
+    /// EQs that overran.
+    pub eq_overruns: Vec<u32>,
+    /// Send WQEs executed.
+    pub wqes: u64,
+    /// Receive WQEs consumed (RQ, SRQ, raw RQ).
+    pub recv_wqes: u64,
+    /// CQEs written by the engine.
+    pub cqes: u64,
+    /// Frames sent (before drops).
+    pub frames_tx: u64,
+    /// Frames received.
+    pub frames_rx: u64,
+    /// RC packets sent again (timeouts, sequence NAKs, RNR retries).
+    pub retransmissions: u64,
+    /// RNR NAKs sent by responders.
+    pub rnr_naks: u64,
+    /// PSN sequence error NAKs sent by responders.
+    pub seq_naks: u64,
+    /// Dropped frames by reason.
+    pub drops: Drops,
+    /// BlueFlame copies whose bytes differ from the WQE in memory.
+    pub bf_mismatches: u64,
+    /// Doorbells naming a WQE the doorbell record does not cover (the
+    /// record was not updated before the doorbell).
+    pub doorbell_mismatches: u64,
+    /// Notable events (errors, drops), most recent last, at most 256.
+    pub log: VecDeque<String>,
+}
+
+impl Datapath {
+    pub(crate) fn note(&mut self, s: String) {
+        log::debug!("data path: {s}");
+        if self.log.len() >= KEEP {
+            self.log.pop_front();
+        }
+        self.log.push_back(s);
+    }
+}
+
+/// A QP's attributes as the engine uses them, decoded from the QP context
+/// at each transition.
+#[derive(Clone, Debug)]
+pub(crate) struct QpInfo {
+    pub(crate) qpn: u32,
+    /// 0 RC, 1 UC, 2 UD.
+    pub(crate) st: u8,
+    pub(crate) pd: u32,
+    pub(crate) cqn_snd: u32,
+    pub(crate) cqn_rcv: u32,
+    pub(crate) srqn: Option<u32>,
+    pub(crate) rq_type: u8,
+    pub(crate) log_rq_size: u8,
+    pub(crate) log_rq_stride: u8,
+    pub(crate) log_sq_size: u8,
+    pub(crate) no_sq: bool,
+    pub(crate) log_page_size: u8,
+    pub(crate) pas: Vec<u64>,
+    pub(crate) dbr_addr: u64,
+    pub(crate) port: u8,
+    pub(crate) remote_qpn: u32,
+    /// Path MTU in bytes.
+    pub(crate) mtu: u64,
+    pub(crate) q_key: u32,
+    pub(crate) retry_count: u8,
+    pub(crate) rnr_retry: u8,
+    pub(crate) ack_timeout: u8,
+    pub(crate) min_rnr_nak: u8,
+    pub(crate) rre: bool,
+    pub(crate) rwe: bool,
+    pub(crate) rae: bool,
+    pub(crate) user_index: u32,
+    pub(crate) log_sra_max: u8,
+    pub(crate) next_send_psn: u32,
+    pub(crate) next_rcv_psn: u32,
+    /// Largest message: 2^log_max_msg of the capabilities.
+    pub(crate) max_msg: u64,
+    /// CQEs carry the user index (`cqe_version` 1).
+    pub(crate) cqe_v1: bool,
+    /// Atomics on host-endian memory (`atomic_req_8B_endianness_mode` 1).
+    pub(crate) atomic_host_endian: bool,
+    /// The connected route (RC/UC), if the address path resolves.
+    pub(crate) route: Result<Route, String>,
+}
+
+impl QpInfo {
+    /// Offset of the SQ in the QP buffer.
+    pub(crate) fn sq_offset(&self) -> u64 {
+        if self.rq_type == 0 {
+            (16u64 << self.log_rq_stride) << self.log_rq_size
+        } else {
+            0
+        }
+    }
+}
+
+/// One posted RC WQE the requester has not completed.
+#[derive(Clone, Debug)]
+pub(crate) struct Pending {
+    pub(crate) wqe: wqe::SendWqe,
+    pub(crate) first_psn: u32,
+    pub(crate) npsn: u32,
+    /// Acknowledged (or answered, or failed).
+    pub(crate) done: bool,
+    /// Completes with this syndrome.
+    pub(crate) failed: Option<u8>,
+    /// Bytes for the CQE (READ length, 8 for atomics).
+    pub(crate) byte_cnt: u32,
+}
+
+impl Pending {
+    pub(crate) fn last_psn(&self) -> u32 {
+        self.first_psn.wrapping_add(self.npsn.max(1) - 1) & 0xff_ffff
+    }
+}
+
+/// The engine's state of one QP.
+#[derive(Debug)]
+pub(crate) struct QpEngine {
+    pub(crate) info: Arc<QpInfo>,
+    // Requester.
+    pub(crate) sq_next: u16,
+    pub(crate) next_psn: u32,
+    pub(crate) pending: VecDeque<Pending>,
+    pub(crate) reads_out: u32,
+    pub(crate) retries_left: u8,
+    pub(crate) rnr_left: u8,
+    pub(crate) timer_gen: u64,
+    pub(crate) timer_armed: bool,
+    pub(crate) rnr_wait: bool,
+    // Responder.
+    pub(crate) epsn: u32,
+    pub(crate) msn: u32,
+    pub(crate) rq_ci: u16,
+    pub(crate) nak_seq_sent: bool,
+    pub(crate) atomics: VecDeque<(u32, u64)>,
+    pub(crate) comm_est: bool,
+    pub(crate) last_wqe_reached: bool,
+}
+
+impl QpEngine {
+    fn new(info: Arc<QpInfo>) -> Self {
+        Self {
+            info,
+            sq_next: 0,
+            next_psn: 0,
+            pending: VecDeque::new(),
+            reads_out: 0,
+            retries_left: 0,
+            rnr_left: 0,
+            timer_gen: 0,
+            timer_armed: false,
+            rnr_wait: false,
+            epsn: 0,
+            msn: 0,
+            rq_ci: 0,
+            nak_seq_sent: false,
+            atomics: VecDeque::new(),
+            comm_est: false,
+            last_wqe_reached: false,
+        }
+    }
+}
+
+/// An SRQ's consumer state.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SrqState {
+    /// Index of the next WQE to consume (the head of the linked list).
+    pub(crate) head: u16,
+    /// WQEs consumed (compared with the doorbell record counter).
+    pub(crate) consumed: u16,
+}
+
+/// A BlueFlame register half that received a doorbell: the rest of the
+/// copy is compared with the WQE in memory.
+#[derive(Clone, Debug)]
+pub(crate) struct BfCopy {
+    pub(crate) kind: ObjKind,
+    pub(crate) n: u32,
+    pub(crate) index: u16,
+    pub(crate) expected: Option<Vec<u8>>,
+}
+
+/// A frame for another HCA, posted once the device lock is released.
+pub(crate) type Outgoing = (Weak<Shared>, u8, Vec<u8>, Option<InFlight>);
+
+/// The engine's state.
+#[derive(Debug, Default)]
+pub(crate) struct Engine {
+    pub(crate) qps: HashMap<u32, QpEngine>,
+    /// Raw SQ: next WQEBB counter.
+    pub(crate) sqs: HashMap<u32, u16>,
+    /// Raw RQ: consumer counter.
+    pub(crate) rqs: HashMap<u32, u16>,
+    pub(crate) srqs: HashMap<u32, SrqState>,
+    pub(crate) bf: HashMap<(u32, usize), BfCopy>,
+    pub(crate) outbox: Vec<Outgoing>,
+    /// In-flight marks of frames processed in this event, released after
+    /// the outbox was delivered.
+    pub(crate) held: Vec<InFlight>,
+    pub(crate) err_poll_armed: bool,
+}
+
+/// Number of path-MTU packets a message of `len` bytes takes.
+pub(crate) fn npkts(len: u64, mtu: u64) -> u32 {
+    len.div_ceil(mtu.max(256)).clamp(1, 1 << 23) as u32
+}
+
+/// `a <= b` in 24-bit PSN space.
+pub(crate) fn psn_le(a: u32, b: u32) -> bool {
+    (b.wrapping_sub(a) & 0xff_ffff) < 0x80_0000
+}
+
+/// The IB MTU (bytes) that fits an Ethernet MTU (the L2 payload size), as
+/// Linux's `iboe_get_mtu` picks it.
+pub(crate) fn ib_mtu_for(eth_mtu: u64) -> u64 {
+    let room = eth_mtu.saturating_sub(96);
+    [4096u64, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|&m| m <= room)
+        .unwrap_or(256)
+}
+
+/// A decoded RoCE address (GID table) entry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GidEntry {
+    pub(crate) gid: [u8; 16],
+    pub(crate) vlan: Option<u16>,
+    pub(crate) mac: [u8; 6],
+    pub(crate) ver: RoceVer,
+}
+
+/// Decodes a `roce_addr_layout` image (offsets of ifc-layouts.json,
+/// checked in the tests).
+pub(crate) fn gid_entry(e: &[u8]) -> Option<GidEntry> {
+    if e.len() < 28 {
+        return None;
+    }
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&e[0..16]);
+    let vlan = (e[16] & 0x10 != 0).then(|| (u16::from(e[16] & 0xf) << 8) | u16::from(e[17]));
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&e[18..24]);
+    let ver = match (e[27], e[26] & 0xf) {
+        (0, _) => RoceVer::V1,
+        (_, 0) => RoceVer::V2Ipv4,
+        _ => RoceVer::V2Ipv6,
+    };
+    Some(GidEntry {
+        gid,
+        vlan,
+        mac,
+        ver,
+    })
+}
+
+impl Device {
+    /// Device internal timer ticks (275 MHz), the CQE timestamp.
+    pub(crate) fn ticks(&self) -> u64 {
+        (self.now().as_nanos() * 275 / 1000) as u64
+    }
+
+    /// A port's MAC address.
+    pub(crate) fn port_mac(&self, port: u8) -> Option<[u8; 6]> {
+        self.fw
+            .ports
+            .get(usize::from(port).wrapping_sub(1))
+            .map(|p| p.mac)
+    }
+
+    /// A GID table entry of a port.
+    pub(crate) fn gid(&self, port: u8, index: u8) -> Option<GidEntry> {
+        let p = self.fw.ports.get(usize::from(port).wrapping_sub(1))?;
+        p.gids
+            .get(usize::from(index))?
+            .as_deref()
+            .and_then(gid_entry)
+    }
+
+    /// Whether a destination MAC is this port's (its own MAC or the MAC of
+    /// one of its GID entries).
+    pub(crate) fn port_owns_mac(&self, port: u8, mac: &[u8]) -> bool {
+        let Some(p) = self.fw.ports.get(usize::from(port).wrapping_sub(1)) else {
+            return false;
+        };
+        p.mac == mac
+            || p.gids
+                .iter()
+                .flatten()
+                .filter_map(|e| gid_entry(e))
+                .any(|g| g.mac == mac)
+    }
+
+    /// Whether a destination GID is in the port's table (with the packet's
+    /// RoCE version).
+    pub(crate) fn port_owns_gid(&self, port: u8, gid: &[u8; 16], ver: RoceVer) -> bool {
+        let Some(p) = self.fw.ports.get(usize::from(port).wrapping_sub(1)) else {
+            return false;
+        };
+        p.gids
+            .iter()
+            .flatten()
+            .filter_map(|e| gid_entry(e))
+            .any(|g| g.gid == *gid && (g.ver == RoceVer::V1) == (ver == RoceVer::V1))
+    }
+
+    /// The IB MTU of a port (from its PMTU admin MTU, Linux's 1522 = 1500
+    /// + 22 bytes of L2 overhead).
+    pub(crate) fn port_ib_mtu(&self, port: u8) -> u64 {
+        let eth = self
+            .fw
+            .ports
+            .get(usize::from(port).wrapping_sub(1))
+            .map_or(1522, |p| u64::from(p.admin_mtu));
+        ib_mtu_for(eth.saturating_sub(22))
+    }
+
+    /// Builds the route of a packet from a port's GID entry.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn route(
+        &self,
+        port: u8,
+        sgid_index: u8,
+        dmac: [u8; 6],
+        dgid: [u8; 16],
+        tclass: u8,
+        flow_label: u32,
+        hop_limit: u8,
+        udp_sport: u16,
+    ) -> Result<Route, String> {
+        let g = self
+            .gid(port, sgid_index)
+            .ok_or_else(|| format!("port {port} has no GID at index {sgid_index}"))?;
+        let smac = if g.mac == [0; 6] {
+            self.port_mac(port).unwrap_or([0; 6])
+        } else {
+            g.mac
+        };
+        Ok(Route {
+            dmac,
+            smac,
+            vlan: g.vlan,
+            ver: g.ver,
+            sgid: g.gid,
+            dgid,
+            tclass,
+            flow_label,
+            hop_limit,
+            udp_sport,
+        })
+    }
+
+    /// Decodes a QP's context for the engine.
+    fn qp_info(&self, qpn: u32, q: &Qp) -> QpInfo {
+        let t = ifc();
+        let g = |p: &str| t.get(&q.ctx, "qpc", p);
+        let a = |p: &str| t.get(&q.ctx, "qpc", &format!("primary_address_path.{p}"));
+        let port = match a("vhca_port_num") as u8 {
+            0 => 1,
+            p => p,
+        };
+        let mut rgid = [0u8; 16];
+        rgid.copy_from_slice(t.bytes(&q.ctx, "qpc", "primary_address_path.rgid_rip"));
+        let mac = (a("rmac_47_32") << 32) | a("rmac_31_0");
+        let mut rmac = [0u8; 6];
+        rmac.copy_from_slice(&mac.to_be_bytes()[2..]);
+        let mtu = match g("mtu") {
+            m @ 1..=5 => 128u64 << m,
+            _ => self.port_ib_mtu(port),
+        };
+        let sport = match a("udp_sport") as u16 {
+            0 => 0xc000 | (qpn as u16 & 0x3fff),
+            s => s,
+        };
+        let route = if q.st == 2 {
+            Err("UD: routes come from the address vector".into())
+        } else {
+            self.route(
+                port,
+                a("src_addr_index") as u8,
+                rmac,
+                rgid,
+                a("tclass") as u8,
+                a("flow_label") as u32,
+                a("hop_limit") as u8,
+                sport,
+            )
+        };
+        let atomic = t.get(
+            &self.fw.caps.cur[&crate::personality::CAP_ATOMIC],
+            "atomic_caps",
+            "atomic_req_8B_endianness_mode",
+        );
+        QpInfo {
+            qpn,
+            st: q.st,
+            pd: q.pd,
+            cqn_snd: q.cqn_snd,
+            cqn_rcv: q.cqn_rcv,
+            srqn: q.srqn,
+            rq_type: q.rq_type,
+            log_rq_size: q.log_rq_size,
+            log_rq_stride: q.log_rq_stride,
+            log_sq_size: q.log_sq_size.min(15),
+            no_sq: q.no_sq,
+            log_page_size: q.log_page_size,
+            pas: q.pas.clone(),
+            dbr_addr: q.dbr_addr,
+            port,
+            remote_qpn: g("remote_qpn") as u32,
+            mtu,
+            q_key: g("q_key") as u32,
+            retry_count: g("retry_count") as u8,
+            rnr_retry: g("rnr_retry") as u8,
+            ack_timeout: a("ack_timeout") as u8,
+            min_rnr_nak: g("min_rnr_nak") as u8,
+            rre: g("rre") == 1,
+            rwe: g("rwe") == 1,
+            rae: g("rae") == 1,
+            user_index: g("user_index") as u32,
+            log_sra_max: g("log_sra_max") as u8,
+            next_send_psn: g("next_send_psn") as u32,
+            next_rcv_psn: g("next_rcv_psn") as u32,
+            max_msg: 1u64 << self.fw.caps.general("log_max_msg").min(31),
+            cqe_v1: self.fw.caps.general("cqe_version") == 1,
+            atomic_host_endian: atomic == 1,
+            route,
+        }
+    }
+
+    /// A QP changed state (MODIFY_QP): the engine takes the new attributes,
+    /// loads PSNs, starts the SQ in RTS, flushes in the error state.
+    pub(crate) fn qp_transition(&mut self, qpn: u32, from: QpState, to: QpState) {
+        let Some(q) = self.fw.objs.qp(qpn) else {
+            return;
+        };
+        if to == QpState::Rst {
+            self.engine.qps.remove(&qpn);
+            return;
+        }
+        let info = Arc::new(self.qp_info(qpn, q));
+        let e = self
+            .engine
+            .qps
+            .entry(qpn)
+            .or_insert_with(|| QpEngine::new(info.clone()));
+        e.info = info.clone();
+        match (from, to) {
+            (QpState::Init, QpState::Rtr) => {
+                e.epsn = info.next_rcv_psn & 0xff_ffff;
+                e.msn = 0;
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                e.next_psn = info.next_send_psn & 0xff_ffff;
+                e.retries_left = info.retry_count;
+                e.rnr_left = info.rnr_retry;
+            }
+            (_, QpState::Rts) => {
+                e.retries_left = info.retry_count;
+                e.rnr_left = info.rnr_retry;
+            }
+            _ => {}
+        }
+        match to {
+            QpState::Rts => self.qp_kick(qpn),
+            QpState::Err => {
+                let e = self.engine.qps.get_mut(&qpn).expect("inserted above");
+                e.timer_gen += 1;
+                e.timer_armed = false;
+                e.rnr_wait = false;
+                self.qp_flush(qpn);
+                self.arm_err_poll();
+            }
+            _ => {}
+        }
+    }
+
+    /// An object was destroyed or reset: forget its engine state.
+    pub(crate) fn datapath_forget(&mut self, kind: ObjKind, n: u32) {
+        match kind {
+            ObjKind::Qp => {
+                self.engine.qps.remove(&n);
+            }
+            ObjKind::Sq => {
+                self.engine.sqs.remove(&n);
+            }
+            ObjKind::Rq => {
+                self.engine.rqs.remove(&n);
+            }
+            ObjKind::Srq => {
+                self.engine.srqs.remove(&n);
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes a CQE (with the timestamp) and counts it; a CQ that cannot
+    /// take it is noted.
+    pub(crate) fn emit_cqe(&mut self, cqn: u32, mut c: cqe::Cqe) {
+        c.timestamp = self.ticks();
+        match self.write_cqe(cqn, &c.bytes()) {
+            Ok(()) => self.datapath.cqes += 1,
+            Err(e) => self
+                .datapath
+                .note(format!("CQ {cqn:#x}: CQE for QPN {:#x} lost: {e}", c.qpn)),
+        }
+    }
+
+    /// `srqn_uidx` of a CQE: the user index (cqe_version 1) or the SRQ
+    /// number of an SRQ receive.
+    pub(crate) fn uidx(info: &QpInfo, srqn: Option<u32>) -> u32 {
+        if info.cqe_v1 {
+            info.user_index
+        } else {
+            srqn.unwrap_or(0)
+        }
+    }
+
+    /// An affiliated QP/SRQ event (`qp_events` data) to the EQ that takes
+    /// it.
+    pub(crate) fn qp_event(&mut self, ty: u8, n: u32) {
+        self.post_event(
+            ty,
+            0,
+            "qp_events",
+            &[("type", 0), ("qpn_rqn_sqn", u64::from(n & 0xff_ffff))],
+        );
+    }
+
+    /// Reads a 32-bit big-endian word of a doorbell record.
+    pub(crate) fn read_dbr_word(&mut self, addr: u64, what: &str) -> Result<u32, ()> {
+        let mut w = [0u8; 4];
+        self.iommu
+            .read(addr, &mut w, &|| format!("{what} doorbell record"))?;
+        Ok(u32::from_be_bytes(w))
+    }
+
+    /// Puts a frame on a port: injected drops, link state, internal
+    /// loopback (destination MAC of the port itself), then the peer.
+    pub(crate) fn transmit(&mut self, port: u8, frame: Vec<u8>) {
+        self.datapath.frames_tx += 1;
+        if self.drop_injected(port) {
+            self.datapath.drops.injected += 1;
+            return;
+        }
+        if !self.link_up(port) {
+            self.datapath.drops.no_link += 1;
+            return;
+        }
+        if self.port_owns_mac(port, &frame[0..6]) {
+            self.events.push_back(Event::Frame {
+                port,
+                bytes: frame,
+                flight: None,
+            });
+            return;
+        }
+        let Some(peer) = self.peers.get(&port) else {
+            self.datapath.drops.no_link += 1;
+            return;
+        };
+        if Weak::ptr_eq(&peer.hca, &self.me) {
+            let p = peer.port;
+            self.events.push_back(Event::Frame {
+                port: p,
+                bytes: frame,
+                flight: None,
+            });
+        } else {
+            let o = (
+                peer.hca.clone(),
+                peer.port,
+                frame,
+                Some(InFlight::new(&self.inflight)),
+            );
+            self.engine.outbox.push(o);
+        }
+    }
+
+    fn drop_injected(&mut self, port: u8) -> bool {
+        let Some(rule) = self.faults.drop.get_mut(&port) else {
+            return false;
+        };
+        rule.hit()
+    }
+
+    /// Schedules the periodic flush of WQEs posted to queues in error.
+    pub(crate) fn arm_err_poll(&mut self) {
+        if !self.engine.err_poll_armed {
+            self.engine.err_poll_armed = true;
+            self.schedule(ERR_POLL, Timer::ErrPoll);
+        }
+    }
+
+    /// The periodic flush: WQEs posted since to QPs in error (or SQE) and to
+    /// raw queues in error.
+    pub(crate) fn err_poll(&mut self) {
+        self.engine.err_poll_armed = false;
+        let errs: Vec<u32> = self
+            .engine
+            .qps
+            .keys()
+            .copied()
+            .filter(|&n| {
+                matches!(
+                    self.fw.objs.qp(n).map(|q| q.state),
+                    Some(QpState::Err | QpState::Sqer)
+                )
+            })
+            .collect();
+        let raw: Vec<u32> = self
+            .engine
+            .sqs
+            .keys()
+            .copied()
+            .filter(|&n| {
+                self.fw
+                    .objs
+                    .wq(ObjKind::Sq, n)
+                    .is_some_and(|w| w.state == 3)
+            })
+            .collect();
+        let any = !errs.is_empty() || !raw.is_empty();
+        for n in errs {
+            self.qp_flush(n);
+        }
+        for n in raw {
+            self.raw_sq_flush(n);
+        }
+        if any {
+            self.arm_err_poll();
+        }
+    }
+
+    /// A timer of the engine fired.
+    pub(crate) fn datapath_timer(&mut self, t: Timer) {
+        match t {
+            Timer::Retry { qpn, tgen } => self.rc_retry_timeout(qpn, tgen),
+            Timer::Rnr { qpn, tgen } => self.rc_rnr_timeout(qpn, tgen),
+            Timer::ErrPoll => self.err_poll(),
+            Timer::ExecCommands(_) => {}
+        }
+    }
+
+    /// A frame from the wire.
+    pub(crate) fn receive_frame(&mut self, port: u8, bytes: Vec<u8>) {
+        self.datapath.frames_rx += 1;
+        if self.gone || self.fatal() {
+            return;
+        }
+        if !self.link_up(port) {
+            self.datapath.drops.no_link += 1;
+            return;
+        }
+        match packet::parse(&bytes) {
+            packet::Frame::Malformed(why) => {
+                self.datapath.drops.malformed += 1;
+                self.datapath
+                    .note(format!("port {port}: malformed frame dropped: {why}"));
+            }
+            packet::Frame::Other { vlan, l3, l4 } => {
+                self.raw_receive(port, &bytes, vlan, l3, l4);
+            }
+            packet::Frame::Roce(p) => {
+                let roce_en = self.fw.ports.first().is_some_and(|p| p.roce_en);
+                if roce_en {
+                    self.roce_receive(port, &p);
+                } else {
+                    let vlan = p.vlan;
+                    let l3 = match p.ver {
+                        RoceVer::V2Ipv4 => 2,
+                        RoceVer::V2Ipv6 => 1,
+                        RoceVer::V1 => 0,
+                    };
+                    let l4 = if p.ver == RoceVer::V1 { 0 } else { 2 };
+                    self.raw_receive(port, &bytes, vlan, l3, l4);
+                }
+            }
+        }
+    }
+
+    /// Reads `n` bytes of a queue buffer at byte `off` (one WQEBB or
+    /// stride: never crosses a page of the buffer).
+    pub(crate) fn read_queue(
+        &mut self,
+        pas: &[u64],
+        log_page_size: u8,
+        off: u64,
+        dst: &mut [u8],
+        what: &dyn Fn() -> String,
+    ) -> Result<(), ()> {
+        let Some(a) = buf_addr(pas, log_page_size, off) else {
+            let w = what();
+            self.datapath
+                .note(format!("{w}: offset {off:#x} beyond the queue's page list"));
+            return Err(());
+        };
+        self.iommu.read(a, dst, what)
+    }
+}
+
+/// A send doorbell or BlueFlame write.
+pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, offset: usize, value: u64, width: u8) {
+    let d = &mut dev.datapath;
+    if d.doorbells.len() >= KEEP {
+        d.doorbells.pop_front();
+    }
+    d.doorbells.push_back(DoorbellWrite {
+        uar,
+        offset,
+        value,
+        width,
+    });
+    let half = offset & !0xff;
+    if offset & 0xff != 0 {
+        dev.bf_chunk(uar, half, offset & 0xff, value, width);
+        return;
+    }
+    if width != 8 {
+        dev.ignored_doorbells.push(format!(
+            "UAR {uar:#x} offset {offset:#x}: a {width}-byte send doorbell (must be a 64-bit store)"
+        ));
+        return;
+    }
+    let w0 = (value >> 32) as u32;
+    let w1 = value as u32;
+    let n = w1 >> 8;
+    let index = ((w0 >> 8) & 0xffff) as u16;
+    let (kind, owner_uar) = if let Some(q) = dev.fw.objs.qp(n) {
+        (ObjKind::Qp, q.uar)
+    } else if let Some(w) = dev.fw.objs.wq(ObjKind::Sq, n) {
+        (ObjKind::Sq, w.uar)
+    } else {
+        dev.ignored_doorbells.push(format!(
+            "UAR {uar:#x}: send doorbell for QPN/SQN {n:#x}, which does not exist"
+        ));
+        return;
+    };
+    if owner_uar != uar {
+        dev.ignored_doorbells.push(format!(
+            "send doorbell for {kind:?} {n:#x} on UAR {uar:#x}, not its UAR {owner_uar:#x}"
+        ));
+        return;
+    }
+    dev.engine.bf.insert(
+        (uar, half),
+        BfCopy {
+            kind,
+            n,
+            index,
+            expected: None,
+        },
+    );
+    if kind == ObjKind::Qp {
+        dev.qp_doorbell(n, index);
+    } else {
+        dev.raw_sq_doorbell(n, index);
+    }
+}
+
+impl Device {
+    /// Part of a BlueFlame copy: compared with the WQE in memory.
+    fn bf_chunk(&mut self, uar: u32, half: usize, pos: usize, value: u64, width: u8) {
+        let Some(bf) = self.engine.bf.get(&(uar, half)).cloned() else {
+            return;
+        };
+        let expected = match bf.expected {
+            Some(e) => e,
+            None => {
+                let e = self.wqe_bytes(bf.kind, bf.n, bf.index).unwrap_or_default();
+                if let Some(b) = self.engine.bf.get_mut(&(uar, half)) {
+                    b.expected = Some(e.clone());
+                }
+                e
+            }
+        };
+        let got = if width == 8 {
+            value.to_be_bytes().to_vec()
+        } else {
+            (value as u32).to_be_bytes().to_vec()
+        };
+        if let Some(want) = expected.get(pos..pos + got.len()) {
+            if want != got.as_slice() {
+                self.datapath.bf_mismatches += 1;
+                self.datapath.note(format!(
+                    "BlueFlame copy for {:?} {:#x} WQE {:#x} differs from memory at byte {pos}",
+                    bf.kind, bf.n, bf.index
+                ));
+            }
+        }
+    }
+
+    /// The bytes of the WQE at counter `index` of a send queue (at most
+    /// 256, for BlueFlame comparisons).
+    fn wqe_bytes(&mut self, kind: ObjKind, n: u32, index: u16) -> Option<Vec<u8>> {
+        let (pas, lps, base, log_size) = match kind {
+            ObjKind::Qp => {
+                let e = self.engine.qps.get(&n)?;
+                let i = e.info.clone();
+                (i.pas.clone(), i.log_page_size, i.sq_offset(), i.log_sq_size)
+            }
+            _ => {
+                let w = self.fw.objs.wq(ObjKind::Sq, n)?;
+                (w.pas.clone(), w.log_wq_pg_sz, 0, w.log_wq_sz.min(15))
+            }
+        };
+        let mask = (1u32 << log_size) - 1;
+        let mut out = Vec::new();
+        let mut ds = 1;
+        for i in 0..4u16 {
+            if out.len() >= usize::from(ds) * 16 {
+                break;
+            }
+            let slot = u32::from(index.wrapping_add(i)) & mask;
+            let mut b = [0u8; 64];
+            self.read_queue(&pas, lps, base + u64::from(slot) * 64, &mut b, &|| {
+                format!("{kind:?} {n:#x} send queue")
+            })
+            .ok()?;
+            if i == 0 {
+                ds = wqe::ctrl_fields(&b).3;
+            }
+            out.extend_from_slice(&b);
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gid_entry_offsets_match_the_layout_file() {
+        let t = ifc();
+        let mut e = vec![0u8; t.size("roce_addr_layout")];
+        e[0..16].copy_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        t.set(&mut e, "roce_addr_layout", "vlan_valid", 1);
+        t.set(&mut e, "roce_addr_layout", "vlan_id", 0x123);
+        t.set(&mut e, "roce_addr_layout", "source_mac_47_32", 0x0211);
+        t.set(&mut e, "roce_addr_layout", "source_mac_31_0", 0x2233_4455);
+        t.set(&mut e, "roce_addr_layout", "roce_l3_type", 1);
+        t.set(&mut e, "roce_addr_layout", "roce_version", 2);
+        let g = gid_entry(&e).unwrap();
+        assert_eq!(g.gid[0], 0xfe);
+        assert_eq!(g.vlan, Some(0x123));
+        assert_eq!(g.mac, [0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
+        assert_eq!(g.ver, RoceVer::V2Ipv6);
+        t.set(&mut e, "roce_addr_layout", "roce_l3_type", 0);
+        assert_eq!(gid_entry(&e).unwrap().ver, RoceVer::V2Ipv4);
+        t.set(&mut e, "roce_addr_layout", "roce_version", 0);
+        assert_eq!(gid_entry(&e).unwrap().ver, RoceVer::V1);
+    }
+
+    #[test]
+    fn psn_and_mtu_arithmetic() {
+        assert!(psn_le(5, 5) && psn_le(0xff_fffe, 2) && !psn_le(3, 2));
+        assert_eq!(npkts(0, 1024), 1);
+        assert_eq!(npkts(1025, 1024), 2);
+        assert_eq!(ib_mtu_for(1500), 1024);
+        assert_eq!(ib_mtu_for(9000), 4096);
+    }
+}

@@ -1,0 +1,379 @@
+//! Raw Ethernet: SQ objects send frames made of the Ethernet segment's
+//! inline headers and the gathered data (with IPv4 header and TCP/UDP
+//! checksum insertion when `cs_flags` asks), on port 1; received frames
+//! that are not for the RDMA engine go to the RQ of the first TIR whose RQ
+//! is ready (flow tables are not matched).
+
+use super::cqe::{Cqe, op as cqe_op, syndrome as syn};
+use super::mem::{self, Access};
+use super::packet::{ETH_MIN_FRAME, ETH_P_IPV4, ETH_P_IPV6, ETH_P_VLAN};
+use super::wqe::{self, SqKind, opcode};
+use crate::device::Device;
+use crate::fw::{ObjKind, buf_addr};
+use crate::ifc::ifc;
+
+/// `cs_flags`: insert the IPv4 header checksum.
+const CS_L3: u8 = 0x40;
+/// `cs_flags`: insert the TCP/UDP checksum.
+const CS_L4: u8 = 0x80;
+
+fn sum16(b: &[u8], mut s: u32) -> u32 {
+    for c in b.chunks(2) {
+        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    s
+}
+
+fn fold(mut s: u32) -> u16 {
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// Inserts checksums into an outgoing frame (IPv4 header; TCP or UDP
+/// over IPv4/IPv6 without extension headers). Anything else is left alone.
+pub(crate) fn insert_checksums(f: &mut [u8], l3: bool, l4: bool) {
+    let mut o = 12;
+    let Some(mut et) = f.get(o..o + 2).map(|b| u16::from_be_bytes([b[0], b[1]])) else {
+        return;
+    };
+    o += 2;
+    if et == ETH_P_VLAN {
+        let Some(b) = f.get(16..18) else { return };
+        et = u16::from_be_bytes([b[0], b[1]]);
+        o = 18;
+    }
+    let (proto, l4_start, l4_len, pseudo) = match et {
+        ETH_P_IPV4 => {
+            let Some(h) = f.get(o..o + 20) else { return };
+            let ihl = usize::from(h[0] & 0xf) * 4;
+            let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+            if ihl < 20 || o + total > f.len() || total < ihl {
+                return;
+            }
+            if l3 {
+                f[o + 10] = 0;
+                f[o + 11] = 0;
+                let c = fold(sum16(&f[o..o + ihl], 0));
+                f[o + 10..o + 12].copy_from_slice(&c.to_be_bytes());
+            }
+            let proto = f[o + 9];
+            let l4_len = total - ihl;
+            let mut ps = sum16(&f[o + 12..o + 20], 0);
+            ps += u32::from(proto) + l4_len as u32;
+            (proto, o + ihl, l4_len, ps)
+        }
+        ETH_P_IPV6 => {
+            let Some(h) = f.get(o..o + 40) else { return };
+            let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+            if o + 40 + len > f.len() {
+                return;
+            }
+            let proto = h[6];
+            let mut ps = sum16(&h[8..40], 0);
+            ps += u32::from(proto) + len as u32;
+            (proto, o + 40, len, ps)
+        }
+        _ => return,
+    };
+    if !l4 {
+        return;
+    }
+    let off = match proto {
+        6 => 16,
+        17 => 6,
+        _ => return,
+    };
+    if l4_len < off + 2 {
+        return;
+    }
+    let seg = &mut f[l4_start..l4_start + l4_len];
+    seg[off] = 0;
+    seg[off + 1] = 0;
+    let mut c = fold(sum16(seg, pseudo));
+    if proto == 17 && c == 0 {
+        c = 0xffff;
+    }
+    seg[off..off + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+impl Device {
+    /// A send doorbell for a raw Ethernet SQ.
+    pub(crate) fn raw_sq_doorbell(&mut self, sqn: u32, _index: u16) {
+        let Some(state) = self.fw.objs.wq(ObjKind::Sq, sqn).map(|w| w.state) else {
+            return;
+        };
+        match state {
+            1 => self.raw_sq_kick(sqn),
+            3 => self.raw_sq_flush(sqn),
+            s => self.ignored_doorbells.push(format!(
+                "send doorbell for SQ {sqn:#x} in state {s}: WQEs wait for RDY"
+            )),
+        }
+    }
+
+    fn raw_sq_kick(&mut self, sqn: u32) {
+        let Some(w) = self.fw.objs.wq(ObjKind::Sq, sqn) else {
+            return;
+        };
+        let (pas, lps, log_size, cqn, pd, dbr_addr) = (
+            w.pas.clone(),
+            w.log_wq_pg_sz,
+            w.log_wq_sz.min(15),
+            w.cqn,
+            w.pd,
+            w.dbr_addr,
+        );
+        let uidx = ifc().get(&w.ctx, "sqc", "user_index") as u32;
+        let Ok(dbr) = self.read_dbr_word(dbr_addr + 4, &format!("SQ {sqn:#x}")) else {
+            return;
+        };
+        let dbr = dbr as u16;
+        let size = 1u16 << log_size;
+        loop {
+            let next = *self.engine.sqs.entry(sqn).or_insert(0);
+            if next == dbr {
+                return;
+            }
+            if dbr.wrapping_sub(next) > size {
+                self.datapath.note(format!(
+                    "SQ {sqn:#x}: doorbell record {dbr:#x} runs more than the queue ahead of {next:#x}"
+                ));
+                return;
+            }
+            let w = match self.read_send_wqe(&pas, lps, 0, log_size, next, SqKind::Raw, sqn) {
+                Ok(w) => w,
+                Err(bad) => {
+                    self.datapath
+                        .note(format!("SQ {sqn:#x} WQE {next:#x}: {}", bad.reason));
+                    self.engine.sqs.insert(sqn, next.wrapping_add(bad.nbb));
+                    self.req_err_cqe_to(cqn, sqn, uidx, bad.opcode, next, syn::LOCAL_QP_OP);
+                    self.raw_sq_error(sqn);
+                    return;
+                }
+            };
+            self.engine.sqs.insert(sqn, next.wrapping_add(w.nbb));
+            self.datapath.wqes += 1;
+            if w.opcode == opcode::SEND {
+                let hdr = w
+                    .eth
+                    .as_ref()
+                    .map(|e| e.inline_hdr.clone())
+                    .unwrap_or_default();
+                let cs = w.eth.as_ref().map_or(0, |e| e.cs_flags);
+                let len = hdr.len() + w.len() as usize;
+                if len > 16384 {
+                    self.req_err_cqe_to(cqn, sqn, uidx, w.opcode, w.index, syn::LOCAL_LENGTH);
+                    self.raw_sq_error(sqn);
+                    return;
+                }
+                let mut f = vec![0u8; len.max(ETH_MIN_FRAME)];
+                f[..hdr.len()].copy_from_slice(&hdr);
+                if let Err(s) = self.gather_sg(pd, &w.sg, &mut f[hdr.len()..len], sqn) {
+                    self.req_err_cqe_to(cqn, sqn, uidx, w.opcode, w.index, s);
+                    self.raw_sq_error(sqn);
+                    return;
+                }
+                if cs & (CS_L3 | CS_L4) != 0 {
+                    insert_checksums(&mut f, cs & CS_L3 != 0, cs & CS_L4 != 0);
+                }
+                self.transmit(1, f);
+            }
+            if w.signaled() {
+                let c = Cqe {
+                    opcode: cqe_op::REQ,
+                    qpn: sqn,
+                    wqe_opcode: w.opcode,
+                    wqe_counter: w.index,
+                    srqn_uidx: uidx,
+                    ..Cqe::default()
+                };
+                self.emit_cqe(cqn, c);
+            }
+        }
+    }
+
+    fn raw_sq_error(&mut self, sqn: u32) {
+        if let Some(w) = self.fw.objs.wq_mut(ObjKind::Sq, sqn) {
+            w.state = 3;
+        }
+        self.raw_sq_flush(sqn);
+        self.arm_err_poll();
+    }
+
+    /// Flushes everything posted to a raw SQ in the error state.
+    pub(crate) fn raw_sq_flush(&mut self, sqn: u32) {
+        let Some(w) = self.fw.objs.wq(ObjKind::Sq, sqn) else {
+            return;
+        };
+        let (pas, lps, log_size, cqn, dbr_addr) = (
+            w.pas.clone(),
+            w.log_wq_pg_sz,
+            w.log_wq_sz,
+            w.cqn,
+            w.dbr_addr,
+        );
+        let uidx = ifc().get(&w.ctx, "sqc", "user_index") as u32;
+        let Ok(dbr) = self.read_dbr_word(dbr_addr + 4, &format!("SQ {sqn:#x}")) else {
+            return;
+        };
+        let start = *self.engine.sqs.entry(sqn).or_insert(0);
+        let end = self.flush_ring((sqn, cqn, uidx), start, dbr as u16, &pas, lps, 0, log_size);
+        self.engine.sqs.insert(sqn, end);
+    }
+
+    /// A frame for the raw Ethernet path.
+    pub(crate) fn raw_receive(&mut self, port: u8, f: &[u8], vlan: Option<u16>, l3: u8, l4: u8) {
+        let _ = (port, vlan);
+        let rqn = self.fw.objs.of(ObjKind::Tir).find_map(|(_, o)| {
+            o.deps
+                .iter()
+                .find(|d| d.0 == ObjKind::Rq)
+                .map(|d| d.1)
+                .filter(|&r| {
+                    self.fw
+                        .objs
+                        .wq(ObjKind::Rq, r)
+                        .is_some_and(|w| w.state == 1)
+                })
+        });
+        let Some(rqn) = rqn else {
+            self.datapath.drops.raw_no_buffer += 1;
+            return;
+        };
+        let Some(w) = self.fw.objs.wq(ObjKind::Rq, rqn) else {
+            return;
+        };
+        let (lps, log_size, log_stride, cqn, pd, dbr_addr) = (
+            w.log_wq_pg_sz,
+            w.log_wq_sz.min(15),
+            w.log_wq_stride.min(12),
+            w.cqn,
+            w.pd,
+            w.dbr_addr,
+        );
+        let uidx = ifc().get(&w.ctx, "rqc", "user_index") as u32;
+        let Ok(dbr) = self.read_dbr_word(dbr_addr, &format!("RQ {rqn:#x}")) else {
+            return;
+        };
+        let ci = *self.engine.rqs.entry(rqn).or_insert(0);
+        if dbr as u16 == ci {
+            self.datapath.drops.raw_no_buffer += 1;
+            return;
+        }
+        let stride = 1usize << log_stride;
+        let off = u64::from(u32::from(ci) & ((1u32 << log_size) - 1)) * stride as u64;
+        let mut b = vec![0u8; stride.max(16)];
+        let addr = self
+            .fw
+            .objs
+            .wq(ObjKind::Rq, rqn)
+            .and_then(|w| buf_addr(&w.pas, lps, off));
+        let read = match addr {
+            Some(a) => self
+                .iommu
+                .read(a, &mut b, &|| format!("RQ {rqn:#x} WQE {ci:#x}")),
+            None => Err(()),
+        };
+        self.engine.rqs.insert(rqn, ci.wrapping_add(1));
+        self.datapath.recv_wqes += 1;
+        let sges = match read
+            .map_err(|()| String::from("unreadable"))
+            .and_then(|()| wqe::parse_recv(&b))
+        {
+            Ok(s) => s,
+            Err(why) => {
+                self.datapath
+                    .note(format!("RQ {rqn:#x} WQE {ci:#x}: {why}"));
+                return self.raw_rq_err(rqn, cqn, uidx, ci, syn::LOCAL_QP_OP);
+            }
+        };
+        let cap: u64 = sges.iter().map(|s| s.len).fold(0, u64::saturating_add);
+        if f.len() as u64 > cap {
+            return self.raw_rq_err(rqn, cqn, uidx, ci, syn::LOCAL_LENGTH);
+        }
+        let mut o = 0usize;
+        let mut chunks = Vec::new();
+        for s in &sges {
+            if o == f.len() {
+                break;
+            }
+            let n = (f.len() - o).min(s.len as usize);
+            chunks.clear();
+            if mem::translate(
+                &self.fw.objs,
+                s.lkey,
+                pd,
+                s.addr,
+                n as u64,
+                Access::LocalWrite,
+                &mut chunks,
+            )
+            .is_err()
+                || mem::scatter(&mut self.iommu, &chunks, &f[o..o + n], &|| {
+                    format!("RQ {rqn:#x} scatter")
+                })
+                .is_err()
+            {
+                return self.raw_rq_err(rqn, cqn, uidx, ci, syn::LOCAL_PROT);
+            }
+            o += n;
+        }
+        let c = Cqe {
+            opcode: cqe_op::RESP_SEND,
+            qpn: rqn,
+            wqe_counter: ci,
+            srqn_uidx: uidx,
+            byte_cnt: f.len() as u32,
+            l4_l3_hdr_type: (l4 << 4) | (l3 << 2),
+            ..Cqe::default()
+        };
+        self.emit_cqe(cqn, c);
+    }
+
+    fn raw_rq_err(&mut self, rqn: u32, cqn: u32, uidx: u32, ci: u16, s: u8) {
+        let c = Cqe {
+            opcode: cqe_op::RESP_ERR,
+            qpn: rqn,
+            wqe_counter: ci,
+            srqn_uidx: uidx,
+            syndrome: s,
+            ..Cqe::default()
+        };
+        self.emit_cqe(cqn, c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_over_ipv4_checksums() {
+        // Ethernet + IPv4 + UDP with 4 bytes of payload.
+        let mut f = vec![0u8; 14 + 20 + 12];
+        f[12..14].copy_from_slice(&ETH_P_IPV4.to_be_bytes());
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&32u16.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        let udp = &mut f[34..46];
+        udp[0..2].copy_from_slice(&1234u16.to_be_bytes());
+        udp[2..4].copy_from_slice(&5678u16.to_be_bytes());
+        udp[4..6].copy_from_slice(&12u16.to_be_bytes());
+        udp[8..12].copy_from_slice(b"ping");
+        insert_checksums(&mut f, true, true);
+        assert_eq!(fold(sum16(&f[14..34], 0)), 0, "IPv4 header sums to 0");
+        let mut ps = sum16(&f[26..34], 0) + 17 + 12;
+        ps = sum16(&f[34..46], ps);
+        assert_eq!(fold(ps), 0, "UDP with pseudo header sums to 0");
+        // Not IP: untouched.
+        let mut g = vec![0u8; 60];
+        insert_checksums(&mut g, true, true);
+        assert_eq!(g, vec![0u8; 60]);
+    }
+}

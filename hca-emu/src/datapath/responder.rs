@@ -1,0 +1,972 @@
+//! The responder: incoming RoCE packets are checked (destination MAC and
+//! GID, QP, transport, state, PSN), executed (receive WQE consumption from
+//! the RQ or SRQ and scatter, RDMA WRITE, RDMA READ, atomics) and answered
+//! (RC: ACK, NAK, RNR NAK, READ response, atomic ACK); responder CQEs.
+
+use super::cqe::{Cqe, op as cqe_op, syndrome as syn};
+use super::mem::{self, Access};
+use super::packet::{self, Bth, Roce, RoceVer, aeth, op as ib};
+use super::wqe::{self, Rse};
+use super::{QpInfo, npkts};
+use crate::device::Device;
+use crate::fw::objects::ObjData;
+use crate::fw::{ObjKind, QpState};
+
+/// Event types of affiliated errors (PRM).
+mod ev {
+    pub const COMM_EST: u8 = 0x02;
+    pub const INVALID_REQUEST_LOCAL_WQ: u8 = 0x10;
+    pub const LOCAL_ACCESS_VIOLATION: u8 = 0x11;
+    pub const SRQ_LIMIT: u8 = 0x14;
+}
+
+/// A consumed receive WQE.
+#[derive(Debug)]
+pub(crate) struct RecvWqe {
+    /// CQE `wqe_counter`: the RQ counter, or the SRQ WQE index.
+    pub(crate) counter: u16,
+    pub(crate) sges: Vec<Rse>,
+    pub(crate) srqn: Option<u32>,
+    /// The PD its lkeys must belong to (the SRQ's for an SRQ).
+    pub(crate) pd: u32,
+    /// Why its scatter list is malformed.
+    pub(crate) bad: Option<String>,
+}
+
+/// How a request failed on an RC responder.
+struct Nak {
+    aeth: u8,
+    event: u8,
+}
+
+const NAK_INVALID: Nak = Nak {
+    aeth: aeth::NAK_INVALID_REQUEST,
+    event: ev::INVALID_REQUEST_LOCAL_WQ,
+};
+const NAK_ACCESS: Nak = Nak {
+    aeth: aeth::NAK_REMOTE_ACCESS,
+    event: ev::LOCAL_ACCESS_VIOLATION,
+};
+const NAK_OP: Nak = Nak {
+    aeth: aeth::NAK_REMOTE_OP,
+    event: ev::INVALID_REQUEST_LOCAL_WQ,
+};
+
+impl Device {
+    /// A RoCE packet for this port.
+    pub(crate) fn roce_receive(&mut self, port: u8, p: &Roce<'_>) {
+        if !self.port_owns_mac(port, &p.dmac) || !self.port_owns_gid(port, &p.dgid, p.ver) {
+            self.datapath.drops.not_for_us += 1;
+            return;
+        }
+        let qpn = p.bth.dqpn;
+        let Some(state) = self.fw.objs.qp(qpn).map(|q| q.state) else {
+            self.datapath.drops.no_qp += 1;
+            return;
+        };
+        let Some(info) = self.engine.qps.get(&qpn).map(|e| e.info.clone()) else {
+            self.datapath.drops.bad_state += 1;
+            return;
+        };
+        let transport = match p.bth.opcode >> 5 {
+            0 => 0,
+            1 => 1,
+            3 => 2,
+            _ => 0xff,
+        };
+        if info.port != port || transport != info.st {
+            self.datapath.drops.no_qp += 1;
+            return;
+        }
+        let op = p.bth.opcode & 0x1f;
+        if info.st == 0
+            && matches!(
+                op,
+                ib::ACKNOWLEDGE
+                    | ib::ATOMIC_ACKNOWLEDGE
+                    | ib::READ_RESPONSE_FIRST
+                    | ib::READ_RESPONSE_MIDDLE
+                    | ib::READ_RESPONSE_LAST
+                    | ib::READ_RESPONSE_ONLY
+            )
+        {
+            self.rc_response(qpn, p);
+            return;
+        }
+        let receives = matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+            || (state == QpState::Sqer && info.st != 0);
+        if !receives {
+            self.datapath.drops.bad_state += 1;
+            return;
+        }
+        if state == QpState::Rtr && info.st != 2 {
+            if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                if !e.comm_est {
+                    e.comm_est = true;
+                    self.qp_event(ev::COMM_EST, qpn);
+                }
+            }
+        }
+        match info.st {
+            0 => self.rc_request(&info, p),
+            1 => self.uc_request(&info, p),
+            _ => self.ud_request(&info, p),
+        }
+    }
+
+    /// Whether a receive WQE is posted (without consuming it).
+    fn recv_ready(&mut self, info: &QpInfo) -> bool {
+        match info.rq_type {
+            0 => {
+                let Ok(dbr) = self.read_dbr_word(info.dbr_addr, &format!("QP {:#x}", info.qpn))
+                else {
+                    return false;
+                };
+                let ci = self.engine.qps.get(&info.qpn).map_or(0, |e| e.rq_ci);
+                (dbr as u16) != ci
+            }
+            1 => {
+                let Some(srqn) = info.srqn else { return false };
+                let Some(dbr_addr) = self.fw.objs.srq(srqn).map(|s| s.dbr_addr) else {
+                    return false;
+                };
+                let Ok(dbr) = self.read_dbr_word(dbr_addr, &format!("SRQ {srqn:#x}")) else {
+                    return false;
+                };
+                let consumed = self.engine.srqs.get(&srqn).map_or(0, |s| s.consumed);
+                (dbr as u16) != consumed
+            }
+            _ => false,
+        }
+    }
+
+    /// Consumes the next receive WQE of a QP's RQ or SRQ.
+    fn take_recv(&mut self, info: &QpInfo) -> Option<RecvWqe> {
+        let qpn = info.qpn;
+        match info.rq_type {
+            0 => {
+                let dbr = self
+                    .read_dbr_word(info.dbr_addr, &format!("QP {qpn:#x}"))
+                    .ok()? as u16;
+                let ci = self.engine.qps.get(&qpn)?.rq_ci;
+                if dbr == ci {
+                    return None;
+                }
+                let stride = 16usize << info.log_rq_stride.min(7);
+                let size = 1u32 << info.log_rq_size.min(15);
+                let off = u64::from(u32::from(ci) & (size - 1)) * stride as u64;
+                let mut b = vec![0u8; stride];
+                let read = self.read_queue(&info.pas, info.log_page_size, off, &mut b, &|| {
+                    format!("QP {qpn:#x} receive WQE {ci:#x}")
+                });
+                if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                    e.rq_ci = ci.wrapping_add(1);
+                }
+                self.datapath.recv_wqes += 1;
+                let parsed = match read {
+                    Ok(()) => wqe::parse_recv(&b),
+                    Err(()) => Err("the receive WQE could not be read".into()),
+                };
+                Some(recv_wqe(ci, None, info.pd, parsed))
+            }
+            1 => self.srq_take(info.srqn?),
+            _ => None,
+        }
+    }
+
+    /// Consumes the WQE at the head of an SRQ's list; raises the SRQ limit
+    /// event when fewer than `lwm` WQEs remain.
+    fn srq_take(&mut self, srqn: u32) -> Option<RecvWqe> {
+        let s = self.fw.objs.srq(srqn)?;
+        let (dbr_addr, log_size, log_stride, lps, pd, lwm) = (
+            s.dbr_addr,
+            s.log_size.min(15),
+            s.log_rq_stride.min(7),
+            s.log_page_size,
+            s.pd,
+            s.lwm,
+        );
+        let dbr = self
+            .read_dbr_word(dbr_addr, &format!("SRQ {srqn:#x}"))
+            .ok()? as u16;
+        let st = *self.engine.srqs.entry(srqn).or_default();
+        let avail = dbr.wrapping_sub(st.consumed);
+        if avail == 0 {
+            return None;
+        }
+        let size = 1u32 << log_size;
+        let stride = 16usize << log_stride;
+        let idx = (u32::from(st.head) & (size - 1)) as u16;
+        let off = u64::from(idx) * stride as u64;
+        let mut b = vec![0u8; stride.max(16)];
+        let addr = self
+            .fw
+            .objs
+            .srq(srqn)
+            .and_then(|s| crate::fw::buf_addr(&s.pas, lps, off));
+        let read = match addr {
+            Some(a) => self
+                .iommu
+                .read(a, &mut b, &|| format!("SRQ {srqn:#x} WQE {idx:#x}")),
+            None => Err(()),
+        };
+        let next = u16::from_be_bytes([b[2], b[3]]);
+        if let Some(x) = self.engine.srqs.get_mut(&srqn) {
+            x.head = next;
+            x.consumed = st.consumed.wrapping_add(1);
+        }
+        self.datapath.recv_wqes += 1;
+        let remaining = avail.saturating_sub(1);
+        if lwm > 0 && u32::from(remaining) < u32::from(lwm) {
+            if let Some(ObjData::Srq(s)) = self
+                .fw
+                .objs
+                .get_mut(ObjKind::Srq, srqn)
+                .map(|o| &mut o.data)
+            {
+                s.lwm = 0;
+            }
+            self.qp_event(ev::SRQ_LIMIT, srqn);
+        }
+        let parsed = match read {
+            Ok(()) => wqe::parse_recv(&b[16..]),
+            Err(()) => Err("the SRQ WQE could not be read".into()),
+        };
+        Some(recv_wqe(idx, Some(srqn), pd, parsed))
+    }
+
+    /// Scatters `parts` into a receive WQE. Errors are CQE syndromes.
+    fn scatter_recv(&mut self, rw: &RecvWqe, parts: &[&[u8]], qpn: u32) -> Result<u32, u8> {
+        if rw.bad.is_some() {
+            return Err(syn::LOCAL_QP_OP);
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let cap: u64 = rw
+            .sges
+            .iter()
+            .map(|s| s.len)
+            .fold(0u64, u64::saturating_add);
+        if total as u64 > cap {
+            self.datapath.note(format!(
+                "QP {qpn:#x}: message of {total} bytes does not fit the receive WQE ({cap} bytes)"
+            ));
+            return Err(syn::LOCAL_LENGTH);
+        }
+        let joined;
+        let data: &[u8] = if parts.len() == 1 {
+            parts[0]
+        } else {
+            joined = parts.concat();
+            &joined
+        };
+        let mut o = 0usize;
+        let mut chunks = Vec::new();
+        for s in &rw.sges {
+            if o == data.len() {
+                break;
+            }
+            let n = (data.len() - o).min(s.len as usize);
+            chunks.clear();
+            if let Err(e) = mem::translate(
+                &self.fw.objs,
+                s.lkey,
+                rw.pd,
+                s.addr,
+                n as u64,
+                Access::LocalWrite,
+                &mut chunks,
+            ) {
+                self.datapath.note(format!(
+                    "QP {qpn:#x}: receive scatter lkey {:#x} addr {:#x}: {e}",
+                    s.lkey, s.addr
+                ));
+                return Err(syn::LOCAL_PROT);
+            }
+            let lkey = s.lkey;
+            mem::scatter(&mut self.iommu, &chunks, &data[o..o + n], &|| {
+                format!("QP {qpn:#x} receive scatter (lkey {lkey:#x})")
+            })
+            .map_err(|()| syn::LOCAL_PROT)?;
+            o += n;
+        }
+        Ok(total as u32)
+    }
+
+    /// A responder CQE.
+    #[allow(clippy::too_many_arguments)]
+    fn resp_cqe(
+        &mut self,
+        info: &QpInfo,
+        rw: &RecvWqe,
+        opcode: u8,
+        bth: &Bth,
+        byte_cnt: u32,
+        imm_pkey: u32,
+        flags_rqpn: u32,
+        vlan: Option<u16>,
+    ) {
+        let c = Cqe {
+            opcode,
+            se: bth.se,
+            qpn: info.qpn,
+            wqe_counter: rw.counter,
+            srqn_uidx: Self::uidx(info, rw.srqn),
+            byte_cnt,
+            imm_inval_pkey: imm_pkey,
+            flags_rqpn,
+            l4_l3_hdr_type: u8::from(vlan.is_some()),
+            vlan_info: vlan.unwrap_or(0),
+            ..Cqe::default()
+        };
+        self.emit_cqe(info.cqn_rcv, c);
+    }
+
+    /// A responder error CQE.
+    fn resp_err_cqe(&mut self, info: &QpInfo, rw: &RecvWqe, s: u8) {
+        if let Some(b) = &rw.bad {
+            self.datapath.note(format!(
+                "QP {:#x}: receive WQE {:#x}: {b}",
+                info.qpn, rw.counter
+            ));
+        }
+        let c = Cqe {
+            opcode: cqe_op::RESP_ERR,
+            qpn: info.qpn,
+            wqe_counter: rw.counter,
+            srqn_uidx: Self::uidx(info, rw.srqn),
+            syndrome: s,
+            ..Cqe::default()
+        };
+        self.emit_cqe(info.cqn_rcv, c);
+    }
+
+    /// Sends an RC response packet along the responder's own address path.
+    fn rc_reply(
+        &mut self,
+        info: &QpInfo,
+        opcode: u8,
+        psn: u32,
+        syndrome: u8,
+        ext: &[u8],
+        data: Reply,
+    ) {
+        let Ok(route) = info.route.clone() else {
+            self.datapath
+                .note(format!("QP {:#x}: cannot answer: no route", info.qpn));
+            return;
+        };
+        let msn = self.engine.qps.get(&info.qpn).map_or(0, |e| e.msn);
+        let bth = Bth {
+            opcode: ib::RC | opcode,
+            pkey: 0xffff,
+            dqpn: info.remote_qpn,
+            psn,
+            ..Bth::default()
+        };
+        let mut hdr = Vec::with_capacity(4 + ext.len());
+        hdr.push(syndrome);
+        hdr.extend_from_slice(&(msn & 0xff_ffff).to_be_bytes()[1..]);
+        hdr.extend_from_slice(ext);
+        let qpn = info.qpn;
+        let frame = match data {
+            Reply::None => packet::build(&route, &bth, &hdr, 0, |_| Ok::<(), ()>(())),
+            Reply::Memory(chunks, len) => packet::build(&route, &bth, &hdr, len, |p| {
+                mem::gather(&mut self.iommu, &chunks, p, &|| {
+                    format!("QP {qpn:#x} RDMA READ response")
+                })
+            }),
+        };
+        match frame {
+            Ok(f) => self.transmit(info.port, f),
+            Err(()) => self
+                .datapath
+                .note(format!("QP {qpn:#x}: READ response could not be read")),
+        }
+    }
+
+    fn rc_nak(&mut self, info: &QpInfo, psn: u32, nak: Nak, why: String) {
+        self.datapath.note(format!(
+            "QP {:#x}: NAK {:#04x} for PSN {psn:#x}: {why}",
+            info.qpn, nak.aeth
+        ));
+        self.rc_reply(info, ib::ACKNOWLEDGE, psn, nak.aeth, &[], Reply::None);
+        self.qp_error(info.qpn, false, Some(nak.event));
+    }
+
+    /// An RC request packet.
+    fn rc_request(&mut self, info: &QpInfo, p: &Roce<'_>) {
+        let qpn = info.qpn;
+        let Some(e) = self.engine.qps.get_mut(&qpn) else {
+            return;
+        };
+        let psn = p.bth.psn;
+        let epsn = e.epsn;
+        let d = psn.wrapping_sub(epsn) & 0xff_ffff;
+        if d != 0 {
+            if d < 0x80_0000 {
+                if !e.nak_seq_sent {
+                    e.nak_seq_sent = true;
+                    self.datapath.seq_naks += 1;
+                    self.rc_reply(
+                        info,
+                        ib::ACKNOWLEDGE,
+                        epsn,
+                        aeth::NAK_PSN_SEQ,
+                        &[],
+                        Reply::None,
+                    );
+                }
+            } else {
+                self.rc_duplicate(info, p);
+            }
+            return;
+        }
+        e.nak_seq_sent = false;
+        let op = p.bth.opcode & 0x1f;
+        let body = p.body;
+        match op {
+            ib::SEND_ONLY | ib::SEND_ONLY_IMM => {
+                let (imm, payload) = if op == ib::SEND_ONLY_IMM {
+                    if body.len() < 4 {
+                        return self.rc_nak(
+                            info,
+                            psn,
+                            NAK_INVALID,
+                            "short SEND with immediate".into(),
+                        );
+                    }
+                    (Some(packet::rd32(body, 0)), &body[4..])
+                } else {
+                    (None, body)
+                };
+                let Some(rw) = self.take_recv(info) else {
+                    return self.rc_rnr(info, psn);
+                };
+                match self.scatter_recv(&rw, &[payload], qpn) {
+                    Ok(n) => {
+                        self.rc_advance(qpn, npkts(payload.len() as u64, info.mtu));
+                        let opcode = if imm.is_some() {
+                            cqe_op::RESP_SEND_IMM
+                        } else {
+                            cqe_op::RESP_SEND
+                        };
+                        let flags = (p.ver.cqe_l3_type() << 24) | (info.remote_qpn & 0xff_ffff);
+                        self.resp_cqe(
+                            info,
+                            &rw,
+                            opcode,
+                            &p.bth,
+                            n,
+                            imm.unwrap_or(0),
+                            flags,
+                            p.vlan,
+                        );
+                        self.rc_ack(info, psn, payload.len() as u64);
+                    }
+                    Err(s) => {
+                        self.resp_err_cqe(info, &rw, s);
+                        let nak = if s == syn::LOCAL_LENGTH {
+                            NAK_INVALID
+                        } else {
+                            NAK_OP
+                        };
+                        self.rc_nak(
+                            info,
+                            psn,
+                            nak,
+                            format!("receive failed with syndrome {s:#04x}"),
+                        );
+                    }
+                }
+            }
+            ib::WRITE_ONLY | ib::WRITE_ONLY_IMM => {
+                let need = if op == ib::WRITE_ONLY_IMM { 20 } else { 16 };
+                if body.len() < need {
+                    return self.rc_nak(info, psn, NAK_INVALID, "short RDMA WRITE".into());
+                }
+                let (va, rkey, dmalen) = (
+                    packet::rd64(body, 0),
+                    packet::rd32(body, 8),
+                    packet::rd32(body, 12),
+                );
+                let imm = (op == ib::WRITE_ONLY_IMM).then(|| packet::rd32(body, 16));
+                let payload = &body[need..];
+                if payload.len() != dmalen as usize {
+                    return self.rc_nak(
+                        info,
+                        psn,
+                        NAK_INVALID,
+                        "RETH length differs from the payload".into(),
+                    );
+                }
+                if !info.rwe {
+                    return self.rc_nak(
+                        info,
+                        psn,
+                        NAK_INVALID,
+                        "remote write not enabled on the QP".into(),
+                    );
+                }
+                if imm.is_some() && !self.recv_ready(info) {
+                    return self.rc_rnr(info, psn);
+                }
+                let mut chunks = Vec::new();
+                if let Err(e) = mem::translate(
+                    &self.fw.objs,
+                    rkey,
+                    info.pd,
+                    va,
+                    u64::from(dmalen),
+                    Access::RemoteWrite,
+                    &mut chunks,
+                ) {
+                    return self.rc_nak(
+                        info,
+                        psn,
+                        NAK_ACCESS,
+                        format!("RDMA WRITE rkey {rkey:#x} va {va:#x} len {dmalen:#x}: {e}"),
+                    );
+                }
+                if mem::scatter(&mut self.iommu, &chunks, payload, &|| {
+                    format!("QP {qpn:#x} RDMA WRITE (rkey {rkey:#x})")
+                })
+                .is_err()
+                {
+                    return self.rc_nak(info, psn, NAK_OP, "RDMA WRITE target not mapped".into());
+                }
+                self.rc_advance(qpn, npkts(payload.len() as u64, info.mtu));
+                if let Some(imm) = imm {
+                    if let Some(rw) = self.take_recv(info) {
+                        if rw.bad.is_some() {
+                            self.resp_err_cqe(info, &rw, syn::LOCAL_QP_OP);
+                            return self.rc_nak(info, psn, NAK_OP, "bad receive WQE".into());
+                        }
+                        let flags = (p.ver.cqe_l3_type() << 24) | (info.remote_qpn & 0xff_ffff);
+                        self.resp_cqe(
+                            info,
+                            &rw,
+                            cqe_op::RESP_WR_IMM,
+                            &p.bth,
+                            dmalen,
+                            imm,
+                            flags,
+                            p.vlan,
+                        );
+                    }
+                }
+                self.rc_ack(info, psn, payload.len() as u64);
+            }
+            ib::READ_REQUEST => {
+                if body.len() < 16 {
+                    return self.rc_nak(info, psn, NAK_INVALID, "short RDMA READ request".into());
+                }
+                if !info.rre {
+                    return self.rc_nak(
+                        info,
+                        psn,
+                        NAK_INVALID,
+                        "remote read not enabled on the QP".into(),
+                    );
+                }
+                match self.read_response(info, body, psn) {
+                    Ok(len) => {
+                        self.rc_advance(qpn, npkts(len, info.mtu));
+                    }
+                    Err(why) => self.rc_nak(info, psn, NAK_ACCESS, why),
+                }
+            }
+            ib::COMPARE_SWAP | ib::FETCH_ADD => {
+                if body.len() < 28 {
+                    return self.rc_nak(info, psn, NAK_INVALID, "short atomic request".into());
+                }
+                if !info.rae {
+                    return self.rc_nak(
+                        info,
+                        psn,
+                        NAK_INVALID,
+                        "atomics not enabled on the QP".into(),
+                    );
+                }
+                let va = packet::rd64(body, 0);
+                if va % 8 != 0 {
+                    return self.rc_nak(
+                        info,
+                        psn,
+                        NAK_INVALID,
+                        format!("atomic at unaligned address {va:#x}"),
+                    );
+                }
+                let rkey = packet::rd32(body, 8);
+                let mut chunks = Vec::new();
+                if let Err(e) = mem::translate(
+                    &self.fw.objs,
+                    rkey,
+                    info.pd,
+                    va,
+                    8,
+                    Access::Atomic,
+                    &mut chunks,
+                ) {
+                    return self.rc_nak(
+                        info,
+                        psn,
+                        NAK_ACCESS,
+                        format!("atomic rkey {rkey:#x} va {va:#x}: {e}"),
+                    );
+                }
+                let (swap_add, compare) = (packet::rd64(body, 12), packet::rd64(body, 20));
+                let Ok(orig) =
+                    self.atomic(info, &chunks, op == ib::COMPARE_SWAP, swap_add, compare)
+                else {
+                    return self.rc_nak(info, psn, NAK_OP, "atomic target not mapped".into());
+                };
+                if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                    if e.atomics.len() >= 16 {
+                        e.atomics.pop_front();
+                    }
+                    e.atomics.push_back((psn, orig));
+                }
+                self.rc_advance(qpn, 1);
+                self.rc_reply(
+                    info,
+                    ib::ATOMIC_ACKNOWLEDGE,
+                    psn,
+                    aeth::ACK,
+                    &orig.to_be_bytes(),
+                    Reply::None,
+                );
+            }
+            _ => self.rc_nak(
+                info,
+                psn,
+                NAK_INVALID,
+                format!("unsupported opcode {:#04x}", p.bth.opcode),
+            ),
+        }
+    }
+
+    /// Executes an atomic on 8 bytes (big-endian memory, or host-endian
+    /// when `atomic_req_8B_endianness_mode` is 1). Returns the original.
+    fn atomic(
+        &mut self,
+        info: &QpInfo,
+        chunks: &[(u64, usize)],
+        cs: bool,
+        swap_add: u64,
+        compare: u64,
+    ) -> Result<u64, ()> {
+        let qpn = info.qpn;
+        let mut b = [0u8; 8];
+        mem::gather(&mut self.iommu, chunks, &mut b, &|| {
+            format!("QP {qpn:#x} atomic")
+        })?;
+        let host = info.atomic_host_endian;
+        let orig = if host {
+            u64::from_ne_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        };
+        let new = if cs {
+            if orig == compare { swap_add } else { orig }
+        } else {
+            orig.wrapping_add(swap_add)
+        };
+        if new != orig {
+            let nb = if host {
+                new.to_ne_bytes()
+            } else {
+                new.to_be_bytes()
+            };
+            mem::scatter(&mut self.iommu, chunks, &nb, &|| {
+                format!("QP {qpn:#x} atomic")
+            })?;
+        }
+        Ok(orig)
+    }
+
+    /// Checks an RDMA READ request (RETH in `body`) and sends the
+    /// response. Returns the length read.
+    fn read_response(&mut self, info: &QpInfo, body: &[u8], psn: u32) -> Result<u64, String> {
+        let (va, rkey, dmalen) = (
+            packet::rd64(body, 0),
+            packet::rd32(body, 8),
+            packet::rd32(body, 12),
+        );
+        let len = u64::from(dmalen);
+        if len > info.max_msg {
+            return Err(format!("RDMA READ of {len} bytes"));
+        }
+        let mut chunks = Vec::new();
+        mem::translate(
+            &self.fw.objs,
+            rkey,
+            info.pd,
+            va,
+            len,
+            Access::RemoteRead,
+            &mut chunks,
+        )
+        .map_err(|e| format!("RDMA READ rkey {rkey:#x} va {va:#x} len {len:#x}: {e}"))?;
+        self.rc_reply(
+            info,
+            ib::READ_RESPONSE_ONLY,
+            psn,
+            aeth::ACK,
+            &[],
+            Reply::Memory(chunks, len as usize),
+        );
+        Ok(len)
+    }
+
+    /// A request whose PSN is behind the expected one.
+    fn rc_duplicate(&mut self, info: &QpInfo, p: &Roce<'_>) {
+        let qpn = info.qpn;
+        let op = p.bth.opcode & 0x1f;
+        let psn = p.bth.psn;
+        match op {
+            ib::READ_REQUEST if p.body.len() >= 16 && info.rre => {
+                if self.read_response(info, p.body, psn).is_err() {
+                    self.datapath.drops.stale += 1;
+                }
+            }
+            ib::COMPARE_SWAP | ib::FETCH_ADD => {
+                let saved = self
+                    .engine
+                    .qps
+                    .get(&qpn)
+                    .and_then(|e| e.atomics.iter().find(|a| a.0 == psn).map(|a| a.1));
+                match saved {
+                    Some(orig) => self.rc_reply(
+                        info,
+                        ib::ATOMIC_ACKNOWLEDGE,
+                        psn,
+                        aeth::ACK,
+                        &orig.to_be_bytes(),
+                        Reply::None,
+                    ),
+                    None => self.datapath.drops.stale += 1,
+                }
+            }
+            _ => {
+                let last = self
+                    .engine
+                    .qps
+                    .get(&qpn)
+                    .map_or(0, |e| e.epsn.wrapping_sub(1) & 0xff_ffff);
+                self.rc_reply(info, ib::ACKNOWLEDGE, last, aeth::ACK, &[], Reply::None);
+            }
+        }
+    }
+
+    fn rc_advance(&mut self, qpn: u32, n: u32) {
+        if let Some(e) = self.engine.qps.get_mut(&qpn) {
+            e.epsn = e.epsn.wrapping_add(n) & 0xff_ffff;
+            e.msn = e.msn.wrapping_add(1) & 0xff_ffff;
+        }
+    }
+
+    fn rc_ack(&mut self, info: &QpInfo, psn: u32, len: u64) {
+        let last = psn.wrapping_add(npkts(len, info.mtu) - 1) & 0xff_ffff;
+        self.rc_reply(info, ib::ACKNOWLEDGE, last, aeth::ACK, &[], Reply::None);
+    }
+
+    fn rc_rnr(&mut self, info: &QpInfo, psn: u32) {
+        self.datapath.rnr_naks += 1;
+        let t = info.min_rnr_nak & 0x1f;
+        self.rc_reply(
+            info,
+            ib::ACKNOWLEDGE,
+            psn,
+            aeth::RNR_NAK | t,
+            &[],
+            Reply::None,
+        );
+    }
+
+    /// A UC request: PSNs resynchronise on every message; what cannot be
+    /// taken is dropped silently.
+    fn uc_request(&mut self, info: &QpInfo, p: &Roce<'_>) {
+        let qpn = info.qpn;
+        let op = p.bth.opcode & 0x1f;
+        let body = p.body;
+        let flags = (p.ver.cqe_l3_type() << 24) | (info.remote_qpn & 0xff_ffff);
+        match op {
+            ib::SEND_ONLY | ib::SEND_ONLY_IMM => {
+                let (imm, payload) = if op == ib::SEND_ONLY_IMM {
+                    if body.len() < 4 {
+                        self.datapath.drops.malformed += 1;
+                        return;
+                    }
+                    (Some(packet::rd32(body, 0)), &body[4..])
+                } else {
+                    (None, body)
+                };
+                let Some(rw) = self.take_recv(info) else {
+                    self.datapath.drops.no_receive += 1;
+                    return;
+                };
+                self.uc_psn(qpn, p.bth.psn, payload.len() as u64, info.mtu);
+                match self.scatter_recv(&rw, &[payload], qpn) {
+                    Ok(n) => {
+                        let opcode = if imm.is_some() {
+                            cqe_op::RESP_SEND_IMM
+                        } else {
+                            cqe_op::RESP_SEND
+                        };
+                        self.resp_cqe(
+                            info,
+                            &rw,
+                            opcode,
+                            &p.bth,
+                            n,
+                            imm.unwrap_or(0),
+                            flags,
+                            p.vlan,
+                        );
+                    }
+                    Err(s) => {
+                        self.resp_err_cqe(info, &rw, s);
+                        self.qp_error(qpn, false, None);
+                    }
+                }
+            }
+            ib::WRITE_ONLY | ib::WRITE_ONLY_IMM => {
+                let need = if op == ib::WRITE_ONLY_IMM { 20 } else { 16 };
+                if body.len() < need {
+                    self.datapath.drops.malformed += 1;
+                    return;
+                }
+                let (va, rkey, dmalen) = (
+                    packet::rd64(body, 0),
+                    packet::rd32(body, 8),
+                    packet::rd32(body, 12),
+                );
+                let payload = &body[need..];
+                if payload.len() != dmalen as usize || !info.rwe {
+                    self.datapath.drops.uc_access += 1;
+                    return;
+                }
+                if op == ib::WRITE_ONLY_IMM && !self.recv_ready(info) {
+                    self.datapath.drops.no_receive += 1;
+                    return;
+                }
+                let mut chunks = Vec::new();
+                if mem::translate(
+                    &self.fw.objs,
+                    rkey,
+                    info.pd,
+                    va,
+                    u64::from(dmalen),
+                    Access::RemoteWrite,
+                    &mut chunks,
+                )
+                .is_err()
+                    || mem::scatter(&mut self.iommu, &chunks, payload, &|| {
+                        format!("UC QP {qpn:#x} RDMA WRITE")
+                    })
+                    .is_err()
+                {
+                    self.datapath.drops.uc_access += 1;
+                    return;
+                }
+                self.uc_psn(qpn, p.bth.psn, payload.len() as u64, info.mtu);
+                if op == ib::WRITE_ONLY_IMM {
+                    if let Some(rw) = self.take_recv(info) {
+                        let imm = packet::rd32(body, 16);
+                        self.resp_cqe(
+                            info,
+                            &rw,
+                            cqe_op::RESP_WR_IMM,
+                            &p.bth,
+                            dmalen,
+                            imm,
+                            flags,
+                            p.vlan,
+                        );
+                    }
+                }
+            }
+            _ => self.datapath.drops.malformed += 1,
+        }
+    }
+
+    fn uc_psn(&mut self, qpn: u32, psn: u32, len: u64, mtu: u64) {
+        if let Some(e) = self.engine.qps.get_mut(&qpn) {
+            e.epsn = psn.wrapping_add(npkts(len, mtu)) & 0xff_ffff;
+        }
+    }
+
+    /// A UD packet: Q_Key check, then the receive with the 40-byte GRH
+    /// area first.
+    fn ud_request(&mut self, info: &QpInfo, p: &Roce<'_>) {
+        let qpn = info.qpn;
+        let op = p.bth.opcode & 0x1f;
+        let body = p.body;
+        let imm = op == ib::SEND_ONLY_IMM;
+        if !matches!(op, ib::SEND_ONLY | ib::SEND_ONLY_IMM)
+            || body.len() < 8 + if imm { 4 } else { 0 }
+        {
+            self.datapath.drops.malformed += 1;
+            return;
+        }
+        let qkey = packet::rd32(body, 0);
+        let src_qp = packet::rd32(body, 4) & 0xff_ffff;
+        if qkey != info.q_key {
+            self.datapath.drops.qkey += 1;
+            self.datapath.note(format!(
+                "UD QP {qpn:#x}: Q_Key {qkey:#x} from QP {src_qp:#x} does not match {:#x}: dropped",
+                info.q_key
+            ));
+            return;
+        }
+        let (imm_v, payload) = if imm {
+            (packet::rd32(body, 8), &body[12..])
+        } else {
+            (0, &body[8..])
+        };
+        let Some(rw) = self.take_recv(info) else {
+            self.datapath.drops.no_receive += 1;
+            return;
+        };
+        match self.scatter_recv(&rw, &[&p.grh_area, payload], qpn) {
+            Ok(n) => {
+                let opcode = if imm {
+                    cqe_op::RESP_SEND_IMM
+                } else {
+                    cqe_op::RESP_SEND
+                };
+                let flags = (1 << 28) | (p.ver.cqe_l3_type() << 24) | src_qp;
+                let imm_pkey = if imm { imm_v } else { u32::from(p.bth.pkey) };
+                self.resp_cqe(info, &rw, opcode, &p.bth, n, imm_pkey, flags, p.vlan);
+            }
+            Err(s) => self.resp_err_cqe(info, &rw, s),
+        }
+        let _ = RoceVer::V1;
+    }
+}
+
+/// Data of a response packet.
+enum Reply {
+    None,
+    /// RDMA READ data: IOVA chunks and total length.
+    Memory(Vec<(u64, usize)>, usize),
+}
+
+fn recv_wqe(counter: u16, srqn: Option<u32>, pd: u32, parsed: Result<Vec<Rse>, String>) -> RecvWqe {
+    match parsed {
+        Ok(sges) => RecvWqe {
+            counter,
+            sges,
+            srqn,
+            pd,
+            bad: None,
+        },
+        Err(b) => RecvWqe {
+            counter,
+            sges: Vec::new(),
+            srqn,
+            pd,
+            bad: Some(b),
+        },
+    }
+}
