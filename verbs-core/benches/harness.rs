@@ -39,17 +39,42 @@ pub const SGE: [Sge; 1] = [Sge {
     lkey: 0x00ab_cd01,
 }];
 
+pub const REMOTE_ADDR: u64 = 0x0a0b_0c0d_0e0f_1011;
+pub const RKEY: u32 = 0x0012_3402;
+
 /// An RDMA write of one SGE, signaled.
 pub fn rdma_write(wr_id: u64) -> SendWr<'static> {
     SendWr::new(
         wr_id,
         SendOp::RdmaWrite {
-            remote_addr: 0x0a0b_0c0d_0e0f_1011,
-            rkey: 0x0012_3402,
+            remote_addr: REMOTE_ADDR,
+            rkey: RKEY,
         },
     )
     .sgl(&SGE)
     .flags(SendFlags::SIGNALED)
+}
+
+/// What an application keeps per RDMA write it wants to post: the
+/// arguments of `post_rdma_write`.
+#[derive(Debug, Clone, Copy)]
+pub struct Write {
+    pub wr_id: u64,
+    pub flags: SendFlags,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub sge: Sge,
+}
+
+/// The same RDMA write as [`rdma_write`], as typed arguments.
+pub fn write_args(wr_id: u64) -> Write {
+    Write {
+        wr_id,
+        flags: SendFlags::SIGNALED,
+        remote_addr: REMOTE_ADDR,
+        rkey: RKEY,
+        sge: SGE[0],
+    }
 }
 
 impl Harness {

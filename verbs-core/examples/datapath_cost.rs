@@ -4,30 +4,38 @@
 //!
 //! ```text
 //! cargo build --release --example datapath_cost -p verbs-core
-//! valgrind --tool=callgrind --toggle-collect=op_post1 target/release/examples/datapath_cost post1 100000
+//! valgrind --tool=callgrind --toggle-collect=op_post1 target/release/examples/datapath_cost post1 10000
 //! ```
 //!
 //! counts exactly the instructions of N calls of that operation (divide the
 //! total `Ir` by N, and by 32 for the batched ones). Without valgrind it
 //! prints nanoseconds per operation.
 //!
+//! The four scenarios of the benchmark, each through the fastest safe API
+//! for it:
+//!
 //! - `op_post1`: one RDMA write (1 SGE, signaled) posted with its doorbell
-//!   (`SendQueue::post`);
-//! - `op_post32`: 32 such writes and one doorbell (`SendQueue::post_list`);
-//! - `op_poll1`: `Cq::poll` of one requester CQE;
-//! - `op_poll32`: `Cq::poll` of 32 requester CQEs.
+//!   (`SendQueue::post_rdma_write`);
+//! - `op_post32`: 32 such writes and one doorbell (`SendQueue::batch`,
+//!   `SendBatch::post_rdma_write`, `SendBatch::ring`);
+//! - `op_poll1`: `Cq::poll` of one requester CQE into a `Completion`;
+//! - `op_poll32`: `Cq::poll` of 32 requester CQEs into `Completion`s.
 //!
-//! Measured on the development machine (x86_64, release profile with
-//! `debug = 1`, N = 10000; instructions per operation = callgrind `Ir` / N):
+//! And the same through the general API (`SendWr`, `WorkCompletion`):
+//! `op_post1_wr` (`SendQueue::post`), `op_post32_wr`
+//! (`SendQueue::post_list`), `op_poll1_wc`, `op_poll32_wc` (`Cq::poll`
+//! into `WorkCompletion`s).
 //!
-//! | operation | verbs-core | rdma-core libmlx5 | target |
-//! |---|---|---|---|
-//! | post 1 RDMA write + doorbell | 178 | 319 | 60 |
-//! | post 32, per WQE | 134 | 190 (ibv_wr_*: 123) | 40 |
-//! | poll 1 CQE | 230 | 185 | 40 |
-//! | poll 32, per CQE | 141 | 108 | 40 |
+//! Measured on the development machine (x86_64, 2 cores, release profile
+//! with `debug = 1`, N = 10000; instructions per operation = callgrind `Ir`
+//! / N, / 32 N for the batches):
 //!
-//! The targets are not met yet; see the crate report for why.
+//! | operation | verbs-core | general API | rdma-core libmlx5 | target |
+//! |---|---|---|---|---|
+//! | post 1 RDMA write + doorbell | see README | | 319 | 60 |
+//! | post 32, per WQE | | | 190 (ibv_wr_*: 123) | 40 |
+//! | poll 1 CQE | | | 185 | 40 |
+//! | poll 32, per CQE | | | 108 | 40 |
 //!
 //! Outside the measured functions the harness plays the device: it writes
 //! the CQEs (for the poll scenarios it first posts the WQEs they complete),
@@ -37,21 +45,35 @@
 mod harness;
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use harness::{Harness, Uar, rdma_write};
-use verbs_core::{Cq, CqTable, Error, SendQueue, SendWr, WorkCompletion};
+use harness::{Harness, Uar, Write, rdma_write, write_args};
+use verbs_core::{
+    Completion, Cq, CqTable, Error, PostError, SendQueue, SendWr, Sge, WorkCompletion,
+};
 
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_post1(sq: &mut SendQueue<Uar>, wr: &SendWr<'_>) -> Result<(), Error> {
-    sq.post(wr)
+fn op_post1(
+    sq: &mut SendQueue<Uar>,
+    wr_id: u64,
+    flags: verbs_core::SendFlags,
+    remote_addr: u64,
+    rkey: u32,
+    sge: Sge,
+) -> Result<(), Error> {
+    sq.post_rdma_write(wr_id, flags, remote_addr, rkey, sge)
 }
 
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_post32(sq: &mut SendQueue<Uar>, wrs: &[SendWr<'_>; 32]) -> Result<(), verbs_core::PostError> {
-    sq.post_list(wrs)
+fn op_post32(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), Error> {
+    let mut b = sq.batch();
+    for w in wrs {
+        b.post_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
+    }
+    b.ring();
+    Ok(())
 }
 
 #[inline(never)]
@@ -59,7 +81,7 @@ fn op_post32(sq: &mut SendQueue<Uar>, wrs: &[SendWr<'_>; 32]) -> Result<(), verb
 fn op_poll1(
     cq: &mut Cq<Uar>,
     table: &CqTable<8>,
-    wc: &mut [WorkCompletion; 1],
+    wc: &mut [Completion; 1],
 ) -> Result<usize, Error> {
     cq.poll(table, wc)
 }
@@ -69,9 +91,109 @@ fn op_poll1(
 fn op_poll32(
     cq: &mut Cq<Uar>,
     table: &CqTable<8>,
+    wc: &mut [Completion; 32],
+) -> Result<usize, Error> {
+    cq.poll(table, wc)
+}
+
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_post1_wr(sq: &mut SendQueue<Uar>, wr: &SendWr<'_>) -> Result<(), Error> {
+    sq.post(wr)
+}
+
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_post32_wr(sq: &mut SendQueue<Uar>, wrs: &[SendWr<'_>; 32]) -> Result<(), PostError> {
+    sq.post_list(wrs)
+}
+
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_poll1_wc(
+    cq: &mut Cq<Uar>,
+    table: &CqTable<8>,
+    wc: &mut [WorkCompletion; 1],
+) -> Result<usize, Error> {
+    cq.poll(table, wc)
+}
+
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_poll32_wc(
+    cq: &mut Cq<Uar>,
+    table: &CqTable<8>,
     wc: &mut [WorkCompletion; 32],
 ) -> Result<usize, Error> {
     cq.poll(table, wc)
+}
+
+/// Runs `n` single posts of `post` in chunks the queue can take, retiring
+/// between chunks; returns the time spent in `post`.
+fn run_post1(n: u64, mut post: impl FnMut(&mut SendQueue<Uar>, u64)) -> Duration {
+    let mut h = Harness::new(512, 12);
+    let max = h.qp.sq().unwrap().max_post();
+    let mut dt = Duration::ZERO;
+    let mut done = 0u64;
+    while done < n {
+        let chunk = (n - done).min(u64::from(max));
+        let sq = h.qp.sq().unwrap();
+        let t = Instant::now();
+        for i in 0..chunk {
+            post(sq, done + i);
+        }
+        dt += t.elapsed();
+        done += chunk;
+        h.retire();
+    }
+    dt
+}
+
+/// Runs `n` batches of 32 posts, retiring after each.
+fn run_post32(n: u64, mut post: impl FnMut(&mut SendQueue<Uar>)) -> Duration {
+    let mut h = Harness::new(512, 12);
+    let mut dt = Duration::ZERO;
+    for _ in 0..n {
+        let sq = h.qp.sq().unwrap();
+        let t = Instant::now();
+        post(sq);
+        dt += t.elapsed();
+        h.retire();
+    }
+    dt
+}
+
+/// Runs `n` polls of `per` requester CQEs each (the device's part done
+/// before each, untimed).
+fn run_poll(
+    n: u64,
+    per: u32,
+    mut poll: impl FnMut(&mut Cq<Uar>, &CqTable<8>) -> usize,
+) -> Duration {
+    let mut h = Harness::new(512, 12);
+    let wrs: Vec<SendWr<'static>> = (0..per).map(|i| rdma_write(u64::from(i))).collect();
+    let mut dt = Duration::ZERO;
+    for _ in 0..n {
+        let sq = h.qp.sq().unwrap();
+        let first = sq.cur_post();
+        sq.post_list(&wrs).expect("post");
+        for i in 0..per {
+            h.device_complete(first.wrapping_add(i) as u16);
+        }
+        let t = Instant::now();
+        let got = poll(&mut h.cq, &h.table);
+        dt += t.elapsed();
+        assert_eq!(got, per as usize);
+        h.polled(per);
+    }
+    dt
+}
+
+fn report(name: &str, what: &str, dt: Duration, ops: u64) {
+    println!(
+        "{name:<13} {:7.2} ns {what}",
+        dt.as_nanos() as f64 / ops as f64
+    );
 }
 
 fn main() {
@@ -81,89 +203,69 @@ fn main() {
         .next()
         .map_or(100_000, |s| s.parse().expect("N must be a number"));
     let all = which == "all";
+    let run = |name: &str| all || which == name;
 
-    if all || which == "post1" {
-        let mut h = Harness::new(512, 12);
-        let wr = rdma_write(1);
-        let max = h.qp.sq().unwrap().max_post();
-        let mut dt = std::time::Duration::ZERO;
-        let mut done = 0u64;
-        while done < n {
-            let chunk = (n - done).min(u64::from(max));
-            let sq = h.qp.sq().unwrap();
-            let t = Instant::now();
-            for _ in 0..chunk {
-                op_post1(sq, black_box(&wr)).expect("post");
-            }
-            dt += t.elapsed();
-            done += chunk;
-            h.retire();
-        }
-        println!(
-            "post1:  {:7.2} ns per post (1 WQE + doorbell), {n} posts",
-            dt.as_nanos() as f64 / n as f64
-        );
+    if run("post1") {
+        let w = write_args(0);
+        let dt = run_post1(n, |sq, i| {
+            op_post1(
+                sq,
+                black_box(i),
+                black_box(w.flags),
+                black_box(w.remote_addr),
+                black_box(w.rkey),
+                black_box(w.sge),
+            )
+            .expect("post")
+        });
+        report("post1:", "per post (1 WQE + doorbell)", dt, n);
     }
-
-    if all || which == "post32" {
-        let mut h = Harness::new(512, 12);
+    if run("post32") {
+        let wrs: [Write; 32] = std::array::from_fn(|i| write_args(i as u64));
+        let dt = run_post32(n, |sq| op_post32(sq, black_box(&wrs)).expect("post"));
+        report("post32:", "per WQE (32 WQEs, one doorbell)", dt, 32 * n);
+    }
+    if run("poll1") {
+        let mut wc = [Completion::default(); 1];
+        let dt = run_poll(n, 1, |cq, t| {
+            op_poll1(cq, t, black_box(&mut wc)).expect("poll")
+        });
+        report("poll1:", "per poll of 1 CQE", dt, n);
+    }
+    if run("poll32") {
+        let mut wc = [Completion::default(); 32];
+        let dt = run_poll(n, 32, |cq, t| {
+            op_poll32(cq, t, black_box(&mut wc)).expect("poll")
+        });
+        report("poll32:", "per CQE (poll of 32)", dt, 32 * n);
+    }
+    if run("post1_wr") {
+        let wr = rdma_write(1);
+        let dt = run_post1(n, |sq, _| op_post1_wr(sq, black_box(&wr)).expect("post"));
+        report("post1_wr:", "per post (SendWr)", dt, n);
+    }
+    if run("post32_wr") {
         let wrs: [SendWr<'static>; 32] = std::array::from_fn(|i| rdma_write(i as u64));
-        let mut dt = std::time::Duration::ZERO;
-        for _ in 0..n {
-            let sq = h.qp.sq().unwrap();
-            let t = Instant::now();
-            op_post32(sq, black_box(&wrs)).expect("post");
-            dt += t.elapsed();
-            h.retire();
-        }
-        println!(
-            "post32: {:7.2} ns per WQE (32 WQEs, one doorbell), {n} batches",
-            dt.as_nanos() as f64 / (32 * n) as f64
-        );
+        let dt = run_post32(n, |sq| op_post32_wr(sq, black_box(&wrs)).expect("post"));
+        report("post32_wr:", "per WQE (post_list of 32 SendWr)", dt, 32 * n);
     }
-
-    if all || which == "poll1" {
-        let mut h = Harness::new(512, 12);
-        let wr = rdma_write(1);
+    if run("poll1_wc") {
         let mut wc = [WorkCompletion::default(); 1];
-        let mut dt = std::time::Duration::ZERO;
-        for _ in 0..n {
-            h.qp.sq().unwrap().post(&wr).expect("post");
-            let counter = h.qp.sq().unwrap().cur_post().wrapping_sub(1) as u16;
-            h.device_complete(counter);
-            let t = Instant::now();
-            let got = op_poll1(&mut h.cq, &h.table, black_box(&mut wc)).expect("poll");
-            dt += t.elapsed();
-            assert_eq!(got, 1);
-            h.polled(1);
-        }
-        println!(
-            "poll1:  {:7.2} ns per poll of 1 CQE, {n} polls",
-            dt.as_nanos() as f64 / n as f64
-        );
+        let dt = run_poll(n, 1, |cq, t| {
+            op_poll1_wc(cq, t, black_box(&mut wc)).expect("poll")
+        });
+        report("poll1_wc:", "per poll of 1 CQE (WorkCompletion)", dt, n);
     }
-
-    if all || which == "poll32" {
-        let mut h = Harness::new(512, 12);
-        let wrs: [SendWr<'static>; 32] = std::array::from_fn(|i| rdma_write(i as u64));
+    if run("poll32_wc") {
         let mut wc = [WorkCompletion::default(); 32];
-        let mut dt = std::time::Duration::ZERO;
-        for _ in 0..n {
-            let sq = h.qp.sq().unwrap();
-            let first = sq.cur_post();
-            sq.post_list(&wrs).expect("post");
-            for i in 0..32 {
-                h.device_complete(first.wrapping_add(i) as u16);
-            }
-            let t = Instant::now();
-            let got = op_poll32(&mut h.cq, &h.table, black_box(&mut wc)).expect("poll");
-            dt += t.elapsed();
-            assert_eq!(got, 32);
-            h.polled(32);
-        }
-        println!(
-            "poll32: {:7.2} ns per CQE (poll of 32), {n} polls",
-            dt.as_nanos() as f64 / (32 * n) as f64
+        let dt = run_poll(n, 32, |cq, t| {
+            op_poll32_wc(cq, t, black_box(&mut wc)).expect("poll")
+        });
+        report(
+            "poll32_wc:",
+            "per CQE (poll of 32 WorkCompletions)",
+            dt,
+            32 * n,
         );
     }
 }

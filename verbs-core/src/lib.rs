@@ -149,4 +149,4 @@ pub use sizing::{
 };
 pub use srq::{Srq, SrqCompletions};
 pub use uar::BfConfig;
-pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use wc::{Completion, CompletionSlot, WcFlags, WcOpcode, WcStatus, WorkCompletion};

@@ -63,17 +63,6 @@ impl Ptr {
         })
     }
 
-    /// The pointer `off` bytes further (inside the range of `self`).
-    pub(crate) fn offset(self, off: usize) -> Self {
-        #[cfg(debug_assertions)]
-        assert!(off <= self.len);
-        Self {
-            base: NonNull::new(self.at(off, 1)).expect("inside a non-null region"),
-            #[cfg(debug_assertions)]
-            len: self.len - off,
-        }
-    }
-
     #[inline(always)]
     fn at(self, off: usize, width: usize) -> *mut u8 {
         #[cfg(debug_assertions)]

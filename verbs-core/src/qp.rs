@@ -288,57 +288,93 @@ pub(crate) const META_RQ_HEAD: usize = 12;
 pub(crate) const META_HANDLES: usize = 16;
 pub(crate) const HANDLE_SQ: u32 = 1;
 pub(crate) const HANDLE_RQ: u32 = 2;
+/// The send queue's table, right after the header: one entry per WQEBB
+/// slot, the `wr_id` (u64) at +0 and the `wqe_head` (u32: the number of the
+/// work request whose WQE starts in the slot, rdma-core's `sq.wqe_head`) at
+/// +8, so posting and polling reach both through one address.
+pub(crate) const META_SQ_TABLE: usize = crate::sizing::META_HDR;
+/// Size of one send-table entry.
+pub(crate) const SQ_ENTRY: usize = 16;
+/// Offset of `wqe_head` in a send-table entry.
+pub(crate) const SQ_ENTRY_HEAD: usize = 8;
 
 /// Doorbell record words (`MLX5_RCV_DBR` 0, `MLX5_SND_DBR` 1).
 const DBR_RCV: usize = 0;
 const DBR_SND: usize = 4;
+/// The bookkeeping starts 64 bytes after the doorbell record (checked when
+/// a QP is made), so the send queue reaches both through one pointer.
+const CTL_META: usize = 64;
 
 /// A send queue: builds WQEs into the ring and rings the doorbell.
 ///
 /// Posting takes `&mut self`: one thread posts. Completions are retired by
 /// the CQ through a [`QpCompletions`] handle, which may live on another
 /// thread.
+///
+/// Three ways to post, all validating the same way (rdma-core's
+/// `mlx5_post_send` checks: queue space, QP type and opcode, SGE count,
+/// inline length, WQE size, atomics, UD destination, Ethernet headers):
+///
+/// - [`post`](Self::post) / [`post_list`](Self::post_list): a
+///   [`SendWr`] or a list of them (`ibv_post_send`);
+/// - the typed one-SGE entry points [`post_rdma_write`](Self::post_rdma_write),
+///   [`post_rdma_read`](Self::post_rdma_read), [`post_send`](Self::post_send),
+///   [`post_sge`](Self::post_sge): the arguments travel in registers, the
+///   fast path is a handful of stores;
+/// - [`batch`](Self::batch): a [`SendBatch`] with the same typed methods,
+///   rung once (the `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete`
+///   pattern).
 #[derive(Debug)]
 pub struct SendQueue<M: Mmio> {
     buf: Ptr,
-    meta: Ptr,
-    dbr: Ptr,
-    wrid_off: usize,
-    wqe_head_off: usize,
+    /// The doorbell record and, `CTL_META` bytes on, the bookkeeping.
+    ctl: Ptr,
+    /// WQEBB producer counter (rdma-core `sq.cur_post`).
+    cur_post: u32,
+    /// Work requests posted and rung (rdma-core `sq.head`).
+    head: u32,
+    /// The last tail read from the completion side plus `max_post`: the
+    /// queue is full when the work-request counter reaches it (the counter
+    /// never passes it, so equality is rdma-core's `mlx5_wq_overflow`).
+    full_at: u32,
     /// WQEBBs - 1.
     mask: u32,
+    /// `qpn << 8`, the control segment's `qpn_ds` without `ds`.
+    qpn8: u32,
+    /// The memory image of the control segment's `qpn_ds` dword with
+    /// `ds` = 3 (control, remote address, one data segment), in place in
+    /// the first 8 bytes: the fast path ORs the opcode and index into it.
+    ctrl_rdma: u64,
+    /// Bit `opcode` set for every opcode the gather-list fast path may
+    /// write: the opcodes this QP type allows when it is connected (no
+    /// datagram or Ethernet segment) and has room for a data segment;
+    /// 0 otherwise (everything goes through the general path).
+    fast_ops: u32,
+    /// `fm_ce_se` for the low four [`SendFlags`] bits, with `sq_sig_all`
+    /// folded in.
+    fm: [u8; 16],
+    /// For the gather-list fast path, by the low five [`SendFlags`] bits:
+    /// the memory image of the control segment's second 8 bytes
+    /// (signature, stream id, `fm_ce_se`, no immediate), or `FM_SLOW` where
+    /// the fast path does not apply: `IBV_SEND_IP_CSUM`, and everything when
+    /// the QP is not connected or has no room for a data segment.
+    fm_fast: [u64; 32],
     /// 16-byte units in the ring - 1.
     unit_mask: usize,
     /// Ring bytes - 1.
     byte_mask: usize,
-    /// WQEBB producer counter (rdma-core `sq.cur_post`).
-    cur_post: u32,
-    /// Work requests posted (rdma-core `sq.head`).
-    head: u32,
-    /// Last tail read from the completion side.
-    tail_cache: u32,
     max_post: u32,
     max_gs: u32,
     max_inline: u32,
     max_units: u32,
     qp_type: QpType,
     atomics: bool,
-    sig_bits: u8,
-    fm_cache: u8,
     eth_min_inline: u16,
-    /// UD or raw packet: WQEs carry a transport segment.
-    special: bool,
-    /// `qpn << 8`, the control segment's `qpn_ds` without `ds`.
-    qpn8: u32,
-    /// Bit `opcode` set for every MLX5 opcode this QP type may post.
-    allowed: u32,
-    wrid: Ptr,
-    wqe_head: Ptr,
     db: SqDoorbell<M>,
 }
 
 /// What building one WQE left for the doorbell.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Built {
     /// First 8 bytes of the control segment (memory image).
     ctrl0: u64,
@@ -347,6 +383,36 @@ struct Built {
     /// Size in 16-byte units.
     ds: u32,
     inline: bool,
+}
+
+impl core::fmt::Debug for Built {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "WQE at {:#x}, {} units", self.start, self.ds)
+    }
+}
+
+/// A remote address segment's address and rkey, if the WQE has one.
+type RemoteAddr = Option<(u64, u32)>;
+
+/// The MLX5 opcode, immediate and remote address of the operations the
+/// gather-list fast path writes; `None` for the others.
+#[inline(always)]
+fn sgl_op(op: SendOp) -> Option<(Opcode, u32, RemoteAddr)> {
+    Some(match op {
+        SendOp::Send => (Opcode::Send, 0, None),
+        SendOp::SendWithImm(imm) => (Opcode::SendImm, imm, None),
+        SendOp::SendWithInv(rkey) => (Opcode::SendInval, rkey, None),
+        SendOp::RdmaWrite { remote_addr, rkey } => {
+            (Opcode::RdmaWrite, 0, Some((remote_addr, rkey)))
+        }
+        SendOp::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => (Opcode::RdmaWriteImm, imm, Some((remote_addr, rkey))),
+        SendOp::RdmaRead { remote_addr, rkey } => (Opcode::RdmaRead, 0, Some((remote_addr, rkey))),
+        _ => return None,
+    })
 }
 
 impl<M: Mmio> SendQueue<M> {
@@ -413,52 +479,60 @@ impl<M: Mmio> SendQueue<M> {
         }
     }
 
-    /// Validates `wr` and writes its WQE; `nreq` WRs of this batch came
-    /// before it. Nothing is written when it fails.
+    /// Checks that work request number `wr` (the value `head` will have
+    /// when the ones before it are rung) fits the queue.
+    #[inline(always)]
+    fn room(&mut self, wr: u32) -> Result<(), Error> {
+        if wr == self.full_at {
+            return self.refresh_tail(wr);
+        }
+        Ok(())
+    }
+
+    /// Re-reads the completion side's tail when the queue looks full.
+    #[cold]
+    #[inline(never)]
+    fn refresh_tail(&mut self, wr: u32) -> Result<(), Error> {
+        let tail = self
+            .ctl
+            .a32(CTL_META + META_SQ_TAIL)
+            .load(Ordering::Acquire);
+        self.full_at = tail.wrapping_add(self.max_post);
+        let outstanding = wr.wrapping_sub(tail);
+        if outstanding >= self.max_post {
+            return Err(Error::QueueFull {
+                outstanding,
+                max_post: self.max_post,
+            });
+        }
+        Ok(())
+    }
+
+    /// Validates `wr` and writes its WQE as work request number `wr_num`.
+    /// Nothing is written when it fails.
     ///
     /// The fast path covers connected QPs posting sends and RDMA with a
     /// gather list; everything else (UD, raw Ethernet, atomics, inline, NOP)
     /// goes through [`build_general`](Self::build_general). Both validate
     /// the same way.
     #[inline(always)]
-    fn build(&mut self, wr: &SendWr<'_>, nreq: u32) -> Result<Built, Error> {
-        let (opcode, imm, raddr) = match wr.op {
-            SendOp::Send => (Opcode::Send, 0, None),
-            SendOp::SendWithImm(imm) => (Opcode::SendImm, imm, None),
-            SendOp::SendWithInv(rkey) => (Opcode::SendInval, rkey, None),
-            SendOp::RdmaWrite { remote_addr, rkey } => {
-                (Opcode::RdmaWrite, 0, Some((remote_addr, rkey)))
-            }
-            SendOp::RdmaWriteWithImm {
-                remote_addr,
-                rkey,
-                imm,
-            } => (Opcode::RdmaWriteImm, imm, Some((remote_addr, rkey))),
-            SendOp::RdmaRead { remote_addr, rkey } => {
-                (Opcode::RdmaRead, 0, Some((remote_addr, rkey)))
-            }
-            _ => return self.build_general(wr, nreq),
+    fn build(&mut self, wr: &SendWr<'_>, wr_num: u32) -> Result<Built, Error> {
+        let Some((opcode, imm, raddr)) = sgl_op(wr.op) else {
+            return self.build_general(wr, wr_num);
         };
         let Payload::Sgl(sgl) = wr.payload else {
-            return self.build_general(wr, nreq);
+            return self.build_general(wr, wr_num);
         };
-        if self.special
+        if self.fast_ops >> (opcode as u8) & 1 == 0
             || wr.ud.is_some()
             || !wr.eth_headers.is_empty()
-            || wr.flags.0 & SendFlags::IP_CSUM.0 != 0
-            || self.allowed >> (opcode as u8) & 1 == 0
+            || wr.flags.0 & !0xf != 0
         {
-            return self.build_general(wr, nreq);
+            return self.build_general(wr, wr_num);
         }
-        let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
-        if outstanding >= self.max_post {
-            self.refresh_tail(nreq)?;
-        }
+        self.room(wr_num)?;
         if sgl.len() > self.max_gs as usize {
-            return Err(Error::TooManySges {
-                got: sgl.len(),
-                max: self.max_gs as usize,
-            });
+            return Err(too_many_sges(sgl.len(), self.max_gs));
         }
         // Sizing guarantees ctrl + raddr + max_gs data segments fit the
         // largest WQE, so no size check is needed here.
@@ -475,22 +549,142 @@ impl<M: Mmio> SendQueue<M> {
                 k += 1;
             }
         }
-        let fm = FM_CE_SE[(wr.flags.0 & 0xf) as usize] | self.sig_bits;
-        Ok(self.finish(wr.wr_id, nreq, idx, start, opcode, k as u32, fm, imm, false))
+        let fm = self.fm[usize::from(wr.flags.0 & 0xf)];
+        Ok(self.finish(
+            wr.wr_id, wr_num, idx, start, opcode, k as u32, fm, imm, false,
+        ))
     }
 
-    /// Re-reads the completion side's tail when the queue looks full.
+    /// Whether the gather-list fast path takes `op` with `flags` and one
+    /// SGE of `len` bytes: a send or RDMA operation this connected QP
+    /// allows, no checksum flag, a non-empty SGE. Gives the MLX5 opcode,
+    /// the immediate, the remote address and the control segment's second
+    /// half without the immediate.
+    #[inline(always)]
+    fn sge_fast(
+        &self,
+        op: SendOp,
+        flags: SendFlags,
+        len: u32,
+    ) -> Option<(Opcode, u32, RemoteAddr, u64)> {
+        let (opcode, imm, raddr) = sgl_op(op)?;
+        // Bits 5..7 of the flags mean nothing here, as on the general path.
+        let fm = self.fm_fast[usize::from(flags.0 & 0x1f)];
+        if fm == FM_SLOW || len == 0 {
+            return None;
+        }
+        // What a connected QP may not post (RDMA READ and SEND_INV on UC).
+        if matches!(opcode, Opcode::RdmaRead | Opcode::SendInval)
+            && self.fast_ops >> (opcode as u8) & 1 == 0
+        {
+            return None;
+        }
+        Some((opcode, imm, raddr, fm))
+    }
+
+    /// Writes the fast path's WQE (one WQEBB: control, remote address if
+    /// any, one data segment) as work request `wr_num`. Everything is
+    /// checked: [`sge_fast`](Self::sge_fast) took it, the queue has room,
+    /// and one data segment fits (`fast_ops` is empty when `max_gs` is 0).
+    ///
+    /// The queue's fields are read into locals before the first store, so
+    /// the stores (volatile, to memory the compiler cannot tell apart from
+    /// `self`) do not force them to be read again.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn write_sge(
+        &mut self,
+        wr_num: u32,
+        wr_id: u64,
+        opcode: Opcode,
+        imm: u32,
+        raddr: Option<(u64, u32)>,
+        fm: u64,
+        sge: Sge,
+    ) -> Built {
+        let (buf, ctl, cur) = (self.buf, self.ctl, self.cur_post);
+        let idx = cur & self.mask;
+        let start = (idx as usize) << 6;
+        let ds = if raddr.is_some() { 3 } else { 2 };
+        // The words of `wqe::ctrl_seg` (tested against it), built in
+        // memory order: `opmod_idx_opcode` from the counter and opcode,
+        // `qpn_ds` precomputed (`ds` 3, turned into 2 without a remote
+        // address).
+        let w0 = ((u32::from(cur as u16) << 8) | u32::from(opcode as u8)).to_be();
+        let qpn_ds = if raddr.is_some() {
+            self.ctrl_rdma
+        } else {
+            self.ctrl_rdma ^ u64::from(1u32).to_be()
+        };
+        // `w0` is the image of bytes 0..4, `qpn_ds` of the whole 8 with
+        // bytes 0..4 zero.
+        let ctrl0 = if cfg!(target_endian = "little") {
+            qpn_ds | u64::from(w0)
+        } else {
+            qpn_ds | u64::from(w0) << 32
+        };
+        let ctrl1 = fm | u64::from(imm).to_be();
+        self.cur_post = cur.wrapping_add(1);
+        // Segments first, the control segment last: the arguments are
+        // consumed early (fewer live registers); the device reads nothing
+        // before the doorbell.
+        if let Some((remote_addr, rkey)) = raddr {
+            let r = wqe::raddr_seg(remote_addr, rkey);
+            buf.w64(start + 16, r[0]);
+            buf.w64(start + 24, r[1]);
+        }
+        let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
+        let d = start + 16 * (ds as usize - 1);
+        buf.w64(d, data[0]);
+        buf.w64(d + 8, data[1]);
+        buf.w64(start, ctrl0);
+        buf.w64(start + 8, ctrl1);
+        let e = CTL_META + META_SQ_TABLE + SQ_ENTRY * idx as usize;
+        ctl.a64(e).store(wr_id, Ordering::Relaxed);
+        ctl.a32(e + SQ_ENTRY_HEAD).store(wr_num, Ordering::Relaxed);
+        Built {
+            ctrl0,
+            start,
+            ds,
+            inline: false,
+        }
+    }
+
+    /// Validates and writes one work request with one SGE as work request
+    /// `wr_num`: the fast path when it applies, else the general one with
+    /// the same arguments (so every check and error is the same as for
+    /// [`post`](Self::post)).
     #[cold]
     #[inline(never)]
-    fn refresh_tail(&mut self, nreq: u32) -> Result<(), Error> {
-        self.tail_cache = self.meta.a32(META_SQ_TAIL).load(Ordering::Acquire);
-        let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
-        if outstanding >= self.max_post {
-            return Err(Error::QueueFull {
-                outstanding,
-                max_post: self.max_post,
-            });
+    fn build_sge(
+        &mut self,
+        wr_num: u32,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<Built, Error> {
+        if let Some((opcode, imm, raddr, fm)) = self.sge_fast(op, flags, sge.length) {
+            self.room(wr_num)?;
+            return Ok(self.write_sge(wr_num, wr_id, opcode, imm, raddr, fm, sge));
         }
+        let sgl = [sge];
+        let wr = SendWr::new(wr_id, op).sgl(&sgl).flags(flags);
+        self.build_general(&wr, wr_num)
+    }
+
+    /// [`post_sge`](Self::post_sge) for what its fast path does not take.
+    #[cold]
+    #[inline(never)]
+    fn post_sge_slow(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<(), Error> {
+        let b = self.build_sge(self.head, wr_id, op, flags, sge)?;
+        self.ring(1, b);
         Ok(())
     }
 
@@ -500,7 +694,7 @@ impl<M: Mmio> SendQueue<M> {
     fn finish(
         &mut self,
         wr_id: u64,
-        nreq: u32,
+        wr_num: u32,
         idx: u32,
         start: usize,
         opcode: Opcode,
@@ -516,12 +710,11 @@ impl<M: Mmio> SendQueue<M> {
         let ctrl1 = (u64::from(fm) << 32 | u64::from(imm)).to_be();
         self.buf.w64(start, ctrl0);
         self.buf.w64(start + 8, ctrl1);
-        self.wrid
-            .a64(8 * idx as usize)
-            .store(wr_id, Ordering::Relaxed);
-        self.wqe_head
-            .a32(4 * idx as usize)
-            .store(self.head.wrapping_add(nreq), Ordering::Relaxed);
+        let e = CTL_META + META_SQ_TABLE + SQ_ENTRY * idx as usize;
+        self.ctl.a64(e).store(wr_id, Ordering::Relaxed);
+        self.ctl
+            .a32(e + SQ_ENTRY_HEAD)
+            .store(wr_num, Ordering::Relaxed);
         self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
         Built {
             ctrl0,
@@ -533,14 +726,11 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Everything the fast path does not handle.
     #[inline(never)]
-    fn build_general(&mut self, wr: &SendWr<'_>, nreq: u32) -> Result<Built, Error> {
+    fn build_general(&mut self, wr: &SendWr<'_>, wr_num: u32) -> Result<Built, Error> {
         self.op_allowed(&wr.op)?;
 
         // Queue space (rdma-core `mlx5_wq_overflow`).
-        let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
-        if outstanding >= self.max_post {
-            self.refresh_tail(nreq)?;
-        }
+        self.room(wr_num)?;
 
         // Transport segments: (units, which).
         let (mut units, imm, opcode) = match wr.op {
@@ -736,48 +926,60 @@ impl<M: Mmio> SendQueue<M> {
                 }
             }
         }
-        let fm = FM_CE_SE[(wr.flags.0 & 0xf) as usize] | self.sig_bits | self.fm_cache;
-        self.fm_cache = 0;
+        let fm = self.fm[usize::from(wr.flags.0 & 0xf)];
         Ok(self.finish(
-            wr.wr_id, nreq, idx, start, opcode, k as u32, fm, imm, inline,
+            wr.wr_id, wr_num, idx, start, opcode, k as u32, fm, imm, inline,
         ))
     }
 
-    /// Publishes `nreq` work requests and rings the doorbell for the last
+    /// Publishes `n` work requests and rings the doorbell for the last
     /// WQE (rdma-core `post_send_db`).
     #[inline(always)]
-    fn ring(&mut self, nreq: u32, last: Built) {
-        self.head = self.head.wrapping_add(nreq);
-        self.meta
-            .a32(META_SQ_HEAD)
-            .store(self.head, Ordering::Release);
+    fn ring(&mut self, n: u32, last: Built) {
+        let bf = n == 1
+            && (self.db.bf_always || (last.inline && self.db.blueflame))
+            && last.ds > 1
+            && last.ds <= self.db.buf_size / 16;
+        let head = self.head.wrapping_add(n);
+        self.publish(head, self.cur_post, last, bf);
+    }
+
+    /// Makes `head` the published work-request counter and `cur_post` the
+    /// doorbell record, then rings: an 8-byte doorbell with `last`'s first
+    /// control word, or a BlueFlame copy of `last` when `bf`.
+    ///
+    /// Takes the queue's fields as arguments so a caller can read them
+    /// before its WQE stores; everything else is read before the first
+    /// barrier (a memory clobber, after which the compiler would read it
+    /// again).
+    #[inline(always)]
+    fn publish(&mut self, head: u32, cur_post: u32, last: Built, bf: bool) {
+        let ctl = self.ctl;
+        self.head = head;
+        ctl.a32(CTL_META + META_SQ_HEAD)
+            .store(head, Ordering::Release);
         // WQEs before the doorbell record.
         barrier::udma_to_device_barrier();
-        self.dbr
-            .w32(DBR_SND, Be32::new(self.cur_post & 0xffff).to_raw());
+        ctl.w32(DBR_SND, Be32::new(cur_post & 0xffff).to_raw());
         // Doorbell record before the (write-combined) doorbell.
         barrier::mmio_wc_start();
-        let reg = self.db.reg + self.db.offset;
-        if (last.inline || self.db.prefer_bf)
-            && nreq == 1
-            && self.db.blueflame
-            && last.ds > 1
-            && last.ds as usize <= self.db.buf_size / 16
-        {
-            self.bf_copy(reg, last);
+        let db_off = self.db.cur();
+        if bf {
+            self.bf_copy(db_off, last.start, last.ds);
         } else {
-            self.db.mmio.write64(reg, Be64::from_raw(last.ctrl0));
+            self.db.mmio.write64(db_off, Be64::from_raw(last.ctrl0));
         }
         barrier::mmio_flush_writes();
-        self.db.offset ^= self.db.buf_size;
+        self.db.flip();
     }
 
     /// Copies the WQE to the BlueFlame register, 64 bytes at a time, wrapping
     /// at the end of the ring.
-    fn bf_copy(&self, reg: usize, last: Built) {
-        let blocks = (last.ds as usize).div_ceil(4);
+    #[inline(never)]
+    fn bf_copy(&self, reg: usize, start: usize, ds: u32) {
+        let blocks = (ds as usize).div_ceil(4);
         for b in 0..blocks {
-            let src = (last.start + 64 * b) & self.byte_mask;
+            let src = (start + 64 * b) & self.byte_mask;
             let mut chunk = [Be64::ZERO; 8];
             for (i, w) in chunk.iter_mut().enumerate() {
                 *w = Be64::from_raw(self.buf.r64(src + 8 * i));
@@ -790,57 +992,108 @@ impl<M: Mmio> SendQueue<M> {
     /// one-element list). A rejected request writes nothing.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
-        let b = self.build(wr, 0)?;
+        let b = self.build(wr, self.head)?;
         self.ring(1, b);
         Ok(())
+    }
+
+    /// Posts one work request with exactly one SGE and rings the doorbell:
+    /// `post(&SendWr::new(wr_id, op).sgl(&[sge]).flags(flags))` with the
+    /// arguments in registers. Sends and RDMA operations on connected QPs
+    /// take the fast path; any other operation, QP type or a zero-length
+    /// SGE is handled (and validated) exactly as [`post`](Self::post) does.
+    #[inline(always)]
+    pub fn post_sge(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<(), Error> {
+        let head = self.head;
+        let fast = self.sge_fast(op, flags, sge.length);
+        if let (Some((opcode, imm, raddr, fm)), true) = (fast, head != self.full_at) {
+            {
+                // Read before the WQE stores (see `write_sge`). A WQE of at
+                // most 3 units always fits a BlueFlame half (`buf_size` is
+                // a non-zero multiple of 64), so only `bf_always` decides.
+                let b = self.write_sge(head, wr_id, opcode, imm, raddr, fm, sge);
+                let bf = self.db.bf_always;
+                self.publish(head.wrapping_add(1), self.cur_post, b, bf);
+                return Ok(());
+            }
+        }
+        self.post_sge_slow(wr_id, op, flags, sge)
+    }
+
+    /// Posts an `IBV_WR_RDMA_WRITE` of one SGE to `remote_addr`/`rkey` and
+    /// rings the doorbell (see [`post_sge`](Self::post_sge)).
+    #[inline(always)]
+    pub fn post_rdma_write(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sge: Sge,
+    ) -> Result<(), Error> {
+        self.post_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
+    }
+
+    /// Posts an `IBV_WR_RDMA_READ` of `remote_addr`/`rkey` into one SGE and
+    /// rings the doorbell (see [`post_sge`](Self::post_sge)).
+    #[inline(always)]
+    pub fn post_rdma_read(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sge: Sge,
+    ) -> Result<(), Error> {
+        self.post_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
+    }
+
+    /// Posts an `IBV_WR_SEND` of one SGE and rings the doorbell (see
+    /// [`post_sge`](Self::post_sge)).
+    #[inline(always)]
+    pub fn post_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<(), Error> {
+        self.post_sge(wr_id, SendOp::Send, flags, sge)
     }
 
     /// Posts a list of work requests with one doorbell (`ibv_post_send`).
     /// On a rejected request, the ones before it are posted and rung and the
     /// error names its index.
     pub fn post_list(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        let mut last = None;
-        let mut n = 0u32;
-        let mut err = None;
-        for wr in wrs {
-            match self.build(wr, n) {
-                Ok(b) => {
-                    last = Some(b);
-                    n += 1;
-                }
-                Err(e) => {
-                    err = Some(e);
-                    break;
-                }
+        let mut b = self.batch();
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(error) = b.push(wr) {
+                b.ring();
+                return Err(PostError { posted: i, error });
             }
         }
-        if let Some(b) = last {
-            self.ring(n, b);
-        }
-        match err {
-            None => Ok(()),
-            Some(error) => Err(PostError {
-                posted: n as usize,
-                error,
-            }),
-        }
+        b.ring();
+        Ok(())
     }
 
     /// Starts a batch: work requests pushed into it are written at once and
     /// rung with one doorbell when the batch is rung or dropped (the
     /// `ibv_wr_start` / `ibv_wr_complete` pattern).
-    #[inline]
+    #[inline(always)]
     pub fn batch(&mut self) -> SendBatch<'_, M> {
         SendBatch {
+            next: self.head,
             sq: self,
-            n: 0,
-            last: None,
+            last: Built::default(),
         }
     }
 
     /// Work requests posted and not yet retired by a completion.
     pub fn outstanding(&self) -> u32 {
-        let tail = self.meta.a32(META_SQ_TAIL).load(Ordering::Acquire);
+        let tail = self
+            .ctl
+            .a32(CTL_META + META_SQ_TAIL)
+            .load(Ordering::Acquire);
         self.head.wrapping_sub(tail)
     }
 
@@ -857,7 +1110,7 @@ impl<M: Mmio> SendQueue<M> {
 
     /// The BlueFlame half the next doorbell goes to (0 or `buf_size`).
     pub fn bf_offset(&self) -> usize {
-        self.db.offset
+        self.db.bf_offset()
     }
 
     /// The queue's `max_post`.
@@ -876,61 +1129,127 @@ impl<M: Mmio> SendQueue<M> {
     }
 }
 
-/// Work requests written but not yet rung; see [`SendQueue::batch`].
-#[derive(Debug)]
-pub struct SendBatch<'q, M: Mmio> {
-    sq: &'q mut SendQueue<M>,
-    n: u32,
-    last: Option<BuiltDbg>,
-}
-
-/// `Built` with a Debug impl for the batch.
-#[derive(Clone, Copy)]
-struct BuiltDbg(Built);
-
-impl core::fmt::Debug for BuiltDbg {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "WQE at {:#x}, {} units", self.0.start, self.0.ds)
+/// `TooManySges`, built out of line.
+#[cold]
+#[inline(never)]
+fn too_many_sges(got: usize, max: u32) -> Error {
+    Error::TooManySges {
+        got,
+        max: max as usize,
     }
 }
 
+/// Work requests written but not yet rung; see [`SendQueue::batch`].
+///
+/// Every method validates like the queue's and writes nothing for a
+/// rejected request; the batch stays usable. The doorbell rings once, for
+/// everything pushed, at [`ring`](Self::ring) or when the batch is dropped
+/// (so `?` on a push error still rings the requests before it).
+#[derive(Debug)]
+pub struct SendBatch<'q, M: Mmio> {
+    sq: &'q mut SendQueue<M>,
+    /// The number the next work request gets (`sq.head` + pushed).
+    next: u32,
+    /// The last WQE written (meaningful when something was pushed).
+    last: Built,
+}
+
 impl<M: Mmio> SendBatch<'_, M> {
-    /// Validates and writes one work request. A rejected request writes
-    /// nothing; the batch stays usable.
-    #[inline]
+    #[inline(always)]
+    fn pushed(&mut self, b: Built) {
+        self.next = self.next.wrapping_add(1);
+        self.last = b;
+    }
+
+    /// Validates and writes one work request.
+    #[inline(always)]
     pub fn push(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
-        let b = self.sq.build(wr, self.n)?;
-        self.n += 1;
-        self.last = Some(BuiltDbg(b));
+        let b = self.sq.build(wr, self.next)?;
+        self.pushed(b);
         Ok(())
+    }
+
+    /// Validates and writes one work request with exactly one SGE (see
+    /// [`SendQueue::post_sge`]).
+    #[inline(always)]
+    pub fn post_sge(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<(), Error> {
+        let wr = self.next;
+        let b = match self.sq.sge_fast(op, flags, sge.length) {
+            Some((opcode, imm, raddr, fm)) if wr != self.sq.full_at => {
+                self.sq.write_sge(wr, wr_id, opcode, imm, raddr, fm, sge)
+            }
+            _ => self.sq.build_sge(wr, wr_id, op, flags, sge)?,
+        };
+        self.pushed(b);
+        Ok(())
+    }
+
+    /// Validates and writes an `IBV_WR_RDMA_WRITE` of one SGE
+    /// (`ibv_wr_rdma_write` + `ibv_wr_set_sge`).
+    #[inline(always)]
+    pub fn post_rdma_write(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sge: Sge,
+    ) -> Result<(), Error> {
+        self.post_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
+    }
+
+    /// Validates and writes an `IBV_WR_RDMA_READ` into one SGE.
+    #[inline(always)]
+    pub fn post_rdma_read(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sge: Sge,
+    ) -> Result<(), Error> {
+        self.post_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
+    }
+
+    /// Validates and writes an `IBV_WR_SEND` of one SGE.
+    #[inline(always)]
+    pub fn post_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<(), Error> {
+        self.post_sge(wr_id, SendOp::Send, flags, sge)
     }
 
     /// Work requests in the batch.
     pub fn len(&self) -> usize {
-        self.n as usize
+        self.next.wrapping_sub(self.sq.head) as usize
     }
 
     /// Whether the batch is empty.
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.next == self.sq.head
     }
 
     /// Rings the doorbell for everything pushed (nothing if empty).
-    #[inline]
+    #[inline(always)]
     pub fn ring(mut self) {
         self.flush();
     }
 
     #[inline(always)]
     fn flush(&mut self) {
-        if let Some(b) = self.last.take() {
-            self.sq.ring(self.n, b.0);
-            self.n = 0;
+        let n = self.next.wrapping_sub(self.sq.head);
+        if n != 0 {
+            self.sq.ring(n, self.last);
         }
     }
 }
 
 impl<M: Mmio> Drop for SendBatch<'_, M> {
+    #[inline(always)]
     fn drop(&mut self) {
         self.flush();
     }
@@ -1132,8 +1451,13 @@ impl<M: Mmio> Qp<M> {
             None => (None, None),
         };
         let setup = (|| -> Result<_, Error> {
+            if layout.meta_offset != layout.dbr_offset + CTL_META {
+                return Err(Error::InvalidGeometry(
+                    "QP layout: the bookkeeping must start 64 bytes after the doorbell record",
+                ));
+            }
             let meta = Ptr::new(&region, layout.meta_offset, layout.meta_len())?;
-            let dbr = Ptr::new(&region, layout.dbr_offset, 8)?;
+            let dbr = Ptr::new(&region, layout.dbr_offset, CTL_META + layout.meta_len())?;
             if cfg.qpn >= 1 << 24 {
                 return Err(Error::InvalidGeometry("QPN exceeds 24 bits"));
             }
@@ -1157,10 +1481,14 @@ impl<M: Mmio> Qp<M> {
             (Some(g), Some(mmio)) => {
                 let db = match SqDoorbell::new(mmio, bf.expect("bf config comes with the uar")) {
                     Ok(d) => d,
-                    Err(e) => {
-                        // The window was moved into the failed doorbell;
-                        // it cannot be returned.
-                        return Err((e, QpParts { region, uar: None }));
+                    Err((e, mmio)) => {
+                        return Err((
+                            e,
+                            QpParts {
+                                region,
+                                uar: Some(mmio),
+                            },
+                        ));
                     }
                 };
                 match new_sq(&region, &layout, g, meta, dbr, sq_start, cfg, db) {
@@ -1267,11 +1595,7 @@ impl<M: Mmio> Qp<M> {
             }));
         }
         let sq = match (&self.sq, send) {
-            (Some(s), true) => Some(SqSide {
-                wrid: s.wrid_off,
-                wqe_head: s.wqe_head_off,
-                mask: s.mask,
-            }),
+            (Some(s), true) => Some(SqSide { mask: s.mask }),
             _ => None,
         };
         let rq = match (&self.rq, recv, srq) {
@@ -1366,6 +1690,11 @@ fn allowed_opcodes(t: QpType) -> u32 {
     }
 }
 
+/// A `fm_fast` entry that sends a work request to the general path (no
+/// control segment has all bits of its second half set: the signature
+/// byte is 0).
+const FM_SLOW: u64 = u64::MAX;
+
 /// `fm_ce_se` for the low four `SendFlags` bits (FENCE, SIGNALED,
 /// SOLICITED, SMALL_FENCE); a strong fence wins over a small one.
 const FM_CE_SE: [u8; 16] = {
@@ -1396,7 +1725,7 @@ fn new_sq<M: Mmio>(
     layout: &QpLayout,
     g: &SqGeometry,
     meta: Ptr,
-    dbr: Ptr,
+    ctl: Ptr,
     start: u32,
     cfg: &QpConfig,
     db: SqDoorbell<M>,
@@ -1421,43 +1750,52 @@ fn new_sq<M: Mmio>(
         Ok(b) => b,
         Err(e) => return Err((e, db)),
     };
-    dbr.w32(DBR_SND, Be32::new(start & 0xffff).to_raw());
+    ctl.w32(DBR_SND, Be32::new(start & 0xffff).to_raw());
     // No slot starts an outstanding WQE yet: mark every slot as the work
     // request just before the tail, outside the outstanding window.
     for i in 0..g.wqe_cnt as usize {
-        meta.a32(layout.sq_wqe_head + 4 * i)
+        let e = META_SQ_TABLE + SQ_ENTRY * i;
+        meta.a64(e).store(0, Ordering::Relaxed);
+        meta.a32(e + SQ_ENTRY_HEAD)
             .store(start.wrapping_sub(1), Ordering::Relaxed);
     }
+    let sig_bits = if cfg.sq_sig_all {
+        fm_ce_se::CQ_UPDATE
+    } else {
+        0
+    };
+    let connected = matches!(cfg.qp_type, QpType::Rc | QpType::Uc);
     Ok(SendQueue {
         buf,
-        meta,
-        dbr,
-        wrid_off: layout.sq_wrid,
-        wqe_head_off: layout.sq_wqe_head,
-        mask: g.wqe_cnt - 1,
-        unit_mask: g.wqe_cnt as usize * 4 - 1,
-        byte_mask: g.bytes() - 1,
+        ctl,
         cur_post: start,
         head: start,
-        tail_cache: start,
+        full_at: start.wrapping_add(g.max_post),
+        mask: g.wqe_cnt - 1,
+        qpn8: cfg.qpn << 8,
+        fast_ops: if connected && g.max_gs >= 1 {
+            allowed_opcodes(cfg.qp_type)
+        } else {
+            0
+        },
+        fm: FM_CE_SE.map(|f| f | sig_bits),
+        fm_fast: core::array::from_fn(|i| {
+            if i < 16 && connected && g.max_gs >= 1 {
+                (u64::from(FM_CE_SE[i] | sig_bits) << 32).to_be()
+            } else {
+                FM_SLOW
+            }
+        }),
+        ctrl_rdma: u64::from((cfg.qpn << 8) | 3).to_be(),
+        unit_mask: g.wqe_cnt as usize * 4 - 1,
+        byte_mask: g.bytes() - 1,
         max_post: g.max_post,
         max_gs: g.max_gs,
         max_inline: g.max_inline_data,
         max_units: g.max_wqe_size / 16,
         qp_type: cfg.qp_type,
         atomics: cfg.atomics,
-        sig_bits: if cfg.sq_sig_all {
-            fm_ce_se::CQ_UPDATE
-        } else {
-            0
-        },
-        fm_cache: 0,
         eth_min_inline: cfg.eth_min_inline,
-        special: matches!(cfg.qp_type, QpType::Ud | QpType::RawPacket),
-        qpn8: cfg.qpn << 8,
-        allowed: allowed_opcodes(cfg.qp_type),
-        wrid: meta.offset(layout.sq_wrid),
-        wqe_head: meta.offset(layout.sq_wqe_head),
         db,
     })
 }

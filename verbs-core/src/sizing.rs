@@ -354,8 +354,6 @@ pub struct QpLayout {
     pub meta_offset: usize,
     /// Total bytes the region must have.
     pub total_bytes: usize,
-    pub(crate) sq_wrid: usize,
-    pub(crate) sq_wqe_head: usize,
     pub(crate) rq_wrid: usize,
     pub(crate) rq_len: usize,
 }
@@ -373,9 +371,9 @@ impl QpLayout {
         let meta_offset = dbr_offset + 64;
         let sq_cnt = sq.map_or(0, |s| s.wqe_cnt as usize);
         let rq_cnt = rq.map_or(0, |r| r.wqe_cnt as usize);
-        let sq_wrid = META_HDR;
-        let sq_wqe_head = sq_wrid + 8 * sq_cnt;
-        let rq_wrid = align_up(sq_wqe_head + 4 * sq_cnt, 8);
+        // The send table: 16 bytes per WQEBB slot (wr_id, wqe_head).
+        let sq_table = META_HDR;
+        let rq_wrid = sq_table + 16 * sq_cnt;
         let rq_len = rq_wrid + 8 * rq_cnt;
         let meta_len = align_up(rq_len + 4 * rq_cnt, 64);
         Self {
@@ -385,8 +383,6 @@ impl QpLayout {
             dbr_offset,
             meta_offset,
             total_bytes: meta_offset + meta_len,
-            sq_wrid,
-            sq_wqe_head,
             rq_wrid,
             rq_len,
         }

@@ -52,46 +52,87 @@ impl BfConfig {
     }
 }
 
-/// A send queue's doorbell register: the window, its checked offsets and
-/// the alternating BlueFlame offset.
+/// A send queue's doorbell register: the window, its offsets (checked once
+/// here) and the alternating BlueFlame half.
+///
+/// The current register offset is kept as a `u32` that is a multiple of 8,
+/// and the two halves are swapped with one XOR (`cur ^= toggle`, where
+/// `toggle = reg ^ (reg + buf_size)`), so the doorbell store needs no
+/// address arithmetic and the window's own bounds check reduces to one
+/// compare (the offset cannot overflow and is known to be aligned).
 #[derive(Debug)]
 pub(crate) struct SqDoorbell<M: Mmio> {
     pub(crate) mmio: M,
-    pub(crate) reg: usize,
-    /// 0 or `buf_size`.
-    pub(crate) offset: usize,
-    pub(crate) buf_size: usize,
+    /// Offset of the register half the next doorbell goes to.
+    cur: u32,
+    /// `reg ^ (reg + buf_size)`.
+    toggle: u32,
+    /// Offset of the first half.
+    reg: u32,
+    pub(crate) buf_size: u32,
     pub(crate) blueflame: bool,
-    pub(crate) prefer_bf: bool,
+    /// `blueflame && prefer_bf`: single posts of any kind go by BlueFlame.
+    pub(crate) bf_always: bool,
 }
 
 impl<M: Mmio> SqDoorbell<M> {
-    pub(crate) fn new(mmio: M, cfg: BfConfig) -> Result<Self, Error> {
-        if cfg.buf_size % 64 != 0 || cfg.buf_size == 0 {
-            return Err(Error::InvalidGeometry(
-                "BlueFlame buf_size must be a non-zero multiple of 64",
+    pub(crate) fn new(mmio: M, cfg: BfConfig) -> Result<Self, (Error, M)> {
+        if cfg.buf_size % 64 != 0 || cfg.buf_size == 0 || cfg.buf_size > 1 << 16 {
+            return Err((
+                Error::InvalidGeometry(
+                    "BlueFlame buf_size must be a non-zero multiple of 64, at most 64 KiB",
+                ),
+                mmio,
             ));
         }
-        // Both halves must be inside the window, 8-byte aligned.
+        // Both halves must be inside the window, 8-byte aligned, and their
+        // offsets must fit 32 bits.
         let end = cfg.reg_offset.checked_add(2 * cfg.buf_size);
-        let ok = end.is_some_and(|e| e <= mmio.len())
+        let ok = end.is_some_and(|e| e <= mmio.len() && e <= u32::MAX as usize)
             && mmio.check(cfg.reg_offset, 8).is_ok()
             && mmio.check(cfg.reg_offset + 2 * cfg.buf_size - 8, 8).is_ok();
         if !ok {
-            return Err(Error::UarOutOfRange {
-                offset: cfg.reg_offset,
-                width: 2 * cfg.buf_size,
-                len: mmio.len(),
-            });
+            let len = mmio.len();
+            return Err((
+                Error::UarOutOfRange {
+                    offset: cfg.reg_offset,
+                    width: 2 * cfg.buf_size,
+                    len,
+                },
+                mmio,
+            ));
         }
+        let reg = cfg.reg_offset as u32;
+        let buf_size = cfg.buf_size as u32;
         Ok(Self {
             mmio,
-            reg: cfg.reg_offset,
-            offset: 0,
-            buf_size: cfg.buf_size,
+            cur: reg,
+            toggle: reg ^ (reg + buf_size),
+            reg,
+            buf_size,
             blueflame: cfg.blueflame,
-            prefer_bf: cfg.prefer_bf,
+            bf_always: cfg.blueflame && cfg.prefer_bf,
         })
+    }
+
+    /// The offset of the register half the next doorbell goes to.
+    #[inline(always)]
+    pub(crate) fn cur(&self) -> usize {
+        // A multiple of 8 below 2^32 (checked in `new`); the mask tells the
+        // compiler so, which removes the alignment and overflow parts of
+        // the window's bounds check.
+        (self.cur & !7) as usize
+    }
+
+    /// `bf->offset`: 0 or `buf_size`.
+    pub(crate) fn bf_offset(&self) -> usize {
+        (self.cur - self.reg) as usize
+    }
+
+    /// Switches to the other half (`bf->offset ^= bf->buf_size`).
+    #[inline(always)]
+    pub(crate) fn flip(&mut self) {
+        self.cur ^= self.toggle;
     }
 }
 

@@ -219,3 +219,327 @@ impl WorkCompletion {
             .then_some(self.imm_data)
     }
 }
+
+impl WcStatus {
+    /// The status with libibverbs number `v` (`IBV_WC_GENERAL_ERR` for a
+    /// number that names none).
+    #[inline]
+    pub fn from_u8(v: u8) -> Self {
+        const ALL: [WcStatus; 24] = [
+            WcStatus::Success,
+            WcStatus::LocLenErr,
+            WcStatus::LocQpOpErr,
+            WcStatus::LocEecOpErr,
+            WcStatus::LocProtErr,
+            WcStatus::WrFlushErr,
+            WcStatus::MwBindErr,
+            WcStatus::BadRespErr,
+            WcStatus::LocAccessErr,
+            WcStatus::RemInvReqErr,
+            WcStatus::RemAccessErr,
+            WcStatus::RemOpErr,
+            WcStatus::RetryExcErr,
+            WcStatus::RnrRetryExcErr,
+            WcStatus::LocRddViolErr,
+            WcStatus::RemInvRdReqErr,
+            WcStatus::RemAbortErr,
+            WcStatus::InvEecnErr,
+            WcStatus::InvEecStateErr,
+            WcStatus::FatalErr,
+            WcStatus::RespTimeoutErr,
+            WcStatus::GeneralErr,
+            WcStatus::TmErr,
+            WcStatus::TmRndvIncomplete,
+        ];
+        ALL.get(usize::from(v))
+            .copied()
+            .unwrap_or(WcStatus::GeneralErr)
+    }
+}
+
+impl WcOpcode {
+    /// The opcode with libibverbs number `v`, if it is one of these.
+    #[inline]
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Self::Send,
+            1 => Self::RdmaWrite,
+            2 => Self::RdmaRead,
+            3 => Self::CompSwap,
+            4 => Self::FetchAdd,
+            5 => Self::BindMw,
+            6 => Self::LocalInv,
+            7 => Self::Tso,
+            128 => Self::Recv,
+            129 => Self::RecvRdmaWithImm,
+            135 => Self::Nop,
+            _ => return None,
+        })
+    }
+}
+
+/// A work completion in 32 bytes: the form [`Cq::poll`](crate::Cq::poll)
+/// writes fastest (four 64-bit stores), with every field of `struct ibv_wc`
+/// behind an accessor of the same name. Convert it with
+/// `WorkCompletion::from(c)` where the plain struct is handier.
+///
+/// Like [`WorkCompletion`], every field is always defined: what libibverbs
+/// leaves undefined for a completion is 0.
+///
+/// ```
+/// use verbs_core::{Completion, WcOpcode, WcStatus, WorkCompletion};
+/// let c = Completion::default();
+/// assert_eq!((c.status(), c.opcode(), c.byte_len()), (WcStatus::Success, WcOpcode::Send, 0));
+/// assert_eq!(WorkCompletion::from(c), WorkCompletion::default());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Completion {
+    /// `wr_id`.
+    w0: u64,
+    /// `byte_len` (bits 0..32) | `qp_num` (32..56) | `status` (56..64).
+    w1: u64,
+    /// `opcode` (0..8) | `wc_flags` (8..16) | `vendor_err` (16..24) |
+    /// `dlid_path_bits` (24..32) | `imm_data` (32..64).
+    w2: u64,
+    /// `src_qp` (0..24) | `sl` (24..32) | `slid` (32..48) | `pkey_index`
+    /// (48..64).
+    w3: u64,
+}
+
+impl Completion {
+    /// From the four words (crate-internal: the poll fast path).
+    #[inline(always)]
+    pub(crate) const fn from_words(w0: u64, w1: u64, w2: u64, w3: u64) -> Self {
+        Self { w0, w1, w2, w3 }
+    }
+
+    /// `w1` of a completion: byte_len, qp_num (24 bits), status.
+    #[inline(always)]
+    pub(crate) const fn word1(byte_len: u32, qp_num: u32, status: WcStatus) -> u64 {
+        byte_len as u64 | ((qp_num & 0xff_ffff) as u64) << 32 | (status as u64) << 56
+    }
+
+    /// `w2` of a completion without immediate, vendor error or path bits:
+    /// opcode and flags.
+    #[inline(always)]
+    pub(crate) const fn word2(opcode: WcOpcode, wc_flags: u8) -> u64 {
+        opcode as u64 | (wc_flags as u64) << 8
+    }
+
+    /// The `wr_id` of the completed work request.
+    #[inline(always)]
+    pub fn wr_id(&self) -> u64 {
+        self.w0
+    }
+
+    /// Byte count: received bytes, RDMA READ length, 8 for atomics.
+    #[inline(always)]
+    pub fn byte_len(&self) -> u32 {
+        self.w1 as u32
+    }
+
+    /// Local QP number.
+    #[inline(always)]
+    pub fn qp_num(&self) -> u32 {
+        (self.w1 >> 32) as u32 & 0xff_ffff
+    }
+
+    /// Status.
+    #[inline(always)]
+    pub fn status(&self) -> WcStatus {
+        WcStatus::from_u8((self.w1 >> 56) as u8)
+    }
+
+    /// Whether the status is `IBV_WC_SUCCESS`.
+    #[inline(always)]
+    pub fn is_success(&self) -> bool {
+        self.w1 >> 56 == 0
+    }
+
+    /// Operation (see [`WorkCompletion::opcode`]).
+    #[inline(always)]
+    pub fn opcode(&self) -> WcOpcode {
+        // Only valid numbers are ever stored.
+        WcOpcode::from_u8(self.w2 as u8).unwrap_or_default()
+    }
+
+    /// `ibv_wc_flags`.
+    #[inline(always)]
+    pub fn wc_flags(&self) -> WcFlags {
+        WcFlags(u32::from((self.w2 >> 8) as u8))
+    }
+
+    /// Vendor syndrome of an error completion.
+    #[inline(always)]
+    pub fn vendor_err(&self) -> u32 {
+        u32::from((self.w2 >> 16) as u8)
+    }
+
+    /// Destination LID path bits (receive completions).
+    #[inline(always)]
+    pub fn dlid_path_bits(&self) -> u8 {
+        (self.w2 >> 24) as u8
+    }
+
+    /// Immediate data in host order, or the invalidated rkey (see
+    /// [`WorkCompletion::imm_data`]).
+    #[inline(always)]
+    pub fn imm_data(&self) -> u32 {
+        (self.w2 >> 32) as u32
+    }
+
+    /// The invalidated rkey, if the completion carries one.
+    #[inline]
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.wc_flags()
+            .has(WcFlags::WITH_INV)
+            .then_some(self.imm_data())
+    }
+
+    /// Remote QP number (receive completions).
+    #[inline(always)]
+    pub fn src_qp(&self) -> u32 {
+        self.w3 as u32 & 0xff_ffff
+    }
+
+    /// Service level (receive completions).
+    #[inline(always)]
+    pub fn sl(&self) -> u8 {
+        (self.w3 >> 24) as u8
+    }
+
+    /// Source LID (receive completions).
+    #[inline(always)]
+    pub fn slid(&self) -> u16 {
+        (self.w3 >> 32) as u16
+    }
+
+    /// P_Key index (receive completions).
+    #[inline(always)]
+    pub fn pkey_index(&self) -> u16 {
+        (self.w3 >> 48) as u16
+    }
+}
+
+impl fmt::Debug for Completion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&WorkCompletion::from(*self), f)
+    }
+}
+
+impl From<Completion> for WorkCompletion {
+    #[inline]
+    fn from(c: Completion) -> Self {
+        Self {
+            wr_id: c.wr_id(),
+            byte_len: c.byte_len(),
+            imm_data: c.imm_data(),
+            qp_num: c.qp_num(),
+            src_qp: c.src_qp(),
+            wc_flags: c.wc_flags(),
+            vendor_err: c.vendor_err(),
+            pkey_index: c.pkey_index(),
+            slid: c.slid(),
+            status: c.status(),
+            opcode: c.opcode(),
+            sl: c.sl(),
+            dlid_path_bits: c.dlid_path_bits(),
+        }
+    }
+}
+
+impl From<&WorkCompletion> for Completion {
+    /// Packs a work completion. Fields wider than the CQE ever carries are
+    /// cut to their CQE width: `qp_num` and `src_qp` to 24 bits,
+    /// `vendor_err` and `sl` to 8, `wc_flags` to its low 8 bits.
+    #[inline]
+    fn from(w: &WorkCompletion) -> Self {
+        Self {
+            w0: w.wr_id,
+            w1: Self::word1(w.byte_len, w.qp_num, w.status),
+            w2: Self::word2(w.opcode, w.wc_flags.0 as u8)
+                | u64::from(w.vendor_err as u8) << 16
+                | u64::from(w.dlid_path_bits) << 24
+                | u64::from(w.imm_data) << 32,
+            w3: u64::from(w.src_qp & 0xff_ffff)
+                | u64::from(w.sl) << 24
+                | u64::from(w.slid) << 32
+                | u64::from(w.pkey_index) << 48,
+        }
+    }
+}
+
+/// Where [`Cq::poll`](crate::Cq::poll) can write completions: a
+/// [`Completion`] (fastest) or a [`WorkCompletion`].
+pub trait CompletionSlot: sealed::Sealed {
+    /// Stores `c`.
+    fn set(&mut self, c: Completion);
+}
+
+impl CompletionSlot for Completion {
+    #[inline(always)]
+    fn set(&mut self, c: Completion) {
+        *self = c;
+    }
+}
+
+impl CompletionSlot for WorkCompletion {
+    #[inline(always)]
+    fn set(&mut self, c: Completion) {
+        *self = c.into();
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Completion {}
+    impl Sealed for super::WorkCompletion {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_round_trip() {
+        for v in 0..=255u8 {
+            let s = WcStatus::from_u8(v);
+            if v < 24 {
+                assert_eq!(s as u8, v);
+            } else {
+                assert_eq!(s, WcStatus::GeneralErr);
+            }
+            if let Some(o) = WcOpcode::from_u8(v) {
+                assert_eq!(o as u8, v);
+            }
+        }
+    }
+
+    #[test]
+    fn completion_round_trips_every_field() {
+        let w = WorkCompletion {
+            wr_id: 0x0102_0304_0506_0708,
+            byte_len: 0xfedc_ba98,
+            imm_data: 0x1122_3344,
+            qp_num: 0xab_cdef,
+            src_qp: 0x12_3456,
+            wc_flags: WcFlags(WcFlags::GRH | WcFlags::WITH_IMM),
+            vendor_err: 0x99,
+            pkey_index: 0xbeef,
+            slid: 0xcafe,
+            status: WcStatus::RemAbortErr,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            sl: 0xf,
+            dlid_path_bits: 0x7f,
+        };
+        let c = Completion::from(&w);
+        assert_eq!(WorkCompletion::from(c), w);
+        assert!(!c.is_success());
+        assert_eq!(c.invalidated_rkey(), None);
+        let inv = WorkCompletion {
+            wc_flags: WcFlags(WcFlags::WITH_INV),
+            ..w
+        };
+        assert_eq!(Completion::from(&inv).invalidated_rkey(), Some(0x1122_3344));
+    }
+}

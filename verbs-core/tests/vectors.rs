@@ -176,11 +176,76 @@ fn address_vectors_match_mlx5_create_ah() {
     }
 }
 
+/// How a send vector is replayed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Api {
+    /// `SendQueue::post` / `post_list`, or `SendQueue::batch` with
+    /// `SendBatch::push` for the ibv_wr_* vectors.
+    General,
+    /// The typed one-SGE entry points (`post_rdma_write`, `post_send`,
+    /// `post_rdma_read`, `post_sge`, and the same on a batch) for every
+    /// work request with exactly one SGE and no UD destination; the
+    /// general ones for the rest.
+    Typed,
+}
+
+/// Whether the typed entry points take `w`.
+fn typed(w: &OwnedWr) -> Option<Sge> {
+    match (&w.sgl[..], &w.inline, &w.ud) {
+        ([sge], None, None) => Some(*sge),
+        _ => None,
+    }
+}
+
+fn post_typed_one<M: platform::Mmio>(
+    sq: &mut SendQueue<M>,
+    w: &OwnedWr,
+    sge: Sge,
+) -> Result<(), Error> {
+    match w.op {
+        SendOp::RdmaWrite { remote_addr, rkey } => {
+            sq.post_rdma_write(w.wr_id, w.flags, remote_addr, rkey, sge)
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            sq.post_rdma_read(w.wr_id, w.flags, remote_addr, rkey, sge)
+        }
+        SendOp::Send => sq.post_send(w.wr_id, w.flags, sge),
+        op => sq.post_sge(w.wr_id, op, w.flags, sge),
+    }
+}
+
+fn push_typed<M: platform::Mmio>(
+    b: &mut SendBatch<'_, M>,
+    w: &OwnedWr,
+    sge: Sge,
+) -> Result<(), Error> {
+    match w.op {
+        SendOp::RdmaWrite { remote_addr, rkey } => {
+            b.post_rdma_write(w.wr_id, w.flags, remote_addr, rkey, sge)
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            b.post_rdma_read(w.wr_id, w.flags, remote_addr, rkey, sge)
+        }
+        SendOp::Send => b.post_send(w.wr_id, w.flags, sge),
+        op => b.post_sge(w.wr_id, op, w.flags, sge),
+    }
+}
+
 #[test]
 fn send_vectors() {
+    send_vectors_through(Api::General);
+}
+
+#[test]
+fn send_vectors_through_typed_entry_points() {
+    send_vectors_through(Api::Typed);
+}
+
+fn send_vectors_through(api: Api) {
     let all = vectors();
     let send = all["send"].as_array().unwrap();
     assert_eq!(send.len(), 28);
+    let mut typed_wrs = 0;
     for v in send {
         let name = v["name"].as_str().unwrap();
         let uar = UarPage::new();
@@ -200,18 +265,41 @@ fn send_vectors() {
         let owned = wrs_of(&all, v);
         let wrs: Vec<SendWr<'_>> = owned.iter().map(OwnedWr::wr).collect();
         let sq = env.qp.sq().unwrap();
-        if v["api"] == "ibv_post_send" {
-            if wrs.len() == 1 {
-                sq.post(&wrs[0]).unwrap();
-            } else {
-                sq.post_list(&wrs).unwrap();
+        match api {
+            Api::General => {
+                if v["api"] == "ibv_post_send" {
+                    if wrs.len() == 1 {
+                        sq.post(&wrs[0]).unwrap();
+                    } else {
+                        sq.post_list(&wrs).unwrap();
+                    }
+                } else {
+                    let mut b = sq.batch();
+                    for w in &wrs {
+                        b.push(w).unwrap();
+                    }
+                    b.ring();
+                }
             }
-        } else {
-            let mut b = sq.batch();
-            for w in &wrs {
-                b.push(w).unwrap();
+            Api::Typed => {
+                typed_wrs += owned.iter().filter(|w| typed(w).is_some()).count();
+                if v["api"] == "ibv_post_send" && wrs.len() == 1 {
+                    match typed(&owned[0]) {
+                        Some(sge) => post_typed_one(sq, &owned[0], sge).unwrap(),
+                        None => sq.post(&wrs[0]).unwrap(),
+                    }
+                } else {
+                    let mut b = sq.batch();
+                    for (o, w) in owned.iter().zip(&wrs) {
+                        match typed(o) {
+                            Some(sge) => push_typed(&mut b, o, sge).unwrap(),
+                            None => b.push(w).unwrap(),
+                        }
+                    }
+                    assert_eq!(b.len(), wrs.len());
+                    b.ring();
+                }
             }
-            b.ring();
         }
         let r = &v["result"];
         assert_eq!(r["return"], 0);
@@ -325,6 +413,10 @@ fn send_vectors() {
         assert_eq!(env.qp.sq().unwrap().outstanding(), 0, "{name}: all retired");
         drop(table);
         env.reclaim();
+    }
+    if api == Api::Typed {
+        // Most vectors are single-SGE RC sends and RDMA operations.
+        assert!(typed_wrs >= 15, "only {typed_wrs} typed work requests");
     }
 }
 

@@ -94,17 +94,21 @@ pub fn make_qp_cfg<'u>(
     sq_start: u32,
     rq_start: u32,
 ) -> QpEnv<'u> {
+    make_qp_bf(cfg, uar, BfConfig::new(0), sq_start, rq_start)
+}
+
+pub fn make_qp_bf<'u>(
+    cfg: &QpConfig,
+    uar: &'u UarPage,
+    bf: BfConfig,
+    sq_start: u32,
+    rq_start: u32,
+) -> QpEnv<'u> {
     let mem = HostBlock::new(cfg.geometry.layout.total_bytes, 4096).unwrap();
     let region = mem.lend(0x100_0000, 0).unwrap();
-    let qp = Qp::with_counters(
-        region,
-        Some((&uar.window, BfConfig::new(0))),
-        cfg,
-        sq_start,
-        rq_start,
-    )
-    .map_err(|(e, _)| e)
-    .unwrap();
+    let qp = Qp::with_counters(region, Some((&uar.window, bf)), cfg, sq_start, rq_start)
+        .map_err(|(e, _)| e)
+        .unwrap();
     QpEnv { mem, qp }
 }
 
