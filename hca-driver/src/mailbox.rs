@@ -216,7 +216,10 @@ impl MailboxPool {
 #[cfg(test)]
 mod tests {
     extern crate std;
+    use std::cell::RefCell;
     use std::vec::Vec;
+
+    use platform::host::HostBlock;
 
     use super::*;
 
@@ -244,5 +247,133 @@ mod tests {
         c.len = 3;
         assert_eq!(chain_blocks(&c), [(1, 4), (1, 5), (0, 0)]);
         assert_eq!(c.locate(3), None);
+    }
+
+    /// Heap memory lent out as DMA regions at made-up bus addresses.
+    struct Lender {
+        blocks: RefCell<Vec<HostBlock>>,
+        next_iova: RefCell<u64>,
+        limit: usize,
+    }
+
+    impl Lender {
+        fn new(limit: usize) -> Self {
+            Self {
+                blocks: RefCell::new(Vec::new()),
+                next_iova: RefCell::new(0x10_0000),
+                limit,
+            }
+        }
+        fn grow(&self, bytes: usize) -> Result<DmaRegion, &'static str> {
+            if self.blocks.borrow().len() >= self.limit {
+                return Err("no more memory");
+            }
+            let b = HostBlock::new(bytes, 4096).unwrap();
+            let mut iova = self.next_iova.borrow_mut();
+            let r = b.lend(*iova, 0).unwrap();
+            *iova += bytes.next_multiple_of(1 << 20) as u64;
+            self.blocks.borrow_mut().push(b);
+            Ok(r)
+        }
+        fn reclaim(&self, r: DmaRegion) {
+            let blocks = self.blocks.borrow();
+            let mut r = Some(r);
+            for b in blocks.iter() {
+                match b.reclaim(r.take().unwrap()) {
+                    Ok(()) => return,
+                    Err(back) => r = Some(back),
+                }
+            }
+            panic!("region of no block");
+        }
+        fn outstanding(&self) -> usize {
+            self.blocks.borrow().iter().filter(|b| b.is_lent()).count()
+        }
+    }
+
+    #[test]
+    fn chains_grow_the_pool_and_blocks_are_1k_aligned_and_distinct() {
+        let l = Lender::new(8);
+        let mut pool = MailboxPool::new();
+        let mut grow = |n| l.grow(n);
+        let a = pool.alloc(3, &mut grow).unwrap();
+        assert_eq!(pool.free_blocks(), CHUNK_MIN_BLOCKS - 3);
+        // The trace's MANAGE_PAGES: 202 blocks.
+        let big = pool.alloc(202, &mut grow).unwrap();
+        assert_eq!(big.len(), 202);
+        let mut seen = std::collections::BTreeSet::new();
+        for c in [&a, &big] {
+            for i in 0..c.len() {
+                let iova = pool.iova(c, i);
+                assert_eq!(iova % MAILBOX_ALIGN_TEST, 0);
+                assert!(seen.insert(iova), "block handed out twice");
+            }
+        }
+        pool.release(&big);
+        pool.release(&a);
+        assert_eq!(l.outstanding(), 2);
+        let mut freed = Vec::new();
+        pool.trim(1, &mut |r| freed.push(r));
+        assert_eq!(freed.len(), 1);
+        for r in freed {
+            l.reclaim(r);
+        }
+        assert_eq!(l.outstanding(), 1);
+        pool.drain(&mut |r| l.reclaim(r));
+        assert_eq!(l.outstanding(), 0);
+    }
+
+    const MAILBOX_ALIGN_TEST: u64 = firmware_cmds::mailbox::MAILBOX_ALIGN;
+
+    #[test]
+    fn growth_failure_and_fragmentation_are_errors_without_leaks() {
+        let l = Lender::new(1);
+        let mut pool = MailboxPool::new();
+        let mut grow = |n| l.grow(n);
+        // One chunk of 16 blocks, then no more memory.
+        let a = pool.alloc(16, &mut grow).unwrap();
+        assert!(matches!(
+            pool.alloc(1, &mut grow),
+            Err(PoolError::Grow("no more memory"))
+        ));
+        pool.release(&a);
+        // A checkerboard of single free blocks: a chain needs one run per
+        // block.
+        let singles: Vec<Chain> = (0..16).map(|_| pool.alloc(1, &mut grow).unwrap()).collect();
+        for (i, c) in singles.iter().enumerate() {
+            if i % 2 == 0 {
+                pool.release(c);
+            }
+        }
+        let eight = pool.alloc(8, &mut grow).unwrap();
+        assert_eq!(eight.runs.len(), 8);
+        pool.release(&eight);
+        let l2 = Lender::new(64);
+        let mut big_pool = MailboxPool::new();
+        let mut grow2 = |n| l2.grow(n);
+        let all = big_pool.alloc(128, &mut grow2).unwrap();
+        assert_eq!(all.runs.len(), 1);
+        let per: Vec<Chain> = {
+            big_pool.release(&all);
+            (0..128)
+                .map(|_| big_pool.alloc(1, &mut grow2).unwrap())
+                .collect()
+        };
+        for (i, c) in per.iter().enumerate() {
+            if i % 2 == 0 {
+                big_pool.release(c);
+            }
+        }
+        // 64 scattered free blocks cannot form one chain of 40 blocks in
+        // 32 runs: refused, and nothing stays allocated.
+        let before = big_pool.free_blocks();
+        assert!(matches!(
+            big_pool.alloc(40, &mut |_| Err("no growth")),
+            Err(PoolError::TooManyRuns)
+        ));
+        assert_eq!(big_pool.free_blocks(), before);
+        big_pool.drain(&mut |r| l2.reclaim(r));
+        pool.drain(&mut |r| l.reclaim(r));
+        assert_eq!(l.outstanding() + l2.outstanding(), 0);
     }
 }

@@ -299,3 +299,80 @@ fn completion_and_cq_error_events_reach_their_cq() {
     b.close(hca);
     b.assert_clean();
 }
+
+/// The recorded card has no host-endian atomics; an answer that claims
+/// them makes the driver ask for them (which the firmware then refuses,
+/// as it really does not have them).
+#[test]
+fn host_endian_atomics_are_asked_for_only_when_supported() {
+    use firmware_cmds::Opcode;
+    use hca_emu::OutputCorruption;
+    // Supported (claimed): SET_HCA_CAP of the atomic caps follows.
+    let mut b = Bench::emulated(EmuConfig::default(), hca_driver::Config::default());
+    b.emu().unwrap().faults().corrupt_output(
+        Some(Opcode::QUERY_HCA_CAP.0),
+        3,
+        // atomic_caps.supported_atomic_req_8B_endianness_mode_1: bit 25 of
+        // dword 0x08 of the block at output byte 0x10.
+        OutputCorruption::OutputByte {
+            offset: 0x18,
+            xor: 0x02,
+        },
+    );
+    let e = b.try_open().unwrap_err();
+    let c = e.command_error().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!((c.opcode, c.op_mod), (Opcode::SET_HCA_CAP, 0x6), "{e}");
+    b.assert_clean();
+    // Not supported: no SET_HCA_CAP of type 3.
+    let before = b.emu().unwrap().command_log().len();
+    let hca = b.open();
+    let sets: Vec<u16> = b.emu().unwrap().command_log()[before..]
+        .iter()
+        .filter(|c| c.opcode == Opcode::SET_HCA_CAP.0)
+        .map(|c| c.op_mod)
+        .collect();
+    assert_eq!(sets, [0x0]);
+    b.close(hca);
+    // Not wanted: not even queried before INIT_HCA.
+    let cfg = hca_driver::Config {
+        host_endian_atomics: false,
+        ..hca_driver::Config::default()
+    };
+    let mut b = Bench::emulated(EmuConfig::default(), cfg);
+    let hca = b.open();
+    let log = b.emu().unwrap().command_log();
+    let init = log
+        .iter()
+        .position(|c| c.opcode == Opcode::INIT_HCA.0)
+        .unwrap();
+    assert!(
+        !log[..init]
+            .iter()
+            .any(|c| c.opcode == Opcode::QUERY_HCA_CAP.0 && c.op_mod >> 1 == 3)
+    );
+    b.close(hca);
+    b.assert_clean();
+}
+
+#[test]
+fn set_driver_version_is_sent_when_capable() {
+    use firmware_cmds::Opcode;
+    use hca_emu::OutputCorruption;
+    let mut b = Bench::emulated(EmuConfig::default(), hca_driver::Config::default());
+    // cmd_hca_cap.driver_version (bit 30 of dword 0x4c) in the current
+    // general caps read before SET_HCA_CAP.
+    b.emu().unwrap().faults().corrupt_output(
+        Some(Opcode::QUERY_HCA_CAP.0),
+        2,
+        OutputCorruption::OutputByte {
+            offset: 0x10 + 0x4c,
+            xor: 0x40,
+        },
+    );
+    let hca = b.open();
+    let log = b.emu().unwrap().command_log();
+    let pos = |op: Opcode| log.iter().position(|c| c.opcode == op.0).unwrap();
+    assert_eq!(pos(Opcode::SET_DRIVER_VERSION), pos(Opcode::INIT_HCA) + 1);
+    b.close(hca);
+    b.assert_clean();
+}
