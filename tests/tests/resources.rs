@@ -124,9 +124,8 @@ fn resources_come_and_go<P: TestPlatform>(b: &mut Bench<P>) {
     b.close(hca);
 }
 
-fn commands_from_many_threads<P: TestPlatform>(b: &mut Bench<P>)
+fn commands_from_many_threads<P: TestPlatform + Sync>(b: &mut Bench<P>)
 where
-    P: Sync,
     P::Mmio: Sync,
 {
     let hca = b.open();
