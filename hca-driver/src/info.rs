@@ -221,6 +221,9 @@ pub struct PortInfo {
     pub mac: Option<[u8; 6]>,
     /// Port GUID.
     pub port_guid: u64,
+    /// GID 0 (`GID[0]`; on Ethernet all zero until the RoCE address table
+    /// entry is set).
+    pub gid0: [u8; 16],
 }
 
 /// A capability block, maximum and current.
@@ -420,6 +423,14 @@ impl fmt::Display for DeviceInfo {
                 writeln!(f, "\t\tspeed:\t\t\t{} Gb/s", s / 1000)?;
             }
             writeln!(f, "\t\tlink_layer:\t\t{}", p.link_layer)?;
+            write!(f, "\t\t\tGID[  0]:\t\t")?;
+            for (i, pair) in p.gid0.chunks(2).enumerate() {
+                if i > 0 {
+                    f.write_str(":")?;
+                }
+                write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+            }
+            writeln!(f)?;
         }
         Ok(())
     }

@@ -6,10 +6,11 @@ use firmware_cmds::reg::{
     ACCESS_REG_OP_MOD_READ, AccessRegisterIn, PORT_STATUS_UP, PTYS_EN, PTYS_IB, PaosReg, PmtuReg,
     PtysReg, REG_PAOS, REG_PMTU, REG_PTYS, REGISTER_DATA_OFFSET,
 };
+use firmware_cmds::roce::{QueryRoceAddressIn, QueryRoceAddressOut, RoceAddrLayout};
 use firmware_cmds::vport::{
     HcaVportContext, NicVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut,
-    QueryNicVportContextIn, QueryNicVportContextOut, QueryVportStateIn, QueryVportStateOut,
-    VPORT_STATE_UP,
+    QueryHcaVportGidIn, QueryHcaVportGidOut, QueryNicVportContextIn, QueryNicVportContextOut,
+    QueryVportStateIn, QueryVportStateOut, VPORT_STATE_UP,
 };
 use platform::Platform;
 
@@ -110,6 +111,7 @@ impl<P: Platform> Hca<P> {
                     lid: 0,
                     mac: (port == 1).then(|| nic.get(NicVportContext::permanent_address).mac()),
                     port_guid: nic.get(NicVportContext::port_guid),
+                    gid0: self.query_gid(port, 0)?,
                 })
             }
             LinkLayer::InfiniBand => {
@@ -132,6 +134,43 @@ impl<P: Platform> Hca<P> {
                     lid: ctx.get(HcaVportContext::lid),
                     mac: None,
                     port_guid: ctx.get(HcaVportContext::port_guid),
+                    gid0: self.query_gid(port, 0)?,
+                })
+            }
+        }
+    }
+
+    /// GID `index` of a port: QUERY_ROCE_ADDRESS on Ethernet (the RoCE
+    /// address table, all zero until someone sets the entry with
+    /// SET_ROCE_ADDRESS), QUERY_HCA_VPORT_GID on InfiniBand.
+    pub fn query_gid(&self, port: u8, index: u16) -> Result<[u8; 16]> {
+        match self.info.caps.link_layer() {
+            LinkLayer::Ethernet => {
+                let q = QueryRoceAddressIn::new()
+                    .with(QueryRoceAddressIn::roce_address_index, index)?
+                    .with(QueryRoceAddressIn::vhca_port_num, port)?;
+                let out: QueryRoceAddressOut = self.exec(&q)?;
+                Ok(out
+                    .get(QueryRoceAddressOut::roce_address)
+                    .get(RoceAddrLayout::source_l3_address))
+            }
+            LinkLayer::InfiniBand => {
+                let q = QueryHcaVportGidIn::new()
+                    .with(QueryHcaVportGidIn::port_num, port)?
+                    .with(QueryHcaVportGidIn::gid_index, index)?;
+                self.exec_read(&q, QueryHcaVportGidOut::SIZE + 16, |o| {
+                    let h: QueryHcaVportGidOut = o.decode()?;
+                    let n = h.get(QueryHcaVportGidOut::gids_num);
+                    if n != 1 {
+                        return Err(o.invalid(
+                            "query_hca_vport_gid_out.gids_num",
+                            u64::from(n),
+                            "one GID was asked for",
+                        ));
+                    }
+                    let mut g = [0u8; 16];
+                    o.read(QueryHcaVportGidOut::SIZE, &mut g)?;
+                    Ok(g)
                 })
             }
         }

@@ -375,3 +375,28 @@ fn set_driver_version_is_sent_when_capable() {
     b.close(hca);
     b.assert_clean();
 }
+
+#[test]
+fn gids_come_from_the_roce_address_table() {
+    use firmware_cmds::roce::{RoceAddrLayout, SetRoceAddressIn};
+    let mut b = Bench::emulated(EmuConfig::default(), hca_driver::Config::default());
+    let hca = b.open();
+    assert_eq!(hca.info().ports[0].gid0, [0; 16]);
+    let mut gid = [0u8; 16];
+    gid[..2].copy_from_slice(&[0xfe, 0x80]);
+    gid[8..].copy_from_slice(&[0x7e, 0xfe, 0x90, 0xff, 0xfe, 0x12, 0x34, 0x56]);
+    let mut addr = RoceAddrLayout::new()
+        .with(RoceAddrLayout::source_l3_address, gid)
+        .unwrap();
+    addr.set_source_mac([0x7c, 0xfe, 0x90, 0x12, 0x34, 0x56]);
+    let set = SetRoceAddressIn::new()
+        .with(SetRoceAddressIn::roce_address_index, 0)
+        .unwrap()
+        .with(SetRoceAddressIn::roce_address, addr)
+        .unwrap();
+    hca.exec(&set).unwrap();
+    assert_eq!(hca.query_gid(1, 0).unwrap(), gid);
+    assert!(hca.query_port(1).unwrap().gid0 == gid);
+    b.close(hca);
+    b.assert_clean();
+}
