@@ -340,7 +340,7 @@ impl<P: Platform> Hca<P> {
         let r = self.run(slot, token, opcode, op_mod, &chain, out_len, &inb, &outb);
         match r {
             Ok(entry) => {
-                let result = self.answer(opcode, op_mod, token, &entry, out_len, &inb, &outb, read);
+                let result = self.answer(opcode, op_mod, token, &entry, out_len, &outb, read);
                 let mut pool = self.cmd.pool.lock();
                 pool.release(&inb);
                 pool.release(&outb);
@@ -686,11 +686,9 @@ impl<P: Platform> Hca<P> {
         token: u8,
         entry: &CmdQueueEntry,
         out_len: usize,
-        inb: &Chain,
         outb: &Chain,
         read: impl FnOnce(&Output<'_>) -> Result<R>,
     ) -> Result<R> {
-        let _ = inb;
         let invalid = |field, value: u64, reason| Error::InvalidAnswer {
             opcode,
             op_mod,

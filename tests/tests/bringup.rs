@@ -1,14 +1,63 @@
 //! Bring-up and teardown, on the emulator and on hardware.
 
 use hca_tests::{Bench, TestPlatform};
+use platform::{Platform, pci};
+
+fn pci_command<P: Platform>(p: &P) -> Option<u16> {
+    let mut b = [0u8; 2];
+    p.config_read(pci::COMMAND, &mut b)
+        .ok()
+        .map(|()| u16::from_le_bytes(b))
+}
 
 fn open_close_repeatedly<P: TestPlatform>(b: &mut Bench<P>) {
-    for _ in 0..3 {
+    for round in 0..3 {
         let hca = b.open();
         assert!(hca.dead_reason().is_none());
+        let r = hca.bring_up_report();
+        assert!(r.commands > 20, "round {round}: {r}");
+        assert_eq!(
+            hca.page_stats().held,
+            u64::from(r.boot_pages + r.init_pages)
+        );
+        assert_eq!(hca.page_stats().uncertain, 0);
+        if let Some(c) = pci_command(hca.platform()) {
+            let want = pci::COMMAND_MEMORY | pci::COMMAND_BUS_MASTER;
+            assert_eq!(c & want, want, "memory space and bus master on");
+        }
+        hca.check_health().unwrap();
+        assert_eq!(hca.poll_events().unwrap(), 0);
         b.close(hca);
-        assert_eq!(b.dma_allocated(), 0);
+        assert_eq!(b.dma_allocated(), 0, "round {round}");
     }
 }
 
-hca_tests::scenarios!(open_close_repeatedly);
+fn a_failed_bring_up_leaves_the_device_usable<P: TestPlatform>(b: &mut Bench<P>) {
+    // A configuration the device cannot meet: more pages than the budget.
+    b.config.max_firmware_pages = 1;
+    let e = b.try_open().expect_err("a one-page budget is too small");
+    assert!(
+        matches!(e, hca_driver::Error::CapacityExceeded { .. }),
+        "{e}"
+    );
+    assert_eq!(b.dma_allocated(), 0);
+    b.config.max_firmware_pages = hca_driver::Config::default().max_firmware_pages;
+    let hca = b.open();
+    b.close(hca);
+}
+
+hca_tests::scenarios!(
+    open_close_repeatedly,
+    a_failed_bring_up_leaves_the_device_usable
+);
+
+#[test]
+fn bus_master_is_off_after_close() {
+    let mut b = Bench::emulated(hca_emu::EmuConfig::default(), hca_driver::Config::default());
+    let hca = b.open();
+    let p = hca.platform().clone();
+    b.close(hca);
+    let c = pci_command(&p).unwrap();
+    assert_eq!(c & pci::COMMAND_BUS_MASTER, 0);
+    b.assert_clean();
+}
