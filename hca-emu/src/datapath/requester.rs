@@ -307,13 +307,16 @@ impl Device {
         let mut o = 0usize;
         let mut chunks = Vec::new();
         for s in sg {
+            let n = s.len() as usize;
+            let Some(d) = dst.get_mut(o..o + n) else {
+                return Err(syn::LOCAL_LENGTH);
+            };
             match s {
                 Sge::Inline(v) => {
-                    dst[o..o + v.len()].copy_from_slice(v);
-                    o += v.len();
+                    d.copy_from_slice(v);
+                    o += n;
                 }
                 Sge::Data { addr, len, lkey } => {
-                    let n = *len as usize;
                     chunks.clear();
                     if let Err(e) = mem::translate(
                         &self.fw.objs,
@@ -329,7 +332,7 @@ impl Device {
                         ));
                         return Err(syn::LOCAL_PROT);
                     }
-                    mem::gather(&mut self.iommu, &chunks, &mut dst[o..o + n], &|| {
+                    mem::gather(&mut self.iommu, &chunks, d, &|| {
                         format!("QPN {who:#x} gather (lkey {lkey:#x})")
                     })
                     .map_err(|()| syn::LOCAL_PROT)?;
@@ -387,11 +390,14 @@ impl Device {
             }
             _ => true,
         };
-        let plen = if payload { len as usize } else { 0 };
         let pd = info.pd;
-        packet::build(route, &bth, &ext, plen, |p| {
-            self.gather_sg(pd, &w.sg, p, info.qpn)
-        })
+        if payload {
+            packet::build(route, &bth, &ext, len as usize, |p| {
+                self.gather_sg(pd, &w.sg, p, info.qpn)
+            })
+        } else {
+            packet::build(route, &bth, &ext, 0, |_| Ok(()))
+        }
     }
 
     /// Posts an RC WQE: sends it (or records why it fails) and keeps it
