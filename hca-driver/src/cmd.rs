@@ -267,9 +267,15 @@ pub(crate) fn out_len_for<L: Layout>() -> usize {
 impl<P: Platform> Hca<P> {
     /// Runs a command whose output is the fixed layout `C::Output`.
     ///
-    /// ```ignore
+    /// ```
+    /// use firmware_cmds::pd::{AllocPdIn, AllocPdOut, DeallocPdIn};
+    /// # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
+    /// # let hca = hca_driver::Hca::open(emu.platform(), Default::default())?;
     /// let out = hca.exec(&AllocPdIn::new())?;
     /// let pd = out.get(AllocPdOut::pd);
+    /// hca.exec(&DeallocPdIn::new().with(DeallocPdIn::pd, pd)?)?;
+    /// # hca.close()?;
+    /// # Ok::<(), hca_driver::Error>(())
     /// ```
     pub fn exec<C: Command>(&self, input: &C) -> Result<C::Output> {
         self.exec_read(input, out_len_for::<C::Output>(), |o| o.decode())

@@ -32,6 +32,28 @@
 //!   resources with typed numbers ([`Uar`], [`Pd`], [`TransportDomain`],
 //!   [`Cq`], [`Qp`], [`Srq`], [`Mkey`]).
 //!
+//! ```
+//! use hca_driver::{Config, Hca};
+//! use hca_emu::{EmuConfig, EmuHca};
+//!
+//! let emu = EmuHca::new(EmuConfig::default());
+//! let hca = Hca::open(emu.platform(), Config::default())?;
+//! println!("{}", hca.info()); // fw_ver, node_guid, ports... like ibv_devinfo
+//! let pd = hca.alloc_pd()?;
+//! println!("{}", pd.number()); // "PD 0x..."
+//! pd.destroy()?;
+//! hca.service()?; // health poll + events + page requests: call it regularly
+//! let _platform = hca.close()?;
+//! emu.assert_clean(); // no IOMMU fault, no page, object or DMA region left
+//! # Ok::<(), hca_driver::Error>(())
+//! ```
+//!
+//! No interrupts are used: a driver calls [`Hca::service`] (or
+//! [`Hca::check_health`] and [`Hca::poll_events`]) at least every
+//! [`Timeouts::health_poll`] so that page requests are answered and the
+//! asynchronous EQ never overruns; command waits poll the command EQ
+//! themselves.
+//!
 //! ## Locking rules
 //!
 //! Every method takes `&self` and may be called from several threads.
