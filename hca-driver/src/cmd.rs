@@ -343,7 +343,18 @@ impl<P: Platform> Hca<P> {
                 return Err(e);
             }
         };
-        let r = self.run(slot, token, opcode, op_mod, &chain, out_len, &inb, &outb);
+        let entry = match self.prepare(token, &chain, out_len, &inb, &outb) {
+            Ok(e) => e,
+            Err(e) => {
+                let mut pool = self.cmd.pool.lock();
+                pool.release(&inb);
+                pool.release(&outb);
+                drop(pool);
+                self.release_slot(slot);
+                return Err(e);
+            }
+        };
+        let r = self.post_and_wait(slot, token, opcode, op_mod, &entry, &inb, &outb);
         match r {
             Ok(entry) => {
                 let result = self.answer(opcode, op_mod, token, &entry, out_len, &outb, read);
@@ -455,15 +466,12 @@ impl<P: Platform> Hca<P> {
         self.cmd.queue().read_u8(off + STATUS_WORD_OFFSET + 3) & 1 == 1
     }
 
-    /// Writes the mailboxes and the entry, rings the doorbell, waits.
-    /// Returns the answered entry.
+    /// Writes the mailbox blocks and builds the entry (nothing reaches the
+    /// device yet).
     #[allow(clippy::too_many_arguments)]
-    fn run<E: Encode + ?Sized>(
+    fn prepare<E: Encode + ?Sized>(
         &self,
-        slot: u8,
         token: u8,
-        opcode: Opcode,
-        op_mod: u16,
         chain: &InputChain<'_, E>,
         out_len: usize,
         inb: &Chain,
@@ -497,14 +505,29 @@ impl<P: Platform> Hca<P> {
             let first = |c: &Chain| if c.len() > 0 { pool.iova(c, 0) } else { 0 };
             (first(inb), first(outb))
         };
-        let entry = CmdQueueEntry::build(
+        Ok(CmdQueueEntry::build(
             &chain.inline(),
             chain.len() as u32,
             in_ptr,
             out_len as u32,
             out_ptr,
             token,
-        )?;
+        )?)
+    }
+
+    /// Writes the entry (ownership last), rings the doorbell, waits.
+    /// Returns the answered entry.
+    #[allow(clippy::too_many_arguments)]
+    fn post_and_wait(
+        &self,
+        slot: u8,
+        token: u8,
+        opcode: Opcode,
+        op_mod: u16,
+        entry: &CmdQueueEntry,
+        inb: &Chain,
+        outb: &Chain,
+    ) -> Result<CmdQueueEntry> {
         let q = self.cmd.queue();
         let off = usize::from(slot) * self.cmd.stride;
         let e = entry.as_bytes();
@@ -540,7 +563,7 @@ impl<P: Platform> Hca<P> {
             slot,
             token,
             elapsed,
-            &entry,
+            entry,
             waited.is_ok().then_some(&answered),
             inb,
             outb,
