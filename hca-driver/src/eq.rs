@@ -350,7 +350,9 @@ impl<P: Platform> Hca<P> {
                     .cq_error(c.get(CqError::cqn), c.get(CqError::syndrome))
             }
             feq::EVENT_TYPE_INTERNAL_ERROR => {
+                log::error!("the firmware reports an internal error");
                 self.events.push(AsyncEvent::InternalError);
+                self.internal_error_seen.store(true, Ordering::Release);
                 Ok(())
             }
             feq::EVENT_TYPE_SRQ_CATAS_ERROR | feq::EVENT_TYPE_SRQ_RQ_LIMIT => {
@@ -401,6 +403,10 @@ impl<P: Platform> Hca<P> {
                     first.get_or_insert(e);
                 }
             }
+        }
+        if self.internal_error_seen.swap(false, Ordering::AcqRel) {
+            // The health buffer says what happened (and whether it is fatal).
+            self.probe_health()?;
         }
         if let Err(e) = self.service_pages() {
             first.get_or_insert(e);

@@ -768,3 +768,40 @@ fn many_async_events_keep_the_consumer_index_moving() {
     assert!(emu.datapath().eq_overruns.is_empty());
     b.close(hca);
 }
+
+#[test]
+fn an_internal_error_event_reads_the_health_buffer() {
+    let mut b = bench();
+    let hca = b.open();
+    let emu = b.emu().unwrap();
+    let (_, async_eq) = hca.control_eqns();
+    let async_eq = u32::from(async_eq.unwrap().0);
+    // An internal error event (0x08, made from a page request, 0x0b) on a
+    // healthy device: reported, nothing else.
+    emu.faults().corrupt_next_eqe(async_eq, 1, 0x03);
+    emu.faults().page_request(1);
+    emu.run_until_idle();
+    hca.poll_events().unwrap();
+    assert_eq!(
+        hca.events().pop(),
+        Some(hca_driver::AsyncEvent::InternalError)
+    );
+    // The same with a fatal syndrome in the health buffer: dead.
+    emu.faults().fatal_health(0x1, 0x5);
+    emu.faults().corrupt_next_eqe(async_eq, 1, 0x03);
+    emu.faults().page_request(1);
+    emu.run_until_idle();
+    let e = hca.poll_events().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::DeviceDead(DeadReason::Fatal {
+                syndrome: HealthSyndrome::FW_ERR,
+                ext_synd: 5
+            })
+        ),
+        "{e}"
+    );
+    let _ = b.try_close(hca);
+    assert_no_faults_no_memory(b.emu().unwrap());
+}
