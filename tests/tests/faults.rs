@@ -4,7 +4,7 @@
 //! its configured timeout (on virtual time, so the tests are fast), and
 //! leaks no DMA memory and no firmware pages.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use firmware_cmds::Opcode;
 use firmware_cmds::hca::MANAGE_PAGES_OP_MOD_ALLOCATION_FAIL;
@@ -102,7 +102,6 @@ fn every_bring_up_command_that_never_completes_times_out_and_unwinds() {
     for (opcode, op_mod, nth) in steps(&up) {
         let mut b = bench();
         let emu_start = b.emu().unwrap().now();
-        let real = Instant::now();
         b.emu()
             .unwrap()
             .faults()
@@ -126,7 +125,6 @@ fn every_bring_up_command_that_never_completes_times_out_and_unwinds() {
         // and nothing was lost (the firmware never took anything).
         b.assert_clean();
         assert!(b.emu().unwrap().now() - emu_start < Duration::from_secs(30));
-        assert!(real.elapsed() < Duration::from_secs(20));
     }
 }
 
@@ -192,14 +190,12 @@ fn firmware_that_stays_initializing_times_out() {
     let mut b = bench();
     b.config.timeouts.fw_pre_init = Duration::from_secs(120);
     b.emu().unwrap().faults().initializing_never_clears();
-    let real = Instant::now();
     let e = b.try_open().err().unwrap();
     assert!(
         matches!(e, Error::Timeout { what: Wait::FirmwareReady, after } if after >= Duration::from_secs(120)),
         "{e}"
     );
     assert!(e.to_string().contains("initializing"), "{e}");
-    assert!(real.elapsed() < Duration::from_secs(30));
     b.assert_clean();
 }
 
