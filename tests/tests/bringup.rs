@@ -29,6 +29,7 @@ fn open_close_repeatedly<P: TestPlatform>(b: &mut Bench<P>) {
         assert_eq!(hca.poll_events().unwrap(), 0);
         b.close(hca);
         assert_eq!(b.dma_allocated(), 0, "round {round}");
+        b.assert_clean();
     }
 }
 
