@@ -221,13 +221,17 @@ pub(crate) fn build<E>(
         f[12..14].copy_from_slice(&ethertype.to_be_bytes());
     }
     let mut o = l2;
-    let udp_len = (8 + ib_len) as u16;
+    // Length fields that do not fit 16 bits (messages are not segmented)
+    // are written as 0, like an IPv6 jumbogram: the frame's end is the
+    // packet's end.
+    let fit = |n: usize| u16::try_from(n).unwrap_or(0);
+    let udp_len = fit(8 + ib_len);
     match route.ver {
         RoceVer::V1 | RoceVer::V2Ipv6 => {
             let w = (6u32 << 28) | (u32::from(route.tclass) << 20) | (route.flow_label & 0xf_ffff);
             f[o..o + 4].copy_from_slice(&w.to_be_bytes());
             let (paylen, next) = if route.ver == RoceVer::V1 {
-                (ib_len as u16, GRH_NEXT_HDR_BTH)
+                (fit(ib_len), GRH_NEXT_HDR_BTH)
             } else {
                 (udp_len, IPPROTO_UDP)
             };
@@ -242,7 +246,7 @@ pub(crate) fn build<E>(
             let h = &mut f[o..o + 20];
             h[0] = 0x45;
             h[1] = route.tclass;
-            h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+            h[2..4].copy_from_slice(&fit(28 + ib_len).to_be_bytes());
             h[6] = 0x40; // don't fragment
             h[8] = route.hop_limit;
             h[9] = IPPROTO_UDP;
@@ -352,7 +356,11 @@ pub(crate) fn parse(f: &[u8]) -> Frame<'_> {
             sgid.copy_from_slice(&h[8..24]);
             dgid.copy_from_slice(&h[24..40]);
             grh_area.copy_from_slice(h);
-            let end = o + 40 + paylen;
+            let end = if paylen == 0 {
+                f.len()
+            } else {
+                o + 40 + paylen
+            };
             if et == ETH_P_ROCE {
                 if next != GRH_NEXT_HDR_BTH {
                     return Frame::Malformed("GRH next header is not BTH");
@@ -391,8 +399,8 @@ pub(crate) fn parse(f: &[u8]) -> Frame<'_> {
                 _ => 0,
             };
             let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
-            let end = o + total;
-            if proto != IPPROTO_UDP || ihl != 20 || total < 20 || end > f.len() {
+            let end = if total == 0 { f.len() } else { o + total };
+            if proto != IPPROTO_UDP || ihl != 20 || (total != 0 && total < 20) || end > f.len() {
                 return other(2, l4);
             }
             let mut src = [0u8; 4];
@@ -432,7 +440,12 @@ pub(crate) fn parse(f: &[u8]) -> Frame<'_> {
 fn udp_roce(f: &[u8], o: usize, end: usize) -> Option<usize> {
     let dport = be16(f, o + 2)?;
     let len = usize::from(be16(f, o + 4)?);
-    (dport == ROCE_V2_UDP_PORT && o + len == end && len >= 8).then_some(o + 8)
+    let fits = if len == 0 {
+        end >= o + 8
+    } else {
+        o + len == end && len >= 8
+    };
+    (dport == ROCE_V2_UDP_PORT && fits).then_some(o + 8)
 }
 
 /// Big-endian reads from a body that was length-checked by the caller.
@@ -505,6 +518,24 @@ mod tests {
                     assert_eq!(p.grh_area[0] >> 4, 6);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn frames_beyond_64_kib() {
+        for ver in [RoceVer::V1, RoceVer::V2Ipv4, RoceVer::V2Ipv6] {
+            let r = route(ver, None);
+            let n = 100_000;
+            let f = build(&r, &Bth::default(), &[], n, |p| {
+                p[n - 1] = 0x77;
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            let Frame::Roce(p) = parse(&f) else {
+                panic!("{ver:?}")
+            };
+            assert_eq!(p.body.len(), n);
+            assert_eq!(p.body[n - 1], 0x77);
         }
     }
 

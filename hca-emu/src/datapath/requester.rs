@@ -14,6 +14,10 @@ use super::{Pending, QpInfo, npkts, psn_le};
 use crate::device::{Device, Timer};
 use crate::fw::QpState;
 
+/// Messages above this size have their memory checked before the frame is
+/// allocated.
+pub(crate) const LARGE: u64 = 1 << 20;
+
 /// A WQE that cannot run: why, and what the error CQE names.
 pub(crate) struct BadWqe {
     pub(crate) reason: String,
@@ -343,6 +347,50 @@ impl Device {
         Ok(())
     }
 
+    /// Before a large message is allocated: its keys and their memory must
+    /// be valid (a key over a huge range must not make the emulator
+    /// allocate the range before the DMA faults). An unmapped chunk is an
+    /// IOMMU fault, as the DMA read would be.
+    pub(crate) fn precheck_sg(&mut self, pd: u32, sg: &[Sge], who: u32) -> Result<(), u8> {
+        let total: u64 = sg.iter().map(Sge::len).sum();
+        if total <= LARGE {
+            return Ok(());
+        }
+        let mut chunks = Vec::new();
+        for s in sg {
+            if let Sge::Data { addr, len, lkey } = s {
+                mem::translate(
+                    &self.fw.objs,
+                    *lkey,
+                    pd,
+                    *addr,
+                    *len,
+                    Access::LocalRead,
+                    &mut chunks,
+                )
+                .map_err(|_| syn::LOCAL_PROT)?;
+            }
+        }
+        self.precheck_chunks(&chunks, &format!("QPN {who:#x} gather"))
+            .map_err(|()| syn::LOCAL_PROT)
+    }
+
+    /// Checks that IOVA chunks are mapped; records an IOMMU fault for the
+    /// first that is not.
+    pub(crate) fn precheck_chunks(
+        &mut self,
+        chunks: &[(u64, usize)],
+        what: &str,
+    ) -> Result<(), ()> {
+        for &(iova, n) in chunks {
+            if !self.iommu.is_mapped(iova, n) {
+                self.iommu.fault(crate::FaultKind::Read, iova, n, what);
+                return Err(());
+            }
+        }
+        Ok(())
+    }
+
     /// Builds the request packet of an RC/UC WQE.
     fn connected_frame(
         &mut self,
@@ -392,6 +440,7 @@ impl Device {
         };
         let pd = info.pd;
         if payload {
+            self.precheck_sg(pd, &w.sg, info.qpn)?;
             packet::build(route, &bth, &ext, len as usize, |p| {
                 self.gather_sg(pd, &w.sg, p, info.qpn)
             })
@@ -946,6 +995,7 @@ impl Device {
             ext.extend_from_slice(&w.imm.to_be_bytes());
         }
         let pd = info.pd;
+        self.precheck_sg(pd, &w.sg, qpn)?;
         packet::build(&route, &bth, &ext, len as usize, |p| {
             self.gather_sg(pd, &w.sg, p, qpn)
         })

@@ -707,6 +707,10 @@ impl Device {
             &mut chunks,
         )
         .map_err(|e| format!("RDMA READ rkey {rkey:#x} va {va:#x} len {len:#x}: {e}"))?;
+        if len > super::requester::LARGE {
+            self.precheck_chunks(&chunks, &format!("QP {:#x} RDMA READ response", info.qpn))
+                .map_err(|()| "RDMA READ source not mapped".to_string())?;
+        }
         self.rc_reply(
             info,
             ib::READ_RESPONSE_ONLY,
