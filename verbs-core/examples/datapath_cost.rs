@@ -18,13 +18,14 @@
 //!   (`SendQueue::post_rdma_write`);
 //! - `op_post32`: 32 such writes and one doorbell (`SendQueue::batch`,
 //!   `SendBatch::post_rdma_write`, `SendBatch::ring`);
-//! - `op_poll1`: `Cq::poll` of one requester CQE into a `Completion`;
+//! - `op_poll1`: `Cq::poll_one` of one requester CQE (a `Completion`);
 //! - `op_poll32`: `Cq::poll` of 32 requester CQEs into `Completion`s.
 //!
 //! And the same through the general API (`SendWr`, `WorkCompletion`):
 //! `op_post1_wr` (`SendQueue::post`), `op_post32_wr`
-//! (`SendQueue::post_list`), `op_poll1_wc`, `op_poll32_wc` (`Cq::poll`
-//! into `WorkCompletion`s).
+//! (`SendQueue::post_list`), `op_poll1_slice` (`Cq::poll` with one
+//! `Completion` slot), `op_poll1_wc`, `op_poll32_wc` (`Cq::poll` into
+//! `WorkCompletion`s).
 //!
 //! Measured on the development machine (x86_64, 2 cores, release profile
 //! with `debug = 1`, N = 10000; instructions per operation = callgrind `Ir`
@@ -78,7 +79,13 @@ fn op_post32(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), Error> {
 
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_poll1(
+fn op_poll1(cq: &mut Cq<Uar>, table: &CqTable<8>) -> Result<Option<Completion>, Error> {
+    cq.poll_one(table)
+}
+
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_poll1_slice(
     cq: &mut Cq<Uar>,
     table: &CqTable<8>,
     wc: &mut [Completion; 1],
@@ -226,11 +233,18 @@ fn main() {
         report("post32:", "per WQE (32 WQEs, one doorbell)", dt, 32 * n);
     }
     if run("poll1") {
+        let dt = run_poll(n, 1, |cq, t| {
+            let c = op_poll1(cq, t).expect("poll");
+            black_box(c).map_or(0, |_| 1)
+        });
+        report("poll1:", "per poll of 1 CQE (poll_one)", dt, n);
+    }
+    if run("poll1_slice") {
         let mut wc = [Completion::default(); 1];
         let dt = run_poll(n, 1, |cq, t| {
-            op_poll1(cq, t, black_box(&mut wc)).expect("poll")
+            op_poll1_slice(cq, t, black_box(&mut wc)).expect("poll")
         });
-        report("poll1:", "per poll of 1 CQE", dt, n);
+        report("poll1_slice:", "per poll of 1 CQE (poll, 1 slot)", dt, n);
     }
     if run("poll32") {
         let mut wc = [Completion::default(); 32];

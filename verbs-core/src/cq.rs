@@ -319,9 +319,6 @@ pub struct Cq<M: Mmio> {
     ci: u32,
     arm_sn: u32,
     version: CqeVersion,
-    /// Where the CQE carries the key of its queue: `srqn_uidx` (version
-    /// 1) or `sop_drop_qpn` (version 0).
-    key_off: usize,
 }
 
 // Requester CQE: the WQE opcode (`sop`) to the completion, as rdma-core's
@@ -349,6 +346,67 @@ const REQ_TABLE: [u32; 256] = {
     t[Opcode::Nop as usize] = w(WcOpcode::Nop, 0);
     t
 };
+
+/// The send queue a run of requester CQEs retires, in locals.
+///
+/// The outstanding window [tail, head) is kept as `last = head - 1` and
+/// `room = head - tail`: a CQE's `wqe_head` is inside it when
+/// `u = last - wqe_head < room` (all wrapping), and retiring up to it
+/// (tail = wqe_head + 1) leaves `room = u`.
+struct Run {
+    meta: Ptr,
+    /// `(wqe_cnt - 1) * SQ_ENTRY`.
+    mask16: usize,
+    last: u32,
+    room: u32,
+}
+
+impl Run {
+    /// The completion (its words for [`Completion::requester`]) for the
+    /// requester CQE at byte `p` of the ring `buf`, whose last 8 bytes
+    /// (raw) are `t`, with the queue's tail advanced past its WQE; `None`
+    /// (nothing changed) if the WQE opcode is not a send WQE opcode or the
+    /// WQE is not outstanding as the head was last read.
+    #[inline(always)]
+    fn take(&mut self, buf: Ptr, p: usize, t: u64) -> Option<[u64; 3]> {
+        let sop = (u32::from_be(raw_sop_qpn(t)) >> 24) as usize;
+        let ent = REQ_TABLE[sop];
+        // The QPN is checked: word 1 takes the CQE's dword as it is.
+        let mut w1 = Completion::word1_raw(0, raw_sop_qpn(t));
+        let mut w2 = ent;
+        if ent > 0xffff {
+            if ent & REQ_BAD != 0 {
+                return None;
+            }
+            w1 |= if ent & REQ_LEN_8 != 0 {
+                8
+            } else {
+                u64::from(u32::from_be(buf.r32(p + cqe_offset::BYTE_CNT)))
+            };
+            w2 &= 0xffff;
+        }
+        // `(wqe_counter & mask) * SQ_ENTRY` straight from the big-endian
+        // 8 bytes: wqe_counter is their bits 31:16.
+        let e = META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & self.mask16);
+        let wqe_head = self.meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
+        let u = self.last.wrapping_sub(wqe_head);
+        if u >= self.room {
+            return None;
+        }
+        let wr_id = self.meta.a64(e).load(Ordering::Relaxed);
+        self.room = u;
+        Some([wr_id, w1, u64::from(w2)])
+    }
+
+    /// Stores the queue's tail (release: the poster may reuse the slots).
+    #[inline(always)]
+    fn store_tail(&self) {
+        self.meta.a32(META_SQ_TAIL).store(
+            self.last.wrapping_add(1).wrapping_sub(self.room),
+            Ordering::Release,
+        );
+    }
+}
 
 /// What a parsed CQE changes once it is accepted.
 enum Commit<'a> {
@@ -418,10 +476,6 @@ impl<M: Mmio> Cq<M> {
             ci,
             arm_sn: 0,
             version: cfg.version,
-            key_off: match cfg.version {
-                CqeVersion::V1 => cqe_offset::SRQN_UIDX,
-                CqeVersion::V0 => cqe_offset::SOP_DROP_QPN,
-            },
         };
         cq.update_ci();
         Ok(cq)
@@ -429,13 +483,8 @@ impl<M: Mmio> Cq<M> {
 
     #[inline(always)]
     fn update_ci(&mut self) {
-        self.dbr.w32(
-            0,
-            CqSetCi::new()
-                .with_ci(self.ci & 0xff_ffff)
-                .into_bits()
-                .to_raw(),
-        );
+        // `CqSetCi` with `ci` (tested to be the same word).
+        self.dbr.w32(0, (self.ci & 0xff_ffff).to_be());
     }
 
     /// The CQ number.
@@ -495,8 +544,9 @@ impl<M: Mmio> Cq<M> {
     /// the same send queue is resolved once, checked CQE by CQE (owner bit,
     /// opcode and format, user index and QPN, WQE opcode, `wqe_counter`
     /// inside the outstanding window) and the queue's tail is stored once
-    /// at the end of the run. Everything else is decoded out of line with
-    /// the same checks.
+    /// at the end of the run. A CQE that fails any of these checks, and
+    /// every other kind of CQE, is decoded out of line by the general path,
+    /// which checks everything again and reports what is wrong.
     #[inline]
     pub fn poll<R: CqResolver, W: CompletionSlot>(
         &mut self,
@@ -511,23 +561,38 @@ impl<M: Mmio> Cq<M> {
             let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
             // Owner bit = bit log_cq_size of the consumer index.
             let sw_owner = u8::from(ci & (self.mask + 1) != 0);
-            let got = if (op_own & 0xfd) == sw_owner {
+            if op_own & 0xfd == sw_owner {
                 // Software-owned, opcode REQ (0), format 0.
                 barrier::udma_from_device_barrier();
-                self.requester_run(queues, off, sw_owner, &mut wc[n..])
-            } else {
-                if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != sw_owner {
-                    break;
+                let k = match self.version {
+                    CqeVersion::V1 => self.requester_run::<{ cqe_offset::SRQN_UIDX }, _, _>(
+                        queues,
+                        off,
+                        sw_owner,
+                        &mut wc[n..],
+                    ),
+                    CqeVersion::V0 => self.requester_run::<{ cqe_offset::SOP_DROP_QPN }, _, _>(
+                        queues,
+                        off,
+                        sw_owner,
+                        &mut wc[n..],
+                    ),
+                };
+                if k > 0 {
+                    n += k;
+                    continue;
                 }
-                barrier::udma_from_device_barrier();
-                self.general(off, op_own, queues).map(|c| {
+                // The first CQE failed a check: the general path says why.
+            } else if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != sw_owner {
+                break;
+            }
+            barrier::udma_from_device_barrier();
+            match self.general(off, op_own, queues) {
+                Ok(c) => {
                     wc[n].set(c);
                     self.ci = ci.wrapping_add(1);
-                    1
-                })
-            };
-            match got {
-                Ok(k) => n += k,
+                    n += 1;
+                }
                 Err(e) => {
                     if n == 0 {
                         // A contended SRQ lock is not the CQE's fault:
@@ -545,132 +610,179 @@ impl<M: Mmio> Cq<M> {
         result.map(|()| n)
     }
 
+    /// Polls one completion (`ibv_poll_cq` with one entry): `Ok(None)`
+    /// when no CQE is there. The same checks and error rules as
+    /// [`poll`](Self::poll) (a corrupt CQE is consumed and its error
+    /// returned), without the loop: the fastest way to take completions
+    /// one at a time. The doorbell record is written when a CQE was
+    /// consumed.
+    #[inline]
+    pub fn poll_one<R: CqResolver>(&mut self, queues: &R) -> Result<Option<Completion>, Error> {
+        let ci = self.ci;
+        let off = ((ci & self.mask) as usize) << 6;
+        let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
+        // Owner bit = bit log_cq_size of the consumer index.
+        let sw_owner = u8::from(ci & (self.mask + 1) != 0);
+        if op_own & 0xfd == sw_owner {
+            // Software-owned, opcode REQ (0), format 0.
+            barrier::udma_from_device_barrier();
+            let c = match self.version {
+                CqeVersion::V1 => self.requester_one::<{ cqe_offset::SRQN_UIDX }, _>(queues, off),
+                CqeVersion::V0 => {
+                    self.requester_one::<{ cqe_offset::SOP_DROP_QPN }, _>(queues, off)
+                }
+            };
+            if let Some(c) = c {
+                self.ci = ci.wrapping_add(1);
+                self.update_ci();
+                return Ok(Some(c));
+            }
+            // It failed a check: the general path says why.
+        } else if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != sw_owner {
+            return Ok(None);
+        }
+        self.poll_one_general(queues, off, op_own)
+    }
+
+    /// [`poll_one`](Self::poll_one) of a CQE the fast path did not take.
+    #[inline(never)]
+    fn poll_one_general<R: CqResolver>(
+        &mut self,
+        queues: &R,
+        off: usize,
+        op_own: u8,
+    ) -> Result<Option<Completion>, Error> {
+        barrier::udma_from_device_barrier();
+        let r = self.general(off, op_own, queues);
+        // A contended SRQ lock is not the CQE's fault: leave it.
+        if !matches!(r, Err(Error::SrqLockTimeout(_))) {
+            self.ci = self.ci.wrapping_add(1);
+            self.update_ci();
+        }
+        r.map(Some)
+    }
+
+    /// The send queue of a requester CQE at byte `off` whose key dword is
+    /// at `KEY` (see [`requester_run`](Self::requester_run)), if the key is
+    /// registered, the QPN matches and the handle retires the send queue.
+    /// Gives the raw masked key and QPN words and the queue's state.
+    #[inline(always)]
+    fn requester_queue<const KEY: usize, R: CqResolver>(
+        &self,
+        queues: &R,
+        off: usize,
+        t: u64,
+    ) -> Option<(u32, u32, Run)> {
+        let kk = self.buf.r32(off + KEY) & KEY24;
+        let kq = raw_sop_qpn(t) & KEY24;
+        let (key, qpn) = (u32::from_be(kk), u32::from_be(kq));
+        let h = match self.version {
+            CqeVersion::V1 => queues.by_user_index(key),
+            CqeVersion::V0 => queues.by_qpn(key),
+        }?;
+        let sq = h.sq?;
+        if h.qpn != qpn {
+            return None;
+        }
+        let meta = h.meta;
+        let tail = meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
+        let head = meta.a32(META_SQ_HEAD).load(Ordering::Acquire);
+        Some((
+            kk,
+            kq,
+            Run {
+                meta,
+                mask16: (sq.mask as usize) << 4,
+                last: head.wrapping_sub(1),
+                room: head.wrapping_sub(tail),
+            },
+        ))
+    }
+
+    /// [`poll_one`](Self::poll_one) of a software-owned requester CQE of
+    /// format 0 at byte `off` (read barrier done): the completion, and the
+    /// queue's tail advanced, if it passes every check. Does not move the
+    /// consumer index.
+    #[inline(always)]
+    fn requester_one<const KEY: usize, R: CqResolver>(
+        &mut self,
+        queues: &R,
+        off: usize,
+    ) -> Option<Completion> {
+        let t = self.buf.r64(off + cqe_offset::SOP_DROP_QPN);
+        let (_, _, mut run) = self.requester_queue::<KEY, R>(queues, off, t)?;
+        let [w0, w1, w2] = run.take(self.buf, off, t)?;
+        run.store_tail();
+        Some(Completion::requester(w0, w1, w2))
+    }
+
     /// Retires a run of successful requester CQEs of one send queue: the
     /// CQE at the consumer index (at byte `off`, already seen to be
     /// software-owned with opcode REQ and format 0, read barrier done) and
     /// the ones after it that name the same queue, up to `out.len()` and
-    /// the end of the ring. Returns how many were written, or the error of
-    /// the first CQE; a later CQE that fails a check ends the run and is
-    /// left for the next call.
+    /// the end of the ring. Returns how many were written; a CQE that fails
+    /// a check ends the run (0 if it is the first) and is left to the
+    /// general path.
     ///
-    /// The loop keeps everything it needs in locals: the barriers are
-    /// memory clobbers, after which fields of `self` would be read again.
-    #[inline(always)]
-    fn requester_run<R: CqResolver, W: CompletionSlot>(
+    /// `KEY` is where the CQE carries its queue's key (`srqn_uidx` for
+    /// CQE version 1, `sop_drop_qpn` for version 0). The loop keeps what it
+    /// needs in locals: the barriers are memory clobbers, after which
+    /// fields of `self` would be read again. Out of line, so the loop has
+    /// the registers to itself.
+    #[inline(never)]
+    fn requester_run<const KEY: usize, R: CqResolver, W: CompletionSlot>(
         &mut self,
         queues: &R,
         off: usize,
         sw_owner: u8,
         out: &mut [W],
-    ) -> Result<usize, Error> {
-        let (buf, key_off, ci) = (self.buf, self.key_off, self.ci);
+    ) -> usize {
+        let (buf, ci) = (self.buf, self.ci);
         // CQEs before the ring wraps (the owner bit flips there).
         let limit = out.len().min((self.mask - (ci & self.mask)) as usize + 1);
-        let out = &mut out[..limit];
-        let mut p = off;
-        let mut t = buf.r64(p + cqe_offset::SOP_DROP_QPN);
-        // The queue's key (user index or QPN) and the QPN as they are in
-        // memory, masked to their 24 bits: later CQEs are compared raw.
-        let kk = buf.r32(p + key_off) & KEY24;
-        let kq = raw_sop_qpn(t) & KEY24;
-        let (h, mask) = self.resolve_sq(queues, u32::from_be(kk), u32::from_be(kq))?;
-        let meta = h.meta;
-        let qpn_w = u64::from(h.qpn) << 32;
-        let mask16 = (mask as usize) << 4;
-        // The outstanding window [tail, head) as `last = head - 1` and
-        // `room = head - tail`: a CQE's `wqe_head` is inside it when
-        // `u = last - wqe_head < room` (all wrapping), and retiring up to it
-        // (tail = wqe_head + 1) leaves `room = u`.
-        let tail0 = meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
-        let mut last = meta
-            .a32(META_SQ_HEAD)
-            .load(Ordering::Acquire)
-            .wrapping_sub(1);
-        let mut room = last.wrapping_add(1).wrapping_sub(tail0);
-        let mut err = None;
-        let mut slots = out.iter_mut();
-        let mut slot = slots.next();
-        while let Some(w) = slot {
-            let sop = (u32::from_be(raw_sop_qpn(t)) >> 24) as u8;
-            let ent = REQ_TABLE[usize::from(sop)];
-            // `(wqe_counter & mask) * SQ_ENTRY` straight from the
-            // big-endian 8 bytes: wqe_counter is their bits 31:16.
-            let e = META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & mask16);
-            let wqe_head = meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
-            let mut u = last.wrapping_sub(wqe_head);
-            if u >= room {
-                // Outside the window as last read: the poster may have rung
-                // more since; read its head again.
-                let tail = last.wrapping_add(1).wrapping_sub(room);
-                last = meta
-                    .a32(META_SQ_HEAD)
-                    .load(Ordering::Acquire)
-                    .wrapping_sub(1);
-                room = last.wrapping_add(1).wrapping_sub(tail);
-                u = last.wrapping_sub(wqe_head);
-                if u >= room {
-                    err = Some(self.wqe_counter_error(p, off));
-                    break;
-                }
-            }
-            let mut w1 = qpn_w;
-            let mut w2 = ent;
-            if ent > 0xffff {
-                match self.req_byte_len(ent, p, off, sop) {
-                    Ok(len) => w1 |= u64::from(len),
-                    Err(e) => {
-                        err = Some(e);
-                        break;
-                    }
-                }
-                w2 &= 0xffff;
-            }
-            let wr_id = meta.a64(e).load(Ordering::Relaxed);
-            room = u;
-            w.set(Completion::from_words(wr_id, w1, u64::from(w2), 0));
-            // The next CQE, if there is room, it is the device's turn over,
-            // it is a plain requester CQE and it names the same queue.
-            p += 64;
-            slot = slots.next();
-            if slot.is_none() || buf.r8(p + cqe_offset::OP_OWN) & 0xfd != sw_owner {
+        let Some((first, rest)) = out[..limit].split_first_mut() else {
+            return 0;
+        };
+        let t = buf.r64(off + cqe_offset::SOP_DROP_QPN);
+        let Some((kk, kq, mut run)) = self.requester_queue::<KEY, R>(queues, off, t) else {
+            return 0;
+        };
+        let Some([w0, w1, w2]) = run.take(buf, off, t) else {
+            return 0;
+        };
+        first.set_requester(w0, w1, w2);
+        // The next CQE to retire.
+        let mut p = off + 64;
+        for w in rest {
+            // The next CQE, if it is the device's turn over, a plain
+            // requester CQE, names the same queue and passes the checks.
+            if buf.r8(p + cqe_offset::OP_OWN) & 0xfd != sw_owner {
                 break;
             }
             barrier::udma_from_device_barrier();
-            t = buf.r64(p + cqe_offset::SOP_DROP_QPN);
-            if ((buf.r32(p + key_off) ^ kk) | (raw_sop_qpn(t) ^ kq)) & KEY24 != 0 {
+            let t = buf.r64(p + cqe_offset::SOP_DROP_QPN);
+            if ((buf.r32(p + KEY) ^ kk) | (raw_sop_qpn(t) ^ kq)) & KEY24 != 0 {
                 break;
             }
+            let Some([w0, w1, w2]) = run.take(buf, p, t) else {
+                break;
+            };
+            w.set_requester(w0, w1, w2);
+            p += 64;
         }
-        // `p` is the first CQE not retired.
+        run.store_tail();
         let i = (p - off) / 64;
-        meta.a32(META_SQ_TAIL)
-            .store(last.wrapping_add(1).wrapping_sub(room), Ordering::Release);
         self.ci = ci.wrapping_add(i as u32);
-        match err {
-            Some(e) if i == 0 => Err(e),
-            _ => Ok(i),
-        }
+        i
     }
 
-    /// The error for a requester CQE (at byte `p`; the run started at
-    /// `off`) whose `wqe_counter` names no outstanding WQE.
-    #[cold]
-    #[inline(never)]
-    fn wqe_counter_error(&self, p: usize, off: usize) -> Error {
-        Error::CqeWqeCounter {
-            ci: self.ci.wrapping_add(((p - off) / 64) as u32),
-            counter: u16::from_be(self.buf.r16(p + cqe_offset::WQE_COUNTER)),
-            queue: "send queue",
-        }
-    }
-
-    /// `byte_len` of a requester completion whose table entry says it is
-    /// not 0, or the error for a WQE opcode that is not one.
-    #[inline(never)]
-    fn req_byte_len(&self, ent: u32, p: usize, run: usize, sop: u8) -> Result<u32, Error> {
+    /// `byte_len` of a requester completion (CQE at byte `p`, the one at
+    /// the consumer index) whose table entry says it is not 0, or the error
+    /// for a WQE opcode that is not one.
+    fn req_byte_len(&self, ent: u32, p: usize, sop: u8) -> Result<u32, Error> {
         if ent & REQ_BAD != 0 {
             return Err(Error::CqeOpcode {
-                ci: self.ci.wrapping_add(((p - run) / 64) as u32),
+                ci: self.ci,
                 opcode: sop,
             });
         }
@@ -678,25 +790,6 @@ impl<M: Mmio> Cq<M> {
             return Ok(8);
         }
         Ok(Be32::from_raw(self.buf.r32(p + cqe_offset::BYTE_CNT)).get())
-    }
-
-    /// The send queue of a requester CQE with key `key` (user index or
-    /// QPN, by CQE version) and QPN `qpn`, checked: the key is registered,
-    /// the QPN matches, the handle retires the send queue.
-    #[inline(never)]
-    fn resolve_sq<'r, R: CqResolver>(
-        &self,
-        queues: &'r R,
-        key: u32,
-        qpn: u32,
-    ) -> Result<(&'r QpCompletions, u32), Error> {
-        let h = self.resolve(queues, key, qpn)?;
-        let sq = h.sq.ok_or(Error::CqeUnknownQueue {
-            ci: self.ci,
-            what: "send queue of QPN",
-            key: qpn,
-        })?;
-        Ok((h, sq.mask))
     }
 
     /// [`poll`](Self::poll) without the requester fast path: every CQE
@@ -824,6 +917,14 @@ impl<M: Mmio> Cq<M> {
                     what: "send queue of QPN",
                     key: qpn,
                 })?;
+                let sop = (sop_qpn >> 24) as u8;
+                let ent = REQ_TABLE[usize::from(sop)];
+                // The WQE opcode first, then the WQE (as the fast path).
+                let byte_len = if opcode == cqe_opcode::REQ && ent > 0xffff {
+                    self.req_byte_len(ent, off, sop)?
+                } else {
+                    0
+                };
                 let e = META_SQ_TABLE + SQ_ENTRY * (u32::from(counter) & sq.mask) as usize;
                 let wqe_head = h.meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
                 let tail = h.meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
@@ -836,14 +937,7 @@ impl<M: Mmio> Cq<M> {
                     });
                 }
                 let wr_id = h.meta.a64(e).load(Ordering::Relaxed);
-                let sop = (sop_qpn >> 24) as u8;
                 if opcode == cqe_opcode::REQ {
-                    let ent = REQ_TABLE[usize::from(sop)];
-                    let byte_len = if ent > 0xffff {
-                        self.req_byte_len(ent, off, off, sop)?
-                    } else {
-                        0
-                    };
                     *out = WorkCompletion {
                         wr_id,
                         byte_len,
@@ -1159,6 +1253,13 @@ mod tests {
             self.cq_mem.write(64 * slot, b).unwrap();
         }
 
+        /// Offset of the CQ's doorbell record.
+        fn dbr_off(&self) -> usize {
+            crate::CqLayout::new(self.cq.as_ref().unwrap().entries().trailing_zeros() as u8)
+                .unwrap()
+                .dbr_offset
+        }
+
         /// Work requests retired per QP.
         fn tails(&mut self) -> [u32; 2] {
             let mut t = [0; 2];
@@ -1260,9 +1361,12 @@ mod tests {
             cqes in proptest::collection::vec((any::<u8>(), any::<u8>(), prop_oneof![6 => Just(0u8), 1 => any::<u8>()], any::<u16>()), 1..60),
             polls in proptest::collection::vec(1usize..9, 1..40),
         ) {
-            let (ua, ub) = (Uar::new(), Uar::new());
+            let (ua, ub, uc, ud) = (Uar::new(), Uar::new(), Uar::new(), Uar::new());
             let mut a = Setup::new(&ua, log, sq_start, ci, &sges);
             let mut b = Setup::new(&ub, log, sq_start, ci, &sges);
+            // `poll_one` on c, the general path one CQE at a time on d.
+            let mut c = Setup::new(&uc, log, sq_start, ci, &sges);
+            let mut d = Setup::new(&ud, log, sq_start, ci, &sges);
             let entries = 1u32 << log;
             let mut written = ci;
             let mut next = cqes.iter();
@@ -1272,8 +1376,9 @@ mod tests {
                 while written.wrapping_sub(a.cq().consumer_index()) < entries {
                     let Some(&spec) = next.next() else { break };
                     let img = cqegen.cqe(&a, written, entries, spec);
-                    a.write_cqe(written, &img);
-                    b.write_cqe(written, &img);
+                    for s in [&a, &b, &c, &d] {
+                        s.write_cqe(written, &img);
+                    }
                     written = written.wrapping_add(1);
                 }
                 let mut wa = [Completion::default(); 8];
@@ -1286,6 +1391,15 @@ mod tests {
                 }
                 prop_assert_eq!(a.cq().consumer_index(), b.cq().consumer_index());
                 prop_assert_eq!(a.tails(), b.tails());
+                for _ in 0..want {
+                    let rc = c.cq.as_mut().unwrap().poll_one(&c.table);
+                    let mut wd = [Completion::default(); 1];
+                    let rd = d.cq.as_mut().unwrap().poll_reference(&d.table, &mut wd);
+                    prop_assert_eq!(rc, rd.map(|n| (n == 1).then_some(wd[0])));
+                    prop_assert_eq!(c.cq().consumer_index(), d.cq().consumer_index());
+                    prop_assert_eq!(c.tails(), d.tails());
+                    prop_assert_eq!(c.cq_mem.read64(c.dbr_off()).unwrap(), d.cq_mem.read64(d.dbr_off()).unwrap());
+                }
             }
         }
     }

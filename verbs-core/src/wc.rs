@@ -279,12 +279,16 @@ impl WcOpcode {
 }
 
 /// A work completion in 32 bytes: the form [`Cq::poll`](crate::Cq::poll)
-/// writes fastest (four 64-bit stores), with every field of `struct ibv_wc`
-/// behind an accessor of the same name. Convert it with
-/// `WorkCompletion::from(c)` where the plain struct is handier.
+/// and [`Cq::poll_one`](crate::Cq::poll_one) write fastest (three or four
+/// 64-bit stores), with every field of `struct ibv_wc` behind an accessor
+/// of the same name. Convert it with `WorkCompletion::from(c)` where the
+/// plain struct is handier.
 ///
 /// Like [`WorkCompletion`], every field is always defined: what libibverbs
-/// leaves undefined for a completion is 0.
+/// leaves undefined for a completion is 0. The fields only receive
+/// completions carry (`src_qp`, `sl`, `slid`, `pkey_index`,
+/// `dlid_path_bits`) are stored for those only; the accessors give 0 for
+/// the others, and equality and hashing ignore what is not stored.
 ///
 /// ```
 /// use verbs_core::{Completion, WcOpcode, WcStatus, WorkCompletion};
@@ -292,38 +296,54 @@ impl WcOpcode {
 /// assert_eq!((c.status(), c.opcode(), c.byte_len()), (WcStatus::Success, WcOpcode::Send, 0));
 /// assert_eq!(WorkCompletion::from(c), WorkCompletion::default());
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct Completion {
     /// `wr_id`.
     w0: u64,
-    /// `byte_len` (bits 0..32) | `qp_num` (32..56) | `status` (56..64).
+    /// `byte_len` (bits 0..32); `dlid_path_bits` (32..40, receive
+    /// completions only); the QPN as the CQE's three big-endian bytes
+    /// (40..64), so the requester fast path stores the CQE's
+    /// `sop_drop_qpn` dword here as it is.
     w1: u64,
-    /// `opcode` (0..8) | `wc_flags` (8..16) | `vendor_err` (16..24) |
-    /// `dlid_path_bits` (24..32) | `imm_data` (32..64).
+    /// `opcode` (0..8) | `wc_flags` (8..16) | `status` (16..24) |
+    /// `vendor_err` (24..32) | `imm_data` (32..64).
     w2: u64,
-    /// `src_qp` (0..24) | `sl` (24..32) | `slid` (32..48) | `pkey_index`
-    /// (48..64).
+    /// Receive completions only: `src_qp` (0..24) | `sl` (24..32) |
+    /// `slid` (32..48) | `pkey_index` (48..64).
     w3: u64,
 }
 
 impl Completion {
-    /// From the four words (crate-internal: the poll fast path).
+    /// From the words (crate-internal: the poll fast path). `w3` is not
+    /// needed for a requester completion.
     #[inline(always)]
-    pub(crate) const fn from_words(w0: u64, w1: u64, w2: u64, w3: u64) -> Self {
-        Self { w0, w1, w2, w3 }
+    pub(crate) const fn requester(w0: u64, w1: u64, w2: u64) -> Self {
+        Self { w0, w1, w2, w3: 0 }
     }
 
-    /// `w1` of a completion: byte_len, qp_num (24 bits), status.
+    /// `w1` from `byte_len` and the CQE's raw (memory-order)
+    /// `sop_drop_qpn` dword: the form of the requester fast path.
     #[inline(always)]
-    pub(crate) const fn word1(byte_len: u32, qp_num: u32, status: WcStatus) -> u64 {
-        byte_len as u64 | ((qp_num & 0xff_ffff) as u64) << 32 | (status as u64) << 56
+    pub(crate) const fn word1_raw(byte_len: u32, raw_sop_drop_qpn: u32) -> u64 {
+        byte_len as u64 | (raw_sop_drop_qpn as u64) << 32
     }
 
-    /// `w2` of a completion without immediate, vendor error or path bits:
-    /// opcode and flags.
+    /// Whether the opcode is a receive one (`IBV_WC_RECV` and on), whose
+    /// completions carry the receive fields.
     #[inline(always)]
-    pub(crate) const fn word2(opcode: WcOpcode, wc_flags: u8) -> u64 {
-        opcode as u64 | (wc_flags as u64) << 8
+    fn is_recv(&self) -> bool {
+        self.w2 & 0x80 != 0
+    }
+
+    /// The words with what is not stored for this completion zeroed.
+    #[inline]
+    fn normalized(&self) -> [u64; 4] {
+        if self.is_recv() {
+            [self.w0, self.w1, self.w2, self.w3]
+        } else {
+            let dlid = u64::from(u32::from_ne_bytes([0xff, 0, 0, 0])) << 32;
+            [self.w0, self.w1 & !dlid, self.w2, 0]
+        }
     }
 
     /// The `wr_id` of the completed work request.
@@ -341,19 +361,19 @@ impl Completion {
     /// Local QP number.
     #[inline(always)]
     pub fn qp_num(&self) -> u32 {
-        (self.w1 >> 32) as u32 & 0xff_ffff
+        u32::from_be((self.w1 >> 32) as u32 & 0x00ff_ffffu32.to_be())
     }
 
     /// Status.
     #[inline(always)]
     pub fn status(&self) -> WcStatus {
-        WcStatus::from_u8((self.w1 >> 56) as u8)
+        WcStatus::from_u8((self.w2 >> 16) as u8)
     }
 
     /// Whether the status is `IBV_WC_SUCCESS`.
     #[inline(always)]
     pub fn is_success(&self) -> bool {
-        self.w1 >> 56 == 0
+        (self.w2 >> 16) as u8 == 0
     }
 
     /// Operation (see [`WorkCompletion::opcode`]).
@@ -372,13 +392,7 @@ impl Completion {
     /// Vendor syndrome of an error completion.
     #[inline(always)]
     pub fn vendor_err(&self) -> u32 {
-        u32::from((self.w2 >> 16) as u8)
-    }
-
-    /// Destination LID path bits (receive completions).
-    #[inline(always)]
-    pub fn dlid_path_bits(&self) -> u8 {
-        (self.w2 >> 24) as u8
+        u32::from((self.w2 >> 24) as u8)
     }
 
     /// Immediate data in host order, or the invalidated rkey (see
@@ -396,28 +410,52 @@ impl Completion {
             .then_some(self.imm_data())
     }
 
+    /// Destination LID path bits (receive completions).
+    #[inline(always)]
+    pub fn dlid_path_bits(&self) -> u8 {
+        if self.is_recv() {
+            ((self.w1 >> 32) as u32).to_ne_bytes()[0]
+        } else {
+            0
+        }
+    }
+
     /// Remote QP number (receive completions).
     #[inline(always)]
     pub fn src_qp(&self) -> u32 {
-        self.w3 as u32 & 0xff_ffff
+        self.normalized()[3] as u32 & 0xff_ffff
     }
 
     /// Service level (receive completions).
     #[inline(always)]
     pub fn sl(&self) -> u8 {
-        (self.w3 >> 24) as u8
+        (self.normalized()[3] >> 24) as u8
     }
 
     /// Source LID (receive completions).
     #[inline(always)]
     pub fn slid(&self) -> u16 {
-        (self.w3 >> 32) as u16
+        (self.normalized()[3] >> 32) as u16
     }
 
     /// P_Key index (receive completions).
     #[inline(always)]
     pub fn pkey_index(&self) -> u16 {
-        (self.w3 >> 48) as u16
+        (self.normalized()[3] >> 48) as u16
+    }
+}
+
+impl PartialEq for Completion {
+    fn eq(&self, other: &Self) -> bool {
+        self.normalized() == other.normalized()
+    }
+}
+
+impl Eq for Completion {}
+
+impl core::hash::Hash for Completion {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.normalized().hash(state);
     }
 }
 
@@ -451,20 +489,31 @@ impl From<Completion> for WorkCompletion {
 impl From<&WorkCompletion> for Completion {
     /// Packs a work completion. Fields wider than the CQE ever carries are
     /// cut to their CQE width: `qp_num` and `src_qp` to 24 bits,
-    /// `vendor_err` and `sl` to 8, `wc_flags` to its low 8 bits.
+    /// `vendor_err` and `sl` to 8, `wc_flags` to its low 8 bits; the
+    /// receive fields are kept only for receive opcodes.
     #[inline]
     fn from(w: &WorkCompletion) -> Self {
+        let recv = (w.opcode as u8) & 0x80 != 0;
+        let dlid = if recv { w.dlid_path_bits } else { 0 };
+        // The CQE's dword: byte 0 (the WQE opcode there) carries
+        // dlid_path_bits, bytes 1..4 the QPN.
+        let qpn_raw = (w.qp_num & 0xff_ffff).to_be() | u32::from_ne_bytes([dlid, 0, 0, 0]);
         Self {
             w0: w.wr_id,
-            w1: Self::word1(w.byte_len, w.qp_num, w.status),
-            w2: Self::word2(w.opcode, w.wc_flags.0 as u8)
-                | u64::from(w.vendor_err as u8) << 16
-                | u64::from(w.dlid_path_bits) << 24
+            w1: Self::word1_raw(w.byte_len, qpn_raw),
+            w2: w.opcode as u64
+                | u64::from(w.wc_flags.0 as u8) << 8
+                | (w.status as u64) << 16
+                | u64::from(w.vendor_err as u8) << 24
                 | u64::from(w.imm_data) << 32,
-            w3: u64::from(w.src_qp & 0xff_ffff)
-                | u64::from(w.sl) << 24
-                | u64::from(w.slid) << 32
-                | u64::from(w.pkey_index) << 48,
+            w3: if recv {
+                u64::from(w.src_qp & 0xff_ffff)
+                    | u64::from(w.sl) << 24
+                    | u64::from(w.slid) << 32
+                    | u64::from(w.pkey_index) << 48
+            } else {
+                0
+            },
         }
     }
 }
@@ -474,12 +523,29 @@ impl From<&WorkCompletion> for Completion {
 pub trait CompletionSlot: sealed::Sealed {
     /// Stores `c`.
     fn set(&mut self, c: Completion);
+
+    /// Stores a requester completion given as its first three words
+    /// (crate-internal: the poll fast path).
+    #[doc(hidden)]
+    #[inline(always)]
+    fn set_requester(&mut self, w0: u64, w1: u64, w2: u64) {
+        self.set(Completion::requester(w0, w1, w2));
+    }
 }
 
 impl CompletionSlot for Completion {
     #[inline(always)]
     fn set(&mut self, c: Completion) {
         *self = c;
+    }
+
+    /// A requester completion stores no receive fields: the last word is
+    /// left as it is (the accessors do not read it).
+    #[inline(always)]
+    fn set_requester(&mut self, w0: u64, w1: u64, w2: u64) {
+        self.w0 = w0;
+        self.w1 = w1;
+        self.w2 = w2;
     }
 }
 
