@@ -534,14 +534,54 @@ impl Shared {
             d.vnow += by;
         }
         self.cv.notify_all();
-        self.wait_idle();
+        self.wait_quiet();
+    }
+
+    /// Whether the device has work now or frames in flight.
+    fn busy(&self) -> bool {
+        self.inflight.load(Ordering::Acquire) > 0 || self.lock().has_ready()
+    }
+
+    /// Waits until this device and the devices on the other end of its
+    /// cables (those with a device thread) have nothing left to do now.
+    /// Each HCA has its own virtual clock: before one advances, the frames
+    /// and doorbells its peers were given must have been processed, or a
+    /// driver polling one HCA would run its clock (and its timeouts) ahead
+    /// of a peer whose thread has not run yet.
+    pub(crate) fn wait_quiet(&self) {
+        // Bounded: ping-pong between devices converges, but never spin
+        // forever on a peer that keeps itself busy.
+        for _ in 0..10_000 {
+            self.wait_idle();
+            let peers: Vec<Arc<Shared>> = {
+                let d = self.lock();
+                d.peers
+                    .values()
+                    .filter_map(|p| p.hca.upgrade())
+                    .filter(|p| {
+                        !std::ptr::eq(Arc::as_ptr(p), self)
+                            && p.execution == Execution::DeviceThread
+                    })
+                    .collect()
+            };
+            let mut quiet = true;
+            for p in &peers {
+                if p.busy() {
+                    quiet = false;
+                    p.wait_idle();
+                }
+            }
+            if quiet && !self.busy() {
+                return;
+            }
+        }
     }
 
     pub(crate) fn delay(&self, d: Duration) {
         match self.clock {
             Clock::Real => std::thread::sleep(d),
             Clock::Virtual => {
-                self.wait_idle();
+                self.wait_quiet();
                 self.advance(d);
             }
         }
@@ -569,7 +609,7 @@ impl Shared {
                         return;
                     }
                 } else {
-                    self.wait_idle();
+                    self.wait_quiet();
                 }
                 let q = {
                     let mut d = self.lock();

@@ -785,3 +785,76 @@ fn doorbell_before_rts_waits_and_runs_at_rts() {
     a.finish();
     b.finish();
 }
+
+#[test]
+fn fence_and_initiator_depth_hold_wqes_back() {
+    let (mut a, mut b) = pair();
+    let at = Attrs {
+        log_sra: 0, // one RDMA READ / atomic outstanding
+        ack_timeout: 10,
+        ..Attrs::default()
+    };
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &at);
+    let src = a.mr(4096, 7, LW);
+    let remote = b.mr(4096, 9, LW | RR);
+    for i in 0..4 {
+        b.post_recv(&mut qb, &[(remote.addr + 1024 * i, 64, remote.key)]);
+    }
+    let read = || {
+        Wr::new(op::READ)
+            .sge(src.addr + 2048, 16, src.key)
+            .remote(remote.addr + 512, remote.key)
+    };
+    let tx = |n: &Node| n.r.emu.datapath().frames_tx;
+    // The READ request is lost; the fenced SEND behind it is not sent
+    // until the READ completed.
+    a.r.emu
+        .faults()
+        .drop_packets(1, hca_emu::PacketDrop::Next(1));
+    let t0 = tx(&a);
+    a.post_send(
+        &mut qa,
+        &[
+            read(),
+            Wr::new(op::SEND)
+                .flags(SIGNALED | FENCE)
+                .sge(src.addr, 8, src.key),
+        ],
+    );
+    a.r.emu.run_until_idle();
+    assert_eq!(tx(&a) - t0, 1, "only the READ went out");
+    let c = a.wait(&mut ca, 2);
+    assert_eq!((c[0].wqe_opcode, c[1].wqe_opcode), (op::READ, op::SEND));
+    assert_eq!(b.wait(&mut cb, 1)[0].byte_cnt, 8);
+    // Without the fence the SEND goes out at once.
+    a.r.emu
+        .faults()
+        .drop_packets(1, hca_emu::PacketDrop::Next(1));
+    let t0 = tx(&a);
+    a.post_send(
+        &mut qa,
+        &[read(), Wr::new(op::SEND).sge(src.addr, 8, src.key)],
+    );
+    a.r.emu.run_until_idle();
+    // READ (lost) and SEND; the SEND arrives out of sequence, B NAKs it
+    // with a PSN sequence error, A sends both again.
+    assert_eq!(tx(&a) - t0, 4);
+    assert_eq!(b.r.emu.datapath().seq_naks, 1);
+    a.wait(&mut ca, 2);
+    b.wait(&mut cb, 1);
+    // A second READ waits for the first (initiator depth 1).
+    a.r.emu
+        .faults()
+        .drop_packets(1, hca_emu::PacketDrop::Next(1));
+    let t0 = tx(&a);
+    a.post_send(&mut qa, &[read(), read()]);
+    a.r.emu.run_until_idle();
+    assert_eq!(tx(&a) - t0, 1);
+    for c in a.wait(&mut ca, 2) {
+        c.ok();
+        assert_eq!(c.byte_cnt, 16);
+    }
+    assert_eq!(a.read(src.addr + 2048, 16), vec![9; 16]);
+    a.finish();
+    b.finish();
+}
