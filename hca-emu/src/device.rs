@@ -93,9 +93,9 @@ pub(crate) enum Event {
 pub(crate) enum Timer {
     /// Execute the commands of a doorbell (command latency).
     ExecCommands(u32),
-    /// An RC QP's ACK timeout (valid while its timer generation is `tgen`).
+    /// An RC QP's ACK timer (`tgen`: the incarnation of its engine state).
     Retry { qpn: u32, tgen: u64 },
-    /// An RC QP's RNR wait ends.
+    /// An RC QP's RNR wait ends (`tgen`: its RNR timer generation).
     Rnr { qpn: u32, tgen: u64 },
     /// Flush WQEs posted to queues in the error state.
     ErrPoll,

@@ -173,6 +173,12 @@ impl EmuHca {
         self.shared.lock().events.len()
     }
 
+    /// Number of device timers scheduled (command latency, RC ACK and RNR
+    /// timers, the error-state flush poll).
+    pub fn pending_timers(&self) -> usize {
+        self.shared.lock().timers.len()
+    }
+
     /// Advances virtual time (no effect on a real clock).
     pub fn advance(&self, by: Duration) {
         if self.shared.clock == Clock::Virtual {

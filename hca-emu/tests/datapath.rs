@@ -527,6 +527,10 @@ fn send_queue_wraps_around() {
         n += 1;
     }
     assert!(qa.sq_pc > 8 * 40, "the ring wrapped many times");
+    assert!(
+        a.r.emu.pending_timers() <= 1,
+        "one ACK timer per QP at most"
+    );
     a.finish();
     b.finish();
 }

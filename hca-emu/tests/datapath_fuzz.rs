@@ -329,35 +329,6 @@ fn run(r: &mut Rig, ops: Vec<Op>) {
     r.b.r.p.delay(Duration::from_millis(50));
 }
 
-/// A RoCE v2 (IPv4) frame from A to B with BTH opcode, QPN and PSN and
-/// `body` after the BTH (written here from the RoCE v2 and IBA headers,
-/// independently of the emulator), without ICRC.
-fn roce_v2(a: &Node, b: &Node, opcode: u8, dqpn: u32, psn: u32, body: &[u8]) -> Vec<u8> {
-    let ib = 12 + body.len() + 4;
-    let mut f = vec![0u8; 14 + 20 + 8];
-    f[0..6].copy_from_slice(&b.mac(1));
-    f[6..12].copy_from_slice(&a.mac(1));
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&((28 + ib) as u16).to_be_bytes());
-    f[22] = 64;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&a.gid(1)[12..]);
-    f[30..34].copy_from_slice(&b.gid(1)[12..]);
-    f[34..36].copy_from_slice(&0xc000u16.to_be_bytes());
-    f[36..38].copy_from_slice(&4791u16.to_be_bytes());
-    f[38..40].copy_from_slice(&((8 + ib) as u16).to_be_bytes());
-    let mut bth = [0u8; 12];
-    bth[0] = opcode;
-    bth[2..4].copy_from_slice(&0xffffu16.to_be_bytes());
-    bth[5..8].copy_from_slice(&dqpn.to_be_bytes()[1..]);
-    bth[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
-    f.extend_from_slice(&bth);
-    f.extend_from_slice(body);
-    f.extend_from_slice(&[0; 4]);
-    f
-}
-
 /// Drains a CQ; every CQE must have a defined opcode, an error CQE a
 /// known syndrome.
 fn drain(n: &Node, cq: &mut Cq) -> Result<usize, TestCaseError> {

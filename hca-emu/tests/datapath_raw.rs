@@ -6,61 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::dp::*;
-use common::{inp, put64, setf};
+use common::{inp, setf};
 use hca_emu::EmuConfig;
-
-/// CREATE_SQ or CREATE_RQ (cyclic WQ of `2^log` entries of `2^log_stride`
-/// bytes) in the RST state, then MODIFY to RDY. Returns the queue as a
-/// [`Qp`] for the posting helpers.
-fn raw_wq(n: &mut Node, sq: bool, cqn: u32, tisn: u32, log: u32, log_stride: u32) -> Qp {
-    let bytes = (1usize << (log + log_stride)).next_multiple_of(4096);
-    let buf = n.mem(bytes, 0);
-    let dbr = n.mem(64, 0);
-    let pages = bytes / 4096;
-    let mut m = inp(if sq { 0x904 } else { 0x908 }, 0, 0x110 + 8 * pages);
-    setf(&mut m, 0x28, 23, 0, u64::from(cqn));
-    if sq {
-        setf(&mut m, 0x20 + 0x2c, 23, 0, u64::from(tisn));
-    }
-    setf(&mut m, 0x50, 31, 28, 1);
-    setf(&mut m, 0x58, 23, 0, u64::from(n.pd));
-    setf(&mut m, 0x5c, 23, 0, u64::from(n.uar));
-    put64(&mut m, 0x60, dbr);
-    setf(&mut m, 0x70, 19, 16, u64::from(log_stride));
-    setf(&mut m, 0x70, 4, 0, u64::from(log));
-    for i in 0..pages {
-        put64(&mut m, 0x110 + 8 * i, buf + 4096 * i as u64);
-    }
-    let o = n.r.ok(&m, 16);
-    let num = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
-    n.keep(if sq { 0x906 } else { 0x90a }, num);
-    let mut md = inp(if sq { 0x905 } else { 0x909 }, 0, 0x110);
-    setf(&mut md, 8, 23, 0, u64::from(num));
-    setf(&mut md, 0x20, 23, 20, 1);
-    n.r.ok(&md, 16);
-    Qp {
-        qpn: num,
-        st: 0,
-        buf,
-        dbr,
-        log_rq: log,
-        rq_stride: 1 << log_stride,
-        log_sq: log,
-        srq: true,
-        sq_pc: 0,
-        rq_pc: 0,
-        port: 1,
-        bf: false,
-        bf_toggle: false,
-    }
-}
-
-fn transport_domain(n: &mut Node) -> u32 {
-    let o = n.r.ok(&inp(0x816, 0, 16), 16);
-    let td = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
-    n.keep(0x817, td);
-    td
-}
 
 fn udp_frame(dst: [u8; 6], src: [u8; 6], payload_len: usize) -> Vec<u8> {
     let mut h = vec![0u8; 42];
@@ -93,17 +40,13 @@ fn csum(b: &[u8], mut s: u32) -> u16 {
 fn raw_ethernet_send_and_receive_with_checksum_insertion() {
     let (mut a, mut b) = pair();
     // A: TD, TIS, SQ. B: TD, RQ, TIR pointing at it.
-    let tda = transport_domain(&mut a);
-    let mut tis = inp(0x912, 0, 0xc0);
-    setf(&mut tis, 0x20 + 0x24, 23, 0, u64::from(tda));
-    let o = a.r.ok(&tis, 16);
-    let tisn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
-    a.keep(0x914, tisn);
+    let tda = a.transport_domain();
+    let tisn = a.tis(tda);
     let mut ca = a.cq(6);
-    let mut sq = raw_wq(&mut a, true, ca.cqn, tisn, 6, 6);
-    let tdb = transport_domain(&mut b);
+    let mut sq = a.raw_wq(true, ca.cqn, tisn, 6, 6);
+    let tdb = b.transport_domain();
     let mut cb = b.cq(6);
-    let mut rq = raw_wq(&mut b, false, cb.cqn, 0, 5, 6);
+    let mut rq = b.raw_wq(false, cb.cqn, 0, 5, 6);
     let mut tir = inp(0x900, 0, 0x110);
     setf(&mut tir, 0x20 + 0x1c, 23, 0, u64::from(rq.qpn));
     setf(&mut tir, 0x20 + 0x24, 23, 0, u64::from(tdb));
@@ -255,6 +198,62 @@ fn a_peer_in_stepping_mode_runs_when_stepped() {
     b.r.emu.run_until_idle();
     assert_eq!(b.wait(&mut cb, 1)[0].byte_cnt, 4);
     a.wait(&mut ca, 1)[0].ok();
+    a.finish();
+    b.finish();
+}
+
+#[test]
+fn bad_response_and_unsolicited_responses() {
+    let (mut a, mut b) = pair();
+    let at = Attrs::default();
+    let mut ca = a.cq(6);
+    let mut qa = a.qp(&QpSpec::new(0, &ca));
+    // The path names a QPN B does not have: B drops A's requests, and B's
+    // raw SQ answers instead.
+    let p = a.path_to(&b, 1, 0xabcde, 1);
+    a.connect(&mut qa, &p, &at);
+    let (mut sq, _csq) = b.raw_sq();
+    let local = a.mr(4096, 0, LW);
+    a.post_send(
+        &mut qa,
+        &[Wr::new(op::READ)
+            .sge(local.addr, 16, local.key)
+            .remote(0x1000, 0x1234)],
+    );
+    a.r.emu.run_until_idle();
+    assert_eq!(b.r.emu.datapath().drops.no_qp, 1);
+    // An ACK for a PSN before anything outstanding, a READ response with a
+    // PSN nobody asked for, an atomic ACK for the READ's PSN: stale,
+    // ignored.
+    let psn = at.sq_psn;
+    let aeth = [0x1f, 0, 0, 1];
+    for (opcode, p, body) in [
+        (0x11u8, psn - 5, aeth.to_vec()),
+        (0x10, psn + 7, [aeth.as_slice(), &[0; 16]].concat()),
+        (0x12, psn, [aeth.as_slice(), &[0; 8]].concat()),
+    ] {
+        let f = roce_v2(&b, &a, opcode, qa.qpn, p, &body);
+        b.send_frame(&mut sq, &f);
+    }
+    b.r.emu.run_until_idle();
+    a.r.emu.run_until_idle();
+    assert_eq!(a.r.emu.datapath().drops.stale, 3);
+    assert!(a.poll(&mut ca).is_none());
+    // The READ response with the right PSN but 8 bytes instead of 16: bad
+    // response, the QP enters the error state.
+    let f = roce_v2(
+        &b,
+        &a,
+        0x10,
+        qa.qpn,
+        psn,
+        &[aeth.as_slice(), &[7; 8]].concat(),
+    );
+    b.send_frame(&mut sq, &f);
+    let c = &a.wait(&mut ca, 1)[0];
+    c.err(hca_emu::cqe_syndrome::BAD_RESP);
+    assert_eq!(c.wqe_opcode, op::READ);
+    assert_eq!(a.r.emu.qp_state(qa.qpn), Some(hca_emu::QpState::Err));
     a.finish();
     b.finish();
 }

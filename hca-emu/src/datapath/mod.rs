@@ -251,8 +251,16 @@ pub(crate) struct QpEngine {
     pub(crate) reads_out: u32,
     pub(crate) retries_left: u8,
     pub(crate) rnr_left: u8,
+    /// Generation of the RNR wait timer (bumped to cancel it).
     pub(crate) timer_gen: u64,
-    pub(crate) timer_armed: bool,
+    /// When the ACK timer expires (None: not armed).
+    pub(crate) retry_deadline: Option<Duration>,
+    /// A retry timer entry is scheduled (at most one per QP: it moves to
+    /// the deadline when it fires early).
+    pub(crate) retry_scheduled: bool,
+    /// Distinguishes this engine state from an earlier one of the same
+    /// QPN (timers of a reset or destroyed QP are ignored).
+    pub(crate) incarnation: u64,
     pub(crate) rnr_wait: bool,
     // Responder.
     pub(crate) epsn: u32,
@@ -265,7 +273,7 @@ pub(crate) struct QpEngine {
 }
 
 impl QpEngine {
-    fn new(info: Arc<QpInfo>) -> Self {
+    fn new(info: Arc<QpInfo>, incarnation: u64) -> Self {
         Self {
             info,
             sq_next: 0,
@@ -275,7 +283,9 @@ impl QpEngine {
             retries_left: 0,
             rnr_left: 0,
             timer_gen: 0,
-            timer_armed: false,
+            retry_deadline: None,
+            retry_scheduled: false,
+            incarnation,
             rnr_wait: false,
             epsn: 0,
             msn: 0,
@@ -325,6 +335,8 @@ pub(crate) struct Engine {
     /// the outbox was delivered.
     pub(crate) held: Vec<InFlight>,
     pub(crate) err_poll_armed: bool,
+    /// Incarnations handed out to QP engine states.
+    pub(crate) incarnations: u64,
 }
 
 /// Number of path-MTU packets a message of `len` bytes takes.
@@ -565,11 +577,13 @@ impl Device {
             return;
         }
         let info = Arc::new(self.qp_info(qpn, q));
+        self.engine.incarnations += 1;
+        let inc = self.engine.incarnations;
         let e = self
             .engine
             .qps
             .entry(qpn)
-            .or_insert_with(|| QpEngine::new(info.clone()));
+            .or_insert_with(|| QpEngine::new(info.clone(), inc));
         e.info = info.clone();
         match (from, to) {
             (QpState::Init, QpState::Rtr) => {
@@ -592,7 +606,7 @@ impl Device {
             QpState::Err => {
                 let e = self.engine.qps.get_mut(&qpn).expect("inserted above");
                 e.timer_gen += 1;
-                e.timer_armed = false;
+                e.retry_deadline = None;
                 e.rnr_wait = false;
                 self.qp_flush(qpn);
                 self.arm_err_poll();

@@ -571,40 +571,51 @@ impl Device {
     /// Arms the ACK timer if something sent is unacknowledged (`restart`:
     /// progress was made, the timer starts over); disarms it otherwise.
     fn rc_arm_timer(&mut self, qpn: u32, restart: bool) {
+        let now = self.now();
         let Some(e) = self.engine.qps.get_mut(&qpn) else {
             return;
         };
         let waiting = e.pending.iter().any(|p| !p.done);
         if !waiting || e.rnr_wait {
-            if e.timer_armed {
-                e.timer_armed = false;
-                e.timer_gen += 1;
-            }
+            e.retry_deadline = None;
             return;
         }
-        if e.timer_armed && !restart {
+        if e.retry_deadline.is_some() && !restart {
             return;
         }
         let Some(t) = ack_timeout(e.info.ack_timeout) else {
             return;
         };
-        e.timer_gen += 1;
-        e.timer_armed = true;
-        let tgen = e.timer_gen;
-        self.schedule(t, Timer::Retry { qpn, tgen });
+        e.retry_deadline = Some(now + t);
+        if !e.retry_scheduled {
+            e.retry_scheduled = true;
+            let tgen = e.incarnation;
+            self.schedule(t, Timer::Retry { qpn, tgen });
+        }
     }
 
     /// The ACK timer fired: retransmit from the first unacknowledged WQE,
     /// or fail it with "transport retry counter exceeded" when the retry
     /// count is spent.
     pub(crate) fn rc_retry_timeout(&mut self, qpn: u32, tgen: u64) {
+        let now = self.now();
         let Some(e) = self.engine.qps.get_mut(&qpn) else {
             return;
         };
-        if e.timer_gen != tgen || !e.timer_armed {
+        if e.incarnation != tgen {
             return;
         }
-        e.timer_armed = false;
+        e.retry_scheduled = false;
+        let Some(deadline) = e.retry_deadline else {
+            return;
+        };
+        if now < deadline {
+            // Progress moved the deadline: the one timer entry follows it.
+            e.retry_scheduled = true;
+            self.schedule(deadline - now, Timer::Retry { qpn, tgen });
+            return;
+        }
+        e.retry_deadline = None;
         self.rc_retry(qpn, "ACK timeout");
     }
 
@@ -744,7 +755,7 @@ impl Device {
                         e.rnr_left -= 1;
                     }
                     e.rnr_wait = true;
-                    e.timer_armed = false;
+                    e.retry_deadline = None;
                     e.timer_gen += 1;
                     let tgen = e.timer_gen;
                     self.schedule(rnr_delay(syndrome & 0x1f), Timer::Rnr { qpn, tgen });
@@ -1013,7 +1024,7 @@ impl Device {
         q.state = if sq_only { QpState::Sqer } else { QpState::Err };
         if let Some(e) = self.engine.qps.get_mut(&qpn) {
             e.timer_gen += 1;
-            e.timer_armed = false;
+            e.retry_deadline = None;
             e.rnr_wait = false;
         }
         if let Some(ev) = event {

@@ -919,6 +919,121 @@ impl Node {
     }
 }
 
+impl Node {
+    /// ALLOC_TRANSPORT_DOMAIN.
+    pub fn transport_domain(&mut self) -> u32 {
+        let o = self.r.ok(&inp(0x816, 0, 16), 16);
+        let td = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        self.keep(0x817, td);
+        td
+    }
+
+    /// CREATE_TIS in a transport domain.
+    pub fn tis(&mut self, td: u32) -> u32 {
+        let mut tis = inp(0x912, 0, 0xc0);
+        setf(&mut tis, 0x20 + 0x24, 23, 0, u64::from(td));
+        let o = self.r.ok(&tis, 16);
+        let tisn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        self.keep(0x914, tisn);
+        tisn
+    }
+
+    /// CREATE_SQ (`sq`, on `tisn`) or CREATE_RQ: a cyclic WQ of `2^log`
+    /// entries of `2^log_stride` bytes, then MODIFY to RDY. Returned as a
+    /// [`Qp`] for the posting helpers.
+    pub fn raw_wq(&mut self, sq: bool, cqn: u32, tisn: u32, log: u32, log_stride: u32) -> Qp {
+        let bytes = (1usize << (log + log_stride)).next_multiple_of(4096);
+        let buf = self.mem(bytes, 0);
+        let dbr = self.mem(64, 0);
+        let pages = bytes / 4096;
+        let mut m = inp(if sq { 0x904 } else { 0x908 }, 0, 0x110 + 8 * pages);
+        setf(&mut m, 0x28, 23, 0, u64::from(cqn));
+        if sq {
+            setf(&mut m, 0x20 + 0x2c, 23, 0, u64::from(tisn));
+        }
+        setf(&mut m, 0x50, 31, 28, 1);
+        setf(&mut m, 0x58, 23, 0, u64::from(self.pd));
+        setf(&mut m, 0x5c, 23, 0, u64::from(self.uar));
+        put64(&mut m, 0x60, dbr);
+        setf(&mut m, 0x70, 19, 16, u64::from(log_stride));
+        setf(&mut m, 0x70, 4, 0, u64::from(log));
+        for i in 0..pages {
+            put64(&mut m, 0x110 + 8 * i, buf + 4096 * i as u64);
+        }
+        let o = self.r.ok(&m, 16);
+        let num = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        self.keep(if sq { 0x906 } else { 0x90a }, num);
+        let mut md = inp(if sq { 0x905 } else { 0x909 }, 0, 0x110);
+        setf(&mut md, 8, 23, 0, u64::from(num));
+        setf(&mut md, 0x20, 23, 20, 1);
+        self.r.ok(&md, 16);
+        Qp {
+            qpn: num,
+            st: 0,
+            buf,
+            dbr,
+            log_rq: log,
+            rq_stride: 1 << log_stride,
+            log_sq: log,
+            srq: true,
+            sq_pc: 0,
+            rq_pc: 0,
+            port: 1,
+            bf: false,
+            bf_toggle: false,
+        }
+    }
+
+    /// A raw Ethernet SQ (with its TD, TIS and CQ) to put any frame on the
+    /// wire.
+    pub fn raw_sq(&mut self) -> (Qp, Cq) {
+        let td = self.transport_domain();
+        let tisn = self.tis(td);
+        let cq = self.cq(8);
+        let sq = self.raw_wq(true, cq.cqn, tisn, 6, 6);
+        (sq, cq)
+    }
+
+    /// Sends `frame` (at most ~1000 bytes: inline headers) from a raw SQ.
+    pub fn send_frame(&mut self, sq: &mut Qp, frame: &[u8]) {
+        let w = Wr {
+            eth: Some((0, frame.to_vec())),
+            ..Wr::new(op::SEND).flags(0)
+        };
+        self.post_send(sq, &[w]);
+    }
+}
+
+/// A RoCE v2 (IPv4) frame from `src` (port 1, GID index 0) to `dst` with a
+/// BTH (`opcode`, `dqpn`, `psn`) and `body` after it, written from the RoCE
+/// v2 and IBA header layouts independently of the emulator; the ICRC is
+/// zero.
+pub fn roce_v2(src: &Node, dst: &Node, opcode: u8, dqpn: u32, psn: u32, body: &[u8]) -> Vec<u8> {
+    let ib = 12 + body.len() + 4;
+    let mut f = vec![0u8; 14 + 20 + 8];
+    f[0..6].copy_from_slice(&dst.mac(1));
+    f[6..12].copy_from_slice(&src.mac(1));
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&((28 + ib) as u16).to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&src.gid(1)[12..]);
+    f[30..34].copy_from_slice(&dst.gid(1)[12..]);
+    f[34..36].copy_from_slice(&0xc000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+    f[38..40].copy_from_slice(&((8 + ib) as u16).to_be_bytes());
+    let mut bth = [0u8; 12];
+    bth[0] = opcode;
+    bth[2..4].copy_from_slice(&0xffffu16.to_be_bytes());
+    bth[5..8].copy_from_slice(&dqpn.to_be_bytes()[1..]);
+    bth[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+    f.extend_from_slice(&bth);
+    f.extend_from_slice(body);
+    f.extend_from_slice(&[0; 4]);
+    f
+}
+
 /// Two HCAs connected port 1 to port 1.
 pub fn pair() -> (Node, Node) {
     let a = Node::new(1, EmuConfig::default());
