@@ -25,14 +25,19 @@
 //!   (personality, page counts, ports, clock, execution model, delays).
 //! - [`EmuHca::platform`]: the [`EmuPlatform`] handle the driver runs on
 //!   (`type Mmio = EmuBar`).
-//! - [`connect`]: the virtual wire between ports.
-//! - [`EmuHca::faults`]: fault injection ([`Faults`]).
+//! - [`connect`]: the virtual wire between ports (RoCE v1/v2 frames).
+//! - The transport engine executes posted WQEs and writes CQEs (RC, UC,
+//!   UD, raw Ethernet): see [`datapath`] (what executes, CQE fields, deviations), [`Datapath`] for
+//!   its counters and drop reasons, [`cqe_syndrome`] for the error
+//!   syndromes.
+//! - [`EmuHca::faults`]: fault injection ([`Faults`], including packet loss
+//!   on the wire with [`Faults::drop_packets`]).
 //! - Reports: [`EmuHca::iommu_faults`], [`EmuHca::leak_report`],
 //!   [`EmuHca::assert_clean`], [`EmuHca::command_log`].
 #![forbid(unsafe_code)]
 
 mod config;
-mod datapath;
+pub mod datapath;
 mod device;
 mod faults;
 mod fw;

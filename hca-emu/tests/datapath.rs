@@ -862,3 +862,31 @@ fn fence_and_initiator_depth_hold_wqes_back() {
     a.finish();
     b.finish();
 }
+
+#[test]
+fn loopback_between_qps_of_one_hca() {
+    // Port 1 is cabled (to B), so its link is up; frames to its own MAC
+    // and GID loop back inside A.
+    let (mut a, b) = pair();
+    let at = Attrs::default();
+    let mut c = a.cq(6);
+    let mut q1 = a.qp(&QpSpec::new(0, &c));
+    let mut q2 = a.qp(&QpSpec::new(0, &c));
+    let p1 = a.path_to(&a, 1, q2.qpn, 1);
+    let p2 = a.path_to(&a, 1, q1.qpn, 1);
+    a.connect(&mut q1, &p1, &at);
+    a.connect(&mut q2, &p2, &at);
+    let buf = a.mr(4096, 0, LW | RW);
+    a.post_recv(&mut q2, &[(buf.addr, 64, buf.key)]);
+    a.post_send(&mut q1, &[Wr::new(op::SEND).inline(b"self")]);
+    let cs = a.wait(&mut c, 2);
+    let (req, resp): (Vec<_>, Vec<_>) = cs.iter().partition(|x| x.opcode == 0);
+    assert_eq!(
+        (req[0].qpn, resp[0].qpn, resp[0].byte_cnt),
+        (q1.qpn, q2.qpn, 4)
+    );
+    assert_eq!(a.read(buf.addr, 4), b"self");
+    assert_eq!(b.r.emu.datapath().frames_rx, 0, "nothing reached the wire");
+    a.finish();
+    b.finish();
+}

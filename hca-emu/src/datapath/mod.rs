@@ -48,6 +48,48 @@
 //!
 //! See [`Datapath`] for the counters and the drop reasons, and
 //! [`Faults::drop_packets`](crate::Faults::drop_packets) for packet loss.
+//!
+//! # CQEs
+//!
+//! 64-byte CQEs as in FACTS.md (checked against the libmlx5 vectors):
+//! `op_own` (opcode, solicited bit; `write_cqe` adds the owner bit),
+//! `sop_drop_qpn` (send opcode << 24 for requester CQEs, and the QPN),
+//! `wqe_counter` (requester: the WQE's `wqe_index`; RQ: the receive
+//! counter; SRQ: the WQE index), `srqn_uidx` (the QP's `user_index` when
+//! `cqe_version` is 1, as the recorded caps say; else the SRQ number of an
+//! SRQ receive), `byte_cnt` (RDMA READ length, 8 for atomics, received
+//! bytes, 40 more for UD), `imm_inval_pkey` (immediate; the P_Key for a UD
+//! receive without one), `flags_rqpn` (source QPN; bits 29:28 = 1 when the
+//! GRH is in the buffer (UD); bits 25:24 the RoCE L3 type: 0 GRH/v1, 1
+//! IPv6, 2 IPv4), `l4_l3_hdr_type` (VLAN bit, raw L3/L4 types),
+//! `vlan_info`, `timestamp` (internal timer ticks). Error CQEs carry the
+//! syndrome and `vendor_err_synd`.
+//!
+//! # Deviations from a real ConnectX
+//!
+//! - Messages are not segmented: one frame per message (PSNs advance as if
+//!   it were segmented by the path MTU); frames beyond 64 KiB carry 0 in
+//!   their 16-bit length fields; the ICRC is zero and not checked; no FCS.
+//!   One ACK per message, no credits, no congestion control.
+//! - Not executed (local QP operation error): SEND_INVAL, LOCAL_INVAL, UMR,
+//!   masked atomics, LSO; no memory windows, XRC, DC, striding RQ, CQE
+//!   compression or scatter-to-CQE.
+//! - UD/UC send-side errors put the QP in SQE, RC errors in ERR (IBA). A UD
+//!   receive too small completes with local length error and leaves the QP
+//!   usable.
+//! - `vendor_err_synd` is only known from the field for flush (0xf9),
+//!   transport retry (0x81), remote access (0x88) and local protection
+//!   (0x51); it is 0 otherwise.
+//! - Raw Ethernet: no flow-table matching (the first TIR with a ready RQ
+//!   takes every non-RoCE frame), no RSS, VLAN stripping, receive checksum
+//!   verification or LSO; SQs send on port 1.
+//! - RoCE frames are only handled when the NIC vport has `roce_en`; a frame
+//!   to the sending port's own MAC loops back inside the HCA (link up).
+//! - Each HCA has its own virtual clock; `relax`/`delay` wait for the peers
+//!   on the wire to be quiet before the clock advances.
+//! - The UD message limit is the IB MTU that fits the port's PMTU admin MTU
+//!   (1522 by default: 1024 bytes).
+//! - There is no RTS2SQD command, so the SQD drain is not reachable.
 
 mod cqe;
 mod mem;
