@@ -379,9 +379,9 @@ struct Built {
     /// First 8 bytes of the control segment (memory image).
     ctrl0: u64,
     /// Ring byte offset of the WQE.
-    start: usize,
-    /// Size in 16-byte units.
-    ds: u32,
+    start: u32,
+    /// Size in 16-byte units (at most 63).
+    ds: u8,
     inline: bool,
 }
 
@@ -413,6 +413,134 @@ fn sgl_op(op: SendOp) -> Option<(Opcode, u32, RemoteAddr)> {
         SendOp::RdmaRead { remote_addr, rkey } => (Opcode::RdmaRead, 0, Some((remote_addr, rkey))),
         _ => return None,
     })
+}
+
+/// The ring state the gather-list fast path needs, copied out of a
+/// [`SendQueue`]: `cur` is the queue's `cur_post` until written back. A
+/// [`SendBatch`] keeps it in registers while work requests are pushed
+/// (the queue's fields would be read again after every store to the ring:
+/// the compiler cannot tell the ring's memory from the queue's).
+#[derive(Clone, Copy, Debug)]
+struct Cursor {
+    buf: Ptr,
+    ctl: Ptr,
+    ctrl_rdma: u64,
+    mask: u32,
+    cur: u32,
+}
+
+impl Cursor {
+    /// Writes the fast path's WQE (one WQEBB: control, remote address if
+    /// any, one data segment) as work request `wr_num`. Everything is
+    /// checked: [`SendQueue::sge_fast`] took it, the queue has room, and
+    /// one data segment fits (the fast path is off when `max_gs` is 0).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn write_sge(
+        &mut self,
+        wr_num: u32,
+        wr_id: u64,
+        opcode: Opcode,
+        imm: u32,
+        raddr: RemoteAddr,
+        fm: u64,
+        sge: Sge,
+    ) -> Built {
+        let (buf, ctl, cur) = (self.buf, self.ctl, self.cur);
+        let idx = cur & self.mask;
+        let start = (idx as usize) << 6;
+        let ds = if raddr.is_some() { 3 } else { 2 };
+        // The words of `wqe::ctrl_seg` (tested against it), built in
+        // memory order: `opmod_idx_opcode` from the counter and opcode,
+        // `qpn_ds` precomputed (`ds` 3, turned into 2 without a remote
+        // address).
+        let w0 = ((u32::from(cur as u16) << 8) | u32::from(opcode as u8)).to_be();
+        let qpn_ds = if raddr.is_some() {
+            self.ctrl_rdma
+        } else {
+            self.ctrl_rdma ^ u64::from(1u32).to_be()
+        };
+        // `w0` is the image of bytes 0..4, `qpn_ds` of the whole 8 with
+        // bytes 0..4 zero.
+        let ctrl0 = if cfg!(target_endian = "little") {
+            qpn_ds | u64::from(w0)
+        } else {
+            qpn_ds | u64::from(w0) << 32
+        };
+        let ctrl1 = fm | u64::from(imm).to_be();
+        self.cur = cur.wrapping_add(1);
+        // Segments first, the control segment last: the arguments are
+        // consumed early (fewer live registers); the device reads nothing
+        // before the doorbell.
+        if let Some((remote_addr, rkey)) = raddr {
+            let r = wqe::raddr_seg(remote_addr, rkey);
+            buf.w64(start + 16, r[0]);
+            buf.w64(start + 24, r[1]);
+        }
+        let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
+        let d = start + 16 * (ds as usize - 1);
+        buf.w64(d, data[0]);
+        buf.w64(d + 8, data[1]);
+        buf.w64(start, ctrl0);
+        buf.w64(start + 8, ctrl1);
+        let e = CTL_META + META_SQ_TABLE + SQ_ENTRY * idx as usize;
+        ctl.a64(e).store(wr_id, Ordering::Relaxed);
+        ctl.a32(e + SQ_ENTRY_HEAD).store(wr_num, Ordering::Relaxed);
+        Built {
+            ctrl0,
+            start: start as u32,
+            ds: ds as u8,
+            inline: false,
+        }
+    }
+}
+
+/// The arguments of a gather-list fast-path operation packed into words,
+/// so a cold call takes them in registers: `(remote_addr, rkey | imm <<
+/// 32, flags | opcode << 8 | wr_num << 32, sge.addr, sge.length | sge.lkey
+/// << 32)`.
+#[inline(always)]
+fn pack_sgl(
+    wr_num: u32,
+    opcode: Opcode,
+    imm: u32,
+    raddr: RemoteAddr,
+    flags: SendFlags,
+    sge: Sge,
+) -> [u64; 5] {
+    let (ra, rkey) = raddr.unwrap_or((0, 0));
+    [
+        ra,
+        u64::from(rkey) | u64::from(imm) << 32,
+        u64::from(flags.0) | u64::from(opcode as u8) << 8 | u64::from(wr_num) << 32,
+        sge.addr,
+        u64::from(sge.length) | u64::from(sge.lkey) << 32,
+    ]
+}
+
+/// The work request [`pack_sgl`] packed: its number, operation, flags and
+/// SGE.
+fn unpack_sgl(w: [u64; 5]) -> (u32, SendOp, SendFlags, Sge) {
+    let (remote_addr, rkey, imm) = (w[0], w[1] as u32, (w[1] >> 32) as u32);
+    let op = match Opcode::from_u8((w[2] >> 8) as u8) {
+        Some(Opcode::SendImm) => SendOp::SendWithImm(imm),
+        Some(Opcode::SendInval) => SendOp::SendWithInv(imm),
+        Some(Opcode::RdmaWrite) => SendOp::RdmaWrite { remote_addr, rkey },
+        Some(Opcode::RdmaWriteImm) => SendOp::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        },
+        Some(Opcode::RdmaRead) => SendOp::RdmaRead { remote_addr, rkey },
+        // Only `sgl_op` opcodes are packed.
+        _ => SendOp::Send,
+    };
+    let sge = Sge {
+        addr: w[3],
+        length: w[4] as u32,
+        lkey: (w[4] >> 32) as u32,
+    };
+    ((w[2] >> 32) as u32, op, SendFlags(w[2] as u8), sge)
 }
 
 impl<M: Mmio> SendQueue<M> {
@@ -568,6 +696,13 @@ impl<M: Mmio> SendQueue<M> {
         len: u32,
     ) -> Option<(Opcode, u32, RemoteAddr, u64)> {
         let (opcode, imm, raddr) = sgl_op(op)?;
+        let fm = self.sge_check(opcode, flags, len)?;
+        Some((opcode, imm, raddr, fm))
+    }
+
+    /// [`sge_fast`](Self::sge_fast) for an operation of [`sgl_op`].
+    #[inline(always)]
+    fn sge_check(&self, opcode: Opcode, flags: SendFlags, len: u32) -> Option<u64> {
         // Bits 5..7 of the flags mean nothing here, as on the general path.
         let fm = self.fm_fast[usize::from(flags.0 & 0x1f)];
         if fm == FM_SLOW || len == 0 {
@@ -579,17 +714,22 @@ impl<M: Mmio> SendQueue<M> {
         {
             return None;
         }
-        Some((opcode, imm, raddr, fm))
+        Some(fm)
     }
 
-    /// Writes the fast path's WQE (one WQEBB: control, remote address if
-    /// any, one data segment) as work request `wr_num`. Everything is
-    /// checked: [`sge_fast`](Self::sge_fast) took it, the queue has room,
-    /// and one data segment fits (`fast_ops` is empty when `max_gs` is 0).
-    ///
-    /// The queue's fields are read into locals before the first store, so
-    /// the stores (volatile, to memory the compiler cannot tell apart from
-    /// `self`) do not force them to be read again.
+    /// The ring state the fast path needs, copied out of the queue.
+    #[inline(always)]
+    fn cursor(&self) -> Cursor {
+        Cursor {
+            buf: self.buf,
+            ctl: self.ctl,
+            ctrl_rdma: self.ctrl_rdma,
+            mask: self.mask,
+            cur: self.cur_post,
+        }
+    }
+
+    /// [`Cursor::write_sge`] on the queue's own state.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn write_sge(
@@ -598,64 +738,20 @@ impl<M: Mmio> SendQueue<M> {
         wr_id: u64,
         opcode: Opcode,
         imm: u32,
-        raddr: Option<(u64, u32)>,
+        raddr: RemoteAddr,
         fm: u64,
         sge: Sge,
     ) -> Built {
-        let (buf, ctl, cur) = (self.buf, self.ctl, self.cur_post);
-        let idx = cur & self.mask;
-        let start = (idx as usize) << 6;
-        let ds = if raddr.is_some() { 3 } else { 2 };
-        // The words of `wqe::ctrl_seg` (tested against it), built in
-        // memory order: `opmod_idx_opcode` from the counter and opcode,
-        // `qpn_ds` precomputed (`ds` 3, turned into 2 without a remote
-        // address).
-        let w0 = ((u32::from(cur as u16) << 8) | u32::from(opcode as u8)).to_be();
-        let qpn_ds = if raddr.is_some() {
-            self.ctrl_rdma
-        } else {
-            self.ctrl_rdma ^ u64::from(1u32).to_be()
-        };
-        // `w0` is the image of bytes 0..4, `qpn_ds` of the whole 8 with
-        // bytes 0..4 zero.
-        let ctrl0 = if cfg!(target_endian = "little") {
-            qpn_ds | u64::from(w0)
-        } else {
-            qpn_ds | u64::from(w0) << 32
-        };
-        let ctrl1 = fm | u64::from(imm).to_be();
-        self.cur_post = cur.wrapping_add(1);
-        // Segments first, the control segment last: the arguments are
-        // consumed early (fewer live registers); the device reads nothing
-        // before the doorbell.
-        if let Some((remote_addr, rkey)) = raddr {
-            let r = wqe::raddr_seg(remote_addr, rkey);
-            buf.w64(start + 16, r[0]);
-            buf.w64(start + 24, r[1]);
-        }
-        let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
-        let d = start + 16 * (ds as usize - 1);
-        buf.w64(d, data[0]);
-        buf.w64(d + 8, data[1]);
-        buf.w64(start, ctrl0);
-        buf.w64(start + 8, ctrl1);
-        let e = CTL_META + META_SQ_TABLE + SQ_ENTRY * idx as usize;
-        ctl.a64(e).store(wr_id, Ordering::Relaxed);
-        ctl.a32(e + SQ_ENTRY_HEAD).store(wr_num, Ordering::Relaxed);
-        Built {
-            ctrl0,
-            start,
-            ds,
-            inline: false,
-        }
+        let mut c = self.cursor();
+        let b = c.write_sge(wr_num, wr_id, opcode, imm, raddr, fm, sge);
+        self.cur_post = c.cur;
+        b
     }
 
     /// Validates and writes one work request with one SGE as work request
     /// `wr_num`: the fast path when it applies, else the general one with
     /// the same arguments (so every check and error is the same as for
     /// [`post`](Self::post)).
-    #[cold]
-    #[inline(never)]
     fn build_sge(
         &mut self,
         wr_num: u32,
@@ -673,19 +769,66 @@ impl<M: Mmio> SendQueue<M> {
         self.build_general(&wr, wr_num)
     }
 
-    /// [`post_sge`](Self::post_sge) for what its fast path does not take.
+    /// [`build_sge`](Self::build_sge) of a gather-list operation the fast
+    /// path did not take (or a full-looking queue), from [`pack_sgl`]'s
+    /// words.
+    ///
+    /// `extern "C"`: it cannot unwind (a panic aborts), so a batch calling
+    /// it needs no landing pad and stays in registers.
+    #[cold]
+    #[inline(never)]
+    #[allow(improper_ctypes_definitions)]
+    extern "C" fn build_sgl_cold(&mut self, wr_id: u64, w: &[u64; 5]) -> Result<Built, Error> {
+        let w = *w;
+        let (wr_num, op, flags, sge) = unpack_sgl(w);
+        self.build_sge(wr_num, wr_id, op, flags, sge)
+    }
+
+    /// [`post_sge`](Self::post_sge) of a gather-list operation its fast
+    /// path did not take.
+    #[cold]
+    #[inline(never)]
+    fn post_sgl_cold(&mut self, wr_id: u64, w: [u64; 5]) -> Result<(), Error> {
+        let b = self.build_sgl_cold(wr_id, &w)?;
+        self.ring(1, b);
+        Ok(())
+    }
+
+    /// [`post_sge`](Self::post_sge) of an operation without a fast path
+    /// (atomics, NOP).
     #[cold]
     #[inline(never)]
     fn post_sge_slow(
         &mut self,
         wr_id: u64,
-        op: SendOp,
+        op: &SendOp,
         flags: SendFlags,
-        sge: Sge,
+        sge: &Sge,
     ) -> Result<(), Error> {
-        let b = self.build_sge(self.head, wr_id, op, flags, sge)?;
+        let b = self.build_sge(self.head, wr_id, *op, flags, *sge)?;
         self.ring(1, b);
         Ok(())
+    }
+
+    /// [`ring`](Self::ring) out of line (a batch's doorbell).
+    ///
+    /// `last` is the last WQE's ring offset with bit 31 set if it carries
+    /// inline data; its first control word and size are read back from the
+    /// ring. `extern "C"`: it cannot unwind (a panic aborts), so a batch
+    /// needs no landing pad and stays in registers.
+    #[inline(never)]
+    extern "C" fn ring_batch(&mut self, n: u32, last: u32) {
+        let start = (last & 0x7fff_ffff) as usize & self.byte_mask;
+        let ctrl0 = self.buf.r64(start);
+        // `ds` is the low 6 bits of byte 7 of the control segment.
+        let ds = ctrl0.to_ne_bytes()[7] & 0x3f;
+        let b = Built {
+            ctrl0,
+            start: start as u32,
+            ds,
+            inline: last >> 31 != 0,
+        };
+        self.ring(n, b);
     }
 
     /// Writes the control segment and the bookkeeping of a built WQE.
@@ -718,8 +861,8 @@ impl<M: Mmio> SendQueue<M> {
         self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
         Built {
             ctrl0,
-            start,
-            ds,
+            start: start as u32,
+            ds: ds as u8,
             inline,
         }
     }
@@ -939,7 +1082,7 @@ impl<M: Mmio> SendQueue<M> {
         let bf = n == 1
             && (self.db.bf_always || (last.inline && self.db.blueflame))
             && last.ds > 1
-            && last.ds <= self.db.buf_size / 16;
+            && u32::from(last.ds) <= self.db.buf_size / 16;
         let head = self.head.wrapping_add(n);
         self.publish(head, self.cur_post, last, bf);
     }
@@ -965,7 +1108,7 @@ impl<M: Mmio> SendQueue<M> {
         barrier::mmio_wc_start();
         let db_off = self.db.cur();
         if bf {
-            self.bf_copy(db_off, last.start, last.ds);
+            self.bf_copy(db_off, last.start as usize, u32::from(last.ds));
         } else {
             self.db.mmio.write64(db_off, Be64::from_raw(last.ctrl0));
         }
@@ -1010,20 +1153,22 @@ impl<M: Mmio> SendQueue<M> {
         flags: SendFlags,
         sge: Sge,
     ) -> Result<(), Error> {
+        let Some((opcode, imm, raddr)) = sgl_op(op) else {
+            return self.post_sge_slow(wr_id, &op, flags, &sge);
+        };
         let head = self.head;
-        let fast = self.sge_fast(op, flags, sge.length);
-        if let (Some((opcode, imm, raddr, fm)), true) = (fast, head != self.full_at) {
-            {
-                // Read before the WQE stores (see `write_sge`). A WQE of at
-                // most 3 units always fits a BlueFlame half (`buf_size` is
-                // a non-zero multiple of 64), so only `bf_always` decides.
+        match self.sge_check(opcode, flags, sge.length) {
+            Some(fm) if head != self.full_at => {
                 let b = self.write_sge(head, wr_id, opcode, imm, raddr, fm, sge);
+                // A WQE of at most 3 units always fits a BlueFlame half
+                // (`buf_size` is a non-zero multiple of 64), so only
+                // `bf_always` decides.
                 let bf = self.db.bf_always;
                 self.publish(head.wrapping_add(1), self.cur_post, b, bf);
-                return Ok(());
+                Ok(())
             }
+            _ => self.post_sgl_cold(wr_id, pack_sgl(head, opcode, imm, raddr, flags, sge)),
         }
-        self.post_sge_slow(wr_id, op, flags, sge)
     }
 
     /// Posts an `IBV_WR_RDMA_WRITE` of one SGE to `remote_addr`/`rkey` and
@@ -1082,9 +1227,11 @@ impl<M: Mmio> SendQueue<M> {
     #[inline(always)]
     pub fn batch(&mut self) -> SendBatch<'_, M> {
         SendBatch {
+            c: self.cursor(),
             next: self.head,
+            full_at: self.full_at,
             sq: self,
-            last: Built::default(),
+            last: 0,
         }
     }
 
@@ -1148,23 +1295,42 @@ fn too_many_sges(got: usize, max: u32) -> Error {
 #[derive(Debug)]
 pub struct SendBatch<'q, M: Mmio> {
     sq: &'q mut SendQueue<M>,
+    /// The queue's ring state while pushing; `c.cur` is the queue's
+    /// `cur_post` (written back before anything else uses the queue).
+    c: Cursor,
     /// The number the next work request gets (`sq.head` + pushed).
     next: u32,
-    /// The last WQE written (meaningful when something was pushed).
-    last: Built,
+    /// The queue's `full_at`.
+    full_at: u32,
+    /// The last WQE written (meaningful when something was pushed): its
+    /// ring byte offset, and bit 31 set if it carries inline data. The
+    /// doorbell reads its first control word and size back from the ring.
+    last: u32,
 }
 
 impl<M: Mmio> SendBatch<'_, M> {
+    /// Runs `f` on the queue with the cursor written back, and takes the
+    /// cursor again afterwards (a general push or a tail refresh may have
+    /// moved it).
+    #[inline(always)]
+    fn with_sq<T>(&mut self, f: impl FnOnce(&mut SendQueue<M>, u32) -> T) -> T {
+        self.sq.cur_post = self.c.cur;
+        let r = f(self.sq, self.next);
+        self.c.cur = self.sq.cur_post;
+        self.full_at = self.sq.full_at;
+        r
+    }
+
     #[inline(always)]
     fn pushed(&mut self, b: Built) {
         self.next = self.next.wrapping_add(1);
-        self.last = b;
+        self.last = b.start | u32::from(b.inline) << 31;
     }
 
     /// Validates and writes one work request.
     #[inline(always)]
     pub fn push(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
-        let b = self.sq.build(wr, self.next)?;
+        let b = self.with_sq(|sq, next| sq.build(wr, next))?;
         self.pushed(b);
         Ok(())
     }
@@ -1179,12 +1345,20 @@ impl<M: Mmio> SendBatch<'_, M> {
         flags: SendFlags,
         sge: Sge,
     ) -> Result<(), Error> {
+        let Some((opcode, imm, raddr)) = sgl_op(op) else {
+            let b = self.with_sq(|sq, next| sq.build_sge(next, wr_id, op, flags, sge))?;
+            self.pushed(b);
+            return Ok(());
+        };
         let wr = self.next;
-        let b = match self.sq.sge_fast(op, flags, sge.length) {
-            Some((opcode, imm, raddr, fm)) if wr != self.sq.full_at => {
-                self.sq.write_sge(wr, wr_id, opcode, imm, raddr, fm, sge)
+        let b = match self.sq.sge_check(opcode, flags, sge.length) {
+            Some(fm) if wr != self.full_at => {
+                self.c.write_sge(wr, wr_id, opcode, imm, raddr, fm, sge)
             }
-            _ => self.sq.build_sge(wr, wr_id, op, flags, sge)?,
+            _ => {
+                let w = pack_sgl(wr, opcode, imm, raddr, flags, sge);
+                self.with_sq(|sq, _| sq.build_sgl_cold(wr_id, &w))?
+            }
         };
         self.pushed(b);
         Ok(())
@@ -1241,9 +1415,12 @@ impl<M: Mmio> SendBatch<'_, M> {
 
     #[inline(always)]
     fn flush(&mut self) {
+        // By value: the batch itself never escapes, so its fields stay in
+        // registers while work requests are pushed.
+        self.sq.cur_post = self.c.cur;
         let n = self.next.wrapping_sub(self.sq.head);
         if n != 0 {
-            self.sq.ring(n, self.last);
+            self.sq.ring_batch(n, self.last);
         }
     }
 }
