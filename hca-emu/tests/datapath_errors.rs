@@ -84,14 +84,17 @@ fn local_protection_error_and_flush_of_everything_behind() {
         &mut qa,
         &[
             Wr::new(op::SEND).flags(0).sge(src.addr, 8, src.key),
-            Wr::new(op::SEND).sge(src.addr, 8, src.key ^ 0x0100_0000),
+            Wr::new(op::SEND)
+                .flags(0)
+                .sge(src.addr, 8, src.key ^ 0x0100_0000),
             Wr::new(op::SEND).flags(0).sge(src.addr, 8, src.key),
             Wr::new(op::WRITE).sge(src.addr, 8, src.key).remote(0, 0),
         ],
     );
-    // The unsignaled first WQE succeeded silently; the second fails with
-    // local protection (unknown lkey); the rest are flushed, signaled or
-    // not; A's posted receive is flushed.
+    // The unsignaled first WQE succeeded silently; the second, unsignaled
+    // too, fails with local protection (unknown lkey) and still completes;
+    // the rest are flushed, signaled or not; A's posted receive is
+    // flushed.
     let c = a.wait(&mut ca, 4);
     c[0].err(syn::LOCAL_PROT);
     assert_eq!(c[0].wqe_counter, 1);
