@@ -1,0 +1,434 @@
+//! `hca info [-v]`: the device and its ports, with the fields and layout of
+//! rdma-core's `ibv_devinfo [-v]`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
+use hca_driver::{Guid, Hca, IbMtu, LinkLayer, PortInfo};
+use platform::Platform;
+use serde::Serialize;
+
+use crate::cmd::devattr::{self, Format};
+use crate::device::{DeviceDesc, HcaTask, OpenOptions, Selection, run_hca};
+use crate::error::{Result, ToolError};
+use crate::output::json;
+
+/// Arguments of `hca info`.
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// Also print the device's capability limits and each port's GIDs (as
+    /// `ibv_devinfo -v`).
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+/// `IBV_TRANSPORT_IB`: mlx5 devices report the InfiniBand transport on
+/// both link layers (RoCE is the IB transport over Ethernet).
+const TRANSPORT_IB: u8 = 0;
+
+/// One GID table entry.
+#[derive(Debug, Serialize)]
+pub struct GidEntry {
+    /// Index in the port's GID table.
+    pub index: u16,
+    /// The GID, `xxxx:xxxx:...` (8 groups).
+    pub gid: String,
+}
+
+/// One port, as `ibv_devinfo` shows it.
+#[derive(Debug, Serialize)]
+pub struct PortReport {
+    /// The port (1-based).
+    pub port: u8,
+    /// `PORT_ACTIVE`...
+    pub state: String,
+    /// `IBV_PORT_*` value.
+    pub state_num: u8,
+    /// Largest MTU in bytes (null: none fits).
+    pub max_mtu: Option<u32>,
+    /// Active MTU in bytes.
+    pub active_mtu: Option<u32>,
+    /// Subnet manager LID.
+    pub sm_lid: u16,
+    /// Port LID.
+    pub port_lid: u16,
+    /// LID mask control.
+    pub port_lmc: u8,
+    /// `InfiniBand` or `Ethernet`.
+    pub link_layer: String,
+    /// Speed in Mb/s when the link is up (from PTYS).
+    pub speed_mbps: Option<u32>,
+    /// MAC address (Ethernet port 1).
+    pub mac: Option<String>,
+    /// Largest message (`-v`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_msg_sz: Option<u64>,
+    /// Subnet manager SL (`-v`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sm_sl: Option<u8>,
+    /// P_Key table length (`-v`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pkey_tbl_len: Option<u64>,
+    /// GID table length (`-v`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gid_tbl_len: Option<u64>,
+    /// Subnet timeout (`-v`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subnet_timeout: Option<u8>,
+    /// Init type reply (`-v`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_type_reply: Option<u8>,
+    /// The GIDs that are set (`-v`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gids: Option<Vec<GidEntry>>,
+}
+
+/// The device, as `ibv_devinfo` shows it.
+#[derive(Debug, Serialize)]
+pub struct InfoReport {
+    /// The device's name (`hca_id`): its PCI address, or `emu`.
+    pub hca_id: String,
+    /// What the platform says it is.
+    pub device: String,
+    /// `InfiniBand`.
+    pub transport: &'static str,
+    /// Firmware version.
+    pub fw_ver: String,
+    /// Node GUID.
+    pub node_guid: String,
+    /// System image GUID.
+    pub sys_image_guid: String,
+    /// IEEE vendor id.
+    pub vendor_id: u32,
+    /// PCI device id.
+    pub vendor_part_id: u16,
+    /// PCI revision.
+    pub hw_ver: u8,
+    /// Board id (PSID).
+    pub board_id: String,
+    /// Number of ports.
+    pub phys_port_cnt: u8,
+    /// Capability limits by `ibv_device_attr` name (`-v`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `hca_core_clock` in kHz (`-v`; 0 when not reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hca_core_clock_khz: Option<u64>,
+    /// The attributes with their print formats (text output).
+    #[serde(skip)]
+    pub attr_list: Vec<devattr::Attr>,
+    /// The ports.
+    pub ports: Vec<PortReport>,
+}
+
+fn gid_str(g: &[u8; 16]) -> String {
+    g.chunks(2)
+        .map(|p| format!("{:02x}{:02x}", p[0], p[1]))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// libibverbs' test for an unset GID: the interface id (bytes 8..16) is 0.
+fn null_gid(g: &[u8; 16]) -> bool {
+    g[8..].iter().all(|&b| b == 0)
+}
+
+fn mtu_bytes(m: Option<IbMtu>) -> Option<u32> {
+    m.map(IbMtu::bytes)
+}
+
+struct Info {
+    verbose: bool,
+}
+
+impl HcaTask for Info {
+    type Output = InfoReport;
+
+    fn run<P: Platform>(self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<InfoReport> {
+        let info = hca.info();
+        let caps = hca.caps();
+        let ll = caps.link_layer();
+        let mut ports = Vec::new();
+        for p in &info.ports {
+            ports.push(port_report(hca, p, ll, self.verbose)?);
+        }
+        let attr_list = if self.verbose {
+            devattr::device_attrs(caps)
+        } else {
+            Vec::new()
+        };
+        let attributes = self.verbose.then(|| {
+            attr_list
+                .iter()
+                .map(|a| (a.name.to_string(), serde_json::Value::from(a.value)))
+                .collect()
+        });
+        Ok(InfoReport {
+            hca_id: dev.selection.hca_id().to_string(),
+            device: dev.describe.clone(),
+            transport: "InfiniBand",
+            fw_ver: info.fw_version.map(|v| v.to_string()).unwrap_or_default(),
+            node_guid: Guid(info.node_guid).to_string(),
+            sys_image_guid: Guid(info.sys_image_guid).to_string(),
+            vendor_id: info.ieee_vendor_id,
+            vendor_part_id: info.pci.device_id,
+            hw_ver: info.pci.revision,
+            board_id: info.board_id().to_string(),
+            phys_port_cnt: caps.num_ports(),
+            attributes,
+            attr_list,
+            hca_core_clock_khz: self.verbose.then(|| devattr::hca_core_clock_khz(caps)),
+            ports,
+        })
+    }
+}
+
+fn port_report<P: Platform>(
+    hca: &Hca<P>,
+    p: &PortInfo,
+    ll: LinkLayer,
+    verbose: bool,
+) -> Result<PortReport> {
+    let caps = hca.caps();
+    // InfiniBand: the subnet manager's view from the HCA vport context;
+    // on Ethernet these are all 0.
+    let ctx = if ll == LinkLayer::InfiniBand {
+        let q = QueryHcaVportContextIn::new()
+            .with(QueryHcaVportContextIn::port_num, p.port)
+            .map_err(|e| ToolError::driver("QUERY_HCA_VPORT_CONTEXT", e.into()))?;
+        let out: QueryHcaVportContextOut = hca.exec(&q).map_err(|e| {
+            ToolError::driver(format!("port {}: QUERY_HCA_VPORT_CONTEXT", p.port), e)
+        })?;
+        Some(out.get(QueryHcaVportContextOut::hca_vport_context))
+    } else {
+        None
+    };
+    let ctx_get = |f: fn(&HcaVportContext) -> u64| ctx.as_ref().map_or(0, f);
+    let mut r = PortReport {
+        port: p.port,
+        state: p.state.to_string(),
+        state_num: p.state as u8,
+        max_mtu: mtu_bytes(p.max_mtu),
+        active_mtu: mtu_bytes(p.active_mtu),
+        sm_lid: ctx_get(|c| u64::from(c.get(HcaVportContext::sm_lid))) as u16,
+        port_lid: p.lid,
+        port_lmc: ctx_get(|c| u64::from(c.get(HcaVportContext::lmc))) as u8,
+        link_layer: p.link_layer.to_string(),
+        speed_mbps: p.speed_mbps,
+        mac: p.mac.map(|m| {
+            m.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        }),
+        max_msg_sz: None,
+        sm_sl: None,
+        pkey_tbl_len: None,
+        gid_tbl_len: None,
+        subnet_timeout: None,
+        init_type_reply: None,
+        gids: None,
+    };
+    if verbose {
+        let gid_tbl_len = devattr::gid_tbl_len(caps);
+        r.max_msg_sz = Some(devattr::max_msg_sz(caps));
+        r.sm_sl = Some(ctx_get(|c| u64::from(c.get(HcaVportContext::sm_sl))) as u8);
+        r.pkey_tbl_len = Some(devattr::pkey_tbl_len(caps));
+        r.gid_tbl_len = Some(gid_tbl_len);
+        r.subnet_timeout =
+            Some(ctx_get(|c| u64::from(c.get(HcaVportContext::subnet_timeout))) as u8);
+        r.init_type_reply =
+            Some(ctx_get(|c| u64::from(c.get(HcaVportContext::init_type_reply))) as u8);
+        // VERBS-LAYER: ibv_query_gid; today hca-driver's query_gid (RoCE
+        // address table / HCA vport GID).
+        let mut gids = Vec::new();
+        for index in 0..gid_tbl_len.min(u64::from(u16::MAX)) as u16 {
+            let g = hca
+                .query_gid(p.port, index)
+                .map_err(|e| ToolError::driver(format!("port {}: GID {index}", p.port), e))?;
+            if !null_gid(&g) {
+                gids.push(GidEntry {
+                    index,
+                    gid: gid_str(&g),
+                });
+            }
+        }
+        r.gids = Some(gids);
+    }
+    Ok(r)
+}
+
+/// `name:` followed by tabs up to column `col` (tab stops every 8), as
+/// ibv_devinfo aligns its values; at least one tab.
+fn field(indent: usize, name: &str, col: usize) -> String {
+    let mut s = "\t".repeat(indent);
+    s.push_str(name);
+    s.push(':');
+    let mut at = indent * 8 + name.len() + 1;
+    loop {
+        s.push('\t');
+        at = (at / 8 + 1) * 8;
+        if at >= col {
+            break;
+        }
+    }
+    s
+}
+
+fn mtu_text(m: Option<u32>) -> String {
+    match m.and_then(IbMtu::fitting) {
+        Some(m) => m.to_string(),
+        None => "invalid MTU (0)".to_string(),
+    }
+}
+
+/// Writes the report in ibv_devinfo's layout.
+pub fn write_text(r: &InfoReport, out: &mut dyn Write) -> Result<()> {
+    const DEV: usize = 40;
+    const PORT: usize = 48;
+    writeln!(out, "hca_id:\t{}", r.hca_id)?;
+    writeln!(
+        out,
+        "{}{} ({TRANSPORT_IB})",
+        field(1, "transport", DEV),
+        r.transport
+    )?;
+    if !r.fw_ver.is_empty() {
+        writeln!(out, "{}{}", field(1, "fw_ver", DEV), r.fw_ver)?;
+    }
+    writeln!(out, "{}{}", field(1, "node_guid", DEV), r.node_guid)?;
+    writeln!(
+        out,
+        "{}{}",
+        field(1, "sys_image_guid", DEV),
+        r.sys_image_guid
+    )?;
+    writeln!(out, "{}{:#06x}", field(1, "vendor_id", DEV), r.vendor_id)?;
+    writeln!(
+        out,
+        "{}{}",
+        field(1, "vendor_part_id", DEV),
+        r.vendor_part_id
+    )?;
+    writeln!(out, "{}0x{:X}", field(1, "hw_ver", DEV), r.hw_ver)?;
+    if !r.board_id.is_empty() {
+        writeln!(out, "{}{}", field(1, "board_id", DEV), r.board_id)?;
+    }
+    writeln!(out, "{}{}", field(1, "phys_port_cnt", DEV), r.phys_port_cnt)?;
+    if r.attributes.is_some() {
+        for a in &r.attr_list {
+            let v = match a.format {
+                Format::Dec => a.value.to_string(),
+                Format::Hex => format!("{:#x}", a.value),
+                Format::Atomic => format!("{} ({})", devattr::atomic_cap_str(a.value), a.value),
+            };
+            writeln!(out, "{}{v}", field(1, a.name, DEV))?;
+        }
+        match r.hca_core_clock_khz {
+            Some(k) if k > 0 => writeln!(out, "{}{k}kHZ", field(1, "hca_core_clock", DEV))?,
+            _ => writeln!(out, "\tcore clock not supported")?,
+        }
+    }
+    for p in &r.ports {
+        writeln!(out, "\t\tport:\t{}", p.port)?;
+        writeln!(
+            out,
+            "{}{} ({})",
+            field(3, "state", PORT),
+            p.state,
+            p.state_num
+        )?;
+        writeln!(out, "{}{}", field(3, "max_mtu", PORT), mtu_text(p.max_mtu))?;
+        writeln!(
+            out,
+            "{}{}",
+            field(3, "active_mtu", PORT),
+            mtu_text(p.active_mtu)
+        )?;
+        writeln!(out, "{}{}", field(3, "sm_lid", PORT), p.sm_lid)?;
+        writeln!(out, "{}{}", field(3, "port_lid", PORT), p.port_lid)?;
+        writeln!(out, "{}0x{:02x}", field(3, "port_lmc", PORT), p.port_lmc)?;
+        writeln!(out, "{}{}", field(3, "link_layer", PORT), p.link_layer)?;
+        if let Some(v) = p.max_msg_sz {
+            writeln!(out, "{}{v:#x}", field(3, "max_msg_sz", PORT))?;
+        }
+        // VERBS-LAYER: port_cap_flags, port_cap_flags2, max_vl_num,
+        // bad_pkey_cntr, qkey_viol_cntr, active_width, active_speed and
+        // phys_state come with the verbs API's query_port.
+        if let Some(v) = p.sm_sl {
+            writeln!(out, "{}{v}", field(3, "sm_sl", PORT))?;
+        }
+        if let Some(v) = p.pkey_tbl_len {
+            writeln!(out, "{}{v}", field(3, "pkey_tbl_len", PORT))?;
+        }
+        if let Some(v) = p.gid_tbl_len {
+            writeln!(out, "{}{v}", field(3, "gid_tbl_len", PORT))?;
+        }
+        if let Some(v) = p.subnet_timeout {
+            writeln!(out, "{}{v}", field(3, "subnet_timeout", PORT))?;
+        }
+        if let Some(v) = p.init_type_reply {
+            writeln!(out, "{}{v}", field(3, "init_type_reply", PORT))?;
+        }
+        if let Some(gids) = &p.gids {
+            for g in gids {
+                writeln!(
+                    out,
+                    "{}{}",
+                    field(3, &format!("GID[{:3}]", g.index), PORT),
+                    g.gid
+                )?;
+            }
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// `hca info`.
+pub fn run(
+    a: &InfoArgs,
+    sel: &Selection,
+    open: &OpenOptions,
+    as_json: bool,
+    out: &mut dyn Write,
+) -> Result<ExitCode> {
+    let verbose = a.verbose;
+    let report = run_hca(sel, open, Info { verbose })?;
+    if as_json {
+        json(out, &report)?;
+    } else {
+        write_text(&report, out)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_align_like_ibv_devinfo() {
+        assert_eq!(field(1, "max_qp", 40), "\tmax_qp:\t\t\t\t");
+        assert_eq!(field(1, "max_qp_wr", 40), "\tmax_qp_wr:\t\t\t");
+        assert_eq!(field(1, "max_res_rd_atom", 40), "\tmax_res_rd_atom:\t\t");
+        assert_eq!(
+            field(1, "max_total_mcast_qp_attach", 40),
+            "\tmax_total_mcast_qp_attach:\t"
+        );
+        assert_eq!(field(1, "transport", 40), "\ttransport:\t\t\t");
+        assert_eq!(field(3, "state", 48), "\t\t\tstate:\t\t\t");
+        assert_eq!(field(3, "max_mtu", 48), "\t\t\tmax_mtu:\t\t");
+        assert_eq!(field(3, "port_lmc", 48), "\t\t\tport_lmc:\t\t");
+        assert_eq!(field(3, "GID[  0]", 48), "\t\t\tGID[  0]:\t\t");
+        assert!(null_gid(&[
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+        ]));
+        assert_eq!(
+            gid_str(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 1]),
+            "fe80:0000:0000:0000:0200:0000:0000:0001"
+        );
+    }
+}

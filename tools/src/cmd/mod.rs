@@ -1,0 +1,12 @@
+//! One module per subcommand. Each exposes its clap arguments and a `run`
+//! function writing into the output it is given; device commands go through
+//! [`crate::device`]. `pingpong` and `perf` (which need the verbs API) are
+//! added here the same way.
+
+pub mod bind;
+pub mod caps;
+pub mod devattr;
+pub mod health;
+pub mod info;
+pub mod list;
+pub mod trace;

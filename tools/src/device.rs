@@ -1,0 +1,312 @@
+//! Choosing and opening a device, shared by every command that needs one
+//! (info, caps, health, and later pingpong and perf).
+//!
+//! `-d <bdf>` opens a PCI function bound to vfio-pci through
+//! `platform::vfio`; no `-d` (or `-d emu`) builds the emulated ConnectX-4 of
+//! `hca-emu` and says so on stderr. A command implements [`HcaTask`] (runs
+//! on a brought-up [`Hca`]) or [`PlatformTask`] (runs on the bare platform,
+//! before or without bring-up), and [`run_hca`] / [`run_platform`] take care
+//! of opening, the command recorder (`--dump-commands`), progress on a
+//! terminal, and teardown.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+
+use firmware_cmds::Opcode;
+use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Hca};
+use hca_emu::{EmuConfig, EmuHca};
+use platform::Platform;
+use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
+
+use crate::error::{Result, ToolError};
+use crate::progress::{self, Progress};
+
+/// Which device a command runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    /// The built-in emulated ConnectX-4.
+    Emulator,
+    /// A PCI function (normalised `dddd:bb:dd.f`) bound to vfio-pci.
+    Vfio(String),
+}
+
+impl Selection {
+    /// From the `-d` option: none or `emu` is the emulator, anything else
+    /// must be a PCI address.
+    pub fn parse(device: Option<&str>) -> Result<Self> {
+        match device {
+            None => Ok(Selection::Emulator),
+            Some(d) if d.eq_ignore_ascii_case("emu") => Ok(Selection::Emulator),
+            Some(d) => Ok(Selection::Vfio(normalize_bdf(d)?)),
+        }
+    }
+
+    /// The `hca_id` this device is shown under: its PCI address, or `emu`.
+    pub fn hca_id(&self) -> &str {
+        match self {
+            Selection::Emulator => "emu",
+            Selection::Vfio(bdf) => bdf,
+        }
+    }
+}
+
+/// Options every device-opening command shares.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Record the driver's command traffic in Linux's hexdump form here.
+    pub dump_commands: Option<PathBuf>,
+    /// The sysfs root (`/sys`).
+    pub sysfs_root: Option<PathBuf>,
+}
+
+/// What a command knows about the device it runs on.
+#[derive(Clone, Debug)]
+pub struct DeviceDesc {
+    /// The selection.
+    pub selection: Selection,
+    /// The platform's description (`vfio 0000:02:00.0 (ConnectX-4)`,
+    /// `emulated ConnectX-4`).
+    pub describe: String,
+}
+
+/// A command that runs on a brought-up device.
+pub trait HcaTask {
+    /// What it returns.
+    type Output;
+    /// Runs on `hca`.
+    fn run<P: Platform>(self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<Self::Output>;
+}
+
+/// A command that runs on the platform alone (BAR0 registers), without
+/// bringing the device up.
+pub trait PlatformTask {
+    /// What it returns.
+    type Output;
+    /// Runs on `platform`.
+    fn run<P: Platform>(self, platform: &P, dev: &DeviceDesc) -> Result<Self::Output>;
+}
+
+/// A `fmt::Write` into a buffered file that keeps the first I/O error.
+struct FileSink {
+    w: BufWriter<File>,
+    error: Option<std::io::Error>,
+}
+
+impl std::fmt::Write for FileSink {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.error.is_some() {
+            return Err(std::fmt::Error);
+        }
+        self.w.write_all(s.as_bytes()).map_err(|e| {
+            self.error = Some(e);
+            std::fmt::Error
+        })
+    }
+}
+
+/// The tool's command recorder: counts commands for the progress line and
+/// writes the hexdump of each into the `--dump-commands` file.
+pub struct ToolRecorder {
+    commands: AtomicU32,
+    last_opcode: AtomicU16,
+    dump: Option<(PathBuf, DumpRecorder<FileSink>)>,
+    /// The progress line to update, if any.
+    status: Mutex<Option<progress::Status>>,
+}
+
+impl ToolRecorder {
+    /// A recorder that lives for the rest of the process (the driver wants
+    /// a `'static` recorder; the tool makes one per run).
+    fn leak(dump_to: Option<&Path>) -> Result<&'static ToolRecorder> {
+        let dump = match dump_to {
+            Some(path) => {
+                let f = File::create(path).map_err(|source| ToolError::File {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                let sink = FileSink {
+                    w: BufWriter::new(f),
+                    error: None,
+                };
+                Some((path.to_path_buf(), DumpRecorder::new(sink)))
+            }
+            None => None,
+        };
+        Ok(Box::leak(Box::new(ToolRecorder {
+            commands: AtomicU32::new(0),
+            last_opcode: AtomicU16::new(0),
+            dump,
+            status: Mutex::new(None),
+        })))
+    }
+
+    fn set_status(&self, s: Option<progress::Status>) {
+        if let Ok(mut g) = self.status.lock() {
+            *g = s;
+        }
+    }
+
+    /// Flushes the dump file; reports the first write error.
+    fn finish(&self) -> Result<()> {
+        let Some((path, rec)) = &self.dump else {
+            return Ok(());
+        };
+        rec.with(|sink| {
+            let r = match sink.error.take() {
+                Some(e) => Err(e),
+                None => sink.w.flush(),
+            };
+            r.map_err(|source| ToolError::File {
+                path: path.clone(),
+                source,
+            })
+        })
+    }
+}
+
+impl CommandRecorder for ToolRecorder {
+    fn record(&self, exchange: &Exchange<'_>) {
+        let n = self.commands.fetch_add(1, Ordering::Relaxed) + 1;
+        self.last_opcode.store(exchange.opcode.0, Ordering::Relaxed);
+        if let Some((_, rec)) = &self.dump {
+            rec.record(exchange);
+        }
+        if let Ok(g) = self.status.lock() {
+            if let Some(s) = g.as_ref() {
+                let mut text = String::new();
+                let op = Opcode(self.last_opcode.load(Ordering::Relaxed));
+                let _ = write!(text, "{n} commands, last {op}");
+                progress::set(s, text);
+            }
+        }
+    }
+}
+
+/// Builds the emulated ConnectX-4 and says so on stderr.
+fn emulator() -> EmuHca {
+    eprintln!(
+        "hca: no device given (-d <bdf>): using the emulated ConnectX-4 (hca-emu, firmware 14.12.1220)"
+    );
+    EmuHca::new(EmuConfig::default())
+}
+
+fn vfio_options(opts: &OpenOptions) -> VfioOptions {
+    let o = VfioOptions::default();
+    match &opts.sysfs_root {
+        Some(root) => o.sysfs_root(root.clone()),
+        None => o,
+    }
+}
+
+/// Opens the selected device, brings it up, runs `task`, tears it down.
+pub fn run_hca<T: HcaTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Result<T::Output> {
+    let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
+    let r = match sel {
+        Selection::Emulator => {
+            let emu = emulator();
+            bring_up_and_run(emu.platform(), sel, recorder, task)
+        }
+        Selection::Vfio(bdf) => {
+            let p = VfioPlatform::open(bdf, vfio_options(opts))?;
+            bring_up_and_run(p, sel, recorder, task)
+        }
+    };
+    let flushed = recorder.finish();
+    let out = r?;
+    flushed?;
+    Ok(out)
+}
+
+fn bring_up_and_run<P: Platform, T: HcaTask>(
+    platform: P,
+    sel: &Selection,
+    recorder: &'static ToolRecorder,
+    task: T,
+) -> Result<T::Output> {
+    let dev = DeviceDesc {
+        selection: sel.clone(),
+        describe: platform.describe().to_string(),
+    };
+    let cfg = Config {
+        recorder: Some(recorder),
+        ..Config::default()
+    };
+    let hca = {
+        let progress = Progress::start(&format!("bringing up {}", dev.describe));
+        recorder.set_status(Some(progress.status()));
+        let r = Hca::open(platform, cfg);
+        recorder.set_status(None);
+        drop(progress);
+        r.map_err(|f| ToolError::BringUp {
+            device: dev.describe.clone(),
+            source: f.error,
+        })?
+    };
+    log::info!("{}: {}", dev.describe, hca.bring_up_report());
+    let result = task.run(&hca, &dev);
+    let closed = hca.close();
+    match (result, closed) {
+        (Ok(out), Ok(_)) => Ok(out),
+        (Ok(_), Err(f)) => Err(ToolError::Teardown {
+            device: dev.describe,
+            source: f.error,
+        }),
+        (Err(e), Ok(_)) => Err(e),
+        (Err(e), Err(f)) => {
+            log::error!("teardown of {} failed too: {}", dev.describe, f.error);
+            Err(e)
+        }
+    }
+}
+
+/// Opens the selected device's platform only (no bring-up, no DMA) and
+/// runs `task` on it.
+pub fn run_platform<T: PlatformTask>(
+    sel: &Selection,
+    opts: &OpenOptions,
+    task: T,
+) -> Result<T::Output> {
+    match sel {
+        Selection::Emulator => {
+            let emu = emulator();
+            let p = emu.platform();
+            let dev = DeviceDesc {
+                selection: sel.clone(),
+                describe: p.describe().to_string(),
+            };
+            task.run(&p, &dev)
+        }
+        Selection::Vfio(bdf) => {
+            // Memory space on, bus master off: only registers are read.
+            let o = vfio_options(opts).bus_master(false).planned_dma_bytes(0);
+            let p = VfioPlatform::open(bdf, o)?;
+            p.set_command(platform::pci::COMMAND_MEMORY, 0)?;
+            let dev = DeviceDesc {
+                selection: sel.clone(),
+                describe: p.describe().to_string(),
+            };
+            task.run(&p, &dev)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selections() {
+        assert_eq!(Selection::parse(None).unwrap(), Selection::Emulator);
+        assert_eq!(Selection::parse(Some("EMU")).unwrap(), Selection::Emulator);
+        assert_eq!(
+            Selection::parse(Some("02:00.0")).unwrap(),
+            Selection::Vfio("0000:02:00.0".into())
+        );
+        let e = Selection::parse(Some("nonsense")).unwrap_err();
+        assert!(e.to_string().contains("not a PCI address"), "{e}");
+    }
+}
