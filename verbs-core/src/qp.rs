@@ -450,6 +450,22 @@ impl Cursor {
         let idx = cur & self.mask;
         let start = (idx as usize) << 6;
         let ds = if raddr.is_some() { 3 } else { 2 };
+        self.cur = cur.wrapping_add(1);
+        // Bookkeeping and segments first, the control segment last: the
+        // arguments are consumed early (fewer live registers); the device
+        // reads nothing before the doorbell.
+        let e = CTL_META + META_SQ_TABLE + SQ_ENTRY * idx as usize;
+        ctl.a64(e).store(wr_id, Ordering::Relaxed);
+        ctl.a32(e + SQ_ENTRY_HEAD).store(wr_num, Ordering::Relaxed);
+        if let Some((remote_addr, rkey)) = raddr {
+            let r = wqe::raddr_seg(remote_addr, rkey);
+            buf.w64(start + 16, r[0]);
+            buf.w64(start + 24, r[1]);
+        }
+        let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
+        let d = start + 16 * (ds as usize - 1);
+        buf.w64(d, data[0]);
+        buf.w64(d + 8, data[1]);
         // The words of `wqe::ctrl_seg` (tested against it), built in
         // memory order: `opmod_idx_opcode` from the counter and opcode,
         // `qpn_ds` precomputed (`ds` 3, turned into 2 without a remote
@@ -467,25 +483,8 @@ impl Cursor {
         } else {
             qpn_ds | u64::from(w0) << 32
         };
-        let ctrl1 = fm | u64::from(imm).to_be();
-        self.cur = cur.wrapping_add(1);
-        // Segments first, the control segment last: the arguments are
-        // consumed early (fewer live registers); the device reads nothing
-        // before the doorbell.
-        if let Some((remote_addr, rkey)) = raddr {
-            let r = wqe::raddr_seg(remote_addr, rkey);
-            buf.w64(start + 16, r[0]);
-            buf.w64(start + 24, r[1]);
-        }
-        let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
-        let d = start + 16 * (ds as usize - 1);
-        buf.w64(d, data[0]);
-        buf.w64(d + 8, data[1]);
         buf.w64(start, ctrl0);
-        buf.w64(start + 8, ctrl1);
-        let e = CTL_META + META_SQ_TABLE + SQ_ENTRY * idx as usize;
-        ctl.a64(e).store(wr_id, Ordering::Relaxed);
-        ctl.a32(e + SQ_ENTRY_HEAD).store(wr_num, Ordering::Relaxed);
+        buf.w64(start + 8, fm | u64::from(imm).to_be());
         Built {
             ctrl0,
             start: start as u32,
@@ -704,7 +703,7 @@ impl<M: Mmio> SendQueue<M> {
     #[inline(always)]
     fn sge_check(&self, opcode: Opcode, flags: SendFlags, len: u32) -> Option<u64> {
         // Bits 5..7 of the flags mean nothing here, as on the general path.
-        let fm = self.fm_fast[usize::from(flags.0 & 0x1f)];
+        let fm = self.fm_fast[(flags.0 as usize) & 0x1f];
         if fm == FM_SLOW || len == 0 {
             return None;
         }
@@ -784,6 +783,15 @@ impl<M: Mmio> SendQueue<M> {
         self.build_sge(wr_num, wr_id, op, flags, sge)
     }
 
+    /// [`build_sgl_cold`](Self::build_sgl_cold) when the queue looks full
+    /// (a separate function, so the fast path's checks stay branches).
+    #[cold]
+    #[inline(never)]
+    #[allow(improper_ctypes_definitions)]
+    extern "C" fn build_sgl_full(&mut self, wr_id: u64, w: &[u64; 5]) -> Result<Built, Error> {
+        self.build_sgl_cold(wr_id, w)
+    }
+
     /// [`post_sge`](Self::post_sge) of a gather-list operation its fast
     /// path did not take.
     #[cold]
@@ -792,6 +800,14 @@ impl<M: Mmio> SendQueue<M> {
         let b = self.build_sgl_cold(wr_id, &w)?;
         self.ring(1, b);
         Ok(())
+    }
+
+    /// [`post_sgl_cold`](Self::post_sgl_cold) when the queue looks full
+    /// (a separate function, so the fast path's checks stay branches).
+    #[cold]
+    #[inline(never)]
+    fn post_sgl_full(&mut self, wr_id: u64, w: [u64; 5]) -> Result<(), Error> {
+        self.post_sgl_cold(wr_id, w)
     }
 
     /// [`post_sge`](Self::post_sge) of an operation without a fast path
@@ -1157,18 +1173,20 @@ impl<M: Mmio> SendQueue<M> {
             return self.post_sge_slow(wr_id, &op, flags, &sge);
         };
         let head = self.head;
-        match self.sge_check(opcode, flags, sge.length) {
-            Some(fm) if head != self.full_at => {
-                let b = self.write_sge(head, wr_id, opcode, imm, raddr, fm, sge);
-                // A WQE of at most 3 units always fits a BlueFlame half
-                // (`buf_size` is a non-zero multiple of 64), so only
-                // `bf_always` decides.
-                let bf = self.db.bf_always;
-                self.publish(head.wrapping_add(1), self.cur_post, b, bf);
-                Ok(())
-            }
-            _ => self.post_sgl_cold(wr_id, pack_sgl(head, opcode, imm, raddr, flags, sge)),
+        // Each check leaves to its own cold call, which keeps them plain
+        // branches.
+        if head == self.full_at {
+            return self.post_sgl_full(wr_id, pack_sgl(head, opcode, imm, raddr, flags, sge));
         }
+        let Some(fm) = self.sge_check(opcode, flags, sge.length) else {
+            return self.post_sgl_cold(wr_id, pack_sgl(head, opcode, imm, raddr, flags, sge));
+        };
+        let b = self.write_sge(head, wr_id, opcode, imm, raddr, fm, sge);
+        // A WQE of at most 3 units always fits a BlueFlame half (`buf_size`
+        // is a non-zero multiple of 64), so only `bf_always` decides.
+        let bf = self.db.bf_always;
+        self.publish(head.wrapping_add(1), self.cur_post, b, bf);
+        Ok(())
     }
 
     /// Posts an `IBV_WR_RDMA_WRITE` of one SGE to `remote_addr`/`rkey` and
@@ -1351,15 +1369,21 @@ impl<M: Mmio> SendBatch<'_, M> {
             return Ok(());
         };
         let wr = self.next;
-        let b = match self.sq.sge_check(opcode, flags, sge.length) {
-            Some(fm) if wr != self.full_at => {
-                self.c.write_sge(wr, wr_id, opcode, imm, raddr, fm, sge)
-            }
-            _ => {
-                let w = pack_sgl(wr, opcode, imm, raddr, flags, sge);
-                self.with_sq(|sq, _| sq.build_sgl_cold(wr_id, &w))?
-            }
+        // Each check leaves to its own cold call, which keeps them plain
+        // branches.
+        if wr == self.full_at {
+            let w = pack_sgl(wr, opcode, imm, raddr, flags, sge);
+            let b = self.with_sq(|sq, _| sq.build_sgl_full(wr_id, &w))?;
+            self.pushed(b);
+            return Ok(());
+        }
+        let Some(fm) = self.sq.sge_check(opcode, flags, sge.length) else {
+            let w = pack_sgl(wr, opcode, imm, raddr, flags, sge);
+            let b = self.with_sq(|sq, _| sq.build_sgl_cold(wr_id, &w))?;
+            self.pushed(b);
+            return Ok(());
         };
+        let b = self.c.write_sge(wr, wr_id, opcode, imm, raddr, fm, sge);
         self.pushed(b);
         Ok(())
     }
