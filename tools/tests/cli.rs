@@ -384,6 +384,24 @@ fn trace_refuses_what_is_not_a_trace() {
 }
 
 #[test]
+fn trace_reads_standard_input() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["trace", "-", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = std::fs::read(trace_file()).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &text));
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 42);
+}
+
+#[test]
 fn a_closed_pipe_ends_quietly() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
         .args(["trace", &trace_path(), "--json"])

@@ -22,6 +22,7 @@ use crate::decode::{self, Fields, Node, TextStyle};
 use crate::device::{DeviceDesc, OpenOptions, PlatformTask, Selection, run_platform};
 use crate::error::Result;
 use crate::output::json;
+use crate::progress::Progress;
 
 /// Exit code when the device is unhealthy (gone, fatal syndrome, stalled
 /// firmware); the report is printed all the same.
@@ -103,7 +104,13 @@ fn read_health<P: Platform, M: Mmio>(
     let counter =
         |b: &M| HealthCounter::from_bits(b.read32(HEALTH_COUNTER_OFFSET)).health_counter();
     let c0 = counter(bar);
-    p.delay(interval);
+    {
+        let _progress = Progress::start(&format!(
+            "reading the health counter again in {} ms",
+            interval.as_millis()
+        ));
+        p.delay(interval);
+    }
     let fw_rev = bar.read32(FW_REV_OFFSET).get();
     let sub = bar.read32(CMDIF_REV_FW_SUB_OFFSET).get();
     let fw = FwVersion::from_words(fw_rev, sub);

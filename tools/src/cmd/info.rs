@@ -110,17 +110,28 @@ pub struct InfoReport {
     pub board_id: String,
     /// Number of ports.
     pub phys_port_cnt: u8,
-    /// Capability limits by `ibv_device_attr` name (`-v`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub attributes: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Capability limits by `ibv_device_attr` name (`-v`), in
+    /// `ibv_devinfo -v` order.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_attrs")]
+    pub attributes: Option<Vec<devattr::Attr>>,
     /// `hca_core_clock` in kHz (`-v`; 0 when not reported).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hca_core_clock_khz: Option<u64>,
-    /// The attributes with their print formats (text output).
-    #[serde(skip)]
-    pub attr_list: Vec<devattr::Attr>,
     /// The ports.
     pub ports: Vec<PortReport>,
+}
+
+fn ser_attrs<S: serde::Serializer>(
+    attrs: &Option<Vec<devattr::Attr>>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let attrs = attrs.as_deref().unwrap_or_default();
+    let mut m = s.serialize_map(Some(attrs.len()))?;
+    for a in attrs {
+        m.serialize_entry(a.name, &a.value)?;
+    }
+    m.end()
 }
 
 fn gid_str(g: &[u8; 16]) -> String {
@@ -154,17 +165,7 @@ impl HcaTask for Info {
         for p in &info.ports {
             ports.push(port_report(hca, p, ll, self.verbose)?);
         }
-        let attr_list = if self.verbose {
-            devattr::device_attrs(caps)
-        } else {
-            Vec::new()
-        };
-        let attributes = self.verbose.then(|| {
-            attr_list
-                .iter()
-                .map(|a| (a.name.to_string(), serde_json::Value::from(a.value)))
-                .collect()
-        });
+        let attributes = self.verbose.then(|| devattr::device_attrs(caps));
         Ok(InfoReport {
             hca_id: dev.selection.hca_id().to_string(),
             device: dev.describe.clone(),
@@ -178,7 +179,6 @@ impl HcaTask for Info {
             board_id: info.board_id().to_string(),
             phys_port_cnt: caps.num_ports(),
             attributes,
-            attr_list,
             hca_core_clock_khz: self.verbose.then(|| devattr::hca_core_clock_khz(caps)),
             ports,
         })
@@ -317,8 +317,8 @@ pub fn write_text(r: &InfoReport, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "{}{}", field(1, "board_id", DEV), r.board_id)?;
     }
     writeln!(out, "{}{}", field(1, "phys_port_cnt", DEV), r.phys_port_cnt)?;
-    if r.attributes.is_some() {
-        for a in &r.attr_list {
+    if let Some(attrs) = &r.attributes {
+        for a in attrs {
             let v = match a.format {
                 Format::Dec => a.value.to_string(),
                 Format::Hex => format!("{:#x}", a.value),

@@ -25,7 +25,7 @@ const MAX_TRACE_BYTES: u64 = 1 << 30;
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     /// The dump (a kernel log with mlx5_core command dumps, or a file
-    /// written with --dump-commands).
+    /// written with --dump-commands); `-` reads standard input.
     file: PathBuf,
     /// Also print fields that are zero (text output; JSON has every field).
     #[arg(long)]
@@ -190,15 +190,20 @@ pub fn load(path: &Path, check_signatures: bool) -> Result<Vec<TraceCommand>> {
         path: path.to_path_buf(),
         source,
     };
-    let f = std::fs::File::open(path).map_err(file_err)?;
-    let meta = f.metadata().map_err(file_err)?;
-    if meta.is_dir() {
-        return Err(file_err(std::io::Error::other(
-            "is a directory, not a trace file",
-        )));
-    }
+    let reader: Box<dyn Read> = if path == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(path).map_err(file_err)?;
+        if f.metadata().map_err(file_err)?.is_dir() {
+            return Err(file_err(std::io::Error::other(
+                "is a directory, not a trace file",
+            )));
+        }
+        Box::new(f)
+    };
     let mut bytes = Vec::new();
-    f.take(MAX_TRACE_BYTES + 1)
+    reader
+        .take(MAX_TRACE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(file_err)?;
     if bytes.len() as u64 > MAX_TRACE_BYTES {
