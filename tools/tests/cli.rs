@@ -124,6 +124,7 @@ fn info_verbose_adds_capability_limits() {
         "\tpage_size_cap:\t\t\t0xfffffffffffff000\n",
         "\t\t\tgid_tbl_len:\t\t256\n",
         "\t\t\tmax_msg_sz:\t\t0x40000000\n",
+        "\t\t\tpkey_tbl_len:\t\t1\n",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }

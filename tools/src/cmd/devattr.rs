@@ -194,9 +194,13 @@ pub fn gid_tbl_len(caps: &Caps) -> u64 {
     }
 }
 
-/// `pkey_tbl_len` of a port.
+/// `pkey_tbl_len` of a port: the P_Key table on InfiniBand; one entry
+/// (the default P_Key) on Ethernet, where RoCE has no P_Key table.
 pub fn pkey_tbl_len(caps: &Caps) -> u64 {
-    128u64 << caps.general().get(CmdHcaCap::pkey_table_size).min(16)
+    match caps.link_layer() {
+        LinkLayer::Ethernet => 1,
+        LinkLayer::InfiniBand => 128u64 << caps.general().get(CmdHcaCap::pkey_table_size).min(16),
+    }
 }
 
 #[cfg(test)]
