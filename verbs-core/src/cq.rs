@@ -553,6 +553,18 @@ impl<M: Mmio> Cq<M> {
         queues: &R,
         wc: &mut [W],
     ) -> Result<usize, Error> {
+        if let [w] = wc {
+            // One slot: `poll_one` is the same without the run machinery
+            // (the doorbell record already holds the consumer index when
+            // nothing is consumed).
+            return Ok(match self.poll_one(queues)? {
+                Some(c) => {
+                    w.set(c);
+                    1
+                }
+                None => 0,
+            });
+        }
         let mut n = 0;
         let mut result = Ok(());
         while n < wc.len() {
@@ -801,6 +813,18 @@ impl<M: Mmio> Cq<M> {
         queues: &R,
         wc: &mut [Completion],
     ) -> Result<usize, Error> {
+        if let [w] = wc {
+            // One slot: `poll_one` is the same without the run machinery
+            // (the doorbell record already holds the consumer index when
+            // nothing is consumed).
+            return Ok(match self.poll_one(queues)? {
+                Some(c) => {
+                    w.set(c);
+                    1
+                }
+                None => 0,
+            });
+        }
         let mut n = 0;
         let mut result = Ok(());
         while n < wc.len() {
