@@ -297,3 +297,70 @@ pub fn run(a: &TraceArgs, as_json: bool, out: &mut dyn Write) -> Result<ExitCode
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use firmware_cmds::cmdq::CmdQueueEntry;
+    use firmware_cmds::trace::{parse, write_exchange};
+
+    /// A CREATE_QP that failed with bad parameter, and a command the
+    /// registry does not declare.
+    fn trace() -> String {
+        let mut s = String::new();
+        for (op, token) in [(0x0500u16, 1u8), (0x0a00, 2)] {
+            let mut inline = [0u8; 16];
+            inline[..2].copy_from_slice(&op.to_be_bytes());
+            let e = CmdQueueEntry::build(&inline, 16, 0, 16, 0, token).unwrap();
+            let mut out = e.clone();
+            let mut answer = [0u8; 16];
+            answer[0] = 0x03;
+            answer[4..8].copy_from_slice(&0x0012_3456u32.to_be_bytes());
+            out.set(CmdQueueEntry::command_output_inline_data, answer)
+                .unwrap()
+                .set(CmdQueueEntry::ownership, false)
+                .unwrap();
+            write_exchange(&mut s, &e, &[], &out, &[]).unwrap();
+        }
+        s
+    }
+
+    #[test]
+    fn failures_and_undeclared_commands_decode() {
+        let cmds = parse(&trace()).unwrap();
+        let d = decode_command(1, &cmds[0]);
+        assert_eq!(d.opcode_name, Some("CREATE_QP"));
+        assert_eq!((d.status, d.syndrome), (Some(3), Some(0x12_3456)));
+        assert_eq!(d.status_name, Some("bad parameter"));
+        assert_eq!(d.input_layout, Some("create_qp_in"));
+        assert!(d.input_complete);
+        let mut text = Vec::new();
+        let style = TextStyle {
+            zeros: false,
+            max_elements: 4,
+        };
+        write_text(&d, style, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.starts_with(
+                "#1 CREATE_QP(0x500) op_mod(0x0): status bad parameter(0x3), syndrome 0x123456"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  input (create_qp_in, 16 bytes):\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    syndrome: 1193046 (0x123456)\n"),
+            "{text}"
+        );
+
+        let u = decode_command(2, &cmds[1]);
+        assert_eq!(u.input_layout, None);
+        assert_eq!(u.status, Some(3));
+        let v = serde_json::to_value(&u).unwrap();
+        assert_eq!(v["input"]["opcode"], 0xa00);
+        assert_eq!(v["output"]["syndrome"], 0x12_3456);
+    }
+}
