@@ -35,7 +35,7 @@
 //! the first WQEBB of an outstanding WQE, a receive one an outstanding
 //! receive; an SRQ counter is inside the SRQ and names a posted WQE; a
 //! receive `byte_cnt` does not exceed what the WQE posted. A bad CQE gives a
-//! typed [`Error`](crate::Error) and changes nothing but the consumer index.
+//! typed [`Error`] and changes nothing but the consumer index.
 
 use core::sync::atomic::Ordering;
 
