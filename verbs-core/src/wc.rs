@@ -328,11 +328,12 @@ impl Completion {
         byte_len as u64 | (raw_sop_drop_qpn as u64) << 32
     }
 
-    /// Whether the opcode is a receive one (`IBV_WC_RECV` and on), whose
-    /// completions carry the receive fields.
+    /// Whether the opcode is a receive one (`IBV_WC_RECV`,
+    /// `IBV_WC_RECV_RDMA_WITH_IMM`), whose completions carry the receive
+    /// fields.
     #[inline(always)]
     fn is_recv(&self) -> bool {
-        self.w2 & 0x80 != 0
+        is_recv_opcode(self.w2 as u8)
     }
 
     /// The words with what is not stored for this completion zeroed.
@@ -493,7 +494,7 @@ impl From<&WorkCompletion> for Completion {
     /// receive fields are kept only for receive opcodes.
     #[inline]
     fn from(w: &WorkCompletion) -> Self {
-        let recv = (w.opcode as u8) & 0x80 != 0;
+        let recv = is_recv_opcode(w.opcode as u8);
         let dlid = if recv { w.dlid_path_bits } else { 0 };
         // The CQE's dword: byte 0 (the WQE opcode there) carries
         // dlid_path_bits, bytes 1..4 the QPN.
@@ -516,6 +517,13 @@ impl From<&WorkCompletion> for Completion {
             },
         }
     }
+}
+
+/// `IBV_WC_RECV` or `IBV_WC_RECV_RDMA_WITH_IMM` (not the NOP opcode,
+/// which also has bit 7 set).
+#[inline(always)]
+const fn is_recv_opcode(op: u8) -> bool {
+    op == WcOpcode::Recv as u8 || op == WcOpcode::RecvRdmaWithImm as u8
 }
 
 /// Where [`Cq::poll`](crate::Cq::poll) can write completions: a
@@ -607,5 +615,39 @@ mod tests {
             ..w
         };
         assert_eq!(Completion::from(&inv).invalidated_rkey(), Some(0x1122_3344));
+    }
+
+    #[test]
+    fn requester_completions_show_no_stale_receive_fields() {
+        // A slot that held a receive completion, overwritten by the fast
+        // path's three words for requester completions (NOP has bit 7 of
+        // its opcode set too).
+        let recv = WorkCompletion {
+            wr_id: 1,
+            src_qp: 0x12_3456,
+            sl: 3,
+            slid: 0x99,
+            pkey_index: 2,
+            dlid_path_bits: 5,
+            opcode: WcOpcode::Recv,
+            ..WorkCompletion::default()
+        };
+        for op in [WcOpcode::Nop, WcOpcode::RdmaWrite, WcOpcode::Send] {
+            let mut c = Completion::from(&recv);
+            assert_eq!(c.src_qp(), 0x12_3456);
+            let qpn_raw = 0x00ab_cdefu32.to_be() | u32::from_ne_bytes([0x0a, 0, 0, 0]);
+            c.set_requester(7, Completion::word1_raw(0, qpn_raw), op as u64);
+            let w = WorkCompletion::from(c);
+            assert_eq!(
+                w,
+                WorkCompletion {
+                    wr_id: 7,
+                    qp_num: 0xab_cdef,
+                    opcode: op,
+                    ..WorkCompletion::default()
+                }
+            );
+            assert_eq!(c, Completion::from(&w));
+        }
     }
 }
