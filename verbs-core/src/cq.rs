@@ -369,6 +369,16 @@ impl Run {
     /// WQE is not outstanding as the head was last read.
     #[inline(always)]
     fn take(&mut self, buf: Ptr, p: usize, t: u64) -> Option<[u64; 3]> {
+        // (The order of the checks does not matter: a CQE that fails one
+        // goes to the general path, which reports the error.)
+        // `(wqe_counter & mask) * SQ_ENTRY` straight from the big-endian
+        // 8 bytes: wqe_counter is their bits 31:16.
+        let e = META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & self.mask16);
+        let wqe_head = self.meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
+        let u = self.last.wrapping_sub(wqe_head);
+        if u >= self.room {
+            return None;
+        }
         let sop = (u32::from_be(raw_sop_qpn(t)) >> 24) as usize;
         let ent = REQ_TABLE[sop];
         // The QPN is checked: word 1 takes the CQE's dword as it is.
@@ -384,14 +394,6 @@ impl Run {
                 u64::from(u32::from_be(buf.r32(p + cqe_offset::BYTE_CNT)))
             };
             w2 &= 0xffff;
-        }
-        // `(wqe_counter & mask) * SQ_ENTRY` straight from the big-endian
-        // 8 bytes: wqe_counter is their bits 31:16.
-        let e = META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & self.mask16);
-        let wqe_head = self.meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
-        let u = self.last.wrapping_sub(wqe_head);
-        if u >= self.room {
-            return None;
         }
         let wr_id = self.meta.a64(e).load(Ordering::Relaxed);
         self.room = u;
@@ -759,6 +761,10 @@ impl<M: Mmio> Cq<M> {
         let Some((kk, kq, mut run)) = self.requester_queue::<KEY, R>(queues, off, t) else {
             return 0;
         };
+        // The key dword and the `sop_drop_qpn` dword side by side, as
+        // [`Completion`]'s word 1 holds the latter: one compare per CQE.
+        let key = u64::from(kk) | Completion::word1_raw(0, kq);
+        let key_mask = u64::from(KEY24) | Completion::word1_raw(0, KEY24);
         let Some([w0, w1, w2]) = run.take(buf, off, t) else {
             return 0;
         };
@@ -773,7 +779,8 @@ impl<M: Mmio> Cq<M> {
             }
             barrier::udma_from_device_barrier();
             let t = buf.r64(p + cqe_offset::SOP_DROP_QPN);
-            if ((buf.r32(p + KEY) ^ kk) | (raw_sop_qpn(t) ^ kq)) & KEY24 != 0 {
+            let w1 = Completion::word1_raw(0, raw_sop_qpn(t));
+            if ((u64::from(buf.r32(p + KEY)) | w1) ^ key) & key_mask != 0 {
                 break;
             }
             let Some([w0, w1, w2]) = run.take(buf, p, t) else {
