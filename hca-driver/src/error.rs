@@ -6,6 +6,10 @@ use core::time::Duration;
 use firmware_cmds::init_seg::HealthSyndrome;
 use firmware_cmds::{CmdError, DeliveryStatus, Opcode};
 
+use crate::events::QueueId;
+use crate::types::{Cqn, Qpn};
+use crate::verbs::{QpAttrMask, QpState, WrError, qp_type_name};
+
 /// What a wait was for, in a [`Error::Timeout`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
@@ -29,6 +33,33 @@ pub enum Wait {
         /// Pages the firmware still held when the wait ended.
         remaining: u64,
     },
+    /// A completion event of a CQ (`ibv_get_cq_event`).
+    CompletionEvent {
+        /// The CQ.
+        cqn: Cqn,
+    },
+    /// An asynchronous event of a QP or SRQ.
+    QueueEvent {
+        /// The queue.
+        queue: QueueId,
+        /// `EVENT_TYPE_*` of [`firmware_cmds::eq`].
+        event_type: u8,
+    },
+    /// A work completion on a CQ.
+    Completion {
+        /// The CQ.
+        cqn: Cqn,
+    },
+    /// The outstanding work requests of a QP in the error state to be
+    /// flushed (the drain helper).
+    Drain {
+        /// The QP.
+        qpn: Qpn,
+        /// Send work requests still outstanding when the wait ended.
+        send: u32,
+        /// Receive work requests still outstanding when the wait ended.
+        recv: u32,
+    },
 }
 
 impl fmt::Display for Wait {
@@ -47,6 +78,18 @@ impl fmt::Display for Wait {
             Wait::PageReclaim { remaining } => write!(
                 f,
                 "the firmware to return its pages (MANAGE_PAGES take; {remaining} still held)"
+            ),
+            Wait::CompletionEvent { cqn } => write!(f, "a completion event of {cqn}"),
+            Wait::QueueEvent { queue, event_type } => {
+                match firmware_cmds::eq::event_type_name(*event_type) {
+                    Some(n) => write!(f, "event {n} of {queue:?}"),
+                    None => write!(f, "event {event_type:#x} of {queue:?}"),
+                }
+            }
+            Wait::Completion { cqn } => write!(f, "a work completion on {cqn}"),
+            Wait::Drain { qpn, send, recv } => write!(
+                f,
+                "{qpn} to flush its work requests ({send} send and {recv} receive still outstanding)"
             ),
         }
     }
@@ -292,6 +335,115 @@ pub enum Error {
     /// A PRM layout refused a value (a caller value too wide for its field).
     #[error("{0}")]
     Layout(firmware_cmds::Error),
+
+    /// A work request was refused before anything of it reached the
+    /// device. In a list, the ones before `index` were posted (and rung).
+    #[error("work request {index} rejected: {reason}")]
+    InvalidWorkRequest {
+        /// Position of the rejected request in the list (0 for one).
+        index: usize,
+        /// Why.
+        reason: WrError,
+    },
+
+    /// The device wrote a completion the data path refuses (an index,
+    /// queue number or length out of bounds); it was consumed.
+    #[error("invalid completion: {0}")]
+    InvalidCompletion(verbs_core::Error),
+
+    /// The data path refused a queue's geometry or memory.
+    #[error("data path: {0}")]
+    DataPath(verbs_core::Error),
+
+    /// A QP state transition the InfiniBand specification does not have.
+    #[error("{} QP: no transition {from} -> {to}", qp_type_name(*qp_type))]
+    InvalidTransition {
+        /// The QP's transport.
+        qp_type: verbs_core::QpType,
+        /// The current state.
+        from: QpState,
+        /// The state asked for.
+        to: QpState,
+    },
+
+    /// The attribute mask of a modify does not match the IB specification's
+    /// table of required and optional attributes for the transition.
+    #[error(
+        "{} QP {from} -> {to}: {}{}{}",
+        qp_type_name(*qp_type),
+        if missing.is_empty() { "" } else { "missing required " },
+        MaskIfAny(*missing),
+        ForbiddenPart(*missing, *forbidden)
+    )]
+    QpAttrMask {
+        /// The QP's transport.
+        qp_type: verbs_core::QpType,
+        /// The current state.
+        from: QpState,
+        /// The state asked for.
+        to: QpState,
+        /// Required attributes not in the mask.
+        missing: QpAttrMask,
+        /// Attributes in the mask the transition does not take.
+        forbidden: QpAttrMask,
+    },
+
+    /// An attribute value out of range for the device or the port.
+    #[error("attribute {attr} = {value:#x}: {reason}")]
+    InvalidAttribute {
+        /// The attribute (`ibv_qp_attr` / `ibv_ah_attr` field name).
+        attr: &'static str,
+        /// Its value.
+        value: u64,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+
+    /// Something this device (or this driver) cannot do.
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
+
+    /// An object cannot be destroyed while others use it.
+    #[error("{what} is still used by {users} other object(s)")]
+    InUse {
+        /// The object.
+        what: &'static str,
+        /// How many objects use it.
+        users: u32,
+    },
+
+    /// An address handle cannot be built.
+    #[error("address handle: {0}")]
+    AddressHandle(verbs_core::av::AhError),
+}
+
+/// Prints a mask unless it is empty.
+struct MaskIfAny(QpAttrMask);
+
+impl fmt::Display for MaskIfAny {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+/// The forbidden part of a mask error, after the missing part.
+struct ForbiddenPart(QpAttrMask, QpAttrMask);
+
+impl fmt::Display for ForbiddenPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (missing, forbidden) = (self.0, self.1);
+        if forbidden.is_empty() {
+            return Ok(());
+        }
+        if !missing.is_empty() {
+            f.write_str("; ")?;
+        }
+        write!(f, "not allowed {forbidden}")
+    }
 }
 
 impl From<CmdError> for Error {

@@ -11,7 +11,6 @@ use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use firmware_cmds::eq;
 use heapless::Deque;
 use heapless::index_map::FnvIndexMap;
-use heapless::index_set::FnvIndexSet;
 
 use crate::error::{EqeError, Error, Result};
 use crate::info::PortState;
@@ -125,7 +124,9 @@ pub struct CqEventCounts {
 /// The registry and the event queue.
 pub struct EventRouter {
     cqs: spin::Mutex<FnvIndexMap<u32, CqEventCounts, MAX_CQS>>,
-    queues: spin::Mutex<FnvIndexSet<u64, MAX_QUEUES>>,
+    /// Registered queues with the event types seen and not yet taken
+    /// (bit `n` = event type `n`).
+    queues: spin::Mutex<FnvIndexMap<u64, u64, MAX_QUEUES>>,
     pending: spin::Mutex<Deque<AsyncEvent, EVENT_QUEUE_LEN>>,
     dropped: AtomicU64,
     ports: [AtomicU8; MAX_PORTS],
@@ -154,7 +155,7 @@ impl EventRouter {
     pub fn new() -> Self {
         Self {
             cqs: spin::Mutex::new(FnvIndexMap::new()),
-            queues: spin::Mutex::new(FnvIndexSet::new()),
+            queues: spin::Mutex::new(FnvIndexMap::new()),
             pending: spin::Mutex::new(Deque::new()),
             dropped: AtomicU64::new(0),
             ports: [const { AtomicU8::new(0) }; MAX_PORTS],
@@ -200,31 +201,36 @@ impl EventRouter {
 
     /// Registers a QP, RQ, SQ, DCT or SRQ number.
     pub fn register_queue(&self, q: QueueId) -> Result<()> {
-        let inserted = self
-            .queues
-            .lock()
-            .insert(q.key())
-            .map_err(|_| Error::CapacityExceeded {
-                what: "the queue event registry",
-                capacity: MAX_QUEUES,
-            })?;
-        if !inserted {
+        let mut m = self.queues.lock();
+        if m.contains_key(&q.key()) {
             return Err(Error::InvalidArgument {
                 arg: "queue",
                 reason: "already registered",
             });
         }
+        m.insert(q.key(), 0).map_err(|_| Error::CapacityExceeded {
+            what: "the queue event registry",
+            capacity: MAX_QUEUES,
+        })?;
         Ok(())
     }
 
     /// Forgets a queue number.
     pub fn unregister_queue(&self, q: QueueId) -> bool {
-        self.queues.lock().remove(&q.key())
+        self.queues.lock().remove(&q.key()).is_some()
     }
 
     /// Whether a queue number is registered.
     pub fn has_queue(&self, q: QueueId) -> bool {
-        self.queues.lock().contains(&q.key())
+        self.queues.lock().contains_key(&q.key())
+    }
+
+    /// Takes the event types seen for a registered queue since the last
+    /// call, as a bit set (bit `n` = `EVENT_TYPE_*` `n` of
+    /// [`firmware_cmds::eq`]); `None` for an unknown queue. The events also
+    /// stay in the queue of [`pop`](Self::pop).
+    pub fn take_queue_events(&self, q: QueueId) -> Option<u64> {
+        self.queues.lock().get_mut(&q.key()).map(core::mem::take)
     }
 
     /// The oldest undelivered event.
@@ -291,12 +297,15 @@ impl EventRouter {
 
     /// A queue event.
     pub(crate) fn queue_event(&self, event_type: u8, q: QueueId) -> Result<(), EqeError> {
-        if !self.has_queue(q) {
-            let (t, n) = ((q.key() >> 32) as u8, q.key() as u32);
-            return Err(EqeError::UnknownQueue {
-                resource_type: t,
-                number: n,
-            });
+        match self.queues.lock().get_mut(&q.key()) {
+            Some(bits) => *bits |= 1u64.checked_shl(u32::from(event_type)).unwrap_or(0),
+            None => {
+                let (t, n) = ((q.key() >> 32) as u8, q.key() as u32);
+                return Err(EqeError::UnknownQueue {
+                    resource_type: t,
+                    number: n,
+                });
+            }
         }
         self.push(AsyncEvent::Queue {
             event_type,
@@ -351,6 +360,12 @@ mod tests {
             r.pop().unwrap().type_name(),
             Some("MLX5_EVENT_TYPE_COMM_EST")
         );
+        assert_eq!(
+            r.take_queue_events(QueueId::Qp(Qpn(7))),
+            Some(1 << eq::EVENT_TYPE_COMM_EST)
+        );
+        assert_eq!(r.take_queue_events(QueueId::Qp(Qpn(7))), Some(0));
+        assert_eq!(r.take_queue_events(QueueId::Srq(Srqn(7))), None);
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub(crate) enum DmaUse {
     Mailboxes = 1,
     FirmwarePages = 2,
     Eqs = 3,
+    /// Rings, doorbell records and bookkeeping of CQs, QPs and SRQs.
+    Queues = 4,
+    /// Data buffers ([`DmaBuf`](crate::DmaBuf)).
+    Buffers = 5,
 }
 
 /// DMA memory the driver holds, by use.
@@ -61,6 +65,10 @@ pub struct DmaUsage {
     pub firmware_pages: usize,
     /// EQ buffers.
     pub eqs: usize,
+    /// CQ, QP and SRQ memory (rings, doorbell records, bookkeeping).
+    pub queues: usize,
+    /// Data buffers allocated through the HCA ([`DmaBuf`](crate::DmaBuf)).
+    pub buffers: usize,
     /// The most held at any time.
     pub peak: usize,
 }
@@ -68,7 +76,12 @@ pub struct DmaUsage {
 impl DmaUsage {
     /// Everything held now.
     pub fn total(&self) -> usize {
-        self.cmd_queue + self.mailboxes + self.firmware_pages + self.eqs
+        self.cmd_queue
+            + self.mailboxes
+            + self.firmware_pages
+            + self.eqs
+            + self.queues
+            + self.buffers
     }
 }
 
@@ -76,12 +89,14 @@ impl fmt::Display for DmaUsage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} KiB (command queue {} KiB, mailboxes {} KiB, firmware pages {} KiB, EQs {} KiB; peak {} KiB)",
+            "{} KiB (command queue {} KiB, mailboxes {} KiB, firmware pages {} KiB, EQs {} KiB, queues {} KiB, buffers {} KiB; peak {} KiB)",
             self.total() / 1024,
             self.cmd_queue / 1024,
             self.mailboxes / 1024,
             self.firmware_pages / 1024,
             self.eqs / 1024,
+            self.queues / 1024,
+            self.buffers / 1024,
             self.peak / 1024
         )
     }
@@ -89,7 +104,7 @@ impl fmt::Display for DmaUsage {
 
 #[derive(Default)]
 pub(crate) struct DmaAccounting {
-    by: [AtomicUsize; 4],
+    by: [AtomicUsize; 6],
     peak: AtomicUsize,
 }
 
@@ -109,6 +124,8 @@ impl DmaAccounting {
             mailboxes: g(DmaUse::Mailboxes),
             firmware_pages: g(DmaUse::FirmwarePages),
             eqs: g(DmaUse::Eqs),
+            queues: g(DmaUse::Queues),
+            buffers: g(DmaUse::Buffers),
             peak: self.peak.load(Ordering::Relaxed),
         }
     }

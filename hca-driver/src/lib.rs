@@ -83,6 +83,7 @@ mod query;
 mod record;
 mod resources;
 mod types;
+pub mod verbs;
 
 pub use cmd::{MAX_MESSAGE, Output};
 pub use config::{Config, Timeouts};
@@ -107,4 +108,5 @@ pub use resources::{
     Cq, CqObj, FwObject, Mkey, MkeyObj, Object, Pd, PdObj, Qp, QpObj, Srq, SrqObj, TdObj,
     TransportDomain, Uar, UarObj,
 };
-pub use types::{Cqn, Eqn, MkeyIndex, Pdn, Qpn, Srqn, Tdn, Uarn};
+pub use types::{Cqn, Eqn, Lkey, MkeyIndex, Pdn, Qpn, Rkey, Srqn, Tdn, Uarn};
+pub use verbs::DmaBuf;

@@ -34,6 +34,7 @@ enum Pages<'a> {
 pub struct PageList<'a, H> {
     head: &'a H,
     pages: Pages<'a>,
+    flags: u64,
 }
 
 impl<'a, H: Layout> PageList<'a, H> {
@@ -46,6 +47,7 @@ impl<'a, H: Layout> PageList<'a, H> {
                 count,
                 size: page_size as u64,
             },
+            flags: 0,
         }
     }
 
@@ -64,7 +66,16 @@ impl<'a, H: Layout> PageList<'a, H> {
         Self {
             head,
             pages: Pages::List(pages),
+            flags: 0,
         }
+    }
+
+    /// ORs `flags` into every entry: the low bits of an MTT entry
+    /// (`MLX5_IB_MTT_READ` 1, `MLX5_IB_MTT_WRITE` 2) that page addresses,
+    /// being page aligned, leave free.
+    pub fn with_flags(mut self, flags: u64) -> Self {
+        self.flags = flags;
+        self
     }
 
     /// Number of pages.
@@ -98,7 +109,7 @@ impl<H: Layout> Encode for PageList<'_, H> {
             } else {
                 let k = (pos - head.len()) / 8;
                 if k < n {
-                    self.page(k).to_be_bytes()[(pos - head.len()) % 8]
+                    (self.page(k) | self.flags).to_be_bytes()[(pos - head.len()) % 8]
                 } else {
                     0
                 }
@@ -127,5 +138,8 @@ mod tests {
         assert_eq!(&x[0x110..0x118], &0x2000u64.to_be_bytes());
         assert_eq!(&x[0x128..], &[0u8; 8]);
         assert_eq!(&x[..2], &[0x04, 0x00]);
+        let c = b.with_flags(3);
+        c.encode_range(0x110, &mut y[..8]);
+        assert_eq!(&y[..8], &0x2003u64.to_be_bytes());
     }
 }

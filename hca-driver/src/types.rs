@@ -62,3 +62,13 @@ object_number!(
     /// `index << 8 | mkey_7_0`.
     MkeyIndex(u32), "MKEY index"
 );
+object_number!(
+    /// A local key (`lkey`): the memory key an SGE names, `mkey_index << 8 |
+    /// mkey_7_0` (`mkc.mkey_7_0`).
+    Lkey(u32), "lkey"
+);
+object_number!(
+    /// A remote key (`rkey`): the memory key a peer names in an RDMA or
+    /// atomic request; on mlx5 the same key as the lkey.
+    Rkey(u32), "rkey"
+);

@@ -28,6 +28,8 @@ pub use hca_driver;
 pub use hca_emu;
 pub use platform;
 
+pub mod verbs;
+
 use hca_driver::{Config, Error, Hca};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform};
 use platform::Platform;
@@ -212,6 +214,8 @@ pub fn run_hardware(name: &str, scenario: fn(&mut Bench<VfioPlatform>)) {
         return;
     };
     let _one_at_a_time = HARDWARE.lock().unwrap_or_else(|e| e.into_inner());
+    // `HCA_PCI=<bdf1>,<bdf2>` (for link scenarios): the first one here.
+    let bdf = bdf.split(',').next().unwrap_or_default().trim().to_string();
     let mut b = match Bench::hardware(&bdf, Config::default()) {
         Ok(b) => b,
         Err(e) => panic!("cannot open {bdf} through vfio: {e}"),
@@ -239,6 +243,169 @@ macro_rules! scenarios {
                 #[test]
                 fn $name() {
                     $crate::run_hardware(
+                        stringify!($name),
+                        super::$name::<$crate::platform::vfio::VfioPlatform>,
+                    );
+                }
+            )*
+        }
+    };
+}
+
+/// The two HCAs of a [`Link`] while open: `b` is `None` when both sides
+/// share one HCA (hardware with one function).
+pub struct Hcas<P: Platform> {
+    /// Side A.
+    pub a: Hca<P>,
+    /// Side B, when it is another HCA.
+    pub b: Option<Hca<P>>,
+}
+
+impl<P: Platform> Hcas<P> {
+    /// Side B's HCA (side A's when they share one).
+    pub fn b(&self) -> &Hca<P> {
+        self.b.as_ref().unwrap_or(&self.a)
+    }
+}
+
+/// Two sides of a wire for data-path scenarios.
+pub struct Link<P: TestPlatform> {
+    /// Side A's device.
+    pub a: Bench<P>,
+    /// Side B's device, when it is another one.
+    pub b: Option<Bench<P>>,
+    /// Side A's port.
+    pub port_a: u8,
+    /// Side B's port.
+    pub port_b: u8,
+}
+
+impl Link<EmuPlatform> {
+    /// Two emulated ConnectX-4s (`emu` with seeds of their own), port 1
+    /// to port 1.
+    pub fn emulated(emu: EmuConfig, config: Config) -> Self {
+        let a = Bench::emulated(emu.clone(), config);
+        let b = Bench::emulated(
+            EmuConfig {
+                seed: emu.seed ^ 0xb0b,
+                ..emu
+            },
+            config,
+        );
+        hca_emu::connect(a.emu().expect("emulated"), 1, b.emu().expect("emulated"), 1)
+            .expect("connecting two fresh emulated HCAs");
+        Self {
+            a,
+            b: Some(b),
+            port_a: 1,
+            port_b: 1,
+        }
+    }
+
+    /// Side A's emulator.
+    pub fn emu_a(&self) -> &EmuHca {
+        self.a.emu().expect("emulated")
+    }
+
+    /// Side B's emulator.
+    pub fn emu_b(&self) -> &EmuHca {
+        self.b
+            .as_ref()
+            .and_then(|b| b.emu())
+            .expect("an emulated link has two emulators")
+    }
+}
+
+impl<P: TestPlatform> Link<P> {
+    /// Whether the sides are real devices.
+    pub fn is_hardware(&self) -> bool {
+        self.a.is_hardware()
+    }
+
+    /// Opens both HCAs; panics on failure.
+    #[track_caller]
+    pub fn open(&mut self) -> Hcas<P> {
+        let a = self.a.open();
+        let b = self.b.as_mut().map(|b| b.open());
+        Hcas { a, b }
+    }
+
+    /// Closes both HCAs; panics on failure.
+    #[track_caller]
+    pub fn close(&mut self, h: Hcas<P>) {
+        if let (Some(hb), Some(bb)) = (h.b, self.b.as_mut()) {
+            bb.close(hb);
+        }
+        self.a.close(h.a);
+    }
+
+    /// [`Bench::assert_clean`] on every device.
+    #[track_caller]
+    pub fn assert_clean(&self) {
+        self.a.assert_clean();
+        if let Some(b) = &self.b {
+            b.assert_clean();
+        }
+    }
+}
+
+/// Runs a link scenario on two fresh emulated ConnectX-4s, then checks
+/// both are clean.
+pub fn run_emulated_link(scenario: fn(&mut Link<EmuPlatform>)) {
+    let mut l = Link::emulated(EmuConfig::default(), Config::default());
+    scenario(&mut l);
+    l.assert_clean();
+}
+
+/// Runs a link scenario on the hardware `HCA_PCI` names (one function,
+/// looped back, or two), or prints why it is skipped.
+pub fn run_hardware_link(name: &str, scenario: fn(&mut Link<VfioPlatform>)) {
+    let Some(spec) = hardware_bdf() else {
+        eprintln!(
+            "skipped hardware::{name}: {HCA_PCI} is not set (set {HCA_PCI}=<bdf> of a ConnectX bound to vfio-pci with its port looped back, or {HCA_PCI}=<bdf1>,<bdf2> of two functions cabled together)"
+        );
+        return;
+    };
+    let _one_at_a_time = HARDWARE.lock().unwrap_or_else(|e| e.into_inner());
+    let bdfs: Vec<&str> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let open = |bdf: &str| match Bench::hardware(bdf, Config::default()) {
+        Ok(b) => b,
+        Err(e) => panic!("cannot open {bdf} through vfio: {e}"),
+    };
+    let mut l = Link {
+        a: open(bdfs[0]),
+        b: bdfs.get(1).map(|b| open(b)),
+        port_a: 1,
+        port_b: 1,
+    };
+    eprintln!("hardware::{name} on {spec}");
+    scenario(&mut l);
+    l.assert_clean();
+}
+
+/// Declares link scenarios: for each generic function `name<P:
+/// TestPlatform>(&mut Link<P>)`, a test `emulated::name` and a test
+/// `hardware::name`.
+#[macro_export]
+macro_rules! link_scenarios {
+    ($($name:ident),* $(,)?) => {
+        mod emulated {
+            $(
+                #[test]
+                fn $name() {
+                    $crate::run_emulated_link(super::$name::<$crate::hca_emu::EmuPlatform>);
+                }
+            )*
+        }
+        mod hardware {
+            $(
+                #[test]
+                fn $name() {
+                    $crate::run_hardware_link(
                         stringify!($name),
                         super::$name::<$crate::platform::vfio::VfioPlatform>,
                     );

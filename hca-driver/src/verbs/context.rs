@@ -1,0 +1,304 @@
+//! The verbs context (`ibv_context`): a UAR page for doorbells, the
+//! RoCE port setup, device and port queries, and the allocators QPs and
+//! memory keys draw from.
+
+use core::fmt;
+use core::sync::atomic::{AtomicU8, AtomicU16, Ordering};
+
+use firmware_cmds::roce::{
+    QueryRoceAddressIn, QueryRoceAddressOut, ROCE_L3_TYPE_IPV6, ROCE_VERSION_V1, ROCE_VERSION_V2,
+    RoceAddrLayout, SetRoceAddressIn,
+};
+use firmware_cmds::vport::{ModifyNicVportContextIn, ModifyNicVportFieldSelect, NicVportContext};
+use platform::Platform;
+use verbs_core::DeviceLimits;
+
+use firmware_cmds::caps::CmdHcaCap;
+
+use crate::bits;
+use crate::error::{Error, Result};
+use crate::hca::Hca;
+use crate::info::LinkLayer;
+use crate::resources::Uar;
+use crate::verbs::attr::{DeviceAttr, Gid, GidEntry, PortAttr, RoceVersion};
+
+/// Most QPs one context has at a time (user indices for CQE version 1).
+pub const MAX_CONTEXT_QPS: usize = 1024;
+/// The GID index [`Context::open`] programs on every Ethernet port: the
+/// link-local GID of the port's MAC, RoCE v2.
+pub const DEFAULT_GID_INDEX: u8 = 0;
+/// The default P_Key (full membership), the only P_Key of an Ethernet port.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+
+/// A verbs context (`struct ibv_context`) on an open [`Hca`].
+///
+/// Holds a UAR page (ALLOC_UAR) whose CQ doorbell and BlueFlame registers
+/// the context's CQs and QPs ring, the device attributes, and the user
+/// index allocator of its QPs. Opening it sets up RoCE on every Ethernet
+/// port: `roce_en` in the NIC vport context (MODIFY_NIC_VPORT_CONTEXT) and
+/// GID [`DEFAULT_GID_INDEX`], the link-local GID of the port's MAC as a
+/// RoCE v2 address (SET_ROCE_ADDRESS). Everything created from it borrows
+/// it.
+pub struct Context<'a, P: Platform> {
+    hca: &'a Hca<P>,
+    uar: Uar<'a, P>,
+    attr: DeviceAttr,
+    limits: DeviceLimits,
+    uidx: spin::Mutex<[u64; MAX_CONTEXT_QPS / 64]>,
+    mkey_variant: AtomicU8,
+    sport: AtomicU16,
+}
+
+impl<P: Platform> fmt::Debug for Context<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("uar", &self.uar.number())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Platform> Hca<P> {
+    /// Opens a verbs context (`ibv_open_device`); see [`Context`].
+    pub fn open_context(&self) -> Result<Context<'_, P>> {
+        Context::open(self)
+    }
+}
+
+impl<'a, P: Platform> Context<'a, P> {
+    /// Opens a context: ALLOC_UAR, then the RoCE setup of every Ethernet
+    /// port whose MAC address is known.
+    pub fn open(hca: &'a Hca<P>) -> Result<Self> {
+        let uar = hca.alloc_uar()?;
+        let info = hca.info();
+        let g = info.caps.general();
+        let attr = DeviceAttr::from_info(info);
+        let max_wqe = 1u32
+            .checked_shl(u32::from(g.get(CmdHcaCap::log_max_qp_sz)))
+            .unwrap_or(u32::MAX);
+        let limits = DeviceLimits {
+            max_sq_desc_sz: u32::from(g.get(CmdHcaCap::max_wqe_sz_sq)),
+            max_rq_desc_sz: u32::from(g.get(CmdHcaCap::max_wqe_sz_rq)),
+            max_send_wqebb: max_wqe,
+            max_recv_wr: max_wqe,
+        };
+        let ctx = Context {
+            hca,
+            uar,
+            attr,
+            limits,
+            uidx: spin::Mutex::new([0; MAX_CONTEXT_QPS / 64]),
+            // A fixed start: keys differ between contexts only by index.
+            mkey_variant: AtomicU8::new(0x5a),
+            sport: AtomicU16::new(0),
+        };
+        if info.caps.link_layer() == LinkLayer::Ethernet && info.caps.roce.is_some() {
+            ctx.enable_roce()?;
+            for p in info.ports.iter() {
+                match p.mac {
+                    Some(mac) => ctx.set_gid(
+                        p.port,
+                        u16::from(DEFAULT_GID_INDEX),
+                        &GidEntry {
+                            gid: Gid::link_local_from_mac(mac),
+                            mac,
+                            vlan: None,
+                            version: RoceVersion::V2,
+                            ipv6: true,
+                        },
+                    )?,
+                    None => log::warn!(
+                        "port {}: MAC address unknown, GID {DEFAULT_GID_INDEX} not programmed",
+                        p.port
+                    ),
+                }
+            }
+        }
+        Ok(ctx)
+    }
+
+    /// The HCA.
+    pub fn hca(&self) -> &'a Hca<P> {
+        self.hca
+    }
+
+    /// The context's UAR page.
+    pub fn uar(&self) -> &Uar<'a, P> {
+        &self.uar
+    }
+
+    /// Device attributes (`ibv_query_device`).
+    pub fn query_device(&self) -> &DeviceAttr {
+        &self.attr
+    }
+
+    /// The queue size limits of the device (for verbs-core's sizing).
+    pub fn limits(&self) -> &DeviceLimits {
+        &self.limits
+    }
+
+    /// Queries a port (`ibv_query_port`): state, MTUs, speed and width,
+    /// LID or MAC, table lengths.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        self.check_port(port)?;
+        let p = self.hca.query_port(port)?;
+        Ok(PortAttr::from_port(self.hca.info(), &p))
+    }
+
+    pub(crate) fn check_port(&self, port: u8) -> Result<()> {
+        if port == 0 || port > self.hca.caps().num_ports() {
+            return Err(Error::InvalidAttribute {
+                attr: "port_num",
+                value: u64::from(port),
+                reason: "no such port",
+            });
+        }
+        Ok(())
+    }
+
+    /// GID `index` of a port (`ibv_query_gid`).
+    pub fn query_gid(&self, port: u8, index: u16) -> Result<Gid> {
+        self.check_port(port)?;
+        Ok(Gid(self.hca.query_gid(port, index)?))
+    }
+
+    /// An entry of an Ethernet port's RoCE address table
+    /// (QUERY_ROCE_ADDRESS): GID, MAC, VLAN, RoCE version. `None` when the
+    /// entry is empty.
+    pub fn query_gid_entry(&self, port: u8, index: u16) -> Result<Option<GidEntry>> {
+        self.check_port(port)?;
+        if self.hca.caps().link_layer() != LinkLayer::Ethernet {
+            return Err(Error::Unsupported(
+                "RoCE address table entries exist on Ethernet ports only",
+            ));
+        }
+        let q = QueryRoceAddressIn::new()
+            .with(QueryRoceAddressIn::roce_address_index, index)?
+            .with(QueryRoceAddressIn::vhca_port_num, port)?;
+        let out: QueryRoceAddressOut = self.hca.exec(&q)?;
+        let a = out.get(QueryRoceAddressOut::roce_address);
+        let gid = Gid(a.get(RoceAddrLayout::source_l3_address));
+        if gid.is_zero() {
+            return Ok(None);
+        }
+        Ok(Some(GidEntry {
+            gid,
+            mac: a.source_mac(),
+            vlan: a
+                .get(RoceAddrLayout::vlan_valid)
+                .then(|| a.get(RoceAddrLayout::vlan_id)),
+            version: if a.get(RoceAddrLayout::roce_version) == ROCE_VERSION_V1 {
+                RoceVersion::V1
+            } else {
+                RoceVersion::V2
+            },
+            ipv6: a.get(RoceAddrLayout::roce_l3_type) == ROCE_L3_TYPE_IPV6,
+        }))
+    }
+
+    /// Programs entry `index` of an Ethernet port's RoCE address table
+    /// (SET_ROCE_ADDRESS).
+    pub fn set_gid(&self, port: u8, index: u16, e: &GidEntry) -> Result<()> {
+        self.check_port(port)?;
+        let mut a = RoceAddrLayout::new();
+        a.set(RoceAddrLayout::source_l3_address, e.gid.0)?;
+        a.set_source_mac(e.mac);
+        if let Some(v) = e.vlan {
+            a.set(RoceAddrLayout::vlan_valid, true)?
+                .set(RoceAddrLayout::vlan_id, v)?;
+        }
+        a.set(
+            RoceAddrLayout::roce_version,
+            match e.version {
+                RoceVersion::V1 => ROCE_VERSION_V1,
+                RoceVersion::V2 => ROCE_VERSION_V2,
+            },
+        )?;
+        if e.ipv6 {
+            a.set(RoceAddrLayout::roce_l3_type, ROCE_L3_TYPE_IPV6)?;
+        }
+        let s = SetRoceAddressIn::new()
+            .with(SetRoceAddressIn::roce_address_index, index)?
+            .with(SetRoceAddressIn::vhca_port_num, port)?
+            .with(SetRoceAddressIn::roce_address, a)?;
+        self.hca.exec(&s)?;
+        Ok(())
+    }
+
+    /// P_Key `index` of a port (`ibv_query_pkey`). An Ethernet port has one,
+    /// the default P_Key 0xffff (as `mlx5_ib` reports).
+    pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        self.check_port(port)?;
+        match self.hca.caps().link_layer() {
+            LinkLayer::Ethernet if index == 0 => Ok(DEFAULT_PKEY),
+            LinkLayer::Ethernet => Err(Error::InvalidAttribute {
+                attr: "pkey_index",
+                value: u64::from(index),
+                reason: "an Ethernet port has one P_Key",
+            }),
+            LinkLayer::InfiniBand => Err(Error::Unsupported(
+                "QUERY_HCA_VPORT_PKEY (firmware-cmds has no layout for it yet)",
+            )),
+        }
+    }
+
+    /// Sets `roce_en` in the NIC vport context (MODIFY_NIC_VPORT_CONTEXT)
+    /// unless it is already set.
+    pub fn enable_roce(&self) -> Result<()> {
+        if self.hca.nic_vport_context()?.get(NicVportContext::roce_en) {
+            return Ok(());
+        }
+        let sel =
+            ModifyNicVportFieldSelect::new().with(ModifyNicVportFieldSelect::roce_en, true)?;
+        let ctx = NicVportContext::new().with(NicVportContext::roce_en, true)?;
+        let m = ModifyNicVportContextIn::new()
+            .with(ModifyNicVportContextIn::field_select, sel)?
+            .with(ModifyNicVportContextIn::nic_vport_context, ctx)?;
+        self.hca.exec(&m)?;
+        Ok(())
+    }
+
+    /// A register window over BAR0 for a queue's doorbells.
+    pub(crate) fn map_bar(&self) -> Result<P::Mmio> {
+        self.hca
+            .platform()
+            .map_bar(0)
+            .map_err(|source| Error::Platform {
+                what: "mapping BAR0 for a queue's doorbells",
+                source,
+            })
+    }
+
+    /// Byte offset of the context's UAR page in BAR0.
+    pub(crate) fn uar_offset(&self) -> usize {
+        self.uar.offset()
+    }
+
+    /// A free user index (the QPC `user_index` CQEs carry).
+    pub(crate) fn alloc_user_index(&self) -> Result<u32> {
+        let mut b = self.uidx.lock();
+        let i = bits::first_clear(&*b, 0, MAX_CONTEXT_QPS).ok_or(Error::CapacityExceeded {
+            what: "the context's QP user indices",
+            capacity: MAX_CONTEXT_QPS,
+        })?;
+        bits::put(&mut *b, i, true);
+        Ok(i as u32)
+    }
+
+    pub(crate) fn free_user_index(&self, i: u32) {
+        let i = i as usize;
+        if i < MAX_CONTEXT_QPS {
+            bits::put(&mut *self.uidx.lock(), i, false);
+        }
+    }
+
+    /// The 8-bit key of the next memory key (`mkc.mkey_7_0`).
+    pub(crate) fn next_mkey_variant(&self) -> u8 {
+        self.mkey_variant.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A RoCE v2 UDP source port for an address handle without a flow
+    /// label (rdma-core picks a random one in 0xc000..=0xffff).
+    pub(crate) fn next_sport(&self) -> u16 {
+        0xc000 | (self.sport.fetch_add(1, Ordering::Relaxed) & 0x3fff)
+    }
+}

@@ -1,0 +1,405 @@
+//! Completion queues: CREATE_CQ over verbs-core's CQ, polling into work
+//! completions, arming, completion events through the EQ.
+
+use core::fmt;
+use core::time::Duration;
+
+use firmware_cmds::cq::{CQE_SZ_64, Cqc, CreateCqIn};
+use platform::{DmaRegion, Platform};
+use verbs_core::{
+    Completion, CompletionSlot, CqConfig, CqLayout, CqResolver, CqeVersion, QpCompletions,
+    SrqCompletions,
+};
+
+use crate::error::{Error, Result, Wait};
+use crate::hca::{DmaUse, Hca};
+use crate::pas::{PAS_PAGE_SIZE, PageList};
+use crate::types::Cqn;
+use crate::verbs::context::Context;
+
+/// Most QPs one CQ serves at a time.
+pub const MAX_QPS_PER_CQ: usize = 64;
+
+/// The completion handles of the QPs a CQ serves, by user index.
+#[derive(Debug, Default)]
+pub(crate) struct Resolver {
+    entries: heapless::Vec<(u32, QpCompletions), MAX_QPS_PER_CQ>,
+}
+
+impl CqResolver for Resolver {
+    #[inline]
+    fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions> {
+        self.entries
+            .iter()
+            .find(|(u, _)| *u == uidx)
+            .map(|(_, h)| h)
+    }
+
+    fn by_qpn(&self, qpn: u32) -> Option<&QpCompletions> {
+        self.entries
+            .iter()
+            .find(|(_, h)| h.qpn() == qpn)
+            .map(|(_, h)| h)
+    }
+
+    fn srq_by_srqn(&self, srqn: u32) -> Option<&SrqCompletions> {
+        self.entries
+            .iter()
+            .find_map(|(_, h)| h.srq().filter(|s| s.srqn() == srqn))
+    }
+}
+
+struct Inner<M: platform::Mmio> {
+    cq: verbs_core::Cq<M>,
+    table: Resolver,
+}
+
+/// A completion queue (`ibv_cq`). QPs borrow the CQs they complete to, so
+/// a CQ outlives them. Polling takes `&self` (a spin lock guards the
+/// consumer side), so one CQ may be polled from any thread.
+pub struct Cq<'a, P: Platform> {
+    ctx: &'a Context<'a, P>,
+    obj: Option<crate::resources::Cq<'a, P>>,
+    inner: spin::Mutex<Option<Inner<P::Mmio>>>,
+    cqn: Cqn,
+    cqe: u32,
+}
+
+impl<P: Platform> fmt::Debug for Cq<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} entries)", self.cqn, self.cqe)
+    }
+}
+
+/// Frees a queue's region after a failed creation: at once if the device
+/// never took it, else kept until the device is quiesced.
+pub(crate) fn release_after_failure<P: Platform>(hca: &Hca<P>, r: DmaRegion, e: &Error) {
+    match e {
+        Error::Command(_) | Error::Delivery { .. } | Error::InvalidArgument { .. } => {
+            hca.dma_free(r, DmaUse::Queues)
+        }
+        _ => hca.retire(r, DmaUse::Queues),
+    }
+}
+
+impl<'a, P: Platform> Context<'a, P> {
+    /// Creates a CQ of at least `cqe` entries on completion vector 0
+    /// (`ibv_create_cq`); [`Cq::cqe`] tells how many it has (rounded like
+    /// libibverbs: `2^n - 1`).
+    pub fn create_cq(&'a self, cqe: u32) -> Result<Cq<'a, P>> {
+        self.create_cq_on(cqe, 0)
+    }
+
+    /// Creates a CQ whose completion events go to completion EQ
+    /// `comp_vector` (modulo the number of completion EQs).
+    pub fn create_cq_on(&'a self, cqe: u32, comp_vector: u32) -> Result<Cq<'a, P>> {
+        let hca = self.hca();
+        if cqe == 0 || cqe > self.query_device().max_cqe {
+            return Err(Error::InvalidAttribute {
+                attr: "cqe",
+                value: u64::from(cqe),
+                reason: "a CQ has 1 ..= max_cqe entries",
+            });
+        }
+        let layout = CqLayout::for_entries(cqe).map_err(Error::DataPath)?;
+        let neqs = hca.comp_eqns().count();
+        let eqn = hca
+            .comp_eqns()
+            .nth(comp_vector as usize % neqs.max(1))
+            .ok_or(Error::Unsupported("no completion EQ"))?;
+        let region = hca.dma_alloc(
+            layout.total_bytes,
+            PAS_PAGE_SIZE,
+            DmaUse::Queues,
+            "allocating a CQ",
+        )?;
+        // Every CQE invalid and owned by hardware before CREATE_CQ.
+        for i in 0..(1usize << layout.log_cq_size) {
+            region.write_u8(64 * i + 0x3f, 0xf0);
+        }
+        let built = (|| -> Result<CreateCqIn> {
+            let cqc = Cqc::new()
+                .with(Cqc::cqe_sz, CQE_SZ_64)?
+                .with(Cqc::log_cq_size, layout.log_cq_size)?
+                .with(Cqc::uar_page, self.uar().number().0)?
+                .with(Cqc::c_eqn, eqn.0)?
+                .with(Cqc::log_page_size, 0)?
+                .with(Cqc::dbr_addr, region.iova() + layout.dbr_offset as u64)?;
+            Ok(CreateCqIn::new().with(CreateCqIn::cq_context, cqc)?)
+        })();
+        let input = match built {
+            Ok(i) => i,
+            Err(e) => {
+                hca.dma_free(region, DmaUse::Queues);
+                return Err(e);
+            }
+        };
+        let pages = layout.ring_bytes.div_ceil(PAS_PAGE_SIZE);
+        let obj = match hca.create_cq(&PageList::contiguous(
+            &input,
+            region.iova(),
+            PAS_PAGE_SIZE,
+            pages,
+        )) {
+            Ok(o) => o,
+            Err(e) => {
+                release_after_failure(hca, region, &e);
+                return Err(e);
+            }
+        };
+        let cqn = obj.number();
+        let mmio = match self.map_bar() {
+            Ok(m) => m,
+            Err(e) => {
+                return Err(destroy_and_free(hca, obj, region, e));
+            }
+        };
+        let version = if self.query_device().cqe_version == 1 {
+            CqeVersion::V1
+        } else {
+            CqeVersion::V0
+        };
+        let cfg = CqConfig {
+            cqn: cqn.0,
+            layout,
+            version,
+            uar_page_offset: self.uar_offset(),
+        };
+        let cq = match verbs_core::Cq::new(region, mmio, &cfg) {
+            Ok(c) => c,
+            Err((e, parts)) => {
+                return Err(destroy_and_free(hca, obj, parts.region, Error::DataPath(e)));
+            }
+        };
+        Ok(Cq {
+            ctx: self,
+            obj: Some(obj),
+            inner: spin::Mutex::new(Some(Inner {
+                cq,
+                table: Resolver::default(),
+            })),
+            cqn,
+            cqe: (1u32 << layout.log_cq_size) - 1,
+        })
+    }
+}
+
+/// Destroys a firmware object whose memory is `region` and frees it (or
+/// keeps it if the destroy failed); returns `e`.
+fn destroy_and_free<P: Platform, K: crate::resources::FwObject>(
+    hca: &Hca<P>,
+    obj: crate::resources::Object<'_, P, K>,
+    region: DmaRegion,
+    e: Error,
+) -> Error {
+    match obj.destroy() {
+        Ok(()) => hca.dma_free(region, DmaUse::Queues),
+        Err(d) => {
+            log::error!("destroying after a failed setup: {d}");
+            hca.retire(region, DmaUse::Queues);
+        }
+    }
+    e
+}
+
+impl<'a, P: Platform> Cq<'a, P> {
+    /// The CQ number.
+    pub fn number(&self) -> Cqn {
+        self.cqn
+    }
+
+    /// Entries (`ibv_cq.cqe`: the ring holds this many plus one).
+    pub fn cqe(&self) -> u32 {
+        self.cqe
+    }
+
+    /// The context.
+    pub fn context(&self) -> &'a Context<'a, P> {
+        self.ctx
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Inner<P::Mmio>) -> R) -> R {
+        let mut g = self.inner.lock();
+        f(g.as_mut()
+            .expect("the CQ's data path lives until it is destroyed"))
+    }
+
+    /// Polls up to `wc.len()` completions (`ibv_poll_cq`) into
+    /// [`WorkCompletion`](verbs_core::WorkCompletion)s or the compact
+    /// [`Completion`]s; returns how many. A completion the device got wrong
+    /// is consumed and reported as [`Error::InvalidCompletion`].
+    #[inline]
+    pub fn poll<W: CompletionSlot>(&self, wc: &mut [W]) -> Result<usize> {
+        self.with(|i| i.cq.poll(&i.table, wc))
+            .map_err(Error::InvalidCompletion)
+    }
+
+    /// Polls one completion.
+    #[inline]
+    pub fn poll_one(&self) -> Result<Option<Completion>> {
+        self.with(|i| i.cq.poll_one(&i.table))
+            .map_err(Error::InvalidCompletion)
+    }
+
+    /// Requests a completion event for the next completion, or the next
+    /// solicited one (`ibv_req_notify_cq`).
+    pub fn req_notify(&self, solicited_only: bool) {
+        self.with(|i| i.cq.arm(solicited_only));
+    }
+
+    /// Takes the completion events that arrived for this CQ since the last
+    /// call without waiting (runs [`Hca::poll_events`] first); acknowledges
+    /// them (`ibv_ack_cq_events`).
+    pub fn take_events(&self) -> Result<u64> {
+        service(self.ctx.hca())?;
+        let n = self
+            .ctx
+            .hca()
+            .events()
+            .take_completion_events(self.cqn)
+            .unwrap_or(0);
+        if n > 0 {
+            self.with(|i| {
+                for _ in 0..n.min(4) {
+                    i.cq.completion_event();
+                }
+            });
+        }
+        Ok(n)
+    }
+
+    /// Waits for a completion event (`ibv_get_cq_event`), servicing the HCA
+    /// ([`Hca::service`]) while it waits; returns how many arrived. Arm
+    /// with [`req_notify`](Self::req_notify) first.
+    pub fn wait_event(&self, timeout: Duration) -> Result<u64> {
+        let hca = self.ctx.hca();
+        let p = hca.platform();
+        let start = p.now();
+        loop {
+            let n = self.take_events()?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let waited = p.now().saturating_sub(start);
+            if waited >= timeout {
+                return Err(Error::Timeout {
+                    what: Wait::CompletionEvent { cqn: self.cqn },
+                    after: waited,
+                });
+            }
+            p.relax();
+        }
+    }
+
+    /// Polls until at least one completion is there or `timeout` passed,
+    /// servicing the HCA meanwhile; returns how many were written.
+    pub fn poll_wait<W: CompletionSlot>(&self, wc: &mut [W], timeout: Duration) -> Result<usize> {
+        let hca = self.ctx.hca();
+        let p = hca.platform();
+        let start = p.now();
+        let mut spins = 0u32;
+        loop {
+            let n = self.poll(wc)?;
+            if n > 0 || wc.is_empty() {
+                return Ok(n);
+            }
+            let waited = p.now().saturating_sub(start);
+            if waited >= timeout {
+                return Err(Error::Timeout {
+                    what: Wait::Completion { cqn: self.cqn },
+                    after: waited,
+                });
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 {
+                service(hca)?;
+            }
+            p.relax();
+        }
+    }
+
+    /// Registers a QP's completion handle under its user index (a refused
+    /// handle is dropped, which releases it).
+    pub(crate) fn attach(&self, uidx: u32, h: QpCompletions) -> Result<()> {
+        self.with(|i| {
+            if i.table.entries.iter().any(|(u, _)| *u == uidx) {
+                return Err(Error::InvalidArgument {
+                    arg: "user_index",
+                    reason: "already registered with this CQ",
+                });
+            }
+            i.table
+                .entries
+                .push((uidx, h))
+                .map_err(|_| Error::CapacityExceeded {
+                    what: "the CQ's QP table",
+                    capacity: MAX_QPS_PER_CQ,
+                })
+        })
+    }
+
+    /// Unregisters the handle of user index `uidx`.
+    pub(crate) fn detach(&self, uidx: u32) -> Option<QpCompletions> {
+        self.with(|i| {
+            let k = i.table.entries.iter().position(|(u, _)| *u == uidx)?;
+            Some(i.table.entries.swap_remove(k).1)
+        })
+    }
+
+    /// QPs the CQ serves now.
+    pub fn users(&self) -> usize {
+        self.with(|i| i.table.entries.len())
+    }
+
+    /// Destroys the CQ (DESTROY_CQ) and frees its memory. Refused while a
+    /// QP still completes to it (possible only if a QP was leaked).
+    pub fn destroy(mut self) -> Result<()> {
+        let users = self.users();
+        if users > 0 {
+            let e = Error::InUse {
+                what: "the CQ",
+                users: users as u32,
+            };
+            // Keep it (and its memory): the device may still write it.
+            core::mem::forget(self);
+            return Err(e);
+        }
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let Some(obj) = self.obj.take() else {
+            return Ok(());
+        };
+        let hca = self.ctx.hca();
+        let r = obj.destroy();
+        if let Some(inner) = self.inner.lock().take() {
+            // The table is empty (QPs detach before they go).
+            drop(inner.table);
+            let region = inner.cq.into_parts().region;
+            match &r {
+                Ok(()) => hca.dma_free(region, DmaUse::Queues),
+                Err(_) => hca.retire(region, DmaUse::Queues),
+            }
+        }
+        r
+    }
+}
+
+impl<P: Platform> Drop for Cq<'_, P> {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            log::error!("destroying {}: {e}", self.cqn);
+        }
+    }
+}
+
+/// [`Hca::service`], tolerating invalid event queue entries (they are
+/// queued as [`AsyncEvent::InvalidEqe`](crate::AsyncEvent) and logged): an
+/// event for a queue destroyed meanwhile must not fail a wait.
+pub(crate) fn service<P: Platform>(hca: &Hca<P>) -> Result<()> {
+    match hca.service() {
+        Ok(_) | Err(Error::InvalidEqe { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,429 @@
+//! Protection domains and memory regions: ALLOC_PD, CREATE_MKEY /
+//! DESTROY_MKEY over [`DmaBuf`]s, and the per-PD table of local keys that
+//! work requests are checked against before they reach the device.
+
+use core::fmt;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use firmware_cmds::mkey::{CreateMkeyIn, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, Mkc};
+use platform::Platform;
+
+use crate::error::{Error, Result};
+use crate::pas::{PAS_PAGE_SIZE, PageList};
+use crate::resources::Mkey;
+use crate::types::{Lkey, Pdn, Rkey};
+use crate::verbs::buf::DmaBuf;
+use crate::verbs::context::Context;
+
+/// Most memory regions one PD has at a time.
+pub const MAX_MRS_PER_PD: usize = 64;
+
+/// `MLX5_IB_MTT_READ | MLX5_IB_MTT_WRITE`: the low bits of an MTT entry.
+const MTT_PRESENT: u64 = 3;
+/// `mkc.qpn` of a key not bound to a QP.
+const MKC_QPN_ANY: u32 = 0xff_ffff;
+/// log2 of the MTT page size.
+const MTT_LOG_PAGE: u8 = 12;
+
+/// Access flags of a memory region or a QP (`enum ibv_access_flags`, the
+/// same values).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AccessFlags(pub u32);
+
+impl AccessFlags {
+    /// No remote access, local read only.
+    pub const NONE: Self = Self(0);
+    /// `IBV_ACCESS_LOCAL_WRITE` (`mkc.lw`): the device may write the
+    /// memory for receives, RDMA READ responses and atomic results.
+    pub const LOCAL_WRITE: Self = Self(1);
+    /// `IBV_ACCESS_REMOTE_WRITE` (`mkc.rw`, QP `rwe`).
+    pub const REMOTE_WRITE: Self = Self(2);
+    /// `IBV_ACCESS_REMOTE_READ` (`mkc.rr`, QP `rre`).
+    pub const REMOTE_READ: Self = Self(4);
+    /// `IBV_ACCESS_REMOTE_ATOMIC` (`mkc.a`, QP `rae`).
+    pub const REMOTE_ATOMIC: Self = Self(8);
+    /// Every flag above.
+    pub const ALL: Self = Self(15);
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for AccessFlags {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Display for AccessFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(u32, &str); 4] = [
+            (1, "IBV_ACCESS_LOCAL_WRITE"),
+            (2, "IBV_ACCESS_REMOTE_WRITE"),
+            (4, "IBV_ACCESS_REMOTE_READ"),
+            (8, "IBV_ACCESS_REMOTE_ATOMIC"),
+        ];
+        let mut first = true;
+        for (b, n) in NAMES {
+            if self.0 & b != 0 {
+                if !first {
+                    f.write_str(" | ")?;
+                }
+                f.write_str(n)?;
+                first = false;
+            }
+        }
+        let rest = self.0 & !15;
+        if rest != 0 {
+            if !first {
+                f.write_str(" | ")?;
+            }
+            write!(f, "{rest:#x}")?;
+            first = false;
+        }
+        if first {
+            f.write_str("0")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for AccessFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AccessFlags({self})")
+    }
+}
+
+/// How a memory key translates addresses (`mkc.access_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MrMode {
+    /// `MKC_ACCESS_MODE_MTT`: a translation table of the region's 4 KiB
+    /// pages (what drivers use for registered memory).
+    #[default]
+    Mtt,
+    /// `MKC_ACCESS_MODE_PA`: addresses are bus addresses, no table.
+    Pa,
+}
+
+/// A registered range in a PD's key table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MrEntry {
+    pub(crate) lkey: u32,
+    pub(crate) start: u64,
+    pub(crate) len: u64,
+    pub(crate) access: AccessFlags,
+}
+
+impl MrEntry {
+    /// Whether `[addr, addr + len)` lies inside the region.
+    pub(crate) fn covers(&self, addr: u64, len: u32) -> bool {
+        addr >= self.start
+            && (addr - self.start)
+                .checked_add(u64::from(len))
+                .is_some_and(|end| end <= self.len)
+    }
+}
+
+/// A protection domain (`ibv_pd`, ALLOC_PD): memory regions, QPs, SRQs and
+/// address handles are created in it and borrow it.
+pub struct Pd<'a, P: Platform> {
+    ctx: &'a Context<'a, P>,
+    obj: crate::resources::Pd<'a, P>,
+    mrs: spin::Mutex<heapless::Vec<MrEntry, MAX_MRS_PER_PD>>,
+    /// Bumped at every deregistration: a QP's cached key check is valid
+    /// only for the generation it was made in.
+    generation: AtomicU32,
+}
+
+impl<P: Platform> fmt::Debug for Pd<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.obj.number())
+    }
+}
+
+impl<'a, P: Platform> Context<'a, P> {
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(&'a self) -> Result<Pd<'a, P>> {
+        Ok(Pd {
+            ctx: self,
+            obj: self.hca().alloc_pd()?,
+            mrs: spin::Mutex::new(heapless::Vec::new()),
+            generation: AtomicU32::new(0),
+        })
+    }
+}
+
+impl<'a, P: Platform> Pd<'a, P> {
+    /// The PD number.
+    pub fn number(&self) -> Pdn {
+        self.obj.number()
+    }
+
+    /// The context.
+    pub fn context(&self) -> &'a Context<'a, P> {
+        self.ctx
+    }
+
+    /// Deallocates the PD (DEALLOC_PD). Everything created in it has been
+    /// dropped (they borrow it).
+    pub fn destroy(self) -> Result<()> {
+        self.obj.destroy()
+    }
+
+    /// Registers a whole buffer (`ibv_reg_mr`).
+    pub fn reg_mr<'b>(&'b self, buf: &'b DmaBuf<'_, P>, access: AccessFlags) -> Result<Mr<'b, P>> {
+        self.reg_mr_range(buf, 0, buf.len(), access, MrMode::Mtt)
+    }
+
+    /// Registers `len` bytes of a buffer from `offset` with a translation
+    /// mode.
+    ///
+    /// Refused like libibverbs does: remote write or remote atomic without
+    /// local write, an empty range, a range outside the buffer, a buffer of
+    /// another HCA.
+    pub fn reg_mr_range<'b>(
+        &'b self,
+        buf: &'b DmaBuf<'_, P>,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+        mode: MrMode,
+    ) -> Result<Mr<'b, P>> {
+        let hca = self.ctx.hca();
+        if !core::ptr::eq(buf.hca(), hca) {
+            return Err(Error::InvalidArgument {
+                arg: "buf",
+                reason: "the buffer belongs to another HCA",
+            });
+        }
+        if access.0 & !AccessFlags::ALL.0 != 0 {
+            return Err(Error::InvalidAttribute {
+                attr: "access",
+                value: u64::from(access.0),
+                reason: "unknown access flags",
+            });
+        }
+        if (access.contains(AccessFlags::REMOTE_WRITE)
+            || access.contains(AccessFlags::REMOTE_ATOMIC))
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Error::InvalidAttribute {
+                attr: "access",
+                value: u64::from(access.0),
+                reason: "remote write or remote atomic access needs local write",
+            });
+        }
+        if len == 0 {
+            return Err(Error::InvalidArgument {
+                arg: "len",
+                reason: "a memory region has at least one byte",
+            });
+        }
+        let start = buf.addr(offset)?;
+        if !buf.contains(start, len) {
+            return Err(Error::InvalidArgument {
+                arg: "len",
+                reason: "the range is outside the buffer",
+            });
+        }
+        if self.mrs.lock().is_full() {
+            return Err(Error::CapacityExceeded {
+                what: "the PD's memory region table",
+                capacity: MAX_MRS_PER_PD,
+            });
+        }
+        let variant = self.ctx.next_mkey_variant();
+        let mut mkc = Mkc::new();
+        mkc.set(Mkc::lr, true)?
+            .set(Mkc::lw, access.contains(AccessFlags::LOCAL_WRITE))?
+            .set(Mkc::rr, access.contains(AccessFlags::REMOTE_READ))?
+            .set(Mkc::rw, access.contains(AccessFlags::REMOTE_WRITE))?
+            .set(Mkc::a, access.contains(AccessFlags::REMOTE_ATOMIC))?
+            .set(Mkc::qpn, MKC_QPN_ANY)?
+            .set(Mkc::mkey_7_0, variant)?
+            .set(Mkc::pd, self.number().0)?
+            .set(Mkc::start_addr, start)?
+            .set(Mkc::len, len as u64)?;
+        let ps = PAS_PAGE_SIZE as u64;
+        let first_page = start & !(ps - 1);
+        let pages = match mode {
+            MrMode::Pa => {
+                mkc.set_access_mode(MKC_ACCESS_MODE_PA)?;
+                0
+            }
+            MrMode::Mtt => {
+                mkc.set_access_mode(MKC_ACCESS_MODE_MTT)?;
+                let n = ((start - first_page) + len as u64).div_ceil(ps) as usize;
+                // Two 8-byte entries per octoword.
+                let octo = u32::try_from(n.div_ceil(2)).map_err(|_| Error::InvalidArgument {
+                    arg: "len",
+                    reason: "too many pages for one memory key",
+                })?;
+                mkc.set(Mkc::translations_octword_size, octo)?
+                    .set(Mkc::log_page_size, MTT_LOG_PAGE)?;
+                n
+            }
+        };
+        let mut head = CreateMkeyIn::new();
+        head.set(CreateMkeyIn::memory_key_mkey_entry, mkc)?;
+        if pages > 0 {
+            head.set(
+                CreateMkeyIn::translations_octword_actual_size,
+                pages.div_ceil(2) as u32,
+            )?;
+        }
+        // An even number of entries: the last octoword is padded with 0.
+        let list =
+            PageList::contiguous(&head, first_page, PAS_PAGE_SIZE, pages).with_flags(MTT_PRESENT);
+        let mkey = hca.create_mkey(&list)?;
+        let key = firmware_cmds::mkey::mkey_from_index(mkey.number().0, variant);
+        let entry = MrEntry {
+            lkey: key,
+            start,
+            len: len as u64,
+            access,
+        };
+        if self.mrs.lock().push(entry).is_err() {
+            // Another thread filled the table meanwhile: the drop of
+            // `mkey` destroys the key.
+            return Err(Error::CapacityExceeded {
+                what: "the PD's memory region table",
+                capacity: MAX_MRS_PER_PD,
+            });
+        }
+        Ok(Mr {
+            pd: self,
+            mkey: Some(mkey),
+            lkey: Lkey(key),
+            addr: start,
+            len,
+            access,
+            _buf: core::marker::PhantomData,
+        })
+    }
+
+    /// The registered region an lkey names, if any.
+    pub(crate) fn lookup(&self, lkey: u32) -> Option<MrEntry> {
+        self.mrs.lock().iter().find(|e| e.lkey == lkey).copied()
+    }
+
+    /// The key table's generation (see [`Pd::lookup`]).
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn forget(&self, lkey: u32) {
+        let mut t = self.mrs.lock();
+        if let Some(i) = t.iter().position(|e| e.lkey == lkey) {
+            t.swap_remove(i);
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Memory regions registered now.
+    pub fn mr_count(&self) -> usize {
+        self.mrs.lock().len()
+    }
+}
+
+/// A memory region (`ibv_mr`): a memory key over a buffer range, with its
+/// lkey and rkey. Borrows its PD and its buffer; deregistered when dropped.
+pub struct Mr<'a, P: Platform> {
+    pd: &'a Pd<'a, P>,
+    mkey: Option<Mkey<'a, P>>,
+    lkey: Lkey,
+    addr: u64,
+    len: usize,
+    access: AccessFlags,
+    _buf: core::marker::PhantomData<&'a ()>,
+}
+
+impl<P: Platform> fmt::Debug for Mr<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "MR {} at {:#x}, {} bytes, {}",
+            self.lkey, self.addr, self.len, self.access
+        )
+    }
+}
+
+impl<'a, P: Platform> Mr<'a, P> {
+    /// The local key.
+    pub fn lkey(&self) -> Lkey {
+        self.lkey
+    }
+
+    /// The remote key (the same memory key on mlx5).
+    pub fn rkey(&self) -> Rkey {
+        Rkey(self.lkey.0)
+    }
+
+    /// Bus address of the first byte (`ibv_mr.addr`): what SGEs and remote
+    /// addresses name.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Access flags.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &'a Pd<'a, P> {
+        self.pd
+    }
+
+    /// An SGE over `len` bytes at `offset` of the region.
+    pub fn sge(&self, offset: usize, len: u32) -> Result<verbs_core::Sge> {
+        match offset.checked_add(len as usize) {
+            Some(end) if end <= self.len => Ok(verbs_core::Sge {
+                addr: self.addr + offset as u64,
+                length: len,
+                lkey: self.lkey.0,
+            }),
+            _ => Err(Error::InvalidArgument {
+                arg: "offset",
+                reason: "the SGE is outside the memory region",
+            }),
+        }
+    }
+
+    /// Deregisters the region (`ibv_dereg_mr`): the key leaves the PD's
+    /// table, then DESTROY_MKEY.
+    pub fn deregister(mut self) -> Result<()> {
+        self.dereg()
+    }
+
+    fn dereg(&mut self) -> Result<()> {
+        match self.mkey.take() {
+            Some(m) => {
+                self.pd.forget(self.lkey.0);
+                m.destroy()
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl<P: Platform> Drop for Mr<'_, P> {
+    fn drop(&mut self) {
+        if let Err(e) = self.dereg() {
+            log::error!("deregistering {}: {e}", self.lkey);
+        }
+    }
+}

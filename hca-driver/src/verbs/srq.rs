@@ -1,0 +1,361 @@
+//! Shared receive queues: CREATE_SRQ over verbs-core's SRQ, posting,
+//! and the limit event (ARM_RQ, `MLX5_EVENT_TYPE_SRQ_RQ_LIMIT`).
+
+use core::fmt;
+use core::time::Duration;
+
+use firmware_cmds::eq::EVENT_TYPE_SRQ_RQ_LIMIT;
+use firmware_cmds::srq::{ARM_RQ_OP_MOD_SRQ, ArmRqIn, CreateSrqIn, Srqc};
+use platform::Platform;
+use verbs_core::{RecvWr, SrqCompletions, SrqGeometry, SrqLayout};
+
+use crate::error::{Error, Result, Wait};
+use crate::events::QueueId;
+use crate::hca::DmaUse;
+use crate::pas::{PAS_PAGE_SIZE, PageList};
+use crate::types::Srqn;
+use crate::verbs::cq::{Cq, release_after_failure, service};
+use crate::verbs::pd::{AccessFlags, Pd};
+use crate::verbs::qp::{KeyCache, SgeCheck, WrError, check_sge};
+
+/// What an SRQ is created with (`struct ibv_srq_init_attr`).
+#[derive(Clone, Copy)]
+pub struct SrqInitAttr<'a, P: Platform> {
+    /// Outstanding receive work requests.
+    pub max_wr: u32,
+    /// SGEs per work request.
+    pub max_sge: u32,
+    /// Limit event threshold (0: not armed); see [`Srq::arm_limit`].
+    pub srq_limit: u32,
+    /// A CQ named in the SRQ context (`srqc.cqn`; completions go to each
+    /// QP's receive CQ regardless). Linux names a CQ of its own here;
+    /// `None` leaves the field 0.
+    pub cq: Option<&'a Cq<'a, P>>,
+    /// How posted work requests are checked.
+    pub sge_check: SgeCheck,
+}
+
+impl<'a, P: Platform> SrqInitAttr<'a, P> {
+    /// `max_wr` work requests of `max_sge` SGEs, no limit, checked SGEs.
+    pub fn new(max_wr: u32, max_sge: u32) -> Self {
+        Self {
+            max_wr,
+            max_sge,
+            srq_limit: 0,
+            cq: None,
+            sge_check: SgeCheck::Full,
+        }
+    }
+}
+
+/// An SRQ's attributes (`struct ibv_srq_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Work requests it holds (`wqe_cnt - 1`).
+    pub max_wr: u32,
+    /// SGEs per work request.
+    pub max_sge: u32,
+    /// The armed limit (0 when not armed or after the event fired).
+    pub srq_limit: u32,
+}
+
+struct Checked {
+    srq: verbs_core::Srq,
+    cache: KeyCache,
+}
+
+/// A shared receive queue (`ibv_srq`). QPs using it borrow it; posting
+/// takes `&self` (a spin lock serializes posters).
+pub struct Srq<'a, P: Platform> {
+    pd: &'a Pd<'a, P>,
+    obj: Option<crate::resources::Srq<'a, P>>,
+    dp: spin::Mutex<Option<Checked>>,
+    srqn: Srqn,
+    attr: spin::Mutex<SrqAttr>,
+    sge_check: SgeCheck,
+}
+
+impl<P: Platform> fmt::Debug for Srq<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.srqn)
+    }
+}
+
+impl<'a, P: Platform> Pd<'a, P> {
+    /// Creates a shared receive queue (`ibv_create_srq`); arms the limit
+    /// when `srq_limit` is not 0.
+    pub fn create_srq<'b>(&'b self, init: &SrqInitAttr<'b, P>) -> Result<Srq<'b, P>> {
+        let ctx = self.context();
+        let hca = ctx.hca();
+        let dev = ctx.query_device();
+        if init.max_wr == 0 || init.max_wr > dev.max_srq_wr {
+            return Err(Error::InvalidAttribute {
+                attr: "max_wr",
+                value: u64::from(init.max_wr),
+                reason: "an SRQ holds 1 ..= max_srq_wr work requests",
+            });
+        }
+        if init.max_sge > dev.max_srq_sge {
+            return Err(Error::InvalidAttribute {
+                attr: "max_sge",
+                value: u64::from(init.max_sge),
+                reason: "above the device's max_srq_sge",
+            });
+        }
+        let g = SrqGeometry::new(init.max_wr, init.max_sge.max(1), ctx.limits())
+            .map_err(Error::DataPath)?;
+        if init.srq_limit > g.max_wr {
+            return Err(Error::InvalidAttribute {
+                attr: "srq_limit",
+                value: u64::from(init.srq_limit),
+                reason: "above the SRQ's max_wr",
+            });
+        }
+        let layout = SrqLayout::new(&g);
+        let region = hca.dma_alloc(
+            layout.total_bytes,
+            PAS_PAGE_SIZE,
+            DmaUse::Queues,
+            "allocating an SRQ",
+        )?;
+        let built = (|| -> Result<CreateSrqIn> {
+            let srqc = Srqc::new()
+                .with(Srqc::log_srq_size, g.wqe_cnt.trailing_zeros() as u8)?
+                .with(Srqc::log_rq_stride, g.wqe_shift - 4)?
+                .with(Srqc::pd, self.number().0)?
+                .with(Srqc::cqn, init.cq.map_or(0, |c| c.number().0))?
+                .with(Srqc::log_page_size, 0)?
+                .with(Srqc::dbr_addr, region.iova() + layout.dbr_offset as u64)?;
+            Ok(CreateSrqIn::new().with(CreateSrqIn::srq_context_entry, srqc)?)
+        })();
+        let input = match built {
+            Ok(i) => i,
+            Err(e) => {
+                hca.dma_free(region, DmaUse::Queues);
+                return Err(e);
+            }
+        };
+        let pages = layout.ring_bytes.div_ceil(PAS_PAGE_SIZE);
+        let obj = match hca.create_srq(&PageList::contiguous(
+            &input,
+            region.iova(),
+            PAS_PAGE_SIZE,
+            pages,
+        )) {
+            Ok(o) => o,
+            Err(e) => {
+                release_after_failure(hca, region, &e);
+                return Err(e);
+            }
+        };
+        let srqn = obj.number();
+        // The device reads nothing before the doorbell record counts a
+        // posted WQE: the free list is linked now.
+        let srq = match verbs_core::Srq::new(region, srqn.0, g) {
+            Ok(s) => s,
+            Err((e, region)) => {
+                match obj.destroy() {
+                    Ok(()) => hca.dma_free(region, DmaUse::Queues),
+                    Err(_) => hca.retire(region, DmaUse::Queues),
+                }
+                return Err(Error::DataPath(e));
+            }
+        };
+        let s = Srq {
+            pd: self,
+            obj: Some(obj),
+            dp: spin::Mutex::new(Some(Checked {
+                srq,
+                cache: KeyCache::default(),
+            })),
+            srqn,
+            attr: spin::Mutex::new(SrqAttr {
+                max_wr: g.max_wr,
+                max_sge: g.max_gs,
+                srq_limit: 0,
+            }),
+            sge_check: init.sge_check,
+        };
+        if init.srq_limit > 0 {
+            s.arm_limit(init.srq_limit)?;
+        }
+        Ok(s)
+    }
+}
+
+impl<'a, P: Platform> Srq<'a, P> {
+    /// The SRQ number.
+    pub fn number(&self) -> Srqn {
+        self.srqn
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &'a Pd<'a, P> {
+        self.pd
+    }
+
+    /// The attributes (`ibv_query_srq`, from the driver's view: the limit is
+    /// 0 once its event was taken).
+    pub fn attr(&self) -> SrqAttr {
+        *self.attr.lock()
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Checked) -> R) -> R {
+        let mut g = self.dp.lock();
+        f(g.as_mut()
+            .expect("the SRQ's data path lives until it is destroyed"))
+    }
+
+    /// Posts one receive work request (`ibv_post_srq_recv`).
+    pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()> {
+        self.post_recv_list(core::slice::from_ref(wr))
+    }
+
+    /// Posts a list with one doorbell-record update; on a rejected request
+    /// the ones before it are posted and the error names its index.
+    pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        let pd = self.pd;
+        let check = self.sge_check;
+        self.with(|c| {
+            let mut bad = None;
+            if check == SgeCheck::Full {
+                'wrs: for (i, wr) in wrs.iter().enumerate() {
+                    for (k, s) in wr.sgl.iter().enumerate() {
+                        if s.length == 0 {
+                            continue;
+                        }
+                        if let Err(r) = check_sge(pd, &mut c.cache, k, s, AccessFlags::LOCAL_WRITE)
+                        {
+                            bad = Some((i, r));
+                            break 'wrs;
+                        }
+                    }
+                }
+            }
+            let n = bad.map_or(wrs.len(), |b| b.0);
+            if let Err(e) = c.srq.post_list(&wrs[..n]) {
+                return Err(Error::InvalidWorkRequest {
+                    index: e.posted,
+                    reason: WrError::DataPath(e.error),
+                });
+            }
+            match bad {
+                Some((index, reason)) => Err(Error::InvalidWorkRequest { index, reason }),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// Work requests posted and not completed.
+    pub fn outstanding(&self) -> u32 {
+        self.with(|c| c.srq.outstanding())
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`, ARM_RQ):
+    /// once fewer than `limit` work requests remain, the device raises
+    /// `SRQ_RQ_LIMIT` once.
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        let max = self.attr.lock().max_wr;
+        let lwm =
+            u16::try_from(limit)
+                .ok()
+                .filter(|_| limit <= max)
+                .ok_or(Error::InvalidAttribute {
+                    attr: "srq_limit",
+                    value: u64::from(limit),
+                    reason: "above the SRQ's max_wr",
+                })?;
+        // Events of an earlier arming are stale now.
+        let _ = self.take_limit_event();
+        let a = ArmRqIn::new()
+            .with(ArmRqIn::op_mod, ARM_RQ_OP_MOD_SRQ)?
+            .with(ArmRqIn::srq_number, self.srqn.0)?
+            .with(ArmRqIn::lwm, lwm)?;
+        self.pd.context().hca().exec(&a)?;
+        self.attr.lock().srq_limit = limit;
+        Ok(())
+    }
+
+    /// Whether the limit event arrived (without waiting; the event is
+    /// consumed and the limit disarmed, as the device disarms it).
+    pub fn take_limit_event(&self) -> bool {
+        let bits = self
+            .pd
+            .context()
+            .hca()
+            .events()
+            .take_queue_events(QueueId::Srq(self.srqn))
+            .unwrap_or(0);
+        let hit = bits & (1 << EVENT_TYPE_SRQ_RQ_LIMIT) != 0;
+        if hit {
+            self.attr.lock().srq_limit = 0;
+        }
+        hit
+    }
+
+    /// Waits for the limit event, servicing the HCA.
+    pub fn wait_limit_event(&self, timeout: Duration) -> Result<()> {
+        let hca = self.pd.context().hca();
+        let p = hca.platform();
+        let start = p.now();
+        loop {
+            service(hca)?;
+            if self.take_limit_event() {
+                return Ok(());
+            }
+            let waited = p.now().saturating_sub(start);
+            if waited >= timeout {
+                return Err(Error::Timeout {
+                    what: Wait::QueueEvent {
+                        queue: QueueId::Srq(self.srqn),
+                        event_type: EVENT_TYPE_SRQ_RQ_LIMIT,
+                    },
+                    after: waited,
+                });
+            }
+            p.relax();
+        }
+    }
+
+    /// A completion handle for a QP using the SRQ.
+    pub(crate) fn completions(&self) -> SrqCompletions {
+        self.with(|c| c.srq.completions())
+    }
+
+    /// Destroys the SRQ (DESTROY_SRQ) and frees its memory.
+    pub fn destroy(mut self) -> Result<()> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let Some(obj) = self.obj.take() else {
+            return Ok(());
+        };
+        let hca = self.pd.context().hca();
+        let r = obj.destroy();
+        if let Some(c) = self.dp.lock().take() {
+            match c.srq.into_parts() {
+                Ok(region) if r.is_ok() => hca.dma_free(region, DmaUse::Queues),
+                Ok(region) => hca.retire(region, DmaUse::Queues),
+                Err(_srq) => {
+                    // A QP's handle still points into it: dropping the SRQ
+                    // without its region leaks the memory (a region has no
+                    // destructor), which is what must happen.
+                    log::error!(
+                        "{}: completion handles alive at destroy; its memory is leaked",
+                        self.srqn
+                    );
+                }
+            }
+        }
+        r
+    }
+}
+
+impl<P: Platform> Drop for Srq<'_, P> {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            log::error!("destroying {}: {e}", self.srqn);
+        }
+    }
+}
