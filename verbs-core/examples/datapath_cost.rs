@@ -36,22 +36,23 @@
 //!
 //! | operation | fast API | instr. | ns | general API | instr. | rdma-core libmlx5 | target |
 //! |---|---|---|---|---|---|---|---|
-//! | post 1 RDMA write + doorbell | `post_rdma_write` | 85 | 8 | `post(&SendWr)` | 161 | 319 | 60 |
+//! | post 1 RDMA write + doorbell | `post_rdma_write` | 85 | 7.9 | `post(&SendWr)` | 161 | 319 | 60 |
 //! | post 32, per WQE | `SendBatch::post_rdma_write` | 47 | 3.4 | `post_list` | 125 | 190 (`ibv_wr_*`: 123) | 40 |
-//! | poll 1 CQE | `poll_one` | 96 | 20 | `poll`, 1 `WorkCompletion` | 184 | 185 | 40 |
-//! | poll 32, per CQE | `poll` into `Completion`s | 45 | 9.8 | `poll` into `WorkCompletion`s | 64 | 108 | 40 |
+//! | poll 1 CQE | `poll_one` | 92 | 21.7 | `poll`, 1 `WorkCompletion` | 177 | 185 | 40 |
+//! | poll 32, per CQE | `poll` into `Completion`s | 44 | 9.8 | `poll` into `WorkCompletion`s | 61 | 108 | 40 |
 //!
 //! Inlined into the caller's loop (`op_post1_inline`, `op_poll1_inline`:
 //! N operations in one call, each post to other addresses) a post takes
-//! 64 instructions (3.7-4.3 ns) and a `poll_one` 103 (14 ns): most of the
-//! difference to the table is the call boundary of `op_post1` (saving and
-//! restoring six registers, the arguments, the `Result` through memory).
-//! (`poll` with a one-element `Completion` slice: 118.) Before this work
-//! the same scenarios took 178, 134, 230 and 141 instructions. What is left
-//! above the targets, and why, is in the crate report: mostly the register
-//! save/restore of a non-inlined call, the doorbell window's bounds check
-//! (platform's `Mmio::write64`), the `Result` returned through memory, and
-//! per CQE the read barrier plus the checks themselves.
+//! 64 instructions (3.5-4.3 ns) and a `poll_one` 99 (14 ns): most of the
+//! difference to the table's post is the call boundary of `op_post1`
+//! (saving and restoring six registers, the arguments, the `Result`
+//! through memory). (`poll` with a one-element `Completion` slice: 114.)
+//! Before this work the same scenarios took 178, 134, 230 and 141
+//! instructions. What is left above the targets, and why, is in the crate
+//! report: mostly the register save/restore of a non-inlined call, the
+//! doorbell window's bounds check (platform's `Mmio::write64`), the
+//! `Result` returned through memory, and per CQE the read barrier plus the
+//! checks themselves.
 //!
 //! Outside the measured functions the harness plays the device: it writes
 //! the CQEs (for the poll scenarios it first posts the WQEs they complete),
