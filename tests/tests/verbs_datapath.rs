@@ -1,0 +1,882 @@
+//! The verbs data path between the two sides of a [`Link`]: UD ping-pong,
+//! RC with immediate data, atomics, an SRQ shared by several QPs with its
+//! limit event, inline sends, unsignaled batches on one doorbell,
+//! completion events, UC, scatter/gather and fences.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use hca_driver::verbs::{
+    AccessFlags, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    SrqInitAttr, WcFlags, WcOpcode, WcStatus,
+};
+use hca_tests::verbs::{
+    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, ud_ready,
+};
+use hca_tests::{Link, TestPlatform};
+use platform::Platform;
+
+const QKEY: u32 = 0x1111_1111;
+
+fn cap(send: u32, recv: u32, sge: u32, inline: u32) -> QpCap {
+    QpCap {
+        max_send_wr: send,
+        max_recv_wr: recv,
+        max_send_sge: sge,
+        max_recv_sge: sge,
+        max_inline_data: inline,
+    }
+}
+
+fn all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+/// A QP of `t` on `cq` with `c`.
+fn qp<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>, t: QpType, c: QpCap) -> Qp<'a, P> {
+    pd.create_qp(&QpInitAttr::new(t, cq, cq).cap(c)).unwrap()
+}
+
+fn ud_ping_pong<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
+        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(8192).unwrap());
+        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let mut qa = qp(&pda, &cqa, QpType::Ud, cap(16, 16, 1, 64));
+        let mut qb = qp(&pdb, &cqb, QpType::Ud, cap(16, 16, 1, 64));
+        assert!(qa.cap().max_inline_data >= 64);
+        ud_ready(&mut qa, pa, QKEY);
+        ud_ready(&mut qb, pb, QKEY);
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, 0, 0);
+        let to_b = pda.create_ah(&path_to(&ca, pa, &eb, 64)).unwrap();
+        let to_a = pdb.create_ah(&path_to(&cb, pb, &ea, 64)).unwrap();
+        for round in 0..20u32 {
+            let ping = format!("ping {round:03}");
+            let pong = format!("pong {round:03} from {:#x}", qb.number().0);
+            // Receives first: 40 bytes of GRH, then the message.
+            qa.post_recv(&RecvWr {
+                wr_id: 0xa000 + u64::from(round),
+                sgl: &[ma.sge(4096, 256).unwrap()],
+            })
+            .unwrap();
+            qb.post_recv(&RecvWr {
+                wr_id: 0xb000 + u64::from(round),
+                sgl: &[mb.sge(4096, 256).unwrap()],
+            })
+            .unwrap();
+            ba.write(0, ping.as_bytes()).unwrap();
+            let sge = [ma.sge(0, ping.len() as u32).unwrap()];
+            let wr = SendWr::new(u64::from(round), SendOp::Send)
+                .sgl(&sge)
+                .flags(SendFlags::SIGNALED)
+                .ud(to_b.dest(eb.qpn, QKEY));
+            qa.post_send(&wr).unwrap();
+            let wc = poll_ok(&cqb);
+            assert_eq!(wc.opcode, WcOpcode::Recv);
+            assert_eq!(wc.wr_id, 0xb000 + u64::from(round));
+            assert_eq!(wc.byte_len, 40 + ping.len() as u32, "GRH + message");
+            assert!(wc.wc_flags.has(WcFlags::GRH));
+            assert_eq!(wc.src_qp, ea.qpn);
+            let mut got = vec![0u8; 40 + ping.len()];
+            bb.read(4096, &mut got).unwrap();
+            assert_eq!(&got[40..], ping.as_bytes());
+            if !ea.gid.is_zero() {
+                // RoCE v2 over IPv6: the IPv6 header's source and
+                // destination addresses are the GIDs.
+                assert_eq!(got[0] >> 4, 6, "IPv6 header");
+                assert_eq!(&got[8..24], &ea.gid.0);
+                assert_eq!(&got[24..40], &eb.gid.0);
+            }
+            assert_eq!(poll_ok(&cqa).wr_id, u64::from(round));
+            // The pong goes inline.
+            qb.post_send(
+                &SendWr::new(0x9000 + u64::from(round), SendOp::Send)
+                    .inline(pong.as_bytes())
+                    .flags(SendFlags::SIGNALED)
+                    .ud(to_a.dest(ea.qpn, QKEY)),
+            )
+            .unwrap();
+            let wc = poll_ok(&cqa);
+            assert_eq!((wc.wr_id, wc.src_qp), (0xa000 + u64::from(round), eb.qpn));
+            let mut got = vec![0u8; pong.len()];
+            ba.read(4096 + 40, &mut got).unwrap();
+            assert_eq!(got, pong.as_bytes());
+            assert_eq!(poll_ok(&cqb).wr_id, 0x9000 + u64::from(round));
+        }
+        // A wrong Q_Key is dropped by the responder: no receive completes.
+        qb.post_recv(&RecvWr {
+            wr_id: 1,
+            sgl: &[mb.sge(0, 256).unwrap()],
+        })
+        .unwrap();
+        qa.post_send(
+            &SendWr::new(2, SendOp::Send)
+                .inline(b"bad qkey")
+                .flags(SendFlags::SIGNALED)
+                .ud(to_b.dest(eb.qpn, QKEY ^ 1)),
+        )
+        .unwrap();
+        // UD completes at transmission.
+        assert_eq!(poll_ok(&cqa).wr_id, 2);
+        assert_quiet(&cqb, Duration::from_millis(5));
+        let mut flushed = Vec::new();
+        qb.drain(WAIT, |w| flushed.push(*w)).unwrap();
+        assert_eq!(flushed.len(), 1);
+        assert_eq!(
+            (flushed[0].wr_id, flushed[0].status),
+            (1, WcStatus::WrFlushErr)
+        );
+    }
+    l.close(h);
+}
+
+fn rc_with_immediate_data<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
+        let ma = pda.reg_mr(&ba, all_access()).unwrap();
+        let mb = pdb.reg_mr(&bb, all_access()).unwrap();
+        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(16, 16, 2, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(16, 16, 2, 0));
+        let ea = Endpoint::of(&ca, pa, qa.number().0, ma.addr(), ma.rkey().0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let p = RcParams {
+            access: all_access(),
+            ..RcParams::default()
+        };
+        connect(&ca, &mut qa, pa, &eb, &p);
+        connect(&cb, &mut qb, pb, &ea, &p);
+        for i in 0..2 {
+            qb.post_recv(&RecvWr {
+                wr_id: 100 + i,
+                sgl: &[mb.sge(0, 1024).unwrap()],
+            })
+            .unwrap();
+        }
+        ba.write(0, b"with an immediate").unwrap();
+        qa.post_send(
+            &SendWr::new(1, SendOp::SendWithImm(0xdead_beef))
+                .sgl(&[ma.sge(0, 17).unwrap()])
+                .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        let wc = poll_ok(&cqb);
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.byte_len, wc.imm_data),
+            (100, WcOpcode::Recv, 17, 0xdead_beef)
+        );
+        assert!(wc.wc_flags.has(WcFlags::WITH_IMM));
+        let mut got = [0u8; 17];
+        bb.read(0, &mut got).unwrap();
+        assert_eq!(&got, b"with an immediate");
+        let wc = poll_ok(&cqa);
+        assert_eq!((wc.wr_id, wc.opcode), (1, WcOpcode::Send));
+        assert!(wc.wc_flags.has(WcFlags::WITH_IMM));
+        // RDMA WRITE with immediate: the data lands at the remote address,
+        // a receive WQE is consumed for the immediate.
+        ba.write(100, b"written with imm").unwrap();
+        qa.post_send(
+            &SendWr::new(
+                2,
+                SendOp::RdmaWriteWithImm {
+                    remote_addr: eb.addr + 2048,
+                    rkey: eb.rkey,
+                    imm: 0x0102_0304,
+                },
+            )
+            .sgl(&[ma.sge(100, 16).unwrap()])
+            .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        let wc = poll_ok(&cqb);
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.imm_data, wc.byte_len),
+            (101, WcOpcode::RecvRdmaWithImm, 0x0102_0304, 16)
+        );
+        let mut got = [0u8; 16];
+        bb.read(2048, &mut got).unwrap();
+        assert_eq!(&got, b"written with imm");
+        assert_eq!(poll_ok(&cqa).opcode, WcOpcode::RdmaWrite);
+    }
+    l.close(h);
+}
+
+fn atomics<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let dev = *ca.query_device();
+        if !dev.atomic_ops {
+            eprintln!("skipped: the device has no 8-byte atomics");
+            return;
+        }
+        let order = cb.query_device().atomic_byte_order;
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(256).unwrap(), cb.create_cq(16).unwrap());
+        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(4096).unwrap());
+        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = pdb.reg_mr(&bb, all_access()).unwrap();
+        let p = RcParams {
+            access: all_access(),
+            max_rd_atomic: dev.max_qp_init_rd_atom.min(16) as u8,
+            max_dest_rd_atomic: dev.max_qp_rd_atom.min(16) as u8,
+            ..RcParams::default()
+        };
+        // Two QPs on A, each connected to its own QP on B, hammer one
+        // counter on B.
+        let mut qas = [
+            qp(&pda, &cqa, QpType::Rc, cap(64, 1, 1, 0)),
+            qp(&pda, &cqa, QpType::Rc, cap(64, 1, 1, 0)),
+        ];
+        let mut qbs = [
+            qp(&pdb, &cqb, QpType::Rc, cap(1, 1, 1, 0)),
+            qp(&pdb, &cqb, QpType::Rc, cap(1, 1, 1, 0)),
+        ];
+        for (qa, qb) in qas.iter_mut().zip(qbs.iter_mut()) {
+            let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+            let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+            connect(&ca, qa, pa, &eb, &p);
+            connect(&cb, qb, pb, &ea, &p);
+        }
+        let start = 1_000_000u64;
+        bb.write(0, &order.encode(start)).unwrap();
+        let counter = mb.addr();
+        let rkey = mb.rkey().0;
+        let n = 50u64;
+        let mut sum = 0;
+        let mut slot = 0usize;
+        for round in 0..2 {
+            for (k, qa) in qas.iter_mut().enumerate() {
+                let mut b = qa.batch().unwrap();
+                for i in 0..n / 2 {
+                    let add = 1 + i + 100 * k as u64 + 1000 * round;
+                    sum += add;
+                    b.push(
+                        &SendWr::new(
+                            slot as u64,
+                            SendOp::AtomicFetchAdd {
+                                remote_addr: counter,
+                                rkey,
+                                add,
+                            },
+                        )
+                        .sgl(&[ma.sge(8 * slot, 8).unwrap()])
+                        .flags(SendFlags::SIGNALED),
+                    )
+                    .unwrap();
+                    slot += 1;
+                }
+                b.ring();
+            }
+        }
+        let wcs = poll_n(&cqa, slot);
+        assert!(
+            wcs.iter().all(|w| w.status == WcStatus::Success
+                && w.opcode == WcOpcode::FetchAdd
+                && w.byte_len == 8),
+            "{wcs:?}"
+        );
+        let fin = order.decode(bb.read8(0).unwrap());
+        assert_eq!(fin, start + sum, "every fetch-and-add counted once");
+        // Each returned the value before it: all distinct, all between the
+        // start and the end.
+        let olds: BTreeSet<u64> = (0..slot)
+            .map(|i| order.decode(ba.read8(8 * i).unwrap()))
+            .collect();
+        assert_eq!(olds.len(), slot, "no two fetch-and-adds saw the same value");
+        assert!(olds.iter().all(|&v| (start..start + sum).contains(&v)));
+        assert_eq!(*olds.first().unwrap(), start);
+        // Compare-and-swap: equal swaps and returns the old value, unequal
+        // leaves it and returns the current value.
+        let qa = &mut qas[0];
+        for (i, (compare, swap, expect_after)) in [
+            (fin, 7, 7u64),
+            (fin, 9, 7),
+            (7, 0x5555_aaaa_5555_aaaa, 0x5555_aaaa_5555_aaaa),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let before = order.decode(bb.read8(0).unwrap());
+            qa.post_send(
+                &SendWr::new(
+                    900 + i as u64,
+                    SendOp::AtomicCmpSwp {
+                        remote_addr: counter,
+                        rkey,
+                        compare,
+                        swap,
+                    },
+                )
+                .sgl(&[ma.sge(4096, 8).unwrap()])
+                .flags(SendFlags::SIGNALED),
+            )
+            .unwrap();
+            let wc = poll_ok(&cqa);
+            assert_eq!((wc.opcode, wc.byte_len), (WcOpcode::CompSwap, 8));
+            assert_eq!(
+                order.decode(ba.read8(4096).unwrap()),
+                before,
+                "CAS returns the old value"
+            );
+            assert_eq!(order.decode(bb.read8(0).unwrap()), expect_after);
+        }
+    }
+    l.close(h);
+}
+
+fn srq_shared_by_several_qps<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
+        let bb = h.b().alloc_buf(8192).unwrap();
+        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let srq = pdb.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
+        assert!(srq.attr().max_wr >= 16);
+        let mut qas: Vec<_> = (0..3)
+            .map(|_| qp(&pda, &cqa, QpType::Rc, cap(8, 0, 1, 32)))
+            .collect();
+        let mut qbs: Vec<_> = (0..3)
+            .map(|_| {
+                pdb.create_qp(
+                    &QpInitAttr::new(QpType::Rc, &cqb, &cqb)
+                        .cap(cap(1, 0, 1, 0))
+                        .srq(&srq),
+                )
+                .unwrap()
+            })
+            .collect();
+        assert!(
+            qbs.iter()
+                .all(|q| q.srq().is_some() && q.cap().max_recv_wr == 0)
+        );
+        let p = RcParams {
+            rnr_retry: 7,
+            ..RcParams::default()
+        };
+        for (qa, qb) in qas.iter_mut().zip(qbs.iter_mut()) {
+            let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+            let eb = Endpoint::of(&cb, pb, qb.number().0, 0, 0);
+            connect(&ca, qa, pa, &eb, &p);
+            connect(&cb, qb, pb, &ea, &p);
+        }
+        // 12 receives of 256 bytes; the limit armed at 4.
+        let wrs: Vec<Sge> = (0..12).map(|i| mb.sge(256 * i, 256).unwrap()).collect();
+        let recvs: Vec<RecvWr<'_>> = wrs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RecvWr {
+                wr_id: 0x5000 + i as u64,
+                sgl: std::slice::from_ref(s),
+            })
+            .collect();
+        srq.post_recv_list(&recvs).unwrap();
+        assert_eq!(srq.outstanding(), 12);
+        srq.arm_limit(4).unwrap();
+        assert_eq!(srq.attr().srq_limit, 4);
+        // 7 sends leave 5: no limit event yet.
+        let send = |qa: &mut Qp<'_, P>, tag: u8, id: u64| {
+            qa.post_send(
+                &SendWr::new(id, SendOp::Send)
+                    .inline(&[tag; 24])
+                    .flags(SendFlags::SIGNALED),
+            )
+            .unwrap();
+        };
+        for i in 0..7u64 {
+            let k = (i % 3) as usize;
+            send(&mut qas[k], b'a' + k as u8, i);
+        }
+        let mut got = poll_n(&cqb, 7);
+        poll_n(&cqa, 7);
+        hca_driver::verbs::Cq::take_events(&cqb).unwrap();
+        assert!(!srq.take_limit_event(), "5 left of a limit of 4");
+        // Two more: 3 left, below the limit: the event, once.
+        send(&mut qas[0], b'a', 7);
+        send(&mut qas[1], b'b', 8);
+        got.extend(poll_n(&cqb, 2));
+        poll_n(&cqa, 2);
+        srq.wait_limit_event(WAIT).unwrap();
+        assert_eq!(srq.attr().srq_limit, 0, "the event disarms the limit");
+        assert_eq!(srq.outstanding(), 3);
+        let qpns: BTreeSet<u32> = qbs.iter().map(|q| q.number().0).collect();
+        let mut ids = BTreeSet::new();
+        for w in &got {
+            assert_eq!(
+                (w.status, w.opcode, w.byte_len),
+                (WcStatus::Success, WcOpcode::Recv, 24)
+            );
+            assert!(qpns.contains(&w.qp_num), "{w:?}");
+            assert!(ids.insert(w.wr_id), "each receive used once");
+            let k = qbs.iter().position(|q| q.number().0 == w.qp_num).unwrap();
+            let i = (w.wr_id - 0x5000) as usize;
+            assert_eq!(bb.read8(256 * i).unwrap(), [b'a' + k as u8; 8]);
+        }
+        assert_eq!(ids.len(), 9);
+        // The remaining receives serve more sends, from any QP.
+        send(&mut qas[2], b'c', 9);
+        assert_eq!(poll_ok(&cqb).qp_num, qbs[2].number().0);
+        poll_ok(&cqa);
+        drop(qbs);
+        srq.destroy().unwrap();
+    }
+    l.close(h);
+}
+
+fn inline_sends<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
+        let bb = h.b().alloc_buf(8192).unwrap();
+        let mb = pdb
+            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+        let mut qa = pda
+            .create_qp(
+                &QpInitAttr::new(QpType::Rc, &cqa, &cqa)
+                    .cap(cap(32, 1, 1, 200))
+                    .blueflame(true),
+            )
+            .unwrap();
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 32, 1, 0));
+        let max = qa.cap().max_inline_data;
+        assert!(max >= 200, "{:?}", qa.cap());
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let p = RcParams::default();
+        connect(&ca, &mut qa, pa, &eb, &p);
+        connect(&cb, &mut qb, pb, &ea, &p);
+        let sizes = [1usize, 12, 16, 28, 44, 60, 64, 100, max as usize];
+        for (i, &n) in sizes.iter().enumerate() {
+            qb.post_recv(&RecvWr {
+                wr_id: i as u64,
+                sgl: &[mb.sge(512 * i, 512).unwrap()],
+            })
+            .unwrap();
+            let data: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+            qa.post_send(
+                &SendWr::new(i as u64, SendOp::Send)
+                    .inline(&data)
+                    .flags(SendFlags::SIGNALED),
+            )
+            .unwrap();
+            let wc = poll_ok(&cqb);
+            assert_eq!((wc.wr_id, wc.byte_len), (i as u64, n as u32));
+            let mut got = vec![0u8; n];
+            bb.read(512 * i, &mut got).unwrap();
+            assert_eq!(got, data, "{n} bytes inline");
+            poll_ok(&cqa);
+        }
+        // RDMA WRITE inline.
+        qa.post_send(
+            &SendWr::new(
+                77,
+                SendOp::RdmaWrite {
+                    remote_addr: eb.addr + 6000,
+                    rkey: eb.rkey,
+                },
+            )
+            .inline(b"inline write")
+            .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        assert_eq!(poll_ok(&cqa).wr_id, 77);
+        let mut got = [0u8; 12];
+        bb.read(6000, &mut got).unwrap();
+        assert_eq!(&got, b"inline write");
+        // Single inline sends went by BlueFlame (the QP has a UAR of its
+        // own): the emulator saw the copies and they matched the WQEs.
+        if let Some(emu) = l.a.emu() {
+            let dp = emu.datapath();
+            assert_eq!(dp.bf_mismatches, 0);
+            assert!(
+                dp.doorbells.iter().any(|d| d.offset & 0xff != 0),
+                "BlueFlame copies: {:?}",
+                dp.doorbells
+            );
+        }
+    }
+    l.close(h);
+}
+
+fn unsignaled_batches<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(8).unwrap());
+        let (ba, bb) = (
+            h.a.alloc_buf(16384).unwrap(),
+            h.b().alloc_buf(16384).unwrap(),
+        );
+        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = pdb
+            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(64, 1, 1, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 1, 1, 0));
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let p = RcParams::default();
+        connect(&ca, &mut qa, pa, &eb, &p);
+        connect(&cb, &mut qb, pb, &ea, &p);
+        for i in 0..16384 / 64 {
+            ba.write(64 * i, &[i as u8; 64]).unwrap();
+        }
+        // 32 RDMA WRITEs in one batch, every 8th signaled: 4 completions,
+        // each retiring the unsignaled ones before it.
+        let mut b = qa.batch().unwrap();
+        for i in 0..32u64 {
+            let flags = if i % 8 == 7 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::NONE
+            };
+            b.post_rdma_write(
+                i,
+                flags,
+                eb.addr + 64 * i,
+                eb.rkey,
+                ma.sge(64 * i as usize, 64).unwrap(),
+            )
+            .unwrap();
+        }
+        assert_eq!(b.len(), 32);
+        let doorbells = || l.a.emu().map(|e| e.datapath().doorbells.len());
+        let before = doorbells();
+        b.ring();
+        let wcs = poll_n(&cqa, 4);
+        if let (Some(x), Some(y)) = (before, doorbells()) {
+            assert_eq!(y - x, 1, "one doorbell for the batch of 32");
+        }
+        assert_eq!(
+            wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            vec![7, 15, 23, 31]
+        );
+        assert_quiet(&cqa, Duration::from_millis(1));
+        assert_eq!(qa.outstanding(), (0, 0), "everything retired");
+        let mut got = vec![0u8; 32 * 64];
+        bb.read(0, &mut got).unwrap();
+        let mut want = vec![0u8; 32 * 64];
+        ba.read(0, &mut want).unwrap();
+        assert_eq!(got, want);
+        // A list of work requests: one doorbell too; the fast paths.
+        let sges: Vec<Sge> = (32..48).map(|i| ma.sge(64 * i, 64).unwrap()).collect();
+        let wrs: Vec<SendWr<'_>> = sges
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                SendWr::new(
+                    100 + k as u64,
+                    SendOp::RdmaWrite {
+                        remote_addr: eb.addr + 64 * (32 + k as u64),
+                        rkey: eb.rkey,
+                    },
+                )
+                .sgl(std::slice::from_ref(s))
+                .flags(if k == 15 {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::NONE
+                })
+            })
+            .collect();
+        let before = doorbells();
+        qa.post_send_list(&wrs).unwrap();
+        assert_eq!(poll_ok(&cqa).wr_id, 115);
+        if let (Some(x), Some(y)) = (before, doorbells()) {
+            assert_eq!(y - x, 1, "one doorbell for the list of 16");
+        }
+        qa.post_rdma_write(
+            200,
+            SendFlags::SIGNALED,
+            eb.addr + 64 * 48,
+            eb.rkey,
+            ma.sge(64 * 48, 64).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(poll_ok(&cqa).wr_id, 200);
+        let mut got = vec![0u8; 17 * 64];
+        bb.read(32 * 64, &mut got).unwrap();
+        let mut want = vec![0u8; 17 * 64];
+        ba.read(32 * 64, &mut want).unwrap();
+        assert_eq!(got, want);
+    }
+    l.close(h);
+}
+
+fn completion_events<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+        let bb = h.b().alloc_buf(4096).unwrap();
+        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(8, 1, 1, 32));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 8, 1, 0));
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, 0, 0);
+        let p = RcParams::default();
+        connect(&ca, &mut qa, pa, &eb, &p);
+        connect(&cb, &mut qb, pb, &ea, &p);
+        for i in 0..4 {
+            qb.post_recv(&RecvWr {
+                wr_id: i,
+                sgl: &[mb.sge(64 * i as usize, 64).unwrap()],
+            })
+            .unwrap();
+        }
+        // Armed for any completion: an event.
+        cqb.req_notify(false);
+        qa.post_send(
+            &SendWr::new(1, SendOp::Send)
+                .inline(b"one")
+                .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        assert_eq!(cqb.wait_event(WAIT).unwrap(), 1);
+        poll_ok(&cqb);
+        poll_ok(&cqa);
+        // Not armed: no event.
+        qa.post_send(
+            &SendWr::new(2, SendOp::Send)
+                .inline(b"two")
+                .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        poll_ok(&cqb);
+        poll_ok(&cqa);
+        assert_eq!(cqb.take_events().unwrap(), 0);
+        // Armed for solicited completions: an unsolicited one does not
+        // fire, a solicited one does.
+        cqb.req_notify(true);
+        qa.post_send(
+            &SendWr::new(3, SendOp::Send)
+                .inline(b"three")
+                .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        poll_ok(&cqa);
+        poll_ok(&cqb);
+        assert!(cqb.wait_event(Duration::from_millis(2)).is_err());
+        qa.post_send(
+            &SendWr::new(4, SendOp::Send)
+                .inline(b"four")
+                .flags(SendFlags::SIGNALED | SendFlags::SOLICITED),
+        )
+        .unwrap();
+        assert_eq!(cqb.wait_event(WAIT).unwrap(), 1);
+        let wc = poll_ok(&cqb);
+        assert_eq!(wc.wr_id, 3);
+        // The send CQ's event too.
+        cqa.req_notify(false);
+        assert_eq!(cqa.wait_event(WAIT).unwrap(), 1);
+        assert_eq!(poll_ok(&cqa).wr_id, 4);
+    }
+    l.close(h);
+}
+
+fn uc_writes_and_sends<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
+        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = pdb
+            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+        let mut qa = qp(&pda, &cqa, QpType::Uc, cap(8, 8, 1, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Uc, cap(8, 8, 1, 0));
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let p = RcParams {
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            ..RcParams::default()
+        };
+        connect(&ca, &mut qa, pa, &eb, &p);
+        connect(&cb, &mut qb, pb, &ea, &p);
+        ba.write(0, &[0x42; 600]).unwrap();
+        qa.post_send(
+            &SendWr::new(
+                1,
+                SendOp::RdmaWrite {
+                    remote_addr: eb.addr + 1000,
+                    rkey: eb.rkey,
+                },
+            )
+            .sgl(&[ma.sge(0, 600).unwrap()])
+            .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        assert_eq!(poll_ok(&cqa).opcode, WcOpcode::RdmaWrite);
+        // UC completes at transmission; wait for the data.
+        let hb = cb.hca();
+        let t0 = hb.platform().now();
+        while bb.read8(1000 + 592).unwrap() != [0x42; 8] {
+            assert!(hb.platform().now() - t0 < WAIT, "UC write never landed");
+            hb.platform().relax();
+        }
+        let mut got = vec![0u8; 600];
+        bb.read(1000, &mut got).unwrap();
+        assert_eq!(got, vec![0x42; 600]);
+        qb.post_recv(&RecvWr {
+            wr_id: 9,
+            sgl: &[mb.sge(2048, 64).unwrap()],
+        })
+        .unwrap();
+        qa.post_send(
+            &SendWr::new(2, SendOp::Send)
+                .sgl(&[ma.sge(0, 33).unwrap()])
+                .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        let wc = poll_ok(&cqb);
+        assert_eq!((wc.wr_id, wc.byte_len), (9, 33));
+        poll_ok(&cqa);
+        // UC has no RDMA READ: refused before the device.
+        let e = qa
+            .post_send(
+                &SendWr::new(
+                    3,
+                    SendOp::RdmaRead {
+                        remote_addr: eb.addr,
+                        rkey: eb.rkey,
+                    },
+                )
+                .sgl(&[ma.sge(0, 8).unwrap()]),
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("IBV_WR_RDMA_READ is not valid on a Uc QP"),
+            "{e}"
+        );
+    }
+    l.close(h);
+}
+
+fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(8192).unwrap());
+        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
+        // Two regions on B: receives scatter across both.
+        let mb1 = pdb
+            .reg_mr_range(&bb, 0, 4096, all_access(), hca_driver::verbs::MrMode::Mtt)
+            .unwrap();
+        let mb2 = pdb
+            .reg_mr_range(&bb, 4096, 4096, all_access(), hca_driver::verbs::MrMode::Pa)
+            .unwrap();
+        assert_ne!(mb1.lkey(), mb2.lkey());
+        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(8, 1, 4, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 8, 4, 0));
+        assert!(qa.cap().max_send_sge >= 4 && qb.cap().max_recv_sge >= 4);
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb2.addr(), mb2.rkey().0);
+        let p = RcParams {
+            access: all_access(),
+            ..RcParams::default()
+        };
+        connect(&ca, &mut qa, pa, &eb, &p);
+        connect(&cb, &mut qb, pb, &ea, &p);
+        for (i, chunk) in [b"gather ".as_slice(), b"three ", b"pieces"]
+            .iter()
+            .enumerate()
+        {
+            ba.write(1000 * i, chunk).unwrap();
+        }
+        qb.post_recv(&RecvWr {
+            wr_id: 5,
+            sgl: &[mb1.sge(4000, 10).unwrap(), mb2.sge(100, 100).unwrap()],
+        })
+        .unwrap();
+        qa.post_send(
+            &SendWr::new(1, SendOp::Send)
+                .sgl(&[
+                    ma.sge(0, 7).unwrap(),
+                    ma.sge(1000, 6).unwrap(),
+                    ma.sge(2000, 6).unwrap(),
+                ])
+                .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        let wc = poll_ok(&cqb);
+        assert_eq!(wc.byte_len, 19);
+        let mut a = [0u8; 10];
+        bb.read(4000, &mut a).unwrap();
+        let mut b = [0u8; 9];
+        bb.read(4096 + 100, &mut b).unwrap();
+        assert_eq!([&a[..], &b[..]].concat(), b"gather three pieces");
+        poll_ok(&cqa);
+        // A READ, then a fenced WRITE of what it read: the fence makes the
+        // WRITE wait for the READ's data.
+        bb.write(4096 + 2000, b"fetched and sent back").unwrap();
+        qa.post_send_list(&[
+            SendWr::new(
+                10,
+                SendOp::RdmaRead {
+                    remote_addr: eb.addr + 2000,
+                    rkey: eb.rkey,
+                },
+            )
+            .sgl(&[ma.sge(4096, 21).unwrap()]),
+            SendWr::new(
+                11,
+                SendOp::RdmaWrite {
+                    remote_addr: eb.addr + 3000,
+                    rkey: eb.rkey,
+                },
+            )
+            .sgl(&[ma.sge(4096, 21).unwrap()])
+            .flags(SendFlags::SIGNALED | SendFlags::FENCE),
+        ])
+        .unwrap();
+        assert_eq!(poll_ok(&cqa).wr_id, 11);
+        let mut got = [0u8; 21];
+        bb.read(4096 + 3000, &mut got).unwrap();
+        assert_eq!(&got, b"fetched and sent back");
+    }
+    l.close(h);
+}
+
+hca_tests::link_scenarios!(
+    ud_ping_pong,
+    rc_with_immediate_data,
+    atomics,
+    srq_shared_by_several_qps,
+    inline_sends,
+    unsignaled_batches,
+    completion_events,
+    uc_writes_and_sends,
+    scatter_gather_and_fences,
+);
