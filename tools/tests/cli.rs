@@ -119,12 +119,16 @@ fn info_verbose_adds_capability_limits() {
         "\tmax_qp:\t\t\t\t131072\n",
         "\tmax_sge:\t\t\t30\n",
         "\tmax_cqe:\t\t\t4194303\n",
-        "\tatomic_cap:\t\t\tATOMIC_HCA (1)\n",
+        "\tatomic_cap:\t\t\tATOMIC_NONE (0)\n",
         "\tmax_pkeys:\t\t\t128\n",
         "\tpage_size_cap:\t\t\t0xfffffffffffff000\n",
         "\t\t\tgid_tbl_len:\t\t256\n",
         "\t\t\tmax_msg_sz:\t\t0x40000000\n",
         "\t\t\tpkey_tbl_len:\t\t1\n",
+        "\t\t\tactive_width:\t\tinvalid widthX (0)\n",
+        // GID 0: the link-local GID of the port's MAC 7c:fe:90:58:7d:01,
+        // programmed by the verbs context.
+        "\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:7efe:90ff:fe58:7d01\n",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }
@@ -145,9 +149,13 @@ fn info_json_parses() {
 
     let v = json(&ok(&["info", "-v", "--json"]));
     assert_eq!(v["attributes"]["max_qp"], 131072);
-    assert_eq!(v["attributes"]["atomic_cap"], 1);
+    assert_eq!(v["attributes"]["atomic_cap"], 0);
     assert_eq!(v["ports"][0]["gid_tbl_len"], 256);
-    assert!(v["ports"][0]["gids"].is_array());
+    assert_eq!(v["ports"][0]["gids"][0]["index"], 0);
+    assert_eq!(
+        v["ports"][0]["gids"][0]["gid"],
+        "fe80:0000:0000:0000:7efe:90ff:fe58:7d01"
+    );
 }
 
 // ---- caps ------------------------------------------------------------------

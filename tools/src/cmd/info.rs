@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
-use hca_driver::{Guid, Hca, IbMtu, LinkLayer, PortInfo};
+use hca_driver::verbs::Context;
+use hca_driver::{Guid, Hca, IbMtu, LinkLayer};
 use platform::Platform;
 use serde::Serialize;
 
@@ -80,6 +81,12 @@ pub struct PortReport {
     /// Init type reply (`-v`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_type_reply: Option<u8>,
+    /// `enum ibv_width` code in operation (`-v`; 0 when down).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_width: Option<u8>,
+    /// `enum ibv_speed` code in operation (`-v`; 0 when down).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_speed: Option<u8>,
     /// The GIDs that are set (`-v`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gids: Option<Vec<GidEntry>>,
@@ -103,9 +110,9 @@ pub struct InfoReport {
     /// IEEE vendor id.
     pub vendor_id: u32,
     /// PCI device id.
-    pub vendor_part_id: u16,
+    pub vendor_part_id: u32,
     /// PCI revision.
-    pub hw_ver: u8,
+    pub hw_ver: u32,
     /// Board id (PSID).
     pub board_id: String,
     /// Number of ports.
@@ -134,13 +141,6 @@ fn ser_attrs<S: serde::Serializer>(
     m.end()
 }
 
-fn gid_str(g: &[u8; 16]) -> String {
-    g.chunks(2)
-        .map(|p| format!("{:02x}{:02x}", p[0], p[1]))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 /// libibverbs' test for an unset GID: the interface id (bytes 8..16) is 0.
 fn null_gid(g: &[u8; 16]) -> bool {
     g[8..].iter().all(|&b| b == 0)
@@ -158,26 +158,31 @@ impl HcaTask for Info {
     type Output = InfoReport;
 
     fn run<P: Platform>(self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<InfoReport> {
+        // As ibv_devinfo: open a verbs context (which sets up RoCE and GID
+        // 0 on Ethernet ports, as the kernel does for libibverbs), then
+        // query the device, every port and its GIDs.
+        let ctx =
+            Context::open(hca).map_err(|e| ToolError::driver("opening a verbs context", e))?;
         let info = hca.info();
         let caps = hca.caps();
-        let ll = caps.link_layer();
+        let d = ctx.query_device();
         let mut ports = Vec::new();
-        for p in &info.ports {
-            ports.push(port_report(hca, p, ll, self.verbose)?);
+        for p in 1..=d.phys_port_cnt {
+            ports.push(port_report(&ctx, p, caps.link_layer(), self.verbose)?);
         }
-        let attributes = self.verbose.then(|| devattr::device_attrs(caps));
+        let attributes = self.verbose.then(|| devattr::device_attrs(d, caps));
         Ok(InfoReport {
             hca_id: dev.selection.hca_id().to_string(),
             device: dev.describe.clone(),
             transport: "InfiniBand",
-            fw_ver: info.fw_version.map(|v| v.to_string()).unwrap_or_default(),
-            node_guid: Guid(info.node_guid).to_string(),
-            sys_image_guid: Guid(info.sys_image_guid).to_string(),
-            vendor_id: info.ieee_vendor_id,
-            vendor_part_id: info.pci.device_id,
-            hw_ver: info.pci.revision,
+            fw_ver: d.fw_ver.map(|v| v.to_string()).unwrap_or_default(),
+            node_guid: Guid(d.node_guid).to_string(),
+            sys_image_guid: Guid(d.sys_image_guid).to_string(),
+            vendor_id: d.vendor_id,
+            vendor_part_id: d.vendor_part_id,
+            hw_ver: d.hw_ver,
             board_id: info.board_id().to_string(),
-            phys_port_cnt: caps.num_ports(),
+            phys_port_cnt: d.phys_port_cnt,
             attributes,
             hca_core_clock_khz: self.verbose.then(|| devattr::hca_core_clock_khz(caps)),
             ports,
@@ -186,35 +191,38 @@ impl HcaTask for Info {
 }
 
 fn port_report<P: Platform>(
-    hca: &Hca<P>,
-    p: &PortInfo,
+    ctx: &Context<'_, P>,
+    port: u8,
     ll: LinkLayer,
     verbose: bool,
 ) -> Result<PortReport> {
-    let caps = hca.caps();
+    let hca = ctx.hca();
+    let p = ctx
+        .query_port(port)
+        .map_err(|e| ToolError::driver(format!("querying port {port}"), e))?;
     // InfiniBand: the subnet manager's view from the HCA vport context;
     // on Ethernet these are all 0.
-    let ctx = if ll == LinkLayer::InfiniBand {
+    let vport = if ll == LinkLayer::InfiniBand {
         let q = QueryHcaVportContextIn::new()
-            .with(QueryHcaVportContextIn::port_num, p.port)
+            .with(QueryHcaVportContextIn::port_num, port)
             .map_err(|e| ToolError::driver("QUERY_HCA_VPORT_CONTEXT", e.into()))?;
-        let out: QueryHcaVportContextOut = hca.exec(&q).map_err(|e| {
-            ToolError::driver(format!("port {}: QUERY_HCA_VPORT_CONTEXT", p.port), e)
-        })?;
+        let out: QueryHcaVportContextOut = hca
+            .exec(&q)
+            .map_err(|e| ToolError::driver(format!("port {port}: QUERY_HCA_VPORT_CONTEXT"), e))?;
         Some(out.get(QueryHcaVportContextOut::hca_vport_context))
     } else {
         None
     };
-    let ctx_get = |f: fn(&HcaVportContext) -> u64| ctx.as_ref().map_or(0, f);
+    let vport_get = |f: fn(&HcaVportContext) -> u64| vport.as_ref().map_or(0, f);
     let mut r = PortReport {
-        port: p.port,
+        port,
         state: p.state.to_string(),
         state_num: p.state as u8,
         max_mtu: mtu_bytes(p.max_mtu),
         active_mtu: mtu_bytes(p.active_mtu),
-        sm_lid: ctx_get(|c| u64::from(c.get(HcaVportContext::sm_lid))) as u16,
+        sm_lid: vport_get(|c| u64::from(c.get(HcaVportContext::sm_lid))) as u16,
         port_lid: p.lid,
-        port_lmc: ctx_get(|c| u64::from(c.get(HcaVportContext::lmc))) as u8,
+        port_lmc: vport_get(|c| u64::from(c.get(HcaVportContext::lmc))) as u8,
         link_layer: p.link_layer.to_string(),
         speed_mbps: p.speed_mbps,
         mac: p.mac.map(|m| {
@@ -229,29 +237,30 @@ fn port_report<P: Platform>(
         gid_tbl_len: None,
         subnet_timeout: None,
         init_type_reply: None,
+        active_width: None,
+        active_speed: None,
         gids: None,
     };
     if verbose {
-        let gid_tbl_len = devattr::gid_tbl_len(caps);
-        r.max_msg_sz = Some(devattr::max_msg_sz(caps));
-        r.sm_sl = Some(ctx_get(|c| u64::from(c.get(HcaVportContext::sm_sl))) as u8);
-        r.pkey_tbl_len = Some(devattr::pkey_tbl_len(caps));
-        r.gid_tbl_len = Some(gid_tbl_len);
+        r.max_msg_sz = Some(p.max_msg_sz);
+        r.sm_sl = Some(vport_get(|c| u64::from(c.get(HcaVportContext::sm_sl))) as u8);
+        r.pkey_tbl_len = Some(p.pkey_tbl_len.into());
+        r.gid_tbl_len = Some(p.gid_tbl_len.into());
         r.subnet_timeout =
-            Some(ctx_get(|c| u64::from(c.get(HcaVportContext::subnet_timeout))) as u8);
+            Some(vport_get(|c| u64::from(c.get(HcaVportContext::subnet_timeout))) as u8);
         r.init_type_reply =
-            Some(ctx_get(|c| u64::from(c.get(HcaVportContext::init_type_reply))) as u8);
-        // VERBS-LAYER: ibv_query_gid; today hca-driver's query_gid (RoCE
-        // address table / HCA vport GID).
+            Some(vport_get(|c| u64::from(c.get(HcaVportContext::init_type_reply))) as u8);
+        r.active_width = Some(p.active_width);
+        r.active_speed = Some(p.active_speed);
         let mut gids = Vec::new();
-        for index in 0..gid_tbl_len.min(u64::from(u16::MAX)) as u16 {
-            let g = hca
-                .query_gid(p.port, index)
-                .map_err(|e| ToolError::driver(format!("port {}: GID {index}", p.port), e))?;
-            if !null_gid(&g) {
+        for index in 0..p.gid_tbl_len.min(u32::from(u16::MAX)) as u16 {
+            let g = ctx
+                .query_gid(port, index)
+                .map_err(|e| ToolError::driver(format!("port {port}: GID {index}"), e))?;
+            if !null_gid(&g.0) {
                 gids.push(GidEntry {
                     index,
-                    gid: gid_str(&g),
+                    gid: g.to_string(),
                 });
             }
         }
@@ -354,9 +363,9 @@ pub fn write_text(r: &InfoReport, out: &mut dyn Write) -> Result<()> {
         if let Some(v) = p.max_msg_sz {
             writeln!(out, "{}{v:#x}", field(3, "max_msg_sz", PORT))?;
         }
-        // VERBS-LAYER: port_cap_flags, port_cap_flags2, max_vl_num,
-        // bad_pkey_cntr, qkey_viol_cntr, active_width, active_speed and
-        // phys_state come with the verbs API's query_port.
+        // Not printed: port_cap_flags, port_cap_flags2, max_vl_num,
+        // bad_pkey_cntr, qkey_viol_cntr and phys_state, which the verbs
+        // API's query_port does not report.
         if let Some(v) = p.sm_sl {
             writeln!(out, "{}{v}", field(3, "sm_sl", PORT))?;
         }
@@ -371,6 +380,22 @@ pub fn write_text(r: &InfoReport, out: &mut dyn Write) -> Result<()> {
         }
         if let Some(v) = p.init_type_reply {
             writeln!(out, "{}{v}", field(3, "init_type_reply", PORT))?;
+        }
+        if let Some(w) = p.active_width {
+            writeln!(
+                out,
+                "{}{}X ({w})",
+                field(3, "active_width", PORT),
+                devattr::width_str(w)
+            )?;
+        }
+        if let Some(v) = p.active_speed {
+            writeln!(
+                out,
+                "{}{} ({v})",
+                field(3, "active_speed", PORT),
+                devattr::speed_str(v)
+            )?;
         }
         if let Some(gids) = &p.gids {
             for g in gids {
@@ -427,7 +452,8 @@ mod tests {
             0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
         ]));
         assert_eq!(
-            gid_str(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 1]),
+            hca_driver::verbs::Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 1])
+                .to_string(),
             "fe80:0000:0000:0000:0200:0000:0000:0001"
         );
     }
