@@ -224,6 +224,17 @@ impl<'a, P: Platform> Context<'a, P> {
         Ok(())
     }
 
+    /// Empties entry `index` of an Ethernet port's RoCE address table
+    /// (SET_ROCE_ADDRESS with an all-zero address).
+    pub fn clear_gid(&self, port: u8, index: u16) -> Result<()> {
+        self.check_port(port)?;
+        let s = SetRoceAddressIn::new()
+            .with(SetRoceAddressIn::roce_address_index, index)?
+            .with(SetRoceAddressIn::vhca_port_num, port)?;
+        self.hca.exec(&s)?;
+        Ok(())
+    }
+
     /// P_Key `index` of a port (`ibv_query_pkey`). An Ethernet port has one,
     /// the default P_Key 0xffff (as `mlx5_ib` reports).
     pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
