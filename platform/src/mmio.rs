@@ -49,6 +49,100 @@ pub trait Mmio {
     fn check(&self, offset: usize, width: usize) -> Result<(), Error> {
         check_access(self.len(), offset, width)
     }
+
+    /// Writes the 64-bit register at `offset` with one store, like
+    /// [`write64`](Self::write64) but without its alignment and bounds
+    /// check: for a doorbell whose offset was checked once against this
+    /// window. [`Register64`] (from [`register64`](Self::register64)) is the
+    /// safe way to use it.
+    ///
+    /// The default calls [`write64`](Self::write64), which checks anyway;
+    /// [`MmioWindow`] overrides it with the plain volatile store.
+    ///
+    /// # Safety
+    ///
+    /// `offset` must be a multiple of 8 and `offset + 8 <= self.len()`.
+    ///
+    /// An implementation that overrides this method without checking relies
+    /// on that, so its [`len`](Self::len) must be exact and must not change
+    /// while the window exists (a check made once stays true).
+    #[inline(always)]
+    unsafe fn write64_unchecked(&self, offset: usize, value: Be64) {
+        self.write64(offset, value)
+    }
+
+    /// A handle on the 64-bit register at `offset` (a UAR doorbell): the
+    /// offset is checked once here, against [`len`](Self::len), and every
+    /// [`Register64::write`] is then a single store without a check.
+    ///
+    /// Fails with [`Error::MmioOutOfRange`] if `offset` is not 8-byte
+    /// aligned or the register is not inside the window.
+    #[inline]
+    fn register64(&self, offset: usize) -> Result<Register64<'_, Self>, Error> {
+        Register64::new(self, offset)
+    }
+}
+
+/// A 64-bit register of a [`Mmio`] window whose offset was checked once
+/// (aligned, inside the window), so that writing it needs no further check:
+/// the doorbell a data path rings on every post.
+///
+/// Made by [`Mmio::register64`] or [`Register64::new`]; it borrows the
+/// window, so it cannot outlive it.
+pub struct Register64<'a, M: Mmio + ?Sized> {
+    mmio: &'a M,
+    /// Invariant: a multiple of 8 with `offset + 8 <= mmio.len()`.
+    offset: usize,
+}
+
+impl<'a, M: Mmio + ?Sized> Register64<'a, M> {
+    /// The register at `offset` of `mmio`, after checking that `offset` is
+    /// 8-byte aligned and `offset + 8 <= mmio.len()`
+    /// ([`Error::MmioOutOfRange`] otherwise).
+    #[inline]
+    pub fn new(mmio: &'a M, offset: usize) -> Result<Self, Error> {
+        // Against `len` itself, not the overridable `check`: this is the
+        // precondition of `write64_unchecked`.
+        check_access(mmio.len(), offset, 8)?;
+        Ok(Self { mmio, offset })
+    }
+
+    /// Writes the register with one 64-bit store (no check: done in
+    /// [`new`](Self::new)).
+    #[inline(always)]
+    pub fn write(&self, value: Be64) {
+        // SAFETY: `offset` is a multiple of 8 and `offset + 8 <=
+        // mmio.len()` (checked in `new`; `len` does not change while the
+        // window exists, per the contract of `write64_unchecked`), and the
+        // window outlives `'a`.
+        unsafe { self.mmio.write64_unchecked(self.offset, value) }
+    }
+
+    /// The register's offset in the window.
+    #[inline(always)]
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The window.
+    #[inline(always)]
+    pub fn mmio(&self) -> &'a M {
+        self.mmio
+    }
+}
+
+impl<M: Mmio + ?Sized> Clone for Register64<'_, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M: Mmio + ?Sized> Copy for Register64<'_, M> {}
+
+impl<M: Mmio + ?Sized> core::fmt::Debug for Register64<'_, M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Register64({:#x})", self.offset)
+    }
 }
 
 impl<M: Mmio + ?Sized> Mmio for &M {
@@ -71,6 +165,12 @@ impl<M: Mmio + ?Sized> Mmio for &M {
     #[inline(always)]
     fn write_bf(&self, offset: usize, src: &[Be64]) {
         (**self).write_bf(offset, src)
+    }
+    #[inline(always)]
+    unsafe fn write64_unchecked(&self, offset: usize, value: Be64) {
+        // SAFETY: the caller's guarantee for `self` holds for `**self`,
+        // whose `len` `self.len()` returns.
+        unsafe { (**self).write64_unchecked(offset, value) }
     }
 }
 
@@ -174,6 +274,25 @@ impl Mmio for MmioWindow {
                 .write_volatile(value.to_raw())
         }
     }
+
+    #[inline(always)]
+    unsafe fn write64_unchecked(&self, offset: usize, value: Be64) {
+        debug_assert!(
+            check_access(self.len, offset, 8).is_ok(),
+            "write64_unchecked at {offset:#x} outside the {:#x}-byte window",
+            self.len
+        );
+        // SAFETY: the caller guarantees `offset` is 8-byte aligned and
+        // `offset + 8 <= self.len` (`len` never changes), and the window is
+        // valid for volatile 64-bit writes (constructor contract).
+        unsafe {
+            self.base
+                .as_ptr()
+                .add(offset)
+                .cast::<u64>()
+                .write_volatile(value.to_raw())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +319,89 @@ mod tests {
         assert!(w.check(2, 4).is_err());
         assert!(w.check(usize::MAX - 1, 4).is_err());
         assert_eq!(mem[0].to_ne_bytes()[4..], [0xde, 0xad, 0xbe, 0xef]);
+    }
+
+    #[test]
+    fn register64_checks_once_and_writes_one_store() {
+        let mut mem = vec![0u64; 8];
+        // SAFETY: `mem` outlives the window and is only accessed through it.
+        let w = unsafe { MmioWindow::new(NonNull::new(mem.as_mut_ptr().cast()).unwrap(), 64) };
+        let r = w.register64(56).unwrap();
+        assert_eq!(r.offset(), 56);
+        r.write(Be64::new(0x0102_0304_0506_0708));
+        assert_eq!(w.read32(56).get(), 0x0102_0304);
+        assert_eq!(w.read32(60).get(), 0x0506_0708);
+        // Through a reference to the window (the `&M` impl forwards).
+        let rw = &w;
+        let r0 = rw.register64(0).unwrap();
+        r0.write(Be64::new(7));
+        assert_eq!(w.read32(4).get(), 7);
+        for bad in [64, 60, 4, 57, usize::MAX - 7, usize::MAX] {
+            match w.register64(bad) {
+                Err(Error::MmioOutOfRange { offset, width, len }) => {
+                    assert_eq!((offset, width, len), (bad, 8, 64));
+                }
+                other => panic!("offset {bad:#x}: {other:?}"),
+            }
+        }
+        assert!(Register64::new(&w, 8).is_ok());
+        // An empty window has no registers.
+        // SAFETY: a zero-length window is never accessed.
+        let empty = unsafe { MmioWindow::new(NonNull::dangling(), 0) };
+        assert!(empty.register64(0).is_err());
+        assert_eq!(mem[7].to_ne_bytes(), [1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    /// A window that records its writes and relies on the trait's
+    /// defaults, as an emulated BAR does.
+    struct Recorder {
+        writes: core::cell::RefCell<std::vec::Vec<(usize, u64)>>,
+    }
+
+    impl Mmio for Recorder {
+        fn len(&self) -> usize {
+            0x100
+        }
+        fn read32(&self, _: usize) -> Be32 {
+            Be32::ZERO
+        }
+        fn write32(&self, _: usize, _: Be32) {}
+        fn write64(&self, offset: usize, value: Be64) {
+            if let Err(e) = self.check(offset, 8) {
+                panic!("{e}");
+            }
+            self.writes.borrow_mut().push((offset, value.get()));
+        }
+    }
+
+    #[test]
+    fn default_unchecked_write_goes_through_write64() {
+        let m = Recorder {
+            writes: Default::default(),
+        };
+        let r = m.register64(0xf8).unwrap();
+        r.write(Be64::new(0xabcd));
+        r.write(Be64::new(0xef));
+        // SAFETY: 0x20 is aligned and inside the 0x100-byte window.
+        unsafe { m.write64_unchecked(0x20, Be64::new(1)) };
+        assert_eq!(
+            *m.writes.borrow(),
+            [(0xf8, 0xabcd), (0xf8, 0xef), (0x20, 1)]
+        );
+        assert!(m.register64(0x100).is_err());
+        assert!(m.register64(0xfc).is_err());
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "write64_unchecked at 0x40 outside the 0x40-byte window")]
+    fn unchecked_write_out_of_range_is_caught_in_debug_builds() {
+        let mut mem = vec![0u64; 8];
+        // SAFETY: as above.
+        let w = unsafe { MmioWindow::new(NonNull::new(mem.as_mut_ptr().cast()).unwrap(), 64) };
+        // SAFETY: not met on purpose: the debug assertion stops it before
+        // the store.
+        unsafe { w.write64_unchecked(64, Be64::new(1)) };
     }
 
     #[test]
