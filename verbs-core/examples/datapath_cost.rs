@@ -15,14 +15,17 @@
 //! for it:
 //!
 //! - `op_post1`: one RDMA write (1 SGE, signaled) posted with its doorbell
-//!   (`SendQueue::post_rdma_write`);
+//!   (`SendQueue::wr_rdma_write`, which returns the two-word `SendError`);
 //! - `op_post32`: 32 such writes and one doorbell (`SendQueue::batch`,
-//!   `SendBatch::post_rdma_write`, `SendBatch::ring`);
+//!   `SendBatch::wr_rdma_write`, `SendBatch::ring`);
 //! - `op_poll1`: `Cq::poll_one` of one requester CQE (a `Completion`);
 //! - `op_poll32`: `Cq::poll` of 32 requester CQEs into `Completion`s.
 //!
 //! `op_post1_inline` and `op_poll1_inline` do N of the single operations
-//! in one call (the cost without a call boundary per operation).
+//! in one call (the cost without a call boundary per operation);
+//! `op_post1_err` and `op_post32_err` are `op_post1` and `op_post32` with
+//! the full `Error` (`post_rdma_write`), whose 32-byte `Result` comes back
+//! through memory.
 //!
 //! And the same through the general API (`SendWr`, `WorkCompletion`):
 //! `op_post1_wr` (`SendQueue::post`), `op_post32_wr`
@@ -66,7 +69,7 @@ use std::time::{Duration, Instant};
 
 use harness::{Harness, Uar, Write, rdma_write, write_args};
 use verbs_core::{
-    Completion, Cq, CqTable, Error, PostError, SendQueue, SendWr, Sge, WorkCompletion,
+    Completion, Cq, CqTable, Error, PostError, SendError, SendQueue, SendWr, Sge, WorkCompletion,
 };
 
 #[inline(never)]
@@ -78,13 +81,40 @@ fn op_post1(
     remote_addr: u64,
     rkey: u32,
     sge: Sge,
-) -> Result<(), Error> {
-    sq.post_rdma_write(wr_id, flags, remote_addr, rkey, sge)
+) -> Result<(), SendError> {
+    sq.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge)
 }
 
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_post32(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), Error> {
+fn op_post32(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), SendError> {
+    let mut b = sq.batch();
+    for w in wrs {
+        b.wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
+    }
+    b.ring();
+    Ok(())
+}
+
+/// `op_post1` with the full error type (`post_rdma_write`): the 32-byte
+/// `Result` comes back through memory.
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_post1_err(
+    sq: &mut SendQueue<Uar>,
+    wr_id: u64,
+    flags: verbs_core::SendFlags,
+    remote_addr: u64,
+    rkey: u32,
+    sge: Sge,
+) -> Result<(), Error> {
+    sq.post_rdma_write(wr_id, flags, remote_addr, rkey, sge)
+}
+
+/// `op_post32` with the full error type (`SendBatch::post_rdma_write`).
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_post32_err(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), Error> {
     let mut b = sq.batch();
     for w in wrs {
         b.post_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
@@ -124,13 +154,13 @@ fn op_poll32(
 /// addresses, so nothing of the WQE can be computed once for the loop.
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_post1_inline(sq: &mut SendQueue<Uar>, w: &Write, count: u64) -> Result<(), Error> {
+fn op_post1_inline(sq: &mut SendQueue<Uar>, w: &Write, count: u64) -> Result<(), SendError> {
     for i in 0..count {
         let sge = Sge {
             addr: w.sge.addr + 64 * i,
             ..w.sge
         };
-        sq.post_rdma_write(w.wr_id + i, w.flags, w.remote_addr + 64 * i, w.rkey, sge)?;
+        sq.wr_rdma_write(w.wr_id + i, w.flags, w.remote_addr + 64 * i, w.rkey, sge)?;
     }
     Ok(())
 }
@@ -281,6 +311,21 @@ fn main() {
         });
         report("post1:", "per post (1 WQE + doorbell)", dt, n);
     }
+    if run("post1_err") {
+        let w = write_args(0);
+        let dt = run_post1(n, |sq, i| {
+            op_post1_err(
+                sq,
+                black_box(i),
+                black_box(w.flags),
+                black_box(w.remote_addr),
+                black_box(w.rkey),
+                black_box(w.sge),
+            )
+            .expect("post")
+        });
+        report("post1_err:", "per post (post_rdma_write, Error)", dt, n);
+    }
     if run("post1_inline") {
         let w = write_args(0);
         let mut h = Harness::new(512, 12);
@@ -302,6 +347,16 @@ fn main() {
         let wrs: [Write; 32] = std::array::from_fn(|i| write_args(i as u64));
         let dt = run_post32(n, |sq| op_post32(sq, black_box(&wrs)).expect("post"));
         report("post32:", "per WQE (32 WQEs, one doorbell)", dt, 32 * n);
+    }
+    if run("post32_err") {
+        let wrs: [Write; 32] = std::array::from_fn(|i| write_args(i as u64));
+        let dt = run_post32(n, |sq| op_post32_err(sq, black_box(&wrs)).expect("post"));
+        report(
+            "post32_err:",
+            "per WQE (SendBatch::post_rdma_write)",
+            dt,
+            32 * n,
+        );
     }
     if run("poll1") {
         let dt = run_poll(n, 1, |cq, t| {

@@ -1,6 +1,9 @@
 //! The crate's error type.
 
 use crate::qp::QpType;
+use core::num::NonZeroU64;
+
+use crate::wqe::Opcode;
 
 /// Everything the data path can refuse or detect.
 ///
@@ -211,4 +214,345 @@ pub enum Error {
         /// The op_own byte.
         op_own: u8,
     },
+}
+
+/// Why a typed one-SGE send was refused, in two words: the compact form of
+/// the [`Error`]s that [`SendQueue::post_sge`](crate::SendQueue::post_sge)
+/// and its typed siblings can return. A `Result<(), SendError>` is a pair of
+/// integers, returned in registers instead of through memory.
+///
+/// Returned by the `wr_*` methods of [`SendQueue`](crate::SendQueue) and
+/// [`SendBatch`](crate::SendBatch). [`kind`](Self::kind) says what was
+/// wrong, with the numbers; [`Error::from`] (or `?` into a function
+/// returning [`Error`]) gives the same error the `post_*` methods return
+/// for the same arguments, field for field. It prints like that error.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SendError {
+    /// Bits 0..8: the kind's index + 1 (never 0); 8..16: an MLX5 opcode;
+    /// 16..24: a QP type; 32..64: the first 32-bit value.
+    code: NonZeroU64,
+    /// The second value (32 or 64 bits).
+    arg: u64,
+}
+
+/// What a [`SendError`] says, field for field as the [`Error`] it stands
+/// for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SendErrorKind {
+    /// [`Error::QueueFull`].
+    QueueFull {
+        /// Work requests posted and not yet completed.
+        outstanding: u32,
+        /// The queue's `max_post`.
+        max_post: u32,
+    },
+    /// [`Error::TooManySges`].
+    TooManySges {
+        /// SGEs in the work request.
+        got: u32,
+        /// The queue's `max_gs`.
+        max: u32,
+    },
+    /// [`Error::WrongOpcodeForQpType`]: `op` is the MLX5 opcode of the
+    /// operation (its verbs name is what [`Error`] shows).
+    WrongOpcodeForQpType {
+        /// The operation.
+        op: Opcode,
+        /// The QP's type.
+        qp_type: QpType,
+    },
+    /// [`Error::AtomicsDisabled`].
+    AtomicsDisabled,
+    /// [`Error::AtomicMisaligned`].
+    AtomicMisaligned(u64),
+    /// [`Error::AtomicLength`].
+    AtomicLength {
+        /// Number of SGEs given.
+        sges: u32,
+        /// Length of the first SGE (0 if none).
+        len: u32,
+    },
+    /// [`Error::UdDestination`]: a UD send without a destination (the
+    /// typed methods take none).
+    UdDestinationMissing,
+    /// [`Error::EthSegment`]: a raw packet send without the inline headers
+    /// the queue requires (the typed methods take none).
+    EthHeadersTooShort,
+    /// [`Error::EthSegment`]: checksum offload (`IBV_SEND_IP_CSUM`) on a
+    /// QP that is not a raw packet QP.
+    EthOnNonRawQp,
+    /// [`Error::WqeTooLarge`].
+    WqeTooLarge {
+        /// WQEBBs the work request needs.
+        wqebbs: u32,
+        /// The queue's largest WQE.
+        max: u32,
+    },
+}
+
+const QP_TYPES: [QpType; 4] = [QpType::Rc, QpType::Uc, QpType::Ud, QpType::RawPacket];
+
+impl From<SendErrorKind> for SendError {
+    fn from(k: SendErrorKind) -> Self {
+        use SendErrorKind as K;
+        // (index, opcode, QP type, first value, second value)
+        let (i, op, t, a, b): (u64, u8, u8, u32, u64) = match k {
+            K::QueueFull {
+                outstanding,
+                max_post,
+            } => (0, 0, 0, outstanding, u64::from(max_post)),
+            K::TooManySges { got, max } => (1, 0, 0, got, u64::from(max)),
+            K::WrongOpcodeForQpType { op, qp_type } => {
+                let t = QP_TYPES.iter().position(|q| *q == qp_type).unwrap_or(0);
+                (2, op as u8, t as u8, 0, 0)
+            }
+            K::AtomicsDisabled => (3, 0, 0, 0, 0),
+            K::AtomicMisaligned(addr) => (4, 0, 0, 0, addr),
+            K::AtomicLength { sges, len } => (5, 0, 0, sges, u64::from(len)),
+            K::UdDestinationMissing => (6, 0, 0, 0, 0),
+            K::EthHeadersTooShort => (7, 0, 0, 0, 0),
+            K::EthOnNonRawQp => (8, 0, 0, 0, 0),
+            K::WqeTooLarge { wqebbs, max } => (9, 0, 0, wqebbs, u64::from(max)),
+        };
+        let code = (i + 1) | u64::from(op) << 8 | u64::from(t) << 16 | u64::from(a) << 32;
+        Self {
+            code: NonZeroU64::new(code).unwrap_or(NonZeroU64::MIN),
+            arg: b,
+        }
+    }
+}
+
+impl SendError {
+    /// What was wrong, with the numbers.
+    pub fn kind(self) -> SendErrorKind {
+        use SendErrorKind as K;
+        let c = self.code.get();
+        let a = (c >> 32) as u32;
+        let b32 = self.arg as u32;
+        match c & 0xff {
+            1 => K::QueueFull {
+                outstanding: a,
+                max_post: b32,
+            },
+            2 => K::TooManySges { got: a, max: b32 },
+            3 => K::WrongOpcodeForQpType {
+                op: Opcode::from_u8((c >> 8) as u8).unwrap_or(Opcode::Nop),
+                qp_type: QP_TYPES[((c >> 16) & 3) as usize],
+            },
+            4 => K::AtomicsDisabled,
+            5 => K::AtomicMisaligned(self.arg),
+            6 => K::AtomicLength { sges: a, len: b32 },
+            7 => K::UdDestinationMissing,
+            8 => K::EthHeadersTooShort,
+            9 => K::EthOnNonRawQp,
+            // 10: the only other code `from` makes.
+            _ => K::WqeTooLarge {
+                wqebbs: a,
+                max: b32,
+            },
+        }
+    }
+}
+
+impl core::fmt::Debug for SendError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "SendError({:?})", self.kind())
+    }
+}
+
+/// The verbs name of the operation an MLX5 send opcode stands for (as
+/// [`SendOp`](crate::SendOp) names it).
+pub(crate) fn op_name(op: Opcode) -> &'static str {
+    match op {
+        Opcode::Send => "IBV_WR_SEND",
+        Opcode::SendImm => "IBV_WR_SEND_WITH_IMM",
+        Opcode::SendInval => "IBV_WR_SEND_WITH_INV",
+        Opcode::RdmaWrite => "IBV_WR_RDMA_WRITE",
+        Opcode::RdmaWriteImm => "IBV_WR_RDMA_WRITE_WITH_IMM",
+        Opcode::RdmaRead => "IBV_WR_RDMA_READ",
+        Opcode::AtomicCs => "IBV_WR_ATOMIC_CMP_AND_SWP",
+        Opcode::AtomicFa => "IBV_WR_ATOMIC_FETCH_AND_ADD",
+        Opcode::Nop => "NOP",
+        Opcode::Tso => "MLX5_OPCODE_TSO",
+        Opcode::AtomicMaskedCs => "MLX5_OPCODE_ATOMIC_MASKED_CS",
+        Opcode::AtomicMaskedFa => "MLX5_OPCODE_ATOMIC_MASKED_FA",
+        Opcode::LocalInval => "MLX5_OPCODE_LOCAL_INVAL",
+        Opcode::Umr => "MLX5_OPCODE_UMR",
+    }
+}
+
+/// `Error::UdDestination`: a UD send without a destination.
+pub(crate) const UD_MISSING: &str = "missing on a UD QP";
+/// `Error::UdDestination`: a destination where none is allowed.
+pub(crate) const UD_NOT_ALLOWED: &str = "given on a non-UD QP or a NOP";
+/// `Error::EthSegment`: headers shorter than the queue's minimum.
+pub(crate) const ETH_SHORT: &str = "inline headers shorter than the queue's minimum";
+/// `Error::EthSegment`: headers longer than the segment can say.
+pub(crate) const ETH_LONG: &str = "inline headers longer than 65535 bytes";
+/// `Error::EthSegment`: Ethernet options on a QP that is not raw.
+pub(crate) const ETH_NON_RAW: &str = "Ethernet headers or checksum offload on a non-raw QP";
+
+impl From<SendError> for Error {
+    #[cold]
+    fn from(e: SendError) -> Self {
+        Error::from(e.kind())
+    }
+}
+
+impl From<SendErrorKind> for Error {
+    #[cold]
+    fn from(e: SendErrorKind) -> Self {
+        match e {
+            SendErrorKind::QueueFull {
+                outstanding,
+                max_post,
+            } => Error::QueueFull {
+                outstanding,
+                max_post,
+            },
+            SendErrorKind::TooManySges { got, max } => Error::TooManySges {
+                got: got as usize,
+                max: max as usize,
+            },
+            SendErrorKind::WrongOpcodeForQpType { op, qp_type } => Error::WrongOpcodeForQpType {
+                op: op_name(op),
+                qp_type,
+            },
+            SendErrorKind::AtomicsDisabled => Error::AtomicsDisabled,
+            SendErrorKind::AtomicMisaligned(a) => Error::AtomicMisaligned(a),
+            SendErrorKind::AtomicLength { sges, len } => Error::AtomicLength {
+                sges: sges as usize,
+                len,
+            },
+            SendErrorKind::UdDestinationMissing => Error::UdDestination(UD_MISSING),
+            SendErrorKind::EthHeadersTooShort => Error::EthSegment(ETH_SHORT),
+            SendErrorKind::EthOnNonRawQp => Error::EthSegment(ETH_NON_RAW),
+            SendErrorKind::WqeTooLarge { wqebbs, max } => Error::WqeTooLarge { wqebbs, max },
+        }
+    }
+}
+
+impl SendError {
+    /// The compact form of an error of the one-SGE send path (the general
+    /// path's checks of a work request with one SGE, no UD destination and
+    /// no Ethernet headers). Every such error has one; anything else is a
+    /// broken invariant of this crate.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn from_sge_path(e: Error) -> Self {
+        let small = |v: usize| u32::try_from(v).ok();
+        let r = match e {
+            Error::QueueFull {
+                outstanding,
+                max_post,
+            } => Some(SendErrorKind::QueueFull {
+                outstanding,
+                max_post,
+            }),
+            Error::TooManySges { got, max } => small(got)
+                .zip(small(max))
+                .map(|(got, max)| SendErrorKind::TooManySges { got, max }),
+            Error::WrongOpcodeForQpType { op, qp_type } => [
+                Opcode::Send,
+                Opcode::SendImm,
+                Opcode::SendInval,
+                Opcode::RdmaWrite,
+                Opcode::RdmaWriteImm,
+                Opcode::RdmaRead,
+                Opcode::AtomicCs,
+                Opcode::AtomicFa,
+                Opcode::Nop,
+            ]
+            .into_iter()
+            .find(|o| op_name(*o) == op)
+            .map(|op| SendErrorKind::WrongOpcodeForQpType { op, qp_type }),
+            Error::AtomicsDisabled => Some(SendErrorKind::AtomicsDisabled),
+            Error::AtomicMisaligned(a) => Some(SendErrorKind::AtomicMisaligned(a)),
+            Error::AtomicLength { sges, len } => {
+                small(sges).map(|sges| SendErrorKind::AtomicLength { sges, len })
+            }
+            Error::UdDestination(m) if m == UD_MISSING => Some(SendErrorKind::UdDestinationMissing),
+            Error::EthSegment(m) if m == ETH_SHORT => Some(SendErrorKind::EthHeadersTooShort),
+            Error::EthSegment(m) if m == ETH_NON_RAW => Some(SendErrorKind::EthOnNonRawQp),
+            Error::WqeTooLarge { wqebbs, max } => Some(SendErrorKind::WqeTooLarge { wqebbs, max }),
+            _ => None,
+        };
+        match r {
+            Some(k) => k.into(),
+            None => unreachable!("the one-SGE send path returned {e:?}, which has no SendError"),
+        }
+    }
+}
+
+impl core::fmt::Display for SendError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(&Error::from(*self), f)
+    }
+}
+
+impl core::error::Error for SendError {}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::string::ToString;
+
+    use super::*;
+
+    #[test]
+    fn send_error_is_two_words_and_round_trips_every_kind() {
+        // Two words, the `Ok` in the niche: returned in registers.
+        assert_eq!(core::mem::size_of::<Result<(), SendError>>(), 16);
+        use SendErrorKind as K;
+        let mut kinds = std::vec![
+            K::AtomicsDisabled,
+            K::UdDestinationMissing,
+            K::EthHeadersTooShort,
+            K::EthOnNonRawQp,
+        ];
+        for (a, b) in [(0, 0), (1, u32::MAX), (u32::MAX, 1), (u32::MAX, u32::MAX)] {
+            kinds.push(K::QueueFull {
+                outstanding: a,
+                max_post: b,
+            });
+            kinds.push(K::TooManySges { got: a, max: b });
+            kinds.push(K::AtomicLength { sges: a, len: b });
+            kinds.push(K::WqeTooLarge { wqebbs: a, max: b });
+        }
+        for addr in [0, 1, 0x8000_0000_0000_0007, u64::MAX] {
+            kinds.push(K::AtomicMisaligned(addr));
+        }
+        for op in [
+            Opcode::Send,
+            Opcode::SendImm,
+            Opcode::SendInval,
+            Opcode::RdmaWrite,
+            Opcode::RdmaWriteImm,
+            Opcode::RdmaRead,
+            Opcode::AtomicCs,
+            Opcode::AtomicFa,
+            Opcode::Nop,
+        ] {
+            for qp_type in QP_TYPES {
+                kinds.push(K::WrongOpcodeForQpType { op, qp_type });
+            }
+        }
+        for k in kinds {
+            let e = SendError::from(k);
+            assert_eq!(e.kind(), k);
+            let full = Error::from(e);
+            assert_eq!(full, Error::from(k));
+            assert_eq!(SendError::from_sge_path(full), e, "{k:?}");
+            assert_eq!(e.to_string(), full.to_string());
+        }
+        assert_eq!(
+            Error::from(SendError::from(K::WrongOpcodeForQpType {
+                op: Opcode::RdmaRead,
+                qp_type: QpType::Uc
+            }))
+            .to_string(),
+            "IBV_WR_RDMA_READ is not valid on a Uc QP"
+        );
+    }
 }

@@ -216,7 +216,7 @@ pub mod wqe;
 
 pub use av::{AddressVector, AhAttr, GlobalRoute, PortLinkLayer};
 pub use cq::{Cq, CqConfig, CqParts, CqResolver, CqTable, CqeVersion, QpCompletions};
-pub use error::Error;
+pub use error::{Error, SendError, SendErrorKind};
 pub use qp::{
     Payload, PostError, Qp, QpConfig, QpParts, QpType, RecvQueue, RecvWr, SendBatch, SendFlags,
     SendOp, SendQueue, SendWr, Sge, UdDest,

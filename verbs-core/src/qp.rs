@@ -7,11 +7,12 @@ use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
 use crate::av::AddressVector;
 use crate::cq::{RecvSide, SqSide};
+use crate::error::{ETH_LONG, ETH_NON_RAW, ETH_SHORT, UD_MISSING, UD_NOT_ALLOWED};
 use crate::mem::{Ptr, check_region};
 use crate::sizing::{QpGeometry, QpLayout, RqGeometry, SqGeometry};
 use crate::uar::{BfConfig, SqDoorbell};
 use crate::wqe::{self, Opcode, fm_ce_se};
-use crate::{Error, QpCompletions, SrqCompletions};
+use crate::{Error, QpCompletions, SendError, SrqCompletions};
 
 /// Transport type of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,18 +134,23 @@ pub enum SendOp {
 }
 
 impl SendOp {
-    fn name(&self) -> &'static str {
+    /// The MLX5 opcode the operation is written with.
+    pub(crate) fn opcode(&self) -> Opcode {
         match self {
-            Self::Send => "IBV_WR_SEND",
-            Self::SendWithImm(_) => "IBV_WR_SEND_WITH_IMM",
-            Self::SendWithInv(_) => "IBV_WR_SEND_WITH_INV",
-            Self::RdmaWrite { .. } => "IBV_WR_RDMA_WRITE",
-            Self::RdmaWriteWithImm { .. } => "IBV_WR_RDMA_WRITE_WITH_IMM",
-            Self::RdmaRead { .. } => "IBV_WR_RDMA_READ",
-            Self::AtomicCmpSwp { .. } => "IBV_WR_ATOMIC_CMP_AND_SWP",
-            Self::AtomicFetchAdd { .. } => "IBV_WR_ATOMIC_FETCH_AND_ADD",
-            Self::Nop => "NOP",
+            Self::Send => Opcode::Send,
+            Self::SendWithImm(_) => Opcode::SendImm,
+            Self::SendWithInv(_) => Opcode::SendInval,
+            Self::RdmaWrite { .. } => Opcode::RdmaWrite,
+            Self::RdmaWriteWithImm { .. } => Opcode::RdmaWriteImm,
+            Self::RdmaRead { .. } => Opcode::RdmaRead,
+            Self::AtomicCmpSwp { .. } => Opcode::AtomicCs,
+            Self::AtomicFetchAdd { .. } => Opcode::AtomicFa,
+            Self::Nop => Opcode::Nop,
         }
+    }
+
+    fn name(&self) -> &'static str {
+        crate::error::op_name(self.opcode())
     }
 }
 
@@ -331,20 +337,28 @@ pub struct SendQueue<M: Mmio> {
     ctl: Ptr,
     /// WQEBB producer counter (rdma-core `sq.cur_post`).
     cur_post: u32,
-    /// Work requests posted and rung (rdma-core `sq.head`).
-    head: u32,
     /// The last tail read from the completion side plus `max_post`: the
     /// queue is full when the work-request counter reaches it (the counter
     /// never passes it, so equality is rdma-core's `mlx5_wq_overflow`).
     full_at: u32,
     /// WQEBBs - 1.
     mask: u32,
+    /// `mask * 8`: the fast path keeps the slot times 8, which addresses
+    /// both the WQE (64 bytes) and its bookkeeping entry (16 bytes) with
+    /// an index scale.
+    mask8: usize,
     /// `qpn << 8`, the control segment's `qpn_ds` without `ds`.
     qpn8: u32,
     /// The memory image of the control segment's `qpn_ds` dword with
     /// `ds` = 3 (control, remote address, one data segment), in place in
-    /// the first 8 bytes: the fast path ORs the opcode and index into it.
+    /// the first 8 bytes: a batch ORs the opcode and index into it.
     ctrl_rdma: u64,
+    /// By MLX5 opcode (those of [`sgl_op`]): the control segment's first 8
+    /// bytes as one host-order word without the WQE index: the opcode
+    /// (`opmod` 0) and `qpn_ds` with the `ds` of the fast path's WQE (3
+    /// with a remote address, 2 without). A single post ORs the index in
+    /// and swaps the word once (see [`ctrl0_image`]).
+    ctrl_op: [u64; 17],
     /// Bit `opcode` set for every opcode the gather-list fast path may
     /// write: the opcodes this QP type allows when it is connected (no
     /// datagram or Ethernet segment) and has room for a data segment;
@@ -353,12 +367,17 @@ pub struct SendQueue<M: Mmio> {
     /// `fm_ce_se` for the low four [`SendFlags`] bits, with `sq_sig_all`
     /// folded in.
     fm: [u8; 16],
-    /// For the gather-list fast path, by the low five [`SendFlags`] bits:
-    /// the memory image of the control segment's second 8 bytes
-    /// (signature, stream id, `fm_ce_se`, no immediate), or `FM_SLOW` where
-    /// the fast path does not apply: `IBV_SEND_IP_CSUM`, and everything when
-    /// the QP is not connected or has no room for a data segment.
-    fm_fast: [u64; 32],
+    /// For the gather-list fast path, by [`SendFlags`] byte (one of the
+    /// [`FM_TABLES`]): the memory image of the control segment's second 8
+    /// bytes (signature, stream id, `fm_ce_se`, no immediate), or
+    /// `FM_SLOW` where the fast path does not apply: `IBV_SEND_IP_CSUM`,
+    /// and everything when the QP is not connected or has no room for a
+    /// data segment.
+    fm_batch: &'static [u64; 256],
+    /// `fm_batch` for single posts rung on their own; all `FM_SLOW` when
+    /// the queue copies single posts by BlueFlame (`prefer_bf`), so the
+    /// fast single post never needs to ask.
+    fm_single: &'static [u64; 256],
     /// 16-byte units in the ring - 1.
     unit_mask: usize,
     /// Ring bytes - 1.
@@ -424,8 +443,13 @@ fn sgl_op(op: SendOp) -> Option<(Opcode, u32, RemoteAddr)> {
 struct Cursor {
     buf: Ptr,
     ctl: Ptr,
+    /// The queue's `fm_batch` and `fast_ops` (what [`SendQueue::sge_check`]
+    /// reads).
+    fm: &'static [u64; 256],
+    fast_ops: u32,
     ctrl_rdma: u64,
-    mask: u32,
+    /// `(WQEBBs - 1) * 8` (see [`SendQueue::mask8`]).
+    mask8: usize,
     cur: u32,
 }
 
@@ -447,14 +471,16 @@ impl Cursor {
         sge: Sge,
     ) -> Built {
         let (buf, ctl, cur) = (self.buf, self.ctl, self.cur);
-        let idx = cur & self.mask;
-        let start = (idx as usize) << 6;
+        // The slot times 8: one register addresses both the WQE (x 8) and
+        // its bookkeeping entry (x 2).
+        let idx8 = ((cur as usize) << 3) & self.mask8;
+        let start = idx8 * 8;
         let ds = if raddr.is_some() { 3 } else { 2 };
         self.cur = cur.wrapping_add(1);
         // Bookkeeping and segments first, the control segment last: the
         // arguments are consumed early (fewer live registers); the device
         // reads nothing before the doorbell.
-        let e = CTL_META + META_SQ_TABLE + SQ_ENTRY * idx as usize;
+        let e = CTL_META + META_SQ_TABLE + idx8 * (SQ_ENTRY / 8);
         ctl.a64(e).store(wr_id, Ordering::Relaxed);
         ctl.a32(e + SQ_ENTRY_HEAD).store(wr_num, Ordering::Relaxed);
         if let Some((remote_addr, rkey)) = raddr {
@@ -494,10 +520,20 @@ impl Cursor {
     }
 }
 
-/// The arguments of a gather-list fast-path operation packed into words,
-/// so a cold call takes them in registers: `(remote_addr, rkey | imm <<
-/// 32, flags | opcode << 8 | wr_num << 32, sge.addr, sge.length | sge.lkey
-/// << 32)`.
+/// The memory image of a control segment's first 8 bytes
+/// (`opmod_idx_opcode` with `opmod` 0, then `qpn_ds`; the words of
+/// `wqe::ctrl_seg`, tested against it) for WQEBB counter `cur`, from
+/// `op_qpn_ds` = `opcode << 32 | qpn_ds` (`SendQueue::ctrl_op`): one
+/// host-order word, swapped once.
+#[inline(always)]
+fn ctrl0_image(cur: u32, op_qpn_ds: u64) -> u64 {
+    (u64::from(cur as u16) << 40 | op_qpn_ds).to_be()
+}
+
+/// The arguments of a gather-list fast-path operation other than `wr_id`
+/// and the SGE, packed into three words so a cold call takes them in
+/// registers: `[remote_addr, rkey | imm << 32, flags | opcode << 8 |
+/// wr_num << 32]`.
 #[inline(always)]
 fn pack_sgl(
     wr_num: u32,
@@ -505,21 +541,17 @@ fn pack_sgl(
     imm: u32,
     raddr: RemoteAddr,
     flags: SendFlags,
-    sge: Sge,
-) -> [u64; 5] {
+) -> [u64; 3] {
     let (ra, rkey) = raddr.unwrap_or((0, 0));
     [
         ra,
         u64::from(rkey) | u64::from(imm) << 32,
         u64::from(flags.0) | u64::from(opcode as u8) << 8 | u64::from(wr_num) << 32,
-        sge.addr,
-        u64::from(sge.length) | u64::from(sge.lkey) << 32,
     ]
 }
 
-/// The work request [`pack_sgl`] packed: its number, operation, flags and
-/// SGE.
-fn unpack_sgl(w: [u64; 5]) -> (u32, SendOp, SendFlags, Sge) {
+/// The work request [`pack_sgl`] packed: its number, operation and flags.
+fn unpack_sgl(w: [u64; 3]) -> (u32, SendOp, SendFlags) {
     let (remote_addr, rkey, imm) = (w[0], w[1] as u32, (w[1] >> 32) as u32);
     let op = match Opcode::from_u8((w[2] >> 8) as u8) {
         Some(Opcode::SendImm) => SendOp::SendWithImm(imm),
@@ -534,12 +566,33 @@ fn unpack_sgl(w: [u64; 5]) -> (u32, SendOp, SendFlags, Sge) {
         // Only `sgl_op` opcodes are packed.
         _ => SendOp::Send,
     };
-    let sge = Sge {
-        addr: w[3],
-        length: w[4] as u32,
-        lkey: (w[4] >> 32) as u32,
-    };
-    ((w[2] >> 32) as u32, op, SendFlags(w[2] as u8), sge)
+    ((w[2] >> 32) as u32, op, SendFlags(w[2] as u8))
+}
+
+/// Whether the gather-list fast path takes operation `opcode` (one of
+/// [`sgl_op`]'s) with `flags` and one SGE of `len` bytes, on a queue with
+/// the `fm` table (`fm_batch` or `fm_single`) and `fast_ops`; gives the
+/// control segment's second half without the immediate.
+#[inline(always)]
+fn sge_check_in(
+    fm: &[u64; 256],
+    fast_ops: u32,
+    opcode: Opcode,
+    flags: SendFlags,
+    len: u32,
+) -> Option<u64> {
+    // Bits 5..7 of the flags mean nothing here, as on the general path
+    // (the tables repeat every 32 entries).
+    let fm = fm[usize::from(flags.0)];
+    if fm == FM_SLOW || len == 0 {
+        return None;
+    }
+    // What a connected QP may not post (RDMA READ and SEND_INV on UC).
+    if matches!(opcode, Opcode::RdmaRead | Opcode::SendInval) && fast_ops >> (opcode as u8) & 1 == 0
+    {
+        return None;
+    }
+    Some(fm)
 }
 
 impl<M: Mmio> SendQueue<M> {
@@ -702,18 +755,15 @@ impl<M: Mmio> SendQueue<M> {
     /// [`sge_fast`](Self::sge_fast) for an operation of [`sgl_op`].
     #[inline(always)]
     fn sge_check(&self, opcode: Opcode, flags: SendFlags, len: u32) -> Option<u64> {
-        // Bits 5..7 of the flags mean nothing here, as on the general path.
-        let fm = self.fm_fast[(flags.0 as usize) & 0x1f];
-        if fm == FM_SLOW || len == 0 {
-            return None;
-        }
-        // What a connected QP may not post (RDMA READ and SEND_INV on UC).
-        if matches!(opcode, Opcode::RdmaRead | Opcode::SendInval)
-            && self.fast_ops >> (opcode as u8) & 1 == 0
-        {
-            return None;
-        }
-        Some(fm)
+        sge_check_in(self.fm_batch, self.fast_ops, opcode, flags, len)
+    }
+
+    /// [`sge_check`](Self::sge_check) of a single post rung on its own
+    /// (its table also sends every post of a queue that copies single
+    /// posts by BlueFlame to the general path).
+    #[inline(always)]
+    fn sge_check_single(&self, opcode: Opcode, flags: SendFlags, len: u32) -> Option<u64> {
+        sge_check_in(self.fm_single, self.fast_ops, opcode, flags, len)
     }
 
     /// The ring state the fast path needs, copied out of the queue.
@@ -722,8 +772,10 @@ impl<M: Mmio> SendQueue<M> {
         Cursor {
             buf: self.buf,
             ctl: self.ctl,
+            fm: self.fm_batch,
+            fast_ops: self.fast_ops,
             ctrl_rdma: self.ctrl_rdma,
-            mask: self.mask,
+            mask8: self.mask8,
             cur: self.cur_post,
         }
     }
@@ -768,19 +820,45 @@ impl<M: Mmio> SendQueue<M> {
         self.build_general(&wr, wr_num)
     }
 
+    /// [`build_sge`](Self::build_sge) with the compact error.
+    #[inline(always)]
+    fn build_sge_c(
+        &mut self,
+        wr_num: u32,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<Built, SendError> {
+        self.build_sge(wr_num, wr_id, op, flags, sge)
+            .map_err(SendError::from_sge_path)
+    }
+
     /// [`build_sge`](Self::build_sge) of a gather-list operation the fast
     /// path did not take (or a full-looking queue), from [`pack_sgl`]'s
-    /// words.
+    /// words. The WQE is written at `cur_post` as it was before the call
+    /// (a one-SGE WQE is never inline).
     ///
     /// `extern "C"`: it cannot unwind (a panic aborts), so a batch calling
     /// it needs no landing pad and stays in registers.
     #[cold]
     #[inline(never)]
     #[allow(improper_ctypes_definitions)]
-    extern "C" fn build_sgl_cold(&mut self, wr_id: u64, w: &[u64; 5]) -> Result<Built, Error> {
-        let w = *w;
-        let (wr_num, op, flags, sge) = unpack_sgl(w);
-        self.build_sge(wr_num, wr_id, op, flags, sge)
+    extern "C" fn build_sgl_cold(
+        &mut self,
+        wr_id: u64,
+        w: [u64; 3],
+        sge_addr: u64,
+        sge_len_lkey: u64,
+    ) -> Result<(), SendError> {
+        let (wr_num, op, flags) = unpack_sgl(w);
+        let sge = Sge {
+            addr: sge_addr,
+            length: sge_len_lkey as u32,
+            lkey: (sge_len_lkey >> 32) as u32,
+        };
+        self.build_sge_c(wr_num, wr_id, op, flags, sge)?;
+        Ok(())
     }
 
     /// [`build_sgl_cold`](Self::build_sgl_cold) when the queue looks full
@@ -788,16 +866,54 @@ impl<M: Mmio> SendQueue<M> {
     #[cold]
     #[inline(never)]
     #[allow(improper_ctypes_definitions)]
-    extern "C" fn build_sgl_full(&mut self, wr_id: u64, w: &[u64; 5]) -> Result<Built, Error> {
-        self.build_sgl_cold(wr_id, w)
+    extern "C" fn build_sgl_full(
+        &mut self,
+        wr_id: u64,
+        w: [u64; 3],
+        sge_addr: u64,
+        sge_len_lkey: u64,
+    ) -> Result<(), SendError> {
+        self.build_sgl_cold(wr_id, w, sge_addr, sge_len_lkey)
     }
 
-    /// [`post_sge`](Self::post_sge) of a gather-list operation its fast
-    /// path did not take.
+    /// [`build_sge`](Self::build_sge) of an operation without a fast path
+    /// (atomics, NOP) in a batch, as work request `wr_num`; written at
+    /// `cur_post` as it was before the call, like
+    /// [`build_sgl_cold`](Self::build_sgl_cold).
     #[cold]
     #[inline(never)]
-    fn post_sgl_cold(&mut self, wr_id: u64, w: [u64; 5]) -> Result<(), Error> {
-        let b = self.build_sgl_cold(wr_id, &w)?;
+    #[allow(improper_ctypes_definitions)]
+    extern "C" fn build_op_cold(
+        &mut self,
+        wr_num: u32,
+        wr_id: u64,
+        op: &SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<(), SendError> {
+        self.build_sge_c(wr_num, wr_id, *op, flags, sge)?;
+        Ok(())
+    }
+
+    /// [`wr_sge`](Self::wr_sge) of a gather-list operation its fast path
+    /// did not take: builds (general path, same checks) and rings, by
+    /// BlueFlame where the queue wants it. The arguments fit registers, so
+    /// the fast path leaves with a tail call (`extern "C"`, the caller's
+    /// calling convention, which a sibling call needs; it cannot unwind, a
+    /// panic aborts).
+    #[cold]
+    #[inline(never)]
+    #[allow(improper_ctypes_definitions)]
+    extern "C" fn post_sgl_cold(
+        &mut self,
+        wr_id: u64,
+        w0: u64,
+        w1: u64,
+        w2: u64,
+        sge: &Sge,
+    ) -> Result<(), SendError> {
+        let (wr_num, op, flags) = unpack_sgl([w0, w1, w2]);
+        let b = self.build_sge_c(wr_num, wr_id, op, flags, *sge)?;
         self.ring(1, b);
         Ok(())
     }
@@ -806,11 +922,19 @@ impl<M: Mmio> SendQueue<M> {
     /// (a separate function, so the fast path's checks stay branches).
     #[cold]
     #[inline(never)]
-    fn post_sgl_full(&mut self, wr_id: u64, w: [u64; 5]) -> Result<(), Error> {
-        self.post_sgl_cold(wr_id, w)
+    #[allow(improper_ctypes_definitions)]
+    extern "C" fn post_sgl_full(
+        &mut self,
+        wr_id: u64,
+        w0: u64,
+        w1: u64,
+        w2: u64,
+        sge: &Sge,
+    ) -> Result<(), SendError> {
+        self.post_sgl_cold(wr_id, w0, w1, w2, sge)
     }
 
-    /// [`post_sge`](Self::post_sge) of an operation without a fast path
+    /// [`wr_sge`](Self::wr_sge) of an operation without a fast path
     /// (atomics, NOP).
     #[cold]
     #[inline(never)]
@@ -820,8 +944,8 @@ impl<M: Mmio> SendQueue<M> {
         op: &SendOp,
         flags: SendFlags,
         sge: &Sge,
-    ) -> Result<(), Error> {
-        let b = self.build_sge(self.head, wr_id, *op, flags, *sge)?;
+    ) -> Result<(), SendError> {
+        let b = self.build_sge_c(self.head(), wr_id, *op, flags, *sge)?;
         self.ring(1, b);
         Ok(())
     }
@@ -938,10 +1062,10 @@ impl<M: Mmio> SendQueue<M> {
         let nop = matches!(wr.op, SendOp::Nop);
         match (self.qp_type, &wr.ud) {
             (QpType::Ud, None) if !nop => {
-                return Err(Error::UdDestination("missing on a UD QP"));
+                return Err(Error::UdDestination(UD_MISSING));
             }
             (QpType::Ud, Some(_)) if !nop => units += 3,
-            (_, Some(_)) => return Err(Error::UdDestination("given on a non-UD QP or a NOP")),
+            (_, Some(_)) => return Err(Error::UdDestination(UD_NOT_ALLOWED)),
             _ => {}
         }
         let mut cs = 0;
@@ -949,21 +1073,17 @@ impl<M: Mmio> SendQueue<M> {
         if eth {
             let n = wr.eth_headers.len();
             if n < self.eth_min_inline as usize {
-                return Err(Error::EthSegment(
-                    "inline headers shorter than the queue's minimum",
-                ));
+                return Err(Error::EthSegment(ETH_SHORT));
             }
             if n > u16::MAX as usize {
-                return Err(Error::EthSegment("inline headers longer than 65535 bytes"));
+                return Err(Error::EthSegment(ETH_LONG));
             }
             units += wqe::eth_seg_units(n) as u32;
             if wr.flags.contains(SendFlags::IP_CSUM) {
                 cs = wqe::cs_flags::L3_CSUM | wqe::cs_flags::L4_CSUM;
             }
         } else if !wr.eth_headers.is_empty() || wr.flags.contains(SendFlags::IP_CSUM) {
-            return Err(Error::EthSegment(
-                "Ethernet headers or checksum offload on a non-raw QP",
-            ));
+            return Err(Error::EthSegment(ETH_NON_RAW));
         }
         if matches!(wr.op, SendOp::Nop) && !matches!(wr.payload, Payload::Sgl([])) {
             return Err(Error::TooManySges { got: 1, max: 0 });
@@ -1099,22 +1219,20 @@ impl<M: Mmio> SendQueue<M> {
             && (self.db.bf_always || (last.inline && self.db.blueflame))
             && last.ds > 1
             && u32::from(last.ds) <= self.db.buf_size / 16;
-        let head = self.head.wrapping_add(n);
-        self.publish(head, self.cur_post, last, bf);
+        let head = self.head().wrapping_add(n);
+        self.publish(self.ctl, head, self.cur_post, last, bf);
     }
 
     /// Makes `head` the published work-request counter and `cur_post` the
     /// doorbell record, then rings: an 8-byte doorbell with `last`'s first
     /// control word, or a BlueFlame copy of `last` when `bf`.
     ///
-    /// Takes the queue's fields as arguments so a caller can read them
-    /// before its WQE stores; everything else is read before the first
-    /// barrier (a memory clobber, after which the compiler would read it
-    /// again).
+    /// Takes the queue's fields (`ctl` is `self.ctl`) as arguments so a
+    /// caller can read them before its WQE stores: the compiler reads a
+    /// field again after an atomic store (the bookkeeping's) or a barrier
+    /// (a memory clobber).
     #[inline(always)]
-    fn publish(&mut self, head: u32, cur_post: u32, last: Built, bf: bool) {
-        let ctl = self.ctl;
-        self.head = head;
+    fn publish(&mut self, ctl: Ptr, head: u32, cur_post: u32, last: Built, bf: bool) {
         ctl.a32(CTL_META + META_SQ_HEAD)
             .store(head, Ordering::Release);
         // WQEs before the doorbell record.
@@ -1122,11 +1240,10 @@ impl<M: Mmio> SendQueue<M> {
         ctl.w32(DBR_SND, Be32::new(cur_post & 0xffff).to_raw());
         // Doorbell record before the (write-combined) doorbell.
         barrier::mmio_wc_start();
-        let db_off = self.db.cur();
         if bf {
-            self.bf_copy(db_off, last.start as usize, u32::from(last.ds));
+            self.bf_copy(self.db.cur(), last.start as usize, u32::from(last.ds));
         } else {
-            self.db.mmio.write64(db_off, Be64::from_raw(last.ctrl0));
+            self.db.ring(last.ctrl0);
         }
         barrier::mmio_flush_writes();
         self.db.flip();
@@ -1151,7 +1268,7 @@ impl<M: Mmio> SendQueue<M> {
     /// one-element list). A rejected request writes nothing.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
-        let b = self.build(wr, self.head)?;
+        let b = self.build(wr, self.head())?;
         self.ring(1, b);
         Ok(())
     }
@@ -1161,6 +1278,8 @@ impl<M: Mmio> SendQueue<M> {
     /// arguments in registers. Sends and RDMA operations on connected QPs
     /// take the fast path; any other operation, QP type or a zero-length
     /// SGE is handled (and validated) exactly as [`post`](Self::post) does.
+    ///
+    /// [`wr_sge`](Self::wr_sge) is the same with the compact error.
     #[inline(always)]
     pub fn post_sge(
         &mut self,
@@ -1169,24 +1288,7 @@ impl<M: Mmio> SendQueue<M> {
         flags: SendFlags,
         sge: Sge,
     ) -> Result<(), Error> {
-        let Some((opcode, imm, raddr)) = sgl_op(op) else {
-            return self.post_sge_slow(wr_id, &op, flags, &sge);
-        };
-        let head = self.head;
-        // Each check leaves to its own cold call, which keeps them plain
-        // branches.
-        if head == self.full_at {
-            return self.post_sgl_full(wr_id, pack_sgl(head, opcode, imm, raddr, flags, sge));
-        }
-        let Some(fm) = self.sge_check(opcode, flags, sge.length) else {
-            return self.post_sgl_cold(wr_id, pack_sgl(head, opcode, imm, raddr, flags, sge));
-        };
-        let b = self.write_sge(head, wr_id, opcode, imm, raddr, fm, sge);
-        // A WQE of at most 3 units always fits a BlueFlame half (`buf_size`
-        // is a non-zero multiple of 64), so only `bf_always` decides.
-        let bf = self.db.bf_always;
-        self.publish(head.wrapping_add(1), self.cur_post, b, bf);
-        Ok(())
+        self.wr_sge(wr_id, op, flags, sge).map_err(Error::from)
     }
 
     /// Posts an `IBV_WR_RDMA_WRITE` of one SGE to `remote_addr`/`rkey` and
@@ -1224,19 +1326,153 @@ impl<M: Mmio> SendQueue<M> {
         self.post_sge(wr_id, SendOp::Send, flags, sge)
     }
 
+    /// [`post_sge`](Self::post_sge) with the compact [`SendError`] (16
+    /// bytes: a `Result<(), SendError>` is returned in registers, which
+    /// matters when the caller's own function returns it). The same work
+    /// request, checks and doorbell; `Error::from` of the error is the
+    /// error `post_sge` returns.
+    #[inline(always)]
+    pub fn wr_sge(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<(), SendError> {
+        let Some((opcode, imm, raddr)) = sgl_op(op) else {
+            return self.post_sge_slow(wr_id, &op, flags, &sge);
+        };
+        let head = self.head();
+        // Each check leaves to its own cold call (a tail call: the
+        // arguments fit registers), which keeps them plain branches.
+        if head == self.full_at {
+            let [w0, w1, w2] = pack_sgl(head, opcode, imm, raddr, flags);
+            return self.post_sgl_full(wr_id, w0, w1, w2, &sge);
+        }
+        let Some(fm) = self.sge_check_single(opcode, flags, sge.length) else {
+            let [w0, w1, w2] = pack_sgl(head, opcode, imm, raddr, flags);
+            return self.post_sgl_cold(wr_id, w0, w1, w2, &sge);
+        };
+        self.post_fast(wr_id, opcode, imm, raddr, fm, sge);
+        Ok(())
+    }
+
+    /// The single post's fast path after its checks: writes the WQE of
+    /// [`Cursor::write_sge`] and its bookkeeping, publishes it and rings
+    /// an 8-byte doorbell (the single-post half of `fm_fast` sends every
+    /// post of a queue that wants BlueFlame copies to the general path).
+    ///
+    /// The order is chosen for register pressure: the bookkeeping's
+    /// relaxed atomic store comes first (the compiler reads every field of
+    /// the queue again after it, so nothing read before has to stay in a
+    /// register), then each argument is stored as soon as it can be.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn post_fast(
+        &mut self,
+        wr_id: u64,
+        opcode: Opcode,
+        imm: u32,
+        raddr: RemoteAddr,
+        fm: u64,
+        sge: Sge,
+    ) {
+        let cur = self.cur_post;
+        let idx8 = ((cur as usize) << 3) & self.mask8;
+        let e = CTL_META + META_SQ_TABLE + idx8 * (SQ_ENTRY / 8);
+        self.ctl.a64(e).store(wr_id, Ordering::Relaxed);
+        let head = self.head();
+        self.ctl
+            .a32(e + SQ_ENTRY_HEAD)
+            .store(head, Ordering::Relaxed);
+        let buf = self.buf;
+        let start = idx8 * 8;
+        buf.w64(start + 8, fm | u64::from(imm).to_be());
+        let ds = if let Some((remote_addr, rkey)) = raddr {
+            let r = wqe::raddr_seg(remote_addr, rkey);
+            buf.w64(start + 16, r[0]);
+            buf.w64(start + 24, r[1]);
+            3
+        } else {
+            2
+        };
+        let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
+        buf.w64(start + 16 * (ds - 1), data[0]);
+        buf.w64(start + 16 * (ds - 1) + 8, data[1]);
+        // The same words as `Cursor::write_sge` writes, from the opcode's
+        // precomputed word (`ds` included).
+        let ctrl0 = ctrl0_image(cur, self.ctrl_op[opcode as usize]);
+        buf.w64(start, ctrl0);
+        let cur_post = cur.wrapping_add(1);
+        self.cur_post = cur_post;
+        let b = Built {
+            ctrl0,
+            start: start as u32,
+            ds: ds as u8,
+            inline: false,
+        };
+        self.publish(self.ctl, head.wrapping_add(1), cur_post, b, false);
+    }
+
+    /// [`post_rdma_write`](Self::post_rdma_write) with the compact
+    /// [`SendError`] (see [`wr_sge`](Self::wr_sge)).
+    #[inline(always)]
+    pub fn wr_rdma_write(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sge: Sge,
+    ) -> Result<(), SendError> {
+        self.wr_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
+    }
+
+    /// [`post_rdma_read`](Self::post_rdma_read) with the compact
+    /// [`SendError`] (see [`wr_sge`](Self::wr_sge)).
+    #[inline(always)]
+    pub fn wr_rdma_read(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sge: Sge,
+    ) -> Result<(), SendError> {
+        self.wr_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
+    }
+
+    /// [`post_send`](Self::post_send) with the compact [`SendError`] (see
+    /// [`wr_sge`](Self::wr_sge)).
+    #[inline(always)]
+    pub fn wr_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<(), SendError> {
+        self.wr_sge(wr_id, SendOp::Send, flags, sge)
+    }
+
     /// Posts a list of work requests with one doorbell (`ibv_post_send`).
     /// On a rejected request, the ones before it are posted and rung and the
     /// error names its index.
     pub fn post_list(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        let mut b = self.batch();
+        let head = self.head();
+        let mut last = None;
+        let mut n = 0u32;
+        let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            if let Err(error) = b.push(wr) {
-                b.ring();
-                return Err(PostError { posted: i, error });
+            match self.build(wr, head.wrapping_add(n)) {
+                Ok(b) => {
+                    last = Some(b);
+                    n += 1;
+                }
+                Err(error) => {
+                    result = Err(PostError { posted: i, error });
+                    break;
+                }
             }
         }
-        b.ring();
-        Ok(())
+        if let Some(b) = last {
+            self.ring(n, b);
+        }
+        result
     }
 
     /// Starts a batch: work requests pushed into it are written at once and
@@ -1244,12 +1480,14 @@ impl<M: Mmio> SendQueue<M> {
     /// `ibv_wr_start` / `ibv_wr_complete` pattern).
     #[inline(always)]
     pub fn batch(&mut self) -> SendBatch<'_, M> {
+        let c = self.cursor();
         SendBatch {
-            c: self.cursor(),
-            next: self.head,
+            c,
+            next: self.head(),
             full_at: self.full_at,
             sq: self,
-            last: 0,
+            cold_end: c.cur,
+            cold_last: 0,
         }
     }
 
@@ -1259,7 +1497,7 @@ impl<M: Mmio> SendQueue<M> {
             .ctl
             .a32(CTL_META + META_SQ_TAIL)
             .load(Ordering::Acquire);
-        self.head.wrapping_sub(tail)
+        self.head().wrapping_sub(tail)
     }
 
     /// The WQEBB producer counter (`sq.cur_post`; its low 16 bits are the
@@ -1269,8 +1507,14 @@ impl<M: Mmio> SendQueue<M> {
     }
 
     /// Work requests posted so far (`sq.head`).
+    ///
+    /// Kept only in the bookkeeping, where the completion side reads it
+    /// (this thread is its only writer).
+    #[inline(always)]
     pub fn head(&self) -> u32 {
-        self.head
+        self.ctl
+            .a32(CTL_META + META_SQ_HEAD)
+            .load(Ordering::Relaxed)
     }
 
     /// The BlueFlame half the next doorbell goes to (0 or `buf_size`).
@@ -1320,10 +1564,16 @@ pub struct SendBatch<'q, M: Mmio> {
     next: u32,
     /// The queue's `full_at`.
     full_at: u32,
-    /// The last WQE written (meaningful when something was pushed): its
-    /// ring byte offset, and bit 31 set if it carries inline data. The
-    /// doorbell reads its first control word and size back from the ring.
-    last: u32,
+    /// `c.cur` after the last WQE a cold path wrote (the batch's start
+    /// while there is none), and that WQE's ring byte offset with bit 31
+    /// set if it carries inline data. When the batch is rung and `c.cur`
+    /// is still `cold_end`, that WQE is the last one; otherwise the fast
+    /// path wrote the last one, a single WQEBB just before `c.cur`. (A
+    /// batch cannot move `c.cur` by 2^32.) The doorbell reads the last
+    /// WQE's first control word and size back from the ring; the fast path
+    /// records nothing.
+    cold_end: u32,
+    cold_last: u32,
 }
 
 impl<M: Mmio> SendBatch<'_, M> {
@@ -1339,10 +1589,27 @@ impl<M: Mmio> SendBatch<'_, M> {
         r
     }
 
+    /// Records a WQE written by a general path (`b`).
     #[inline(always)]
     fn pushed(&mut self, b: Built) {
         self.next = self.next.wrapping_add(1);
-        self.last = b.start | u32::from(b.inline) << 31;
+        self.cold_end = self.c.cur;
+        self.cold_last = b.start | u32::from(b.inline) << 31;
+    }
+
+    /// Runs a cold build of a one-SGE work request, which writes its WQE
+    /// at the queue's `cur_post` (never inline), and records it.
+    #[inline(always)]
+    fn pushed_cold(
+        &mut self,
+        f: impl FnOnce(&mut SendQueue<M>, u32) -> Result<(), SendError>,
+    ) -> Result<(), SendError> {
+        let start = (((self.c.cur as usize) << 3) & self.c.mask8) as u32 * 8;
+        self.with_sq(f)?;
+        self.next = self.next.wrapping_add(1);
+        self.cold_end = self.c.cur;
+        self.cold_last = start;
+        Ok(())
     }
 
     /// Validates and writes one work request.
@@ -1363,29 +1630,7 @@ impl<M: Mmio> SendBatch<'_, M> {
         flags: SendFlags,
         sge: Sge,
     ) -> Result<(), Error> {
-        let Some((opcode, imm, raddr)) = sgl_op(op) else {
-            let b = self.with_sq(|sq, next| sq.build_sge(next, wr_id, op, flags, sge))?;
-            self.pushed(b);
-            return Ok(());
-        };
-        let wr = self.next;
-        // Each check leaves to its own cold call, which keeps them plain
-        // branches.
-        if wr == self.full_at {
-            let w = pack_sgl(wr, opcode, imm, raddr, flags, sge);
-            let b = self.with_sq(|sq, _| sq.build_sgl_full(wr_id, &w))?;
-            self.pushed(b);
-            return Ok(());
-        }
-        let Some(fm) = self.sq.sge_check(opcode, flags, sge.length) else {
-            let w = pack_sgl(wr, opcode, imm, raddr, flags, sge);
-            let b = self.with_sq(|sq, _| sq.build_sgl_cold(wr_id, &w))?;
-            self.pushed(b);
-            return Ok(());
-        };
-        let b = self.c.write_sge(wr, wr_id, opcode, imm, raddr, fm, sge);
-        self.pushed(b);
-        Ok(())
+        self.wr_sge(wr_id, op, flags, sge).map_err(Error::from)
     }
 
     /// Validates and writes an `IBV_WR_RDMA_WRITE` of one SGE
@@ -1421,14 +1666,88 @@ impl<M: Mmio> SendBatch<'_, M> {
         self.post_sge(wr_id, SendOp::Send, flags, sge)
     }
 
+    /// [`post_sge`](Self::post_sge) with the compact [`SendError`] (see
+    /// [`SendQueue::wr_sge`]).
+    #[inline(always)]
+    pub fn wr_sge(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<(), SendError> {
+        // Each check leaves to its own cold call, which keeps them plain
+        // branches. The arguments go by value (a reference would keep the
+        // SGE in memory on the fast path too). A cold call's error leaves
+        // at once, its success joins the fast path's: the compiler then
+        // sees that the fast path always succeeds.
+        'cold: {
+            let Some((opcode, imm, raddr)) = sgl_op(op) else {
+                self.pushed_cold(|sq, next| sq.build_op_cold(next, wr_id, &op, flags, sge))?;
+                break 'cold;
+            };
+            let wr = self.next;
+            if wr == self.full_at {
+                let len_lkey = u64::from(sge.length) | u64::from(sge.lkey) << 32;
+                let w = pack_sgl(wr, opcode, imm, raddr, flags);
+                self.pushed_cold(|sq, _| sq.build_sgl_full(wr_id, w, sge.addr, len_lkey))?;
+                break 'cold;
+            }
+            let Some(fm) = sge_check_in(self.c.fm, self.c.fast_ops, opcode, flags, sge.length)
+            else {
+                let len_lkey = u64::from(sge.length) | u64::from(sge.lkey) << 32;
+                let w = pack_sgl(wr, opcode, imm, raddr, flags);
+                self.pushed_cold(|sq, _| sq.build_sgl_cold(wr_id, w, sge.addr, len_lkey))?;
+                break 'cold;
+            };
+            self.c.write_sge(wr, wr_id, opcode, imm, raddr, fm, sge);
+            self.next = wr.wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    /// [`post_rdma_write`](Self::post_rdma_write) with the compact
+    /// [`SendError`].
+    #[inline(always)]
+    pub fn wr_rdma_write(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sge: Sge,
+    ) -> Result<(), SendError> {
+        self.wr_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
+    }
+
+    /// [`post_rdma_read`](Self::post_rdma_read) with the compact
+    /// [`SendError`].
+    #[inline(always)]
+    pub fn wr_rdma_read(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sge: Sge,
+    ) -> Result<(), SendError> {
+        self.wr_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
+    }
+
+    /// [`post_send`](Self::post_send) with the compact [`SendError`].
+    #[inline(always)]
+    pub fn wr_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<(), SendError> {
+        self.wr_sge(wr_id, SendOp::Send, flags, sge)
+    }
+
     /// Work requests in the batch.
     pub fn len(&self) -> usize {
-        self.next.wrapping_sub(self.sq.head) as usize
+        self.next.wrapping_sub(self.sq.head()) as usize
     }
 
     /// Whether the batch is empty.
     pub fn is_empty(&self) -> bool {
-        self.next == self.sq.head
+        self.next == self.sq.head()
     }
 
     /// Rings the doorbell for everything pushed (nothing if empty).
@@ -1442,9 +1761,15 @@ impl<M: Mmio> SendBatch<'_, M> {
         // By value: the batch itself never escapes, so its fields stay in
         // registers while work requests are pushed.
         self.sq.cur_post = self.c.cur;
-        let n = self.next.wrapping_sub(self.sq.head);
+        let n = self.next.wrapping_sub(self.sq.head());
         if n != 0 {
-            self.sq.ring_batch(n, self.last);
+            let last = if self.c.cur == self.cold_end {
+                self.cold_last
+            } else {
+                // The fast path's WQE: one WQEBB.
+                ((((self.c.cur.wrapping_sub(1)) as usize) << 3) & self.c.mask8) as u32 * 8
+            };
+            self.sq.ring_batch(n, last);
         }
     }
 }
@@ -1891,10 +2216,29 @@ fn allowed_opcodes(t: QpType) -> u32 {
     }
 }
 
-/// A `fm_fast` entry that sends a work request to the general path (no
-/// control segment has all bits of its second half set: the signature
-/// byte is 0).
+/// A `SendQueue::fm_batch` entry that sends a work request to the general
+/// path (no control segment has all bits of its second half set: the
+/// signature byte is 0).
 const FM_SLOW: u64 = u64::MAX;
+
+/// The tables of `SendQueue::fm_batch` / `fm_single`, by flags byte: every
+/// entry `FM_SLOW` (queues without the fast path), and the fast path's
+/// control-segment words without and with `sq_sig_all`.
+static FM_TABLES: [[u64; 256]; 3] = {
+    let mut t = [[FM_SLOW; 256]; 3];
+    let mut i = 0;
+    while i < 256 {
+        // Bits 5..7 mean nothing; IBV_SEND_IP_CSUM (bit 4) is the general
+        // path's to refuse.
+        if i & 0x10 == 0 {
+            let f = FM_CE_SE[i & 0xf];
+            t[1][i] = ((f as u64) << 32).to_be();
+            t[2][i] = (((f | fm_ce_se::CQ_UPDATE) as u64) << 32).to_be();
+        }
+        i += 1;
+    }
+    t
+};
 
 /// `fm_ce_se` for the low four `SendFlags` bits (FENCE, SIGNALED,
 /// SOLICITED, SMALL_FENCE); a strong fence wins over a small one.
@@ -1966,13 +2310,18 @@ fn new_sq<M: Mmio>(
         0
     };
     let connected = matches!(cfg.qp_type, QpType::Rc | QpType::Uc);
+    let fast_table = match (connected && g.max_gs >= 1, cfg.sq_sig_all) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+    };
     Ok(SendQueue {
         buf,
         ctl,
         cur_post: start,
-        head: start,
         full_at: start.wrapping_add(g.max_post),
         mask: g.wqe_cnt - 1,
+        mask8: (g.wqe_cnt as usize - 1) * 8,
         qpn8: cfg.qpn << 8,
         fast_ops: if connected && g.max_gs >= 1 {
             allowed_opcodes(cfg.qp_type)
@@ -1980,14 +2329,15 @@ fn new_sq<M: Mmio>(
             0
         },
         fm: FM_CE_SE.map(|f| f | sig_bits),
-        fm_fast: core::array::from_fn(|i| {
-            if i < 16 && connected && g.max_gs >= 1 {
-                (u64::from(FM_CE_SE[i] | sig_bits) << 32).to_be()
-            } else {
-                FM_SLOW
-            }
-        }),
+        fm_batch: &FM_TABLES[fast_table],
+        fm_single: &FM_TABLES[if db.bf_always { 0 } else { fast_table }],
         ctrl_rdma: u64::from((cfg.qpn << 8) | 3).to_be(),
+        ctrl_op: core::array::from_fn(|op| {
+            let rdma = [Opcode::RdmaWrite, Opcode::RdmaWriteImm, Opcode::RdmaRead]
+                .iter()
+                .any(|o| *o as usize == op);
+            (op as u64) << 32 | u64::from(cfg.qpn << 8) | if rdma { 3 } else { 2 }
+        }),
         unit_mask: g.wqe_cnt as usize * 4 - 1,
         byte_mask: g.bytes() - 1,
         max_post: g.max_post,

@@ -10,7 +10,7 @@
 //! doorbell copies the whole WQE (rounded up to 64 bytes, at most
 //! `buf_size`) into the register instead.
 
-use platform::Mmio;
+use platform::{Be64, Mmio};
 
 use crate::Error;
 
@@ -86,9 +86,11 @@ impl<M: Mmio> SqDoorbell<M> {
             ));
         }
         // Both halves must be inside the window, 8-byte aligned, and their
-        // offsets must fit 32 bits.
+        // offsets must fit 32 bits. Checked against `len` itself (not the
+        // overridable `check`): this is what `ring` relies on.
         let end = cfg.reg_offset.checked_add(2 * cfg.buf_size);
         let ok = end.is_some_and(|e| e <= mmio.len() && e <= u32::MAX as usize)
+            && cfg.reg_offset % 8 == 0
             && mmio.check(cfg.reg_offset, 8).is_ok()
             && mmio.check(cfg.reg_offset + 2 * cfg.buf_size - 8, 8).is_ok();
         if !ok {
@@ -118,10 +120,20 @@ impl<M: Mmio> SqDoorbell<M> {
     /// The offset of the register half the next doorbell goes to.
     #[inline(always)]
     pub(crate) fn cur(&self) -> usize {
-        // A multiple of 8 below 2^32 (checked in `new`); the mask tells the
-        // compiler so, which removes the alignment and overflow parts of
-        // the window's bounds check.
-        (self.cur & !7) as usize
+        self.cur as usize
+    }
+
+    /// Writes the 8-byte doorbell `ctrl0` (the memory image of the first
+    /// control-segment word) to the current register half: one store, no
+    /// bounds check.
+    #[inline(always)]
+    pub(crate) fn ring(&self, ctrl0: u64) {
+        let off = self.cur();
+        // SAFETY: `cur` is `reg` or `reg + buf_size`, both multiples of 8
+        // (`reg % 8 == 0` and `buf_size % 64 == 0`, checked in `new`), and
+        // `cur + 8 <= reg + 2 * buf_size <= mmio.len()` (checked in `new`
+        // against `len`, which does not change while the window exists).
+        unsafe { self.mmio.write64_unchecked(off, Be64::from_raw(ctrl0)) }
     }
 
     /// `bf->offset`: 0 or `buf_size`.

@@ -689,12 +689,14 @@ fn cmp_config(kind: u8) -> QpConfig {
         max_inline_data: 16,
         send_ops: None,
     };
-    let (qp_type, caps, atomics, sig_all) = match kind {
-        0 => (QpType::Rc, caps(2), true, false),
-        1 => (QpType::Rc, caps(1), false, true),
-        2 => (QpType::Uc, caps(1), false, false),
-        3 => (QpType::Rc, caps(0), true, false),
-        _ => (QpType::Ud, caps(1), false, false),
+    let (qp_type, caps, atomics, sig_all, eth_min_inline) = match kind {
+        0 => (QpType::Rc, caps(2), true, false, 0),
+        1 => (QpType::Rc, caps(1), false, true, 0),
+        2 => (QpType::Uc, caps(1), false, false, 0),
+        3 => (QpType::Rc, caps(0), true, false, 0),
+        4 => (QpType::Ud, caps(1), false, false, 0),
+        5 => (QpType::RawPacket, caps(1), false, false, 18),
+        _ => (QpType::RawPacket, caps(1), false, true, 0),
     };
     QpConfig {
         qp_type,
@@ -702,7 +704,7 @@ fn cmp_config(kind: u8) -> QpConfig {
         geometry: QpGeometry::new(qp_type, &caps, &DeviceLimits::default()).unwrap(),
         atomics,
         sq_sig_all: sig_all,
-        eth_min_inline: 0,
+        eth_min_inline,
     }
 }
 
@@ -741,6 +743,16 @@ fn cmp_op(k: u8, a: u64, b: u32, c: u64) -> SendOp {
 
 type CmpWr = (u8, u64, u32, u64, u8, u32, u32, u64);
 
+/// A compact error as the full one, after checking that it prints like it
+/// and that its kind converts to the same error.
+fn compact_error(e: SendError) -> Error {
+    let full = Error::from(e);
+    assert_eq!(Error::from(e.kind()), full);
+    assert_eq!(e.to_string(), full.to_string());
+    assert_eq!(SendError::from(e.kind()), e);
+    full
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
         cases: if cfg!(miri) { 4 } else { 256 },
@@ -749,15 +761,17 @@ proptest::proptest! {
     })]
 
     /// The typed one-SGE entry points (`post_sge` and friends, on the queue
-    /// and on a batch) do exactly what `post` / `SendBatch::push` do with
-    /// the same work request: same result or error, same bytes in the
-    /// rings, doorbell record, bookkeeping and UAR page, same counters —
-    /// for every QP type, operation, flag byte and SGE (empty ones too),
-    /// including a full queue.
+    /// and on a batch; with `compact`, the `wr_*` ones returning
+    /// `SendError`, converted with `Error::from`) do exactly what `post` /
+    /// `SendBatch::push` do with the same work request: same result or
+    /// error, same bytes in the rings, doorbell record, bookkeeping and UAR
+    /// page, same counters — for every QP type, operation, flag byte and
+    /// SGE (empty ones too), including a full queue.
     #[test]
     fn typed_entry_points_equal_general(
-        kind in 0u8..5,
+        kind in 0u8..7,
         batch in proptest::prelude::any::<bool>(),
+        compact in proptest::prelude::any::<bool>(),
         prefer_bf in proptest::prelude::any::<bool>(),
         start in proptest::prop_oneof![proptest::strategy::Just(0u32), proptest::prelude::any::<u32>()],
         wrs in proptest::collection::vec(
@@ -799,11 +813,15 @@ proptest::proptest! {
                 let (wr_id, op, flags, sge) = one(w);
                 let sgl = [sge];
                 let ra = ba.push(&SendWr::new(wr_id, op).sgl(&sgl).flags(flags));
-                let rb = match op {
-                    SendOp::RdmaWrite { remote_addr, rkey } => bb.post_rdma_write(wr_id, flags, remote_addr, rkey, sge),
-                    SendOp::RdmaRead { remote_addr, rkey } => bb.post_rdma_read(wr_id, flags, remote_addr, rkey, sge),
-                    SendOp::Send => bb.post_send(wr_id, flags, sge),
-                    _ => bb.post_sge(wr_id, op, flags, sge),
+                let rb = match (op, compact) {
+                    (SendOp::RdmaWrite { remote_addr, rkey }, false) => bb.post_rdma_write(wr_id, flags, remote_addr, rkey, sge),
+                    (SendOp::RdmaRead { remote_addr, rkey }, false) => bb.post_rdma_read(wr_id, flags, remote_addr, rkey, sge),
+                    (SendOp::Send, false) => bb.post_send(wr_id, flags, sge),
+                    (_, false) => bb.post_sge(wr_id, op, flags, sge),
+                    (SendOp::RdmaWrite { remote_addr, rkey }, true) => bb.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge).map_err(compact_error),
+                    (SendOp::RdmaRead { remote_addr, rkey }, true) => bb.wr_rdma_read(wr_id, flags, remote_addr, rkey, sge).map_err(compact_error),
+                    (SendOp::Send, true) => bb.wr_send(wr_id, flags, sge).map_err(compact_error),
+                    (_, true) => bb.wr_sge(wr_id, op, flags, sge).map_err(compact_error),
                 };
                 assert_eq!(ra, rb, "{op:?} {flags:?} {sge:?}");
                 assert_eq!(ba.len(), bb.len());
@@ -816,11 +834,15 @@ proptest::proptest! {
                 let sgl = [sge];
                 let ra = ga.qp.sq().unwrap().post(&SendWr::new(wr_id, op).sgl(&sgl).flags(flags));
                 let sq = gb.qp.sq().unwrap();
-                let rb = match op {
-                    SendOp::RdmaWrite { remote_addr, rkey } => sq.post_rdma_write(wr_id, flags, remote_addr, rkey, sge),
-                    SendOp::RdmaRead { remote_addr, rkey } => sq.post_rdma_read(wr_id, flags, remote_addr, rkey, sge),
-                    SendOp::Send => sq.post_send(wr_id, flags, sge),
-                    _ => sq.post_sge(wr_id, op, flags, sge),
+                let rb = match (op, compact) {
+                    (SendOp::RdmaWrite { remote_addr, rkey }, false) => sq.post_rdma_write(wr_id, flags, remote_addr, rkey, sge),
+                    (SendOp::RdmaRead { remote_addr, rkey }, false) => sq.post_rdma_read(wr_id, flags, remote_addr, rkey, sge),
+                    (SendOp::Send, false) => sq.post_send(wr_id, flags, sge),
+                    (_, false) => sq.post_sge(wr_id, op, flags, sge),
+                    (SendOp::RdmaWrite { remote_addr, rkey }, true) => sq.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge).map_err(compact_error),
+                    (SendOp::RdmaRead { remote_addr, rkey }, true) => sq.wr_rdma_read(wr_id, flags, remote_addr, rkey, sge).map_err(compact_error),
+                    (SendOp::Send, true) => sq.wr_send(wr_id, flags, sge).map_err(compact_error),
+                    (_, true) => sq.wr_sge(wr_id, op, flags, sge).map_err(compact_error),
                 };
                 assert_eq!(ra, rb, "{op:?} {flags:?} {sge:?}");
                 check(&mut ga, &mut gb);
