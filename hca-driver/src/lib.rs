@@ -48,6 +48,73 @@
 //! # Ok::<(), hca_driver::Error>(())
 //! ```
 //!
+//! ## The verbs API
+//!
+//! [`verbs`] is what a libibverbs user expects, over this control plane
+//! and `verbs-core`'s data path: contexts, PDs, memory regions, CQs, RC,
+//! UC and UD QPs, SRQs, address handles. Two emulated ConnectX-4s on a
+//! virtual wire, an RC connection between them, a SEND and an RDMA WRITE:
+//!
+//! ```
+//! use hca_driver::verbs::*;
+//! use hca_driver::{Config, Hca, IbMtu};
+//! use hca_emu::{EmuConfig, EmuHca};
+//! use std::time::Duration;
+//!
+//! let ea = EmuHca::new(EmuConfig::default());
+//! let eb = EmuHca::new(EmuConfig { seed: 2, ..EmuConfig::default() });
+//! hca_emu::connect(&ea, 1, &eb, 1).unwrap();
+//! let ha = Hca::open(ea.platform(), Config::default())?;
+//! let hb = Hca::open(eb.platform(), Config::default())?;
+//! {
+//!     // Each side: context, PD, CQ, a registered buffer, an RC QP.
+//!     let (ca, cb) = (ha.open_context()?, hb.open_context()?);
+//!     let (pda, pdb) = (ca.alloc_pd()?, cb.alloc_pd()?);
+//!     let (cqa, cqb) = (ca.create_cq(16)?, cb.create_cq(16)?);
+//!     let (bufa, bufb) = (ha.alloc_buf(4096)?, hb.alloc_buf(4096)?);
+//!     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+//!     let (mra, mrb) = (pda.reg_mr(&bufa, access)?, pdb.reg_mr(&bufb, access)?);
+//!     let mut qpa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa, &cqa))?;
+//!     let mut qpb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb, &cqb))?;
+//!
+//!     // What the sides exchange: QP numbers and GIDs (RoCE).
+//!     let (qpna, qpnb) = (qpa.number().0, qpb.number().0);
+//!     let (gida, gidb) = (ca.query_gid(1, 0)?, cb.query_gid(1, 0)?);
+//!     let connect = |qp: &mut Qp<'_, _>, remote_qpn, dgid| -> hca_driver::Result<()> {
+//!         qp.modify(&QpAttr::new().state(QpState::Init).port(1).pkey_index(0).access(access))?;
+//!         qp.modify(&QpAttr::new().state(QpState::Rtr).path_mtu(IbMtu::Mtu1024)
+//!             .dest_qp_num(remote_qpn).rq_psn(0).max_dest_rd_atomic(1).min_rnr_timer(12)
+//!             .ah(AhAttr::roce(1, dgid, DEFAULT_GID_INDEX)))?;
+//!         qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(0).timeout(14)
+//!             .retry_cnt(7).rnr_retry(7).max_rd_atomic(1))
+//!     };
+//!     connect(&mut qpa, qpnb, gidb)?;
+//!     connect(&mut qpb, qpna, gida)?;
+//!
+//!     // A SEND into a posted receive.
+//!     qpb.post_recv(&RecvWr { wr_id: 1, sgl: &[mrb.sge(0, 64)?] })?;
+//!     bufa.write(0, b"hello")?;
+//!     qpa.post_send(&SendWr::new(2, SendOp::Send).sgl(&[mra.sge(0, 5)?]).flags(SendFlags::SIGNALED))?;
+//!     let mut wc = [WorkCompletion::default(); 1];
+//!     cqb.poll_wait(&mut wc, Duration::from_secs(5))?;
+//!     assert_eq!((wc[0].wr_id, wc[0].status, wc[0].byte_len), (1, WcStatus::Success, 5));
+//!     cqa.poll_wait(&mut wc, Duration::from_secs(5))?;
+//!     assert_eq!(wc[0].opcode, WcOpcode::Send);
+//!
+//!     // An RDMA WRITE to the peer's address and rkey.
+//!     qpa.post_rdma_write(3, SendFlags::SIGNALED, mrb.addr() + 100, mrb.rkey().0, mra.sge(0, 5)?)?;
+//!     cqa.poll_wait(&mut wc, Duration::from_secs(5))?;
+//!     let mut got = [0u8; 5];
+//!     bufb.read(100, &mut got)?;
+//!     assert_eq!(&got, b"hello");
+//! } // everything destroyed here, children before parents
+//! ha.close()?;
+//! hb.close()?;
+//! ea.assert_clean();
+//! eb.assert_clean();
+//! # Ok::<(), hca_driver::Error>(())
+//! ```
+//!
 //! No interrupts are used: a driver calls [`Hca::service`] (or
 //! [`Hca::check_health`] and [`Hca::poll_events`]) at least every
 //! [`Timeouts::health_poll`] so that page requests are answered and the

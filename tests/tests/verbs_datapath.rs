@@ -869,7 +869,106 @@ fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
     l.close(h);
 }
 
+/// One thread posts, another polls the CQ: a QP is `Send`, a CQ `Sync`.
+fn posting_and_polling_on_two_threads<P: TestPlatform + Sync>(l: &mut Link<P>)
+where
+    P::Mmio: Send + Sync,
+{
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(256).unwrap(), cb.create_cq(8).unwrap());
+        let (ba, bb) = (
+            h.a.alloc_buf(4096).unwrap(),
+            h.b().alloc_buf(1 << 16).unwrap(),
+        );
+        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = pdb
+            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(32, 1, 1, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 1, 1, 0));
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let p = RcParams::default();
+        connect(&ca, &mut qa, pa, &eb, &p);
+        connect(&cb, &mut qb, pb, &ea, &p);
+        const N: u64 = 1000;
+        for i in 0..64 {
+            ba.write(64 * i, &[i as u8; 64]).unwrap();
+        }
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let poller = s.spawn(|| {
+                // Tell the poster to stop if this thread fails.
+                struct Flag<'f>(&'f std::sync::atomic::AtomicBool);
+                impl Drop for Flag<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                }
+                let _flag = Flag(&stop);
+                let mut seen = 0u64;
+                let mut wc = [hca_driver::verbs::Completion::default(); 32];
+                // Real time here: the emulator's clock runs on while its
+                // device is idle, and it is idle until the other thread
+                // posts, so a device-time wait could end early.
+                let start = std::time::Instant::now();
+                while seen < N {
+                    let n = cqa.poll(&mut wc).unwrap();
+                    if n == 0 {
+                        assert!(
+                            start.elapsed() < std::time::Duration::from_secs(120),
+                            "{seen} of {N} completions"
+                        );
+                        std::thread::yield_now();
+                    }
+                    for c in &wc[..n] {
+                        assert!(c.is_success(), "{c:?}");
+                        assert_eq!(c.wr_id(), seen, "completions in order");
+                        seen += 1;
+                    }
+                }
+                seen
+            });
+            let qa = &mut qa;
+            let stop = &stop;
+            s.spawn(move || {
+                let mut i = 0u64;
+                while i < N && !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    let k = (i % 64) as usize;
+                    match qa.post_rdma_write(
+                        i,
+                        SendFlags::SIGNALED,
+                        eb.addr + 64 * (i % 1024),
+                        eb.rkey,
+                        ma.sge(64 * k, 64).unwrap(),
+                    ) {
+                        Ok(()) => i += 1,
+                        Err(hca_driver::Error::InvalidWorkRequest {
+                            reason:
+                                hca_driver::verbs::WrError::DataPath(verbs_core::Error::QueueFull {
+                                    ..
+                                }),
+                            ..
+                        }) => std::thread::yield_now(),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+            assert_eq!(poller.join().unwrap(), N);
+        });
+        let mut got = [0u8; 64];
+        bb.read(64 * 999, &mut got).unwrap();
+        assert_eq!(got, [(999 % 64) as u8; 64]);
+    }
+    l.close(h);
+}
+
 hca_tests::link_scenarios!(
+    posting_and_polling_on_two_threads,
     ud_ping_pong,
     rc_with_immediate_data,
     atomics,

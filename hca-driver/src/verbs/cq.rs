@@ -259,8 +259,9 @@ impl<'a, P: Platform> Cq<'a, P> {
             .take_completion_events(self.cqn)
             .unwrap_or(0);
         if n > 0 {
+            // The arm sequence number advances once per event (2 bits).
             self.with(|i| {
-                for _ in 0..n.min(4) {
+                for _ in 0..n % 4 {
                     i.cq.completion_event();
                 }
             });
@@ -293,6 +294,11 @@ impl<'a, P: Platform> Cq<'a, P> {
 
     /// Polls until at least one completion is there or `timeout` passed,
     /// servicing the HCA meanwhile; returns how many were written.
+    ///
+    /// The timeout is platform time: on the emulator's virtual clock, time
+    /// runs on while its device is idle, so a wait for work that another
+    /// thread has yet to post can end early there (poll with
+    /// [`poll`](Self::poll) and a deadline of your own in that case).
     pub fn poll_wait<W: CompletionSlot>(&self, wc: &mut [W], timeout: Duration) -> Result<usize> {
         let hca = self.ctx.hca();
         let p = hca.platform();

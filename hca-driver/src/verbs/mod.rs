@@ -11,7 +11,7 @@
 //! | `ibv_reg_mr` | [`Hca::alloc_buf`](crate::Hca::alloc_buf) → [`DmaBuf`], [`Pd::reg_mr`] → [`Mr`] (lkey, rkey) |
 //! | `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event` | [`Context::create_cq`] → [`Cq`], [`Cq::poll`], [`Cq::req_notify`], [`Cq::wait_event`] |
 //! | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp` | [`Pd::create_qp`] with [`QpInitAttr`] → [`Qp`], [`Qp::modify`] with [`QpAttr`], [`Qp::query`] |
-//! | `ibv_post_send`, `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_send_list`], [`Qp::batch`], [`Qp::post_recv`] (work requests are verbs-core's [`SendWr`](verbs_core::SendWr), [`RecvWr`](verbs_core::RecvWr)) |
+//! | `ibv_post_send`, `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_send_list`], [`Qp::batch`], [`Qp::post_recv`] (work requests are verbs-core's [`SendWr`], [`RecvWr`]) |
 //! | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`Pd::create_srq`] → [`Srq`], [`Srq::post_recv`], [`Srq::arm_limit`] |
 //! | `ibv_create_ah` | [`Pd::create_ah`] → [`Ah`] |
 //!
@@ -26,6 +26,43 @@
 //! when dropped, logging a failure. Memory the device may still write
 //! after a failed destroy is kept until the HCA is closed (or leaked),
 //! never freed under the device.
+//!
+//! A CQ cannot be destroyed while a QP completes to it:
+//!
+//! ```compile_fail,E0505
+//! # use hca_driver::verbs::*;
+//! # let emu = hca_emu::EmuHca::new(Default::default());
+//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
+//! let ctx = hca.open_context().unwrap();
+//! let pd = ctx.alloc_pd().unwrap();
+//! let cq = ctx.create_cq(16).unwrap();
+//! let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
+//! cq.destroy().unwrap(); // `cq` is borrowed by `qp`
+//! drop(qp);
+//! ```
+//!
+//! nor a buffer freed while a memory region covers it, nor the HCA closed
+//! while a context is open:
+//!
+//! ```compile_fail,E0505
+//! # use hca_driver::verbs::*;
+//! # let emu = hca_emu::EmuHca::new(Default::default());
+//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
+//! let ctx = hca.open_context().unwrap();
+//! let pd = ctx.alloc_pd().unwrap();
+//! let buf = hca.alloc_buf(4096).unwrap();
+//! let mr = pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE).unwrap();
+//! drop(buf); // `buf` is borrowed by `mr`
+//! drop(mr);
+//! ```
+//!
+//! ```compile_fail,E0505
+//! # let emu = hca_emu::EmuHca::new(Default::default());
+//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
+//! let ctx = hca.open_context().unwrap();
+//! hca.close().unwrap(); // `hca` is borrowed by `ctx`
+//! drop(ctx);
+//! ```
 //!
 //! ## Addresses
 //!
@@ -48,7 +85,7 @@
 //! ## Errors of the device
 //!
 //! A failing work request completes with its status
-//! ([`WcStatus`](verbs_core::WcStatus), printed with the libibverbs
+//! ([`WcStatus`], printed with the libibverbs
 //! strings); the QP is then in ERR (RC) or SQE (UC, UD sends) and every
 //! outstanding request completes with `IBV_WC_WR_FLUSH_ERR`.
 //! [`Qp::drain`] moves a QP to ERR and waits until all is flushed.

@@ -245,7 +245,6 @@ fn rejected(index: usize, e: verbs_core::Error) -> Error {
 }
 
 /// What a QP is created with (`struct ibv_qp_init_attr`).
-#[derive(Clone, Copy)]
 pub struct QpInitAttr<'a, P: Platform> {
     /// RC, UC or UD.
     pub qp_type: QpType,
@@ -266,6 +265,14 @@ pub struct QpInitAttr<'a, P: Platform> {
     /// 8-byte doorbells (which QPs can share).
     pub blueflame: bool,
 }
+
+impl<P: Platform> Clone for QpInitAttr<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P: Platform> Copy for QpInitAttr<'_, P> {}
 
 impl<'a, P: Platform> QpInitAttr<'a, P> {
     /// A QP of `qp_type` on these CQs with room for 16 send and 16 receive

@@ -19,7 +19,6 @@ use crate::verbs::pd::{AccessFlags, Pd};
 use crate::verbs::qp::{KeyCache, SgeCheck, WrError, check_sge};
 
 /// What an SRQ is created with (`struct ibv_srq_init_attr`).
-#[derive(Clone, Copy)]
 pub struct SrqInitAttr<'a, P: Platform> {
     /// Outstanding receive work requests.
     pub max_wr: u32,
@@ -34,6 +33,14 @@ pub struct SrqInitAttr<'a, P: Platform> {
     /// How posted work requests are checked.
     pub sge_check: SgeCheck,
 }
+
+impl<P: Platform> Clone for SrqInitAttr<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P: Platform> Copy for SrqInitAttr<'_, P> {}
 
 impl<'a, P: Platform> SrqInitAttr<'a, P> {
     /// `max_wr` work requests of `max_sge` SGEs, no limit, checked SGEs.
