@@ -967,7 +967,98 @@ where
     l.close(h);
 }
 
+/// Separate send and receive CQs, over RoCE v2 IPv4 GIDs (which map to
+/// no MAC: the destination MAC is given).
+fn separate_cqs_and_ipv4_gids<P: TestPlatform>(l: &mut Link<P>) {
+    use hca_driver::verbs::{AhAttr, Gid, GidEntry, RoceVersion};
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (porta, portb) = (ca.query_port(pa).unwrap(), cb.query_port(pb).unwrap());
+        if porta.link_layer != hca_driver::LinkLayer::Ethernet {
+            eprintln!("skipped: RoCE only");
+            return;
+        }
+        // GID 1 on A, 2 on B (one table when the sides share a port).
+        let (maca, macb) = (porta.mac.unwrap(), portb.mac.unwrap());
+        let (ga, gb) = (Gid::from_ipv4([10, 9, 0, 1]), Gid::from_ipv4([10, 9, 0, 2]));
+        let entry = |gid, mac| GidEntry {
+            gid,
+            mac,
+            vlan: None,
+            version: RoceVersion::V2,
+            ipv6: false,
+        };
+        ca.set_gid(pa, 1, &entry(ga, maca)).unwrap();
+        cb.set_gid(pb, 2, &entry(gb, macb)).unwrap();
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (sa, ra) = (ca.create_cq(8).unwrap(), ca.create_cq(8).unwrap());
+        let (sb, rb) = (cb.create_cq(8).unwrap(), cb.create_cq(8).unwrap());
+        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
+        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let mut qa = pda
+            .create_qp(&QpInitAttr::new(QpType::Rc, &sa, &ra).cap(cap(4, 4, 1, 16)))
+            .unwrap();
+        let mut qb = pdb
+            .create_qp(&QpInitAttr::new(QpType::Rc, &sb, &rb).cap(cap(4, 4, 1, 16)))
+            .unwrap();
+        let p = RcParams::default();
+        let path = |port, dgid, sgid_index, dmac| {
+            let mut a = AhAttr::roce(port, dgid, sgid_index).dmac(dmac);
+            a.grh.as_mut().unwrap().hop_limit = 64;
+            a
+        };
+        hca_tests::verbs::to_init(&mut qa, pa, p.access);
+        hca_tests::verbs::to_init(&mut qb, pb, p.access);
+        hca_tests::verbs::to_rtr(&mut qa, path(pa, gb, 1, macb), qb.number().0, &p);
+        hca_tests::verbs::to_rtr(&mut qb, path(pb, ga, 2, maca), qa.number().0, &p);
+        hca_tests::verbs::to_rts(&mut qa, &p);
+        hca_tests::verbs::to_rts(&mut qb, &p);
+        let q = qa.query().unwrap();
+        assert_eq!(q.ah_attr.dmac, Some(macb));
+        assert_eq!(q.ah_attr.grh.unwrap().dgid, gb.0);
+        assert_eq!(q.ah_attr.grh.unwrap().sgid_index, 1);
+        for (qp, mr, id) in [(&mut qa, &ma, 1u64), (&mut qb, &mb, 2)] {
+            qp.post_recv(&RecvWr {
+                wr_id: id,
+                sgl: &[mr.sge(0, 64).unwrap()],
+            })
+            .unwrap();
+        }
+        qa.post_send(
+            &SendWr::new(10, SendOp::Send)
+                .inline(b"over IPv4")
+                .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        qb.post_send(
+            &SendWr::new(20, SendOp::Send)
+                .inline(b"and back")
+                .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        // Send completions on the send CQs, receives on the receive CQs.
+        assert_eq!(poll_ok(&sa).wr_id, 10);
+        assert_eq!(poll_ok(&sb).wr_id, 20);
+        let (wa, wb) = (poll_ok(&ra), poll_ok(&rb));
+        assert_eq!((wa.wr_id, wa.byte_len, wa.opcode), (1, 8, WcOpcode::Recv));
+        assert_eq!((wb.wr_id, wb.byte_len, wb.opcode), (2, 9, WcOpcode::Recv));
+        assert_quiet(&sa, Duration::from_millis(1));
+        assert_quiet(&ra, Duration::ZERO);
+        let mut got = [0u8; 9];
+        bb.read(0, &mut got).unwrap();
+        assert_eq!(&got, b"over IPv4");
+        drop((qa, qb));
+        ca.clear_gid(pa, 1).unwrap();
+        cb.clear_gid(pb, 2).unwrap();
+    }
+    l.close(h);
+}
+
 hca_tests::link_scenarios!(
+    separate_cqs_and_ipv4_gids,
     posting_and_polling_on_two_threads,
     ud_ping_pong,
     rc_with_immediate_data,

@@ -315,6 +315,40 @@ mod tests {
     }
 
     #[test]
+    fn infiniband_paths_name_the_lid() {
+        let mut ads = Ads::new();
+        let a = AhAttr {
+            sl: 5,
+            src_path_bits: 3,
+            static_rate: 3,
+            ..AhAttr::ib(2, 0x1234)
+        };
+        fill_ads(&mut ads, &a, Resolved::Ib, 7, 1, 2).unwrap();
+        assert_eq!(ads.get(Ads::rlid), 0x1234);
+        assert_eq!((ads.get(Ads::sl), ads.get(Ads::mlid)), (5, 3));
+        assert_eq!(ads.get(Ads::stat_rate), 8);
+        assert_eq!(
+            (ads.get(Ads::vhca_port_num), ads.get(Ads::pkey_index)),
+            (2, 7)
+        );
+        assert!(!ads.get(Ads::grh));
+        assert_eq!(ads.rmac(), [0; 6]);
+        let b = AhAttr::from_ads(&ads);
+        assert_eq!(
+            (b.dlid, b.sl, b.src_path_bits, b.port_num, b.dmac),
+            (0x1234, 5, 3, 2, None)
+        );
+        let bad = AhAttr {
+            grh: Some(GlobalRoute {
+                flow_label: 1 << 20,
+                ..GlobalRoute::default()
+            }),
+            ..a
+        };
+        assert!(fill_ads(&mut ads, &bad, Resolved::Ib, 0, 1, 2).is_err());
+    }
+
+    #[test]
     fn paths_round_trip_through_ads() {
         let mut ads = Ads::new();
         let a = AhAttr::roce(
