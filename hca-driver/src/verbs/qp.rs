@@ -509,7 +509,9 @@ impl<'a, P: Platform> Pd<'a, P> {
         };
         let qpn = obj.number();
         let general = hca.caps().general();
-        let half = (1usize << general.get(CmdHcaCap::log_bf_reg_size).min(16)) / 2;
+        // Two halves of `2^log_bf_reg_size` bytes, inside the UAR page.
+        let room = (hca.uar_page_size() - firmware_cmds::uar::UAR_BF_OFFSET) / 2;
+        let half = ((1usize << general.get(CmdHcaCap::log_bf_reg_size).min(16)) / 2).min(room);
         let bf = BfConfig {
             reg_offset: uar_offset + firmware_cmds::uar::UAR_BF_OFFSET,
             buf_size: half.max(64),
