@@ -193,21 +193,41 @@ pub(crate) enum RecvSide {
 #[derive(Debug)]
 pub struct QpCompletions {
     qpn: u32,
-    meta: Ptr,
+    /// `HANDLE_SQ` and/or `HANDLE_RQ`: the sides this handle retires.
     flags: u32,
-    sq: Option<SqSide>,
+    meta: Ptr,
+    /// For the requester fast path: the CQE's `sop_drop_qpn` dword as it
+    /// sits in memory, masked with [`KEY24`], that names this QP, if the
+    /// handle retires the send queue; `u32::MAX` (no masked dword is)
+    /// otherwise. One compare checks both.
+    sq_key: u32,
+    /// `(WQEBBs - 1) * SQ_ENTRY` of the send queue (0 without one).
+    sq_mask16: u32,
     rq: RecvSide,
 }
 
 impl QpCompletions {
     pub(crate) fn new(qpn: u32, meta: Ptr, flags: u32, sq: Option<SqSide>, rq: RecvSide) -> Self {
+        debug_assert_eq!(sq.is_some(), flags & HANDLE_SQ != 0);
         Self {
             qpn,
             meta,
             flags,
-            sq,
+            sq_key: match sq {
+                Some(_) => qpn.to_be() & KEY24,
+                None => u32::MAX,
+            },
+            sq_mask16: sq.map_or(0, |s| s.mask * SQ_ENTRY as u32),
             rq,
         }
+    }
+
+    /// The send side, if the handle retires the send queue.
+    #[inline(always)]
+    fn sq(&self) -> Option<SqSide> {
+        (self.flags & HANDLE_SQ != 0).then_some(SqSide {
+            mask: self.sq_mask16 / SQ_ENTRY as u32,
+        })
     }
 
     /// The QP number.
@@ -347,6 +367,24 @@ const REQ_TABLE: [u32; 256] = {
     t
 };
 
+/// [`REQ_TABLE`] for the fast path, by `sop`: the completion's word 2 when
+/// that is all there is to it (`byte_len` 0), else bit 63 set with the
+/// `REQ_TABLE` entry in the low half.
+static REQ_FAST: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        let e = REQ_TABLE[i];
+        t[i] = if e > 0xffff {
+            1 << 63 | e as u64
+        } else {
+            e as u64
+        };
+        i += 1;
+    }
+    t
+};
+
 /// The send queue a run of requester CQEs retires, in locals.
 ///
 /// The outstanding window [tail, head) is kept as `last = head - 1` and
@@ -380,11 +418,14 @@ impl Run {
             return None;
         }
         let sop = (u32::from_be(raw_sop_qpn(t)) >> 24) as usize;
-        let ent = REQ_TABLE[sop];
+        let fast = REQ_FAST[sop];
         // The QPN is checked: word 1 takes the CQE's dword as it is.
         let mut w1 = Completion::word1_raw(0, raw_sop_qpn(t));
-        let mut w2 = ent;
-        if ent > 0xffff {
+        // Word 2 is at most 16 bits (`WorkCompletion::set_requester`
+        // relies on it).
+        let mut w2 = fast;
+        if (fast as i64) < 0 {
+            let ent = fast as u32;
             if ent & REQ_BAD != 0 {
                 return None;
             }
@@ -393,11 +434,11 @@ impl Run {
             } else {
                 u64::from(u32::from_be(buf.r32(p + cqe_offset::BYTE_CNT)))
             };
-            w2 &= 0xffff;
+            w2 = u64::from(ent & 0xffff);
         }
         let wr_id = self.meta.a64(e).load(Ordering::Relaxed);
         self.room = u;
-        Some([wr_id, w1, u64::from(w2)])
+        Some([wr_id, w1, w2])
     }
 
     /// Stores the queue's tail (release: the poster may reuse the slots).
@@ -559,13 +600,7 @@ impl<M: Mmio> Cq<M> {
             // One slot: `poll_one` is the same without the run machinery
             // (the doorbell record already holds the consumer index when
             // nothing is consumed).
-            return Ok(match self.poll_one(queues)? {
-                Some(c) => {
-                    w.set(c);
-                    1
-                }
-                None => 0,
-            });
+            return self.poll_one_slot(queues, w);
         }
         let mut n = 0;
         let mut result = Ok(());
@@ -575,8 +610,10 @@ impl<M: Mmio> Cq<M> {
             let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
             // Owner bit = bit log_cq_size of the consumer index.
             let sw_owner = u8::from(ci & (self.mask + 1) != 0);
-            if op_own & 0xfd == sw_owner {
-                // Software-owned, opcode REQ (0), format 0.
+            if op_own == sw_owner {
+                // Software-owned, opcode REQ (0), format 0, not solicited
+                // (a requester CQE with the solicited bit goes to the
+                // general path, which takes any).
                 barrier::udma_from_device_barrier();
                 let k = match self.version {
                     CqeVersion::V1 => self.requester_run::<{ cqe_offset::SRQN_UIDX }, _, _>(
@@ -624,6 +661,23 @@ impl<M: Mmio> Cq<M> {
         result.map(|()| n)
     }
 
+    /// [`poll`](Self::poll) into one slot: [`poll_one`](Self::poll_one),
+    /// out of line (so that `poll` stays small enough to inline).
+    #[inline(never)]
+    fn poll_one_slot<R: CqResolver, W: CompletionSlot>(
+        &mut self,
+        queues: &R,
+        w: &mut W,
+    ) -> Result<usize, Error> {
+        Ok(match self.poll_one(queues)? {
+            Some(c) => {
+                w.set(c);
+                1
+            }
+            None => 0,
+        })
+    }
+
     /// Polls one completion (`ibv_poll_cq` with one entry): `Ok(None)`
     /// when no CQE is there. The same checks and error rules as
     /// [`poll`](Self::poll) (a corrupt CQE is consumed and its error
@@ -632,20 +686,38 @@ impl<M: Mmio> Cq<M> {
     /// consumed.
     #[inline]
     pub fn poll_one<R: CqResolver>(&mut self, queues: &R) -> Result<Option<Completion>, Error> {
-        let ci = self.ci;
+        match self.version {
+            CqeVersion::V1 => self.poll_one_at::<{ cqe_offset::SRQN_UIDX }, R>(queues),
+            CqeVersion::V0 => self.poll_one_v0(queues),
+        }
+    }
+
+    /// [`poll_one`](Self::poll_one) of a CQ with CQE version 0 (QPs found
+    /// by QPN, a search), out of line.
+    #[inline(never)]
+    fn poll_one_v0<R: CqResolver>(&mut self, queues: &R) -> Result<Option<Completion>, Error> {
+        self.poll_one_at::<{ cqe_offset::SOP_DROP_QPN }, R>(queues)
+    }
+
+    /// [`poll_one`](Self::poll_one) with the queue key at `KEY` (see
+    /// [`requester_run`](Self::requester_run)).
+    #[inline(always)]
+    fn poll_one_at<const KEY: usize, R: CqResolver>(
+        &mut self,
+        queues: &R,
+    ) -> Result<Option<Completion>, Error> {
+        // Read before the barrier, after which the compiler would read the
+        // fields again.
+        let (ci, buf) = (self.ci, self.buf);
         let off = ((ci & self.mask) as usize) << 6;
-        let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
+        let op_own = buf.r8(off + cqe_offset::OP_OWN);
         // Owner bit = bit log_cq_size of the consumer index.
         let sw_owner = u8::from(ci & (self.mask + 1) != 0);
-        if op_own & 0xfd == sw_owner {
-            // Software-owned, opcode REQ (0), format 0.
+        if op_own == sw_owner {
+            // Software-owned, opcode REQ (0), format 0, not solicited (as
+            // in `poll`).
             barrier::udma_from_device_barrier();
-            let c = match self.version {
-                CqeVersion::V1 => self.requester_one::<{ cqe_offset::SRQN_UIDX }, _>(queues, off),
-                CqeVersion::V0 => {
-                    self.requester_one::<{ cqe_offset::SOP_DROP_QPN }, _>(queues, off)
-                }
-            };
+            let c = Self::requester_one::<KEY, R>(buf, queues, off);
             if let Some(c) = c {
                 self.ci = ci.wrapping_add(1);
                 self.update_ci();
@@ -682,20 +754,22 @@ impl<M: Mmio> Cq<M> {
     /// Gives the raw masked key and QPN words and the queue's state.
     #[inline(always)]
     fn requester_queue<const KEY: usize, R: CqResolver>(
-        &self,
+        buf: Ptr,
         queues: &R,
         off: usize,
         t: u64,
     ) -> Option<(u32, u32, Run)> {
-        let kk = self.buf.r32(off + KEY) & KEY24;
+        let kk = buf.r32(off + KEY) & KEY24;
         let kq = raw_sop_qpn(t) & KEY24;
-        let (key, qpn) = (u32::from_be(kk), u32::from_be(kq));
-        let h = match self.version {
-            CqeVersion::V1 => queues.by_user_index(key),
-            CqeVersion::V0 => queues.by_qpn(key),
+        // The key dword is the QPN's (version 0) or the user index's
+        // (version 1, `KEY` is `srqn_uidx`).
+        let h = if KEY == cqe_offset::SRQN_UIDX {
+            queues.by_user_index(u32::from_be(kk))
+        } else {
+            queues.by_qpn(u32::from_be(kk))
         }?;
-        let sq = h.sq?;
-        if h.qpn != qpn {
+        // It retires the send queue and the QPN matches.
+        if h.sq_key != kq {
             return None;
         }
         let meta = h.meta;
@@ -706,7 +780,7 @@ impl<M: Mmio> Cq<M> {
             kq,
             Run {
                 meta,
-                mask16: (sq.mask as usize) << 4,
+                mask16: h.sq_mask16 as usize,
                 last: head.wrapping_sub(1),
                 room: head.wrapping_sub(tail),
             },
@@ -719,13 +793,13 @@ impl<M: Mmio> Cq<M> {
     /// consumer index.
     #[inline(always)]
     fn requester_one<const KEY: usize, R: CqResolver>(
-        &mut self,
+        buf: Ptr,
         queues: &R,
         off: usize,
     ) -> Option<Completion> {
-        let t = self.buf.r64(off + cqe_offset::SOP_DROP_QPN);
-        let (_, _, mut run) = self.requester_queue::<KEY, R>(queues, off, t)?;
-        let [w0, w1, w2] = run.take(self.buf, off, t)?;
+        let t = buf.r64(off + cqe_offset::SOP_DROP_QPN);
+        let (_, _, mut run) = Self::requester_queue::<KEY, R>(buf, queues, off, t)?;
+        let [w0, w1, w2] = run.take(buf, off, t)?;
         run.store_tail();
         Some(Completion::requester(w0, w1, w2))
     }
@@ -758,13 +832,9 @@ impl<M: Mmio> Cq<M> {
             return 0;
         };
         let t = buf.r64(off + cqe_offset::SOP_DROP_QPN);
-        let Some((kk, kq, mut run)) = self.requester_queue::<KEY, R>(queues, off, t) else {
+        let Some((kk, kq, mut run)) = Self::requester_queue::<KEY, R>(buf, queues, off, t) else {
             return 0;
         };
-        // The key dword and the `sop_drop_qpn` dword side by side, as
-        // [`Completion`]'s word 1 holds the latter: one compare per CQE.
-        let key = u64::from(kk) | Completion::word1_raw(0, kq);
-        let key_mask = u64::from(KEY24) | Completion::word1_raw(0, KEY24);
         let Some([w0, w1, w2]) = run.take(buf, off, t) else {
             return 0;
         };
@@ -774,13 +844,14 @@ impl<M: Mmio> Cq<M> {
         for w in rest {
             // The next CQE, if it is the device's turn over, a plain
             // requester CQE, names the same queue and passes the checks.
-            if buf.r8(p + cqe_offset::OP_OWN) & 0xfd != sw_owner {
+            if buf.r8(p + cqe_offset::OP_OWN) != sw_owner {
                 break;
             }
             barrier::udma_from_device_barrier();
             let t = buf.r64(p + cqe_offset::SOP_DROP_QPN);
-            let w1 = Completion::word1_raw(0, raw_sop_qpn(t));
-            if ((u64::from(buf.r32(p + KEY)) | w1) ^ key) & key_mask != 0 {
+            // The key and QPN dwords, compared raw (no constant or key
+            // needs a register of its own).
+            if ((buf.r32(p + KEY) ^ kk) | (raw_sop_qpn(t) ^ kq)) & KEY24 != 0 {
                 break;
             }
             let Some([w0, w1, w2]) = run.take(buf, p, t) else {
@@ -820,18 +891,7 @@ impl<M: Mmio> Cq<M> {
         queues: &R,
         wc: &mut [Completion],
     ) -> Result<usize, Error> {
-        if let [w] = wc {
-            // One slot: `poll_one` is the same without the run machinery
-            // (the doorbell record already holds the consumer index when
-            // nothing is consumed).
-            return Ok(match self.poll_one(queues)? {
-                Some(c) => {
-                    w.set(c);
-                    1
-                }
-                None => 0,
-            });
-        }
+        // (No one-slot shortcut: `poll` and `poll_one` are held to this.)
         let mut n = 0;
         let mut result = Ok(());
         while n < wc.len() {
@@ -943,7 +1003,7 @@ impl<M: Mmio> Cq<M> {
         match opcode {
             cqe_opcode::REQ | cqe_opcode::REQ_ERR => {
                 let h = self.resolve(queues, key, qpn)?;
-                let sq = h.sq.ok_or(Error::CqeUnknownQueue {
+                let sq = h.sq().ok_or(Error::CqeUnknownQueue {
                     ci,
                     what: "send queue of QPN",
                     key: qpn,
@@ -1194,7 +1254,7 @@ mod tests {
     }
 
     impl<'u> Setup<'u> {
-        fn new(uar: &'u Uar, log: u8, sq_start: u32, ci: u32, sges: &[u8]) -> Self {
+        fn new(uar: &'u Uar, log: u8, sq_start: u32, ci: u32, sges: &[u8], v0: bool) -> Self {
             let w = &uar.win;
             let caps = QpCaps {
                 max_send_wr: 64,
@@ -1257,7 +1317,7 @@ mod tests {
             let cfg = CqConfig {
                 cqn: 7,
                 layout,
-                version: CqeVersion::V1,
+                version: if v0 { CqeVersion::V0 } else { CqeVersion::V1 },
                 uar_page_offset: 0,
             };
             let cq = Cq::with_consumer_index(cq_mem.lend(0x90_0000, 0).unwrap(), w, &cfg, ci)
@@ -1359,6 +1419,7 @@ mod tests {
                 10 => op_own ^= 1,                // not ours yet
                 11 => uidx |= u32::from(r) << 24, // bits above the index
                 12 => qpn |= u32::from(r) << 24,  // sop bits, not the QPN
+                13 => op_own |= 2,                // solicited (general path)
                 _ => {}
             }
             b[0x20..0x24].copy_from_slice(&uidx.to_be_bytes());
@@ -1379,10 +1440,11 @@ mod tests {
             ..Default::default()
         })]
 
-        /// The requester fast path of `poll` gives exactly what decoding
-        /// every CQE through the general path gives: the same completions,
-        /// errors, consumer index and retired work, for runs across QPs,
-        /// ring wraps, batch sizes and every kind of corrupt CQE.
+        /// The requester fast path of `poll` (and of `poll_one`) gives
+        /// exactly what decoding every CQE through the general path gives:
+        /// the same completions, errors, consumer index and retired work,
+        /// for runs across QPs, ring wraps, batch sizes, both CQE versions
+        /// and every kind of corrupt CQE.
         #[test]
         fn poll_fast_path_equals_general_path(
             log in 2u8..5,
@@ -1391,13 +1453,14 @@ mod tests {
             sges in proptest::collection::vec(any::<u8>(), 1..40),
             cqes in proptest::collection::vec((any::<u8>(), any::<u8>(), prop_oneof![6 => Just(0u8), 1 => any::<u8>()], any::<u16>()), 1..60),
             polls in proptest::collection::vec(1usize..9, 1..40),
+            v0 in any::<bool>(),
         ) {
             let (ua, ub, uc, ud) = (Uar::new(), Uar::new(), Uar::new(), Uar::new());
-            let mut a = Setup::new(&ua, log, sq_start, ci, &sges);
-            let mut b = Setup::new(&ub, log, sq_start, ci, &sges);
+            let mut a = Setup::new(&ua, log, sq_start, ci, &sges, v0);
+            let mut b = Setup::new(&ub, log, sq_start, ci, &sges, v0);
             // `poll_one` on c, the general path one CQE at a time on d.
-            let mut c = Setup::new(&uc, log, sq_start, ci, &sges);
-            let mut d = Setup::new(&ud, log, sq_start, ci, &sges);
+            let mut c = Setup::new(&uc, log, sq_start, ci, &sges, v0);
+            let mut d = Setup::new(&ud, log, sq_start, ci, &sges, v0);
             let entries = 1u32 << log;
             let mut written = ci;
             let mut next = cqes.iter();

@@ -562,6 +562,14 @@ impl CompletionSlot for WorkCompletion {
     fn set(&mut self, c: Completion) {
         *self = c.into();
     }
+
+    /// A requester completion's word 2 is its opcode and flags (16 bits;
+    /// status success, no immediate): saying so spares the conversion.
+    #[inline(always)]
+    fn set_requester(&mut self, w0: u64, w1: u64, w2: u64) {
+        debug_assert!(w2 <= 0xffff);
+        self.set(Completion::requester(w0, w1, w2 & 0xffff));
+    }
 }
 
 mod sealed {
