@@ -839,12 +839,37 @@ impl<M: Mmio> Cq<M> {
             return 0;
         };
         first.set_requester(w0, w1, w2);
-        // The next CQE to retire.
-        let mut p = off + 64;
-        for w in rest {
+        // The owner bit is the same for the whole run (it stops at the end
+        // of the ring): a loop for each value, comparing with a constant.
+        let p = if sw_owner == 0 {
+            Self::run_rest::<KEY, W, 0>(buf, off + 64, kk, kq, &mut run, rest)
+        } else {
+            Self::run_rest::<KEY, W, 1>(buf, off + 64, kk, kq, &mut run, rest)
+        };
+        run.store_tail();
+        let i = (p - off) / 64;
+        self.ci = ci.wrapping_add(i as u32);
+        i
+    }
+
+    /// The loop of [`requester_run`](Self::requester_run) after its first
+    /// CQE: retires the CQEs from byte `p` on into `out` while they are
+    /// software's (owner bit `SW`), plain requester CQEs whose key and QPN
+    /// dwords (masked) are `kk` and `kq`, and pass [`Run::take`]; gives the
+    /// byte offset of the first CQE not retired.
+    #[inline(always)]
+    fn run_rest<const KEY: usize, W: CompletionSlot, const SW: u8>(
+        buf: Ptr,
+        mut p: usize,
+        kk: u32,
+        kq: u32,
+        run: &mut Run,
+        out: &mut [W],
+    ) -> usize {
+        for w in out {
             // The next CQE, if it is the device's turn over, a plain
             // requester CQE, names the same queue and passes the checks.
-            if buf.r8(p + cqe_offset::OP_OWN) != sw_owner {
+            if buf.r8(p + cqe_offset::OP_OWN) != SW {
                 break;
             }
             barrier::udma_from_device_barrier();
@@ -860,10 +885,7 @@ impl<M: Mmio> Cq<M> {
             w.set_requester(w0, w1, w2);
             p += 64;
         }
-        run.store_tail();
-        let i = (p - off) / 64;
-        self.ci = ci.wrapping_add(i as u32);
-        i
+        p
     }
 
     /// `byte_len` of a requester completion (CQE at byte `p`, the one at
