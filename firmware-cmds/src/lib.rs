@@ -21,6 +21,7 @@
 //!   capability blocks), [`uar`], [`eq`] (EQ context, EQE, event types and
 //!   data), [`cq`], [`pd`], [`mkey`], [`qp`] (QP context, address path,
 //!   every state transition), [`srq`], [`eth`] (SQ, RQ, TIS, TIR, RQT),
+//!   [`rmp`] (receive memory pools),
 //!   [`flow`] (flow tables, groups, entries), [`reg`] (ACCESS_REG, PAOS,
 //!   PTYS, PMTU), [`vport`], [`roce`], [`mad`].
 //! - [`init_seg`]: the initialization segment (register offsets, the polled
@@ -29,7 +30,8 @@
 //! - [`registry`]: every layout of the crate and every command's input and
 //!   output layouts (with the capability block or register an op_mod or
 //!   input selects), so a tool can decode any command field by field.
-//! - [`trace`]: writes commands in the Linux `mlx5_core` dump format and,
+//! - [`trace`]: writes commands (or single mailbox blocks) in the Linux
+//!   `mlx5_core` dump format and,
 //!   with the `alloc` feature, parses such dumps back.
 //!
 //! ```
@@ -73,6 +75,7 @@ pub mod pd;
 pub mod qp;
 pub mod reg;
 pub mod registry;
+pub mod rmp;
 pub mod roce;
 pub mod srq;
 pub mod uar;

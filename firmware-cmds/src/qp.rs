@@ -1,6 +1,7 @@
 //! Queue pairs: the QP context (`qpc`), the address path (`ads`),
 //! CREATE_QP, DESTROY_QP, QUERY_QP and the state transitions RST2INIT,
-//! INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR and 2RST.
+//! INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, SQD_RTS, 2ERR and
+//! 2RST.
 //!
 //! # CREATE_QP and the `qpc_extension_and_pas_list` union
 //!
@@ -108,6 +109,32 @@ pub const fn ib_mtu_bytes(mtu: u8) -> Option<u32> {
         _ => None,
     }
 }
+
+/// `qpc.atomic_mode`: no atomic operations (`MLX5_ATOMIC_MODE_NONE`).
+pub const ATOMIC_MODE_NONE: u8 = 0x0;
+/// `qpc.atomic_mode`: InfiniBand-compatible 8-byte atomics (compare-and-swap
+/// and fetch-and-add, `MLX5_ATOMIC_MODE_IB_COMP`).
+pub const ATOMIC_MODE_IB_COMP: u8 = 0x1;
+/// `qpc.atomic_mode`: ConnectX atomics (`MLX5_ATOMIC_MODE_CX`).
+pub const ATOMIC_MODE_CX: u8 = 0x2;
+/// `qpc.atomic_mode`: extended atomics of up to 8 bytes
+/// (`MLX5_ATOMIC_MODE_8B`).
+pub const ATOMIC_MODE_8B: u8 = 0x3;
+/// `qpc.atomic_mode`: extended atomics of up to 16 bytes
+/// (`MLX5_ATOMIC_MODE_16B`).
+pub const ATOMIC_MODE_16B: u8 = 0x4;
+/// `qpc.atomic_mode`: extended atomics of up to 32 bytes
+/// (`MLX5_ATOMIC_MODE_32B`).
+pub const ATOMIC_MODE_32B: u8 = 0x5;
+/// `qpc.atomic_mode`: extended atomics of up to 64 bytes
+/// (`MLX5_ATOMIC_MODE_64B`).
+pub const ATOMIC_MODE_64B: u8 = 0x6;
+/// `qpc.atomic_mode`: extended atomics of up to 128 bytes
+/// (`MLX5_ATOMIC_MODE_128B`).
+pub const ATOMIC_MODE_128B: u8 = 0x7;
+/// `qpc.atomic_mode`: extended atomics of up to 256 bytes
+/// (`MLX5_ATOMIC_MODE_256B`).
+pub const ATOMIC_MODE_256B: u8 = 0x8;
 
 /// `qpc.rq_type`: a regular receive queue of `log_rq_size` entries.
 pub const RQ_TYPE_NON_ZERO_RQ: u8 = 0x0;
@@ -321,7 +348,7 @@ prm_struct! {
         ssn: u32 = 0x8c[23:0],
         /// log2 of the RDMA read/atomic responder resources.
         log_rra_max: u8 = 0x90[23:21],
-        /// Atomic mode.
+        /// Atomic mode (`ATOMIC_MODE_*`).
         atomic_mode: u8 = 0x90[19:16],
         /// Remote read enable.
         rre: bool = 0x90[15:15],
@@ -512,6 +539,14 @@ qp_transition!(
     "RST2INIT_QP: reset to initialized"
 );
 qp_transition!(
+    Init2initQpIn,
+    "init2init_qp_in",
+    Init2initQpOut,
+    "init2init_qp_out",
+    INIT2INIT_QP,
+    "INIT2INIT_QP: modify a QP in initialized"
+);
+qp_transition!(
     Init2rtrQpIn,
     "init2rtr_qp_in",
     Init2rtrQpOut,
@@ -542,6 +577,15 @@ qp_transition!(
     "sqerr2rts_qp_out",
     SQERR2RTS_QP,
     "SQERR2RTS_QP: send queue error to ready-to-send"
+);
+
+qp_transition!(
+    Sqd2rtsQpIn,
+    "sqd2rts_qp_in",
+    Sqd2rtsQpOut,
+    "sqd2rts_qp_out",
+    SQD_RTS_QP,
+    "SQD_RTS_QP: send queue drained to ready-to-send"
 );
 
 prm_struct! {
@@ -592,5 +636,52 @@ prm_struct! {
         status: u8 = 0x00[31:24],
         /// Syndrome.
         syndrome: u32 = 0x04[31:0],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::Command;
+    use crate::opcode::Opcode;
+
+    #[test]
+    fn init2init_and_sqd2rts_have_their_own_opcodes() {
+        assert_eq!(Init2initQpIn::OPCODE, Opcode::INIT2INIT_QP);
+        assert_eq!(Init2initQpIn::OPCODE.0, 0x50e);
+        assert_eq!(&Init2initQpIn::new().as_bytes()[..2], &[0x05, 0x0e]);
+        assert_eq!(Sqd2rtsQpIn::OPCODE, Opcode::SQD_RTS_QP);
+        assert_eq!(&Sqd2rtsQpIn::new().as_bytes()[..2], &[0x05, 0x0c]);
+        let i = Init2initQpIn::new()
+            .with(Init2initQpIn::qpn, 0x12_3456)
+            .unwrap()
+            .with(Init2initQpIn::opt_param_mask, QP_OPTPAR_PKEY_INDEX)
+            .unwrap();
+        assert_eq!(&i.as_bytes()[0x08..0x0c], &[0, 0x12, 0x34, 0x56]);
+        assert_eq!(&i.as_bytes()[0x10..0x14], &[0, 0, 0, 0x10]);
+    }
+
+    #[test]
+    fn atomic_mode_sits_in_bits_19_16_of_dword_0x90() {
+        for (mode, byte) in [
+            (ATOMIC_MODE_NONE, 0x00),
+            (ATOMIC_MODE_IB_COMP, 0x01),
+            (ATOMIC_MODE_CX, 0x02),
+            (ATOMIC_MODE_8B, 0x03),
+            (ATOMIC_MODE_256B, 0x08),
+        ] {
+            let q = Qpc::new().with(Qpc::atomic_mode, mode).unwrap();
+            assert_eq!(q.as_bytes()[0x91], byte, "mode {mode}");
+            assert_eq!(q.get(Qpc::atomic_mode), mode);
+        }
+        // Linux's MLX5_ATOMIC_MODE_* are these values shifted by 16
+        // (MLX5_ATOMIC_MODE_OFFSET) within the dword.
+        let q = Qpc::new()
+            .with(Qpc::atomic_mode, ATOMIC_MODE_IB_COMP)
+            .unwrap();
+        assert_eq!(
+            u32::from_be_bytes(q.as_bytes()[0x90..0x94].try_into().unwrap()),
+            1 << 16
+        );
     }
 }

@@ -20,8 +20,8 @@ use crate::command::{Command, input_header};
 use crate::layout::{Layout, LayoutInfo, read_bits};
 use crate::opcode::Opcode;
 use crate::{
-    caps, cmdq, cq, eq, eth, flow, hca, init_seg, mad, mailbox, mkey, pd, qp, reg, roce, srq, uar,
-    vport,
+    caps, cmdq, cq, eq, eth, flow, hca, init_seg, mad, mailbox, mkey, pd, qp, reg, rmp, roce, srq,
+    uar, vport,
 };
 
 /// The input and output layouts of one command.
@@ -186,6 +186,8 @@ static LAYOUTS: &[&LayoutInfo] = infos![
     qp::QueryQpOut,
     qp::Rst2initQpIn,
     qp::Rst2initQpOut,
+    qp::Init2initQpIn,
+    qp::Init2initQpOut,
     qp::Init2rtrQpIn,
     qp::Init2rtrQpOut,
     qp::Rtr2rtsQpIn,
@@ -194,6 +196,8 @@ static LAYOUTS: &[&LayoutInfo] = infos![
     qp::Rts2rtsQpOut,
     qp::Sqerr2rtsQpIn,
     qp::Sqerr2rtsQpOut,
+    qp::Sqd2rtsQpIn,
+    qp::Sqd2rtsQpOut,
     qp::Qp2errIn,
     qp::Qp2errOut,
     qp::Qp2rstIn,
@@ -241,6 +245,17 @@ static LAYOUTS: &[&LayoutInfo] = infos![
     eth::CreateRqtOut,
     eth::DestroyRqtIn,
     eth::DestroyRqtOut,
+    // rmp
+    rmp::Rmpc,
+    rmp::RmpBitmask,
+    rmp::CreateRmpIn,
+    rmp::CreateRmpOut,
+    rmp::ModifyRmpIn,
+    rmp::ModifyRmpOut,
+    rmp::DestroyRmpIn,
+    rmp::DestroyRmpOut,
+    rmp::QueryRmpIn,
+    rmp::QueryRmpOut,
     // flow
     flow::FlowTableContext,
     flow::CreateFlowTableIn,
@@ -285,6 +300,9 @@ static LAYOUTS: &[&LayoutInfo] = infos![
     vport::QueryHcaVportContextOut,
     vport::QueryHcaVportGidIn,
     vport::QueryHcaVportGidOut,
+    vport::Pkey,
+    vport::QueryHcaVportPkeyIn,
+    vport::QueryHcaVportPkeyOut,
     // roce
     roce::RoceAddrLayout,
     roce::SetRoceAddressIn,
@@ -331,10 +349,12 @@ static COMMANDS: &[CommandLayouts] = commands![
     qp::DestroyQpIn,
     qp::QueryQpIn,
     qp::Rst2initQpIn,
+    qp::Init2initQpIn,
     qp::Init2rtrQpIn,
     qp::Rtr2rtsQpIn,
     qp::Rts2rtsQpIn,
     qp::Sqerr2rtsQpIn,
+    qp::Sqd2rtsQpIn,
     qp::Qp2errIn,
     qp::Qp2rstIn,
     srq::CreateSrqIn,
@@ -353,6 +373,10 @@ static COMMANDS: &[CommandLayouts] = commands![
     eth::DestroyTirIn,
     eth::CreateRqtIn,
     eth::DestroyRqtIn,
+    rmp::CreateRmpIn,
+    rmp::ModifyRmpIn,
+    rmp::DestroyRmpIn,
+    rmp::QueryRmpIn,
     flow::CreateFlowTableIn,
     flow::DestroyFlowTableIn,
     flow::CreateFlowGroupIn,
@@ -366,6 +390,7 @@ static COMMANDS: &[CommandLayouts] = commands![
     vport::ModifyNicVportContextIn,
     vport::QueryHcaVportContextIn,
     vport::QueryHcaVportGidIn,
+    vport::QueryHcaVportPkeyIn,
     roce::SetRoceAddressIn,
     roce::QueryRoceAddressIn,
     mad::MadIfcIn,

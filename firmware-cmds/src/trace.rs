@@ -15,8 +15,8 @@
 //! ```
 //!
 //! [`write_dump`] writes one entry and its blocks in this form to any
-//! [`core::fmt::Write`] (no allocation), so a driver can dump its own
-//! traffic like Linux does. With the `alloc` feature, `parse` reads such a
+//! [`core::fmt::Write`] (no allocation), and [`write_block`] one mailbox
+//! block, so a driver can dump its own traffic like Linux does. With the `alloc` feature, `parse` reads such a
 //! dump back (the caller passes the text): it pairs each INPUT with its
 //! OUTPUT, checks the entries and the mailbox chains (block numbers, tokens,
 //! lengths, optionally signatures) and reassembles the input and output
@@ -67,6 +67,39 @@ fn write_lines<W: fmt::Write + ?Sized>(w: &mut W, bytes: &[u8], offset: usize) -
     w.write_char('\n')
 }
 
+/// Writes mailbox block `index` of a chain as Linux dumps it: a
+/// `command block:` line, then the 576 bytes in hex lines of four
+/// big-endian words at offsets `040 + 0x240 * index` onwards, and an empty
+/// line. [`write_dump`] writes each block of a dump this way; a caller that
+/// reads blocks one at a time (out of DMA memory, without a buffer for the
+/// whole chain) writes the entry with [`write_dump`] and no blocks, then
+/// each block with this.
+///
+/// ```
+/// use firmware_cmds::mailbox::CmdIfBox;
+/// use firmware_cmds::trace::write_block;
+///
+/// let block = CmdIfBox::new().with(CmdIfBox::block_number, 1)?;
+/// let mut s = String::new();
+/// write_block(&mut s, 1, &block).unwrap();
+/// assert!(s.starts_with("command block:\n280: 00000000 00000000"));
+/// // The trailer: block number 1 at 0x238 of the block.
+/// assert!(s.contains("\n4b0: 00000000 00000000 00000001 00000000\n"));
+/// # Ok::<(), firmware_cmds::Error>(())
+/// ```
+pub fn write_block<W: fmt::Write + ?Sized>(
+    w: &mut W,
+    index: usize,
+    block: &CmdIfBox,
+) -> fmt::Result {
+    w.write_str("command block:\n")?;
+    write_lines(
+        w,
+        block.as_bytes(),
+        FIRST_BLOCK_OFFSET + index * MAILBOX_BLOCK_SIZE,
+    )
+}
+
 /// Writes one side of a command exchange as Linux dumps it: the header line
 /// (`dump command NAME(0xop) INPUT`), the 64 entry bytes at offsets
 /// `000`..`030`, then for each block a `command block:` line and its 576
@@ -97,12 +130,7 @@ pub fn write_dump<W: fmt::Write + ?Sized>(
     writeln!(w, "dump command {name}({:#x}) {direction}", op.0)?;
     write_lines(w, b, 0)?;
     for (i, block) in blocks.iter().enumerate() {
-        w.write_str("command block:\n")?;
-        write_lines(
-            w,
-            block.as_bytes(),
-            FIRST_BLOCK_OFFSET + i * MAILBOX_BLOCK_SIZE,
-        )?;
+        write_block(w, i, block)?;
     }
     Ok(())
 }
@@ -609,6 +637,28 @@ mod tests {
             assert_eq!(c.input.blocks.len(), 2);
             c.result().unwrap();
         }
+    }
+
+    #[test]
+    fn blocks_written_one_at_a_time_match_the_whole_dump() {
+        let pages: Vec<u64> = (0..150).map(|i| 0x9_0000_0000 + 0x1000 * i).collect();
+        let (whole, _) = exchange(&pages, 7, true);
+        // The same INPUT side, entry first, then each block on its own.
+        let cmds = parse(&whole).unwrap();
+        let input = &cmds[0].input;
+        assert_eq!(input.blocks.len(), 3);
+        let mut piecewise = String::new();
+        write_dump(&mut piecewise, Direction::Input, &input.entry, &[]).unwrap();
+        for (i, b) in input.blocks.iter().enumerate() {
+            write_block(&mut piecewise, i, b).unwrap();
+        }
+        assert!(whole.starts_with(&piecewise), "{piecewise}");
+        // Block 2 starts at 0x40 + 2 * 0x240.
+        assert!(piecewise.contains("command block:\n4c0: "));
+        assert_eq!(
+            piecewise.matches("command block:\n").count(),
+            input.blocks.len()
+        );
     }
 
     #[test]

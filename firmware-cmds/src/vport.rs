@@ -1,6 +1,7 @@
 //! Virtual ports: QUERY_VPORT_STATE, QUERY_NIC_VPORT_CONTEXT and
 //! MODIFY_NIC_VPORT_CONTEXT (`nic_vport_context`), QUERY_HCA_VPORT_CONTEXT
-//! (`hca_vport_context`) and QUERY_HCA_VPORT_GID.
+//! (`hca_vport_context`), QUERY_HCA_VPORT_GID and QUERY_HCA_VPORT_PKEY
+//! (`pkey`).
 
 use crate::prm_struct;
 
@@ -17,6 +18,13 @@ pub const VPORT_STATE_DOWN: u8 = 0x0;
 pub const VPORT_STATE_UP: u8 = 0x1;
 /// `query_vport_state_out.admin_state`: follow the physical port.
 pub const VPORT_ADMIN_STATE_AUTO: u8 = 0x2;
+
+/// `query_hca_vport_pkey_in.pkey_index` (and `query_hca_vport_gid_in.gid_index`)
+/// that asks for the whole table.
+pub const VPORT_QUERY_ALL_INDICES: u16 = 0xffff;
+/// The default P_Key: full membership of the default partition (entry 0 of
+/// every P_Key table).
+pub const DEFAULT_PKEY: u16 = 0xffff;
 
 /// `nic_vport_context.allowed_list_type`: unicast MAC list.
 pub const NVPRT_LIST_TYPE_UC: u8 = 0x0;
@@ -338,5 +346,80 @@ prm_struct! {
         gids_num: u16 = 0x0c[31:16],
         /// The GIDs.
         gid: [[u8; 16]] = 0x10,
+    }
+}
+
+prm_struct! {
+    /// One P_Key table entry (`pkey`), as QUERY_HCA_VPORT_PKEY returns it.
+    pub struct Pkey("pkey", 0x4) {
+        /// The P_Key: bit 15 full membership, bits 14:0 the partition.
+        pkey: u16 = 0x00[15:0],
+    }
+}
+
+prm_struct! {
+    /// QUERY_HCA_VPORT_PKEY input (`query_hca_vport_pkey_in`).
+    pub struct QueryHcaVportPkeyIn("query_hca_vport_pkey_in", 0x10): command QUERY_HCA_VPORT_PKEY -> QueryHcaVportPkeyOut {
+        /// Opcode (QUERY_HCA_VPORT_PKEY).
+        opcode: u16 = 0x00[31:16],
+        /// Op mod.
+        op_mod: u16 = 0x04[15:0],
+        /// Query `vport_number`.
+        other_vport: bool = 0x08[31:31],
+        /// Port (1-based).
+        port_num: u8 = 0x08[19:16],
+        /// Vport.
+        vport_number: u16 = 0x08[15:0],
+        /// P_Key index ([`VPORT_QUERY_ALL_INDICES`]: the whole table).
+        pkey_index: u16 = 0x0c[15:0],
+    }
+}
+
+prm_struct! {
+    /// QUERY_HCA_VPORT_PKEY output (`query_hca_vport_pkey_out`), followed
+    /// by one 4-byte [`Pkey`] entry, or the whole table when
+    /// `pkey_index` was [`VPORT_QUERY_ALL_INDICES`].
+    pub struct QueryHcaVportPkeyOut("query_hca_vport_pkey_out", 0x10) {
+        /// Return status.
+        status: u8 = 0x00[31:24],
+        /// Syndrome.
+        syndrome: u32 = 0x04[31:0],
+        /// The P_Key entries (`pkey` images).
+        pkey: [[u8; 4]] = 0x10,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::Command;
+    use crate::layout::Layout;
+    use crate::opcode::Opcode;
+
+    #[test]
+    fn query_hca_vport_pkey_places_its_fields() {
+        assert_eq!(QueryHcaVportPkeyIn::OPCODE, Opcode::QUERY_HCA_VPORT_PKEY);
+        let q = QueryHcaVportPkeyIn::new()
+            .with(QueryHcaVportPkeyIn::port_num, 2)
+            .unwrap()
+            .with(QueryHcaVportPkeyIn::pkey_index, VPORT_QUERY_ALL_INDICES)
+            .unwrap();
+        assert_eq!(
+            q.as_bytes(),
+            &[
+                0x07, 0x65, 0, 0, 0, 0, 0, 0, 0, 0x02, 0, 0, 0, 0, 0xff, 0xff
+            ]
+        );
+        // An answer with two entries: 0xffff and 0x8001.
+        let mut out = [0u8; 0x18];
+        out[0x12..0x14].copy_from_slice(&[0xff, 0xff]);
+        out[0x16..0x18].copy_from_slice(&[0x80, 0x01]);
+        let head = QueryHcaVportPkeyOut::decode(&out).unwrap();
+        assert_eq!(head.get(QueryHcaVportPkeyOut::status), 0);
+        let entries: [u16; 2] = core::array::from_fn(|i| {
+            let o = QueryHcaVportPkeyOut::SIZE + 4 * i;
+            Pkey::decode(&out[o..o + 4]).unwrap().get(Pkey::pkey)
+        });
+        assert_eq!(entries, [DEFAULT_PKEY, 0x8001]);
     }
 }

@@ -97,6 +97,16 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
         "where ctx.wq.pas lands in the message (0x20 + 0x30 + 0xc0)",
     ),
     (
+        "create_rmp_in",
+        "pas",
+        "where ctx.wq.pas lands in the message (0x20 + 0x30 + 0xc0)",
+    ),
+    (
+        "query_rmp_out",
+        "pas",
+        "where rmp_context.wq.pas lands in the message (0x20 + 0x30 + 0xc0)",
+    ),
+    (
         "rqtc",
         "rq_num",
         "unparsed flexible array in the facts (struct rq_num rq_num[] at 0xf0)",
