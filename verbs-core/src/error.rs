@@ -394,10 +394,21 @@ pub(crate) const ETH_LONG: &str = "inline headers longer than 65535 bytes";
 pub(crate) const ETH_NON_RAW: &str = "Ethernet headers or checksum offload on a non-raw QP";
 
 impl From<SendError> for Error {
-    #[cold]
+    #[inline(always)]
     fn from(e: SendError) -> Self {
-        Error::from(e.kind())
+        send_error_to_error(e)
     }
+}
+
+/// `Error::from(SendError)` out of line. `extern "C"`: it cannot unwind (a
+/// panic would abort; there is none), so a caller converting on its error
+/// path needs no landing pad, and a `SendBatch` it posts through stays in
+/// registers.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn send_error_to_error(e: SendError) -> Error {
+    Error::from(e.kind())
 }
 
 impl From<SendErrorKind> for Error {

@@ -349,15 +349,11 @@ pub struct SendQueue<M: Mmio> {
     mask8: usize,
     /// `qpn << 8`, the control segment's `qpn_ds` without `ds`.
     qpn8: u32,
-    /// The memory image of the control segment's `qpn_ds` dword with
-    /// `ds` = 3 (control, remote address, one data segment), in place in
-    /// the first 8 bytes: a batch ORs the opcode and index into it.
-    ctrl_rdma: u64,
     /// By MLX5 opcode (those of [`sgl_op`]): the control segment's first 8
     /// bytes as one host-order word without the WQE index: the opcode
     /// (`opmod` 0) and `qpn_ds` with the `ds` of the fast path's WQE (3
-    /// with a remote address, 2 without). A single post ORs the index in
-    /// and swaps the word once (see [`ctrl0_image`]).
+    /// with a remote address, 2 without). The fast paths OR the index in
+    /// and swap the word once (see [`ctrl0_image`]).
     ctrl_op: [u64; 17],
     /// Bit `opcode` set for every opcode the gather-list fast path may
     /// write: the opcodes this QP type allows when it is connected (no
@@ -447,10 +443,14 @@ struct Cursor {
     /// reads).
     fm: &'static [u64; 256],
     fast_ops: u32,
-    ctrl_rdma: u64,
+    /// The queue's `ctrl_op` (a batch keeps the words its operations use
+    /// on its own stack: no register, no pointer to the queue).
+    ctrl_op: [u64; 17],
     /// `(WQEBBs - 1) * 8` (see [`SendQueue::mask8`]).
     mask8: usize,
     cur: u32,
+    /// `(cur & (WQEBBs - 1)) * 8`, kept along with `cur`.
+    idx8: usize,
 }
 
 impl Cursor {
@@ -470,13 +470,13 @@ impl Cursor {
         fm: u64,
         sge: Sge,
     ) -> Built {
-        let (buf, ctl, cur) = (self.buf, self.ctl, self.cur);
+        let (buf, ctl, cur, idx8) = (self.buf, self.ctl, self.cur, self.idx8);
         // The slot times 8: one register addresses both the WQE (x 8) and
         // its bookkeeping entry (x 2).
-        let idx8 = ((cur as usize) << 3) & self.mask8;
         let start = idx8 * 8;
         let ds = if raddr.is_some() { 3 } else { 2 };
         self.cur = cur.wrapping_add(1);
+        self.idx8 = (idx8 + 8) & self.mask8;
         // Bookkeeping and segments first, the control segment last: the
         // arguments are consumed early (fewer live registers); the device
         // reads nothing before the doorbell.
@@ -492,23 +492,9 @@ impl Cursor {
         let d = start + 16 * (ds as usize - 1);
         buf.w64(d, data[0]);
         buf.w64(d + 8, data[1]);
-        // The words of `wqe::ctrl_seg` (tested against it), built in
-        // memory order: `opmod_idx_opcode` from the counter and opcode,
-        // `qpn_ds` precomputed (`ds` 3, turned into 2 without a remote
-        // address).
-        let w0 = ((u32::from(cur as u16) << 8) | u32::from(opcode as u8)).to_be();
-        let qpn_ds = if raddr.is_some() {
-            self.ctrl_rdma
-        } else {
-            self.ctrl_rdma ^ u64::from(1u32).to_be()
-        };
-        // `w0` is the image of bytes 0..4, `qpn_ds` of the whole 8 with
-        // bytes 0..4 zero.
-        let ctrl0 = if cfg!(target_endian = "little") {
-            qpn_ds | u64::from(w0)
-        } else {
-            qpn_ds | u64::from(w0) << 32
-        };
+        // The words of `wqe::ctrl_seg` (tested against it) from the
+        // opcode's precomputed word (`ds` included).
+        let ctrl0 = ctrl0_image(cur, self.ctrl_op[opcode as usize]);
         buf.w64(start, ctrl0);
         buf.w64(start + 8, fm | u64::from(imm).to_be());
         Built {
@@ -774,9 +760,10 @@ impl<M: Mmio> SendQueue<M> {
             ctl: self.ctl,
             fm: self.fm_batch,
             fast_ops: self.fast_ops,
-            ctrl_rdma: self.ctrl_rdma,
+            ctrl_op: self.ctrl_op,
             mask8: self.mask8,
             cur: self.cur_post,
+            idx8: ((self.cur_post as usize) << 3) & self.mask8,
         }
     }
 
@@ -1288,7 +1275,7 @@ impl<M: Mmio> SendQueue<M> {
         flags: SendFlags,
         sge: Sge,
     ) -> Result<(), Error> {
-        self.wr_sge(wr_id, op, flags, sge).map_err(Error::from)
+        self.sge_post(wr_id, op, flags, sge)
     }
 
     /// Posts an `IBV_WR_RDMA_WRITE` of one SGE to `remote_addr`/`rkey` and
@@ -1339,19 +1326,32 @@ impl<M: Mmio> SendQueue<M> {
         flags: SendFlags,
         sge: Sge,
     ) -> Result<(), SendError> {
+        self.sge_post(wr_id, op, flags, sge)
+    }
+
+    /// [`wr_sge`](Self::wr_sge) with the error converted on the cold path
+    /// that returns it (see `SendBatch::sge_push`).
+    #[inline(always)]
+    fn sge_post<E: From<SendError>>(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<(), E> {
         let Some((opcode, imm, raddr)) = sgl_op(op) else {
-            return self.post_sge_slow(wr_id, &op, flags, &sge);
+            return Ok(self.post_sge_slow(wr_id, &op, flags, &sge)?);
         };
         let head = self.head();
-        // Each check leaves to its own cold call (a tail call: the
-        // arguments fit registers), which keeps them plain branches.
+        // Each check leaves to its own cold call (its arguments fit
+        // registers), which keeps them plain branches.
         if head == self.full_at {
             let [w0, w1, w2] = pack_sgl(head, opcode, imm, raddr, flags);
-            return self.post_sgl_full(wr_id, w0, w1, w2, &sge);
+            return Ok(self.post_sgl_full(wr_id, w0, w1, w2, &sge)?);
         }
         let Some(fm) = self.sge_check_single(opcode, flags, sge.length) else {
             let [w0, w1, w2] = pack_sgl(head, opcode, imm, raddr, flags);
-            return self.post_sgl_cold(wr_id, w0, w1, w2, &sge);
+            return Ok(self.post_sgl_cold(wr_id, w0, w1, w2, &sge)?);
         };
         self.post_fast(wr_id, opcode, imm, raddr, fm, sge);
         Ok(())
@@ -1399,8 +1399,7 @@ impl<M: Mmio> SendQueue<M> {
         let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
         buf.w64(start + 16 * (ds - 1), data[0]);
         buf.w64(start + 16 * (ds - 1) + 8, data[1]);
-        // The same words as `Cursor::write_sge` writes, from the opcode's
-        // precomputed word (`ds` included).
+        // As in `Cursor::write_sge`.
         let ctrl0 = ctrl0_image(cur, self.ctrl_op[opcode as usize]);
         buf.w64(start, ctrl0);
         let cur_post = cur.wrapping_add(1);
@@ -1585,6 +1584,7 @@ impl<M: Mmio> SendBatch<'_, M> {
         self.sq.cur_post = self.c.cur;
         let r = f(self.sq, self.next);
         self.c.cur = self.sq.cur_post;
+        self.c.idx8 = ((self.c.cur as usize) << 3) & self.c.mask8;
         self.full_at = self.sq.full_at;
         r
     }
@@ -1630,7 +1630,7 @@ impl<M: Mmio> SendBatch<'_, M> {
         flags: SendFlags,
         sge: Sge,
     ) -> Result<(), Error> {
-        self.wr_sge(wr_id, op, flags, sge).map_err(Error::from)
+        self.sge_push(wr_id, op, flags, sge)
     }
 
     /// Validates and writes an `IBV_WR_RDMA_WRITE` of one SGE
@@ -1676,6 +1676,20 @@ impl<M: Mmio> SendBatch<'_, M> {
         flags: SendFlags,
         sge: Sge,
     ) -> Result<(), SendError> {
+        self.sge_push(wr_id, op, flags, sge)
+    }
+
+    /// [`wr_sge`](Self::wr_sge) with the error converted where it arises
+    /// (on a cold path), not after the paths join: the compiler then sees
+    /// that the fast path always succeeds, whatever the error type.
+    #[inline(always)]
+    fn sge_push<E: From<SendError>>(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        sge: Sge,
+    ) -> Result<(), E> {
         // Each check leaves to its own cold call, which keeps them plain
         // branches. The arguments go by value (a reference would keep the
         // SGE in memory on the fast path too). A cold call's error leaves
@@ -2331,7 +2345,6 @@ fn new_sq<M: Mmio>(
         fm: FM_CE_SE.map(|f| f | sig_bits),
         fm_batch: &FM_TABLES[fast_table],
         fm_single: &FM_TABLES[if db.bf_always { 0 } else { fast_table }],
-        ctrl_rdma: u64::from((cfg.qpn << 8) | 3).to_be(),
         ctrl_op: core::array::from_fn(|op| {
             let rdma = [Opcode::RdmaWrite, Opcode::RdmaWriteImm, Opcode::RdmaRead]
                 .iter()
