@@ -1380,11 +1380,16 @@ impl<M: Mmio> SendQueue<M> {
         let cur = self.cur_post;
         let idx8 = ((cur as usize) << 3) & self.mask8;
         let e = CTL_META + META_SQ_TABLE + idx8 * (SQ_ENTRY / 8);
-        self.ctl.a64(e).store(wr_id, Ordering::Relaxed);
+        let ctl = self.ctl;
+        ctl.a64(e).store(wr_id, Ordering::Relaxed);
         let head = self.head();
-        self.ctl
-            .a32(e + SQ_ENTRY_HEAD)
-            .store(head, Ordering::Relaxed);
+        ctl.a32(e + SQ_ENTRY_HEAD).store(head, Ordering::Relaxed);
+        // The completion side may retire the work request from here on
+        // (release: after its bookkeeping). No CQE can name it before the
+        // doorbell; publishing it before its WQE is written frees the
+        // register.
+        ctl.a32(CTL_META + META_SQ_HEAD)
+            .store(head.wrapping_add(1), Ordering::Release);
         let buf = self.buf;
         let start = idx8 * 8;
         buf.w64(start + 8, fm | u64::from(imm).to_be());
@@ -1404,13 +1409,16 @@ impl<M: Mmio> SendQueue<M> {
         buf.w64(start, ctrl0);
         let cur_post = cur.wrapping_add(1);
         self.cur_post = cur_post;
-        let b = Built {
-            ctrl0,
-            start: start as u32,
-            ds: ds as u8,
-            inline: false,
-        };
-        self.publish(self.ctl, head.wrapping_add(1), cur_post, b, false);
+        // `publish` without the head (done) and BlueFlame.
+        barrier::udma_to_device_barrier();
+        // (The queue's fields are read again after the barrier, a memory
+        // clobber: no register holds them across it.)
+        self.ctl
+            .w32(DBR_SND, Be32::new(self.cur_post & 0xffff).to_raw());
+        barrier::mmio_wc_start();
+        self.db.ring(ctrl0);
+        barrier::mmio_flush_writes();
+        self.db.flip();
     }
 
     /// [`post_rdma_write`](Self::post_rdma_write) with the compact

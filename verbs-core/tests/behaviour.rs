@@ -656,7 +656,21 @@ fn poster_and_poller_on_two_threads() {
         s.spawn(move || {
             let mut posted = 0u64;
             while posted < total {
-                match sq.post(&write(posted).flags(SendFlags::SIGNALED)) {
+                // The general path, the typed single post and a batch of
+                // one, in turn.
+                let r = match posted % 3 {
+                    0 => sq.post(&write(posted).flags(SendFlags::SIGNALED)),
+                    1 => sq
+                        .wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])
+                        .map_err(Error::from),
+                    _ => {
+                        let mut b = sq.batch();
+                        let r = b.wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0]);
+                        b.ring();
+                        r.map_err(Error::from)
+                    }
+                };
+                match r {
                     Ok(()) => {
                         tx.send((sq.cur_post() - 1) as u16).unwrap();
                         posted += 1;
