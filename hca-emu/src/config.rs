@@ -59,6 +59,19 @@ pub enum Personality {
     ConnectX4,
 }
 
+/// The link layer of the ports (`cmd_hca_cap.port_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortType {
+    /// Ethernet (RoCE), `port_type` 1: the recorded card.
+    Ethernet,
+    /// InfiniBand, `port_type` 0 (a VPI card in IB mode). The command
+    /// interface answers as an IB port does (PTYS with the IB protocol mask,
+    /// the HCA vport context with a LID, GID 0 from the port GUID, the
+    /// P_Key table); the data path only speaks RoCE, so IB-addressed
+    /// traffic (LIDs, no GRH) is not emulated.
+    InfiniBand,
+}
+
 /// Everything that shapes one emulated PCI function.
 #[derive(Clone, Debug)]
 pub struct EmuConfig {
@@ -89,6 +102,15 @@ pub struct EmuConfig {
     pub require_bus_master: bool,
     /// MSI-X vectors the function offers (EQ `intr` must be below).
     pub msix_vectors: u8,
+    /// Boot with command interface signatures on: `cmdif_checksum` is 3
+    /// in the current general capabilities (the recorded card booted with
+    /// 0), so the firmware checks the signature of every queue entry and
+    /// input mailbox block (delivery status 0x1 when wrong) and signs its
+    /// answers, until a driver switches it off with SET_HCA_CAP (or on
+    /// again: 3 is within the maximum).
+    pub cmdif_checksum: bool,
+    /// The link layer of the ports.
+    pub port_type: PortType,
 }
 
 impl Default for EmuConfig {
@@ -106,6 +128,8 @@ impl Default for EmuConfig {
             seed: 0x5eed_c0de,
             require_bus_master: true,
             msix_vectors: 64,
+            cmdif_checksum: false,
+            port_type: PortType::Ethernet,
         }
     }
 }
@@ -117,6 +141,19 @@ impl EmuConfig {
             execution: Execution::Stepping,
             ..Self::default()
         }
+    }
+
+    /// With command interface signatures on at boot
+    /// ([`cmdif_checksum`](Self::cmdif_checksum)).
+    pub fn with_checksum(mut self) -> Self {
+        self.cmdif_checksum = true;
+        self
+    }
+
+    /// With InfiniBand ports ([`PortType::InfiniBand`]).
+    pub fn infiniband(mut self) -> Self {
+        self.port_type = PortType::InfiniBand;
+        self
     }
 
     /// With the real page counts of the recorded card.

@@ -164,6 +164,8 @@ pub(crate) struct Device {
     pub(crate) me: Weak<Shared>,
     /// Frames this device sent to other HCAs, not yet processed there.
     pub(crate) inflight: Arc<AtomicUsize>,
+    /// `alloc_dma` calls, and how many of them an injected fault failed.
+    pub(crate) dma_allocs: (u64, u64),
 }
 
 impl Device {
@@ -207,6 +209,7 @@ impl Device {
             me,
             inflight,
             cfg,
+            dma_allocs: (0, 0),
         }
     }
 

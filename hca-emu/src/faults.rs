@@ -7,6 +7,22 @@ use std::sync::Arc;
 
 use crate::device::Shared;
 
+/// How [`alloc_dma`](platform::Platform::alloc_dma) of the emulated
+/// platform fails (see [`Faults::fail_dma`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DmaFailure {
+    /// Nothing fails (removes the rule).
+    #[default]
+    None,
+    /// The next `n` allocations succeed; every one after them fails until
+    /// the rule is removed.
+    After(u32),
+    /// Only the allocation after the next `n` fails (one shot).
+    Nth(u32),
+    /// Every allocation of more than this many bytes fails.
+    Above(usize),
+}
+
 /// How to corrupt a command answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputCorruption {
@@ -29,6 +45,9 @@ pub enum OutputCorruption {
     EntryOutputLength(u32),
     /// The entry's status word comes back with this token instead.
     EntryToken(u8),
+    /// The answered entry's `signature` is wrong (only noticeable while
+    /// `cmdif_checksum` is on: the firmware then signs its answers).
+    EntrySignature,
 }
 
 /// Which frames a port drops on transmission (the virtual wire loses
@@ -106,6 +125,8 @@ impl OpcodeRule {
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FaultPlan {
+    /// How `alloc_dma` fails.
+    pub(crate) dma: DmaFailure,
     pub(crate) never_complete: Vec<OpcodeRule>,
     pub(crate) fail: Vec<(OpcodeRule, (u8, u32))>,
     pub(crate) corrupt_output: Vec<(OpcodeRule, OutputCorruption)>,
@@ -115,6 +136,34 @@ pub(crate) struct FaultPlan {
     pub(crate) cq_overrun: Vec<u32>,
     /// Packet loss by port.
     pub(crate) drop: std::collections::BTreeMap<u8, DropRule>,
+}
+
+impl FaultPlan {
+    /// Whether an allocation of `len` bytes fails; updates the rule.
+    pub(crate) fn dma_fails(&mut self, len: usize) -> Option<platform::Error> {
+        let out = |available| platform::Error::OutOfDmaMemory {
+            requested: len,
+            available,
+        };
+        match self.dma {
+            DmaFailure::None => None,
+            DmaFailure::After(0) => Some(out(0)),
+            DmaFailure::After(n) => {
+                self.dma = DmaFailure::After(n - 1);
+                None
+            }
+            DmaFailure::Nth(0) => {
+                self.dma = DmaFailure::None;
+                Some(out(0))
+            }
+            DmaFailure::Nth(n) => {
+                self.dma = DmaFailure::Nth(n - 1);
+                None
+            }
+            DmaFailure::Above(max) if len > max => Some(out(max)),
+            DmaFailure::Above(_) => None,
+        }
+    }
 }
 
 /// Applies the first firing rule of a list; removes fired one-shot rules.
@@ -268,6 +317,77 @@ impl Faults {
                 );
             }
         })
+    }
+
+    /// Makes `alloc_dma` of the emulated platform fail with
+    /// [`platform::Error::OutOfDmaMemory`] as `rule` says
+    /// ([`DmaFailure::None`] removes the rule). Failed attempts are counted
+    /// in [`EmuHca::dma_allocations`](crate::EmuHca::dma_allocations).
+    pub fn fail_dma(&self, rule: DmaFailure) {
+        self.with(|d| d.faults.dma = rule)
+    }
+
+    /// An affiliated event of QP `qpn` (`qp_events` data with resource type
+    /// 0, QP) on the EQ subscribed to `event_type`, as the firmware raises
+    /// it. The work queue errors — WQ catastrophic error (0x05), invalid
+    /// request local WQ error (0x10), local access violation WQ error
+    /// (0x11) — first move the QP to the error state (everything posted
+    /// completes with flush errors; a QP on an SRQ raises last WQE reached
+    /// (0x13) once); path migrated (0x01), communication established
+    /// (0x02), SQ drained (0x03), path migration failed (0x07) and last WQE
+    /// reached (0x13) only post the event.
+    ///
+    /// Returns whether an EQ took the event (`false`: no EQ subscribes to
+    /// it, or the EQ overran). [`EmuError::NoSuchObject`] for a QP that does
+    /// not exist, [`EmuError::NotAnEvent`] for another event type.
+    ///
+    /// [`EmuError::NoSuchObject`]: crate::EmuError::NoSuchObject
+    /// [`EmuError::NotAnEvent`]: crate::EmuError::NotAnEvent
+    pub fn qp_event(&self, qpn: u32, event_type: u8) -> Result<bool, crate::EmuError> {
+        self.with_result(|d| d.inject_qp_event(qpn, event_type))
+    }
+
+    /// An event of SRQ `srqn` (`qp_events` data with the SRQ number): SRQ
+    /// catastrophic error (0x12; the SRQ context's state becomes error,
+    /// which QUERY_SRQ shows) or SRQ limit reached (0x14; the limit is
+    /// disarmed, as when the data path raises it). Returns whether an EQ
+    /// took it; errors as for [`qp_event`](Self::qp_event).
+    pub fn srq_event(&self, srqn: u32, event_type: u8) -> Result<bool, crate::EmuError> {
+        self.with_result(|d| d.inject_srq_event(srqn, event_type))
+    }
+
+    /// A work queue error of a raw Ethernet SQ or RQ (`kind` is
+    /// [`ObjKind::Sq`] or [`ObjKind::Rq`]; `qp_events` data with resource
+    /// type 2 or 1): WQ catastrophic error (0x05), invalid request (0x10)
+    /// or local access violation (0x11). The queue moves to the error state
+    /// (3) first. Returns whether an EQ took the event; errors as for
+    /// [`qp_event`](Self::qp_event).
+    ///
+    /// [`ObjKind::Sq`]: crate::ObjKind::Sq
+    /// [`ObjKind::Rq`]: crate::ObjKind::Rq
+    pub fn wq_event(
+        &self,
+        kind: crate::ObjKind,
+        n: u32,
+        event_type: u8,
+    ) -> Result<bool, crate::EmuError> {
+        self.with_result(|d| d.inject_wq_event(kind, n, event_type))
+    }
+
+    /// An internal error event (0x08, no event data) on the EQ subscribed
+    /// to it. On its own the health buffer stays clean (a driver that looks
+    /// finds no syndrome); with [`fatal_health`](Self::fatal_health) first
+    /// it reports a fatal error. Returns whether an EQ took it.
+    pub fn internal_error_event(&self) -> bool {
+        self.with_result(|d| d.inject_internal_error())
+    }
+
+    fn with_result<T>(&self, f: impl FnOnce(&mut crate::device::Device) -> T) -> T {
+        let mut d = self.shared.lock();
+        let r = f(&mut d);
+        drop(d);
+        self.shared.cv.notify_all();
+        r
     }
 
     /// Removes every pending injected fault (a fatal error or surprise

@@ -31,7 +31,15 @@
 //!   its counters and drop reasons, [`cqe_syndrome`] for the error
 //!   syndromes.
 //! - [`EmuHca::faults`]: fault injection ([`Faults`], including packet loss
-//!   on the wire with [`Faults::drop_packets`]).
+//!   on the wire with [`Faults::drop_packets`], affiliated QP/SRQ/WQ and
+//!   internal error events for a chosen object with [`Faults::qp_event`],
+//!   [`Faults::srq_event`], [`Faults::wq_event`] and
+//!   [`Faults::internal_error_event`], and failing `alloc_dma` with
+//!   [`Faults::fail_dma`]).
+//! - Personality options: booting with command interface signatures on
+//!   ([`EmuConfig::cmdif_checksum`]) and InfiniBand ports
+//!   ([`PortType::InfiniBand`]); every port has a P_Key table
+//!   (QUERY_HCA_VPORT_PKEY).
 //! - Reports: [`EmuHca::iommu_faults`], [`EmuHca::leak_report`],
 //!   [`EmuHca::assert_clean`], [`EmuHca::command_log`].
 #![forbid(unsafe_code)]
@@ -52,10 +60,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use config::{Clock, EmuConfig, Execution, PageCounts, Personality};
+pub use config::{Clock, EmuConfig, Execution, PageCounts, Personality, PortType};
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
-pub use faults::{Faults, OutputCorruption, PacketDrop};
+pub use faults::{DmaFailure, Faults, OutputCorruption, PacketDrop};
 pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub use iommu::{FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 
@@ -80,6 +88,22 @@ pub enum EmuError {
     /// A port cannot be connected to itself.
     #[error("a port cannot be connected to itself")]
     SelfLoop,
+    /// An event was injected for an object that does not exist.
+    #[error("no {kind:?} {number:#x} to raise the event for")]
+    NoSuchObject {
+        /// The kind of object.
+        kind: ObjKind,
+        /// Its number.
+        number: u32,
+    },
+    /// An event type that is not an event of that kind of object.
+    #[error("event type {event_type:#x} is not an event of {of}")]
+    NotAnEvent {
+        /// The event type.
+        event_type: u8,
+        /// What it was raised for ("a QP", "an SRQ", "an SQ or RQ").
+        of: &'static str,
+    },
 }
 
 /// Why a CQE could not be written.
@@ -194,6 +218,12 @@ impl EmuHca {
     /// Device time.
     pub fn now(&self) -> Duration {
         self.shared.now()
+    }
+
+    /// `alloc_dma` calls on this HCA's platform so far, and how many of them
+    /// failed because of [`Faults::fail_dma`].
+    pub fn dma_allocations(&self) -> (u64, u64) {
+        self.shared.lock().dma_allocs
     }
 
     /// Every IOMMU fault so far.
@@ -445,7 +475,14 @@ impl Platform for EmuPlatform {
     type Mmio = EmuBar;
 
     fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaRegion, platform::Error> {
-        self.shared.lock().iommu.map(len, align)
+        let mut d = self.shared.lock();
+        d.dma_allocs.0 += 1;
+        if let Some(e) = d.faults.dma_fails(len) {
+            d.dma_allocs.1 += 1;
+            log::debug!("alloc_dma of {len} bytes fails (injected): {e}");
+            return Err(e);
+        }
+        d.iommu.map(len, align)
     }
 
     fn free_dma(&self, region: DmaRegion) {

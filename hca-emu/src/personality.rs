@@ -12,7 +12,11 @@
 //! - the RoCE address (GID) table has [`ROCE_ADDRESS_TABLE_SIZE`] entries:
 //!   the recorded RoCE caps say 256 in a dword the layout file marks
 //!   reserved;
-//! - port registers (PAOS/PTYS/PMTU): see `fw::port`.
+//! - port registers (PAOS/PTYS/PMTU): see `fw::port`;
+//! - with [`EmuConfig::cmdif_checksum`](crate::EmuConfig::cmdif_checksum),
+//!   the current `cmdif_checksum` is 3 (the recorded card booted with 0; its
+//!   maximum is 3); with [`PortType::InfiniBand`](crate::PortType), the
+//!   current and maximum `port_type` are 0.
 
 use std::collections::BTreeMap;
 
@@ -133,6 +137,31 @@ impl Caps {
             }
         }
         caps
+    }
+
+    /// The capabilities an emulated HCA boots (and comes out of ENABLE_HCA)
+    /// with: the recorded ones, with the port count, `cmdif_checksum` (3
+    /// when [`EmuConfig::cmdif_checksum`](crate::EmuConfig::cmdif_checksum))
+    /// and `port_type` (0 for InfiniBand, current and maximum) of the
+    /// configuration.
+    pub(crate) fn for_config(cfg: &crate::EmuConfig) -> Self {
+        let mut caps = Self::connectx4(cfg.ports);
+        if cfg.cmdif_checksum {
+            caps.set_general(false, "cmdif_checksum", 3);
+        }
+        if cfg.port_type == crate::PortType::InfiniBand {
+            caps.set_general(false, "port_type", 0);
+            caps.set_general(true, "port_type", 0);
+        }
+        caps
+    }
+
+    /// Sets a general capability field, maximum (`max`) or current.
+    pub(crate) fn set_general(&mut self, max: bool, field: &str, v: u64) {
+        let m = if max { &mut self.max } else { &mut self.cur };
+        if let Some(g) = m.get_mut(&CAP_GENERAL) {
+            crate::ifc::ifc().set(g, "cmd_hca_cap", field, v);
+        }
     }
 
     /// A general (current) capability field.

@@ -123,6 +123,7 @@ syndromes! {
     VPORT_OTHER = 0x0007_5001, "vport commands: other_vport not supported (no eswitch)";
     GID_INDEX = 0x0007_6001, "SET/QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID: index beyond the table";
     MTU_RANGE = 0x0007_5501, "MODIFY_NIC_VPORT_CONTEXT: mtu above the port's max_mtu";
+    PKEY_INDEX = 0x0007_6501, "QUERY_HCA_VPORT_PKEY: pkey_index beyond the P_Key table";
 }
 
 /// The name and description of a syndrome the emulator returns.

@@ -250,6 +250,12 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
             Initialized,
             port::query_hca_vport_gid
         ),
+        0x765 => spec!(
+            "query_hca_vport_pkey_in",
+            "query_hca_vport_pkey_out",
+            Initialized,
+            port::query_hca_vport_pkey
+        ),
         0x800 => spec!("alloc_pd_in", "alloc_pd_out", Initialized, alloc_pd),
         0x801 => spec!("dealloc_pd_in", "dealloc_pd_out", Initialized, dealloc_pd),
         0x802 => spec!("alloc_uar_in", "alloc_uar_out", Initialized, alloc_uar),
@@ -835,7 +841,12 @@ fn query_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str) -> R {
         return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
     };
     let ctx = w.ctx.clone();
-    let off = ifc().field(c.lout, "ctx").byte_offset();
+    let field = if k == ObjKind::Sq {
+        "sq_context"
+    } else {
+        "rq_context"
+    };
+    let off = ifc().field(c.lout, field).byte_offset();
     c.out().put(off, &ctx).done()
 }
 

@@ -22,6 +22,35 @@ pub mod event {
     pub const CMD: u8 = 0x0a;
     /// Page request.
     pub const PAGE_REQUEST: u8 = 0x0b;
+    /// Path migrated.
+    pub const PATH_MIG: u8 = 0x01;
+    /// Communication established.
+    pub const COMM_EST: u8 = 0x02;
+    /// Send queue drained.
+    pub const SQ_DRAINED: u8 = 0x03;
+    /// Work queue catastrophic error.
+    pub const WQ_CATAS_ERROR: u8 = 0x05;
+    /// Path migration failed.
+    pub const PATH_MIG_FAILED: u8 = 0x07;
+    /// Internal error.
+    pub const INTERNAL_ERROR: u8 = 0x08;
+    /// Invalid request local work queue error.
+    pub const WQ_INVAL_REQ_ERROR: u8 = 0x10;
+    /// Local access violation work queue error.
+    pub const WQ_ACCESS_ERROR: u8 = 0x11;
+    /// SRQ catastrophic error.
+    pub const SRQ_CATAS_ERROR: u8 = 0x12;
+    /// Last WQE reached.
+    pub const SRQ_LAST_WQE: u8 = 0x13;
+    /// SRQ limit reached.
+    pub const SRQ_RQ_LIMIT: u8 = 0x14;
+}
+
+/// `qp_events.type`: the resource an affiliated event names.
+mod resource {
+    pub const QP: u64 = 0;
+    pub const RQ: u64 = 1;
+    pub const SQ: u64 = 2;
 }
 
 pub(crate) fn create_eq(d: &mut Device, c: &Cmd) -> R {
@@ -172,6 +201,124 @@ impl Device {
             ifc().set(&mut data, layout, f, v);
         }
         self.post_eqe(eqn, ty, sub, &data)
+    }
+
+    /// An affiliated event (`qp_events` data) of resource type `rtype`.
+    fn affiliated_event(&mut self, ty: u8, rtype: u64, n: u32) -> bool {
+        self.post_event(
+            ty,
+            0,
+            "qp_events",
+            &[("type", rtype), ("qpn_rqn_sqn", u64::from(n & 0xff_ffff))],
+        )
+    }
+
+    /// [`Faults::qp_event`](crate::Faults::qp_event).
+    pub(crate) fn inject_qp_event(&mut self, qpn: u32, ty: u8) -> Result<bool, crate::EmuError> {
+        use super::QpState;
+        let Some(state) = self.fw.objs.qp(qpn).map(|q| q.state) else {
+            return Err(crate::EmuError::NoSuchObject {
+                kind: ObjKind::Qp,
+                number: qpn,
+            });
+        };
+        match ty {
+            event::WQ_CATAS_ERROR | event::WQ_INVAL_REQ_ERROR | event::WQ_ACCESS_ERROR => {
+                // The event follows the move to the error state, then the
+                // flush (as `qp_error` does for data-path errors). A QP in
+                // RESET has nothing to flush.
+                if state == QpState::Err {
+                    return Ok(self.affiliated_event(ty, resource::QP, qpn));
+                }
+                if let Some(q) = self.fw.objs.qp_mut(qpn) {
+                    q.state = QpState::Err;
+                }
+                let posted = self.affiliated_event(ty, resource::QP, qpn);
+                self.qp_transition(qpn, state, QpState::Err);
+                Ok(posted)
+            }
+            event::PATH_MIG
+            | event::COMM_EST
+            | event::SQ_DRAINED
+            | event::PATH_MIG_FAILED
+            | event::SRQ_LAST_WQE => Ok(self.affiliated_event(ty, resource::QP, qpn)),
+            _ => Err(crate::EmuError::NotAnEvent {
+                event_type: ty,
+                of: "a QP",
+            }),
+        }
+    }
+
+    /// [`Faults::srq_event`](crate::Faults::srq_event).
+    pub(crate) fn inject_srq_event(&mut self, srqn: u32, ty: u8) -> Result<bool, crate::EmuError> {
+        let Some(ObjData::Srq(s)) = self
+            .fw
+            .objs
+            .get_mut(ObjKind::Srq, srqn)
+            .map(|o| &mut o.data)
+        else {
+            return Err(crate::EmuError::NoSuchObject {
+                kind: ObjKind::Srq,
+                number: srqn,
+            });
+        };
+        match ty {
+            event::SRQ_CATAS_ERROR => {
+                // srqc.state 1: error.
+                ifc().set(&mut s.ctx, "srqc", "state", 1);
+            }
+            event::SRQ_RQ_LIMIT => s.lwm = 0,
+            _ => {
+                return Err(crate::EmuError::NotAnEvent {
+                    event_type: ty,
+                    of: "an SRQ",
+                });
+            }
+        }
+        Ok(self.affiliated_event(ty, resource::QP, srqn))
+    }
+
+    /// [`Faults::wq_event`](crate::Faults::wq_event).
+    pub(crate) fn inject_wq_event(
+        &mut self,
+        kind: ObjKind,
+        n: u32,
+        ty: u8,
+    ) -> Result<bool, crate::EmuError> {
+        let (rtype, layout) = match kind {
+            ObjKind::Sq => (resource::SQ, "sqc"),
+            ObjKind::Rq => (resource::RQ, "rqc"),
+            _ => {
+                return Err(crate::EmuError::NotAnEvent {
+                    event_type: ty,
+                    of: "an SQ or RQ (the object kind given)",
+                });
+            }
+        };
+        if !matches!(
+            ty,
+            event::WQ_CATAS_ERROR | event::WQ_INVAL_REQ_ERROR | event::WQ_ACCESS_ERROR
+        ) {
+            return Err(crate::EmuError::NotAnEvent {
+                event_type: ty,
+                of: "an SQ or RQ",
+            });
+        }
+        let Some(w) = self.fw.objs.wq_mut(kind, n) else {
+            return Err(crate::EmuError::NoSuchObject { kind, number: n });
+        };
+        // State 3: error.
+        w.state = 3;
+        ifc().set(&mut w.ctx, layout, "state", 3);
+        Ok(self.affiliated_event(ty, rtype, n))
+    }
+
+    /// [`Faults::internal_error_event`](crate::Faults::internal_error_event).
+    pub(crate) fn inject_internal_error(&mut self) -> bool {
+        match self.eq_for(event::INTERNAL_ERROR) {
+            Some(eqn) => self.post_eqe(eqn, event::INTERNAL_ERROR, 0, &[0; 28]),
+            None => false,
+        }
     }
 
     pub(crate) fn post_cmd_completion(&mut self, eqn: u32, slot: u8) {

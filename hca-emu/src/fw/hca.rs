@@ -28,7 +28,7 @@ pub(crate) fn enable_hca(d: &mut Device, c: &Cmd) -> R {
     p.to_return = 0;
     p.pinned.clear();
     d.fw.issi = 0;
-    d.fw.caps = Caps::connectx4(d.cfg.ports);
+    d.fw.caps = Caps::for_config(&d.cfg);
     d.fw.state = HcaState::Enabled;
     c.out().done()
 }

@@ -260,7 +260,7 @@ pub(crate) struct Fw {
 impl Fw {
     pub(crate) fn new(cfg: &EmuConfig) -> Self {
         let mut rng = Rng::new(cfg.seed);
-        let caps = Caps::connectx4(cfg.ports);
+        let caps = Caps::for_config(cfg);
         let nports = cfg.ports.max(1);
         let ports = (1..=nports).map(|p| Port::new(cfg.seed, p)).collect();
         Self {
@@ -283,6 +283,11 @@ impl Fw {
 
     pub(crate) fn checksum_on(&self) -> bool {
         self.caps.general("cmdif_checksum") == 3
+    }
+
+    /// Whether the ports are InfiniBand (`port_type` 0).
+    pub(crate) fn infiniband(&self) -> bool {
+        self.caps.general("port_type") == 0
     }
 }
 
@@ -577,6 +582,9 @@ impl Device {
         if checksum {
             e2[0x3d] = 0;
             e2[0x3d] = !xor8(&e2);
+        }
+        if corrupt == Some(OutputCorruption::EntrySignature) {
+            e2[0x3d] ^= 0x5a;
         }
         if self
             .iommu

@@ -9,11 +9,20 @@
 //! when the link is up. The link is up when the port's PAOS admin status is
 //! up and a peer is connected on the virtual wire (the peer's own admin
 //! state is not considered).
+//!
+//! With [`PortType::InfiniBand`](crate::PortType::InfiniBand): PTYS answers
+//! the IB protocol mask (widths 1X/4X, speeds SDR..EDR, 4X EDR operational
+//! when up), the HCA vport context has a LID (the port number) when up,
+//! GID 0 is `fe80::` with the port GUID. Every port has a P_Key table
+//! (QUERY_HCA_VPORT_PKEY) with the default P_Key 0xffff in entry 0.
 
 use super::{Cmd, HcaState, R, fail, st};
 use crate::device::Device;
 use crate::ifc::ifc;
 use crate::personality::ROCE_ADDRESS_TABLE_SIZE;
+
+/// The default P_Key (full membership), entry 0 of every P_Key table.
+pub const DEFAULT_PKEY: u16 = 0xffff;
 use crate::rng::Rng;
 use crate::syndrome as syn;
 
@@ -30,6 +39,23 @@ pub const ETH_PROTO_OPER: u32 = 1 << 20;
 /// PMTU max_mtu.
 pub const MAX_MTU: u16 = 9978;
 
+/// PTYS `proto_mask`: InfiniBand.
+const PTYS_IB: u64 = 1 << 0;
+/// PTYS `proto_mask`: Ethernet.
+const PTYS_EN: u64 = 1 << 2;
+/// IB link widths an InfiniBand port offers: 1X (bit 0) and 4X (bit 2).
+pub const IB_LINK_WIDTH_CAPABILITY: u64 = (1 << 0) | (1 << 2);
+/// IB link width in operation when the link is up: 4X.
+pub const IB_LINK_WIDTH_OPER: u64 = 1 << 2;
+/// IB speeds an InfiniBand port offers: SDR (bit 0), DDR, QDR, FDR10, FDR,
+/// EDR (bit 5), as a ConnectX-4 does.
+pub const IB_PROTO_CAPABILITY: u64 = 0x3f;
+/// IB speed in operation when the link is up: EDR (bit 5).
+pub const IB_PROTO_OPER: u64 = 1 << 5;
+/// The subnet prefix of GID 0 on an InfiniBand port (the default,
+/// link-local prefix fe80::/64).
+const DEFAULT_GID_PREFIX: u64 = 0xfe80_0000_0000_0000;
+
 /// One physical port.
 #[derive(Clone, Debug)]
 pub(crate) struct Port {
@@ -43,6 +69,9 @@ pub(crate) struct Port {
     pub(crate) event_enable: u8,
     pub(crate) gids: Vec<Option<Vec<u8>>>,
     pub(crate) node_guid: u64,
+    /// The P_Key table: entry 0 is the default P_Key, entries beyond the
+    /// vector (up to the table size of the capabilities) are 0 (invalid).
+    pub(crate) pkeys: Vec<u16>,
 }
 
 impl Port {
@@ -62,6 +91,7 @@ impl Port {
             event_enable: 0,
             gids: vec![None; ROCE_ADDRESS_TABLE_SIZE],
             node_guid,
+            pkeys: vec![DEFAULT_PKEY],
         }
     }
 }
@@ -161,8 +191,46 @@ pub(crate) fn access_reg(d: &mut Device, c: &Cmd) -> R {
                     u64::from(d.fw.ports[pi].event_enable),
                 );
             }
+            REG_PTYS if d.fw.infiniband() => {
+                if get("proto_mask") & PTYS_IB == 0 {
+                    return fail(st::BAD_PARAM, syn::REG_BAD_VALUE);
+                }
+                if write {
+                    let (w, p) = (get("ib_link_width_admin"), get("ib_proto_admin"));
+                    if w & !IB_LINK_WIDTH_CAPABILITY != 0
+                        || p & !IB_PROTO_CAPABILITY != 0
+                        || w == 0
+                        || p == 0
+                    {
+                        return fail(st::BAD_PARAM, syn::REG_BAD_VALUE);
+                    }
+                }
+                let up = d.link_up(num);
+                t.set(&mut reg, layout, "proto_mask", PTYS_IB);
+                t.set(
+                    &mut reg,
+                    layout,
+                    "ib_link_width_capability",
+                    IB_LINK_WIDTH_CAPABILITY,
+                );
+                t.set(&mut reg, layout, "ib_proto_capability", IB_PROTO_CAPABILITY);
+                t.set(
+                    &mut reg,
+                    layout,
+                    "ib_link_width_admin",
+                    IB_LINK_WIDTH_CAPABILITY,
+                );
+                t.set(&mut reg, layout, "ib_proto_admin", IB_PROTO_CAPABILITY);
+                let (w, p) = if up {
+                    (IB_LINK_WIDTH_OPER, IB_PROTO_OPER)
+                } else {
+                    (0, 0)
+                };
+                t.set(&mut reg, layout, "ib_link_width_oper", w);
+                t.set(&mut reg, layout, "ib_proto_oper", p);
+            }
             REG_PTYS => {
-                if get("proto_mask") & 0x4 == 0 {
+                if get("proto_mask") & PTYS_EN == 0 {
                     return fail(st::BAD_PARAM, syn::REG_BAD_VALUE);
                 }
                 if write {
@@ -173,7 +241,7 @@ pub(crate) fn access_reg(d: &mut Device, c: &Cmd) -> R {
                     d.fw.ports[pi].eth_proto_admin = admin;
                 }
                 let up = d.link_up(num);
-                t.set(&mut reg, layout, "proto_mask", 0x4);
+                t.set(&mut reg, layout, "proto_mask", PTYS_EN);
                 t.set(
                     &mut reg,
                     layout,
@@ -282,7 +350,11 @@ pub(crate) fn query_hca_vport_context(d: &mut Device, c: &Cmd) -> R {
     let num = d.fw.ports[pi].num;
     let up = d.link_up(num);
     let guid = d.fw.ports[pi].node_guid;
+    // An InfiniBand port gets a LID from the subnet manager once the link
+    // is up (synthesized: the port number); Ethernet ports have none.
+    let lid = if d.fw.infiniband() && up { num } else { 0 };
     c.out()
+        .set("hca_vport_context.lid", u64::from(lid))
         .set("hca_vport_context.port_state", if up { 4 } else { 1 })
         .set("hca_vport_context.vport_state", if up { 4 } else { 1 })
         .set(
@@ -306,13 +378,51 @@ pub(crate) fn query_hca_vport_gid(d: &mut Device, c: &Cmd) -> R {
     if c.out_len < 32 {
         return fail(st::BAD_OUTP_LEN, syn::OUTPUT_TOO_SHORT);
     }
-    let gid = d.fw.ports[pi].gids[idx]
-        .as_ref()
-        .map(|a| a[..16].to_vec())
-        .unwrap_or_else(|| vec![0; 16]);
+    let gid = if d.fw.infiniband() {
+        // GID 0: the default subnet prefix and the port GUID; no others.
+        let mut g = vec![0u8; 16];
+        if idx == 0 {
+            g[..8].copy_from_slice(&DEFAULT_GID_PREFIX.to_be_bytes());
+            g[8..].copy_from_slice(&d.fw.ports[pi].node_guid.to_be_bytes());
+        }
+        g
+    } else {
+        d.fw.ports[pi].gids[idx]
+            .as_ref()
+            .map(|a| a[..16].to_vec())
+            .unwrap_or_else(|| vec![0; 16])
+    };
     let mut o = c.out();
     o.set("gids_num", 1);
     o.put(16, &gid);
+    o.done()
+}
+
+/// QUERY_HCA_VPORT_PKEY: one entry of the port's P_Key table, or the
+/// whole table for `pkey_index` 0xffff. The table has `128 <<
+/// pkey_table_size` entries (current general capabilities); entry 0 is the
+/// default P_Key 0xffff, the others 0. Answered on Ethernet ports too.
+pub(crate) fn query_hca_vport_pkey(d: &mut Device, c: &Cmd) -> R {
+    no_other_vport(c)?;
+    let pi = d.port_index(c.get("port_num").max(1))?;
+    let len = 128usize << d.fw.caps.general("pkey_table_size").min(5);
+    let idx = c.get("pkey_index") as usize;
+    let range = if idx == 0xffff {
+        0..len
+    } else if idx < len {
+        idx..idx + 1
+    } else {
+        return fail(st::BAD_PARAM, syn::PKEY_INDEX);
+    };
+    if c.out_len < 16 + 4 * range.len() {
+        return fail(st::BAD_OUTP_LEN, syn::OUTPUT_TOO_SHORT);
+    }
+    let pkeys = &d.fw.ports[pi].pkeys;
+    let mut o = c.out();
+    for (k, i) in range.enumerate() {
+        let p = pkeys.get(i).copied().unwrap_or(0);
+        o.put(16 + 4 * k, &u32::from(p).to_be_bytes());
+    }
     o.done()
 }
 
