@@ -4,14 +4,16 @@
 //! Through the fastest safe API for each scenario:
 //!
 //! - `post/post1`: one RDMA write (1 SGE) with its doorbell
-//!   (`SendQueue::post_rdma_write`);
+//!   (`SendQueue::wr_rdma_write`);
 //! - `post/post32`: 32 RDMA writes with one doorbell (`SendQueue::batch`,
-//!   `SendBatch::post_rdma_write`; throughput per WQE);
+//!   `SendBatch::wr_rdma_write`; throughput per WQE);
 //! - `poll/poll1`: poll one requester CQE (`Cq::poll_one`);
 //! - `poll/poll32`: poll 32 requester CQEs into `Completion`s (throughput
 //!   per CQE).
 //!
-//! And through the general API: `post/post1_wr` (`SendQueue::post` of a
+//! The same posts returning the full `Error` (`post_rdma_write` on the
+//! queue and on a batch): `post/post1_error`, `post/post32_error`. And
+//! through the general API: `post/post1_wr` (`SendQueue::post` of a
 //! `SendWr`), `post/post32_wr` (`SendQueue::post_list`), `poll/poll32_wc`
 //! (`Cq::poll` into `WorkCompletion`s).
 //!
@@ -102,6 +104,17 @@ fn post(c: &mut Criterion) {
         b.iter_custom(|iters| {
             time_post1(&mut h, iters, |sq| {
                 let w = black_box(&w);
+                sq.wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)
+                    .unwrap()
+            })
+        });
+    });
+    g.bench_function("post1_error", |b| {
+        let mut h = Harness::new(512, 12);
+        let w = write_args(1);
+        b.iter_custom(|iters| {
+            time_post1(&mut h, iters, |sq| {
+                let w = black_box(&w);
                 sq.post_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)
                     .unwrap()
             })
@@ -114,6 +127,21 @@ fn post(c: &mut Criterion) {
     });
     g.throughput(Throughput::Elements(32));
     g.bench_function("post32", |b| {
+        let mut h = Harness::new(512, 12);
+        let ws: [Write; 32] = std::array::from_fn(|i| write_args(i as u64));
+        b.iter_custom(|iters| {
+            time_post32(&mut h, iters, |sq| {
+                let mut batch = sq.batch();
+                for w in black_box(&ws) {
+                    batch
+                        .wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)
+                        .unwrap();
+                }
+                batch.ring();
+            })
+        });
+    });
+    g.bench_function("post32_error", |b| {
         let mut h = Harness::new(512, 12);
         let ws: [Write; 32] = std::array::from_fn(|i| write_args(i as u64));
         b.iter_custom(|iters| {

@@ -35,27 +35,33 @@
 //!
 //! Measured on the development machine (x86_64, 2 cores, release profile
 //! with `debug = 1`, N = 10000; instructions per operation = callgrind `Ir`
-//! / N, / 32 N for the batches; wall clock from `datapath_cost all 200000`):
+//! / N, / 32 N for the batches; wall clock from `datapath_cost all 200000`,
+//! noisy to about 5%):
 //!
-//! | operation | fast API | instr. | ns | general API | instr. | rdma-core libmlx5 | target |
-//! |---|---|---|---|---|---|---|---|
-//! | post 1 RDMA write + doorbell | `post_rdma_write` | 85 | 7.9 | `post(&SendWr)` | 161 | 319 | 60 |
-//! | post 32, per WQE | `SendBatch::post_rdma_write` | 47 | 3.4 | `post_list` | 125 | 190 (`ibv_wr_*`: 123) | 40 |
-//! | poll 1 CQE | `poll_one` | 92 | 21.7 | `poll`, 1 `WorkCompletion` | 177 | 185 | 40 |
-//! | poll 32, per CQE | `poll` into `Completion`s | 44 | 9.8 | `poll` into `WorkCompletion`s | 61 | 108 | 40 |
+//! | operation | fast API | instr. | ns | with `Error` | instr. | general API | instr. | rdma-core libmlx5 | target |
+//! |---|---|---|---|---|---|---|---|---|---|
+//! | post 1 RDMA write + doorbell | `wr_rdma_write` | 57 | 6.1 | `post_rdma_write` | 64 | `post(&SendWr)` | 156 | 319 | 60 |
+//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 42.5 | 3.1 | `SendBatch::post_rdma_write` | 44.6 | `post_list` | 129 | 190 (`ibv_wr_*`: 123) | 40 |
+//! | poll 1 CQE | `poll_one` | 77 | 21 | | | `poll`, 1 `WorkCompletion` | 139 | 185 | 40 |
+//! | poll 32, per CQE | `poll` into `Completion`s | 38 | 9.5 | | | `poll` into `WorkCompletion`s | 61 | 108 | 40 |
 //!
 //! Inlined into the caller's loop (`op_post1_inline`, `op_poll1_inline`:
 //! N operations in one call, each post to other addresses) a post takes
-//! 64 instructions (3.5-4.3 ns) and a `poll_one` 99 (14 ns): most of the
-//! difference to the table's post is the call boundary of `op_post1`
-//! (saving and restoring six registers, the arguments, the `Result`
-//! through memory). (`poll` with a one-element `Completion` slice: 114.)
-//! Before this work the same scenarios took 178, 134, 230 and 141
-//! instructions. What is left above the targets, and why, is in the crate
-//! report: mostly the register save/restore of a non-inlined call, the
-//! doorbell window's bounds check (platform's `Mmio::write64`), the
-//! `Result` returned through memory, and per CQE the read barrier plus the
-//! checks themselves.
+//! 54 instructions (3.7 ns) and a `poll_one` 67 (12.5 ns). (`poll` with a
+//! one-element `Completion` slice: 104.) Before the first optimisation
+//! round the four scenarios took 178, 134, 230 and 141 instructions;
+//! before the second, 85, 47, 92 and 44.
+//!
+//! What is left: a single post is the WQE's eight stores, the checks
+//! (queue space, flags table, non-empty SGE), the bookkeeping, the
+//! doorbell record and the doorbell between the two barriers rdma-core
+//! also has, plus one register saved. A batched WQE is the same without the
+//! doorbell, plus the caller's six loads of its arguments and its loop. A
+//! single poll pays, beyond the per-CQE work of a run (the owner byte, the
+//! read barrier, the key, QPN, WQE opcode and window checks, the completion
+//! stores), the lookup of the queue, the consumer index and its doorbell
+//! record, five saved registers and a 40-byte `Result` written through
+//! memory.
 //!
 //! Outside the measured functions the harness plays the device: it writes
 //! the CQEs (for the poll scenarios it first posts the WQEs they complete),

@@ -53,6 +53,16 @@
 //!   batch). On a connected QP with plain flags and a non-empty SGE they
 //!   write one WQEBB with a few 64-bit stores; anything else takes the
 //!   general path of [`SendQueue::post`] with the same arguments.
+//! - [`SendQueue::wr_rdma_write`], [`wr_rdma_read`](SendQueue::wr_rdma_read),
+//!   [`wr_send`](SendQueue::wr_send) and [`wr_sge`](SendQueue::wr_sge) (and
+//!   the same on a [`SendBatch`]) are those methods with the two-word
+//!   [`SendError`]: a `Result<(), SendError>` comes back in registers where
+//!   a `Result<(), Error>` (32 bytes) goes through memory, which counts in
+//!   a function of the caller's that returns it. `Error::from` gives the
+//!   full error, field for field; `?` converts it.
+//! - The doorbell is one 64-bit store without a bounds check: the
+//!   BlueFlame register's offsets are checked against the window once,
+//!   when the queue is made ([`platform::Mmio::write64_unchecked`]).
 //! - [`Cq::poll`] into [`Completion`]s (32 bytes, every `ibv_wc` field by
 //!   accessor) retires a run of successful requester CQEs of one send
 //!   queue with one lookup and one tail store; [`Cq::poll_one`] takes one
@@ -62,10 +72,11 @@
 //!   completion.
 //!
 //! Instructions per operation (callgrind, x86_64, release; see
-//! `examples/datapath_cost.rs`): one RDMA write with its doorbell 85 (64
-//! when inlined into the caller's loop), per WQE in a batch of 32: 47, one
-//! CQE by `poll_one` 92, per CQE in a poll of 32: 44 (rdma-core's libmlx5
-//! on the same machine: 319, 190 (123 with `ibv_wr_*`), 185, 108).
+//! `examples/datapath_cost.rs`), each in a function of its own that returns
+//! the result: one RDMA write with its doorbell 57 (`wr_rdma_write`; 64
+//! with `post_rdma_write`'s `Error`), per WQE in a batch of 32: 42.5 (44.6),
+//! one CQE by `poll_one` 77, per CQE in a poll of 32: 38 (rdma-core's
+//! libmlx5 on the same machine: 319, 190 (123 with `ibv_wr_*`), 185, 108).
 //!
 //! ```
 //! # use core::ptr::NonNull;
@@ -95,9 +106,16 @@
 //! sq.post_rdma_write(1, SendFlags::SIGNALED, 0x2000, 0x1234, sge)?;
 //! let mut batch = sq.batch();
 //! for wr_id in 2..6 {
-//!     batch.post_rdma_write(wr_id, SendFlags::SIGNALED, 0x2000, 0x1234, sge)?;
+//!     // The compact error converts to `Error` with `?` as well.
+//!     batch.wr_rdma_write(wr_id, SendFlags::SIGNALED, 0x2000, 0x1234, sge)?;
 //! }
 //! batch.ring(); // one doorbell for the four
+//! assert_eq!(sq.outstanding(), 5);
+//! // Checksum offload on an RC QP is refused before anything is written;
+//! // the compact error says why, and converts to the full one.
+//! let e = sq.wr_rdma_write(6, SendFlags::IP_CSUM, 0x2000, 0x1234, sge).unwrap_err();
+//! assert_eq!(e.kind(), SendErrorKind::EthOnNonRawQp);
+//! assert!(matches!(Error::from(e), Error::EthSegment(_)));
 //! assert_eq!(sq.outstanding(), 5);
 //!
 //! // The "device" completes the first WQE (WQEBB counter 0).

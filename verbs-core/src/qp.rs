@@ -937,14 +937,51 @@ impl<M: Mmio> SendQueue<M> {
         Ok(())
     }
 
-    /// [`ring`](Self::ring) out of line (a batch's doorbell).
+    /// The end of a [`SendBatch`] (see its `Drop`): takes the cursor `cur`
+    /// back and rings the doorbell for the work requests before `next`, if
+    /// any, the last of which is the one the cold path wrote last when
+    /// `cur` is still `cold_end` (at ring offset `cold_last`), else the
+    /// fast path's single WQEBB before `cur`.
+    ///
+    /// `extern "C"`: it cannot unwind (a panic aborts), so a batch needs
+    /// no landing pad.
+    #[inline(never)]
+    extern "C" fn end_batch(&mut self, cur: u32, next: u32, cold_end: u32, cold_last: u32) {
+        self.cur_post = cur;
+        let head = self.head();
+        let n = next.wrapping_sub(head);
+        if n == 0 {
+            return;
+        }
+        let last = if cur == cold_end {
+            cold_last
+        } else {
+            (((cur.wrapping_sub(1) & self.mask) as usize) << 6) as u32
+        };
+        if n == 1 {
+            // Perhaps by BlueFlame.
+            return self.ring_batch(1, last);
+        }
+        // Several: an 8-byte doorbell with the last WQE's first control
+        // word, read back from the ring.
+        let start = (last & 0x7fff_ffff) as usize & self.byte_mask;
+        let b = Built {
+            ctrl0: self.buf.r64(start),
+            start: start as u32,
+            ds: 0,
+            inline: false,
+        };
+        self.publish(self.ctl, head.wrapping_add(n), cur, b, false);
+    }
+
+    /// [`ring`](Self::ring) of a batch's doorbell.
     ///
     /// `last` is the last WQE's ring offset with bit 31 set if it carries
     /// inline data; its first control word and size are read back from the
-    /// ring. `extern "C"`: it cannot unwind (a panic aborts), so a batch
-    /// needs no landing pad and stays in registers.
+    /// ring.
+    #[cold]
     #[inline(never)]
-    extern "C" fn ring_batch(&mut self, n: u32, last: u32) {
+    fn ring_batch(&mut self, n: u32, last: u32) {
         let start = (last & 0x7fff_ffff) as usize & self.byte_mask;
         let ctrl0 = self.buf.r64(start);
         // `ds` is the low 6 bits of byte 7 of the control segment.
@@ -1774,32 +1811,23 @@ impl<M: Mmio> SendBatch<'_, M> {
 
     /// Rings the doorbell for everything pushed (nothing if empty).
     #[inline(always)]
-    pub fn ring(mut self) {
-        self.flush();
-    }
-
-    #[inline(always)]
-    fn flush(&mut self) {
-        // By value: the batch itself never escapes, so its fields stay in
-        // registers while work requests are pushed.
-        self.sq.cur_post = self.c.cur;
-        let n = self.next.wrapping_sub(self.sq.head());
-        if n != 0 {
-            let last = if self.c.cur == self.cold_end {
-                self.cold_last
-            } else {
-                // The fast path's WQE: one WQEBB.
-                ((((self.c.cur.wrapping_sub(1)) as usize) << 3) & self.c.mask8) as u32 * 8
-            };
-            self.sq.ring_batch(n, last);
-        }
+    pub fn ring(self) {
+        // Dropping rings.
     }
 }
 
 impl<M: Mmio> Drop for SendBatch<'_, M> {
+    /// Writes the cursor back and rings for everything pushed.
+    ///
+    /// One call with the batch's state by value: the drop stays small
+    /// enough to be inlined everywhere, on a caller's unwinding path too
+    /// (a `?` or an `unwrap` in the caller's loop), so the batch never
+    /// needs to live in memory and its fields stay in registers while work
+    /// requests are pushed.
     #[inline(always)]
     fn drop(&mut self) {
-        self.flush();
+        self.sq
+            .end_batch(self.c.cur, self.next, self.cold_end, self.cold_last);
     }
 }
 

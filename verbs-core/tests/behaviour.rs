@@ -866,3 +866,67 @@ proptest::proptest! {
         gb.reclaim();
     }
 }
+
+/// A batch rings for what it holds when it is dropped early: by a `?` on a
+/// rejected push, or by a panic in the caller's loop (the batch's drop is
+/// its only way out).
+#[test]
+fn batch_rings_when_dropped_by_an_error_or_a_panic() {
+    let uar = UarPage::new();
+    let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
+    let ctrl = |env: &QpEnv<'_>, wqebb: usize| {
+        let off = env.qp.layout().sq_offset + 64 * wqebb;
+        env.read(off, 8)
+    };
+    // `?` on the fifth push (the queue takes four) leaves with the four
+    // before it written and rung.
+    let sq = env.qp.sq().unwrap();
+    let r = (|| -> Result<(), Error> {
+        let mut b = sq.batch();
+        for i in 0..5 {
+            b.wr_rdma_write(i, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])?;
+        }
+        b.ring();
+        Ok(())
+    })();
+    assert!(matches!(
+        r,
+        Err(Error::QueueFull {
+            outstanding: 4,
+            max_post: 4
+        })
+    ));
+    let sq = env.qp.sq().unwrap();
+    assert_eq!((sq.head(), sq.cur_post(), sq.outstanding()), (4, 4, 4));
+    assert_eq!(env.dbr()[4..8], [0, 0, 0, 4]);
+    // The doorbell: the last WQE's first 8 bytes, at 0x800.
+    assert_eq!(uar.bytes()[0x800..0x808], ctrl(&env, 3)[..]);
+
+    // Retire them, then panic after two pushes: unwinding drops the batch,
+    // which rings the two (now at the other BlueFlame half).
+    let mut cq = make_cq(&uar, 3, 0);
+    let mut table = CqTable::<4>::new();
+    table
+        .insert(0, env.qp.completions(true, false, None).unwrap())
+        .map_err(|(e, _)| e)
+        .unwrap();
+    assert_eq!(complete_send(&mut cq, &table, 0x42, 3).wr_id, 3);
+    let sq = env.qp.sq().unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut b = sq.batch();
+        for i in 10..12 {
+            b.wr_rdma_write(i, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])
+                .unwrap();
+        }
+        panic!("the caller's loop fails");
+    }));
+    assert!(caught.is_err());
+    let sq = env.qp.sq().unwrap();
+    assert_eq!((sq.head(), sq.cur_post(), sq.outstanding()), (6, 6, 2));
+    assert_eq!(env.dbr()[4..8], [0, 0, 0, 6]);
+    assert_eq!(uar.bytes()[0x900..0x908], ctrl(&env, 5)[..]);
+    assert_eq!(complete_send(&mut cq, &table, 0x42, 5).wr_id, 11);
+    drop(table);
+    drop(cq);
+    env.reclaim();
+}
