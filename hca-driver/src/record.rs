@@ -14,9 +14,8 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use core::time::Duration;
 
 use firmware_cmds::cmdq::CmdQueueEntry;
-use firmware_cmds::layout::Layout;
 use firmware_cmds::mailbox::{CmdIfBox, MAILBOX_BLOCK_SIZE};
-use firmware_cmds::trace::{Direction, FIRST_BLOCK_OFFSET, write_dump};
+use firmware_cmds::trace::{Direction, write_block, write_dump};
 use firmware_cmds::{CmdStatus, DeliveryStatus, Opcode};
 
 use crate::mailbox::{Chain, MailboxPool};
@@ -79,25 +78,6 @@ fn read_block(pool: &spin::Mutex<MailboxPool>, chain: &Chain, i: usize) -> Optio
     Some(CmdIfBox::from_array(b))
 }
 
-/// One mailbox block in dump form: `command block:` and its hex lines at
-/// offsets `040 + 0x240 * index` (the layout of
-/// [`firmware_cmds::trace::write_dump`]).
-fn write_block(w: &mut dyn fmt::Write, index: usize, block: &CmdIfBox) -> fmt::Result {
-    w.write_str("command block:\n")?;
-    let base = FIRST_BLOCK_OFFSET + index * MAILBOX_BLOCK_SIZE;
-    for (i, line) in block.bytes().chunks(16).enumerate() {
-        write!(w, "{:03x}:", base + 16 * i)?;
-        for word in line.chunks(4) {
-            w.write_char(' ')?;
-            for b in word {
-                write!(w, "{b:02x}")?;
-            }
-        }
-        w.write_char('\n')?;
-    }
-    w.write_char('\n')
-}
-
 impl Exchange<'_> {
     /// Number of input mailbox blocks.
     pub fn input_blocks(&self) -> usize {
@@ -120,7 +100,9 @@ impl Exchange<'_> {
     }
 
     /// Writes the exchange as Linux dumps it: the INPUT entry and blocks,
-    /// then (if answered) the OUTPUT entry and blocks.
+    /// then (if answered) the OUTPUT entry and blocks (entries with
+    /// [`firmware_cmds::trace::write_dump`], each block read out of the
+    /// mailbox pool and written with [`firmware_cmds::trace::write_block`]).
     pub fn write_dump(&self, w: &mut dyn fmt::Write) -> fmt::Result {
         write_dump(w, Direction::Input, self.input_entry, &[])?;
         for i in 0..self.input_blocks() {

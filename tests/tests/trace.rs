@@ -196,3 +196,67 @@ fn a_timed_out_command_is_recorded_without_an_answer() {
     assert!(init.output.is_none());
     b.assert_clean();
 }
+
+#[test]
+fn qp_transitions_are_recorded_with_their_own_layouts() {
+    use hca_driver::verbs::{AccessFlags, QpAttr, QpInitAttr, QpState, QpType};
+    static REC: DumpRecorder<String> = DumpRecorder::new(String::new());
+    let cfg = Config {
+        recorder: Some(&REC),
+        ..Config::default()
+    };
+    let mut b = Bench::emulated(EmuConfig::default(), cfg);
+    let hca = b.open();
+    {
+        let ctx = hca.open_context().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+            .unwrap();
+        qp.modify(
+            &QpAttr::new()
+                .state(QpState::Init)
+                .port(1)
+                .pkey_index(0)
+                .access(AccessFlags::REMOTE_WRITE),
+        )
+        .unwrap();
+        qp.modify(&QpAttr::new().state(QpState::Init).pkey_index(0))
+            .unwrap();
+        qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    }
+    b.close(hca);
+    b.assert_clean();
+    let text = REC.with(|s| s.clone());
+    let cmds = trace::parse(&text).unwrap();
+    let layouts: Vec<(&str, &str)> = cmds
+        .iter()
+        .filter(|c| matches!(c.opcode.0, 0x502 | 0x50e | 0x507))
+        .map(|c| {
+            let d = c.decode().unwrap();
+            (d.input.ifc, d.output.ifc)
+        })
+        .collect();
+    assert_eq!(
+        layouts,
+        vec![
+            ("rst2init_qp_in", "rst2init_qp_out"),
+            ("init2init_qp_in", "init2init_qp_out"),
+            ("qp_2err_in", "qp_2err_out"),
+        ]
+    );
+    let i2i = cmds
+        .iter()
+        .find(|c| c.opcode == Opcode::INIT2INIT_QP)
+        .unwrap();
+    let msg = <firmware_cmds::qp::Init2initQpIn as firmware_cmds::layout::Layout>::decode(
+        &i2i.input.message,
+    )
+    .unwrap();
+    assert_eq!(
+        msg.get(firmware_cmds::qp::Init2initQpIn::opt_param_mask),
+        firmware_cmds::qp::QP_OPTPAR_PKEY_INDEX
+    );
+    i2i.result().unwrap();
+}

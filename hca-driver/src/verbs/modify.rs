@@ -8,10 +8,10 @@ use core::fmt;
 
 use firmware_cmds::Opcode;
 use firmware_cmds::qp::{
-    Ads, QP_OPTPAR_ALT_ADDR_PATH, QP_OPTPAR_PKEY_INDEX, QP_OPTPAR_PM_STATE, QP_OPTPAR_PRI_PORT,
-    QP_OPTPAR_Q_KEY, QP_OPTPAR_RAE, QP_OPTPAR_RNR_TIMEOUT, QP_OPTPAR_RRE, QP_OPTPAR_RWE,
-    QP_STATE_ERR, QP_STATE_INIT, QP_STATE_RST, QP_STATE_RTR, QP_STATE_RTS, QP_STATE_SQ_DRAINING,
-    QP_STATE_SQD, QP_STATE_SQER, Qpc,
+    ATOMIC_MODE_IB_COMP, Ads, QP_OPTPAR_ALT_ADDR_PATH, QP_OPTPAR_PKEY_INDEX, QP_OPTPAR_PM_STATE,
+    QP_OPTPAR_PRI_PORT, QP_OPTPAR_Q_KEY, QP_OPTPAR_RAE, QP_OPTPAR_RNR_TIMEOUT, QP_OPTPAR_RRE,
+    QP_OPTPAR_RWE, QP_STATE_ERR, QP_STATE_INIT, QP_STATE_RST, QP_STATE_RTR, QP_STATE_RTS,
+    QP_STATE_SQ_DRAINING, QP_STATE_SQD, QP_STATE_SQER, Qpc,
 };
 use verbs_core::QpType;
 
@@ -666,11 +666,6 @@ pub(crate) fn log2_ceil(n: u8) -> u8 {
     }
 }
 
-/// `atomic_mode` of the QP context for IB-compatible 8-byte atomics
-/// (`MLX5_ATOMIC_MODE_IB_COMP`, what Linux's `get_atomic_mode` picks when
-/// only the standard atomics are wanted).
-pub(crate) const ATOMIC_MODE_IB_COMP: u8 = 1;
-
 /// Sets the access bits of a QP context (`rre`, `rwe`, `rae` and the
 /// atomic mode); a UC QP has only remote write.
 pub(crate) fn set_access(qpc: &mut Qpc, a: AccessFlags, t: QpType) -> crate::Result<()> {
@@ -683,6 +678,8 @@ pub(crate) fn set_access(qpc: &mut Qpc, a: AccessFlags, t: QpType) -> crate::Res
     let rae = connected_rc && a.contains(AccessFlags::REMOTE_ATOMIC);
     qpc.set(Qpc::rae, rae)?;
     if rae {
+        // IB-compatible 8-byte atomics: what Linux's `get_atomic_mode`
+        // picks when only the standard atomics are wanted.
         qpc.set(Qpc::atomic_mode, ATOMIC_MODE_IB_COMP)?;
     }
     Ok(())

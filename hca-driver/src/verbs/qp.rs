@@ -9,9 +9,9 @@ use core::time::Duration;
 use firmware_cmds::Opcode;
 use firmware_cmds::caps::CmdHcaCap;
 use firmware_cmds::qp::{
-    Ads, CreateQpIn, Init2rtrQpIn, QP_PM_MIGRATED, QP_ST_RC, QP_ST_UC, QP_ST_UD, Qp2errIn,
-    Qp2rstIn, Qpc, QueryQpIn, QueryQpOut, RQ_TYPE_NON_ZERO_RQ, RQ_TYPE_SRQ_RQ, RQ_TYPE_ZERO_LEN_RQ,
-    Rst2initQpIn, Rtr2rtsQpIn, Rts2rtsQpIn, Sqerr2rtsQpIn,
+    Ads, CreateQpIn, Init2initQpIn, Init2rtrQpIn, QP_PM_MIGRATED, QP_ST_RC, QP_ST_UC, QP_ST_UD,
+    Qp2errIn, Qp2rstIn, Qpc, QueryQpIn, QueryQpOut, RQ_TYPE_NON_ZERO_RQ, RQ_TYPE_SRQ_RQ,
+    RQ_TYPE_ZERO_LEN_RQ, Rst2initQpIn, Rtr2rtsQpIn, Rts2rtsQpIn, Sqerr2rtsQpIn,
 };
 use platform::{DmaRegion, Platform};
 use verbs_core::{
@@ -581,16 +581,15 @@ impl<'a, P: Platform> Pd<'a, P> {
     }
 }
 
-/// Runs one of the transition commands that carry a QP context.
+/// Runs one of the transition commands that carry a QP context, with its
+/// own input layout (whose `new()` writes its opcode) and output layout.
 macro_rules! transition {
-    ($hca:expr, $ty:ty, $opcode:expr, $qpn:expr, $optpar:expr, $qpc:expr) => {{
+    ($hca:expr, $ty:ty, $qpn:expr, $optpar:expr, $qpc:expr) => {{
         let mut i = <$ty>::new();
-        i.set(<$ty>::opcode, $opcode.0)?
-            .set(<$ty>::qpn, $qpn)?
+        i.set(<$ty>::qpn, $qpn)?
             .set(<$ty>::opt_param_mask, $optpar)?
             .set(<$ty>::qpc, $qpc)?;
-        $hca.exec_encoded::<firmware_cmds::qp::Rst2initQpOut, _>(&i)
-            .map(drop)
+        $hca.exec(&i).map(drop)
     }};
 }
 
@@ -978,17 +977,14 @@ impl<'a, P: Platform> Qp<'a, P> {
                 let qpc = self.build_qpc(attr, given)?;
                 let optpar = optpar_of(given) & optpar;
                 match opcode {
-                    Opcode::RST2INIT_QP | Opcode::INIT2INIT_QP => {
-                        // INIT2INIT_QP's input (`init2init_qp_in`) has the
-                        // layout of `rst2init_qp_in`, byte for byte.
-                        transition!(hca, Rst2initQpIn, opcode, qpn, optpar, qpc)?
-                    }
-                    Opcode::INIT2RTR_QP => {
-                        transition!(hca, Init2rtrQpIn, opcode, qpn, optpar, qpc)?
-                    }
-                    Opcode::RTR2RTS_QP => transition!(hca, Rtr2rtsQpIn, opcode, qpn, optpar, qpc)?,
-                    Opcode::RTS2RTS_QP => transition!(hca, Rts2rtsQpIn, opcode, qpn, optpar, qpc)?,
-                    _ => transition!(hca, Sqerr2rtsQpIn, opcode, qpn, optpar, qpc)?,
+                    Opcode::RST2INIT_QP => transition!(hca, Rst2initQpIn, qpn, optpar, qpc)?,
+                    Opcode::INIT2INIT_QP => transition!(hca, Init2initQpIn, qpn, optpar, qpc)?,
+                    Opcode::INIT2RTR_QP => transition!(hca, Init2rtrQpIn, qpn, optpar, qpc)?,
+                    Opcode::RTR2RTS_QP => transition!(hca, Rtr2rtsQpIn, qpn, optpar, qpc)?,
+                    Opcode::RTS2RTS_QP => transition!(hca, Rts2rtsQpIn, qpn, optpar, qpc)?,
+                    Opcode::SQERR2RTS_QP => transition!(hca, Sqerr2rtsQpIn, qpn, optpar, qpc)?,
+                    // `command` names only the opcodes above.
+                    _ => unreachable!("no transition command {opcode}"),
                 }
             }
         }
