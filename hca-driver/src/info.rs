@@ -149,8 +149,9 @@ impl fmt::Display for IbMtu {
 /// L2 header, a VLAN tag and the FCS) and the IP MTU: 14 + 4 + 4.
 pub const ETH_FRAMING: u16 = 22;
 
-/// Ethernet protocols of the PTYS register (`eth_proto_*` bits) and their
-/// speed in Mb/s.
+/// Ethernet protocols of the PTYS register (`eth_proto_*` bits, the
+/// legacy protocol set: Linux's `enum mlx5e_link_mode`) and their speed in
+/// Mb/s (Linux's `mlx5e_link_speed` table).
 pub const ETH_PROTOCOLS: &[(u8, &str, u32)] = &[
     (0, "1000BASE-CX-SGMII", 1_000),
     (1, "1000BASE-KX", 1_000),
@@ -459,6 +460,48 @@ mod tests {
             format!("{}", Guid(0x7cfe_9003_00ab_cd00)),
             "7cfe:9003:00ab:cd00"
         );
+    }
+
+    #[test]
+    fn eth_protocol_speeds_are_linux_mlx5e_link_speed() {
+        // (bit, Mb/s) of every entry of Linux's mlx5e_link_speed table.
+        const LINUX: &[(u8, u32)] = &[
+            (0, 1_000),
+            (1, 1_000),
+            (2, 10_000),
+            (3, 10_000),
+            (4, 10_000),
+            (5, 20_000),
+            (6, 40_000),
+            (7, 40_000),
+            (8, 56_000),
+            (12, 10_000),
+            (13, 10_000),
+            (14, 10_000),
+            (15, 40_000),
+            (16, 40_000),
+            (18, 50_000),
+            (20, 100_000),
+            (21, 100_000),
+            (22, 100_000),
+            (23, 100_000),
+            (24, 100),
+            (25, 1_000),
+            (26, 10_000),
+            (27, 25_000),
+            (28, 25_000),
+            (29, 25_000),
+            (30, 50_000),
+            (31, 50_000),
+        ];
+        let ours: std::vec::Vec<(u8, u32)> = ETH_PROTOCOLS.iter().map(|p| (p.0, p.2)).collect();
+        assert_eq!(ours, LINUX);
+        for &(bit, mbps) in LINUX {
+            assert_eq!(eth_speed(1 << bit).map(|s| s.1), Some(mbps), "bit {bit}");
+        }
+        for bit in [9, 10, 11, 17, 19] {
+            assert_eq!(eth_speed(1 << bit), None, "bit {bit} is unused");
+        }
     }
 
     #[test]

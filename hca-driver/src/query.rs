@@ -8,13 +8,14 @@ use firmware_cmds::reg::{
 };
 use firmware_cmds::roce::{QueryRoceAddressIn, QueryRoceAddressOut, RoceAddrLayout};
 use firmware_cmds::vport::{
-    HcaVportContext, NicVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut,
-    QueryHcaVportGidIn, QueryHcaVportGidOut, QueryNicVportContextIn, QueryNicVportContextOut,
-    QueryVportStateIn, QueryVportStateOut, VPORT_STATE_UP,
+    HcaVportContext, NicVportContext, Pkey, QueryHcaVportContextIn, QueryHcaVportContextOut,
+    QueryHcaVportGidIn, QueryHcaVportGidOut, QueryHcaVportPkeyIn, QueryHcaVportPkeyOut,
+    QueryNicVportContextIn, QueryNicVportContextOut, QueryVportStateIn, QueryVportStateOut,
+    VPORT_QUERY_ALL_INDICES, VPORT_STATE_UP,
 };
 use platform::Platform;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::events::MAX_PORTS;
 use crate::hca::Hca;
 use crate::info::{ETH_FRAMING, IbMtu, LinkLayer, PortInfo, PortState, eth_speed};
@@ -174,6 +175,71 @@ impl<P: Platform> Hca<P> {
                 })
             }
         }
+    }
+
+    /// Entries of a port's P_Key table: `128 << pkey_table_size` of the
+    /// current general capabilities (what QUERY_HCA_VPORT_PKEY answers).
+    pub fn pkey_table_len(&self) -> u16 {
+        128u16
+            .checked_shl(u32::from(
+                self.info
+                    .caps
+                    .general()
+                    .get(firmware_cmds::caps::CmdHcaCap::pkey_table_size),
+            ))
+            .unwrap_or(0)
+    }
+
+    /// P_Key `index` of a port's table (QUERY_HCA_VPORT_PKEY): what
+    /// `ibv_query_pkey` asks on an InfiniBand port. 0 is an empty entry.
+    ///
+    /// [`Error::InvalidArgument`] for an index beyond
+    /// [`pkey_table_len`](Self::pkey_table_len) (0xffff, "the whole table",
+    /// included: see [`query_pkey_table`](Self::query_pkey_table)).
+    pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        if index >= self.pkey_table_len() || index == VPORT_QUERY_ALL_INDICES {
+            return Err(Error::InvalidArgument {
+                arg: "index",
+                reason: "beyond the P_Key table",
+            });
+        }
+        let mut k = 0;
+        self.pkey_query(port, index, core::slice::from_mut(&mut k))?;
+        Ok(k)
+    }
+
+    /// The whole P_Key table of a port (QUERY_HCA_VPORT_PKEY with index
+    /// 0xffff) into `out`, which must hold
+    /// [`pkey_table_len`](Self::pkey_table_len) entries; returns how many
+    /// were written.
+    pub fn query_pkey_table(&self, port: u8, out: &mut [u16]) -> Result<usize> {
+        let n = usize::from(self.pkey_table_len());
+        let out = out.get_mut(..n).ok_or(Error::InvalidArgument {
+            arg: "out",
+            reason: "shorter than the P_Key table",
+        })?;
+        self.pkey_query(port, VPORT_QUERY_ALL_INDICES, out)?;
+        Ok(n)
+    }
+
+    fn pkey_query(&self, port: u8, index: u16, out: &mut [u16]) -> Result<()> {
+        let q = QueryHcaVportPkeyIn::new()
+            .with(QueryHcaVportPkeyIn::port_num, port)?
+            .with(QueryHcaVportPkeyIn::pkey_index, index)?;
+        let len = QueryHcaVportPkeyOut::SIZE + Pkey::SIZE * out.len();
+        self.exec_read(&q, len, |o| {
+            let mut i = 0;
+            o.read_array::<[u8; 4]>(
+                "query_hca_vport_pkey_out.pkey",
+                QueryHcaVportPkeyOut::SIZE,
+                out.len(),
+                |e| {
+                    out[i] = Pkey::from_array(e).get(Pkey::pkey);
+                    i += 1;
+                    Ok(())
+                },
+            )
+        })
     }
 
     /// QUERY_NIC_VPORT_CONTEXT of this function's vport.

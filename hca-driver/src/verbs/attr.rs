@@ -252,20 +252,47 @@ pub mod speed {
 }
 
 /// The IB width and speed libibverbs reports for an Ethernet protocol bit
-/// (`eth_proto_oper`), as Linux's `translate_eth_legacy_proto_oper`.
+/// (`eth_proto_oper`), as Linux's `translate_eth_legacy_proto_oper` maps
+/// them: 100BASE-TX and the 1G protocols 1X SDR; the 10G protocols
+/// (10GBASE-T, -CX4, -KX4, -KR, -CR, -SR, -ER) 1X QDR; 25G 1X EDR; 40G 4X
+/// QDR; 50G (-CR2, -KR2, -SR2) 1X HDR; 56GBASE-R4 4X FDR; 100G 4X EDR.
+/// `None` for bits Linux has no entry for (20GBASE-KR2, the unused bits).
 pub fn eth_width_speed(proto_bit: u8) -> Option<(u8, u8)> {
     Some(match proto_bit {
         0 | 1 | 24 | 25 => (width::X1, speed::SDR),
-        2 | 3 => (width::X4, speed::SDR),
-        4 | 12 | 13 | 14 | 26 => (width::X1, speed::QDR),
-        5 => (width::X2, speed::QDR),
+        2 | 3 | 4 | 12 | 13 | 14 | 26 => (width::X1, speed::QDR),
         27..=29 => (width::X1, speed::EDR),
         6 | 7 | 15 | 16 => (width::X4, speed::QDR),
-        18 | 30 | 31 => (width::X2, speed::EDR),
+        18 | 30 | 31 => (width::X1, speed::HDR),
         8 => (width::X4, speed::FDR),
         20..=23 => (width::X4, speed::EDR),
         _ => return None,
     })
+}
+
+/// What an Ethernet port with operational protocols `eth_proto_oper`
+/// reports, as Linux's `mlx5_query_port_roce`: the width and speed of the
+/// protocol when exactly one known protocol bit is set
+/// ([`eth_width_speed`]), otherwise Linux's defaults, 4X QDR.
+pub fn eth_oper_width_speed(eth_proto_oper: u32) -> (u8, u8) {
+    if eth_proto_oper.count_ones() == 1 {
+        if let Some(ws) = eth_width_speed(eth_proto_oper.trailing_zeros() as u8) {
+            return ws;
+        }
+    }
+    (width::X4, speed::QDR)
+}
+
+/// The `enum ibv_width` code of a PTYS `ib_link_width_oper` mask, as Linux's
+/// `translate_active_width`: the narrowest width set (bit 0 1X, bit 1 2X,
+/// bit 2 4X, bit 3 8X, bit 4 12X), 4X when none is.
+pub fn ib_width_from_ptys(ib_link_width_oper: u16) -> u8 {
+    const WIDTHS: [u8; 5] = [width::X1, width::X2, width::X4, width::X8, width::X12];
+    WIDTHS
+        .iter()
+        .enumerate()
+        .find(|&(bit, _)| ib_link_width_oper & (1 << bit) != 0)
+        .map_or(width::X4, |(_, &w)| w)
 }
 
 /// `struct ibv_port_attr`.
@@ -289,9 +316,12 @@ pub struct PortAttr {
     pub lid: u16,
     /// Link layer.
     pub link_layer: LinkLayer,
-    /// `enum ibv_width` code ([`width`]); 0 when down or unknown.
+    /// `enum ibv_width` code ([`width`]): from PTYS as Linux's `mlx5_ib`
+    /// reports it ([`eth_oper_width_speed`], [`ib_width_from_ptys`]); 0
+    /// while an Ethernet port is down.
     pub active_width: u8,
-    /// `enum ibv_speed` code ([`speed`]); 0 when down or unknown.
+    /// `enum ibv_speed` code ([`speed`]), likewise; 0 while an Ethernet port
+    /// is down.
     pub active_speed: u8,
     /// Speed in Mb/s when the link is up.
     pub speed_mbps: Option<u32>,
@@ -319,12 +349,12 @@ impl PortAttr {
             ),
         };
         let (active_width, active_speed) = match (p.link_layer, p.state) {
-            (LinkLayer::Ethernet, PortState::Active) => (0..32u8)
-                .rev()
-                .filter(|b| p.proto_oper & (1 << b) != 0)
-                .find_map(eth_width_speed)
-                .unwrap_or((0, 0)),
-            (LinkLayer::InfiniBand, _) => (p.ib_link_width_oper as u8, p.proto_oper as u8),
+            (LinkLayer::Ethernet, PortState::Active) => eth_oper_width_speed(p.proto_oper),
+            // PTYS `ib_proto_oper` bits are the `enum ibv_speed` codes
+            // (SDR 1 .. NDR 0x80); the width mask needs translating.
+            (LinkLayer::InfiniBand, _) => {
+                (ib_width_from_ptys(p.ib_link_width_oper), p.proto_oper as u8)
+            }
             _ => (0, 0),
         };
         PortAttr {
@@ -466,10 +496,65 @@ mod tests {
 
     #[test]
     fn ethernet_speeds_as_ib_width_and_speed() {
-        assert_eq!(eth_width_speed(20), Some((width::X4, speed::EDR)));
-        assert_eq!(eth_width_speed(27), Some((width::X1, speed::EDR)));
-        assert_eq!(eth_width_speed(6), Some((width::X4, speed::QDR)));
-        assert_eq!(eth_width_speed(11), None);
+        // Every bit against Linux's translate_eth_legacy_proto_oper (bit
+        // numbers of enum mlx5e_link_mode).
+        let x1 = |s| Some((width::X1, s));
+        let x4 = |s| Some((width::X4, s));
+        let want = |bit: u8| match bit {
+            0 => x1(speed::SDR),       // 1000BASE-CX-SGMII
+            1 => x1(speed::SDR),       // 1000BASE-KX
+            2 => x1(speed::QDR),       // 10GBASE-CX4
+            3 => x1(speed::QDR),       // 10GBASE-KX4
+            4 => x1(speed::QDR),       // 10GBASE-KR
+            6 | 7 => x4(speed::QDR),   // 40GBASE-CR4, -KR4
+            8 => x4(speed::FDR),       // 56GBASE-R4
+            12..=14 => x1(speed::QDR), // 10GBASE-CR, -SR, -ER
+            15 | 16 => x4(speed::QDR), // 40GBASE-SR4, -LR4
+            18 => x1(speed::HDR),      // 50GBASE-SR2
+            20..=23 => x4(speed::EDR), // 100GBASE-CR4, -SR4, -KR4, -LR4
+            24 | 25 => x1(speed::SDR), // 100BASE-TX, 1000BASE-T
+            26 => x1(speed::QDR),      // 10GBASE-T
+            27..=29 => x1(speed::EDR), // 25GBASE-CR, -KR, -SR
+            30 | 31 => x1(speed::HDR), // 50GBASE-CR2, -KR2
+            _ => None,                 // 20GBASE-KR2 (5) and unused bits
+        };
+        for bit in 0..32u8 {
+            assert_eq!(eth_width_speed(bit), want(bit), "bit {bit}");
+        }
+        // Every bit Linux knows has a speed in ETH_PROTOCOLS.
+        for bit in (0..32u8).filter(|&b| want(b).is_some()) {
+            assert!(
+                crate::info::ETH_PROTOCOLS.iter().any(|p| p.0 == bit),
+                "bit {bit}"
+            );
+        }
+        // What a port reports: one known bit -> its entry; none, an unknown
+        // one or several -> Linux's defaults 4X QDR.
+        assert_eq!(eth_oper_width_speed(1 << 20), (width::X4, speed::EDR));
+        assert_eq!(eth_oper_width_speed(1 << 30), (width::X1, speed::HDR));
+        assert_eq!(eth_oper_width_speed(1 << 2), (width::X1, speed::QDR));
+        for mask in [0, 1 << 5, 1 << 11, (1 << 20) | (1 << 27)] {
+            assert_eq!(eth_oper_width_speed(mask), (width::X4, speed::QDR));
+        }
+    }
+
+    #[test]
+    fn infiniband_ptys_widths_as_ibv_width() {
+        // PTYS width bits (MLX5_PTYS_WIDTH_*) -> enum ibv_width codes.
+        assert_eq!(ib_width_from_ptys(1 << 0), width::X1);
+        assert_eq!(ib_width_from_ptys(1 << 1), width::X2);
+        assert_eq!(ib_width_from_ptys(1 << 2), width::X4);
+        assert_eq!(ib_width_from_ptys(1 << 3), width::X8);
+        assert_eq!(ib_width_from_ptys(1 << 4), width::X12);
+        // The narrowest set bit wins; none: 4X (Linux's default).
+        assert_eq!(ib_width_from_ptys(0b10100), width::X4);
+        assert_eq!(ib_width_from_ptys(0), width::X4);
+        assert_eq!(ib_width_from_ptys(1 << 9), width::X4);
+        // The codes themselves (enum ibv_width): 1X 1, 4X 2, 8X 4, 12X 8, 2X 16.
+        assert_eq!(
+            [width::X1, width::X4, width::X8, width::X12, width::X2],
+            [1, 2, 4, 8, 16]
+        );
     }
 
     #[test]

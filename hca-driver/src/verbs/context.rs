@@ -27,8 +27,9 @@ pub const MAX_CONTEXT_QPS: usize = 1024;
 /// The GID index [`Context::open`] programs on every Ethernet port: the
 /// link-local GID of the port's MAC, RoCE v2.
 pub const DEFAULT_GID_INDEX: u8 = 0;
-/// The default P_Key (full membership), the only P_Key of an Ethernet port.
-pub const DEFAULT_PKEY: u16 = 0xffff;
+/// The default P_Key (full membership), the only P_Key of an Ethernet port
+/// and entry 0 of an InfiniBand port's table.
+pub const DEFAULT_PKEY: u16 = firmware_cmds::vport::DEFAULT_PKEY;
 
 /// A verbs context (`struct ibv_context`) on an open [`Hca`].
 ///
@@ -236,19 +237,30 @@ impl<'a, P: Platform> Context<'a, P> {
     }
 
     /// P_Key `index` of a port (`ibv_query_pkey`). An Ethernet port has one,
-    /// the default P_Key 0xffff (as `mlx5_ib` reports).
+    /// the default P_Key 0xffff (as `mlx5_ib` reports, without asking the
+    /// device); an InfiniBand port's table is read with
+    /// QUERY_HCA_VPORT_PKEY ([`Hca::query_pkey`]).
     pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
         self.check_port(port)?;
-        match self.hca.caps().link_layer() {
-            LinkLayer::Ethernet if index == 0 => Ok(DEFAULT_PKEY),
-            LinkLayer::Ethernet => Err(Error::InvalidAttribute {
+        let (one, len) = match self.hca.caps().link_layer() {
+            LinkLayer::Ethernet => (true, 1),
+            LinkLayer::InfiniBand => (false, self.hca.pkey_table_len()),
+        };
+        if index >= len {
+            return Err(Error::InvalidAttribute {
                 attr: "pkey_index",
                 value: u64::from(index),
-                reason: "an Ethernet port has one P_Key",
-            }),
-            LinkLayer::InfiniBand => Err(Error::Unsupported(
-                "QUERY_HCA_VPORT_PKEY (firmware-cmds has no layout for it yet)",
-            )),
+                reason: if one {
+                    "an Ethernet port has one P_Key"
+                } else {
+                    "beyond the port's P_Key table"
+                },
+            });
+        }
+        if one {
+            Ok(DEFAULT_PKEY)
+        } else {
+            self.hca.query_pkey(port, index)
         }
     }
 
