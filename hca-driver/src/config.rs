@@ -67,6 +67,17 @@ pub struct Config {
     pub log_max_qp: Option<u8>,
     /// Ask for host-endian 8-byte atomics when the device supports them.
     pub host_endian_atomics: bool,
+    /// Run the command interface with signatures (`cmdif_checksum` = 3):
+    /// SET_HCA_CAP keeps or turns them on (when the maximum capabilities
+    /// allow it; otherwise a warning is logged and they stay off), every
+    /// queue entry and input mailbox block is signed and every answer's
+    /// entry and output block signatures are checked
+    /// ([`Error::MalformedAnswer`](crate::Error::MalformedAnswer) when
+    /// wrong). `false` (the default, as Linux): SET_HCA_CAP switches them
+    /// off. Either way, until SET_HCA_CAP the driver signs everything it
+    /// posts and, once the current capabilities say the firmware signs,
+    /// checks the answers.
+    pub cmdif_checksum: bool,
     /// Send SET_DRIVER_VERSION (when the `driver_version` capability is set)
     /// with this string.
     pub driver_version: &'static str,
@@ -94,6 +105,7 @@ impl Default for Config {
             comp_eqs: 1,
             log_max_qp: Some(17),
             host_endian_atomics: true,
+            cmdif_checksum: false,
             driver_version: concat!("mlx5-rs,hca-driver,", env!("CARGO_PKG_VERSION")),
             max_pages_per_command: 16_384,
             max_firmware_pages: 1 << 20,
@@ -113,6 +125,7 @@ impl core::fmt::Debug for Config {
             .field("comp_eqs", &self.comp_eqs)
             .field("log_max_qp", &self.log_max_qp)
             .field("host_endian_atomics", &self.host_endian_atomics)
+            .field("cmdif_checksum", &self.cmdif_checksum)
             .field("driver_version", &self.driver_version)
             .field("max_pages_per_command", &self.max_pages_per_command)
             .field("max_firmware_pages", &self.max_firmware_pages)

@@ -777,16 +777,33 @@ impl<P: Platform> Hca<P> {
         })
     }
 
-    /// General caps: checksum off, 4 KiB UAR pages, 128 P_Keys, the QP
-    /// profile; atomics in host byte order when supported.
+    /// General caps: checksum off (or on, [`Config::cmdif_checksum`]), 4 KiB
+    /// UAR pages, 128 P_Keys, the QP profile; atomics in host byte order when
+    /// supported.
     fn set_caps(&mut self) -> Result<()> {
         let general = self.query_pair::<CmdHcaCap>()?;
+        // From here on the answers are checked if the firmware signs them.
         self.cmd.check_signatures.store(
             general.cur.get(CmdHcaCap::cmdif_checksum) == caps::CMDIF_CHECKSUM_ENABLED,
             Ordering::Relaxed,
         );
+        let checksum = self.cfg.cmdif_checksum
+            && general.max.get(CmdHcaCap::cmdif_checksum) == caps::CMDIF_CHECKSUM_ENABLED;
+        if self.cfg.cmdif_checksum && !checksum {
+            log::warn!(
+                "cmdif_checksum asked for, but the device's maximum is {}: running without signatures",
+                general.max.get(CmdHcaCap::cmdif_checksum)
+            );
+        }
         let mut set = general.cur.clone();
-        set.set(CmdHcaCap::cmdif_checksum, caps::CMDIF_CHECKSUM_DISABLED)?;
+        set.set(
+            CmdHcaCap::cmdif_checksum,
+            if checksum {
+                caps::CMDIF_CHECKSUM_ENABLED
+            } else {
+                caps::CMDIF_CHECKSUM_DISABLED
+            },
+        )?;
         // 4 KiB UAR pages (PAGE_SHIFT - 12 on a 4 KiB-page host).
         set.set(CmdHcaCap::log_uar_page_sz, 0)?;
         // 128 P_Keys (the firmware encoding of 128 is 0).
@@ -798,8 +815,10 @@ impl<P: Platform> Hca<P> {
             )?;
         }
         self.exec(&SetHcaCapIn::for_cap(&set)?)?;
-        self.cmd.sign_inputs.store(false, Ordering::Relaxed);
-        self.cmd.check_signatures.store(false, Ordering::Relaxed);
+        // The answer to this SET_HCA_CAP was signed (or not) as the old
+        // setting said; every later command follows the new one.
+        self.cmd.sign_inputs.store(checksum, Ordering::Relaxed);
+        self.cmd.check_signatures.store(checksum, Ordering::Relaxed);
         self.info.caps.general = general;
 
         if self.cfg.host_endian_atomics && self.info.caps.general.cur.get(CmdHcaCap::atomic) {
