@@ -14,6 +14,7 @@
 //! | `ibv_post_send`, `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_send_list`], [`Qp::batch`], [`Qp::post_recv`] (work requests are verbs-core's [`SendWr`], [`RecvWr`]) |
 //! | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`Pd::create_srq`] → [`Srq`], [`Srq::post_recv`], [`Srq::arm_limit`] |
 //! | `ibv_create_ah` | [`Pd::create_ah`] → [`Ah`] |
+//! | `ibv_get_async_event` | per object: [`Qp::take_events`], [`Srq::take_events`]; all of them: [`Hca::events`](crate::Hca::events)`().pop()` |
 //!
 //! ## Ownership
 //!
@@ -117,8 +118,8 @@ mod srq;
 
 pub use ah::{Ah, AhAttr};
 pub use attr::{
-    AtomicByteOrder, AtomicCap, DeviceAttr, Gid, GidEntry, PortAttr, RoceVersion, eth_width_speed,
-    speed, width,
+    AtomicByteOrder, AtomicCap, DeviceAttr, Gid, GidEntry, PortAttr, RoceVersion,
+    eth_oper_width_speed, eth_width_speed, ib_width_from_ptys, speed, width,
 };
 pub use buf::{DMA_BUF_ALIGN, DmaBuf};
 pub use context::{Context, DEFAULT_GID_INDEX, DEFAULT_PKEY, MAX_CONTEXT_QPS};

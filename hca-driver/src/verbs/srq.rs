@@ -2,6 +2,7 @@
 //! and the limit event (ARM_RQ, `MLX5_EVENT_TYPE_SRQ_RQ_LIMIT`).
 
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 
 use firmware_cmds::eq::EVENT_TYPE_SRQ_RQ_LIMIT;
@@ -80,6 +81,9 @@ pub struct Srq<'a, P: Platform> {
     srqn: Srqn,
     attr: spin::Mutex<SrqAttr>,
     sge_check: SgeCheck,
+    /// Event types taken from the router and not yet handed out (bit `n` =
+    /// event type `n`).
+    events: AtomicU64,
 }
 
 impl<P: Platform> fmt::Debug for Srq<'_, P> {
@@ -182,6 +186,7 @@ impl<'a, P: Platform> Pd<'a, P> {
                 srq_limit: 0,
             }),
             sge_check: init.sge_check,
+            events: AtomicU64::new(0),
         };
         if init.srq_limit > 0 {
             s.arm_limit(init.srq_limit)?;
@@ -283,9 +288,9 @@ impl<'a, P: Platform> Srq<'a, P> {
         Ok(())
     }
 
-    /// Whether the limit event arrived (without waiting; the event is
-    /// consumed and the limit disarmed, as the device disarms it).
-    pub fn take_limit_event(&self) -> bool {
+    /// Moves the event types the router holds for the SRQ into its own set
+    /// and returns the set.
+    fn collect_events(&self) -> u64 {
         let bits = self
             .pd
             .context()
@@ -293,11 +298,36 @@ impl<'a, P: Platform> Srq<'a, P> {
             .events()
             .take_queue_events(QueueId::Srq(self.srqn))
             .unwrap_or(0);
-        let hit = bits & (1 << EVENT_TYPE_SRQ_RQ_LIMIT) != 0;
+        self.events.fetch_or(bits, Ordering::AcqRel) | bits
+    }
+
+    /// Whether the limit event arrived (without waiting; the event is
+    /// consumed and the limit disarmed, as the device disarms it). Other
+    /// events of the SRQ stay for [`take_events`](Self::take_events).
+    pub fn take_limit_event(&self) -> bool {
+        const LIMIT: u64 = 1 << EVENT_TYPE_SRQ_RQ_LIMIT;
+        let hit = self.collect_events() & LIMIT != 0;
         if hit {
+            self.events.fetch_and(!LIMIT, Ordering::AcqRel);
             self.attr.lock().srq_limit = 0;
         }
         hit
+    }
+
+    /// Takes the asynchronous events that arrived for the SRQ (bit `n` =
+    /// `EVENT_TYPE_*` `n` of [`firmware_cmds::eq`]: SRQ catastrophic error
+    /// 0x12, SRQ limit reached 0x14), servicing the HCA first
+    /// (`IBV_EVENT_SRQ_ERR`, `IBV_EVENT_SRQ_LIMIT_REACHED`). A limit event
+    /// taken here disarms the limit, as [`take_limit_event`](Self::take_limit_event)
+    /// does. The events also went to [`EventRouter::pop`](crate::EventRouter::pop).
+    pub fn take_events(&self) -> Result<u64> {
+        service(self.pd.context().hca())?;
+        self.collect_events();
+        let bits = self.events.swap(0, Ordering::AcqRel);
+        if bits & (1 << EVENT_TYPE_SRQ_RQ_LIMIT) != 0 {
+            self.attr.lock().srq_limit = 0;
+        }
+        Ok(bits)
     }
 
     /// Waits for the limit event, servicing the HCA.
