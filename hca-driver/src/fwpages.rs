@@ -146,7 +146,11 @@ impl<P: Platform> Hca<P> {
         let mut remaining = n;
         while remaining > 0 {
             let batch = remaining.min(self.cfg.max_pages_per_command as usize);
-            self.grow_pages(pm, batch)?;
+            if let Err(e) = self.grow_pages(pm, batch) {
+                // Chunks grown for this batch and never given go back.
+                self.free_idle_page_chunks(pm);
+                return Err(e);
+            }
             let runs = pm.book.alloc(batch);
             let got = run_pages(&runs);
             let head = ManagePagesIn::new()
@@ -166,14 +170,19 @@ impl<P: Platform> Hca<P> {
                     pm.given += got as u64;
                     remaining -= got;
                 }
-                // Refused by the firmware: it did not take them.
-                Err(e @ (Error::Command(_) | Error::Delivery { .. })) => {
+                // Refused by the firmware (it did not take them), or not
+                // posted at all (no mailboxes: the pool could not grow):
+                // the pages are free again, and chunks with none given go
+                // back to the platform.
+                Err(
+                    e @ (Error::Command(_)
+                    | Error::Delivery { .. }
+                    | Error::InvalidArgument { .. }
+                    | Error::CapacityExceeded { .. }
+                    | Error::Platform { .. }),
+                ) => {
                     pm.book.release_runs(&runs);
-                    return Err(e);
-                }
-                // Not posted at all.
-                Err(e @ (Error::InvalidArgument { .. } | Error::CapacityExceeded { .. })) => {
-                    pm.book.release_runs(&runs);
+                    self.free_idle_page_chunks(pm);
                     return Err(e);
                 }
                 // Timed out, or an answer that cannot be trusted: the
