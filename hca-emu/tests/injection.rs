@@ -371,3 +371,29 @@ fn infiniband_ports() {
         r.emu.assert_clean();
     }
 }
+
+#[test]
+fn the_p_key_table_follows_pkey_table_size() {
+    let mut r = Raw::new(EmuConfig::default());
+    // Raw::init with SET_HCA_CAP pkey_table_size 1 (256 entries; the
+    // recorded maximum is 5) between the boot and the init pages.
+    r.ok(&inp(0x104, 0, 16), 16);
+    let boot = r.query_pages(1);
+    r.give_pages(boot as usize);
+    let cur = r.ok(&query_general_cur(), 0x1010);
+    let mut set = inp(0x109, 0, 0x1010);
+    set[0x10..].copy_from_slice(&cur[0x10..]);
+    // pkey_table_size: cmd_hca_cap bits 400..416 (bytes 0x32..0x34).
+    set[0x10 + 0x32..0x10 + 0x34].copy_from_slice(&1u16.to_be_bytes());
+    r.ok(&set, 16);
+    let init = r.query_pages(2);
+    r.give_pages(init as usize);
+    r.ok(&inp(0x102, 0, 16), 16);
+    let o = r.ok(&pkey_query(0xffff, 1), 16 + 4 * 256);
+    assert_eq!(&o[0x10..0x14], &[0, 0, 0xff, 0xff]);
+    assert_eq!(&r.ok(&pkey_query(255, 1), 0x14)[0x10..0x14], &[0; 4]);
+    assert_eq!(r.fails(&pkey_query(256, 1), 0x14, 0x3), syn::PKEY_INDEX);
+    r.teardown();
+    r.free_all();
+    r.emu.assert_clean();
+}

@@ -107,6 +107,12 @@ impl Device {
         admin && self.peers.contains_key(&port)
     }
 
+    /// Entries of every port's P_Key table: `128 << pkey_table_size` of the
+    /// current general capabilities (at most 4096).
+    pub(crate) fn pkey_table_len(&self) -> usize {
+        128usize << self.fw.caps.general("pkey_table_size").min(5)
+    }
+
     fn port_index(&self, port: u64) -> Result<usize, super::Fail> {
         if port == 0 || port > self.fw.ports.len() as u64 {
             fail(st::BAD_PARAM, syn::BAD_PORT)
@@ -405,7 +411,7 @@ pub(crate) fn query_hca_vport_gid(d: &mut Device, c: &Cmd) -> R {
 pub(crate) fn query_hca_vport_pkey(d: &mut Device, c: &Cmd) -> R {
     no_other_vport(c)?;
     let pi = d.port_index(c.get("port_num").max(1))?;
-    let len = 128usize << d.fw.caps.general("pkey_table_size").min(5);
+    let len = d.pkey_table_len();
     let idx = c.get("pkey_index") as usize;
     let range = if idx == 0xffff {
         0..len

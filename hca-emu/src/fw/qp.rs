@@ -40,9 +40,6 @@ mod opt {
     pub const COUNTER_SET_ID: u32 = 1 << 25;
 }
 
-/// P_Key table entries (`pkey_table_size` 0 = 128).
-const PKEY_TABLE: u64 = 128;
-
 pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
     let g = |p: &str| c.get(&format!("qpc.{p}"));
     let st_ = g("st") as u8;
@@ -333,7 +330,7 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
             }
         }
         if (c.opcode == 0x502 || mask & opt::PKEY_INDEX != 0)
-            && g("primary_address_path.pkey_index") >= PKEY_TABLE
+            && g("primary_address_path.pkey_index") >= d.pkey_table_len() as u64
         {
             return fail(st::BAD_PARAM, syn::QP_PKEY_INDEX);
         }
