@@ -40,15 +40,15 @@
 //!
 //! | operation | fast API | instr. | ns | with `Error` | instr. | general API | instr. | rdma-core libmlx5 | target |
 //! |---|---|---|---|---|---|---|---|---|---|
-//! | post 1 RDMA write + doorbell | `wr_rdma_write` | 57 | 6.1 | `post_rdma_write` | 64 | `post(&SendWr)` | 156 | 319 | 60 |
-//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 42.5 | 3.1 | `SendBatch::post_rdma_write` | 44.6 | `post_list` | 129 | 190 (`ibv_wr_*`: 123) | 40 |
-//! | poll 1 CQE | `poll_one` | 77 | 21 | | | `poll`, 1 `WorkCompletion` | 139 | 185 | 40 |
+//! | post 1 RDMA write + doorbell | `wr_rdma_write` | 57 | 6.3 | `post_rdma_write` | 64 | `post(&SendWr)` | 156 | 319 | 60 |
+//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 40.8 | 3.1 | `SendBatch::post_rdma_write` | 42.9 | `post_list` | 129 | 190 (`ibv_wr_*`: 123) | 40 |
+//! | poll 1 CQE | `poll_one` | 76 | 21 | | | `poll`, 1 `WorkCompletion` | 138 | 185 | 40 |
 //! | poll 32, per CQE | `poll` into `Completion`s | 38 | 9.5 | | | `poll` into `WorkCompletion`s | 61 | 108 | 40 |
 //!
 //! Inlined into the caller's loop (`op_post1_inline`, `op_poll1_inline`:
 //! N operations in one call, each post to other addresses) a post takes
-//! 54 instructions (3.7 ns) and a `poll_one` 67 (12.5 ns). (`poll` with a
-//! one-element `Completion` slice: 104.) Before the first optimisation
+//! 54 instructions (3.8 ns) and a `poll_one` 66 (12.4 ns). (`poll` with a
+//! one-element `Completion` slice: 103.) Before the first optimisation
 //! round the four scenarios took 178, 134, 230 and 141 instructions;
 //! before the second, 85, 47, 92 and 44.
 //!

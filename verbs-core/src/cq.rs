@@ -336,6 +336,8 @@ pub struct Cq<M: Mmio> {
     db_offset: usize,
     cqn: u32,
     mask: u32,
+    /// `mask + 1`, the consumer index's owner bit.
+    size: u32,
     ci: u32,
     arm_sn: u32,
     version: CqeVersion,
@@ -516,6 +518,7 @@ impl<M: Mmio> Cq<M> {
             db_offset,
             cqn: cfg.cqn,
             mask: (1u32 << l.log_cq_size) - 1,
+            size: 1u32 << l.log_cq_size,
             ci,
             arm_sn: 0,
             version: cfg.version,
@@ -609,7 +612,7 @@ impl<M: Mmio> Cq<M> {
             let off = ((ci & self.mask) as usize) << 6;
             let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
             // Owner bit = bit log_cq_size of the consumer index.
-            let sw_owner = u8::from(ci & (self.mask + 1) != 0);
+            let sw_owner = u8::from(ci & self.size != 0);
             if op_own == sw_owner {
                 // Software-owned, opcode REQ (0), format 0, not solicited
                 // (a requester CQE with the solicited bit goes to the
@@ -712,7 +715,7 @@ impl<M: Mmio> Cq<M> {
         let off = ((ci & self.mask) as usize) << 6;
         let op_own = buf.r8(off + cqe_offset::OP_OWN);
         // Owner bit = bit log_cq_size of the consumer index.
-        let sw_owner = u8::from(ci & (self.mask + 1) != 0);
+        let sw_owner = u8::from(ci & self.size != 0);
         if op_own == sw_owner {
             // Software-owned, opcode REQ (0), format 0, not solicited (as
             // in `poll`).
@@ -920,7 +923,7 @@ impl<M: Mmio> Cq<M> {
             let ci = self.ci;
             let off = ((ci & self.mask) as usize) << 6;
             let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
-            let sw_owner = u8::from(ci & (self.mask + 1) != 0);
+            let sw_owner = u8::from(ci & self.size != 0);
             if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != sw_owner {
                 break;
             }

@@ -74,8 +74,8 @@
 //! Instructions per operation (callgrind, x86_64, release; see
 //! `examples/datapath_cost.rs`), each in a function of its own that returns
 //! the result: one RDMA write with its doorbell 57 (`wr_rdma_write`; 64
-//! with `post_rdma_write`'s `Error`), per WQE in a batch of 32: 42.5 (44.6),
-//! one CQE by `poll_one` 77, per CQE in a poll of 32: 38 (rdma-core's
+//! with `post_rdma_write`'s `Error`), per WQE in a batch of 32: 41 (43),
+//! one CQE by `poll_one` 76, per CQE in a poll of 32: 38 (rdma-core's
 //! libmlx5 on the same machine: 319, 190 (123 with `ibv_wr_*`), 185, 108).
 //!
 //! ```
