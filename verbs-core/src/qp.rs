@@ -1396,13 +1396,13 @@ impl<M: Mmio> SendQueue<M> {
 
     /// The single post's fast path after its checks: writes the WQE of
     /// [`Cursor::write_sge`] and its bookkeeping, publishes it and rings
-    /// an 8-byte doorbell (the single-post half of `fm_fast` sends every
-    /// post of a queue that wants BlueFlame copies to the general path).
+    /// an 8-byte doorbell (`fm_single` sends every post of a queue that
+    /// wants BlueFlame copies to the general path).
     ///
-    /// The order is chosen for register pressure: the bookkeeping's
-    /// relaxed atomic store comes first (the compiler reads every field of
-    /// the queue again after it, so nothing read before has to stay in a
-    /// register), then each argument is stored as soon as it can be.
+    /// The order is chosen for register pressure: the bookkeeping and the
+    /// head first (the head's register is then free), then each argument
+    /// is stored as soon as it can be; the doorbell record is written from
+    /// the queue's fields read again after the barrier.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn post_fast(
