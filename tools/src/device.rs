@@ -227,37 +227,169 @@ fn bring_up_and_run<P: Platform, T: HcaTask>(
     recorder: &'static ToolRecorder,
     task: T,
 ) -> Result<T::Output> {
-    let dev = DeviceDesc {
-        selection: sel.clone(),
-        describe: platform.describe().to_string(),
+    let dev = desc_of(&platform, sel);
+    let hca = open_hca(platform, &dev, Some(recorder))?;
+    let result = task.run(&hca, &dev);
+    finish(result, close_hca(hca, &dev))
+}
+
+/// A command that runs on two sides of a wire (perf and pingpong in one
+/// process): side A (the client) and side B (the server).
+pub trait PairTask {
+    /// What it returns.
+    type Output;
+    /// Runs on `a` and `b` (the same HCA when the device is one real
+    /// function: both sides then share it, on its ports).
+    fn run<P: Platform>(self, a: &Hca<P>, b: &Hca<P>, dev: &PairDesc) -> Result<Self::Output>;
+}
+
+/// What a pair command knows about the devices it runs on.
+#[derive(Clone, Debug)]
+pub struct PairDesc {
+    /// Side A's device.
+    pub a: DeviceDesc,
+    /// Whether side B is another HCA (two emulated HCAs cabled together)
+    /// rather than side A's HCA again.
+    pub two_hcas: bool,
+    /// How the two sides reach each other, for the report.
+    pub link: String,
+}
+
+/// Builds two emulated ConnectX-4s cabled port 1 to port 1 and says so on
+/// stderr.
+pub fn emulated_pair() -> Result<(EmuHca, EmuHca)> {
+    eprintln!(
+        "hca: no device given (-d <bdf>): using two emulated ConnectX-4s (hca-emu, firmware 14.12.1220) cabled port 1 to port 1"
+    );
+    let a = EmuHca::new(EmuConfig::default());
+    let b = EmuHca::new(EmuConfig {
+        seed: EmuConfig::default().seed ^ 0xb0b,
+        ..EmuConfig::default()
+    });
+    hca_emu::connect(&a, 1, &b, 1)
+        .map_err(|e| ToolError::Usage(format!("cabling the two emulated HCAs together: {e}")))?;
+    Ok((a, b))
+}
+
+/// Opens both sides of a pair command: on the emulator two emulated HCAs
+/// cabled together (side A records `--dump-commands`), on a PCI function
+/// that one function for both sides. Brings them up, runs `task`, tears
+/// them down.
+pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Result<T::Output> {
+    let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
+    let r = match sel {
+        Selection::Emulator => {
+            let (ea, eb) = emulated_pair()?;
+            let da = desc_of(&ea.platform(), sel);
+            let db = desc_of(&eb.platform(), sel);
+            let ha = open_hca(ea.platform(), &da, Some(recorder))?;
+            let hb = match open_hca(eb.platform(), &db, None) {
+                Ok(h) => h,
+                Err(e) => {
+                    let _ = close_hca(ha, &da);
+                    return Err(e);
+                }
+            };
+            let desc = PairDesc {
+                a: da.clone(),
+                two_hcas: true,
+                link: "two emulated HCAs, port 1 cabled to port 1".to_string(),
+            };
+            let result = task.run(&ha, &hb, &desc);
+            let cb = close_hca(hb, &db);
+            let ca = close_hca(ha, &da);
+            finish(result, ca.and(cb))
+        }
+        Selection::Vfio(bdf) => {
+            let p = VfioPlatform::open(bdf, vfio_options(opts))?;
+            let d = desc_of(&p, sel);
+            let h = open_hca(p, &d, Some(recorder))?;
+            let desc = PairDesc {
+                a: d.clone(),
+                two_hcas: false,
+                link: format!("both sides on {} (its port(s) looped back)", d.describe),
+            };
+            let result = task.run(&h, &h, &desc);
+            finish(result, close_hca(h, &d))
+        }
     };
+    let flushed = recorder.finish();
+    let out = r?;
+    flushed?;
+    Ok(out)
+}
+
+/// Brings up an emulated HCA the caller built (one of a cabled pair, in a
+/// thread of its own), runs `f` on it, tears it down. `dump_commands`
+/// records its command traffic.
+pub fn with_emulated<R>(
+    emu: &EmuHca,
+    dump_commands: Option<&Path>,
+    f: impl FnOnce(&Hca<hca_emu::EmuPlatform>, &DeviceDesc) -> Result<R>,
+) -> Result<R> {
+    let recorder = ToolRecorder::leak(dump_commands)?;
+    let p = emu.platform();
+    let dev = desc_of(&p, &Selection::Emulator);
+    let r = open_hca(p, &dev, Some(recorder)).and_then(|hca| {
+        let result = f(&hca, &dev);
+        finish(result, close_hca(hca, &dev))
+    });
+    let flushed = recorder.finish();
+    let out = r?;
+    flushed?;
+    Ok(out)
+}
+
+fn desc_of<P: Platform>(p: &P, sel: &Selection) -> DeviceDesc {
+    DeviceDesc {
+        selection: sel.clone(),
+        describe: p.describe().to_string(),
+    }
+}
+
+/// Brings a device up (with a progress line on a terminal).
+fn open_hca<P: Platform>(
+    platform: P,
+    dev: &DeviceDesc,
+    recorder: Option<&'static ToolRecorder>,
+) -> Result<Hca<P>> {
     let cfg = Config {
-        recorder: Some(recorder),
+        recorder: recorder.map(|r| r as &'static dyn CommandRecorder),
         ..Config::default()
     };
-    let hca = {
-        let progress = Progress::start(&format!("bringing up {}", dev.describe));
-        recorder.set_status(Some(progress.status()));
-        let r = Hca::open(platform, cfg);
-        recorder.set_status(None);
-        drop(progress);
-        r.map_err(|f| ToolError::BringUp {
-            device: dev.describe.clone(),
-            source: f.error,
-        })?
-    };
+    let progress = Progress::start(&format!("bringing up {}", dev.describe));
+    if let Some(r) = recorder {
+        r.set_status(Some(progress.status()));
+    }
+    let r = Hca::open(platform, cfg);
+    if let Some(r) = recorder {
+        r.set_status(None);
+    }
+    drop(progress);
+    let hca = r.map_err(|f| ToolError::BringUp {
+        device: dev.describe.clone(),
+        source: f.error,
+    })?;
     log::info!("{}: {}", dev.describe, hca.bring_up_report());
-    let result = task.run(&hca, &dev);
-    let closed = hca.close();
+    Ok(hca)
+}
+
+/// Tears a device down.
+fn close_hca<P: Platform>(hca: Hca<P>, dev: &DeviceDesc) -> Result<()> {
+    hca.close().map(drop).map_err(|f| ToolError::Teardown {
+        device: dev.describe.clone(),
+        source: f.error,
+    })
+}
+
+/// The command's result, unless it succeeded and the teardown failed.
+fn finish<T>(result: Result<T>, closed: Result<()>) -> Result<T> {
     match (result, closed) {
-        (Ok(out), Ok(_)) => Ok(out),
-        (Ok(_), Err(f)) => Err(ToolError::Teardown {
-            device: dev.describe,
-            source: f.error,
-        }),
-        (Err(e), Ok(_)) => Err(e),
-        (Err(e), Err(f)) => {
-            log::error!("teardown of {} failed too: {}", dev.describe, f.error);
+        (Ok(out), Ok(())) => Ok(out),
+        (Ok(_), Err(e)) => Err(e),
+        (Err(e), Ok(())) => Err(e),
+        (Err(e), Err(t)) => {
+            log::error!("{t}");
             Err(e)
         }
     }

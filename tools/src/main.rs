@@ -26,7 +26,9 @@ mod decode;
 mod device;
 mod error;
 mod output;
+mod peer;
 mod progress;
+mod rdma;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -90,6 +92,13 @@ enum Command {
     /// Decode a Linux mlx5_core command dump (dyndbg hexdump) command by
     /// command.
     Trace(cmd::trace::TraceArgs),
+    /// ibv_rc_pingpong / ibv_uc_pingpong / ibv_ud_pingpong: in this
+    /// process (two QPs), or as a server or client over TCP.
+    Pingpong(cmd::pingpong::PingpongArgs),
+    /// perftest: write-bw, write-lat, read-bw, read-lat, send-bw,
+    /// send-lat, atomic-bw, atomic-lat; in this process (two QPs), or as
+    /// a server or client over TCP.
+    Perf(cmd::perf::PerfArgs),
 }
 
 /// One line on stderr for a panic (a broken internal invariant), never a
@@ -144,7 +153,22 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Caps(a) => cmd::caps::run(&a, &sel()?, &open, cli.json, out),
         Command::Health(a) => cmd::health::run(&a, &sel()?, &open, cli.json, out),
         Command::Trace(a) => cmd::trace::run(&a, cli.json, out),
+        Command::Pingpong(a) => {
+            cmd::pingpong::run(&a, &sel()?, &open, cli.json, out).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Perf(a) => {
+            cmd::perf::run(&a, &sel()?, &open, cli.json, out).map(|()| ExitCode::SUCCESS)
+        }
     }
+}
+
+/// A multi-line message as one line.
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn main() -> ExitCode {
@@ -154,15 +178,16 @@ fn main() -> ExitCode {
         .init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            // Usage errors: clap's message (which suggests the fix) on one
+            // line, exit code 2.
+            eprintln!("hca: {}", one_line(&e.render().to_string()));
+            return ExitCode::from(2);
+        }
         Err(e) => {
-            // Help and version go to stdout with success; usage errors are
-            // clap's message (which suggests the fix) and exit code 2.
+            // Help and version go to stdout with success.
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return ExitCode::SUCCESS;
         }
     };
     let stdout = std::io::stdout();

@@ -9,4 +9,6 @@ pub mod devattr;
 pub mod health;
 pub mod info;
 pub mod list;
+pub mod perf;
+pub mod pingpong;
 pub mod trace;
