@@ -188,6 +188,8 @@ pub struct ConnParams {
     pub rnr_retry: u8,
     /// Hop limit of the GRH.
     pub hop_limit: u8,
+    /// Service level (RoCE: the Ethernet priority).
+    pub sl: u8,
 }
 
 /// The path from a local port to a remote QP: by GID when the local side
@@ -242,7 +244,11 @@ pub fn to_rts<P: Platform>(
                 .path_mtu(p.mtu)
                 .dest_qp_num(remote.qpn)
                 .rq_psn(remote.psn)
-                .ah(path_to(local, remote, p.hop_limit));
+                .ah({
+                    let mut a = path_to(local, remote, p.hop_limit);
+                    a.sl = p.sl;
+                    a
+                });
             if t == QpType::Rc {
                 a = a
                     .max_dest_rd_atomic(p.rd_atomic)

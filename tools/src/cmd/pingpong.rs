@@ -206,6 +206,7 @@ impl Params {
             retry_cnt: 7,
             rnr_retry: 7,
             hop_limit: 1,
+            sl: self.sl,
         }
     }
 
@@ -586,8 +587,7 @@ fn connect<'a, P: Platform>(
     me: &Endpoint,
     remote: &Endpoint,
 ) -> Result<Option<Ah<'a, P>>> {
-    let mut conn = p.conn();
-    conn.hop_limit = 1;
+    let conn = p.conn();
     to_rts(&mut s.qps[0], port, remote, me.psn, &conn)
         .map_err(|e| ToolError::driver(format!("{}: connecting the QP", s.name), e))?;
     x.remote_qpn = remote.qpn;

@@ -161,7 +161,9 @@ impl BwSender {
 
     /// Limits each QP to the receives its peer QP has posted.
     pub fn set_credit(&mut self, posted: &[u64]) {
-        self.credit = Some(posted.to_vec());
+        let c = self.credit.get_or_insert_with(Vec::new);
+        c.clear();
+        c.extend_from_slice(posted);
     }
 
     /// Work requests retired in all.

@@ -630,6 +630,7 @@ impl Spec {
             retry_cnt: 7,
             rnr_retry: 7,
             hop_limit: 64,
+            sl: 0,
         }
     }
 

@@ -31,7 +31,7 @@ const LAT_MEASURE_TAIL: usize = 2;
 
 /// Above this many (posted work request, completion) pairs the peak is not
 /// computed (perftest's peak search is quadratic too).
-const PEAK_WORK_LIMIT: usize = 50_000_000;
+const PEAK_WORK_LIMIT: usize = 20_000_000;
 
 /// One row of a bandwidth table.
 #[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
@@ -208,9 +208,13 @@ pub fn bw_row(size: u64, s: &BwSamples, gbits: bool, no_peak: bool) -> BwRow {
 /// request `i` to a completion that retired work requests up to `j >= i`:
 /// `(t_completed(j) - t_posted(i)) / (j - i + 1)`.
 fn peak_per_message(posted: &[Instant], completions: &[(u64, Instant)]) -> Option<f64> {
-    if posted.is_empty() || completions.is_empty() {
+    let t0 = *posted.first()?;
+    if completions.is_empty() {
         return None;
     }
+    let secs = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
+    let posted: Vec<f64> = posted.iter().map(|&t| secs(t)).collect();
+    let completions: Vec<(u64, f64)> = completions.iter().map(|&(n, t)| (n, secs(t))).collect();
     let work = posted.len().saturating_mul(completions.len());
     // Beyond the limit, look at every k-th post (the figure is a minimum
     // over spans; a coarser grid finds nearly the same one).
@@ -219,9 +223,9 @@ fn peak_per_message(posted: &[Instant], completions: &[(u64, Instant)]) -> Optio
     for i in (0..posted.len()).step_by(step) {
         // Completions that retired work request i: retired count > i.
         let first = completions.partition_point(|&(n, _)| n <= i as u64);
+        let tp = posted[i];
         for &(n, t) in &completions[first..] {
-            let dt = t.saturating_duration_since(posted[i]).as_secs_f64();
-            let per = dt / (n - i as u64) as f64;
+            let per = (t - tp) / (n - i as u64) as f64;
             if per < best && per > 0.0 {
                 best = per;
             }
