@@ -1,5 +1,5 @@
 //! Choosing and opening a device, shared by every command that needs one
-//! (info, caps, health, and later pingpong and perf).
+//! (info, caps, health, pingpong, perf).
 //!
 //! `-d <bdf>` opens a PCI function bound to vfio-pci through
 //! `platform::vfio`; no `-d` (or `-d emu`) builds the emulated ConnectX-4 of
@@ -7,7 +7,10 @@
 //! on a brought-up [`Hca`]) or [`PlatformTask`] (runs on the bare platform,
 //! before or without bring-up), and [`run_hca`] / [`run_platform`] take care
 //! of opening, the command recorder (`--dump-commands`), progress on a
-//! terminal, and teardown.
+//! terminal, and teardown. A test with two sides implements [`PairTask`]
+//! and runs through [`run_pair`] (two emulated HCAs cabled together, or
+//! one real function for both sides); [`with_emulated`] brings up one HCA
+//! of an emulated pair on a thread of its own (`--tcp-loopback`).
 
 use std::fmt::Write as _;
 use std::fs::File;

@@ -7,19 +7,30 @@
 //! hca caps [--type T] [--max]   every capability by PRM name
 //! hca health                    health buffer, health counter, syndrome
 //! hca trace <file>              decode a Linux mlx5_core command dump
+//! hca pingpong rc|uc|ud [host]  ibv_rc/uc/ud_pingpong
+//! hca perf <test> [host]        perftest: write-bw write-lat read-bw read-lat
+//!                               send-bw send-lat atomic-bw atomic-lat
 //! ```
 //!
 //! `-d <bdf>` runs on a PCI function bound to vfio-pci; without it (or with
-//! `-d emu`) on the built-in emulated ConnectX-4. `--json` prints data as
-//! JSON. `--dump-commands <file>` records the driver's command traffic in
-//! the hexdump form `hca trace` reads. Errors are one line on stderr and a
+//! `-d emu`) on the built-in emulated ConnectX-4 (pingpong and perf: two of
+//! them, cabled port 1 to port 1). `--json` prints data as JSON.
+//! `--dump-commands <file>` records the driver's command traffic in the
+//! hexdump form `hca trace` reads. Errors are one line on stderr and a
 //! non-zero exit code.
 //!
-//! Layout of the crate, so that `pingpong` and `perf` slot in as modules of
-//! `cmd`: [`device`] (device selection, bring-up, teardown, the command
-//! recorder, progress), [`output`] (tables, JSON), [`decode`] (any PRM
-//! layout as named fields), [`error`] (the one error type), [`cmd`] (one
-//! module per subcommand).
+//! pingpong and perf run both sides in this process by default; `--server`
+//! (or `-p PORT`) and a server host run them as a server and a client that
+//! meet over TCP; `--tcp-loopback` runs a server and a client on two
+//! threads, each with its own emulated HCA (two `hca` processes on the
+//! emulator cannot reach each other: each has an emulated HCA of its own).
+//!
+//! Layout of the crate: [`device`] (device selection, bring-up, teardown,
+//! the command recorder, progress), [`output`] (tables, JSON), [`decode`]
+//! (any PRM layout as named fields), [`error`] (the one error type),
+//! [`rdma`] (one side of a data-path test: resources, addresses, QP
+//! connection, polling pace), [`peer`] (where the sides run, TCP, the
+//! control channel), [`cmd`] (one module per subcommand).
 
 mod cmd;
 mod decode;

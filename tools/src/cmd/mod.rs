@@ -1,7 +1,7 @@
 //! One module per subcommand. Each exposes its clap arguments and a `run`
 //! function writing into the output it is given; device commands go through
-//! [`crate::device`]. `pingpong` and `perf` (which need the verbs API) are
-//! added here the same way.
+//! [`crate::device`]; `pingpong` and `perf` (which need the verbs API) set
+//! their sides up through [`crate::rdma`] and meet over [`crate::peer`].
 
 pub mod bind;
 pub mod caps;

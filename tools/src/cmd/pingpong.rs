@@ -799,7 +799,8 @@ impl HcaTask for Split {
         let spec = p.side_spec(size);
         with_side(hca, who, &spec, |s| {
             let (mut x, me) = prepare(s, p, size, &port, client)?;
-            let (mut stream, remote, ah) = match early {
+            // The exchange of the examples: the connection closes after it.
+            let (remote, ah) = match early {
                 Some(mut st) => {
                     st.write_all(&to_wire(&me)).map_err(|e| {
                         ToolError::Usage(format!(
@@ -811,9 +812,10 @@ impl HcaTask for Split {
                     st.write_all(b"done\0").map_err(|e| {
                         ToolError::Usage(format!("couldn't write to the server: {e}"))
                     })?;
+                    drop(st);
                     let remote = from_wire(&m, peer_name)?;
                     let ah = connect(s, &mut x, p, &port, &me, &remote)?;
-                    (st, remote, ah)
+                    (remote, ah)
                 }
                 _ => {
                     let l = match &self.listener {
@@ -838,10 +840,9 @@ impl HcaTask for Split {
                             String::from_utf8_lossy(&done)
                         )));
                     }
-                    (st, remote, ah)
+                    (remote, ah)
                 }
             };
-            let _ = stream.flush();
             let progress = Progress::start("pingpong");
             let mut last = Instant::now();
             let mut pacer = Pacer::new(&[hca]);
@@ -865,7 +866,6 @@ impl HcaTask for Split {
             }
             let elapsed = start.elapsed();
             drop(progress);
-            drop(stream);
             Ok(report(p, who, size, &me, &remote, &x, elapsed))
         })
     }
@@ -954,5 +954,73 @@ pub fn run(
             }
             client.write(out, as_json)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format_is_the_examples() {
+        let e = Endpoint {
+            lid: 0x12,
+            qpn: 0x9b3,
+            psn: 0xb4c2fc,
+            gid: [
+                0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x7e, 0xfe, 0x90, 0xff, 0xfe, 0x58, 0x7d, 0x01,
+            ],
+            rkey: 0,
+            addr: 0,
+        };
+        let w = to_wire(&e);
+        // sprintf("%04x:%06x:%06x:%s") with the GID's 32 hex digits, NUL.
+        assert_eq!(
+            &w[..51],
+            b"0012:0009b3:b4c2fc:fe800000000000007efe90fffe587d01"
+        );
+        assert_eq!(w[51], 0);
+        assert_eq!(from_wire(&w, "peer").unwrap(), e);
+        for bad in [
+            &b"0012:0009b3:b4c2fc"[..],
+            b"zz12:0009b3:b4c2fc:fe800000000000007efe90fffe587d01",
+            b"0012:1009b3ff:b4c2fc:fe800000000000007efe90fffe587d01",
+            b"0012:0009b3:b4c2fc:fe80",
+            &[0xff; 52][..],
+        ] {
+            let e = from_wire(bad, "server").unwrap_err().to_string();
+            assert!(e.contains("the server sent an address"), "{e}");
+        }
+    }
+
+    #[test]
+    fn modes() {
+        use crate::peer::{DEFAULT_PORT, Mode};
+        assert_eq!(
+            Mode::from_args(None, None, false, false).unwrap(),
+            Mode::Loopback
+        );
+        assert_eq!(
+            Mode::from_args(None, None, true, false).unwrap(),
+            Mode::Server { port: DEFAULT_PORT }
+        );
+        assert_eq!(
+            Mode::from_args(None, Some(7), false, false).unwrap(),
+            Mode::Server { port: 7 }
+        );
+        assert_eq!(
+            Mode::from_args(Some("h"), None, false, false).unwrap(),
+            Mode::Client {
+                host: "h".into(),
+                port: DEFAULT_PORT
+            }
+        );
+        assert_eq!(
+            Mode::from_args(None, None, false, true).unwrap(),
+            Mode::TcpLoopback { port: 0 }
+        );
+        assert!(Mode::from_args(Some("h"), None, true, false).is_err());
+        assert!(Mode::from_args(Some("h"), None, false, true).is_err());
+        assert!(Mode::from_args(None, None, true, true).is_err());
     }
 }
