@@ -247,46 +247,52 @@ fn median(d: &[f64]) -> f64 {
     }
 }
 
-/// The latency row of a run of iterations: the samples are the intervals
-/// between consecutive posts (one round trip each), divided by
-/// `rtt_factor` (2 for WRITE and SEND, whose round trip is two messages;
-/// 1 for READ and atomics), sorted, the two largest left out.
+/// The latency row of a run of iterations, as perftest's
+/// `print_report_lat`: the samples are the intervals between consecutive
+/// posts (one round trip each), divided by `rtt_factor` (2 for WRITE and
+/// SEND, whose round trip is two messages; 1 for READ and atomics) and
+/// sorted; the two largest are left out of the median, average and
+/// standard deviation (`LAT_MEASURE_TAIL`), and with `m` the samples kept,
+/// `t_max` is sample `m` (the second largest), the percentiles samples
+/// `ceil(m * 0.99)` and `ceil(m * 0.999)`.
 pub fn lat_row(size: u64, iterations: u64, posted: &[Instant], rtt_factor: f64) -> LatRow {
     let mut d: Vec<f64> = posted
         .windows(2)
         .map(|w| w[1].saturating_duration_since(w[0]).as_secs_f64() * 1e6 / rtt_factor)
         .collect();
     d.sort_by(f64::total_cmp);
-    let n = d.len().saturating_sub(LAT_MEASURE_TAIL).max(1).min(d.len());
-    let d = &d[..n];
-    if d.is_empty() {
+    if d.len() <= LAT_MEASURE_TAIL {
         return LatRow::Iterations {
             bytes: size,
             iterations,
-            t_min_usec: 0.0,
-            t_max_usec: 0.0,
-            t_typical_usec: 0.0,
-            t_avg_usec: 0.0,
+            t_min_usec: d.first().copied().unwrap_or(0.0),
+            t_max_usec: d.last().copied().unwrap_or(0.0),
+            t_typical_usec: median(&d),
+            t_avg_usec: if d.is_empty() {
+                0.0
+            } else {
+                d.iter().sum::<f64>() / d.len() as f64
+            },
             t_stdev_usec: 0.0,
-            p99_usec: 0.0,
-            p99_9_usec: 0.0,
+            p99_usec: d.last().copied().unwrap_or(0.0),
+            p99_9_usec: d.last().copied().unwrap_or(0.0),
         };
     }
-    let avg = d.iter().sum::<f64>() / n as f64;
-    let var = d.iter().map(|x| (avg - x) * (avg - x)).sum::<f64>() / n as f64;
-    // perftest indexes `ceil(n * p)` of the samples it kept (clamped here
-    // to the last one).
-    let pct = |p: f64| d[((n as f64 * p).ceil() as usize).min(n - 1)];
+    let m = d.len() - LAT_MEASURE_TAIL;
+    let kept = &d[..m];
+    let avg = kept.iter().sum::<f64>() / m as f64;
+    let var = kept.iter().map(|x| (avg - x) * (avg - x)).sum::<f64>() / m as f64;
+    let at = |p: f64| d[((m as f64 * p).ceil() as usize).min(d.len() - 1)];
     LatRow::Iterations {
         bytes: size,
         iterations,
         t_min_usec: d[0],
-        t_max_usec: d[n - 1],
-        t_typical_usec: median(d),
+        t_max_usec: d[m],
+        t_typical_usec: median(kept),
         t_avg_usec: avg,
         t_stdev_usec: var.sqrt(),
-        p99_usec: pct(0.99),
-        p99_9_usec: pct(0.999),
+        p99_usec: at(0.99),
+        p99_9_usec: at(0.999),
     }
 }
 
@@ -380,8 +386,8 @@ mod tests {
     #[test]
     fn latency_statistics() {
         let t0 = Instant::now();
-        // Posts 10 us apart, one 100 us gap: 9 intervals, the two largest
-        // (100, 10) left out.
+        // Posts 10 us apart, one 100 us gap: 9 intervals; the largest
+        // two (100, 10) are left out, t_max is the second largest.
         let mut posted = vec![t0];
         let mut t = t0;
         for k in 1..10 {
@@ -402,6 +408,27 @@ mod tests {
                 assert!((t_typical_usec - 5.0).abs() < 1e-6);
                 assert!((t_avg_usec - 5.0).abs() < 1e-6);
                 assert!(t_stdev_usec.abs() < 1e-6);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Two gaps of 100 us: the second largest is t_max, the 99.9th
+        // percentile (sample ceil(6 * 0.999) = 6) too.
+        let mut posted = vec![t0];
+        let mut t = t0;
+        for k in 1..10 {
+            t += Duration::from_micros(if k == 5 || k == 7 { 100 } else { 10 });
+            posted.push(t);
+        }
+        match lat_row(2, 10, &posted, 1.0) {
+            LatRow::Iterations {
+                t_max_usec,
+                p99_9_usec,
+                t_typical_usec,
+                ..
+            } => {
+                assert!((t_max_usec - 100.0).abs() < 1e-6);
+                assert!((p99_9_usec - 100.0).abs() < 1e-6);
+                assert!((t_typical_usec - 10.0).abs() < 1e-6);
             }
             other => panic!("{other:?}"),
         }
