@@ -818,10 +818,10 @@ impl HcaTask for Split {
                     (remote, ah)
                 }
                 _ => {
-                    let l = match &self.listener {
-                        Some(l) => l,
-                        None => unreachable!("a server has its listener"),
-                    };
+                    let l = self
+                        .listener
+                        .as_ref()
+                        .ok_or_else(|| ToolError::Usage("the server has no TCP listener".into()))?;
                     let mut st = peer::accept(l)?;
                     let mut m = [0u8; WIRE_LEN];
                     read_exact(&mut st, &mut m, peer_name, "the remote address")?;
