@@ -13,7 +13,7 @@
 //!   its buffer for the peer's counter, then writes back.
 //! - [`SendLat`]: SEND ping-pong.
 //! - [`ReqLat`]: RDMA READ or atomic round trips (the client alone).
-//! - [`Idle`]: the passive side (the server of WRITE, READ and atomic
+//! - The passive side (the server of WRITE, READ and atomic
 //!   tests).
 
 use std::time::Instant;
