@@ -261,17 +261,14 @@ impl<P: Platform> Hca<P> {
         let out: CreateCqOut = self.exec_encoded(pages)?;
         let cqn = Cqn(out.get(CreateCqOut::cqn));
         let cq = Object::new(self, cqn);
-        match self.events.register_cq(cqn) {
-            Ok(()) => Ok(cq),
-            Err(Error::InvalidArgument { .. }) => Err(duplicate(
-                cq,
-                Opcode::CREATE_CQ,
-                "create_cq_out.cqn",
-                u64::from(cqn.0),
-            )),
-            // The registry is full: the drop destroys the new CQ.
-            Err(e) => Err(e),
-        }
+        let registered = self.events.register_cq(cqn);
+        self.register_created(
+            cq,
+            registered,
+            Opcode::CREATE_CQ,
+            "create_cq_out.cqn",
+            cqn.0,
+        )
     }
 
     /// CREATE_QP with the caller's context and buffer pages; the QP is
@@ -280,9 +277,10 @@ impl<P: Platform> Hca<P> {
         let out: CreateQpOut = self.exec_encoded(pages)?;
         let qpn = Qpn(out.get(CreateQpOut::qpn));
         let qp = Object::new(self, qpn);
+        let registered = self.events.register_queue(QueueId::Qp(qpn));
         self.register_created(
             qp,
-            QueueId::Qp(qpn),
+            registered,
             Opcode::CREATE_QP,
             "create_qp_out.qpn",
             qpn.0,
@@ -295,9 +293,10 @@ impl<P: Platform> Hca<P> {
         let out: CreateSrqOut = self.exec_encoded(pages)?;
         let srqn = Srqn(out.get(CreateSrqOut::srqn));
         let srq = Object::new(self, srqn);
+        let registered = self.events.register_queue(QueueId::Srq(srqn));
         self.register_created(
             srq,
-            QueueId::Srq(srqn),
+            registered,
             Opcode::CREATE_SRQ,
             "create_srq_out.srqn",
             srqn.0,
@@ -314,15 +313,18 @@ impl<P: Platform> Hca<P> {
         ))
     }
 
+    /// A created object once its registration for events is done: an
+    /// object number already registered is a firmware answer naming an
+    /// object that exists ([`duplicate`]).
     fn register_created<'a, K: FwObject>(
         &self,
         obj: Object<'a, P, K>,
-        q: QueueId,
+        registered: Result<()>,
         opcode: Opcode,
         field: &'static str,
         n: u32,
     ) -> Result<Object<'a, P, K>> {
-        match self.events.register_queue(q) {
+        match registered {
             Ok(()) => Ok(obj),
             Err(Error::InvalidArgument { .. }) => Err(duplicate(obj, opcode, field, u64::from(n))),
             // The registry is full: the drop destroys the new object.
