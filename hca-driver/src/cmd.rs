@@ -36,6 +36,7 @@ use firmware_cmds::{CmdError, CmdStatus, Opcode};
 use platform::barrier::{udma_from_device_barrier, udma_to_device_barrier};
 use platform::{Be32, DmaRegion, Mmio, Platform};
 
+use crate::deadline::Deadline;
 use crate::error::{EqeError, Error, Result, Wait};
 use crate::events::AsyncEvent;
 use crate::hca::{DmaUse, Hca};
@@ -409,7 +410,7 @@ impl<P: Platform> Hca<P> {
     /// Takes a free slot, waiting (with the command timeout) when all are
     /// busy.
     fn acquire_slot(&self) -> Result<u8> {
-        let start = self.p().now();
+        let deadline = Deadline::start(self.p(), self.cfg.timeouts.command);
         loop {
             if self.cmd.stuck_mask.load(Ordering::Acquire) != 0 {
                 self.reclaim_stuck();
@@ -423,13 +424,7 @@ impl<P: Platform> Hca<P> {
                 }
             }
             self.check_alive()?;
-            let waited = self.p().now().saturating_sub(start);
-            if waited >= self.cfg.timeouts.command {
-                return Err(Error::Timeout {
-                    what: Wait::CommandSlot,
-                    after: waited,
-                });
-            }
+            deadline.check(self.p(), Wait::CommandSlot)?;
             self.p().relax();
         }
     }

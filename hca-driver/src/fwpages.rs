@@ -15,6 +15,7 @@ use firmware_cmds::hca::{
 };
 use platform::{DmaRegion, Platform};
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
 use crate::hca::{DmaUse, Hca};
 use crate::pages::{CHUNK_MAX_PAGES, GiveMessage, MAX_PAGE_CHUNKS, PageBook, run_pages};
@@ -262,7 +263,7 @@ impl<P: Platform> Hca<P> {
     /// Takes every page back (teardown), until the firmware holds none.
     pub(crate) fn reclaim_all_pages(&self) -> Result<()> {
         let mut pm = self.pages.lock();
-        let start = self.p().now();
+        let deadline = Deadline::start(self.p(), self.cfg.timeouts.page_reclaim);
         loop {
             let held = pm.book.held();
             if held == 0 {
@@ -279,13 +280,7 @@ impl<P: Platform> Hca<P> {
                 );
                 return Ok(());
             }
-            let waited = self.p().now().saturating_sub(start);
-            if waited >= self.cfg.timeouts.page_reclaim {
-                return Err(Error::Timeout {
-                    what: Wait::PageReclaim { remaining: held },
-                    after: waited,
-                });
-            }
+            deadline.check(self.p(), Wait::PageReclaim { remaining: held })?;
             self.p().delay(Duration::from_millis(10));
         }
     }

@@ -27,6 +27,7 @@ use platform::{DmaRegion, Mmio, Platform, pci};
 
 use crate::cmd::CmdState;
 use crate::config::Config;
+use crate::deadline::Deadline;
 use crate::eq::{Eq, EqKind, Eqs};
 use crate::error::{DeadReason, Error, Result, Wait};
 use crate::events::EventRouter;
@@ -318,20 +319,14 @@ fn wait_initializing<P: Platform, M: Mmio>(
     what: Wait,
     timeout: Duration,
 ) -> Result<()> {
-    let start = p.now();
+    let deadline = Deadline::start(p, timeout);
     loop {
         let w = bar.read32(INITIALIZING_OFFSET);
         if !Initializing::from_bits(w).initializing() {
             return Ok(());
         }
         read_health(bar).buffer_verdict()?;
-        let waited = p.now().saturating_sub(start);
-        if waited >= timeout {
-            return Err(Error::Timeout {
-                what,
-                after: waited,
-            });
-        }
+        deadline.check(p, what)?;
         p.delay(Duration::from_millis(2));
     }
 }

@@ -136,6 +136,7 @@
 mod bits;
 mod cmd;
 mod config;
+mod deadline;
 mod eq;
 mod error;
 mod events;
