@@ -5,17 +5,19 @@ use core::fmt;
 use core::time::Duration;
 
 use firmware_cmds::cq::{CQE_SZ_64, Cqc, CreateCqIn};
-use platform::{DmaRegion, Platform};
+use platform::Platform;
 use verbs_core::{
     Completion, CompletionSlot, CqConfig, CqLayout, CqResolver, CqeVersion, QpCompletions,
     SrqCompletions,
 };
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
-use crate::hca::{DmaUse, Hca};
-use crate::pas::{PAS_PAGE_SIZE, PageList};
+use crate::hca::DmaUse;
+use crate::pas::PAS_PAGE_SIZE;
 use crate::types::Cqn;
 use crate::verbs::context::Context;
+use crate::verbs::queue::{create_on_region, destroy_and_free, release_after_destroy, service};
 
 /// Most QPs one CQ serves at a time.
 pub const MAX_QPS_PER_CQ: usize = 64;
@@ -71,17 +73,6 @@ impl<P: Platform> fmt::Debug for Cq<'_, P> {
     }
 }
 
-/// Frees a queue's region after a failed creation: at once if the device
-/// never took it, else kept until the device is quiesced.
-pub(crate) fn release_after_failure<P: Platform>(hca: &Hca<P>, r: DmaRegion, e: &Error) {
-    match e {
-        Error::Command(_) | Error::Delivery { .. } | Error::InvalidArgument { .. } => {
-            hca.dma_free(r, DmaUse::Queues)
-        }
-        _ => hca.retire(r, DmaUse::Queues),
-    }
-}
-
 impl<'a, P: Platform> Context<'a, P> {
     /// Creates a CQ of at least `cqe` entries on completion vector 0
     /// (`ibv_create_cq`); [`Cq::cqe`] tells how many it has (rounded like
@@ -117,7 +108,7 @@ impl<'a, P: Platform> Context<'a, P> {
         for i in 0..(1usize << layout.log_cq_size) {
             region.write_u8(64 * i + 0x3f, 0xf0);
         }
-        let built = (|| -> Result<CreateCqIn> {
+        let input = (|| -> Result<CreateCqIn> {
             let cqc = Cqc::new()
                 .with(Cqc::cqe_sz, CQE_SZ_64)?
                 .with(Cqc::log_cq_size, layout.log_cq_size)?
@@ -127,26 +118,8 @@ impl<'a, P: Platform> Context<'a, P> {
                 .with(Cqc::dbr_addr, region.iova() + layout.dbr_offset as u64)?;
             Ok(CreateCqIn::new().with(CreateCqIn::cq_context, cqc)?)
         })();
-        let input = match built {
-            Ok(i) => i,
-            Err(e) => {
-                hca.dma_free(region, DmaUse::Queues);
-                return Err(e);
-            }
-        };
-        let pages = layout.ring_bytes.div_ceil(PAS_PAGE_SIZE);
-        let obj = match hca.create_cq(&PageList::contiguous(
-            &input,
-            region.iova(),
-            PAS_PAGE_SIZE,
-            pages,
-        )) {
-            Ok(o) => o,
-            Err(e) => {
-                release_after_failure(hca, region, &e);
-                return Err(e);
-            }
-        };
+        let (obj, region) =
+            create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_cq(p))?;
         let cqn = obj.number();
         let mmio = match self.map_bar() {
             Ok(m) => m,
@@ -182,24 +155,6 @@ impl<'a, P: Platform> Context<'a, P> {
             cqe: (1u32 << layout.log_cq_size) - 1,
         })
     }
-}
-
-/// Destroys a firmware object whose memory is `region` and frees it (or
-/// keeps it if the destroy failed); returns `e`.
-fn destroy_and_free<P: Platform, K: crate::resources::FwObject>(
-    hca: &Hca<P>,
-    obj: crate::resources::Object<'_, P, K>,
-    region: DmaRegion,
-    e: Error,
-) -> Error {
-    match obj.destroy() {
-        Ok(()) => hca.dma_free(region, DmaUse::Queues),
-        Err(d) => {
-            log::error!("destroying after a failed setup: {d}");
-            hca.retire(region, DmaUse::Queues);
-        }
-    }
-    e
 }
 
 impl<'a, P: Platform> Cq<'a, P> {
@@ -248,7 +203,7 @@ impl<'a, P: Platform> Cq<'a, P> {
     }
 
     /// Takes the completion events that arrived for this CQ since the last
-    /// call without waiting (runs [`Hca::poll_events`] first); acknowledges
+    /// call without waiting (runs [`Hca::poll_events`](crate::Hca::poll_events) first); acknowledges
     /// them (`ibv_ack_cq_events`).
     pub fn take_events(&self) -> Result<u64> {
         service(self.ctx.hca())?;
@@ -270,24 +225,17 @@ impl<'a, P: Platform> Cq<'a, P> {
     }
 
     /// Waits for a completion event (`ibv_get_cq_event`), servicing the HCA
-    /// ([`Hca::service`]) while it waits; returns how many arrived. Arm
+    /// ([`Hca::service`](crate::Hca::service)) while it waits; returns how many arrived. Arm
     /// with [`req_notify`](Self::req_notify) first.
     pub fn wait_event(&self, timeout: Duration) -> Result<u64> {
-        let hca = self.ctx.hca();
-        let p = hca.platform();
-        let start = p.now();
+        let p = self.ctx.hca().platform();
+        let deadline = Deadline::start(p, timeout);
         loop {
             let n = self.take_events()?;
             if n > 0 {
                 return Ok(n);
             }
-            let waited = p.now().saturating_sub(start);
-            if waited >= timeout {
-                return Err(Error::Timeout {
-                    what: Wait::CompletionEvent { cqn: self.cqn },
-                    after: waited,
-                });
-            }
+            deadline.check(p, Wait::CompletionEvent { cqn: self.cqn })?;
             p.relax();
         }
     }
@@ -302,20 +250,14 @@ impl<'a, P: Platform> Cq<'a, P> {
     pub fn poll_wait<W: CompletionSlot>(&self, wc: &mut [W], timeout: Duration) -> Result<usize> {
         let hca = self.ctx.hca();
         let p = hca.platform();
-        let start = p.now();
+        let deadline = Deadline::start(p, timeout);
         let mut spins = 0u32;
         loop {
             let n = self.poll(wc)?;
             if n > 0 || wc.is_empty() {
                 return Ok(n);
             }
-            let waited = p.now().saturating_sub(start);
-            if waited >= timeout {
-                return Err(Error::Timeout {
-                    what: Wait::Completion { cqn: self.cqn },
-                    after: waited,
-                });
-            }
+            deadline.check(p, Wait::Completion { cqn: self.cqn })?;
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 {
                 service(hca)?;
@@ -382,11 +324,7 @@ impl<'a, P: Platform> Cq<'a, P> {
         if let Some(inner) = self.inner.lock().take() {
             // The table is empty (QPs detach before they go).
             drop(inner.table);
-            let region = inner.cq.into_parts().region;
-            match &r {
-                Ok(()) => hca.dma_free(region, DmaUse::Queues),
-                Err(_) => hca.retire(region, DmaUse::Queues),
-            }
+            release_after_destroy(hca, inner.cq.into_parts().region, r.is_ok());
         }
         r
     }
@@ -397,15 +335,5 @@ impl<P: Platform> Drop for Cq<'_, P> {
         if let Err(e) = self.teardown() {
             log::error!("destroying {}: {e}", self.cqn);
         }
-    }
-}
-
-/// [`Hca::service`], tolerating invalid event queue entries (they are
-/// queued as [`AsyncEvent::InvalidEqe`](crate::AsyncEvent) and logged): an
-/// event for a queue destroyed meanwhile must not fail a wait.
-pub(crate) fn service<P: Platform>(hca: &Hca<P>) -> Result<()> {
-    match hca.service() {
-        Ok(_) | Err(Error::InvalidEqe { .. }) => Ok(()),
-        Err(e) => Err(e),
     }
 }

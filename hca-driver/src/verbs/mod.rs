@@ -114,6 +114,7 @@ mod cq;
 mod modify;
 mod pd;
 mod qp;
+mod queue;
 mod srq;
 
 pub use ah::{Ah, AhAttr};

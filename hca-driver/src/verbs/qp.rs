@@ -19,19 +19,21 @@ use verbs_core::{
     Sge, WorkCompletion,
 };
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
 use crate::events::QueueId;
 use crate::hca::DmaUse;
-use crate::pas::{PAS_PAGE_SIZE, PageList};
+use crate::pas::PAS_PAGE_SIZE;
 use crate::resources::Uar;
 use crate::types::Qpn;
 use crate::verbs::ah::fill_ads;
-use crate::verbs::cq::{Cq, release_after_failure, service};
+use crate::verbs::cq::Cq;
 use crate::verbs::modify::{
     Command, QpAttr, QpAttrMask, QpState, attr_from_qpc, command, log2_ceil, optpar_of,
     qp_type_name, set_access, transition_masks,
 };
 use crate::verbs::pd::{AccessFlags, MrEntry, Pd};
+use crate::verbs::queue::{create_on_region, destroy_and_free, release_after_destroy, service};
 use crate::verbs::srq::Srq;
 
 /// `qpc.mtu` Linux gives UD QPs (4096 bytes).
@@ -219,6 +221,23 @@ fn local_needs(op: &SendOp) -> AccessFlags {
     }
 }
 
+/// Checks the SGE of a one-SGE work request (an empty one names no
+/// memory) when `check` asks for it.
+#[inline]
+fn check_single_sge<P: Platform>(
+    pd: &Pd<'_, P>,
+    cache: &mut KeyCache,
+    check: SgeCheck,
+    sge: &Sge,
+    needs: AccessFlags,
+) -> core::result::Result<(), WrError> {
+    if check == SgeCheck::Full && sge.length != 0 {
+        check_sge(pd, cache, 0, sge, needs)
+    } else {
+        Ok(())
+    }
+}
+
 /// Checks a send work request's SGEs.
 #[inline]
 fn check_send_sges<P: Platform>(
@@ -237,7 +256,32 @@ fn check_send_sges<P: Platform>(
     Ok(())
 }
 
-fn rejected(index: usize, e: verbs_core::Error) -> Error {
+/// Checks the SGEs of receive work requests (the device writes them: local
+/// write) when `check` asks for it: how many of `wrs` may be posted, and
+/// the error naming the first that may not (`Ok` when all may). The ones
+/// before a refused request are posted, as libibverbs does.
+pub(crate) fn check_recv_list<P: Platform>(
+    pd: &Pd<'_, P>,
+    cache: &mut KeyCache,
+    check: SgeCheck,
+    wrs: &[RecvWr<'_>],
+) -> (usize, Result<()>) {
+    if check == SgeCheck::Full {
+        for (index, wr) in wrs.iter().enumerate() {
+            for (k, s) in wr.sgl.iter().enumerate() {
+                if s.length == 0 {
+                    continue;
+                }
+                if let Err(reason) = check_sge(pd, cache, k, s, AccessFlags::LOCAL_WRITE) {
+                    return (index, Err(Error::InvalidWorkRequest { index, reason }));
+                }
+            }
+        }
+    }
+    (wrs.len(), Ok(()))
+}
+
+pub(crate) fn rejected(index: usize, e: verbs_core::Error) -> Error {
     Error::InvalidWorkRequest {
         index,
         reason: WrError::DataPath(e),
@@ -449,7 +493,7 @@ impl<'a, P: Platform> Pd<'a, P> {
             Ok(r) => r,
             Err(e) => return Err(fail(e, own_uar)),
         };
-        let built = (|| -> Result<CreateQpIn> {
+        let input = (|| -> Result<CreateQpIn> {
             let mut qpc = Qpc::new();
             qpc.set(
                 Qpc::st,
@@ -487,26 +531,11 @@ impl<'a, P: Platform> Pd<'a, P> {
             }
             Ok(CreateQpIn::new().with(CreateQpIn::qpc, qpc)?)
         })();
-        let input = match built {
-            Ok(i) => i,
-            Err(e) => {
-                hca.dma_free(region, DmaUse::Queues);
-                return Err(fail(e, own_uar));
-            }
-        };
-        let pages = layout.ring_bytes.div_ceil(PAS_PAGE_SIZE);
-        let obj = match hca.create_qp(&PageList::contiguous(
-            &input,
-            region.iova(),
-            PAS_PAGE_SIZE,
-            pages,
-        )) {
-            Ok(o) => o,
-            Err(e) => {
-                release_after_failure(hca, region, &e);
-                return Err(fail(e, own_uar));
-            }
-        };
+        let (obj, region) =
+            match create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_qp(p)) {
+                Ok(o) => o,
+                Err(e) => return Err(fail(e, own_uar)),
+            };
         let qpn = obj.number();
         let general = hca.caps().general();
         // Two halves of `2^log_bf_reg_size` bytes, inside the UAR page.
@@ -528,22 +557,13 @@ impl<'a, P: Platform> Pd<'a, P> {
         };
         let mmio = match ctx.map_bar() {
             Ok(m) => m,
-            Err(e) => {
-                match obj.destroy() {
-                    Ok(()) => hca.dma_free(region, DmaUse::Queues),
-                    Err(_) => hca.retire(region, DmaUse::Queues),
-                }
-                return Err(fail(e, own_uar));
-            }
+            Err(e) => return Err(fail(destroy_and_free(hca, obj, region, e), own_uar)),
         };
         let dp = match verbs_core::Qp::new(region, Some((mmio, bf)), &cfg) {
             Ok(d) => d,
             Err((e, parts)) => {
-                match obj.destroy() {
-                    Ok(()) => hca.dma_free(parts.region, DmaUse::Queues),
-                    Err(_) => hca.retire(parts.region, DmaUse::Queues),
-                }
-                return Err(fail(Error::DataPath(e), own_uar));
+                let e = destroy_and_free(hca, obj, parts.region, Error::DataPath(e));
+                return Err(fail(e, own_uar));
             }
         };
         let cap = QpCap {
@@ -646,11 +666,7 @@ impl<'a, P: Platform> Qp<'a, P> {
     }
 
     fn dp(&mut self) -> core::result::Result<&mut verbs_core::Qp<P::Mmio>, WrError> {
-        self.dp
-            .as_mut()
-            .ok_or(WrError::DataPath(verbs_core::Error::NoSuchQueue(
-                "data path (lost in a failed reset)",
-            )))
+        data_path(&mut self.dp)
     }
 
     fn same_cq(&self) -> bool {
@@ -719,13 +735,26 @@ impl<'a, P: Platform> Qp<'a, P> {
         Ok(())
     }
 
+    /// Checks and posts a work request of one SGE through verbs-core's
+    /// one-SGE fast path.
     #[inline]
-    fn check_one(&mut self, sge: &Sge, needs: AccessFlags) -> core::result::Result<(), WrError> {
-        self.send_state()?;
-        if self.sge_check == SgeCheck::Full && sge.length != 0 {
-            check_sge(self.pd, &mut self.cache, 0, sge, needs)?;
-        }
-        Ok(())
+    fn post_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
+        self.send_state()
+            .and_then(|()| {
+                check_single_sge(
+                    self.pd,
+                    &mut self.cache,
+                    self.sge_check,
+                    &sge,
+                    local_needs(&op),
+                )
+            })
+            .and_then(|()| {
+                self.sq()?
+                    .post_sge(wr_id, op, flags, sge)
+                    .map_err(WrError::DataPath)
+            })
+            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
     }
 
     #[inline]
@@ -767,11 +796,7 @@ impl<'a, P: Platform> Qp<'a, P> {
         let pd: &Pd<'_, P> = self.pd;
         let check = self.sge_check;
         let Qp { dp, cache, .. } = self;
-        let sq = dp
-            .as_mut()
-            .ok_or(WrError::DataPath(verbs_core::Error::NoSuchQueue(
-                "data path (lost in a failed reset)",
-            )))
+        let sq = data_path(dp)
             .and_then(|d| d.sq().map_err(WrError::DataPath))
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
         Ok(SendBatch {
@@ -793,13 +818,7 @@ impl<'a, P: Platform> Qp<'a, P> {
         rkey: u32,
         sge: Sge,
     ) -> Result<()> {
-        self.check_one(&sge, AccessFlags::NONE)
-            .and_then(|()| {
-                self.sq()?
-                    .post_rdma_write(wr_id, flags, remote_addr, rkey, sge)
-                    .map_err(WrError::DataPath)
-            })
-            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+        self.post_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
     }
 
     /// Posts an RDMA READ into one SGE (the one-SGE fast path).
@@ -812,26 +831,14 @@ impl<'a, P: Platform> Qp<'a, P> {
         rkey: u32,
         sge: Sge,
     ) -> Result<()> {
-        self.check_one(&sge, AccessFlags::LOCAL_WRITE)
-            .and_then(|()| {
-                self.sq()?
-                    .post_rdma_read(wr_id, flags, remote_addr, rkey, sge)
-                    .map_err(WrError::DataPath)
-            })
-            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+        self.post_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
     }
 
     /// Posts a SEND of one SGE (the one-SGE fast path; not for UD, which
     /// needs a destination: use [`post_send`](Self::post_send)).
     #[inline]
     pub fn post_send_sge(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<()> {
-        self.check_one(&sge, AccessFlags::NONE)
-            .and_then(|()| {
-                self.sq()?
-                    .post_send(wr_id, flags, sge)
-                    .map_err(WrError::DataPath)
-            })
-            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+        self.post_sge(wr_id, SendOp::Send, flags, sge)
     }
 
     /// Posts one receive work request (`ibv_post_recv`).
@@ -858,23 +865,7 @@ impl<'a, P: Platform> Qp<'a, P> {
                 verbs_core::Error::NoSuchQueue("receive queue (it receives through an SRQ)"),
             ));
         }
-        let mut bad = None;
-        if self.sge_check == SgeCheck::Full {
-            'wrs: for (i, wr) in wrs.iter().enumerate() {
-                for (k, s) in wr.sgl.iter().enumerate() {
-                    if s.length == 0 {
-                        continue;
-                    }
-                    if let Err(r) =
-                        check_sge(self.pd, &mut self.cache, k, s, AccessFlags::LOCAL_WRITE)
-                    {
-                        bad = Some((i, r));
-                        break 'wrs;
-                    }
-                }
-            }
-        }
-        let n = bad.map_or(wrs.len(), |b| b.0);
+        let (n, refused) = check_recv_list(self.pd, &mut self.cache, self.sge_check, wrs);
         let rq = self
             .dp()
             .and_then(|d| d.rq().map_err(WrError::DataPath))
@@ -883,10 +874,7 @@ impl<'a, P: Platform> Qp<'a, P> {
             rq.post_list(&wrs[..n])
                 .map_err(|e| rejected(e.posted, e.error))?;
         }
-        match bad {
-            Some((index, reason)) => Err(Error::InvalidWorkRequest { index, reason }),
-            None => Ok(()),
-        }
+        refused
     }
 
     /// Work requests posted and not yet completed: (send, receive). The
@@ -1297,7 +1285,7 @@ impl<'a, P: Platform> Qp<'a, P> {
         }
         let hca = self.pd.context().hca();
         let p = hca.platform();
-        let start = p.now();
+        let deadline = Deadline::start(p, timeout);
         let mut wc = [WorkCompletion::default(); 16];
         let mut spins = 0u32;
         loop {
@@ -1320,17 +1308,14 @@ impl<'a, P: Platform> Qp<'a, P> {
             if s == 0 && r == 0 {
                 return Ok(());
             }
-            let waited = p.now().saturating_sub(start);
-            if waited >= timeout {
-                return Err(Error::Timeout {
-                    what: Wait::Drain {
-                        qpn: self.qpn,
-                        send: s,
-                        recv: r,
-                    },
-                    after: waited,
-                });
-            }
+            deadline.check(
+                p,
+                Wait::Drain {
+                    qpn: self.qpn,
+                    send: s,
+                    recv: r,
+                },
+            )?;
             if got == 0 {
                 spins = spins.wrapping_add(1);
                 if spins % 64 == 0 {
@@ -1384,10 +1369,7 @@ impl<'a, P: Platform> Qp<'a, P> {
             }
         }
         for reg in regions.into_iter().flatten() {
-            match &r {
-                Ok(()) => hca.dma_free(reg, DmaUse::Queues),
-                Err(_) => hca.retire(reg, DmaUse::Queues),
-            }
+            release_after_destroy(hca, reg, r.is_ok());
         }
         ctx.free_user_index(self.uidx);
         let u = match self.own_uar.take() {
@@ -1401,6 +1383,17 @@ impl<'a, P: Platform> Qp<'a, P> {
         };
         r.and(u)
     }
+}
+
+/// A QP's data path, which a failed reset can lose.
+#[inline]
+fn data_path<M: platform::Mmio>(
+    dp: &mut Option<verbs_core::Qp<M>>,
+) -> core::result::Result<&mut verbs_core::Qp<M>, WrError> {
+    dp.as_mut()
+        .ok_or(WrError::DataPath(verbs_core::Error::NoSuchQueue(
+            "data path (lost in a failed reset)",
+        )))
 }
 
 impl<P: Platform> Drop for Qp<'_, P> {
@@ -1450,11 +1443,16 @@ impl<'q, P: Platform> SendBatch<'q, P> {
         Ok(())
     }
 
+    /// Checks and writes a work request of one SGE through verbs-core's
+    /// one-SGE fast path.
     #[inline]
-    fn check_one(&mut self, sge: &Sge, needs: AccessFlags) -> Result<()> {
-        if self.check == SgeCheck::Full && sge.length != 0 {
-            check_sge(self.pd, self.cache, 0, sge, needs).map_err(|r| self.fail(r))?;
-        }
+    fn push_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
+        check_single_sge(self.pd, self.cache, self.check, &sge, local_needs(&op))
+            .map_err(|r| self.fail(r))?;
+        self.b
+            .post_sge(wr_id, op, flags, sge)
+            .map_err(|e| self.fail(WrError::DataPath(e)))?;
+        self.n += 1;
         Ok(())
     }
 
@@ -1468,12 +1466,7 @@ impl<'q, P: Platform> SendBatch<'q, P> {
         rkey: u32,
         sge: Sge,
     ) -> Result<()> {
-        self.check_one(&sge, AccessFlags::NONE)?;
-        self.b
-            .post_rdma_write(wr_id, flags, remote_addr, rkey, sge)
-            .map_err(|e| self.fail(WrError::DataPath(e)))?;
-        self.n += 1;
-        Ok(())
+        self.push_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
     }
 
     /// Checks and writes an RDMA READ into one SGE.
@@ -1486,23 +1479,13 @@ impl<'q, P: Platform> SendBatch<'q, P> {
         rkey: u32,
         sge: Sge,
     ) -> Result<()> {
-        self.check_one(&sge, AccessFlags::LOCAL_WRITE)?;
-        self.b
-            .post_rdma_read(wr_id, flags, remote_addr, rkey, sge)
-            .map_err(|e| self.fail(WrError::DataPath(e)))?;
-        self.n += 1;
-        Ok(())
+        self.push_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
     }
 
     /// Checks and writes a SEND of one SGE.
     #[inline]
     pub fn post_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<()> {
-        self.check_one(&sge, AccessFlags::NONE)?;
-        self.b
-            .post_send(wr_id, flags, sge)
-            .map_err(|e| self.fail(WrError::DataPath(e)))?;
-        self.n += 1;
-        Ok(())
+        self.push_sge(wr_id, SendOp::Send, flags, sge)
     }
 
     /// Work requests in the batch.

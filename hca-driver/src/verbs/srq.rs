@@ -10,14 +10,16 @@ use firmware_cmds::srq::{ARM_RQ_OP_MOD_SRQ, ArmRqIn, CreateSrqIn, Srqc};
 use platform::Platform;
 use verbs_core::{RecvWr, SrqCompletions, SrqGeometry, SrqLayout};
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
 use crate::events::QueueId;
 use crate::hca::DmaUse;
-use crate::pas::{PAS_PAGE_SIZE, PageList};
+use crate::pas::PAS_PAGE_SIZE;
 use crate::types::Srqn;
-use crate::verbs::cq::{Cq, release_after_failure, service};
-use crate::verbs::pd::{AccessFlags, Pd};
-use crate::verbs::qp::{KeyCache, SgeCheck, WrError, check_sge};
+use crate::verbs::cq::Cq;
+use crate::verbs::pd::Pd;
+use crate::verbs::qp::{KeyCache, SgeCheck, check_recv_list, rejected};
+use crate::verbs::queue::{create_on_region, destroy_and_free, release_after_destroy, service};
 
 /// What an SRQ is created with (`struct ibv_srq_init_attr`).
 pub struct SrqInitAttr<'a, P: Platform> {
@@ -129,7 +131,7 @@ impl<'a, P: Platform> Pd<'a, P> {
             DmaUse::Queues,
             "allocating an SRQ",
         )?;
-        let built = (|| -> Result<CreateSrqIn> {
+        let input = (|| -> Result<CreateSrqIn> {
             let srqc = Srqc::new()
                 .with(Srqc::log_srq_size, g.wqe_cnt.trailing_zeros() as u8)?
                 .with(Srqc::log_rq_stride, g.wqe_shift - 4)?
@@ -139,38 +141,14 @@ impl<'a, P: Platform> Pd<'a, P> {
                 .with(Srqc::dbr_addr, region.iova() + layout.dbr_offset as u64)?;
             Ok(CreateSrqIn::new().with(CreateSrqIn::srq_context_entry, srqc)?)
         })();
-        let input = match built {
-            Ok(i) => i,
-            Err(e) => {
-                hca.dma_free(region, DmaUse::Queues);
-                return Err(e);
-            }
-        };
-        let pages = layout.ring_bytes.div_ceil(PAS_PAGE_SIZE);
-        let obj = match hca.create_srq(&PageList::contiguous(
-            &input,
-            region.iova(),
-            PAS_PAGE_SIZE,
-            pages,
-        )) {
-            Ok(o) => o,
-            Err(e) => {
-                release_after_failure(hca, region, &e);
-                return Err(e);
-            }
-        };
+        let (obj, region) =
+            create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_srq(p))?;
         let srqn = obj.number();
         // The device reads nothing before the doorbell record counts a
         // posted WQE: the free list is linked now.
         let srq = match verbs_core::Srq::new(region, srqn.0, g) {
             Ok(s) => s,
-            Err((e, region)) => {
-                match obj.destroy() {
-                    Ok(()) => hca.dma_free(region, DmaUse::Queues),
-                    Err(_) => hca.retire(region, DmaUse::Queues),
-                }
-                return Err(Error::DataPath(e));
-            }
+            Err((e, region)) => return Err(destroy_and_free(hca, obj, region, Error::DataPath(e))),
         };
         let s = Srq {
             pd: self,
@@ -229,32 +207,11 @@ impl<'a, P: Platform> Srq<'a, P> {
         let pd = self.pd;
         let check = self.sge_check;
         self.with(|c| {
-            let mut bad = None;
-            if check == SgeCheck::Full {
-                'wrs: for (i, wr) in wrs.iter().enumerate() {
-                    for (k, s) in wr.sgl.iter().enumerate() {
-                        if s.length == 0 {
-                            continue;
-                        }
-                        if let Err(r) = check_sge(pd, &mut c.cache, k, s, AccessFlags::LOCAL_WRITE)
-                        {
-                            bad = Some((i, r));
-                            break 'wrs;
-                        }
-                    }
-                }
-            }
-            let n = bad.map_or(wrs.len(), |b| b.0);
-            if let Err(e) = c.srq.post_list(&wrs[..n]) {
-                return Err(Error::InvalidWorkRequest {
-                    index: e.posted,
-                    reason: WrError::DataPath(e.error),
-                });
-            }
-            match bad {
-                Some((index, reason)) => Err(Error::InvalidWorkRequest { index, reason }),
-                None => Ok(()),
-            }
+            let (n, refused) = check_recv_list(pd, &mut c.cache, check, wrs);
+            c.srq
+                .post_list(&wrs[..n])
+                .map_err(|e| rejected(e.posted, e.error))?;
+            refused
         })
     }
 
@@ -334,22 +291,19 @@ impl<'a, P: Platform> Srq<'a, P> {
     pub fn wait_limit_event(&self, timeout: Duration) -> Result<()> {
         let hca = self.pd.context().hca();
         let p = hca.platform();
-        let start = p.now();
+        let deadline = Deadline::start(p, timeout);
         loop {
             service(hca)?;
             if self.take_limit_event() {
                 return Ok(());
             }
-            let waited = p.now().saturating_sub(start);
-            if waited >= timeout {
-                return Err(Error::Timeout {
-                    what: Wait::QueueEvent {
-                        queue: QueueId::Srq(self.srqn),
-                        event_type: EVENT_TYPE_SRQ_RQ_LIMIT,
-                    },
-                    after: waited,
-                });
-            }
+            deadline.check(
+                p,
+                Wait::QueueEvent {
+                    queue: QueueId::Srq(self.srqn),
+                    event_type: EVENT_TYPE_SRQ_RQ_LIMIT,
+                },
+            )?;
             p.relax();
         }
     }
@@ -372,8 +326,7 @@ impl<'a, P: Platform> Srq<'a, P> {
         let r = obj.destroy();
         if let Some(c) = self.dp.lock().take() {
             match c.srq.into_parts() {
-                Ok(region) if r.is_ok() => hca.dma_free(region, DmaUse::Queues),
-                Ok(region) => hca.retire(region, DmaUse::Queues),
+                Ok(region) => release_after_destroy(hca, region, r.is_ok()),
                 Err(_srq) => {
                     // A QP's handle still points into it: dropping the SRQ
                     // without its region leaks the memory (a region has no
