@@ -130,6 +130,37 @@ pub use pd::{AccessFlags, MAX_MRS_PER_PD, Mr, MrMode, Pd};
 pub use qp::{DRAIN_WR_ID, Qp, QpCap, QpInitAttr, SendBatch, SgeCheck, WrError};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 
+/// Writes the set bits of `bits` as their names joined with ` | `, then
+/// the bits no name covers in hex; `0` when none is set.
+fn write_flags(
+    f: &mut core::fmt::Formatter<'_>,
+    bits: u32,
+    names: impl Iterator<Item = (u32, &'static str)> + Clone,
+) -> core::fmt::Result {
+    let mut first = true;
+    for (b, n) in names.clone() {
+        if bits & b != 0 {
+            if !first {
+                f.write_str(" | ")?;
+            }
+            f.write_str(n)?;
+            first = false;
+        }
+    }
+    let rest = bits & !names.fold(0, |known, (b, _)| known | b);
+    if rest != 0 {
+        if !first {
+            f.write_str(" | ")?;
+        }
+        write!(f, "{rest:#x}")?;
+        first = false;
+    }
+    if first {
+        f.write_str("0")?;
+    }
+    Ok(())
+}
+
 // The data-path types the API takes and returns.
 pub use verbs_core::{
     Completion, GlobalRoute, Payload, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest,

@@ -208,28 +208,7 @@ impl core::ops::BitAnd for QpAttrMask {
 /// `IBV_QP_AV | IBV_QP_PATH_MTU`: the libibverbs names joined with ` | `.
 impl fmt::Display for QpAttrMask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut first = true;
-        for (b, n) in Self::NAMES {
-            if self.contains(*b) {
-                if !first {
-                    f.write_str(" | ")?;
-                }
-                f.write_str(n)?;
-                first = false;
-            }
-        }
-        let rest = self.0 & !((1 << 21) - 1);
-        if rest != 0 {
-            if !first {
-                f.write_str(" | ")?;
-            }
-            write!(f, "{rest:#x}")?;
-            first = false;
-        }
-        if first {
-            f.write_str("0")?;
-        }
-        Ok(())
+        super::write_flags(f, self.0, Self::NAMES.iter().map(|(b, n)| (b.0, *n)))
     }
 }
 

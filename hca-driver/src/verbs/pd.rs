@@ -66,28 +66,7 @@ impl fmt::Display for AccessFlags {
             (4, "IBV_ACCESS_REMOTE_READ"),
             (8, "IBV_ACCESS_REMOTE_ATOMIC"),
         ];
-        let mut first = true;
-        for (b, n) in NAMES {
-            if self.0 & b != 0 {
-                if !first {
-                    f.write_str(" | ")?;
-                }
-                f.write_str(n)?;
-                first = false;
-            }
-        }
-        let rest = self.0 & !15;
-        if rest != 0 {
-            if !first {
-                f.write_str(" | ")?;
-            }
-            write!(f, "{rest:#x}")?;
-            first = false;
-        }
-        if first {
-            f.write_str("0")?;
-        }
-        Ok(())
+        super::write_flags(f, self.0, NAMES.into_iter())
     }
 }
 
@@ -425,5 +404,24 @@ impl<P: Platform> Drop for Mr<'_, P> {
         if let Err(e) = self.dereg() {
             log::error!("deregistering {}: {e}", self.lkey);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::format;
+
+    use super::AccessFlags;
+
+    #[test]
+    fn access_flags_print_their_names() {
+        let a = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags(0x30);
+        assert_eq!(
+            format!("{a}"),
+            "IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | 0x30"
+        );
+        assert_eq!(format!("{:?}", AccessFlags::NONE), "AccessFlags(0)");
+        assert_eq!(format!("{}", AccessFlags(0x40)), "0x40");
     }
 }
