@@ -5,8 +5,7 @@
 //! translation table). Data moves with bulk IOMMU reads and writes, one per
 //! contiguous chunk.
 
-use crate::fw::objects::ObjData;
-use crate::fw::{Mkey, ObjKind, Objects};
+use crate::fw::{Mkey, Objects};
 use crate::iommu::Iommu;
 
 /// `resd_lkey` of QUERY_SPECIAL_CONTEXTS: local access to IOVAs without
@@ -56,10 +55,7 @@ impl core::fmt::Display for KeyError {
 }
 
 fn lookup(objs: &Objects, key: u32) -> Option<&Mkey> {
-    match objs.get(ObjKind::Mkey, key >> 8).map(|o| &o.data) {
-        Some(ObjData::Mkey(m)) if m.key == key => Some(m),
-        _ => None,
-    }
+    objs.mkey(key >> 8).filter(|m| m.key == key)
 }
 
 /// Checks `key` for `len` bytes at `addr` and appends the IOVA chunks to

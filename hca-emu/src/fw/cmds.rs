@@ -410,6 +410,16 @@ pub(crate) fn check_dbr(dbr: u64) -> Result<(), Fail> {
     }
 }
 
+/// The buffer fields of a CQ, SRQ, QP or EQ context (`g` reads the
+/// context's fields): `page_offset` must be 0, then `log_page_size` is
+/// checked ([`check_lps`]) and returned.
+pub(crate) fn check_buffer(g: impl Fn(&str) -> u64) -> Result<u8, Fail> {
+    if g("page_offset") != 0 {
+        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
+    }
+    check_lps(g("log_page_size"))
+}
+
 pub(crate) fn check_lps(lps: u64) -> Result<u8, Fail> {
     if lps > 20 {
         fail(st::BAD_PARAM, syn::BAD_PAGE_SIZE)
@@ -423,7 +433,8 @@ fn simple_alloc(d: &mut Device, c: &Cmd, k: ObjKind, out_field: &str) -> R {
     c.out().set(out_field, u64::from(n)).done()
 }
 
-fn simple_destroy(d: &mut Device, c: &Cmd, k: ObjKind, in_field: &str) -> R {
+/// Destroys the object `in_field` names and forgets its data-path state.
+pub(crate) fn simple_destroy(d: &mut Device, c: &Cmd, k: ObjKind, in_field: &str) -> R {
     let n = c.get(in_field) as u32;
     d.fw.objs.destroy(k, n)?;
     d.datapath_forget(k, n);
@@ -547,17 +558,15 @@ fn create_mkey(d: &mut Device, c: &Cmd) -> R {
         }),
         vec![(ObjKind::Pd, pd)],
     )?;
-    if let Some(o) = d.fw.objs.get_mut(ObjKind::Mkey, idx) {
-        if let ObjData::Mkey(k) = &mut o.data {
-            k.key = (idx << 8) | variant;
-        }
+    if let Some(k) = d.fw.objs.mkey_mut(idx) {
+        k.key = (idx << 8) | variant;
     }
     c.out().set("mkey_index", u64::from(idx)).done()
 }
 
 fn query_mkey(d: &mut Device, c: &Cmd) -> R {
     let idx = c.get("mkey_index") as u32;
-    let Some(ObjData::Mkey(k)) = d.fw.objs.get(ObjKind::Mkey, idx).map(|o| &o.data) else {
+    let Some(k) = d.fw.objs.mkey(idx) else {
         return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
     };
     let off = ifc().field(c.lout, "memory_key_mkey_entry").byte_offset();
@@ -582,10 +591,7 @@ fn create_cq(d: &mut Device, c: &Cmd) -> R {
     d.need(ObjKind::Uar, uar, syn::BAD_UAR)?;
     let c_eqn = g("c_eqn") as u32;
     d.need(ObjKind::Eq, c_eqn, syn::CQ_BAD_EQN)?;
-    if g("page_offset") != 0 {
-        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
-    }
-    let lps = check_lps(g("log_page_size"))?;
+    let lps = check_buffer(g)?;
     let dbr = g("dbr_addr");
     check_dbr(dbr)?;
     d.limit(ObjKind::Cq, "log_max_cq")?;
@@ -661,10 +667,7 @@ fn create_srq(d: &mut Device, c: &Cmd) -> R {
         d.need(ObjKind::Cq, cqn, syn::BAD_CQN)?;
         deps.push((ObjKind::Cq, cqn));
     }
-    if g("page_offset") != 0 {
-        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
-    }
-    let lps = check_lps(g("log_page_size"))?;
+    let lps = check_buffer(g)?;
     let dbr = g("dbr_addr");
     check_dbr(dbr)?;
     d.limit(ObjKind::Srq, "log_max_srq")?;
@@ -691,7 +694,7 @@ fn destroy_srq(d: &mut Device, c: &Cmd) -> R {
 
 fn query_srq(d: &mut Device, c: &Cmd) -> R {
     let n = c.get("srqn") as u32;
-    let Some(ObjData::Srq(s)) = d.fw.objs.get(ObjKind::Srq, n).map(|o| &o.data) else {
+    let Some(s) = d.fw.objs.srq(n) else {
         return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
     };
     let mut o = c.out();
@@ -704,7 +707,7 @@ fn query_srq(d: &mut Device, c: &Cmd) -> R {
 fn arm_rq(d: &mut Device, c: &Cmd) -> R {
     let n = c.get("srq_number") as u32;
     let lwm = c.get("lwm") as u16;
-    let Some(ObjData::Srq(s)) = d.fw.objs.get_mut(ObjKind::Srq, n).map(|o| &mut o.data) else {
+    let Some(s) = d.fw.objs.srq_mut(n) else {
         return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
     };
     if u32::from(lwm) > 1u32 << s.log_size {

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{Ordering, fence};
 
-use super::cmds::{check_lps, read_pas};
+use super::cmds::{check_buffer, read_pas, simple_destroy};
 use super::objects::{Eq, ObjData, ObjKind, buf_addr, pages_for};
 use super::{Cmd, R, fail, st};
 use crate::device::Device;
@@ -63,10 +63,7 @@ pub(crate) fn create_eq(d: &mut Device, c: &Cmd) -> R {
     if intr >= d.cfg.msix_vectors {
         return fail(st::BAD_PARAM, syn::EQ_INTR);
     }
-    if g("page_offset") != 0 {
-        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
-    }
-    let lps = check_lps(g("log_page_size"))?;
+    let lps = check_buffer(g)?;
     let events = c.get("event_bitmask[0]");
     if events & (1 << event::CMD) != 0 && d.eq_for(event::CMD).is_some() {
         return fail(st::BAD_PARAM, syn::EQ_CMD_TWICE);
@@ -93,8 +90,7 @@ pub(crate) fn create_eq(d: &mut Device, c: &Cmd) -> R {
 }
 
 pub(crate) fn destroy_eq(d: &mut Device, c: &Cmd) -> R {
-    d.fw.objs.destroy(ObjKind::Eq, c.get("eq_number") as u32)?;
-    c.out().done()
+    simple_destroy(d, c, ObjKind::Eq, "eq_number")
 }
 
 pub(crate) fn query_eq(d: &mut Device, c: &Cmd) -> R {
@@ -251,12 +247,7 @@ impl Device {
 
     /// [`Faults::srq_event`](crate::Faults::srq_event).
     pub(crate) fn inject_srq_event(&mut self, srqn: u32, ty: u8) -> Result<bool, crate::EmuError> {
-        let Some(ObjData::Srq(s)) = self
-            .fw
-            .objs
-            .get_mut(ObjKind::Srq, srqn)
-            .map(|o| &mut o.data)
-        else {
+        let Some(s) = self.fw.objs.srq_mut(srqn) else {
             return Err(crate::EmuError::NoSuchObject {
                 kind: ObjKind::Srq,
                 number: srqn,

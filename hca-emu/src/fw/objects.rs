@@ -243,6 +243,28 @@ pub(crate) enum ObjData {
     FlowEntry { table: u32, index: u32 },
 }
 
+/// A typed accessor of the objects of one kind: `typed!(ref cq, Cq)` is
+/// `fn cq(&self, n) -> Option<&Cq>`, the data of CQ `n` when it exists;
+/// `mut` makes the `&mut` one.
+macro_rules! typed {
+    (ref $name:ident, $kind:ident) => {
+        pub(crate) fn $name(&self, n: u32) -> Option<&$kind> {
+            match self.get(ObjKind::$kind, n).map(|o| &o.data) {
+                Some(ObjData::$kind(x)) => Some(x),
+                _ => None,
+            }
+        }
+    };
+    (mut $name:ident, $kind:ident) => {
+        pub(crate) fn $name(&mut self, n: u32) -> Option<&mut $kind> {
+            match self.get_mut(ObjKind::$kind, n).map(|o| &mut o.data) {
+                Some(ObjData::$kind(x)) => Some(x),
+                _ => None,
+            }
+        }
+    };
+}
+
 /// One object.
 #[derive(Clone, Debug)]
 pub(crate) struct Obj {
@@ -387,54 +409,15 @@ impl Objects {
         self.map.clear();
     }
 
-    pub(crate) fn cq(&self, n: u32) -> Option<&Cq> {
-        match self.get(ObjKind::Cq, n).map(|o| &o.data) {
-            Some(ObjData::Cq(c)) => Some(c),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn cq_mut(&mut self, n: u32) -> Option<&mut Cq> {
-        match self.get_mut(ObjKind::Cq, n).map(|o| &mut o.data) {
-            Some(ObjData::Cq(c)) => Some(c),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn eq_mut(&mut self, n: u32) -> Option<&mut Eq> {
-        match self.get_mut(ObjKind::Eq, n).map(|o| &mut o.data) {
-            Some(ObjData::Eq(e)) => Some(e),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn qp(&self, n: u32) -> Option<&Qp> {
-        match self.get(ObjKind::Qp, n).map(|o| &o.data) {
-            Some(ObjData::Qp(q)) => Some(q),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn qp_mut(&mut self, n: u32) -> Option<&mut Qp> {
-        match self.get_mut(ObjKind::Qp, n).map(|o| &mut o.data) {
-            Some(ObjData::Qp(q)) => Some(q),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn mkey(&self, n: u32) -> Option<&Mkey> {
-        match self.get(ObjKind::Mkey, n).map(|o| &o.data) {
-            Some(ObjData::Mkey(m)) => Some(m),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn srq(&self, n: u32) -> Option<&Srq> {
-        match self.get(ObjKind::Srq, n).map(|o| &o.data) {
-            Some(ObjData::Srq(s)) => Some(s),
-            _ => None,
-        }
-    }
+    typed!(ref cq, Cq);
+    typed!(mut cq_mut, Cq);
+    typed!(mut eq_mut, Eq);
+    typed!(ref qp, Qp);
+    typed!(mut qp_mut, Qp);
+    typed!(ref mkey, Mkey);
+    typed!(mut mkey_mut, Mkey);
+    typed!(ref srq, Srq);
+    typed!(mut srq_mut, Srq);
 
     pub(crate) fn wq(&self, k: ObjKind, n: u32) -> Option<&Wq> {
         match self.get(k, n).map(|o| &o.data) {

@@ -9,7 +9,7 @@
 //! its required fields from the input context, and an optional field only
 //! when its `opt_param_mask` bit is set.
 
-use super::cmds::{check_dbr, check_lps, read_pas_at};
+use super::cmds::{check_buffer, check_dbr, read_pas_at, simple_destroy};
 use super::objects::{ObjData, ObjKind, Qp, QpState, pages_for};
 use super::{Cmd, R, fail, st};
 use crate::device::Device;
@@ -87,10 +87,7 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
         d.need(ObjKind::Cq, cqn_rcv, syn::BAD_CQN)?;
         deps.push((ObjKind::Cq, cqn_rcv));
     }
-    if g("page_offset") != 0 {
-        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
-    }
-    let lps = check_lps(g("log_page_size"))?;
+    let lps = check_buffer(g)?;
     let dbr = g("dbr_addr");
     check_dbr(dbr)?;
     let log_max_qp = d.fw.caps.general("log_max_qp").min(31);
@@ -128,10 +125,7 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
 }
 
 pub(crate) fn destroy_qp(d: &mut Device, c: &Cmd) -> R {
-    let qpn = c.get("qpn") as u32;
-    d.fw.objs.destroy(ObjKind::Qp, qpn)?;
-    d.datapath_forget(ObjKind::Qp, qpn);
-    c.out().done()
+    simple_destroy(d, c, ObjKind::Qp, "qpn")
 }
 
 pub(crate) fn query_qp(d: &mut Device, c: &Cmd) -> R {
