@@ -460,6 +460,12 @@ pub(crate) fn rd64(b: &[u8], o: usize) -> u64 {
     u64::from_be_bytes(x)
 }
 
+/// The RETH at the start of a body (length-checked by the caller):
+/// virtual address, R_Key, DMA length.
+pub(crate) fn reth(b: &[u8]) -> (u64, u32, u32) {
+    (rd64(b, 0), rd32(b, 8), rd32(b, 12))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -151,16 +151,7 @@ impl Device {
                         index: idx,
                         nbb: bad.nbb,
                         opcode: bad.opcode,
-                        opmod: 0,
-                        fm_ce_se: 0,
-                        imm: 0,
-                        raddr: 0,
-                        rkey: 0,
-                        swap_add: 0,
-                        compare: 0,
-                        av: None,
-                        eth: None,
-                        sg: Vec::new(),
+                        ..SendWqe::default()
                     };
                     self.requester_fail(&info, w, syn::LOCAL_QP_OP);
                     return;

@@ -5,12 +5,11 @@
 
 use super::cqe::{Cqe, op as cqe_op, syndrome as syn};
 use super::mem::{self, Access};
-use super::packet::{self, Bth, Roce, RoceVer, aeth, op as ib};
+use super::packet::{self, Bth, Roce, aeth, op as ib};
 use super::wqe::{self, Rse};
 use super::{QpInfo, npkts};
 use crate::device::Device;
-use crate::fw::objects::ObjData;
-use crate::fw::{ObjKind, QpState};
+use crate::fw::QpState;
 
 /// Event types of affiliated errors (PRM).
 mod ev {
@@ -218,12 +217,7 @@ impl Device {
         self.datapath.recv_wqes += 1;
         let remaining = avail.saturating_sub(1);
         if lwm > 0 && u32::from(remaining) < u32::from(lwm) {
-            if let Some(ObjData::Srq(s)) = self
-                .fw
-                .objs
-                .get_mut(ObjKind::Srq, srqn)
-                .map(|o| &mut o.data)
-            {
+            if let Some(s) = self.fw.objs.srq_mut(srqn) {
                 s.lwm = 0;
             }
             self.qp_event(ev::SRQ_LIMIT, srqn);
@@ -299,15 +293,15 @@ impl Device {
         info: &QpInfo,
         rw: &RecvWqe,
         opcode: u8,
-        bth: &Bth,
+        p: &Roce<'_>,
         byte_cnt: u32,
         imm_pkey: u32,
         flags_rqpn: u32,
-        vlan: Option<u16>,
     ) {
+        let vlan = p.vlan;
         let c = Cqe {
             opcode,
-            se: bth.se,
+            se: p.bth.se,
             qpn: info.qpn,
             wqe_counter: rw.counter,
             srqn_uidx: Self::uidx(info, rw.srqn),
@@ -319,6 +313,27 @@ impl Device {
             ..Cqe::default()
         };
         self.emit_cqe(info.cqn_rcv, c);
+    }
+
+    /// The CQE of a SEND (with its immediate, if any) on an RC or UC QP:
+    /// `flags_rqpn` names the L3 header and the remote QP.
+    fn connected_cqe(
+        &mut self,
+        info: &QpInfo,
+        rw: &RecvWqe,
+        p: &Roce<'_>,
+        byte_cnt: u32,
+        imm: Option<u32>,
+    ) {
+        let flags = connected_flags(info, p);
+        let opcode = send_opcode(imm.is_some());
+        self.resp_cqe(info, rw, opcode, p, byte_cnt, imm.unwrap_or(0), flags);
+    }
+
+    /// The CQE of an RDMA WRITE with immediate on an RC or UC QP.
+    fn write_imm_cqe(&mut self, info: &QpInfo, rw: &RecvWqe, p: &Roce<'_>, len: u32, imm: u32) {
+        let flags = connected_flags(info, p);
+        self.resp_cqe(info, rw, cqe_op::RESP_WR_IMM, p, len, imm, flags);
     }
 
     /// A responder error CQE.
@@ -426,18 +441,8 @@ impl Device {
         let body = p.body;
         match op {
             ib::SEND_ONLY | ib::SEND_ONLY_IMM => {
-                let (imm, payload) = if op == ib::SEND_ONLY_IMM {
-                    if body.len() < 4 {
-                        return self.rc_nak(
-                            info,
-                            psn,
-                            NAK_INVALID,
-                            "short SEND with immediate".into(),
-                        );
-                    }
-                    (Some(packet::rd32(body, 0)), &body[4..])
-                } else {
-                    (None, body)
+                let Some((imm, payload)) = send_only(op, body) else {
+                    return self.rc_nak(info, psn, NAK_INVALID, "short SEND with immediate".into());
                 };
                 let Some(rw) = self.take_recv(info) else {
                     return self.rc_rnr(info, psn);
@@ -445,22 +450,7 @@ impl Device {
                 match self.scatter_recv(&rw, &[payload], qpn) {
                     Ok(n) => {
                         self.rc_advance(qpn, npkts(payload.len() as u64, info.mtu));
-                        let opcode = if imm.is_some() {
-                            cqe_op::RESP_SEND_IMM
-                        } else {
-                            cqe_op::RESP_SEND
-                        };
-                        let flags = (p.ver.cqe_l3_type() << 24) | (info.remote_qpn & 0xff_ffff);
-                        self.resp_cqe(
-                            info,
-                            &rw,
-                            opcode,
-                            &p.bth,
-                            n,
-                            imm.unwrap_or(0),
-                            flags,
-                            p.vlan,
-                        );
+                        self.connected_cqe(info, &rw, p, n, imm);
                         self.rc_ack(info, psn, payload.len() as u64);
                     }
                     Err(s) => {
@@ -484,11 +474,7 @@ impl Device {
                 if body.len() < need {
                     return self.rc_nak(info, psn, NAK_INVALID, "short RDMA WRITE".into());
                 }
-                let (va, rkey, dmalen) = (
-                    packet::rd64(body, 0),
-                    packet::rd32(body, 8),
-                    packet::rd32(body, 12),
-                );
+                let (va, rkey, dmalen) = packet::reth(body);
                 let imm = (op == ib::WRITE_ONLY_IMM).then(|| packet::rd32(body, 16));
                 let payload = &body[need..];
                 if payload.len() != dmalen as usize {
@@ -541,17 +527,7 @@ impl Device {
                             self.resp_err_cqe(info, &rw, syn::LOCAL_QP_OP);
                             return self.rc_nak(info, psn, NAK_OP, "bad receive WQE".into());
                         }
-                        let flags = (p.ver.cqe_l3_type() << 24) | (info.remote_qpn & 0xff_ffff);
-                        self.resp_cqe(
-                            info,
-                            &rw,
-                            cqe_op::RESP_WR_IMM,
-                            &p.bth,
-                            dmalen,
-                            imm,
-                            flags,
-                            p.vlan,
-                        );
+                        self.write_imm_cqe(info, &rw, p, dmalen, imm);
                     }
                 }
                 self.rc_ack(info, psn, payload.len() as u64);
@@ -687,11 +663,7 @@ impl Device {
     /// Checks an RDMA READ request (RETH in `body`) and sends the
     /// response. Returns the length read.
     fn read_response(&mut self, info: &QpInfo, body: &[u8], psn: u32) -> Result<u64, String> {
-        let (va, rkey, dmalen) = (
-            packet::rd64(body, 0),
-            packet::rd32(body, 8),
-            packet::rd32(body, 12),
-        );
+        let (va, rkey, dmalen) = packet::reth(body);
         let len = u64::from(dmalen);
         if len > info.max_msg {
             return Err(format!("RDMA READ of {len} bytes"));
@@ -793,17 +765,11 @@ impl Device {
         let qpn = info.qpn;
         let op = p.bth.opcode & 0x1f;
         let body = p.body;
-        let flags = (p.ver.cqe_l3_type() << 24) | (info.remote_qpn & 0xff_ffff);
         match op {
             ib::SEND_ONLY | ib::SEND_ONLY_IMM => {
-                let (imm, payload) = if op == ib::SEND_ONLY_IMM {
-                    if body.len() < 4 {
-                        self.datapath.drops.malformed += 1;
-                        return;
-                    }
-                    (Some(packet::rd32(body, 0)), &body[4..])
-                } else {
-                    (None, body)
+                let Some((imm, payload)) = send_only(op, body) else {
+                    self.datapath.drops.malformed += 1;
+                    return;
                 };
                 let Some(rw) = self.take_recv(info) else {
                     self.datapath.drops.no_receive += 1;
@@ -811,23 +777,7 @@ impl Device {
                 };
                 self.uc_psn(qpn, p.bth.psn, payload.len() as u64, info.mtu);
                 match self.scatter_recv(&rw, &[payload], qpn) {
-                    Ok(n) => {
-                        let opcode = if imm.is_some() {
-                            cqe_op::RESP_SEND_IMM
-                        } else {
-                            cqe_op::RESP_SEND
-                        };
-                        self.resp_cqe(
-                            info,
-                            &rw,
-                            opcode,
-                            &p.bth,
-                            n,
-                            imm.unwrap_or(0),
-                            flags,
-                            p.vlan,
-                        );
-                    }
+                    Ok(n) => self.connected_cqe(info, &rw, p, n, imm),
                     Err(s) => {
                         self.resp_err_cqe(info, &rw, s);
                         self.qp_error(qpn, false, None);
@@ -840,11 +790,7 @@ impl Device {
                     self.datapath.drops.malformed += 1;
                     return;
                 }
-                let (va, rkey, dmalen) = (
-                    packet::rd64(body, 0),
-                    packet::rd32(body, 8),
-                    packet::rd32(body, 12),
-                );
+                let (va, rkey, dmalen) = packet::reth(body);
                 let payload = &body[need..];
                 if payload.len() != dmalen as usize || !info.rwe {
                     self.datapath.drops.uc_access += 1;
@@ -877,16 +823,7 @@ impl Device {
                 if op == ib::WRITE_ONLY_IMM {
                     if let Some(rw) = self.take_recv(info) {
                         let imm = packet::rd32(body, 16);
-                        self.resp_cqe(
-                            info,
-                            &rw,
-                            cqe_op::RESP_WR_IMM,
-                            &p.bth,
-                            dmalen,
-                            imm,
-                            flags,
-                            p.vlan,
-                        );
+                        self.write_imm_cqe(info, &rw, p, dmalen, imm);
                     }
                 }
             }
@@ -934,19 +871,37 @@ impl Device {
         };
         match self.scatter_recv(&rw, &[&p.grh_area, payload], qpn) {
             Ok(n) => {
-                let opcode = if imm {
-                    cqe_op::RESP_SEND_IMM
-                } else {
-                    cqe_op::RESP_SEND
-                };
                 let flags = (1 << 28) | (p.ver.cqe_l3_type() << 24) | src_qp;
                 let imm_pkey = if imm { imm_v } else { u32::from(p.bth.pkey) };
-                self.resp_cqe(info, &rw, opcode, &p.bth, n, imm_pkey, flags, p.vlan);
+                self.resp_cqe(info, &rw, send_opcode(imm), p, n, imm_pkey, flags);
             }
             Err(s) => self.resp_err_cqe(info, &rw, s),
         }
-        let _ = RoceVer::V1;
     }
+}
+
+/// `flags_rqpn` of a connected QP's responder CQE: the L3 header type and
+/// the remote QP number.
+fn connected_flags(info: &QpInfo, p: &Roce<'_>) -> u32 {
+    (p.ver.cqe_l3_type() << 24) | (info.remote_qpn & 0xff_ffff)
+}
+
+/// The responder CQE opcode of a SEND, with or without immediate.
+fn send_opcode(imm: bool) -> u8 {
+    if imm {
+        cqe_op::RESP_SEND_IMM
+    } else {
+        cqe_op::RESP_SEND
+    }
+}
+
+/// The immediate (ImmDt) and payload of a SEND_ONLY or SEND_ONLY_IMM
+/// body; `None` when the ImmDt is cut short.
+fn send_only(op: u8, body: &[u8]) -> Option<(Option<u32>, &[u8])> {
+    if op != ib::SEND_ONLY_IMM {
+        return Some((None, body));
+    }
+    (body.len() >= 4).then(|| (Some(packet::rd32(body, 0)), &body[4..]))
 }
 
 /// Data of a response packet.

@@ -104,7 +104,7 @@ pub(crate) struct EthSeg {
 }
 
 /// A decoded send WQE.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SendWqe {
     /// `wqe_index`: the 16-bit counter of its first WQEBB.
     pub(crate) index: u16,
@@ -242,13 +242,7 @@ pub(crate) fn parse_send(
         opmod,
         fm_ce_se: b[11],
         imm: be32(b, 12),
-        raddr: 0,
-        rkey: 0,
-        swap_add: 0,
-        compare: 0,
-        av: None,
-        eth: None,
-        sg: Vec::new(),
+        ..SendWqe::default()
     };
     let mut o = 16;
     let need = |o: usize, n: usize, what: &str| -> Result<(), String> {
