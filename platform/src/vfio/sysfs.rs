@@ -196,11 +196,16 @@ impl Sysfs {
 
     /// Every PCI function, sorted by address.
     pub fn list_all(&self) -> Result<Vec<PciFunction>, Error> {
-        let dir = self.devices_dir();
-        let entries = fs::read_dir(&dir).map_err(|e| sysfs_err(&dir, e))?;
+        self.functions_in(&self.devices_dir())
+    }
+
+    /// The PCI functions whose entries are in `dir`, sorted by address;
+    /// entries that are not PCI addresses are passed over.
+    fn functions_in(&self, dir: &Path) -> Result<Vec<PciFunction>, Error> {
+        let entries = fs::read_dir(dir).map_err(|e| sysfs_err(dir, e))?;
         let mut out = Vec::new();
         for e in entries {
-            let e = e.map_err(|e| sysfs_err(&dir, e))?;
+            let e = e.map_err(|e| sysfs_err(dir, e))?;
             let name = e.file_name().to_string_lossy().into_owned();
             if normalize_bdf(&name).is_ok() {
                 out.push(self.function(&name)?);
@@ -231,22 +236,13 @@ impl Sysfs {
 
     /// The functions in IOMMU group `group`.
     pub fn group_members(&self, group: u32) -> Result<Vec<PciFunction>, Error> {
-        let dir = self
-            .root
-            .join(format!("kernel/iommu_groups/{group}/devices"));
-        let entries = fs::read_dir(&dir).map_err(|e| sysfs_err(&dir, e))?;
-        let mut out = Vec::new();
-        for e in entries {
-            let e = e.map_err(|e| sysfs_err(&dir, e))?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            // Groups can hold non-PCI devices on some platforms; only PCI
-            // functions are checked.
-            if normalize_bdf(&name).is_ok() {
-                out.push(self.function(&name)?);
-            }
-        }
-        out.sort_by(|a, b| a.bdf.cmp(&b.bdf));
-        Ok(out)
+        // Groups can hold non-PCI devices on some platforms; only PCI
+        // functions are checked.
+        self.functions_in(
+            &self
+                .root
+                .join(format!("kernel/iommu_groups/{group}/devices")),
+        )
     }
 
     /// Checks that `bdf` exists, is bound to vfio-pci, has an IOMMU group,
