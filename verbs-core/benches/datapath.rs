@@ -7,7 +7,8 @@
 //!   (`SendQueue::wr_rdma_write`);
 //! - `post/post32`: 32 RDMA writes with one doorbell (`SendQueue::batch`,
 //!   `SendBatch::wr_rdma_write`; throughput per WQE);
-//! - `poll/poll1`: poll one requester CQE (`Cq::poll_one`);
+//! - `poll/poll1`: poll one requester CQE (`CqPoller::poll_one_into`, a
+//!   session made once per 256 CQEs);
 //! - `poll/poll32`: poll 32 requester CQEs into `Completion`s (throughput
 //!   per CQE).
 //!
@@ -15,7 +16,9 @@
 //! queue and on a batch): `post/post1_error`, `post/post32_error`. And
 //! through the general API: `post/post1_wr` (`SendQueue::post` of a
 //! `SendWr`), `post/post32_wr` (`SendQueue::post_list`), `poll/poll32_wc`
-//! (`Cq::poll` into `WorkCompletion`s).
+//! (`Cq::poll` into `WorkCompletion`s). Single polls without a session:
+//! `poll/poll1_into` (`Cq::poll_one_into`), `poll/poll1_one`
+//! (`Cq::poll_one`).
 //!
 //! Setup that stands for the device (writing CQEs, retiring posted work) is
 //! done in `iter_custom` outside the timed region.
@@ -95,6 +98,34 @@ fn time_poll(
     dt
 }
 
+/// Times `iters` single polls: the device's part is done untimed for 256
+/// CQEs at a time, then `poll(cq, table, k)` takes the `k` CQEs written.
+fn time_poll_chunks(
+    h: &mut Harness,
+    iters: u64,
+    mut poll: impl FnMut(&mut Cq<Uar>, &CqTable<8>, u32),
+) -> Duration {
+    const CHUNK: u32 = 256;
+    let wrs: Vec<SendWr<'static>> = (0..CHUNK).map(|i| rdma_write(u64::from(i))).collect();
+    let mut dt = Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let k = (iters - done).min(u64::from(CHUNK)) as u32;
+        let sq = h.qp.sq().unwrap();
+        let first = sq.cur_post();
+        sq.post_list(&wrs[..k as usize]).unwrap();
+        for i in 0..k {
+            h.device_complete(first.wrapping_add(i) as u16);
+        }
+        let t = Instant::now();
+        poll(&mut h.cq, &h.table, k);
+        dt += t.elapsed();
+        h.polled(k);
+        done += u64::from(k);
+    }
+    dt
+}
+
 fn post(c: &mut Criterion) {
     let mut g = c.benchmark_group("post");
     g.throughput(Throughput::Elements(1));
@@ -170,6 +201,27 @@ fn poll(c: &mut Criterion) {
     let mut g = c.benchmark_group("poll");
     g.throughput(Throughput::Elements(1));
     g.bench_function("poll1", |b| {
+        let mut h = Harness::new(512, 12);
+        let mut c = Completion::default();
+        b.iter_custom(|iters| {
+            time_poll_chunks(&mut h, iters, |cq, t, k| {
+                let mut p = cq.poller(t);
+                for _ in 0..k {
+                    assert!(p.poll_one_into(black_box(&mut c)).unwrap());
+                }
+            })
+        });
+    });
+    g.bench_function("poll1_into", |b| {
+        let mut h = Harness::new(512, 12);
+        let mut c = Completion::default();
+        b.iter_custom(|iters| {
+            time_poll(&mut h, iters, 1, |cq, t| {
+                usize::from(cq.poll_one_into(t, black_box(&mut c)).unwrap())
+            })
+        });
+    });
+    g.bench_function("poll1_one", |b| {
         let mut h = Harness::new(512, 12);
         b.iter_custom(|iters| {
             time_poll(&mut h, iters, 1, |cq, t| {

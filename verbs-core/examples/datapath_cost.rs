@@ -18,14 +18,22 @@
 //!   (`SendQueue::wr_rdma_write`, which returns the two-word `SendError`);
 //! - `op_post32`: 32 such writes and one doorbell (`SendQueue::batch`,
 //!   `SendBatch::wr_rdma_write`, `SendBatch::ring`);
-//! - `op_poll1`: `Cq::poll_one` of one requester CQE (a `Completion`);
+//! - `op_poll1`: one requester CQE through a polling session
+//!   (`CqPoller::poll_one_into` into a caller's `Completion`, returning the
+//!   two-word `PollError`; the session, `Cq::poller`, is made once per 256
+//!   CQEs outside the measured function and remembers the queue and WQE
+//!   opcode of the CQE before, which is what a loop polling one CQE at a
+//!   time gets);
 //! - `op_poll32`: `Cq::poll` of 32 requester CQEs into `Completion`s.
 //!
 //! `op_post1_inline` and `op_poll1_inline` do N of the single operations
 //! in one call (the cost without a call boundary per operation);
 //! `op_post1_err` and `op_post32_err` are `op_post1` and `op_post32` with
 //! the full `Error` (`post_rdma_write`), whose 32-byte `Result` comes back
-//! through memory.
+//! through memory. Single polls without a session: `op_poll1_into`
+//! (`Cq::poll_one_into`, the queue looked up every time) and
+//! `op_poll1_one` (`Cq::poll_one`, a 40-byte `Result<Option<Completion>,
+//! Error>` through memory).
 //!
 //! And the same through the general API (`SendWr`, `WorkCompletion`):
 //! `op_post1_wr` (`SendQueue::post`), `op_post32_wr`
@@ -41,27 +49,32 @@
 //! | operation | fast API | instr. | ns | with `Error` | instr. | general API | instr. | rdma-core libmlx5 | target |
 //! |---|---|---|---|---|---|---|---|---|---|
 //! | post 1 RDMA write + doorbell | `wr_rdma_write` | 57 | 6.3 | `post_rdma_write` | 64 | `post(&SendWr)` | 156 | 319 | 60 |
-//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 40.8 | 3.1 | `SendBatch::post_rdma_write` | 42.9 | `post_list` | 129 | 190 (`ibv_wr_*`: 123) | 40 |
-//! | poll 1 CQE | `poll_one` | 76 | 21 | | | `poll`, 1 `WorkCompletion` | 138 | 185 | 40 |
+//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 40.7 | 3.1 | `SendBatch::post_rdma_write` | 42.9 | `post_list` | 129 | 190 (`ibv_wr_*`: 123) | 40 |
+//! | poll 1 CQE | `CqPoller::poll_one_into` | 56.5 | 12.8 | `poll_one` | 76 | `poll`, 1 `WorkCompletion` | 138 | 185 | 40 |
 //! | poll 32, per CQE | `poll` into `Completion`s | 38 | 9.5 | | | `poll` into `WorkCompletion`s | 61 | 108 | 40 |
 //!
-//! Inlined into the caller's loop (`op_post1_inline`, `op_poll1_inline`:
-//! N operations in one call, each post to other addresses) a post takes
-//! 54 instructions (3.8 ns) and a `poll_one` 66 (12.4 ns). (`poll` with a
-//! one-element `Completion` slice: 103.) Before the first optimisation
+//! (`op_poll1`'s 56.5 is 56 for a CQE of the remembered queue plus the
+//! session's first CQE, which looks the queue up, spread over 256.)
+//! Without a session, `Cq::poll_one_into` takes 66 instructions (14.1 ns);
+//! `poll` with a one-element `Completion` slice 103. Inlined into the
+//! caller's loop (`op_post1_inline`, `op_poll1_inline`: N operations in
+//! one call, each post to other addresses) a post takes 54 instructions
+//! (3.8 ns) and a session's poll 55 (11 ns). Before the first optimisation
 //! round the four scenarios took 178, 134, 230 and 141 instructions;
-//! before the second, 85, 47, 92 and 44.
+//! before the second, 85, 47, 92 and 44; before the third, 57.4, 40.75, 76
+//! and 38.
 //!
 //! What is left: a single post is the WQE's eight stores, the checks
 //! (queue space, flags table, non-empty SGE), the bookkeeping, the
 //! doorbell record and the doorbell between the two barriers rdma-core
 //! also has, plus one register saved. A batched WQE is the same without the
 //! doorbell, plus the caller's six loads of its arguments and its loop. A
-//! single poll pays, beyond the per-CQE work of a run (the owner byte, the
-//! read barrier, the key, QPN, WQE opcode and window checks, the completion
-//! stores), the lookup of the queue, the consumer index and its doorbell
-//! record, five saved registers and a 40-byte `Result` written through
-//! memory.
+//! single poll of a session is, beyond the per-CQE work of a run (the
+//! owner byte, the read barrier, the key, QPN and WQE-opcode compare, the
+//! window check, the tail and completion stores): finding the CQE from the
+//! consumer index (12), the consumer index and its doorbell record (8),
+//! the 16-byte `Result` written through memory and the return (4), one
+//! saved register (2).
 //!
 //! Outside the measured functions the harness plays the device: it writes
 //! the CQEs (for the poll scenarios it first posts the WQEs they complete),
@@ -75,7 +88,8 @@ use std::time::{Duration, Instant};
 
 use harness::{Harness, Uar, Write, rdma_write, write_args};
 use verbs_core::{
-    Completion, Cq, CqTable, Error, PostError, SendError, SendQueue, SendWr, Sge, WorkCompletion,
+    Completion, Cq, CqPoller, CqTable, Error, PollError, PostError, SendError, SendQueue, SendWr,
+    Sge, WorkCompletion,
 };
 
 #[inline(never)]
@@ -129,9 +143,33 @@ fn op_post32_err(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), Error
     Ok(())
 }
 
+/// One CQE through a polling session (`CqPoller::poll_one_into`), which
+/// remembers the queue of the CQE before; the session is made once, outside.
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_poll1(cq: &mut Cq<Uar>, table: &CqTable<8>) -> Result<Option<Completion>, Error> {
+fn op_poll1(
+    p: &mut CqPoller<'_, Uar, CqTable<8>>,
+    out: &mut Completion,
+) -> Result<bool, PollError> {
+    p.poll_one_into(out)
+}
+
+/// One CQE through `Cq::poll_one_into` (the queue looked up every time).
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_poll1_into(
+    cq: &mut Cq<Uar>,
+    table: &CqTable<8>,
+    out: &mut Completion,
+) -> Result<bool, PollError> {
+    cq.poll_one_into(table, out)
+}
+
+/// One CQE through `Cq::poll_one` (`Result<Option<Completion>, Error>`, 40
+/// bytes through memory).
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn op_poll1_one(cq: &mut Cq<Uar>, table: &CqTable<8>) -> Result<Option<Completion>, Error> {
     cq.poll_one(table)
 }
 
@@ -171,13 +209,15 @@ fn op_post1_inline(sq: &mut SendQueue<Uar>, w: &Write, count: u64) -> Result<(),
     Ok(())
 }
 
-/// `count` single polls in one call (the CQEs are there).
+/// `count` single polls in one call (the CQEs are there), through a
+/// session.
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_poll1_inline(cq: &mut Cq<Uar>, table: &CqTable<8>, count: u64) -> Result<u64, Error> {
+fn op_poll1_inline(p: &mut CqPoller<'_, Uar, CqTable<8>>, count: u64) -> Result<u64, PollError> {
     let mut sum = 0;
+    let mut c = Completion::default();
     for _ in 0..count {
-        if let Some(c) = cq.poll_one(table)? {
+        if p.poll_one_into(&mut c)? {
             sum += c.wr_id();
         }
     }
@@ -286,6 +326,31 @@ fn run_poll(
     dt
 }
 
+/// Runs `n` single polls: the device's part is done untimed for 256 CQEs
+/// at a time, then `poll(cq, table, k)` takes the `k` CQEs written, timed.
+fn run_poll_chunks(n: u64, mut poll: impl FnMut(&mut Cq<Uar>, &CqTable<8>, u32)) -> Duration {
+    const CHUNK: u32 = 256;
+    let mut h = Harness::new(CHUNK, 12);
+    let wrs: Vec<SendWr<'static>> = (0..CHUNK).map(|i| rdma_write(u64::from(i))).collect();
+    let mut dt = Duration::ZERO;
+    let mut done = 0;
+    while done < n {
+        let k = (n - done).min(u64::from(CHUNK)) as u32;
+        let sq = h.qp.sq().unwrap();
+        let first = sq.cur_post();
+        sq.post_list(&wrs[..k as usize]).expect("post");
+        for i in 0..k {
+            h.device_complete(first.wrapping_add(i) as u16);
+        }
+        let t = Instant::now();
+        poll(&mut h.cq, &h.table, k);
+        dt += t.elapsed();
+        h.polled(k);
+        done += u64::from(k);
+    }
+    dt
+}
+
 fn report(name: &str, what: &str, dt: Duration, ops: u64) {
     println!(
         "{name:<13} {:7.2} ns {what}",
@@ -365,11 +430,38 @@ fn main() {
         );
     }
     if run("poll1") {
+        let mut c = Completion::default();
+        let dt = run_poll_chunks(n, |cq, t, k| {
+            let mut p = cq.poller(t);
+            for _ in 0..k {
+                assert!(op_poll1(&mut p, black_box(&mut c)).expect("poll"));
+            }
+        });
+        report(
+            "poll1:",
+            "per poll of 1 CQE (CqPoller::poll_one_into)",
+            dt,
+            n,
+        );
+    }
+    if run("poll1_into") {
+        let mut c = Completion::default();
         let dt = run_poll(n, 1, |cq, t| {
-            let c = op_poll1(cq, t).expect("poll");
+            usize::from(op_poll1_into(cq, t, black_box(&mut c)).expect("poll"))
+        });
+        report(
+            "poll1_into:",
+            "per poll of 1 CQE (Cq::poll_one_into)",
+            dt,
+            n,
+        );
+    }
+    if run("poll1_one") {
+        let dt = run_poll(n, 1, |cq, t| {
+            let c = op_poll1_one(cq, t).expect("poll");
             black_box(c).map_or(0, |_| 1)
         });
-        report("poll1:", "per poll of 1 CQE (poll_one)", dt, n);
+        report("poll1_one:", "per poll of 1 CQE (Cq::poll_one)", dt, n);
     }
     if run("poll1_slice") {
         let mut wc = [Completion::default(); 1];
@@ -379,27 +471,18 @@ fn main() {
         report("poll1_slice:", "per poll of 1 CQE (poll, 1 slot)", dt, n);
     }
     if run("poll1_inline") {
-        // 256 CQEs written (untimed), then taken by 256 poll_one calls in
-        // one op call.
-        let mut h = Harness::new(256, 12);
-        let wrs: Vec<SendWr<'static>> = (0..256).map(rdma_write).collect();
-        let mut dt = Duration::ZERO;
-        let mut done = 0;
-        while done < n {
-            let k = (n - done).min(256);
-            let sq = h.qp.sq().unwrap();
-            let first = sq.cur_post();
-            sq.post_list(&wrs[..k as usize]).expect("post");
-            for i in 0..k as u32 {
-                h.device_complete(first.wrapping_add(i) as u16);
-            }
-            let t = Instant::now();
-            black_box(op_poll1_inline(&mut h.cq, &h.table, black_box(k)).expect("poll"));
-            dt += t.elapsed();
-            h.polled(k as u32);
-            done += k;
-        }
-        report("poll1_inline:", "per poll_one (inlined into a loop)", dt, n);
+        // 256 CQEs written (untimed), then taken by 256 single polls of a
+        // session in one op call.
+        let dt = run_poll_chunks(n, |cq, t, k| {
+            let mut p = cq.poller(t);
+            black_box(op_poll1_inline(&mut p, black_box(u64::from(k))).expect("poll"));
+        });
+        report(
+            "poll1_inline:",
+            "per poll (session, inlined into a loop)",
+            dt,
+            n,
+        );
     }
     if run("poll32") {
         let mut wc = [Completion::default(); 32];

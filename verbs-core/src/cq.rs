@@ -41,7 +41,6 @@ use core::sync::atomic::Ordering;
 
 use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
-use crate::Error;
 use crate::mem::{Ptr, check_region};
 use crate::qp::{
     HANDLE_RQ, HANDLE_SQ, META_HANDLES, META_RQ_HEAD, META_RQ_TAIL, META_SQ_HEAD, META_SQ_TABLE,
@@ -52,6 +51,7 @@ use crate::srq::SrqCompletions;
 use crate::uar::{CQ_DOORBELL, check_cq_doorbell};
 use crate::wc::{Completion, CompletionSlot, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wqe::Opcode;
+use crate::{Error, PollError};
 
 /// CQE opcodes (`MLX5_CQE_*`, `op_own` bits 7:4).
 pub mod cqe_opcode {
@@ -164,6 +164,10 @@ pub struct CqParts<M> {
 
 /// Finds the queues a CQE names. Implemented by [`CqTable`]; a driver may
 /// implement it over its own resource tables.
+///
+/// A resolver gives the same answer for a key as long as it is borrowed
+/// (a [`CqPoller`] session relies on that to remember the handle of the
+/// last key it resolved; the handle itself stays valid by the borrow).
 pub trait CqResolver {
     /// The QP registered under user index `uidx` (CQE version 1).
     fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions>;
@@ -695,6 +699,103 @@ impl<M: Mmio> Cq<M> {
         }
     }
 
+    /// Polls one completion into `out` (`ibv_poll_cq` with one entry):
+    /// `Ok(true)` when a CQE was taken and `out` holds its completion,
+    /// `Ok(false)` when none is there (`out` untouched). The same checks
+    /// and error rules as [`poll_one`](Self::poll_one) (a corrupt CQE is
+    /// consumed and its error returned), with the two-word [`PollError`]
+    /// (`Error::from` gives the full error, field for field; `?` converts
+    /// it). After an error `out` holds nothing meaningful. The doorbell
+    /// record is written when a CQE was consumed.
+    ///
+    /// A successful requester CQE of a CQE-version-1 CQ is retired inline;
+    /// everything else goes out of line to the paths of `poll_one`. To
+    /// take completions one at a time, a [`CqPoller`] (see
+    /// [`poller`](Self::poller)) is faster still: it remembers the queue
+    /// of the CQE before.
+    #[inline]
+    pub fn poll_one_into<R: CqResolver>(
+        &mut self,
+        queues: &R,
+        out: &mut Completion,
+    ) -> Result<bool, PollError> {
+        let ci = self.ci;
+        let p = self.buf.sub(((ci & self.mask) as usize) << 6, 64);
+        let op_own = p.r8(cqe_offset::OP_OWN);
+        // Owner bit = bit log_cq_size of the consumer index.
+        if op_own == u8::from(ci & self.size != 0) && self.version == CqeVersion::V1 {
+            // Software-owned, opcode REQ (0), format 0, not solicited (as
+            // in `poll`).
+            barrier::udma_from_device_barrier();
+            // (Each field is read once, after the barrier, when it is
+            // needed: fewer values live at a time.)
+            let t = p.r64(cqe_offset::SOP_DROP_QPN);
+            // A WQE opcode whose completion is its table entry alone (the
+            // others go the general way).
+            let w2 = REQ_FAST[(u32::from_be(raw_sop_qpn(t)) >> 24) as usize];
+            let uidx = u32::from_be(p.r32(cqe_offset::SRQN_UIDX) & KEY24);
+            if let Some(h) = queues.by_user_index(uidx) {
+                // It retires the send queue and the QPN matches.
+                if h.sq_key == raw_sop_qpn(t) & KEY24 && (w2 as i64) >= 0 {
+                    let e =
+                        META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & h.sq_mask16 as usize);
+                    let meta = h.meta;
+                    out.w1w2(Completion::word1_raw(0, raw_sop_qpn(t)), w2);
+                    let tail = meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
+                    let head = meta.a32(META_SQ_HEAD).load(Ordering::Acquire);
+                    let wqe_head = meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
+                    // The WQE is outstanding.
+                    if wqe_head.wrapping_sub(tail) < head.wrapping_sub(tail) {
+                        meta.a32(META_SQ_TAIL)
+                            .store(wqe_head.wrapping_add(1), Ordering::Release);
+                        out.w0(meta.a64(e).load(Ordering::Relaxed));
+                        self.ci = self.ci.wrapping_add(1);
+                        self.update_ci();
+                        return Ok(true);
+                    }
+                }
+            }
+            // It failed a check: the general path says why.
+        } else if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(ci & self.size != 0)
+        {
+            return Ok(false);
+        }
+        self.poll_one_into_slow(queues, out)
+    }
+
+    /// [`poll_one_into`](Self::poll_one_into) of everything but a good
+    /// requester CQE of a version-1 CQ: [`poll_one`](Self::poll_one).
+    #[cold]
+    #[inline(never)]
+    fn poll_one_into_slow<R: CqResolver>(
+        &mut self,
+        queues: &R,
+        out: &mut Completion,
+    ) -> Result<bool, PollError> {
+        match self.poll_one(queues) {
+            Ok(Some(c)) => {
+                *out = c;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(PollError::from_poll_path(e)),
+        }
+    }
+
+    /// Starts a polling session with the resolver `queues` (see
+    /// [`CqPoller`]).
+    pub fn poller<'a, R: CqResolver>(&'a mut self, queues: &'a R) -> CqPoller<'a, M, R> {
+        CqPoller {
+            cq: self,
+            queues,
+            key: 0,
+            sop_qpn: 0,
+            w2: REQ_FAST[Opcode::Nop as usize],
+            mask16: 0,
+            meta: Ptr::from_static(&NO_QUEUE),
+        }
+    }
+
     /// [`poll_one`](Self::poll_one) of a CQ with CQE version 0 (QPs found
     /// by QPN, a search), out of line.
     #[inline(never)]
@@ -800,11 +901,23 @@ impl<M: Mmio> Cq<M> {
         queues: &R,
         off: usize,
     ) -> Option<Completion> {
+        let [w0, w1, w2] = Self::requester_words::<KEY, R>(buf, queues, off)?;
+        Some(Completion::requester(w0, w1, w2))
+    }
+
+    /// [`requester_one`](Self::requester_one), giving the completion's
+    /// words.
+    #[inline(always)]
+    fn requester_words<const KEY: usize, R: CqResolver>(
+        buf: Ptr,
+        queues: &R,
+        off: usize,
+    ) -> Option<[u64; 3]> {
         let t = buf.r64(off + cqe_offset::SOP_DROP_QPN);
         let (_, _, mut run) = Self::requester_queue::<KEY, R>(buf, queues, off, t)?;
-        let [w0, w1, w2] = run.take(buf, off, t)?;
+        let w = run.take(buf, off, t)?;
         run.store_tail();
-        Some(Completion::requester(w0, w1, w2))
+        Some(w)
     }
 
     /// Retires a run of successful requester CQEs of one send queue: the
@@ -1214,6 +1327,182 @@ impl<M: Mmio> Cq<M> {
     }
 }
 
+/// The bookkeeping a [`CqPoller`] remembers when it remembers no queue: a
+/// send queue with nothing outstanding (head = tail = 0, one table entry),
+/// so no CQE passes its window check. Only ever read.
+static NO_QUEUE: [core::sync::atomic::AtomicU64; (META_SQ_TABLE + SQ_ENTRY) / 8] =
+    [const { core::sync::atomic::AtomicU64::new(0) }; (META_SQ_TABLE + SQ_ENTRY) / 8];
+
+/// A polling session on a CQ (rdma-core's `ibv_start_poll` ..
+/// `ibv_end_poll` pattern): the CQ and its resolver borrowed together, so
+/// the session can remember the send queue it last retired from. While the
+/// session lives the resolver cannot change (it is borrowed), so the
+/// handle a key resolved to stays the answer for that key: a requester CQE
+/// of the same queue as the one before it is checked against the
+/// remembered key and QPN instead of being looked up. Every other check
+/// is made for every CQE, as [`Cq::poll_one_into`] makes them.
+///
+/// Made by [`Cq::poller`]; dropping it ends the session (the CQ's state
+/// is the CQ's own throughout: forgetting a session loses nothing).
+#[derive(Debug)]
+pub struct CqPoller<'a, M: Mmio, R: CqResolver> {
+    cq: &'a mut Cq<M>,
+    queues: &'a R,
+    /// The remembered send queue's key: the CQE's `srqn_uidx` dword as it
+    /// sits in memory (the bits of [`KEY24`] count).
+    key: u32,
+    /// A `sop_drop_qpn` dword of it as it sits in memory: its QPN and the
+    /// WQE opcode of the last CQE taken (any opcode the fast path takes
+    /// before the first).
+    sop_qpn: u32,
+    /// [`REQ_FAST`] of that WQE opcode, always one the fast path takes (a
+    /// CQE whose dword equals `sop_qpn` takes it without a look).
+    w2: u64,
+    /// `(WQEBBs - 1) * SQ_ENTRY` of its send queue.
+    mask16: usize,
+    /// Its bookkeeping; [`NO_QUEUE`] when none is remembered.
+    meta: Ptr,
+}
+
+impl<'a, M: Mmio, R: CqResolver> CqPoller<'a, M, R> {
+    /// Polls one completion into `out`: [`Cq::poll_one_into`], with the
+    /// lookup of a send queue remembered from the CQE before.
+    #[inline(always)]
+    pub fn poll_one_into(&mut self, out: &mut Completion) -> Result<bool, PollError> {
+        let cq = &*self.cq;
+        let ci = cq.ci;
+        let p = cq.buf.sub(((ci & cq.mask) as usize) << 6, 64);
+        let op_own = p.r8(cqe_offset::OP_OWN);
+        // Owner bit = bit log_cq_size of the consumer index.
+        if op_own != u8::from(ci & cq.size != 0) {
+            if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(ci & cq.size != 0) {
+                return Ok(false);
+            }
+            return self.poll_one_slow(out);
+        }
+        // Software-owned, opcode REQ (0), format 0, not solicited.
+        barrier::udma_from_device_barrier();
+        // (The fields are read after the barrier, each once, as they are
+        // needed: fewer values live at a time.)
+        let t = p.r64(cqe_offset::SOP_DROP_QPN);
+        // The remembered queue's user index, QPN and WQE opcode (`key` is
+        // only set on a CQE-version-1 CQ).
+        let same =
+            ((p.r32(cqe_offset::SRQN_UIDX) ^ self.key) & KEY24) | (raw_sop_qpn(t) ^ self.sop_qpn);
+        let w2 = if same == 0 {
+            self.w2
+        } else {
+            match self.other_opcode(same, raw_sop_qpn(t)) {
+                Some(w2) => w2,
+                None => return self.poll_one_slow(out),
+            }
+        };
+        let e = META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & self.mask16);
+        // Two words of the completion now: the registers are needed for
+        // the window.
+        out.w1w2(Completion::word1_raw(0, raw_sop_qpn(t)), w2);
+        let meta = self.meta;
+        let tail = meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
+        let head = meta.a32(META_SQ_HEAD).load(Ordering::Acquire);
+        let wqe_head = meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
+        // The WQE is outstanding.
+        if wqe_head.wrapping_sub(tail) >= head.wrapping_sub(tail) {
+            return self.poll_one_slow(out);
+        }
+        meta.a32(META_SQ_TAIL)
+            .store(wqe_head.wrapping_add(1), Ordering::Release);
+        out.w0(meta.a64(e).load(Ordering::Relaxed));
+        let cq = &mut *self.cq;
+        cq.ci = cq.ci.wrapping_add(1);
+        cq.update_ci();
+        Ok(true)
+    }
+
+    /// A requester CQE of the remembered queue (`same`, the key and QPN
+    /// bits compared, is 0 there) with another WQE opcode than the one
+    /// before (in `sop_qpn`): that opcode's completion word, remembered,
+    /// if it is one the fast path takes.
+    #[inline(always)]
+    fn other_opcode(&mut self, same: u32, sop_qpn: u32) -> Option<u64> {
+        if same & KEY24 != 0 {
+            return None;
+        }
+        let w2 = REQ_FAST[(u32::from_be(sop_qpn) >> 24) as usize];
+        if (w2 as i64) < 0 {
+            return None;
+        }
+        self.sop_qpn = sop_qpn;
+        self.w2 = w2;
+        Some(w2)
+    }
+
+    /// Remembers WQE opcode `sop` (one the fast path takes) with the
+    /// masked `sop_drop_qpn` dword `qpn_key`.
+    fn remember_opcode(&mut self, qpn_key: u32, sop: u8) {
+        self.sop_qpn = (qpn_key & KEY24) | u32::from_ne_bytes([sop, 0, 0, 0]);
+        self.w2 = REQ_FAST[usize::from(sop)];
+        debug_assert!((self.w2 as i64) >= 0);
+    }
+
+    /// [`poll_one_into`](Self::poll_one_into) of a CQE the remembered
+    /// queue does not take: [`Cq::poll_one`]; then, if the CQE was a
+    /// requester CQE of a version-1 CQ, its send queue is remembered.
+    #[cold]
+    #[inline(never)]
+    fn poll_one_slow(&mut self, out: &mut Completion) -> Result<bool, PollError> {
+        let queues: &'a R = self.queues;
+        let cq = &mut *self.cq;
+        let ci = cq.ci;
+        let off = ((ci & cq.mask) as usize) << 6;
+        let op_own = cq.buf.r8(off + cqe_offset::OP_OWN);
+        let mut key = None;
+        if op_own == u8::from(ci & cq.size != 0) && cq.version == CqeVersion::V1 {
+            barrier::udma_from_device_barrier();
+            key = Some(cq.buf.r32(off + cqe_offset::SRQN_UIDX) & KEY24);
+        }
+        let r = match cq.poll_one(queues) {
+            Ok(Some(c)) => {
+                *out = c;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(PollError::from_poll_path(e)),
+        };
+        self.forget();
+        if let Some(k) = key {
+            // The handle lives as long as the borrow of `queues` ('a), and
+            // the resolver cannot change meanwhile.
+            if let Some(h) = queues.by_user_index(u32::from_be(k)) {
+                if h.sq_key != u32::MAX {
+                    self.key = k;
+                    self.remember_opcode(h.sq_key, Opcode::RdmaWrite as u8);
+                    self.mask16 = h.sq_mask16 as usize;
+                    self.meta = h.meta;
+                }
+            }
+        }
+        r
+    }
+
+    /// Remembers no queue.
+    #[inline]
+    fn forget(&mut self) {
+        self.meta = Ptr::from_static(&NO_QUEUE);
+        self.mask16 = 0;
+    }
+
+    /// Polls up to `wc.len()` completions: [`Cq::poll`].
+    #[inline]
+    pub fn poll<W: CompletionSlot>(&mut self, wc: &mut [W]) -> Result<usize, Error> {
+        self.cq.poll(self.queues, wc)
+    }
+
+    /// The CQ.
+    pub fn cq(&self) -> &Cq<M> {
+        self.cq
+    }
+}
+
 /// The raw (native-order) `sop_drop_qpn` dword out of the raw 8 bytes at
 /// `sop_drop_qpn` (`sop_drop_qpn`, `wqe_counter`, signature, `op_own`).
 #[inline(always)]
@@ -1378,13 +1667,18 @@ mod tests {
 
         /// Work requests retired per QP.
         fn tails(&mut self) -> [u32; 2] {
-            let mut t = [0; 2];
-            for (i, qp) in self.qps.iter_mut().enumerate() {
-                let sq = qp.sq().unwrap();
-                t[i] = sq.head().wrapping_sub(sq.outstanding());
-            }
-            t
+            tails_of(&mut self.qps)
         }
+    }
+
+    /// Work requests retired per QP of `qps`.
+    fn tails_of(qps: &mut [Qp<&MmioWindow>]) -> [u32; 2] {
+        let mut t = [0; 2];
+        for (i, qp) in qps.iter_mut().enumerate() {
+            let sq = qp.sq().unwrap();
+            t[i] = sq.head().wrapping_sub(sq.outstanding());
+        }
+        t
     }
 
     impl Drop for Setup<'_> {
@@ -1445,6 +1739,8 @@ mod tests {
                 11 => uidx |= u32::from(r) << 24, // bits above the index
                 12 => qpn |= u32::from(r) << 24,  // sop bits, not the QPN
                 13 => op_own |= 2,                // solicited (general path)
+                14 => sop = [0xff, 0x7f, 0x01, 0x0e][usize::from(r % 4)], // bad or rare
+                15 => sop = [0x00, 0x09, 0x0a, 0x0b, 0x11][usize::from(r % 5)], // other ops
                 _ => {}
             }
             b[0x20..0x24].copy_from_slice(&uidx.to_be_bytes());
@@ -1465,11 +1761,12 @@ mod tests {
             ..Default::default()
         })]
 
-        /// The requester fast path of `poll` (and of `poll_one`) gives
-        /// exactly what decoding every CQE through the general path gives:
-        /// the same completions, errors, consumer index and retired work,
-        /// for runs across QPs, ring wraps, batch sizes, both CQE versions
-        /// and every kind of corrupt CQE.
+        /// The requester fast path of `poll` (and of `poll_one`,
+        /// `poll_one_into` and a `CqPoller` session's `poll_one_into`)
+        /// gives exactly what decoding every CQE through the general path
+        /// gives: the same completions, errors, consumer index, doorbell
+        /// record and retired work, for runs across QPs, ring wraps, batch
+        /// sizes, both CQE versions and every kind of corrupt CQE.
         #[test]
         fn poll_fast_path_equals_general_path(
             log in 2u8..5,
@@ -1486,18 +1783,28 @@ mod tests {
             // `poll_one` on c, the general path one CQE at a time on d.
             let mut c = Setup::new(&uc, log, sq_start, ci, &sges, v0);
             let mut d = Setup::new(&ud, log, sq_start, ci, &sges, v0);
+            // `Cq::poll_one_into` on e, a `CqPoller` session (one for the
+            // whole run) on f.
+            let (ue, uf) = (Uar::new(), Uar::new());
+            let mut e = Setup::new(&ue, log, sq_start, ci, &sges, v0);
+            let mut f = Setup::new(&uf, log, sq_start, ci, &sges, v0);
             let entries = 1u32 << log;
+            let dbr_off = crate::CqLayout::new(log).unwrap().dbr_offset;
+            let (f_mem, f_qps) = (&f.cq_mem, &mut f.qps);
+            let mut fs = f.cq.as_mut().unwrap().poller(&f.table);
             let mut written = ci;
             let mut next = cqes.iter();
             let mut cqegen = Gen { q: 0, cursor: [0; 2] };
+            let (mut we, mut wf) = (Completion::default(), Completion::default());
             for &want in &polls {
                 // Keep the ring filled with CQEs the poll has not consumed.
                 while written.wrapping_sub(a.cq().consumer_index()) < entries {
                     let Some(&spec) = next.next() else { break };
                     let img = cqegen.cqe(&a, written, entries, spec);
-                    for s in [&a, &b, &c, &d] {
+                    for s in [&a, &b, &c, &d, &e] {
                         s.write_cqe(written, &img);
                     }
+                    f_mem.write(64 * (written & (entries - 1)) as usize, &img).unwrap();
                     written = written.wrapping_add(1);
                 }
                 let mut wa = [Completion::default(); 8];
@@ -1518,6 +1825,23 @@ mod tests {
                     prop_assert_eq!(c.cq().consumer_index(), d.cq().consumer_index());
                     prop_assert_eq!(c.tails(), d.tails());
                     prop_assert_eq!(c.cq_mem.read64(c.dbr_off()).unwrap(), d.cq_mem.read64(d.dbr_off()).unwrap());
+                    // poll_one_into, alone and in the session.
+                    let want_c = rd.map(|n| (n == 1).then_some(wd[0]));
+                    for (s, r) in [(0, &mut e.cq.as_mut().unwrap().poll_one_into(&e.table, &mut we)), (1, &mut fs.poll_one_into(&mut wf))] {
+                        let got = match r {
+                            Ok(true) => Ok(Some(if s == 0 { we } else { wf })),
+                            Ok(false) => Ok(None),
+                            Err(x) => Err(Error::from(*x)),
+                        };
+                        prop_assert_eq!(got, want_c, "api {}", s);
+                    }
+                    prop_assert_eq!(e.cq().consumer_index(), d.cq().consumer_index());
+                    prop_assert_eq!(fs.cq().consumer_index(), d.cq().consumer_index());
+                    prop_assert_eq!(e.tails(), d.tails());
+                    prop_assert_eq!(tails_of(f_qps), d.tails());
+                    let dd = d.cq_mem.read64(dbr_off).unwrap();
+                    prop_assert_eq!(e.cq_mem.read64(dbr_off).unwrap(), dd);
+                    prop_assert_eq!(f_mem.read64(dbr_off).unwrap(), dd);
                 }
             }
         }

@@ -504,6 +504,262 @@ impl core::fmt::Display for SendError {
 
 impl core::error::Error for SendError {}
 
+/// The names a [`PollError`] can give for `Error::CqeUnknownQueue`'s
+/// `what` (by index + 1) and `Error::CqeWqeCounter`'s `queue` (by index
+/// + 1): the strings the completion path uses.
+const POLL_WHAT: [&str; 5] = [
+    "user index",
+    "QPN",
+    "SRQN",
+    "send queue of QPN",
+    "receive queue of QPN",
+];
+const POLL_QUEUE: [&str; 3] = ["send queue", "receive queue", "SRQ"];
+
+/// Why a poll failed, in two words: the compact form of the [`Error`]s a
+/// CQ's polling can return (a corrupt or unexpected CQE, or a contended
+/// SRQ free list). A `Result<_, PollError>` is returned in registers or
+/// two stores where a `Result<_, Error>` needs five.
+///
+/// Returned by [`Cq::poll_one_into`](crate::Cq::poll_one_into).
+/// [`kind`](Self::kind) says what was wrong, with the numbers;
+/// [`Error::from`] (or `?` into a function returning [`Error`]) gives the
+/// error [`Cq::poll`](crate::Cq::poll) returns for the same CQE, field for
+/// field. It prints like that error.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PollError {
+    /// Bits 0..8: the kind's index + 1 (never 0); 8..16: the index + 1 of
+    /// a name; 16..32: an opcode, `op_own` or `wqe_counter`; 32..64: the
+    /// consumer index.
+    code: NonZeroU64,
+    /// Two 32-bit values.
+    arg: u64,
+}
+
+/// What a [`PollError`] says: the [`Error`] variant it stands for, with the
+/// same fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PollErrorKind {
+    /// [`Error::CqeOpcode`].
+    CqeOpcode {
+        /// Consumer index of the CQE.
+        ci: u32,
+        /// The opcode (`op_own` bits 7:4).
+        opcode: u8,
+    },
+    /// [`Error::CqeUnknownQueue`].
+    CqeUnknownQueue {
+        /// Consumer index of the CQE.
+        ci: u32,
+        /// "user index", "QPN", "SRQN", "send queue of QPN" or "receive
+        /// queue of QPN".
+        what: &'static str,
+        /// The value from the CQE.
+        key: u32,
+    },
+    /// [`Error::CqeQpnMismatch`].
+    CqeQpnMismatch {
+        /// Consumer index of the CQE.
+        ci: u32,
+        /// QPN in the CQE.
+        got: u32,
+        /// QPN registered for the user index.
+        expected: u32,
+    },
+    /// [`Error::CqeWqeCounter`].
+    CqeWqeCounter {
+        /// Consumer index of the CQE.
+        ci: u32,
+        /// The `wqe_counter` from the CQE.
+        counter: u16,
+        /// "send queue", "receive queue" or "SRQ".
+        queue: &'static str,
+    },
+    /// [`Error::CqeByteCount`] (the posted length of a receive WQE is at
+    /// most 32 bits).
+    CqeByteCount {
+        /// Consumer index of the CQE.
+        ci: u32,
+        /// `byte_cnt` from the CQE.
+        byte_cnt: u32,
+        /// Total length posted in the receive WQE.
+        posted: u32,
+    },
+    /// [`Error::CqeFormat`].
+    CqeFormat {
+        /// Consumer index of the CQE.
+        ci: u32,
+        /// The `op_own` byte.
+        op_own: u8,
+    },
+    /// [`Error::SrqLockTimeout`].
+    SrqLockTimeout(u32),
+}
+
+impl PollErrorKind {
+    /// The compact form, if the kind has one (its names are the
+    /// completion path's, `posted` fits 32 bits).
+    fn pack(self) -> Option<PollError> {
+        use PollErrorKind as K;
+        let name = |t: &[&str], s: &str| t.iter().position(|x| *x == s).map(|i| i as u64 + 1);
+        // (index, name, small, ci, a, b)
+        let (i, n, small, ci, a, b): (u64, u64, u16, u32, u32, u32) = match self {
+            K::CqeOpcode { ci, opcode } => (0, 0, u16::from(opcode), ci, 0, 0),
+            K::CqeUnknownQueue { ci, what, key } => (1, name(&POLL_WHAT, what)?, 0, ci, key, 0),
+            K::CqeQpnMismatch { ci, got, expected } => (2, 0, 0, ci, got, expected),
+            K::CqeWqeCounter { ci, counter, queue } => {
+                (3, name(&POLL_QUEUE, queue)?, counter, ci, 0, 0)
+            }
+            K::CqeByteCount {
+                ci,
+                byte_cnt,
+                posted,
+            } => (4, 0, 0, ci, byte_cnt, posted),
+            K::CqeFormat { ci, op_own } => (5, 0, u16::from(op_own), ci, 0, 0),
+            K::SrqLockTimeout(spins) => (6, 0, 0, 0, spins, 0),
+        };
+        let code = (i + 1) | n << 8 | u64::from(small) << 16 | u64::from(ci) << 32;
+        Some(PollError {
+            code: NonZeroU64::new(code)?,
+            arg: u64::from(a) | u64::from(b) << 32,
+        })
+    }
+}
+
+impl PollError {
+    /// What was wrong, with the numbers.
+    pub fn kind(self) -> PollErrorKind {
+        use PollErrorKind as K;
+        let c = self.code.get();
+        let n = ((c >> 8) as u8 as usize).wrapping_sub(1);
+        let small = (c >> 16) as u16;
+        let ci = (c >> 32) as u32;
+        let (a, b) = (self.arg as u32, (self.arg >> 32) as u32);
+        match c & 0xff {
+            1 => K::CqeOpcode {
+                ci,
+                opcode: small as u8,
+            },
+            2 => K::CqeUnknownQueue {
+                ci,
+                what: POLL_WHAT.get(n).copied().unwrap_or(POLL_WHAT[0]),
+                key: a,
+            },
+            3 => K::CqeQpnMismatch {
+                ci,
+                got: a,
+                expected: b,
+            },
+            4 => K::CqeWqeCounter {
+                ci,
+                counter: small,
+                queue: POLL_QUEUE.get(n).copied().unwrap_or(POLL_QUEUE[0]),
+            },
+            5 => K::CqeByteCount {
+                ci,
+                byte_cnt: a,
+                posted: b,
+            },
+            6 => K::CqeFormat {
+                ci,
+                op_own: small as u8,
+            },
+            // 7: the only other code `pack` makes.
+            _ => K::SrqLockTimeout(a),
+        }
+    }
+
+    /// The compact form of an error of the completion path (the errors
+    /// [`Cq::poll`](crate::Cq::poll) returns). Every such error has one;
+    /// anything else is a broken invariant of this crate.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn from_poll_path(e: Error) -> Self {
+        use PollErrorKind as K;
+        let k = match e {
+            Error::CqeOpcode { ci, opcode } => Some(K::CqeOpcode { ci, opcode }),
+            Error::CqeUnknownQueue { ci, what, key } => Some(K::CqeUnknownQueue { ci, what, key }),
+            Error::CqeQpnMismatch { ci, got, expected } => {
+                Some(K::CqeQpnMismatch { ci, got, expected })
+            }
+            Error::CqeWqeCounter { ci, counter, queue } => {
+                Some(K::CqeWqeCounter { ci, counter, queue })
+            }
+            Error::CqeByteCount {
+                ci,
+                byte_cnt,
+                posted,
+            } => u32::try_from(posted).ok().map(|posted| K::CqeByteCount {
+                ci,
+                byte_cnt,
+                posted,
+            }),
+            Error::CqeFormat { ci, op_own } => Some(K::CqeFormat { ci, op_own }),
+            Error::SrqLockTimeout(s) => Some(K::SrqLockTimeout(s)),
+            _ => None,
+        };
+        match k.and_then(PollErrorKind::pack) {
+            Some(p) => p,
+            None => unreachable!("the completion path returned {e:?}, which has no PollError"),
+        }
+    }
+}
+
+impl From<PollErrorKind> for Error {
+    #[cold]
+    fn from(k: PollErrorKind) -> Self {
+        use PollErrorKind as K;
+        match k {
+            K::CqeOpcode { ci, opcode } => Error::CqeOpcode { ci, opcode },
+            K::CqeUnknownQueue { ci, what, key } => Error::CqeUnknownQueue { ci, what, key },
+            K::CqeQpnMismatch { ci, got, expected } => Error::CqeQpnMismatch { ci, got, expected },
+            K::CqeWqeCounter { ci, counter, queue } => Error::CqeWqeCounter { ci, counter, queue },
+            K::CqeByteCount {
+                ci,
+                byte_cnt,
+                posted,
+            } => Error::CqeByteCount {
+                ci,
+                byte_cnt,
+                posted: u64::from(posted),
+            },
+            K::CqeFormat { ci, op_own } => Error::CqeFormat { ci, op_own },
+            K::SrqLockTimeout(s) => Error::SrqLockTimeout(s),
+        }
+    }
+}
+
+impl From<PollError> for Error {
+    #[inline(always)]
+    fn from(e: PollError) -> Self {
+        poll_error_to_error(e)
+    }
+}
+
+/// `Error::from(PollError)` out of line; `extern "C"` (cannot unwind), as
+/// [`send_error_to_error`].
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn poll_error_to_error(e: PollError) -> Error {
+    Error::from(e.kind())
+}
+
+impl core::fmt::Debug for PollError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "PollError({:?})", self.kind())
+    }
+}
+
+impl core::fmt::Display for PollError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(&Error::from(*self), f)
+    }
+}
+
+impl core::error::Error for PollError {}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -564,6 +820,81 @@ mod tests {
             }))
             .to_string(),
             "IBV_WR_RDMA_READ is not valid on a Uc QP"
+        );
+    }
+
+    #[test]
+    fn poll_error_is_two_words_and_round_trips_every_kind() {
+        assert_eq!(core::mem::size_of::<PollError>(), 16);
+        assert_eq!(core::mem::size_of::<Result<bool, PollError>>(), 16);
+        use PollErrorKind as K;
+        let mut kinds = std::vec::Vec::new();
+        for (ci, a, b) in [
+            (0, 0, 0),
+            (1, u32::MAX, 1),
+            (u32::MAX, 1, u32::MAX),
+            (0x12_3456, 0xab_cdef, 0x42),
+        ] {
+            kinds.push(K::CqeOpcode {
+                ci,
+                opcode: a as u8,
+            });
+            for what in POLL_WHAT {
+                kinds.push(K::CqeUnknownQueue { ci, what, key: a });
+            }
+            kinds.push(K::CqeQpnMismatch {
+                ci,
+                got: a,
+                expected: b,
+            });
+            for queue in POLL_QUEUE {
+                kinds.push(K::CqeWqeCounter {
+                    ci,
+                    counter: b as u16,
+                    queue,
+                });
+            }
+            kinds.push(K::CqeByteCount {
+                ci,
+                byte_cnt: a,
+                posted: b,
+            });
+            kinds.push(K::CqeFormat {
+                ci,
+                op_own: b as u8,
+            });
+            kinds.push(K::SrqLockTimeout(a));
+        }
+        for k in kinds {
+            let e = k.pack().unwrap();
+            assert_eq!(e.kind(), k);
+            let full = Error::from(e);
+            assert_eq!(full, Error::from(k));
+            assert_eq!(PollError::from_poll_path(full), e, "{k:?}");
+            assert_eq!(e.to_string(), full.to_string());
+        }
+        // Names are the completion path's own strings.
+        assert!(
+            K::CqeUnknownQueue {
+                ci: 0,
+                what: "something else",
+                key: 0
+            }
+            .pack()
+            .is_none()
+        );
+        assert_eq!(
+            Error::from(
+                K::CqeWqeCounter {
+                    ci: 3,
+                    counter: 9,
+                    queue: "SRQ"
+                }
+                .pack()
+                .unwrap()
+            )
+            .to_string(),
+            "CQE 0x3: wqe_counter 0x9 names no outstanding WQE of the SRQ"
         );
     }
 }

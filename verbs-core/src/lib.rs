@@ -65,18 +65,27 @@
 //!   when the queue is made ([`platform::Mmio::write64_unchecked`]).
 //! - [`Cq::poll`] into [`Completion`]s (32 bytes, every `ibv_wc` field by
 //!   accessor) retires a run of successful requester CQEs of one send
-//!   queue with one lookup and one tail store; [`Cq::poll_one`] takes one
-//!   CQE without the loop. A CQE that fails a check, and every other kind,
-//!   is decoded by the general path, which says what is wrong. Polling
-//!   into [`WorkCompletion`]s works the same, with a conversion per
-//!   completion.
+//!   queue with one lookup and one tail store. A CQE that fails a check,
+//!   and every other kind, is decoded by the general path, which says what
+//!   is wrong. Polling into [`WorkCompletion`]s works the same, with a
+//!   conversion per completion.
+//! - One CQE at a time: [`Cq::poll_one_into`] writes the completion into a
+//!   caller's [`Completion`] and returns `Result<bool, PollError>` (the
+//!   two-word [`PollError`] converts to [`Error`] field for field, as
+//!   [`SendError`] does); a polling session, [`Cq::poller`] →
+//!   [`CqPoller::poll_one_into`], also remembers the send queue and WQE
+//!   opcode of the CQE before, so a CQE of the same queue is checked
+//!   against them instead of being looked up (the resolver is borrowed
+//!   for the session, so the answer cannot change). [`Cq::poll_one`]
+//!   returns `Result<Option<Completion>, Error>`.
 //!
 //! Instructions per operation (callgrind, x86_64, release; see
 //! `examples/datapath_cost.rs`), each in a function of its own that returns
 //! the result: one RDMA write with its doorbell 57 (`wr_rdma_write`; 64
-//! with `post_rdma_write`'s `Error`), per WQE in a batch of 32: 41 (43),
-//! one CQE by `poll_one` 76, per CQE in a poll of 32: 38 (rdma-core's
-//! libmlx5 on the same machine: 319, 190 (123 with `ibv_wr_*`), 185, 108).
+//! with `post_rdma_write`'s `Error`), per WQE in a batch of 32: 40.7
+//! (43), one CQE by a session's `poll_one_into` 56.5 (`Cq::poll_one_into`
+//! 66, `poll_one` 76), per CQE in a poll of 32: 38 (rdma-core's libmlx5
+//! on the same machine: 319, 190 (123 with `ibv_wr_*`), 185, 108).
 //!
 //! ```
 //! # use core::ptr::NonNull;
@@ -233,8 +242,8 @@ pub mod wc;
 pub mod wqe;
 
 pub use av::{AddressVector, AhAttr, GlobalRoute, PortLinkLayer};
-pub use cq::{Cq, CqConfig, CqParts, CqResolver, CqTable, CqeVersion, QpCompletions};
-pub use error::{Error, SendError, SendErrorKind};
+pub use cq::{Cq, CqConfig, CqParts, CqPoller, CqResolver, CqTable, CqeVersion, QpCompletions};
+pub use error::{Error, PollError, PollErrorKind, SendError, SendErrorKind};
 pub use qp::{
     Payload, PostError, Qp, QpConfig, QpParts, QpType, RecvQueue, RecvWr, SendBatch, SendFlags,
     SendOp, SendQueue, SendWr, Sge, UdDest,

@@ -63,6 +63,33 @@ impl Ptr {
         })
     }
 
+    /// A pointer to bookkeeping in static memory (atomics only; never
+    /// device memory).
+    pub(crate) fn from_static(mem: &'static [AtomicU64]) -> Self {
+        Self {
+            base: NonNull::from(mem).cast(),
+            #[cfg(debug_assertions)]
+            len: 8 * mem.len(),
+        }
+    }
+
+    /// The pointer `off` bytes on, to `len` bytes (inside this one: the
+    /// caller derives `off` from a masked ring index; restated by a
+    /// debug assertion).
+    #[inline(always)]
+    pub(crate) fn sub(self, off: usize, len: usize) -> Self {
+        let base = self.at(off, 1);
+        #[cfg(debug_assertions)]
+        debug_assert!(off + len <= self.len);
+        let _ = len;
+        Self {
+            // SAFETY: `at` gives a pointer inside the region, never null.
+            base: unsafe { NonNull::new_unchecked(base) },
+            #[cfg(debug_assertions)]
+            len,
+        }
+    }
+
     #[inline(always)]
     fn at(self, off: usize, width: usize) -> *mut u8 {
         #[cfg(debug_assertions)]

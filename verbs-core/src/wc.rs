@@ -321,6 +321,19 @@ impl Completion {
         Self { w0, w1, w2, w3: 0 }
     }
 
+    /// Sets words 1 and 2 (crate-internal: the poll fast path).
+    #[inline(always)]
+    pub(crate) fn w1w2(&mut self, w1: u64, w2: u64) {
+        self.w1 = w1;
+        self.w2 = w2;
+    }
+
+    /// Sets word 0, the `wr_id` (crate-internal: the poll fast path).
+    #[inline(always)]
+    pub(crate) fn w0(&mut self, w0: u64) {
+        self.w0 = w0;
+    }
+
     /// `w1` from `byte_len` and the CQE's raw (memory-order)
     /// `sop_drop_qpn` dword: the form of the requester fast path.
     #[inline(always)]

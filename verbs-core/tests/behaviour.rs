@@ -621,6 +621,16 @@ proptest::proptest! {
         table.insert(1, env.qp.completions(true, true, None).unwrap()).map_err(|(e, _)| e).unwrap();
         env.qp.sq().unwrap().post(&write(7)).unwrap();
         env.qp.rq().unwrap().post(&RecvWr { wr_id: 8, sgl: &SGE }).unwrap();
+        // The same through `poll` with one slot (env1) and `poll_one_into`
+        // (env2): the same completions and errors.
+        let mut envs = [1, 2].map(|_| make_qp_cfg(&small_rc(), &uar, 0, 0));
+        let mut cqs = [1, 2].map(|_| make_cq(&uar, 2, 0));
+        let mut tables = [CqTable::<4>::new(), CqTable::<4>::new()];
+        for (e, t) in envs.iter_mut().zip(&mut tables) {
+            t.insert(1, e.qp.completions(true, true, None).unwrap()).map_err(|(e, _)| e).unwrap();
+            e.qp.sq().unwrap().post(&write(7)).unwrap();
+            e.qp.rq().unwrap().post(&RecvWr { wr_id: 8, sgl: &SGE }).unwrap();
+        }
         for (i, words) in cqes.iter().enumerate() {
             let mut b = [0u8; 64];
             for (j, w) in words.iter().enumerate() {
@@ -635,6 +645,30 @@ proptest::proptest! {
                     proptest::prop_assert!(w.wr_id == 7 || w.wr_id == 8);
                 }
             }
+            for c in &cqs {
+                c.write_cqe(i & 3, &b);
+            }
+            // Until both have taken everything there is.
+            loop {
+                let mut one = [Completion::default(); 1];
+                let r1 = cqs[0].cq().poll(&tables[0], &mut one);
+                let mut c = Completion::default();
+                let r2 = cqs[1].cq().poll_one_into(&tables[1], &mut c);
+                let r2 = r2.map(usize::from).map_err(Error::from);
+                proptest::prop_assert_eq!(r1, r2);
+                if r1 == Ok(1) {
+                    proptest::prop_assert_eq!(one[0], c);
+                }
+                proptest::prop_assert_eq!(cqs[0].cq().consumer_index(), cqs[1].cq().consumer_index());
+                proptest::prop_assert_eq!(cqs[0].dbr(), cqs[1].dbr());
+                if r1 == Ok(0) {
+                    break;
+                }
+            }
+        }
+        drop(tables);
+        for e in envs {
+            e.reclaim();
         }
         drop(table);
         env.reclaim();
@@ -686,6 +720,87 @@ fn poster_and_poller_on_two_threads() {
             let wc = complete_send(&mut cq, &table, 0x42, counter);
             assert_eq!(wc.wr_id, expect);
             expect += 1;
+        }
+        assert_eq!(expect, total);
+    });
+    drop(table);
+    env.reclaim();
+}
+
+/// The poller side on its own thread's partner: a `CqPoller` session that
+/// lives for the whole run (it remembers the queue and reads the head the
+/// poster publishes), alternating with `Cq::poll_one_into` between
+/// sessions; the poster mixes general, typed and batched posts.
+#[test]
+fn poster_and_session_poller_on_two_threads() {
+    let uar = UarPage::new();
+    let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
+    let mut cq = make_cq(&uar, 3, 0);
+    let handle = env.qp.completions(true, false, None).unwrap();
+    let mut table = CqTable::<4>::new();
+    table.insert(0, handle).map_err(|(e, _)| e).unwrap();
+    let total = if cfg!(miri) { 40u64 } else { 20_000 };
+    let (tx, rx) = std::sync::mpsc::channel::<u16>();
+    std::thread::scope(|s| {
+        let sq = env.qp.sq().unwrap();
+        s.spawn(move || {
+            let mut posted = 0u64;
+            while posted < total {
+                let r = match posted % 3 {
+                    0 => sq.post(&write(posted).flags(SendFlags::SIGNALED)),
+                    1 => sq
+                        .wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])
+                        .map_err(Error::from),
+                    _ => {
+                        let mut b = sq.batch();
+                        let r = b.wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0]);
+                        b.ring();
+                        r.map_err(Error::from)
+                    }
+                };
+                match r {
+                    Ok(()) => {
+                        tx.send((sq.cur_post() - 1) as u16).unwrap();
+                        posted += 1;
+                    }
+                    Err(Error::QueueFull { .. }) => std::thread::yield_now(),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        });
+        let (mem, q) = cq.split();
+        let entries = q.entries();
+        let mut expect = 0u64;
+        let mut c = Completion::default();
+        let mut rx = rx.iter();
+        // Rounds of 100 CQEs: a session, then the plain call.
+        while expect < total {
+            {
+                let mut p = q.poller(&table);
+                for counter in rx.by_ref().take(100) {
+                    let ci = p.cq().consumer_index();
+                    let img = CqeImage::new(0, ((ci / entries) & 1) as u8)
+                        .qpn(0x08, 0x42)
+                        .uidx(0)
+                        .counter(counter);
+                    mem.write(64 * (ci % entries) as usize, &img.0).unwrap();
+                    assert_eq!(p.poll_one_into(&mut c), Ok(true));
+                    assert_eq!(c.wr_id(), expect);
+                    assert_eq!(p.poll_one_into(&mut c), Ok(false));
+                    expect += 1;
+                }
+            }
+            for counter in rx.by_ref().take(7) {
+                let ci = q.consumer_index();
+                let img = CqeImage::new(0, ((ci / entries) & 1) as u8)
+                    .qpn(0x08, 0x42)
+                    .uidx(0)
+                    .counter(counter);
+                mem.write(64 * (ci % entries) as usize, &img.0).unwrap();
+                assert_eq!(q.poll_one_into(&table, &mut c), Ok(true));
+                assert_eq!(c.wr_id(), expect);
+                expect += 1;
+            }
         }
         assert_eq!(expect, total);
     });

@@ -514,8 +514,33 @@ fn recv_vectors() {
     }
 }
 
+/// How the CQE vectors are polled.
+#[derive(Clone, Copy, Debug)]
+enum PollApi {
+    /// `Cq::poll` with `ne` `WorkCompletion` slots.
+    Slice,
+    /// `Cq::poll_one_into` until it gives nothing or `ne` are taken.
+    OneInto,
+    /// `CqPoller::poll_one_into` (one session) the same way.
+    Session,
+}
+
 #[test]
 fn cqe_vectors() {
+    cqe_vectors_through(PollApi::Slice);
+}
+
+#[test]
+fn cqe_vectors_through_poll_one_into() {
+    cqe_vectors_through(PollApi::OneInto);
+}
+
+#[test]
+fn cqe_vectors_through_a_poller_session() {
+    cqe_vectors_through(PollApi::Session);
+}
+
+fn cqe_vectors_through(api: PollApi) {
     let all = vectors();
     let cqes = all["cqe"].as_array().unwrap();
     assert_eq!(cqes.len(), 36);
@@ -575,9 +600,29 @@ fn cqe_vectors() {
             cq.write_cqe(num(&c["slot"]) as usize, &hex(c["bytes"].as_str().unwrap()));
         }
         let p = &v["poll"];
-        let mut wc = vec![WorkCompletion::default(); num(&p["ne"]) as usize];
-        let n = cq.cq().poll(&table, &mut wc).unwrap();
-        assert_eq!(n as u64, num(&p["return"]), "{name}");
+        let ne = num(&p["ne"]) as usize;
+        let mut wc = vec![WorkCompletion::default(); ne];
+        let n = match api {
+            PollApi::Slice => cq.cq().poll(&table, &mut wc).unwrap(),
+            PollApi::OneInto | PollApi::Session => {
+                let mut got = Vec::new();
+                let mut c = Completion::default();
+                let q = cq.cq();
+                if let PollApi::Session = api {
+                    let mut s = q.poller(&table);
+                    while got.len() < ne && s.poll_one_into(&mut c).unwrap() {
+                        got.push(WorkCompletion::from(c));
+                    }
+                } else {
+                    while got.len() < ne && q.poll_one_into(&table, &mut c).unwrap() {
+                        got.push(WorkCompletion::from(c));
+                    }
+                }
+                wc[..got.len()].copy_from_slice(&got);
+                got.len()
+            }
+        };
+        assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
         for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
             let nw: Vec<&str> = e["not_written"]
                 .as_array()

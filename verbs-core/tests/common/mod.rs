@@ -150,6 +150,12 @@ impl<'u> CqEnv<'u> {
     pub fn cq(&mut self) -> &mut Cq<&'u MmioWindow> {
         self.cq.as_mut().unwrap()
     }
+
+    /// The CQ and, apart, its memory (to write CQEs while a poller session
+    /// holds the CQ).
+    pub fn split(&mut self) -> (&HostBlock, &mut Cq<&'u MmioWindow>) {
+        (&self.mem, self.cq.as_mut().unwrap())
+    }
 }
 
 impl Drop for CqEnv<'_> {
@@ -162,12 +168,16 @@ impl Drop for CqEnv<'_> {
 }
 
 pub fn make_cq<'u>(uar: &'u UarPage, log: u8, ci: u32) -> CqEnv<'u> {
+    make_cq_version(uar, log, ci, CqeVersion::V1)
+}
+
+pub fn make_cq_version<'u>(uar: &'u UarPage, log: u8, ci: u32, version: CqeVersion) -> CqEnv<'u> {
     let layout = CqLayout::new(log).unwrap();
     let mem = HostBlock::new(layout.total_bytes, 4096).unwrap();
     let cfg = CqConfig {
         cqn: 7,
         layout,
-        version: CqeVersion::V1,
+        version,
         uar_page_offset: 0,
     };
     let cq = Cq::with_consumer_index(mem.lend(0x200_0000, 0).unwrap(), &uar.window, &cfg, ci)
