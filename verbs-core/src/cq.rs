@@ -97,6 +97,8 @@ pub mod cqe_offset {
     pub const SOP_DROP_QPN: usize = 0x38;
     /// `wqe_counter`.
     pub const WQE_COUNTER: usize = 0x3c;
+    /// `signature`.
+    pub const SIGNATURE: usize = 0x3e;
     /// `op_own`.
     pub const OP_OWN: usize = 0x3f;
 }
@@ -151,6 +153,19 @@ pub struct CqConfig {
     /// Offset in the register window of the CQ's UAR page (the arm
     /// doorbell is at + 0x20).
     pub uar_page_offset: usize,
+}
+
+/// What [`Cq::clean`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CqClean {
+    /// CQEs of the QP removed (the consumer index advanced by this many).
+    pub removed: u32,
+    /// SRQ WQEs returned to the SRQ's free list.
+    pub srq_freed: u32,
+    /// Removed receive CQEs whose SRQ WQE was not returned: the
+    /// `wqe_counter` named no posted WQE of the SRQ (or, CQE version 0,
+    /// the SRQN was not the SRQ's), or its free list stayed locked.
+    pub srq_skipped: u32,
 }
 
 /// What a CQ gives back when taken apart.
@@ -540,6 +555,140 @@ impl<M: Mmio> Cq<M> {
     /// The CQ number.
     pub fn cqn(&self) -> u32 {
         self.cqn
+    }
+
+    /// Sets the CQ number: for a driver that makes the CQ (which
+    /// initialises the CQEs and the doorbell record) before CREATE_CQ,
+    /// with any number in [`CqConfig::cqn`], and learns the number from
+    /// CREATE_CQ's answer. Only [`arm`](Self::arm) uses it. A number wider
+    /// than 24 bits is refused and changes nothing.
+    pub fn set_cqn(&mut self, cqn: u32) -> Result<(), Error> {
+        if cqn >= 1 << 24 {
+            return Err(Error::InvalidGeometry("CQN exceeds 24 bits"));
+        }
+        self.cqn = cqn;
+        Ok(())
+    }
+
+    /// Removes the CQEs of one QP that have not been polled (rdma-core's
+    /// `__mlx5_cq_clean`), before the QP is reset (2RST) or destroyed, so
+    /// they do not surface later as completions of a queue that no longer
+    /// has that work (an error, or worse, a completion of new work).
+    ///
+    /// `key` names the QP as its CQEs do: its user index on a CQE-version-1
+    /// CQ, its QPN on a version-0 CQ. With `srq` (the SRQ the QP receives
+    /// through), the WQE each of its removed receive (responder) CQEs
+    /// names is returned to the SRQ's free list, as polling it would have
+    /// done. Call it after the QP stopped producing completions (in
+    /// RESET or ERR with everything flushed): CQEs the device writes
+    /// meanwhile are not looked at.
+    ///
+    /// The software-owned CQEs from the consumer index on are swept from
+    /// the newest to the oldest; the QP's are dropped and the others moved
+    /// up over them, keeping their order (each slot keeps its owner bit),
+    /// and the consumer index advances by the number dropped (doorbell
+    /// record updated after a store barrier). The SQ/RQ bookkeeping of the
+    /// QP is not touched: it starts over when the queue is made again.
+    ///
+    /// Nothing read from the CQEs is trusted: an SRQ `wqe_counter` that
+    /// names no posted WQE (or, on version 0, an SRQN that is not `srq`'s)
+    /// frees nothing and is counted in [`CqClean::srq_skipped`]; the CQE is
+    /// dropped all the same.
+    pub fn clean(&mut self, key: u32, srq: Option<&SrqCompletions>) -> CqClean {
+        let mut report = CqClean::default();
+        let (ci, buf, mask) = (self.ci, self.buf, self.mask);
+        // The CQEs software owns now (at most a ring's worth).
+        let mut n = 0u32;
+        while n <= mask {
+            let i = ci.wrapping_add(n);
+            let op_own = buf.r8((((i & mask) as usize) << 6) + cqe_offset::OP_OWN);
+            if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(i & self.size != 0) {
+                break;
+            }
+            n += 1;
+        }
+        if n == 0 {
+            return report;
+        }
+        barrier::udma_from_device_barrier();
+        let key = key & 0xff_ffff;
+        let mut dropped = 0u32;
+        for k in (0..n).rev() {
+            let i = ci.wrapping_add(k);
+            let off = ((i & mask) as usize) << 6;
+            let op_own = buf.r8(off + cqe_offset::OP_OWN);
+            let srqn_uidx = Be32::from_raw(buf.r32(off + cqe_offset::SRQN_UIDX)).get() & 0xff_ffff;
+            let qpn = Be32::from_raw(buf.r32(off + cqe_offset::SOP_DROP_QPN)).get() & 0xff_ffff;
+            let mine = match self.version {
+                CqeVersion::V1 => srqn_uidx == key,
+                CqeVersion::V0 => qpn == key,
+            };
+            if mine {
+                dropped += 1;
+                let responder = matches!(
+                    op_own >> 4,
+                    cqe_opcode::RESP_WR_IMM
+                        | cqe_opcode::RESP_SEND
+                        | cqe_opcode::RESP_SEND_IMM
+                        | cqe_opcode::RESP_SEND_INV
+                        | cqe_opcode::RESP_ERR
+                );
+                if let (Some(s), true) = (srq, responder) {
+                    let counter = u16::from_be(buf.r16(off + cqe_offset::WQE_COUNTER));
+                    // (Version 0 names the SRQ in the CQE: it must be this
+                    // one.)
+                    let ok = (self.version == CqeVersion::V1 || srqn_uidx == s.srqn())
+                        && s.check(counter, i)
+                            .and_then(|w| s.retire(&w, counter, i))
+                            .is_ok();
+                    if ok {
+                        report.srq_freed += 1;
+                    } else {
+                        report.srq_skipped += 1;
+                    }
+                }
+            } else if dropped > 0 {
+                // Move it up over the dropped ones; the slot keeps its
+                // owner bit (it is software's in this pass either way).
+                let dst = ((i.wrapping_add(dropped) & mask) as usize) << 6;
+                for w in 0..7 {
+                    buf.w64(dst + 8 * w, buf.r64(off + 8 * w));
+                }
+                buf.w32(dst + 56, buf.r32(off + 56));
+                buf.w16(
+                    dst + cqe_offset::WQE_COUNTER,
+                    buf.r16(off + cqe_offset::WQE_COUNTER),
+                );
+                buf.w8(
+                    dst + cqe_offset::SIGNATURE,
+                    buf.r8(off + cqe_offset::SIGNATURE),
+                );
+                let owner = buf.r8(dst + cqe_offset::OP_OWN) & 1;
+                buf.w8(dst + cqe_offset::OP_OWN, (op_own & !1) | owner);
+            }
+        }
+        report.removed = dropped;
+        if dropped > 0 {
+            self.ci = ci.wrapping_add(dropped);
+            // The moved CQEs before the consumer index.
+            barrier::udma_to_device_barrier();
+            self.update_ci();
+        }
+        report
+    }
+
+    /// [`clean`](Self::clean) of the QP whose completion handle `qp` is
+    /// registered under user index `uidx`: the key is `uidx` on a
+    /// CQE-version-1 CQ and the handle's QPN on a version-0 CQ, and the
+    /// SRQ is the handle's, if the QP receives through one. Call it while
+    /// the handle is still registered (before taking it out of the
+    /// resolver).
+    pub fn clean_qp(&mut self, uidx: u32, qp: &QpCompletions) -> CqClean {
+        let key = match self.version {
+            CqeVersion::V1 => uidx,
+            CqeVersion::V0 => qp.qpn,
+        };
+        self.clean(key, qp.srq())
     }
 
     /// The consumer index (full 32-bit counter; the doorbell record holds

@@ -155,14 +155,17 @@
 //!    QPN and the UAR window plus [`BfConfig`].
 //! 2. [`CqLayout::for_entries`]; allocate; [`Cq::new`] (initialises the CQEs
 //!    to invalid/owner 0); CREATE_CQ with `log_cq_size`, the page list,
-//!    `dbr_addr = iova + layout.dbr_offset`.
+//!    `dbr_addr = iova + layout.dbr_offset`; if the CQ was made before
+//!    CREATE_CQ answered, [`Cq::set_cqn`] with the number it gave.
 //! 3. Register the QP with its CQ(s): `table.insert(user_index,
 //!    qp.completions(send, recv, srq)?)`.
 //! 4. Post with [`SendQueue::post`] / [`SendQueue::batch`] /
 //!    [`RecvQueue::post`] (or the typed entry points below), poll with
 //!    [`Cq::poll`] / [`Cq::poll_one`], arm with [`Cq::arm`].
-//! 5. Teardown: DESTROY_QP, `table.remove(user_index)`, [`Qp::into_parts`],
-//!    free the region; DESTROY_CQ, [`Cq::into_parts`], free.
+//! 5. Teardown: DESTROY_QP (or 2RST), [`Cq::clean_qp`] on each of its CQs
+//!    (its unpolled CQEs go, its SRQ WQEs return to the SRQ),
+//!    `table.remove(user_index)`, [`Qp::into_parts`], free the region;
+//!    DESTROY_CQ, [`Cq::into_parts`], free.
 //!
 //! Here with heap memory standing in for DMA memory and a plain buffer for
 //! the UAR page; the "device" writes a requester CQE by hand:
@@ -242,7 +245,9 @@ pub mod wc;
 pub mod wqe;
 
 pub use av::{AddressVector, AhAttr, GlobalRoute, PortLinkLayer};
-pub use cq::{Cq, CqConfig, CqParts, CqPoller, CqResolver, CqTable, CqeVersion, QpCompletions};
+pub use cq::{
+    Cq, CqClean, CqConfig, CqParts, CqPoller, CqResolver, CqTable, CqeVersion, QpCompletions,
+};
 pub use error::{Error, PollError, PollErrorKind, SendError, SendErrorKind};
 pub use qp::{
     Payload, PostError, Qp, QpConfig, QpParts, QpType, RecvQueue, RecvWr, SendBatch, SendFlags,
