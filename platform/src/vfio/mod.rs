@@ -405,6 +405,16 @@ impl Mmio for VfioBar {
     fn write_bf(&self, offset: usize, src: &[Be64]) {
         self.with(|w| w.write_bf(offset, src))
     }
+    /// The window's plain 64-bit store (the doorbell), without the check
+    /// of [`write64`](Mmio::write64).
+    #[inline(always)]
+    unsafe fn write64_unchecked(&self, offset: usize, value: Be64) {
+        // SAFETY: the window is over this BAR's mapping with the same
+        // length (`self.len()` is the mapping's, fixed while the Arc lives),
+        // so the caller's guarantee (`offset` 8-byte aligned, `offset + 8 <=
+        // self.len()`) is exactly the window's contract for this call.
+        unsafe { self.window().write64_unchecked(offset, value) }
+    }
 }
 
 /// Where a chunk of DMA memory is.
@@ -930,6 +940,51 @@ mod tests {
         send_sync::<VfioPlatform>();
         send_sync::<VfioBar>();
         send_sync::<crate::bare_metal::BareMetal<fn() -> Duration>>();
+    }
+
+    /// A `VfioBar` over an anonymous mapping standing in for a BAR.
+    fn anon_bar(len: usize) -> VfioBar {
+        // SAFETY: a fresh private anonymous mapping; nothing else uses it.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let ptr = NonNull::new(p.cast::<u8>()).unwrap();
+        VfioBar {
+            mapping: Arc::new(BarMapping { ptr, len }),
+        }
+    }
+
+    #[test]
+    fn bar_doorbell_without_check_is_the_windows_store() {
+        let bar = anon_bar(4096);
+        let v = Be64::new(0x0102_0304_0506_0708);
+        // SAFETY: 0x800 and 4088 are 8-byte aligned and inside 4096 bytes.
+        unsafe {
+            bar.write64_unchecked(0x800, v);
+            bar.write64_unchecked(4096 - 8, Be64::new(!0x0102_0304_0506_0708));
+        }
+        assert_eq!(bar.read32(0x800).get(), 0x0102_0304);
+        assert_eq!(bar.read32(0x804).get(), 0x0506_0708);
+        assert_eq!(bar.read32(4096 - 8).get(), !0x0102_0304);
+        assert_eq!(bar.read32(4096 - 4).get(), !0x0506_0708);
+        // The checked paths around it: a Register64 checks once.
+        let r = bar.register64(0x900).unwrap();
+        r.write(v);
+        assert_eq!(bar.read32(0x904).get(), 0x0506_0708);
+        assert!(bar.register64(4096).is_err());
+        assert!(bar.register64(0x804).is_err());
+        // Clones share the mapping.
+        let b2 = bar.clone();
+        drop(bar);
+        assert_eq!(b2.read32(0x800).get(), 0x0102_0304);
     }
 
     #[test]
