@@ -228,16 +228,8 @@ pub fn bind(
         }
         sysfs.bind_vfio(&bdf)?
     };
-    let report = BindReport {
-        checks: checks(&sysfs, &after, sysfs_root == Path::new("/sys")),
-        bdf: after.bdf.clone(),
-        name: after.name,
-        driver_before: before.driver,
-        driver_after: after.driver.clone(),
-        iommu_group: after.iommu_group,
-    };
-    write_report(&report, as_json, out)?;
-    Ok(ExitCode::SUCCESS)
+    let checks = checks(&sysfs, &after, sysfs_root == Path::new("/sys"));
+    write_change(before, after, checks, as_json, out)
 }
 
 /// `hca unbind <bdf>`.
@@ -263,11 +255,23 @@ pub fn unbind(
             message: "no driver took the function: load its kernel driver (`modprobe mlx5_core`) or bind it again with `hca bind`".to_string(),
         });
     }
+    write_change(before, after, checks, as_json, out)
+}
+
+/// Writes the report of a bind or unbind: the function as it is `after`,
+/// the driver it had `before`, and the checks.
+fn write_change(
+    before: PciFunction,
+    after: PciFunction,
+    checks: Vec<Check>,
+    as_json: bool,
+    out: &mut dyn Write,
+) -> Result<ExitCode> {
     let report = BindReport {
-        bdf: after.bdf.clone(),
+        bdf: after.bdf,
         name: after.name,
         driver_before: before.driver,
-        driver_after: after.driver.clone(),
+        driver_after: after.driver,
         iommu_group: after.iommu_group,
         checks,
     };
