@@ -13,6 +13,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use clap::Args;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -27,6 +28,49 @@ pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long connecting to a server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The arguments saying where the sides of `hca perf` and `hca pingpong`
+/// run and on which port of the HCA (as perftest and the ibv_*_pingpong
+/// examples take them).
+#[derive(Debug, Args)]
+pub struct ConnectionArgs {
+    /// Connect to the server at this host. Without it (and without
+    /// --server, -p or --tcp-loopback) both sides run in this process.
+    #[arg(value_name = "SERVER")]
+    pub host: Option<String>,
+
+    /// Listen on / connect to this TCP port (default 18515). Given without
+    /// a server host, this process is the server.
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+
+    /// Be the server: wait for a client on the TCP port.
+    #[arg(long)]
+    pub server: bool,
+
+    /// Run a server and a client in this process, on two threads, each
+    /// with its own emulated HCA (the two cabled together), exchanging
+    /// over TCP on 127.0.0.1 like two processes (-p 0 or none: any free
+    /// port). Emulator only.
+    #[arg(long)]
+    pub tcp_loopback: bool,
+
+    /// Use this port of the HCA.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+}
+
+impl ConnectionArgs {
+    /// The mode these arguments ask for ([`Mode::from_args`]).
+    pub fn mode(&self) -> Result<Mode> {
+        Mode::from_args(
+            self.host.as_deref(),
+            self.port,
+            self.server,
+            self.tcp_loopback,
+        )
+    }
+}
 
 /// Where the two sides of a test run.
 #[derive(Clone, Debug, PartialEq, Eq)]

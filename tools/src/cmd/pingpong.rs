@@ -30,7 +30,7 @@ use crate::device::{
 };
 use crate::error::{Result, ToolError};
 use crate::output::json;
-use crate::peer::{self, EXCHANGE_TIMEOUT, Mode};
+use crate::peer::{self, ConnectionArgs, EXCHANGE_TIMEOUT, Mode};
 use crate::progress::{self, Progress};
 use crate::rdma::{
     ConnParams, Endpoint, Pacer, PortView, Side, SideSpec, failed_completion, gid_ipv6, port_view,
@@ -45,30 +45,8 @@ pub struct PingpongArgs {
     #[arg(value_name = "rc|uc|ud")]
     transport: String,
 
-    /// Connect to the server at this host. Without it (and without
-    /// --server, -p or --tcp-loopback) both sides run in this process.
-    #[arg(value_name = "SERVER")]
-    host: Option<String>,
-
-    /// Listen on / connect to this TCP port (default 18515). Given without
-    /// a server host, this process is the server.
-    #[arg(short = 'p', long = "port")]
-    port: Option<u16>,
-
-    /// Be the server: wait for a client on the TCP port.
-    #[arg(long)]
-    server: bool,
-
-    /// Run a server and a client in this process, on two threads, each
-    /// with its own emulated HCA (the two cabled together), exchanging
-    /// over TCP on 127.0.0.1 like two processes (-p 0 or none: any free
-    /// port). Emulator only.
-    #[arg(long)]
-    tcp_loopback: bool,
-
-    /// Use this port of the HCA.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
+    #[command(flatten)]
+    conn: ConnectionArgs,
 
     /// Size of the message to exchange (rc, uc: 4096; ud: 2048, or the
     /// port's active MTU if smaller).
@@ -164,7 +142,7 @@ impl Params {
                 a.rx_depth
             )));
         }
-        if a.ib_port == 0 {
+        if a.conn.ib_port == 0 {
             return Err(ToolError::Usage("-i 0: ports are numbered from 1".into()));
         }
         Ok(Self {
@@ -177,7 +155,7 @@ impl Params {
             sl: a.sl,
             events: a.events,
             gid_index: a.gid_index,
-            ib_port: a.ib_port,
+            ib_port: a.conn.ib_port,
             check: a.check,
         })
     }
@@ -880,7 +858,7 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<()> {
     let p = Params::from_args(a)?;
-    let mode = Mode::from_args(a.host.as_deref(), a.port, a.server, a.tcp_loopback)?;
+    let mode = a.conn.mode()?;
     match mode {
         Mode::Loopback => {
             let r = run_pair(sel, open, Loopback { p })?;

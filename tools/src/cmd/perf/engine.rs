@@ -474,8 +474,9 @@ pub enum Until {
     Deadline(Option<Instant>),
 }
 
-/// State shared by the ping-pong latency tests.
-struct PingPong {
+/// State shared by the ping-pong latency tests: round trips, when to
+/// stop, the client's posting times.
+pub struct PingPong {
     client: bool,
     until: Until,
     tx_depth: u64,
@@ -509,7 +510,8 @@ impl PingPong {
         }
     }
 
-    fn set_deadline(&mut self, d: Instant) {
+    /// Moves the end of a run with a duration.
+    pub fn set_deadline(&mut self, d: Instant) {
         if let Until::Deadline(Some(_)) = self.until {
             self.until = Until::Deadline(Some(d));
         }
@@ -556,6 +558,21 @@ impl PingPong {
         }
     }
 
+    /// The round trips done (the client's posts).
+    pub fn iterations(&self) -> u64 {
+        self.scnt
+    }
+
+    /// The server of a run with a duration: the client sent `n`.
+    pub fn set_target(&mut self, n: u64) {
+        self.until = Until::Iters(n);
+    }
+
+    /// The client's posting times and its first and last.
+    pub fn samples(&self) -> (&[Instant], Option<Instant>, Option<Instant>) {
+        (&self.posted, self.start, self.end)
+    }
+
     fn sent(&mut self, now: Instant) {
         if self.client {
             if self.posted.len() < MAX_SAMPLES {
@@ -571,18 +588,14 @@ impl PingPong {
 /// target region, the last byte carrying its counter, and polls the last
 /// byte of its own target region for the peer's.
 pub struct WriteLat {
-    pp: PingPong,
+    /// The round trips.
+    pub pp: PingPong,
     size: usize,
     inline: bool,
     msg: Vec<u8>,
 }
 
 impl WriteLat {
-    /// Moves the end of a run with a duration.
-    pub fn set_deadline(&mut self, d: Instant) {
-        self.pp.set_deadline(d);
-    }
-
     /// One side (`client` starts).
     pub fn new(client: bool, size: usize, until: Until, tx_depth: u32, inline: bool) -> Self {
         Self {
@@ -601,24 +614,9 @@ impl WriteLat {
             .map_err(|e| ToolError::driver("clearing the buffer", e))
     }
 
-    /// The round trips done (the client's posts).
-    pub fn iterations(&self) -> u64 {
-        self.pp.scnt
-    }
-
     /// Whether this side is done.
     pub fn done(&self) -> bool {
         self.pp.done()
-    }
-
-    /// The server of a run with a duration: the client sent `n`.
-    pub fn set_target(&mut self, n: u64) {
-        self.pp.until = Until::Iters(n);
-    }
-
-    /// The client's posting times and its first and last.
-    pub fn samples(&self) -> (&[Instant], Option<Instant>, Option<Instant>) {
-        (&self.pp.posted, self.pp.start, self.pp.end)
     }
 
     /// Polls, checks the target region, posts the next WRITE.
@@ -696,7 +694,8 @@ impl WriteLat {
 /// SEND latency: each side keeps receives posted and answers each message
 /// received with one of its own.
 pub struct SendLat {
-    pp: PingPong,
+    /// The round trips.
+    pub pp: PingPong,
     size: usize,
     len: usize,
     rx_depth: u64,
@@ -706,11 +705,6 @@ pub struct SendLat {
 }
 
 impl SendLat {
-    /// Moves the end of a run with a duration.
-    pub fn set_deadline(&mut self, d: Instant) {
-        self.pp.set_deadline(d);
-    }
-
     /// One side (`client` starts).
     pub fn new(
         client: bool,
@@ -759,24 +753,9 @@ impl SendLat {
         self.post_recvs(s, lay, n)
     }
 
-    /// The round trips done (the client's posts).
-    pub fn iterations(&self) -> u64 {
-        self.pp.scnt
-    }
-
     /// Whether this side is done.
     pub fn done(&self) -> bool {
         self.pp.done()
-    }
-
-    /// The server of a run with a duration: the client sent `n`.
-    pub fn set_target(&mut self, n: u64) {
-        self.pp.until = Until::Iters(n);
-    }
-
-    /// The client's posting times and its first and last.
-    pub fn samples(&self) -> (&[Instant], Option<Instant>, Option<Instant>) {
-        (&self.pp.posted, self.pp.start, self.pp.end)
     }
 
     /// Polls (receives are reposted at once), posts the next SEND.
@@ -843,18 +822,14 @@ impl SendLat {
 
 /// RDMA READ or atomic latency: the client's round trips, one at a time.
 pub struct ReqLat {
-    pp: PingPong,
+    /// The round trips.
+    pub pp: PingPong,
     verb: Verb,
     atomic: AtomicKind,
     size: usize,
 }
 
 impl ReqLat {
-    /// Moves the end of a run with a duration.
-    pub fn set_deadline(&mut self, d: Instant) {
-        self.pp.set_deadline(d);
-    }
-
     /// The client of a READ (`size` bytes) or atomic test.
     pub fn new(verb: Verb, atomic: AtomicKind, size: usize, until: Until) -> Self {
         Self {
@@ -865,19 +840,9 @@ impl ReqLat {
         }
     }
 
-    /// The round trips done.
-    pub fn iterations(&self) -> u64 {
-        self.pp.scnt
-    }
-
     /// Whether every request completed.
     pub fn done(&self) -> bool {
         self.pp.finished && self.pp.sdone >= self.pp.scnt
-    }
-
-    /// The posting times and the first and last.
-    pub fn samples(&self) -> (&[Instant], Option<Instant>, Option<Instant>) {
-        (&self.pp.posted, self.pp.start, self.pp.end)
     }
 
     /// Polls, posts the next request once the previous completed.

@@ -49,13 +49,13 @@ use crate::device::{
 };
 use crate::error::{Result, ToolError};
 use crate::output::json;
-use crate::peer::{self, Control, EXCHANGE_TIMEOUT, Mode};
+use crate::peer::{self, ConnectionArgs, Control, EXCHANGE_TIMEOUT, Mode};
 use crate::progress::{self, Progress};
 use crate::rdma::{
     ConnParams, Endpoint, Pacer, PortView, Side, SideSpec, path_to, port_view, random_psn, to_init,
     to_rts, with_side,
 };
-use engine::{BwReceiver, BwSender, GRH, Layout, Peer, ReqLat, SendLat, Until, WriteLat};
+use engine::{BwReceiver, BwSender, GRH, Layout, Peer, PingPong, ReqLat, SendLat, Until, WriteLat};
 use report::{BwRow, Row};
 
 /// perftest's largest message (`MAX_SIZE`, 2^23).
@@ -79,30 +79,8 @@ pub struct PerfArgs {
     #[arg(value_name = "TEST")]
     test: String,
 
-    /// Connect to the server at this host. Without it (and without
-    /// --server, -p or --tcp-loopback) both sides run in this process.
-    #[arg(value_name = "SERVER")]
-    host: Option<String>,
-
-    /// Listen on / connect to this TCP port (default 18515). Given without
-    /// a server host, this process is the server.
-    #[arg(short = 'p', long = "port")]
-    port: Option<u16>,
-
-    /// Be the server: wait for a client on the TCP port.
-    #[arg(long)]
-    server: bool,
-
-    /// Run a server and a client in this process, on two threads, each
-    /// with its own emulated HCA (the two cabled together), exchanging
-    /// over TCP on 127.0.0.1 like two processes (-p 0 or none: any free
-    /// port). Emulator only.
-    #[arg(long)]
-    tcp_loopback: bool,
-
-    /// Use this port of the HCA.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
+    #[command(flatten)]
+    conn: ConnectionArgs,
 
     /// Message size in bytes (bandwidth 65536, latency 2, atomics 8).
     #[arg(short = 's', long = "size", conflicts_with = "all")]
@@ -986,9 +964,9 @@ impl Engine {
     fn sent(&self, qps: usize) -> Vec<u64> {
         match self {
             Engine::BwSend(e) => e.per_qp_posted(),
-            Engine::Write(e) => vec![e.iterations()],
-            Engine::Send(e) => vec![e.iterations()],
-            Engine::Req(e) => vec![e.iterations()],
+            Engine::Write(e) => vec![e.pp.iterations()],
+            Engine::Send(e) => vec![e.pp.iterations()],
+            Engine::Req(e) => vec![e.pp.iterations()],
             _ => vec![0; qps],
         }
     }
@@ -997,9 +975,9 @@ impl Engine {
     fn restart_deadline(&mut self, d: Instant) {
         match self {
             Engine::BwSend(e) => e.set_deadline(d),
-            Engine::Write(e) => e.set_deadline(d),
-            Engine::Send(e) => e.set_deadline(d),
-            Engine::Req(e) => e.set_deadline(d),
+            Engine::Write(e) => e.pp.set_deadline(d),
+            Engine::Send(e) => e.pp.set_deadline(d),
+            Engine::Req(e) => e.pp.set_deadline(d),
             _ => {}
         }
     }
@@ -1008,8 +986,8 @@ impl Engine {
     fn peer_sent(&mut self, sent: &[u64]) {
         match self {
             Engine::BwRecv(e) => e.set_target(sent),
-            Engine::Write(e) => e.set_target(sent.first().copied().unwrap_or(0)),
-            Engine::Send(e) => e.set_target(sent.first().copied().unwrap_or(0)),
+            Engine::Write(e) => e.pp.set_target(sent.first().copied().unwrap_or(0)),
+            Engine::Send(e) => e.pp.set_target(sent.first().copied().unwrap_or(0)),
             Engine::Idle { done } => *done = true,
             _ => {}
         }
@@ -1026,16 +1004,18 @@ impl Engine {
         match self {
             Engine::BwSend(e) => (e.completed(), None),
             Engine::BwRecv(e) => (e.received(), None),
-            Engine::Write(e) => (e.iterations(), None),
-            Engine::Send(e) => (e.iterations(), None),
-            Engine::Req(e) => (e.iterations(), None),
+            Engine::Write(e) => (e.pp.iterations(), None),
+            Engine::Send(e) => (e.pp.iterations(), None),
+            Engine::Req(e) => (e.pp.iterations(), None),
             Engine::Idle { .. } => (0, None),
         }
     }
 
     /// The client's result row.
     fn row(&self, spec: &Spec, size: u64) -> Row {
-        let lat = |posted: &[Instant], start: Option<Instant>, end: Option<Instant>, it: u64| {
+        let lat = |pp: &PingPong| {
+            let (posted, start, end) = pp.samples();
+            let it = pp.iterations();
             Row::Lat(match spec.duration {
                 Some(_) => report::lat_dur_row(
                     size,
@@ -1054,18 +1034,9 @@ impl Engine {
                 Row::Bw(report::bw_row(size, &e.samples, spec.gbits, spec.no_peak))
             }
             Engine::BwRecv(e) => Row::Bw(report::bw_row(size, &e.samples, spec.gbits, true)),
-            Engine::Write(e) => {
-                let (p, a, b) = e.samples();
-                lat(p, a, b, e.iterations())
-            }
-            Engine::Send(e) => {
-                let (p, a, b) = e.samples();
-                lat(p, a, b, e.iterations())
-            }
-            Engine::Req(e) => {
-                let (p, a, b) = e.samples();
-                lat(p, a, b, e.iterations())
-            }
+            Engine::Write(e) => lat(&e.pp),
+            Engine::Send(e) => lat(&e.pp),
+            Engine::Req(e) => lat(&e.pp),
             Engine::Idle { .. } => Row::Bw(BwRow {
                 bytes: size,
                 iterations: 0,
@@ -1685,13 +1656,13 @@ pub fn run(
 ) -> Result<()> {
     let spec = Spec::from_args(a)?;
     let local = Local {
-        ib_port: a.ib_port,
+        ib_port: a.conn.ib_port,
         gid_index: a.gid_index,
     };
-    if a.ib_port == 0 {
+    if a.conn.ib_port == 0 {
         return Err(ToolError::Usage("-i 0: ports are numbered from 1".into()));
     }
-    let mode = Mode::from_args(a.host.as_deref(), a.port, a.server, a.tcp_loopback)?;
+    let mode = a.conn.mode()?;
     match mode {
         Mode::Loopback => run_pair(
             sel,
