@@ -3,21 +3,15 @@
 //! round trip, list/bind/unbind on this machine and on fake sysfs trees,
 //! and every error path (one line on stderr, non-zero exit, no panic).
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use common::{hca, json};
 use platform::vfio::sysfs::fake::{FakeSysfs, temp_dir};
 use serde_json::Value;
-
-fn hca(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hca"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("run hca")
-}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
@@ -59,10 +53,6 @@ fn fails(args: &[&str]) -> String {
         "{err}"
     );
     lines[0].to_string()
-}
-
-fn json(s: &str) -> Value {
-    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
 }
 
 fn trace_file() -> PathBuf {

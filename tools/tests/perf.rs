@@ -5,19 +5,11 @@
 //! on the emulator cannot share a wire, and two processes, which say so);
 //! and every bad argument (one error line, non-zero exit, no panic).
 
+mod common;
+
 use std::net::TcpListener;
-use std::process::{Command, Output};
 
-use serde_json::Value;
-
-fn hca(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hca"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("run hca")
-}
+use common::{hca, json};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8(b.to_vec()).expect("UTF-8")
@@ -71,10 +63,6 @@ fn fails(args: &[&str]) -> String {
     let last = err.lines().last().unwrap_or_default();
     assert_eq!(last, errors[0], "the error is the last line: {err}");
     errors[0].to_string()
-}
-
-fn json(s: &str) -> Value {
-    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
 }
 
 /// A TCP port nobody listens on (bound, then released).
