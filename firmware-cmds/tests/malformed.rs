@@ -463,36 +463,25 @@ mod trace_input {
 
     #[test]
     fn signatures_are_checked_on_request() {
+        let checked = |t: &str| {
+            trace::parse_with(
+                t,
+                ParseOptions {
+                    check_signatures: true,
+                },
+            )
+        };
         let signed = sample(5, true);
-        trace::parse_with(
-            &signed,
-            ParseOptions {
-                check_signatures: true,
-            },
-        )
-        .unwrap();
+        checked(&signed).unwrap();
         let unsigned = sample(5, false);
         assert!(matches!(
-            trace::parse_with(
-                &unsigned,
-                ParseOptions {
-                    check_signatures: true
-                }
-            ),
+            checked(&unsigned),
             Err(Error::BadSignature { .. })
         ));
         // A data byte flipped in a signed block.
         let broken = signed.replacen("040: 00000007 00000000", "040: 00000007 00000001", 1);
         assert_ne!(broken, signed);
-        assert!(matches!(
-            trace::parse_with(
-                &broken,
-                ParseOptions {
-                    check_signatures: true
-                }
-            ),
-            Err(Error::BadSignature { .. })
-        ));
+        assert!(matches!(checked(&broken), Err(Error::BadSignature { .. })));
     }
 
     #[test]
