@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use hca_driver::verbs::{
-    AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, Gid, Qp, QpAttr, QpState, WcStatus,
+    AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, Gid, Qp, QpAttr, QpCap, QpState, WcStatus,
     WorkCompletion,
 };
 use hca_driver::{IbMtu, LinkLayer};
@@ -14,6 +14,18 @@ use platform::Platform;
 /// How long a scenario waits for a completion or an event (device time:
 /// virtual on the emulator).
 pub const WAIT: Duration = Duration::from_secs(10);
+
+/// QP capabilities: `send` and `recv` work requests, `sge` SGEs each way,
+/// `inline` bytes of inline data.
+pub fn qp_cap(send: u32, recv: u32, sge: u32, inline: u32) -> QpCap {
+    QpCap {
+        max_send_wr: send,
+        max_recv_wr: recv,
+        max_send_sge: sge,
+        max_recv_sge: sge,
+        max_inline_data: inline,
+    }
+}
 
 /// What one side tells the other about a QP (what the RC example of the
 /// "RDMA Aware Networks Programming User Manual" exchanges over its

@@ -9,6 +9,7 @@ use firmware_cmds::trace::{self, TraceCommand};
 use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Outcome};
 use hca_emu::EmuConfig;
 use hca_tests::Bench;
+use hca_tests::verbs::to_init;
 
 /// The bring-up of a real-page-count emulated ConnectX-4, recorded.
 fn recorded_bring_up(rec: &'static DumpRecorder<String>) -> (Vec<TraceCommand>, usize) {
@@ -214,14 +215,7 @@ fn qp_transitions_are_recorded_with_their_own_layouts() {
         let mut qp = pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
             .unwrap();
-        qp.modify(
-            &QpAttr::new()
-                .state(QpState::Init)
-                .port(1)
-                .pkey_index(0)
-                .access(AccessFlags::REMOTE_WRITE),
-        )
-        .unwrap();
+        to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
         qp.modify(&QpAttr::new().state(QpState::Init).pkey_index(0))
             .unwrap();
         qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();

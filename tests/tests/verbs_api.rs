@@ -11,7 +11,7 @@ use hca_driver::verbs::{
     RoceVersion, SendFlags, SendOp, SendWr, SrqInitAttr, WrError,
 };
 use hca_driver::{Error, IbMtu, LinkLayer};
-use hca_tests::verbs::{Endpoint, RcParams, connect, path_to, poll_n, poll_ok};
+use hca_tests::verbs::{Endpoint, RcParams, connect, path_to, poll_n, poll_ok, qp_cap};
 use hca_tests::{Bench, Link, TestPlatform};
 use platform::Platform;
 
@@ -143,13 +143,7 @@ fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
         let pd = ctx.alloc_pd().unwrap();
         assert!(hca.dma_usage().queues > 0);
         // QP caps: what rdma-core's sizing gives.
-        let c = QpCap {
-            max_send_wr: 10,
-            max_recv_wr: 20,
-            max_send_sge: 3,
-            max_recv_sge: 3,
-            max_inline_data: 100,
-        };
+        let c = qp_cap(10, 20, 3, 100);
         let qp = pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(c))
             .unwrap();
@@ -589,14 +583,8 @@ fn rejected(r: hca_driver::Result<()>) -> (usize, WrError) {
 }
 
 fn qp_on<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>, t: QpType) -> Qp<'a, P> {
-    pd.create_qp(&QpInitAttr::new(t, cq, cq).cap(QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 32,
-    }))
-    .unwrap()
+    pd.create_qp(&QpInitAttr::new(t, cq, cq).cap(qp_cap(8, 8, 2, 32)))
+        .unwrap()
 }
 
 fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {

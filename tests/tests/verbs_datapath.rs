@@ -11,29 +11,12 @@ use hca_driver::verbs::{
     SrqInitAttr, WcFlags, WcOpcode, WcStatus,
 };
 use hca_tests::verbs::{
-    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, ud_ready,
+    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, qp_cap, ud_ready,
 };
 use hca_tests::{Link, TestPlatform};
 use platform::Platform;
 
 const QKEY: u32 = 0x1111_1111;
-
-fn cap(send: u32, recv: u32, sge: u32, inline: u32) -> QpCap {
-    QpCap {
-        max_send_wr: send,
-        max_recv_wr: recv,
-        max_send_sge: sge,
-        max_recv_sge: sge,
-        max_inline_data: inline,
-    }
-}
-
-fn all_access() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_ATOMIC
-}
 
 /// A QP of `t` on `cq` with `c`.
 fn qp<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>, t: QpType, c: QpCap) -> Qp<'a, P> {
@@ -50,8 +33,8 @@ fn ud_ping_pong<P: TestPlatform>(l: &mut Link<P>) {
         let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(8192).unwrap());
         let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
         let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
-        let mut qa = qp(&pda, &cqa, QpType::Ud, cap(16, 16, 1, 64));
-        let mut qb = qp(&pdb, &cqb, QpType::Ud, cap(16, 16, 1, 64));
+        let mut qa = qp(&pda, &cqa, QpType::Ud, qp_cap(16, 16, 1, 64));
+        let mut qb = qp(&pdb, &cqb, QpType::Ud, qp_cap(16, 16, 1, 64));
         assert!(qa.cap().max_inline_data >= 64);
         ud_ready(&mut qa, pa, QKEY);
         ud_ready(&mut qb, pb, QKEY);
@@ -147,14 +130,14 @@ fn rc_with_immediate_data<P: TestPlatform>(l: &mut Link<P>) {
         let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
         let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
         let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, all_access()).unwrap();
-        let mb = pdb.reg_mr(&bb, all_access()).unwrap();
-        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(16, 16, 2, 0));
-        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(16, 16, 2, 0));
+        let ma = pda.reg_mr(&ba, AccessFlags::ALL).unwrap();
+        let mb = pdb.reg_mr(&bb, AccessFlags::ALL).unwrap();
+        let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(16, 16, 2, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(16, 16, 2, 0));
         let ea = Endpoint::of(&ca, pa, qa.number().0, ma.addr(), ma.rkey().0);
         let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
         let p = RcParams {
-            access: all_access(),
+            access: AccessFlags::ALL,
             ..RcParams::default()
         };
         connect(&ca, &mut qa, pa, &eb, &p);
@@ -229,9 +212,9 @@ fn atomics<P: TestPlatform>(l: &mut Link<P>) {
         let (cqa, cqb) = (ca.create_cq(256).unwrap(), cb.create_cq(16).unwrap());
         let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(4096).unwrap());
         let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb.reg_mr(&bb, all_access()).unwrap();
+        let mb = pdb.reg_mr(&bb, AccessFlags::ALL).unwrap();
         let p = RcParams {
-            access: all_access(),
+            access: AccessFlags::ALL,
             max_rd_atomic: dev.max_qp_init_rd_atom.min(16) as u8,
             max_dest_rd_atomic: dev.max_qp_rd_atom.min(16) as u8,
             ..RcParams::default()
@@ -239,12 +222,12 @@ fn atomics<P: TestPlatform>(l: &mut Link<P>) {
         // Two QPs on A, each connected to its own QP on B, hammer one
         // counter on B.
         let mut qas = [
-            qp(&pda, &cqa, QpType::Rc, cap(64, 1, 1, 0)),
-            qp(&pda, &cqa, QpType::Rc, cap(64, 1, 1, 0)),
+            qp(&pda, &cqa, QpType::Rc, qp_cap(64, 1, 1, 0)),
+            qp(&pda, &cqa, QpType::Rc, qp_cap(64, 1, 1, 0)),
         ];
         let mut qbs = [
-            qp(&pdb, &cqb, QpType::Rc, cap(1, 1, 1, 0)),
-            qp(&pdb, &cqb, QpType::Rc, cap(1, 1, 1, 0)),
+            qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0)),
+            qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0)),
         ];
         for (qa, qb) in qas.iter_mut().zip(qbs.iter_mut()) {
             let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
@@ -351,13 +334,13 @@ fn srq_shared_by_several_qps<P: TestPlatform>(l: &mut Link<P>) {
         let srq = pdb.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
         assert!(srq.attr().max_wr >= 16);
         let mut qas: Vec<_> = (0..3)
-            .map(|_| qp(&pda, &cqa, QpType::Rc, cap(8, 0, 1, 32)))
+            .map(|_| qp(&pda, &cqa, QpType::Rc, qp_cap(8, 0, 1, 32)))
             .collect();
         let mut qbs: Vec<_> = (0..3)
             .map(|_| {
                 pdb.create_qp(
                     &QpInitAttr::new(QpType::Rc, &cqb, &cqb)
-                        .cap(cap(1, 0, 1, 0))
+                        .cap(qp_cap(1, 0, 1, 0))
                         .srq(&srq),
                 )
                 .unwrap()
@@ -454,11 +437,11 @@ fn inline_sends<P: TestPlatform>(l: &mut Link<P>) {
         let mut qa = pda
             .create_qp(
                 &QpInitAttr::new(QpType::Rc, &cqa, &cqa)
-                    .cap(cap(32, 1, 1, 200))
+                    .cap(qp_cap(32, 1, 1, 200))
                     .blueflame(true),
             )
             .unwrap();
-        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 32, 1, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 32, 1, 0));
         let max = qa.cap().max_inline_data;
         assert!(max >= 200, "{:?}", qa.cap());
         let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
@@ -534,8 +517,8 @@ fn unsignaled_batches<P: TestPlatform>(l: &mut Link<P>) {
         let mb = pdb
             .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
             .unwrap();
-        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(64, 1, 1, 0));
-        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 1, 1, 0));
+        let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(64, 1, 1, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0));
         let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
         let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
         let p = RcParams::default();
@@ -635,8 +618,8 @@ fn completion_events<P: TestPlatform>(l: &mut Link<P>) {
         let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
         let bb = h.b().alloc_buf(4096).unwrap();
         let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
-        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(8, 1, 1, 32));
-        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 8, 1, 0));
+        let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(8, 1, 1, 32));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 8, 1, 0));
         let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
         let eb = Endpoint::of(&cb, pb, qb.number().0, 0, 0);
         let p = RcParams::default();
@@ -711,8 +694,8 @@ fn uc_writes_and_sends<P: TestPlatform>(l: &mut Link<P>) {
         let mb = pdb
             .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
             .unwrap();
-        let mut qa = qp(&pda, &cqa, QpType::Uc, cap(8, 8, 1, 0));
-        let mut qb = qp(&pdb, &cqb, QpType::Uc, cap(8, 8, 1, 0));
+        let mut qa = qp(&pda, &cqa, QpType::Uc, qp_cap(8, 8, 1, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Uc, qp_cap(8, 8, 1, 0));
         let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
         let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
         let p = RcParams {
@@ -792,19 +775,31 @@ fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
         let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
         // Two regions on B: receives scatter across both.
         let mb1 = pdb
-            .reg_mr_range(&bb, 0, 4096, all_access(), hca_driver::verbs::MrMode::Mtt)
+            .reg_mr_range(
+                &bb,
+                0,
+                4096,
+                AccessFlags::ALL,
+                hca_driver::verbs::MrMode::Mtt,
+            )
             .unwrap();
         let mb2 = pdb
-            .reg_mr_range(&bb, 4096, 4096, all_access(), hca_driver::verbs::MrMode::Pa)
+            .reg_mr_range(
+                &bb,
+                4096,
+                4096,
+                AccessFlags::ALL,
+                hca_driver::verbs::MrMode::Pa,
+            )
             .unwrap();
         assert_ne!(mb1.lkey(), mb2.lkey());
-        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(8, 1, 4, 0));
-        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 8, 4, 0));
+        let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(8, 1, 4, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 8, 4, 0));
         assert!(qa.cap().max_send_sge >= 4 && qb.cap().max_recv_sge >= 4);
         let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
         let eb = Endpoint::of(&cb, pb, qb.number().0, mb2.addr(), mb2.rkey().0);
         let p = RcParams {
-            access: all_access(),
+            access: AccessFlags::ALL,
             ..RcParams::default()
         };
         connect(&ca, &mut qa, pa, &eb, &p);
@@ -888,8 +883,8 @@ where
         let mb = pdb
             .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
             .unwrap();
-        let mut qa = qp(&pda, &cqa, QpType::Rc, cap(32, 1, 1, 0));
-        let mut qb = qp(&pdb, &cqb, QpType::Rc, cap(1, 1, 1, 0));
+        let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(32, 1, 1, 0));
+        let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0));
         let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
         let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
         let p = RcParams::default();
@@ -999,10 +994,10 @@ fn separate_cqs_and_ipv4_gids<P: TestPlatform>(l: &mut Link<P>) {
         let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
         let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = pda
-            .create_qp(&QpInitAttr::new(QpType::Rc, &sa, &ra).cap(cap(4, 4, 1, 16)))
+            .create_qp(&QpInitAttr::new(QpType::Rc, &sa, &ra).cap(qp_cap(4, 4, 1, 16)))
             .unwrap();
         let mut qb = pdb
-            .create_qp(&QpInitAttr::new(QpType::Rc, &sb, &rb).cap(cap(4, 4, 1, 16)))
+            .create_qp(&QpInitAttr::new(QpType::Rc, &sb, &rb).cap(qp_cap(4, 4, 1, 16)))
             .unwrap();
         let p = RcParams::default();
         let path = |port, dgid, sgid_index, dmac| {

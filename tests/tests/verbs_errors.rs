@@ -7,31 +7,21 @@
 use std::time::Duration;
 
 use hca_driver::verbs::{
-    AccessFlags, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendOp,
+    AccessFlags, Cq, Pd, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendOp,
     SendWr, SgeCheck, WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_emu::PacketDrop;
 use hca_tests::verbs::{
-    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, ud_ready,
+    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, qp_cap, ud_ready,
 };
 use hca_tests::{Link, TestPlatform};
 use platform::Platform;
-
-fn cap(send: u32, recv: u32) -> QpCap {
-    QpCap {
-        max_send_wr: send,
-        max_recv_wr: recv,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 32,
-    }
-}
 
 /// An RC or UC QP without SGE checks (the device sees every key).
 fn raw_qp<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>, t: QpType) -> Qp<'a, P> {
     pd.create_qp(
         &QpInitAttr::new(t, cq, cq)
-            .cap(cap(16, 16))
+            .cap(qp_cap(16, 16, 2, 32))
             .sge_check(SgeCheck::Off),
     )
     .unwrap()
@@ -40,10 +30,7 @@ fn raw_qp<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>, t: QpType) -> Q
 /// Quick timers: ACK timeout 4.2 ms, 3 retries, 2 RNR retries of 60 µs.
 fn quick() -> RcParams {
     RcParams {
-        access: AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_ATOMIC,
+        access: AccessFlags::ALL,
         timeout: 10,
         retry_cnt: 3,
         rnr_retry: 2,
