@@ -112,6 +112,20 @@ impl Bench<EmuPlatform> {
     }
 }
 
+impl Bench<EmuPlatform> {
+    /// Opens the HCA, runs `f` with it and the emulator, then closes the
+    /// HCA and checks the bench is clean ([`assert_clean`](Self::assert_clean));
+    /// panics on any failure. Returns what `f` returned.
+    #[track_caller]
+    pub fn with_open<R>(&mut self, f: impl FnOnce(&Hca<EmuPlatform>, &EmuHca) -> R) -> R {
+        let hca = self.open();
+        let r = f(&hca, self.emu().expect("emulated"));
+        self.close(hca);
+        self.assert_clean();
+        r
+    }
+}
+
 impl Bench<VfioPlatform> {
     /// The ConnectX at `bdf` (bound to vfio-pci).
     pub fn hardware(bdf: &str, config: Config) -> Result<Self, platform::Error> {
@@ -192,6 +206,15 @@ impl<P: TestPlatform> Bench<P> {
     pub fn dma_allocated(&self) -> usize {
         P::dma_allocated(self)
     }
+}
+
+/// The emulated firmware asks for `n` pages (negative: gives `-n` back),
+/// the emulator runs, and the driver answers: what
+/// [`Hca::poll_events`] returns.
+pub fn page_request(emu: &EmuHca, hca: &Hca<EmuPlatform>, n: i32) -> Result<usize, Error> {
+    emu.faults().page_request(n);
+    emu.run_until_idle();
+    hca.poll_events()
 }
 
 /// Runs a scenario on a fresh emulated ConnectX-4 with the default

@@ -13,13 +13,11 @@ use firmware_cmds::eth::{
     CreateRqIn, CreateRqOut, DestroyRqIn, Rqc, WQ_STATE_ERR, WQ_TYPE_CYCLIC, Wq,
 };
 use firmware_cmds::init_seg::HealthSyndrome;
-use hca_driver::verbs::{
-    AccessFlags, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SrqInitAttr, WcStatus,
-};
+use hca_driver::verbs::{AccessFlags, QpInitAttr, QpState, QpType, RecvWr, SrqInitAttr, WcStatus};
 use hca_driver::{AsyncEvent, Config, DeadReason, Error, Hca, Qpn, QueueId};
 use hca_emu::{EmuConfig, EmuPlatform, ObjKind};
 use hca_tests::Bench;
-use hca_tests::verbs::poll_n;
+use hca_tests::verbs::{poll_n, to_init};
 
 fn bench() -> Bench<EmuPlatform> {
     Bench::emulated(EmuConfig::default(), Config::default())
@@ -37,10 +35,7 @@ fn bit(t: u8) -> u64 {
 
 #[test]
 fn qp_work_queue_errors_reach_the_qp_and_the_event_queue() {
-    let mut b = bench();
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    {
+    bench().with_open(|hca, emu| {
         let ctx = hca.open_context().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(16).unwrap();
@@ -57,20 +52,13 @@ fn qp_work_queue_errors_reach_the_qp_and_the_event_queue() {
             let mut qp = pd
                 .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
                 .unwrap();
-            qp.modify(
-                &QpAttr::new()
-                    .state(QpState::Init)
-                    .port(1)
-                    .pkey_index(0)
-                    .access(AccessFlags::REMOTE_WRITE),
-            )
-            .unwrap();
+            to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
             qp.post_recv(&RecvWr {
                 wr_id: 100 + i as u64,
                 sgl: &[mr.sge(0, 64).unwrap()],
             })
             .unwrap();
-            drain(&hca);
+            drain(hca);
             let qpn = qp.number();
             assert_eq!(emu.faults().qp_event(qpn.0, event), Ok(true));
             // The owner sees it...
@@ -97,17 +85,12 @@ fn qp_work_queue_errors_reach_the_qp_and_the_event_queue() {
             );
             qp.destroy().unwrap();
         }
-    }
-    b.close(hca);
-    b.assert_clean();
+    });
 }
 
 #[test]
 fn qp_events_that_do_not_change_the_state() {
-    let mut b = bench();
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    {
+    bench().with_open(|hca, emu| {
         let ctx = hca.open_context().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(16).unwrap();
@@ -115,15 +98,8 @@ fn qp_events_that_do_not_change_the_state() {
         let mut qp = pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).srq(&srq))
             .unwrap();
-        qp.modify(
-            &QpAttr::new()
-                .state(QpState::Init)
-                .port(1)
-                .pkey_index(0)
-                .access(AccessFlags::REMOTE_WRITE),
-        )
-        .unwrap();
-        drain(&hca);
+        to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
+        drain(hca);
         let qpn = qp.number().0;
         emu.faults().qp_event(qpn, EVENT_TYPE_COMM_EST).unwrap();
         emu.faults().qp_event(qpn, EVENT_TYPE_SRQ_LAST_WQE).unwrap();
@@ -145,22 +121,17 @@ fn qp_events_that_do_not_change_the_state() {
         assert_eq!(qp.state(), QpState::Init);
         // The SRQ did not get the QP's events.
         assert_eq!(srq.take_events().unwrap(), 0);
-    }
-    b.close(hca);
-    b.assert_clean();
+    });
 }
 
 #[test]
 fn srq_catastrophic_error_and_limit_reach_the_srq() {
-    let mut b = bench();
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    {
+    bench().with_open(|hca, emu| {
         let ctx = hca.open_context().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let srq = pd.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
         srq.arm_limit(4).unwrap();
-        drain(&hca);
+        drain(hca);
         let srqn = srq.number();
         assert_eq!(
             emu.faults().srq_event(srqn.0, EVENT_TYPE_SRQ_CATAS_ERROR),
@@ -202,17 +173,12 @@ fn srq_catastrophic_error_and_limit_reach_the_srq() {
             .unwrap();
         assert_eq!(srq.take_events().unwrap(), bit(EVENT_TYPE_SRQ_RQ_LIMIT));
         assert_eq!(srq.attr().srq_limit, 0);
-    }
-    b.close(hca);
-    b.assert_clean();
+    });
 }
 
 #[test]
 fn raw_rq_work_queue_error_reaches_the_event_queue() {
-    let mut b = bench();
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    {
+    bench().with_open(|hca, emu| {
         let ctx = hca.open_context().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(16).unwrap();
@@ -240,7 +206,7 @@ fn raw_rq_work_queue_error_reaches_the_event_queue() {
         let rqn = out.get(CreateRqOut::rqn);
         // A control-plane user registers its RQ for events.
         hca.events().register_queue(QueueId::Rq(rqn)).unwrap();
-        drain(&hca);
+        drain(hca);
         assert_eq!(
             emu.faults()
                 .wq_event(ObjKind::Rq, rqn, EVENT_TYPE_WQ_CATAS_ERROR),
@@ -262,9 +228,7 @@ fn raw_rq_work_queue_error_reaches_the_event_queue() {
         hca.exec(&DestroyRqIn::new().with(DestroyRqIn::rqn, rqn).unwrap())
             .unwrap();
         assert!(hca.events().unregister_queue(QueueId::Rq(rqn)));
-    }
-    b.close(hca);
-    b.assert_clean();
+    });
 }
 
 #[test]

@@ -10,10 +10,11 @@ use firmware_cmds::Opcode;
 use firmware_cmds::caps::{CMDIF_CHECKSUM_DISABLED, CMDIF_CHECKSUM_ENABLED, CmdHcaCap};
 use firmware_cmds::cmdq::xor8;
 use firmware_cmds::trace::{ParseOptions, TraceCommand, parse, parse_with};
-use hca_driver::verbs::{AccessFlags, QpAttr, QpInitAttr, QpState, QpType};
+use hca_driver::verbs::{AccessFlags, QpInitAttr, QpState, QpType};
 use hca_driver::{CapMode, Config, DumpRecorder, Error, Hca};
 use hca_emu::{EmuConfig, EmuPlatform, OutputCorruption};
 use hca_tests::Bench;
+use hca_tests::verbs::to_init;
 
 fn config(checksum: bool, recorder: Option<&'static DumpRecorder<String>>) -> Config {
     Config {
@@ -35,14 +36,7 @@ fn workload(hca: &Hca<EmuPlatform>) {
     let mut qp = pd
         .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
         .unwrap();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .port(1)
-            .pkey_index(0)
-            .access(AccessFlags::REMOTE_WRITE),
-    )
-    .unwrap();
+    to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
     qp.query().unwrap();
     assert_eq!(qp.state(), QpState::Init);
 }
@@ -185,48 +179,47 @@ fn the_driver_turns_checksum_on() {
 
 #[test]
 fn a_wrong_signature_from_the_device_is_a_typed_error() {
-    let mut b = Bench::emulated(EmuConfig::default().with_checksum(), config(true, None));
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    // An output block (QUERY_HCA_CAP's answer is in mailboxes).
-    emu.faults().corrupt_output(
-        Some(Opcode::QUERY_HCA_CAP.0),
-        1,
-        OutputCorruption::Signature,
+    Bench::emulated(EmuConfig::default().with_checksum(), config(true, None)).with_open(
+        |hca, emu| {
+            // An output block (QUERY_HCA_CAP's answer is in mailboxes).
+            emu.faults().corrupt_output(
+                Some(Opcode::QUERY_HCA_CAP.0),
+                1,
+                OutputCorruption::Signature,
+            );
+            let e = hca.query_cap::<CmdHcaCap>(CapMode::Current).unwrap_err();
+            match &e {
+                Error::MalformedAnswer {
+                    opcode: Opcode::QUERY_HCA_CAP,
+                    op_mod: 1,
+                    error: firmware_cmds::Error::BadSignature { .. },
+                } => {}
+                other => panic!("{other}"),
+            }
+            assert!(e.to_string().contains("QUERY_HCA_CAP"), "{e}");
+            // The entry (QUERY_VPORT_STATE answers inline only).
+            emu.faults().corrupt_output(
+                Some(Opcode::QUERY_VPORT_STATE.0),
+                1,
+                OutputCorruption::EntrySignature,
+            );
+            let e = hca.vport_up().unwrap_err();
+            match &e {
+                Error::MalformedAnswer {
+                    opcode: Opcode::QUERY_VPORT_STATE,
+                    error:
+                        firmware_cmds::Error::BadSignature {
+                            which: "signature", ..
+                        },
+                    ..
+                } => {}
+                other => panic!("{other}"),
+            }
+            // Nothing is stuck: the next commands work.
+            hca.vport_up().unwrap();
+            assert_eq!(current_checksum(hca), CMDIF_CHECKSUM_ENABLED);
+        },
     );
-    let e = hca.query_cap::<CmdHcaCap>(CapMode::Current).unwrap_err();
-    match &e {
-        Error::MalformedAnswer {
-            opcode: Opcode::QUERY_HCA_CAP,
-            op_mod: 1,
-            error: firmware_cmds::Error::BadSignature { .. },
-        } => {}
-        other => panic!("{other}"),
-    }
-    assert!(e.to_string().contains("QUERY_HCA_CAP"), "{e}");
-    // The entry (QUERY_VPORT_STATE answers inline only).
-    emu.faults().corrupt_output(
-        Some(Opcode::QUERY_VPORT_STATE.0),
-        1,
-        OutputCorruption::EntrySignature,
-    );
-    let e = hca.vport_up().unwrap_err();
-    match &e {
-        Error::MalformedAnswer {
-            opcode: Opcode::QUERY_VPORT_STATE,
-            error:
-                firmware_cmds::Error::BadSignature {
-                    which: "signature", ..
-                },
-            ..
-        } => {}
-        other => panic!("{other}"),
-    }
-    // Nothing is stuck: the next commands work.
-    hca.vport_up().unwrap();
-    assert_eq!(current_checksum(&hca), CMDIF_CHECKSUM_ENABLED);
-    b.close(hca);
-    b.assert_clean();
 }
 
 #[test]

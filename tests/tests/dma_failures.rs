@@ -7,7 +7,7 @@
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SrqInitAttr};
 use hca_driver::{Config, Error, Hca};
 use hca_emu::{DmaFailure, EmuConfig, EmuHca, EmuPlatform, ObjKind};
-use hca_tests::Bench;
+use hca_tests::{Bench, page_request};
 
 fn bench() -> Bench<EmuPlatform> {
     Bench::emulated(EmuConfig::default(), Config::default())
@@ -122,24 +122,21 @@ where
 
 #[test]
 fn resource_creation_with_failing_allocations_unwinds() {
-    let mut b = bench();
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    {
+    bench().with_open(|hca, emu| {
         let ctx = hca.open_context().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(64).unwrap();
         let srq = pd.create_srq(&SrqInitAttr::new(64, 1)).unwrap();
-        each_allocation_of(&hca, emu, "alloc_buf", |h| h.alloc_buf(3 * 4096).map(drop));
-        each_allocation_of(&hca, emu, "create_cq", |_| ctx.create_cq(256).map(drop));
-        each_allocation_of(&hca, emu, "create_srq", |_| {
+        each_allocation_of(hca, emu, "alloc_buf", |h| h.alloc_buf(3 * 4096).map(drop));
+        each_allocation_of(hca, emu, "create_cq", |_| ctx.create_cq(256).map(drop));
+        each_allocation_of(hca, emu, "create_srq", |_| {
             pd.create_srq(&SrqInitAttr::new(256, 2)).map(drop)
         });
-        each_allocation_of(&hca, emu, "create_qp", |_| {
+        each_allocation_of(hca, emu, "create_qp", |_| {
             pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
                 .map(drop)
         });
-        each_allocation_of(&hca, emu, "create_qp on an SRQ", |_| {
+        each_allocation_of(hca, emu, "create_qp on an SRQ", |_| {
             pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq).srq(&srq))
                 .map(drop)
         });
@@ -149,9 +146,7 @@ fn resource_creation_with_failing_allocations_unwinds() {
         emu.faults().fail_dma(DmaFailure::After(0));
         pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE).unwrap();
         emu.faults().fail_dma(DmaFailure::None);
-    }
-    b.close(hca);
-    b.assert_clean();
+    });
 }
 
 #[test]
@@ -161,53 +156,44 @@ fn a_page_request_that_cannot_be_allocated_is_refused_cleanly() {
     // allocation failing: the driver answers MANAGE_PAGES op_mod 0
     // (allocation failed, as Linux does), reports the error, frees what it
     // had allocated, and serves the next request.
-    let mut b = bench();
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    let pages = |emu: &EmuHca| emu.firmware_pages();
-    let give = |emu: &EmuHca| {
-        emu.faults().page_request(1024);
-        emu.run_until_idle();
-        hca.poll_events()
-    };
-    let before = allocs(emu);
-    let held = pages(emu);
-    give(emu).unwrap();
-    assert_eq!(pages(emu), held + 1024);
-    let n = allocs(emu) - before;
-    // Take them back so that the next request allocates again.
-    emu.faults().page_request(-1024);
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
-    assert_eq!(pages(emu), held);
-    for k in 0..n {
-        let usage = hca.dma_usage();
-        let refused = |emu: &EmuHca| {
-            emu.command_log()
-                .iter()
-                .filter(|c| c.opcode == 0x108 && c.op_mod == 0)
-                .count()
-        };
-        let r0 = refused(emu);
-        emu.faults().fail_dma(DmaFailure::Nth(k as u32));
-        let e = give(emu).unwrap_err();
-        emu.faults().fail_dma(DmaFailure::None);
-        assert_out_of_memory(&e);
-        assert_eq!(
-            refused(emu),
-            r0 + 1,
-            "allocation {k}: MANAGE_PAGES op_mod 0"
-        );
-        assert_eq!(pages(emu), held, "allocation {k}");
-        assert_eq!(
-            hca.dma_usage().firmware_pages,
-            usage.firmware_pages,
-            "allocation {k}"
-        );
-        assert!(emu.iommu_faults().is_empty());
-    }
-    give(emu).unwrap();
-    assert_eq!(pages(emu), held + 1024);
-    b.close(hca);
-    b.assert_clean();
+    bench().with_open(|hca, emu| {
+        let pages = |emu: &EmuHca| emu.firmware_pages();
+        let give = |emu: &EmuHca| page_request(emu, hca, 1024);
+        let before = allocs(emu);
+        let held = pages(emu);
+        give(emu).unwrap();
+        assert_eq!(pages(emu), held + 1024);
+        let n = allocs(emu) - before;
+        // Take them back so that the next request allocates again.
+        page_request(emu, hca, -1024).unwrap();
+        assert_eq!(pages(emu), held);
+        for k in 0..n {
+            let usage = hca.dma_usage();
+            let refused = |emu: &EmuHca| {
+                emu.command_log()
+                    .iter()
+                    .filter(|c| c.opcode == 0x108 && c.op_mod == 0)
+                    .count()
+            };
+            let r0 = refused(emu);
+            emu.faults().fail_dma(DmaFailure::Nth(k as u32));
+            let e = give(emu).unwrap_err();
+            emu.faults().fail_dma(DmaFailure::None);
+            assert_out_of_memory(&e);
+            assert_eq!(
+                refused(emu),
+                r0 + 1,
+                "allocation {k}: MANAGE_PAGES op_mod 0"
+            );
+            assert_eq!(pages(emu), held, "allocation {k}");
+            assert_eq!(
+                hca.dma_usage().firmware_pages,
+                usage.firmware_pages,
+                "allocation {k}"
+            );
+            assert!(emu.iommu_faults().is_empty());
+        }
+        give(emu).unwrap();
+        assert_eq!(pages(emu), held + 1024);
+    });
 }

@@ -11,7 +11,7 @@ use firmware_cmds::hca::MANAGE_PAGES_OP_MOD_ALLOCATION_FAIL;
 use firmware_cmds::init_seg::HealthSyndrome;
 use hca_driver::{Config, DeadReason, Error, Wait};
 use hca_emu::{CommandRecord, EmuConfig, EmuHca, EmuPlatform, OutputCorruption};
-use hca_tests::Bench;
+use hca_tests::{Bench, page_request};
 
 /// The command timeout of these tests (virtual time).
 const CMD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -371,21 +371,15 @@ fn runtime_page_requests_give_and_take_pages() {
     let emu = b.emu().unwrap();
     let base = emu.firmware_pages();
     assert_eq!(hca.page_stats().held, base as u64);
-    emu.faults().page_request(300);
-    emu.run_until_idle();
-    assert!(hca.poll_events().unwrap() >= 1);
+    assert!(page_request(emu, &hca, 300).unwrap() >= 1);
     assert_eq!(emu.firmware_pages(), base + 300);
     assert_eq!(hca.page_stats().held, base as u64 + 300);
-    emu.faults().page_request(-120);
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
+    page_request(emu, &hca, -120).unwrap();
     assert_eq!(emu.firmware_pages(), base + 180);
     assert_eq!(hca.page_stats().held, base as u64 + 180);
     // More back than the firmware can give while initialized: it returns
     // what it can.
-    emu.faults().page_request(-1000);
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
+    page_request(emu, &hca, -1000).unwrap();
     assert_eq!(emu.firmware_pages(), base);
     assert_eq!(hca.page_stats().held, base as u64);
     // Many small requests in a row.
@@ -404,9 +398,7 @@ fn a_page_request_beyond_the_budget_is_refused_with_op_mod_0() {
     b.config.max_firmware_pages = 18 + 50;
     let hca = b.open();
     let emu = b.emu().unwrap();
-    emu.faults().page_request(100);
-    emu.run_until_idle();
-    let e = hca.poll_events().unwrap_err();
+    let e = page_request(emu, &hca, 100).unwrap_err();
     assert!(matches!(e, Error::CapacityExceeded { .. }), "{e}");
     assert!(e.to_string().contains("max_firmware_pages"), "{e}");
     let refused = emu
@@ -420,9 +412,7 @@ fn a_page_request_beyond_the_budget_is_refused_with_op_mod_0() {
     assert_eq!(hca.page_stats().refused_requests, 1);
     assert_eq!(emu.firmware_pages(), 18);
     // Within the budget it works.
-    emu.faults().page_request(50);
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
+    page_request(emu, &hca, 50).unwrap();
     assert_eq!(emu.firmware_pages(), 68);
     b.close(hca);
 }
@@ -603,9 +593,7 @@ fn corrupted_page_returns_are_refused_without_double_free() {
     let mut b = bench();
     let hca = b.open();
     let emu = b.emu().unwrap();
-    emu.faults().page_request(8);
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
+    page_request(emu, &hca, 8).unwrap();
     // The firmware claims more pages than asked for.
     emu.faults().page_request(-4);
     emu.faults().corrupt_output(
@@ -693,9 +681,7 @@ fn corrupted_async_events_are_typed_errors() {
     let base = emu.firmware_pages();
     // An event type nobody subscribed to.
     emu.faults().corrupt_next_eqe(async_eq, 1, 0x30);
-    emu.faults().page_request(5);
-    emu.run_until_idle();
-    let e = hca.poll_events().unwrap_err();
+    let e = page_request(emu, &hca, 5).unwrap_err();
     assert!(
         matches!(
             e,
@@ -713,9 +699,7 @@ fn corrupted_async_events_are_typed_errors() {
     );
     // A page request for another function.
     emu.faults().corrupt_next_eqe(async_eq, 0x23, 0x05);
-    emu.faults().page_request(5);
-    emu.run_until_idle();
-    let e = hca.poll_events().unwrap_err();
+    let e = page_request(emu, &hca, 5).unwrap_err();
     assert!(
         matches!(
             e,
@@ -730,9 +714,7 @@ fn corrupted_async_events_are_typed_errors() {
         "{e}"
     );
     // The queue keeps working: a good request goes through.
-    emu.faults().page_request(5);
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
+    page_request(emu, &hca, 5).unwrap();
     assert_eq!(emu.firmware_pages(), base + 5);
     let mut invalid = 0;
     while let Some(ev) = hca.events().pop() {
@@ -775,9 +757,7 @@ fn an_internal_error_event_reads_the_health_buffer() {
     // An internal error event (0x08, made from a page request, 0x0b) on a
     // healthy device: reported, nothing else.
     emu.faults().corrupt_next_eqe(async_eq, 1, 0x03);
-    emu.faults().page_request(1);
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
+    page_request(emu, &hca, 1).unwrap();
     assert_eq!(
         hca.events().pop(),
         Some(hca_driver::AsyncEvent::InternalError)
@@ -785,9 +765,7 @@ fn an_internal_error_event_reads_the_health_buffer() {
     // The same with a fatal syndrome in the health buffer: dead.
     emu.faults().fatal_health(0x1, 0x5);
     emu.faults().corrupt_next_eqe(async_eq, 1, 0x03);
-    emu.faults().page_request(1);
-    emu.run_until_idle();
-    let e = hca.poll_events().unwrap_err();
+    let e = page_request(emu, &hca, 1).unwrap_err();
     assert!(
         matches!(
             e,

@@ -10,9 +10,7 @@ use hca_tests::Bench;
 
 #[test]
 fn ethernet_p_keys() {
-    let mut b = Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default());
-    let hca = b.open();
-    {
+    Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default()).with_open(|hca, _| {
         let ctx = hca.open_context().unwrap();
         // ibv_query_pkey on a RoCE port: one P_Key, as mlx5_ib reports.
         assert_eq!(ctx.query_pkey(1, 0).unwrap(), DEFAULT_PKEY);
@@ -51,9 +49,7 @@ fn ethernet_p_keys() {
                 ..
             })
         ));
-    }
-    b.close(hca);
-    b.assert_clean();
+    });
 }
 
 #[test]

@@ -159,29 +159,27 @@ hca_tests::scenarios!(
 
 #[test]
 fn emulated_device_info_matches_the_recorded_card() {
-    let mut b = Bench::emulated(EmuConfig::default(), hca_driver::Config::default());
-    let hca = b.open();
-    let info = hca.info();
-    assert_eq!(info.fw_version.unwrap().to_string(), "14.12.1220");
-    assert_eq!(info.pci.device_id, 0x1013);
-    assert_eq!(info.pci.product(), Some("ConnectX-4"));
-    assert_eq!(info.board_id(), "MT_2430110027");
-    assert_eq!(info.ieee_vendor_id, 0x02c9);
-    assert_eq!(info.issi, 1);
-    assert_eq!(hca.caps().link_layer(), LinkLayer::Ethernet);
-    let p = &info.ports[0];
-    // No cable: the link is down; PMTU says 9978 max, 1522 operational.
-    assert_eq!(p.state, PortState::Down);
-    assert_eq!((p.max_mtu_bytes, p.oper_mtu_bytes), (9978, 1522));
-    assert_eq!(p.active_mtu, Some(hca_driver::IbMtu::Mtu1024));
-    assert_eq!(p.mac.unwrap()[..3], [0x7c, 0xfe, 0x90]);
-    assert_eq!(hca.caps().general().get(CmdHcaCap::log_max_qp), 17);
-    assert!(hca.caps().roce.is_some() && hca.caps().atomic.is_some());
-    let text = info.to_string();
-    assert!(text.contains("fw_ver:\t\t\t\t14.12.1220"), "{text}");
-    assert!(text.contains("vendor_part_id:\t\t\t4115"), "{text}");
-    b.close(hca);
-    b.assert_clean();
+    Bench::emulated(EmuConfig::default(), hca_driver::Config::default()).with_open(|hca, _| {
+        let info = hca.info();
+        assert_eq!(info.fw_version.unwrap().to_string(), "14.12.1220");
+        assert_eq!(info.pci.device_id, 0x1013);
+        assert_eq!(info.pci.product(), Some("ConnectX-4"));
+        assert_eq!(info.board_id(), "MT_2430110027");
+        assert_eq!(info.ieee_vendor_id, 0x02c9);
+        assert_eq!(info.issi, 1);
+        assert_eq!(hca.caps().link_layer(), LinkLayer::Ethernet);
+        let p = &info.ports[0];
+        // No cable: the link is down; PMTU says 9978 max, 1522 operational.
+        assert_eq!(p.state, PortState::Down);
+        assert_eq!((p.max_mtu_bytes, p.oper_mtu_bytes), (9978, 1522));
+        assert_eq!(p.active_mtu, Some(hca_driver::IbMtu::Mtu1024));
+        assert_eq!(p.mac.unwrap()[..3], [0x7c, 0xfe, 0x90]);
+        assert_eq!(hca.caps().general().get(CmdHcaCap::log_max_qp), 17);
+        assert!(hca.caps().roce.is_some() && hca.caps().atomic.is_some());
+        let text = info.to_string();
+        assert!(text.contains("fw_ver:\t\t\t\t14.12.1220"), "{text}");
+        assert!(text.contains("vendor_part_id:\t\t\t4115"), "{text}");
+    });
 }
 
 #[test]
@@ -205,31 +203,28 @@ fn old_firmware_without_issi_stays_at_issi_0() {
 
 #[test]
 fn port_changes_update_the_port_state() {
-    let mut b = Bench::emulated(EmuConfig::default(), hca_driver::Config::default());
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    let peer = EmuHca::new(EmuConfig::default());
-    hca_emu::connect(emu, 1, &peer, 1).unwrap();
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
-    assert_eq!(hca.events().port_state(1), Some(PortState::Active));
-    assert_eq!(
-        hca.events().pop(),
-        Some(AsyncEvent::PortChange {
-            port: 1,
-            sub_type: firmware_cmds::eq::PORT_CHANGE_SUBTYPE_ACTIVE,
-            state: PortState::Active
-        })
-    );
-    let p = hca.query_port(1).unwrap();
-    assert_eq!(p.state, PortState::Active);
-    assert_eq!(p.speed_mbps, Some(100_000));
-    emu.disconnect(1);
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
-    assert_eq!(hca.events().port_state(1), Some(PortState::Down));
-    b.close(hca);
-    b.assert_clean();
+    Bench::emulated(EmuConfig::default(), hca_driver::Config::default()).with_open(|hca, emu| {
+        let peer = EmuHca::new(EmuConfig::default());
+        hca_emu::connect(emu, 1, &peer, 1).unwrap();
+        emu.run_until_idle();
+        hca.poll_events().unwrap();
+        assert_eq!(hca.events().port_state(1), Some(PortState::Active));
+        assert_eq!(
+            hca.events().pop(),
+            Some(AsyncEvent::PortChange {
+                port: 1,
+                sub_type: firmware_cmds::eq::PORT_CHANGE_SUBTYPE_ACTIVE,
+                state: PortState::Active
+            })
+        );
+        let p = hca.query_port(1).unwrap();
+        assert_eq!(p.state, PortState::Active);
+        assert_eq!(p.speed_mbps, Some(100_000));
+        emu.disconnect(1);
+        emu.run_until_idle();
+        hca.poll_events().unwrap();
+        assert_eq!(hca.events().port_state(1), Some(PortState::Down));
+    });
 }
 
 /// Arms a CQ for the next completion (CQ doorbell at UAR + 0x20).
@@ -243,60 +238,57 @@ fn arm_cq<P: Platform>(hca: &Hca<P>, uar_offset: usize, cqn: u32) {
 
 #[test]
 fn completion_and_cq_error_events_reach_their_cq() {
-    let mut b = Bench::emulated(EmuConfig::default(), hca_driver::Config::default());
-    let hca = b.open();
-    let emu = b.emu().unwrap();
-    let uar = hca.alloc_uar().unwrap();
-    let mem = CqMem::new(hca.platform());
-    let eqn = hca.comp_eqns().next().unwrap();
-    let input = mem.input(uar.number().0, eqn.0);
-    let cq = hca
-        .create_cq(&PageList::of_region(&input, &mem.buf))
-        .unwrap();
-    let cqn = cq.number();
-    // An armed CQ raises one completion event for its next CQE.
-    arm_cq(&hca, uar.offset(), cqn.0);
-    emu.run_until_idle();
-    let mut cqe = [0u8; 64];
-    cqe[63] = 0x00; // requester completion
-    emu.post_cqe(cqn.0, &cqe).unwrap();
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
-    assert_eq!(hca.events().take_completion_events(cqn), Some(1));
-    // Not armed any more: the next CQE raises nothing.
-    emu.post_cqe(cqn.0, &cqe).unwrap();
-    hca.poll_events().unwrap();
-    assert_eq!(hca.events().take_completion_events(cqn), Some(0));
-    // An overrun puts the CQ in error and the owner hears of it.
-    emu.faults().cq_overrun(cqn.0);
-    assert!(emu.post_cqe(cqn.0, &cqe).is_err());
-    emu.run_until_idle();
-    hca.poll_events().unwrap();
-    assert_eq!(
-        hca.events().pop(),
-        Some(AsyncEvent::CqError { cqn, syndrome: 1 })
-    );
-    assert_eq!(hca.events().cq_counts(cqn).unwrap().errors, 1);
-    // A completion event for a CQ nobody registered is an invalid EQE.
-    let other = hca
-        .create_cq(&PageList::of_region(&input, &mem.buf))
-        .unwrap();
-    let other_n = other.number();
-    assert!(hca.events().unregister_cq(other_n));
-    arm_cq(&hca, uar.offset(), other_n.0);
-    emu.post_cqe(other_n.0, &cqe).unwrap();
-    emu.run_until_idle();
-    let e = hca.poll_events().unwrap_err();
-    assert!(
-        matches!(e, hca_driver::Error::InvalidEqe { error: hca_driver::EqeError::UnknownCq { cqn }, .. } if cqn == other_n.0),
-        "{e}"
-    );
-    other.destroy().unwrap();
-    cq.destroy().unwrap();
-    mem.free(hca.platform());
-    uar.destroy().unwrap();
-    b.close(hca);
-    b.assert_clean();
+    Bench::emulated(EmuConfig::default(), hca_driver::Config::default()).with_open(|hca, emu| {
+        let uar = hca.alloc_uar().unwrap();
+        let mem = CqMem::new(hca.platform());
+        let eqn = hca.comp_eqns().next().unwrap();
+        let input = mem.input(uar.number().0, eqn.0);
+        let cq = hca
+            .create_cq(&PageList::of_region(&input, &mem.buf))
+            .unwrap();
+        let cqn = cq.number();
+        // An armed CQ raises one completion event for its next CQE.
+        arm_cq(hca, uar.offset(), cqn.0);
+        emu.run_until_idle();
+        let mut cqe = [0u8; 64];
+        cqe[63] = 0x00; // requester completion
+        emu.post_cqe(cqn.0, &cqe).unwrap();
+        emu.run_until_idle();
+        hca.poll_events().unwrap();
+        assert_eq!(hca.events().take_completion_events(cqn), Some(1));
+        // Not armed any more: the next CQE raises nothing.
+        emu.post_cqe(cqn.0, &cqe).unwrap();
+        hca.poll_events().unwrap();
+        assert_eq!(hca.events().take_completion_events(cqn), Some(0));
+        // An overrun puts the CQ in error and the owner hears of it.
+        emu.faults().cq_overrun(cqn.0);
+        assert!(emu.post_cqe(cqn.0, &cqe).is_err());
+        emu.run_until_idle();
+        hca.poll_events().unwrap();
+        assert_eq!(
+            hca.events().pop(),
+            Some(AsyncEvent::CqError { cqn, syndrome: 1 })
+        );
+        assert_eq!(hca.events().cq_counts(cqn).unwrap().errors, 1);
+        // A completion event for a CQ nobody registered is an invalid EQE.
+        let other = hca
+            .create_cq(&PageList::of_region(&input, &mem.buf))
+            .unwrap();
+        let other_n = other.number();
+        assert!(hca.events().unregister_cq(other_n));
+        arm_cq(hca, uar.offset(), other_n.0);
+        emu.post_cqe(other_n.0, &cqe).unwrap();
+        emu.run_until_idle();
+        let e = hca.poll_events().unwrap_err();
+        assert!(
+            matches!(e, hca_driver::Error::InvalidEqe { error: hca_driver::EqeError::UnknownCq { cqn }, .. } if cqn == other_n.0),
+            "{e}"
+        );
+        other.destroy().unwrap();
+        cq.destroy().unwrap();
+        mem.free(hca.platform());
+        uar.destroy().unwrap();
+    });
 }
 
 /// The recorded card has no host-endian atomics; an answer that claims
@@ -379,26 +371,24 @@ fn set_driver_version_is_sent_when_capable() {
 #[test]
 fn gids_come_from_the_roce_address_table() {
     use firmware_cmds::roce::{RoceAddrLayout, SetRoceAddressIn};
-    let mut b = Bench::emulated(EmuConfig::default(), hca_driver::Config::default());
-    let hca = b.open();
-    assert_eq!(hca.info().ports[0].gid0, [0; 16]);
-    let mut gid = [0u8; 16];
-    gid[..2].copy_from_slice(&[0xfe, 0x80]);
-    gid[8..].copy_from_slice(&[0x7e, 0xfe, 0x90, 0xff, 0xfe, 0x12, 0x34, 0x56]);
-    let mut addr = RoceAddrLayout::new()
-        .with(RoceAddrLayout::source_l3_address, gid)
-        .unwrap();
-    addr.set_source_mac([0x7c, 0xfe, 0x90, 0x12, 0x34, 0x56]);
-    let set = SetRoceAddressIn::new()
-        .with(SetRoceAddressIn::roce_address_index, 0)
-        .unwrap()
-        .with(SetRoceAddressIn::roce_address, addr)
-        .unwrap();
-    hca.exec(&set).unwrap();
-    assert_eq!(hca.query_gid(1, 0).unwrap(), gid);
-    assert!(hca.query_port(1).unwrap().gid0 == gid);
-    b.close(hca);
-    b.assert_clean();
+    Bench::emulated(EmuConfig::default(), hca_driver::Config::default()).with_open(|hca, _| {
+        assert_eq!(hca.info().ports[0].gid0, [0; 16]);
+        let mut gid = [0u8; 16];
+        gid[..2].copy_from_slice(&[0xfe, 0x80]);
+        gid[8..].copy_from_slice(&[0x7e, 0xfe, 0x90, 0xff, 0xfe, 0x12, 0x34, 0x56]);
+        let mut addr = RoceAddrLayout::new()
+            .with(RoceAddrLayout::source_l3_address, gid)
+            .unwrap();
+        addr.set_source_mac([0x7c, 0xfe, 0x90, 0x12, 0x34, 0x56]);
+        let set = SetRoceAddressIn::new()
+            .with(SetRoceAddressIn::roce_address_index, 0)
+            .unwrap()
+            .with(SetRoceAddressIn::roce_address, addr)
+            .unwrap();
+        hca.exec(&set).unwrap();
+        assert_eq!(hca.query_gid(1, 0).unwrap(), gid);
+        assert!(hca.query_port(1).unwrap().gid0 == gid);
+    });
 }
 
 /// The typed helpers a verbs layer builds on: a command with a flexible
