@@ -25,10 +25,7 @@ fn rc_send_receive_between_two_hcas() {
         user_index: 0x777,
         ..QpSpec::new(0, &cb)
     });
-    let pa = a.path_to(&b, 1, qb.qpn, 1);
-    let pb = b.path_to(&a, 1, qa.qpn, 1);
-    a.connect(&mut qa, &pa, &at);
-    b.connect(&mut qb, &pb, &at);
+    connect_pair(&mut a, &mut qa, &mut b, &mut qb, &at);
     let src = a.mr(4096, 0, LW);
     let dst = b.mr(4096, 0xee, LW);
     let msg: Vec<u8> = (0..1500u32).map(|i| i as u8).collect();
@@ -385,10 +382,7 @@ fn srq_shared_by_three_qps_with_the_limit_event() {
             srqn: Some(srq.srqn),
             ..QpSpec::new(0, &cb)
         });
-        let pa = a.path_to(&b, 1, qb.qpn, 1);
-        let pb = b.path_to(&a, 1, qa.qpn, 1);
-        a.connect(&mut qa, &pa, &at);
-        b.connect(&mut qb, &pb, &at);
+        connect_pair(&mut a, &mut qa, &mut b, &mut qb, &at);
         pairs.push((qa, qb));
     }
     let src = a.mr(4096, 0, LW);
@@ -494,10 +488,7 @@ fn send_queue_wraps_around() {
         log_rq: 6,
         ..QpSpec::new(0, &cb)
     });
-    let pa = a.path_to(&b, 1, qb.qpn, 1);
-    let pb = b.path_to(&a, 1, qa.qpn, 1);
-    a.connect(&mut qa, &pa, &at);
-    b.connect(&mut qb, &pb, &at);
+    connect_pair(&mut a, &mut qa, &mut b, &mut qb, &at);
     let src = a.mr(4096, 0, LW);
     let dst = b.mr(256 * 64, 0, LW);
     let mut n = 0u64;

@@ -337,10 +337,7 @@ fn lost_packets_and_lost_acks_are_retransmitted_exactly_once() {
         log_rq: 6,
         ..QpSpec::new(0, &cb)
     });
-    let pa = a.path_to(&b, 1, qb.qpn, 1);
-    let pb = b.path_to(&a, 1, qa.qpn, 1);
-    a.connect(&mut qa, &pa, &at);
-    b.connect(&mut qb, &pb, &at);
+    connect_pair(&mut a, &mut qa, &mut b, &mut qb, &at);
     let src = a.mr(4096, 0, LW);
     let dst = b.mr(64 * 64, 0, LW);
     let target = b.mr(64, 0, LW | AT | RW);
@@ -460,10 +457,7 @@ fn error_state_flush_reset_and_reuse() {
     qa.rq_pc = 0;
     qb.sq_pc = 0;
     qb.rq_pc = 0;
-    let pa = a.path_to(&b, 1, qb.qpn, 1);
-    let pb = b.path_to(&a, 1, qa.qpn, 1);
-    a.connect(&mut qa, &pa, &at);
-    b.connect(&mut qb, &pb, &at);
+    connect_pair(&mut a, &mut qa, &mut b, &mut qb, &at);
     b.post_recv(&mut qb, &[(dst.addr, 64, dst.key)]);
     a.post_send(&mut qa, &[Wr::new(op::SEND).inline(b"again")]);
     a.wait(&mut ca, 1)[0].ok();

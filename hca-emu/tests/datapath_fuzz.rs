@@ -11,7 +11,6 @@ mod common;
 use std::time::Duration;
 
 use common::dp::*;
-use common::{inp, put64, setf};
 use platform::{Be64, Mmio, Platform};
 use proptest::prelude::*;
 
@@ -120,49 +119,7 @@ fn rig() -> Rig {
     let mut ud = a.qp(&QpSpec::new(2, &cu));
     a.ud_ready(&mut ud, 1, &at);
     // A raw SQ on A (TD, TIS).
-    let o = a.r.ok(&inp(0x816, 0, 16), 16);
-    let td = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
-    a.keep(0x817, td);
-    let mut tis = inp(0x912, 0, 0xc0);
-    setf(&mut tis, 0x20 + 0x24, 23, 0, u64::from(td));
-    let o = a.r.ok(&tis, 16);
-    let tisn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
-    a.keep(0x914, tisn);
-    let cr = a.cq(8);
-    let buf = a.mem(4096, 0);
-    let dbr = a.mem(64, 0);
-    let mut m = inp(0x904, 0, 0x118);
-    setf(&mut m, 0x28, 23, 0, u64::from(cr.cqn));
-    setf(&mut m, 0x20 + 0x2c, 23, 0, u64::from(tisn));
-    setf(&mut m, 0x50, 31, 28, 1);
-    setf(&mut m, 0x58, 23, 0, u64::from(a.pd));
-    setf(&mut m, 0x5c, 23, 0, u64::from(a.uar));
-    put64(&mut m, 0x60, dbr);
-    setf(&mut m, 0x70, 19, 16, 6);
-    setf(&mut m, 0x70, 4, 0, 6);
-    put64(&mut m, 0x110, buf);
-    let o = a.r.ok(&m, 16);
-    let sqn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
-    a.keep(0x906, sqn);
-    let mut md = inp(0x905, 0, 0x110);
-    setf(&mut md, 8, 23, 0, u64::from(sqn));
-    setf(&mut md, 0x20, 23, 20, 1);
-    a.r.ok(&md, 16);
-    let raw = Qp {
-        qpn: sqn,
-        st: 0,
-        buf,
-        dbr,
-        log_rq: 0,
-        rq_stride: 64,
-        log_sq: 6,
-        srq: true,
-        sq_pc: 0,
-        rq_pc: 0,
-        port: 1,
-        bf: false,
-        bf_toggle: false,
-    };
+    let (raw, cr) = a.raw_sq();
     let keys = vec![
         a.mr(8192, 0x11, LW | RR | RW | AT),
         a.mr(4096, 0x22, 0),

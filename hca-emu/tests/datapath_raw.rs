@@ -50,8 +50,7 @@ fn raw_ethernet_send_and_receive_with_checksum_insertion() {
     let mut tir = inp(0x900, 0, 0x110);
     setf(&mut tir, 0x20 + 0x1c, 23, 0, u64::from(rq.qpn));
     setf(&mut tir, 0x20 + 0x24, 23, 0, u64::from(tdb));
-    let o = b.r.ok(&tir, 16);
-    let tirn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let tirn = b.r.create(&tir);
     b.keep(0x902, tirn);
     let rbuf = b.mr(8192, 0, LW);
     for i in 0..3u64 {
@@ -98,17 +97,18 @@ fn raw_ethernet_send_and_receive_with_checksum_insertion() {
     let mut cu = a.cq(4);
     let mut ud = a.qp(&QpSpec::new(2, &cu));
     a.ud_ready(&mut ud, 1, &at);
+    let av = Av {
+        qkey: at.qkey,
+        dqpn: 0x999,
+        rmac: b.mac(1),
+        rgid: b.gid(1),
+        sgid_index: 0,
+        hop_limit: 64,
+        tclass: 0,
+        flow_label: 0,
+    };
     let w = Wr {
-        av: Some(Av {
-            qkey: at.qkey,
-            dqpn: 0x999,
-            rmac: b.mac(1),
-            rgid: b.gid(1),
-            sgid_index: 0,
-            hop_limit: 64,
-            tclass: 0,
-            flow_label: 0,
-        }),
+        av: Some(av.clone()),
         ..Wr::new(op::SEND).inline(b"roce")
     };
     a.post_send(&mut ud, &[w]);
@@ -120,19 +120,9 @@ fn raw_ethernet_send_and_receive_with_checksum_insertion() {
     // No receive WQE left: dropped and counted.
     a.post_send(
         &mut ud,
-        &[{
-            let mut w2 = Wr::new(op::SEND).inline(b"lost");
-            w2.av = Some(Av {
-                qkey: at.qkey,
-                dqpn: 0x999,
-                rmac: b.mac(1),
-                rgid: b.gid(1),
-                sgid_index: 0,
-                hop_limit: 64,
-                tclass: 0,
-                flow_label: 0,
-            });
-            w2
+        &[Wr {
+            av: Some(av),
+            ..Wr::new(op::SEND).inline(b"lost")
         }],
     );
     a.wait(&mut cu, 1)[0].ok();

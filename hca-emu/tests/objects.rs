@@ -179,8 +179,7 @@ fn mkeys() {
         m
     };
     let m = mk(&mut r, 0, 1, 1, pd, 0);
-    let o = r.ok(&m, 16);
-    let idx = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let idx = r.create(&m);
     let k = r.emu.mkey(idx).unwrap();
     assert_eq!(k.key, idx << 8 | 0x5a);
     assert!(k.lw && k.rw && k.lr && !k.a);
@@ -201,8 +200,7 @@ fn mkeys() {
     put64(&mut m, 0x118, 0x20_0800);
     assert_eq!(r.fails(&m, 16, 0x3), syn::MKEY_MTT_MISALIGNED);
     let m = mk(&mut r, 1, 1, 0, pd, 3);
-    let o = r.ok(&m, 16);
-    let idx = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let idx = r.create(&m);
     assert_eq!(
         r.emu.mkey(idx).unwrap().mtt,
         vec![0x20_0000, 0x20_1000, 0x20_2000]
@@ -327,13 +325,11 @@ fn srq_and_qp_on_it() {
         0x50,
         "log 15 of 2 KiB WQEs needs more pages"
     );
-    let o = r.ok(&m, 16);
-    let srqn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let srqn = r.create(&m);
     let mut q = r.qp_input(0, pd, uar, cqn);
     setf(&mut q, 0xc4, 26, 24, 1);
     setf(&mut q, 0xc4, 23, 0, u64::from(srqn));
-    let o = r.ok(&q, 16);
-    let qpn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let qpn = r.create(&q);
     assert_eq!(r.emu.qp(qpn).unwrap().srqn, Some(srqn));
     assert_eq!(destroy(&mut r, 0x701, 8, srqn), 0x9);
     let mut arm = inp(0x703, 1, 16);
@@ -352,12 +348,10 @@ fn raw_ethernet_objects() {
     let pd = r.alloc_pd();
     let (eqn, _) = r.create_eq(4, uar, 1);
     let (cqn, _, _) = r.create_cq(6, uar, eqn);
-    let o = r.ok(&inp(0x816, 0, 16), 16);
-    let td = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let td = r.create(&inp(0x816, 0, 16));
     let mut tis = inp(0x912, 0, 0xc0);
     setf(&mut tis, 0x20 + 0x24, 23, 0, u64::from(td));
-    let o = r.ok(&tis, 16);
-    let tisn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let tisn = r.create(&tis);
     // SQ: sqc at 0x20, wq at sqc + 0x30.
     let buf = r.dma(4096);
     let dbr = r.dma(64);
@@ -375,8 +369,7 @@ fn raw_ethernet_objects() {
     wq(&mut sq);
     assert_eq!(r.fails(&sq, 16, 0x5), syn::WQ_BAD_TIS);
     setf(&mut sq, 0x20 + 0x2c, 23, 0, u64::from(tisn));
-    let o = r.ok(&sq, 16);
-    let sqn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let sqn = r.create(&sq);
     // MODIFY_SQ: RST -> RDY; a wrong current state is refused.
     let mut ms = inp(0x905, 0, 0x110);
     setf(&mut ms, 8, 31, 28, 1);
@@ -389,8 +382,7 @@ fn raw_ethernet_objects() {
     // RQ and a TIR on it.
     let mut rq = inp(0x908, 0, 0x118);
     wq(&mut rq);
-    let o = r.ok(&rq, 16);
-    let rqn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let rqn = r.create(&rq);
     assert_ne!(rqn, sqn, "QPs, SQs and RQs share a number space");
     let mut tir = inp(0x900, 0, 0x110);
     setf(&mut tir, 0x20 + 0x1c, 23, 0, u64::from(rqn ^ 0x40));
@@ -402,12 +394,10 @@ fn raw_ethernet_objects() {
     // Flow table, group, entry.
     let mut ft = inp(0x930, 0, 0x30);
     setf(&mut ft, 0x18, 7, 0, 4);
-    let o = r.ok(&ft, 16);
-    let table = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let table = r.create(&ft);
     let mut fg = inp(0x933, 0, 0x400);
     setf(&mut fg, 0x14, 23, 0, u64::from(table));
-    let o = r.ok(&fg, 16);
-    let group = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+    let group = r.create(&fg);
     let mut fte = inp(0x936, 0, 0x340);
     setf(&mut fte, 0x14, 23, 0, u64::from(table));
     setf(&mut fte, 0x20, 31, 0, 16);

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{Raw, inp, put64, setf};
+use super::{Raw, inp, put_pas, put64, setf};
 use hca_emu::EmuConfig;
 use platform::{Be32, Be64, Mmio, Platform};
 
@@ -495,8 +495,7 @@ impl Node {
         setf(&mut m, 0x1c, 23, 0, u64::from(pd));
         put64(&mut m, 0x20, addr);
         put64(&mut m, 0x28, len as u64);
-        let o = self.r.ok(&m, 16);
-        let index = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        let index = self.r.create(&m);
         self.objs.push((0x202, index));
         Mr {
             addr,
@@ -535,8 +534,7 @@ impl Node {
         for (i, p) in pages.iter().enumerate() {
             put64(&mut m, 0x110 + 8 * i, *p);
         }
-        let o = self.r.ok(&m, 16);
-        let index = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        let index = self.r.create(&m);
         self.objs.push((0x202, index));
         (
             Mr {
@@ -585,11 +583,8 @@ impl Node {
             setf(&mut m, 0xc4, 26, 24, 1);
             setf(&mut m, 0xc4, 23, 0, u64::from(n));
         }
-        for i in 0..pages {
-            put64(&mut m, 0x110 + 8 * i, buf + 4096 * i as u64);
-        }
-        let o = self.r.ok(&m, 16);
-        let qpn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        put_pas(&mut m, 0x110, buf, pages);
+        let qpn = self.r.create(&m);
         self.objs.push((0x501, qpn));
         Qp {
             qpn,
@@ -754,11 +749,8 @@ impl Node {
         setf(&mut m, 0x14, 26, 24, u64::from(log_stride));
         setf(&mut m, 0x28, 23, 0, u64::from(self.pd));
         put64(&mut m, 0x38, dbr);
-        for i in 0..pages {
-            put64(&mut m, 0x110 + 8 * i, buf + 4096 * i as u64);
-        }
-        let o = self.r.ok(&m, 16);
-        let srqn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        put_pas(&mut m, 0x110, buf, pages);
+        let srqn = self.r.create(&m);
         self.objs.push((0x701, srqn));
         Srq {
             srqn,
@@ -925,8 +917,7 @@ impl Node {
 impl Node {
     /// ALLOC_TRANSPORT_DOMAIN.
     pub fn transport_domain(&mut self) -> u32 {
-        let o = self.r.ok(&inp(0x816, 0, 16), 16);
-        let td = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        let td = self.r.create(&inp(0x816, 0, 16));
         self.keep(0x817, td);
         td
     }
@@ -935,8 +926,7 @@ impl Node {
     pub fn tis(&mut self, td: u32) -> u32 {
         let mut tis = inp(0x912, 0, 0xc0);
         setf(&mut tis, 0x20 + 0x24, 23, 0, u64::from(td));
-        let o = self.r.ok(&tis, 16);
-        let tisn = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        let tisn = self.r.create(&tis);
         self.keep(0x914, tisn);
         tisn
     }
@@ -960,11 +950,8 @@ impl Node {
         put64(&mut m, 0x60, dbr);
         setf(&mut m, 0x70, 19, 16, u64::from(log_stride));
         setf(&mut m, 0x70, 4, 0, u64::from(log));
-        for i in 0..pages {
-            put64(&mut m, 0x110 + 8 * i, buf + 4096 * i as u64);
-        }
-        let o = self.r.ok(&m, 16);
-        let num = u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff;
+        put_pas(&mut m, 0x110, buf, pages);
+        let num = self.r.create(&m);
         self.keep(if sq { 0x906 } else { 0x90a }, num);
         let mut md = inp(if sq { 0x905 } else { 0x909 }, 0, 0x110);
         setf(&mut md, 8, 23, 0, u64::from(num));
@@ -1052,9 +1039,15 @@ pub fn connected(a: &mut Node, b: &mut Node, st: u32, attrs: &Attrs) -> (Qp, Cq,
     let cb = b.cq(8);
     let mut qa = a.qp(&QpSpec::new(st, &ca));
     let mut qb = b.qp(&QpSpec::new(st, &cb));
+    connect_pair(a, &mut qa, b, &mut qb, attrs);
+    (qa, ca, qb, cb)
+}
+
+/// Connects `qa` of `a` and `qb` of `b` to each other (port 1 to port 1)
+/// with `attrs`: RESET -> INIT -> RTR -> RTS on both sides.
+pub fn connect_pair(a: &mut Node, qa: &mut Qp, b: &mut Node, qb: &mut Qp, attrs: &Attrs) {
     let pa = a.path_to(b, 1, qb.qpn, 1);
     let pb = b.path_to(a, 1, qa.qpn, 1);
-    a.connect(&mut qa, &pa, attrs);
-    b.connect(&mut qb, &pb, attrs);
-    (qa, ca, qb, cb)
+    a.connect(qa, &pa, attrs);
+    b.connect(qb, &pb, attrs);
 }

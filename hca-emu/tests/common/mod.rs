@@ -69,6 +69,14 @@ pub fn put64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_be_bytes());
 }
 
+/// Writes the addresses of `pages` consecutive 4 KiB pages from `buf` as
+/// the 64-bit `pas` entries at byte `off` of a command input.
+pub fn put_pas(b: &mut [u8], off: usize, buf: u64, pages: usize) {
+    for i in 0..pages {
+        put64(b, off + 8 * i, buf + 4096 * i as u64);
+    }
+}
+
 /// A command input of `len` bytes with opcode and op_mod.
 pub fn inp(opcode: u16, op_mod: u16, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len.max(16)];
@@ -260,6 +268,15 @@ impl Raw {
         a.out
     }
 
+    /// Runs a command that creates or allocates an object and must
+    /// succeed; returns the object's number (the low 24 bits of output
+    /// dword 2).
+    #[track_caller]
+    pub fn create(&mut self, input: &[u8]) -> u32 {
+        let o = self.ok(input, 16);
+        u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff
+    }
+
     /// Runs a command that must fail with `status`; returns the syndrome.
     #[track_caller]
     pub fn fails(&mut self, input: &[u8], out_len: usize, status: u8) -> u32 {
@@ -372,13 +389,11 @@ impl Raw {
 /// tables), independent of the emulator's layout table.
 impl Raw {
     pub fn alloc_uar(&mut self) -> u32 {
-        let o = self.ok(&inp(0x802, 0, 16), 16);
-        u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff
+        self.create(&inp(0x802, 0, 16))
     }
 
     pub fn alloc_pd(&mut self) -> u32 {
-        let o = self.ok(&inp(0x800, 0, 16), 16);
-        u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff
+        self.create(&inp(0x800, 0, 16))
     }
 
     /// CREATE_EQ input: log size, UAR, events, buffer.
@@ -419,20 +434,13 @@ impl Raw {
         setf(&mut m, 0x1c, 23, 0, u64::from(uar));
         setf(&mut m, 0x24, 7, 0, u64::from(eqn));
         put64(&mut m, 0x48, dbr);
-        for i in 0..size / 4096 {
-            put64(&mut m, 0x110 + 8 * i, buf + (i * 4096) as u64);
-        }
+        put_pas(&mut m, 0x110, buf, size / 4096);
         (m, buf, dbr)
     }
 
     pub fn create_cq(&mut self, log: u32, uar: u32, eqn: u32) -> (u32, u64, u64) {
         let (m, buf, dbr) = self.cq_input(log, uar, eqn);
-        let o = self.ok(&m, 16);
-        (
-            u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff,
-            buf,
-            dbr,
-        )
+        (self.create(&m), buf, dbr)
     }
 
     /// CREATE_QP input for a service type with 2^4 RQ WQEs (stride 64) and
@@ -457,8 +465,7 @@ impl Raw {
 
     pub fn create_qp(&mut self, st: u32, pd: u32, uar: u32, cqn: u32) -> u32 {
         let m = self.qp_input(st, pd, uar, cqn);
-        let o = self.ok(&m, 16);
-        u32::from_be_bytes(o[8..12].try_into().unwrap()) & 0xff_ffff
+        self.create(&m)
     }
 
     /// A modify-QP input (0x110 bytes) for `opcode`.
