@@ -1,12 +1,12 @@
 //! Helpers of the data-path scenarios: what a QP exposes to its peer, the
-//! RESET -> INIT -> RTR -> RTS sequence over RoCE or InfiniBand, and
-//! polling with a timeout.
+//! RESET -> INIT -> RTR -> RTS sequence over RoCE or InfiniBand, posting
+//! a receive, and polling with a timeout.
 
 use std::time::Duration;
 
 use hca_driver::verbs::{
-    AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, Gid, Qp, QpAttr, QpCap, QpState, WcStatus,
-    WorkCompletion,
+    AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, Gid, Qp, QpAttr, QpCap, QpState, RecvWr,
+    Sge, WcStatus, WorkCompletion,
 };
 use hca_driver::{IbMtu, LinkLayer};
 use platform::Platform;
@@ -211,6 +211,15 @@ pub fn ud_ready<P: Platform>(qp: &mut Qp<'_, P>, port: u8, qkey: u32) {
         .expect("UD INIT -> RTR");
     qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(0))
         .expect("UD RTR -> RTS");
+}
+
+/// Posts one receive work request of one SGE (`ibv_post_recv`); panics
+/// when it is refused.
+#[track_caller]
+pub fn post_recv_sge<P: Platform>(qp: &mut Qp<'_, P>, wr_id: u64, sge: Sge) {
+    if let Err(e) = qp.post_recv(&RecvWr { wr_id, sgl: &[sge] }) {
+        panic!("{qp:?}: post_recv of {wr_id:#x}: {e}");
+    }
 }
 
 /// Polls `cq` until `n` completions arrived; panics with what came after

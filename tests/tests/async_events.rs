@@ -13,11 +13,11 @@ use firmware_cmds::eth::{
     CreateRqIn, CreateRqOut, DestroyRqIn, Rqc, WQ_STATE_ERR, WQ_TYPE_CYCLIC, Wq,
 };
 use firmware_cmds::init_seg::HealthSyndrome;
-use hca_driver::verbs::{AccessFlags, QpInitAttr, QpState, QpType, RecvWr, SrqInitAttr, WcStatus};
+use hca_driver::verbs::{AccessFlags, QpInitAttr, QpState, QpType, SrqInitAttr, WcStatus};
 use hca_driver::{AsyncEvent, Config, DeadReason, Error, Hca, Qpn, QueueId};
 use hca_emu::{EmuConfig, EmuPlatform, ObjKind};
 use hca_tests::Bench;
-use hca_tests::verbs::{poll_n, to_init};
+use hca_tests::verbs::{poll_n, post_recv_sge, to_init};
 
 fn bench() -> Bench<EmuPlatform> {
     Bench::emulated(EmuConfig::default(), Config::default())
@@ -53,11 +53,7 @@ fn qp_work_queue_errors_reach_the_qp_and_the_event_queue() {
                 .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
                 .unwrap();
             to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
-            qp.post_recv(&RecvWr {
-                wr_id: 100 + i as u64,
-                sgl: &[mr.sge(0, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qp, 100 + i as u64, mr.sge(0, 64).unwrap());
             drain(hca);
             let qpn = qp.number();
             assert_eq!(emu.faults().qp_event(qpn.0, event), Ok(true));

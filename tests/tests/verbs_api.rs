@@ -11,7 +11,9 @@ use hca_driver::verbs::{
     RoceVersion, SendFlags, SendOp, SendWr, SrqInitAttr, WrError,
 };
 use hca_driver::{Error, IbMtu, LinkLayer};
-use hca_tests::verbs::{Endpoint, RcParams, connect, path_to, poll_n, poll_ok, qp_cap};
+use hca_tests::verbs::{
+    Endpoint, RcParams, connect, path_to, poll_n, poll_ok, post_recv_sge, qp_cap,
+};
 use hca_tests::{Bench, Link, TestPlatform};
 use platform::Platform;
 
@@ -770,11 +772,7 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
 
         // A list: the requests before the bad one are posted and rung.
         for i in 0..8 {
-            qb.post_recv(&RecvWr {
-                wr_id: i,
-                sgl: &[mb.sge(64 * i as usize, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qb, i, mb.sge(64 * i as usize, 64).unwrap());
         }
         let r = qa.post_send_list(&[
             SendWr::new(10, SendOp::Send)
@@ -847,11 +845,7 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
         // A full receive queue.
         let m = qa.cap().max_recv_wr;
         for i in 0..m {
-            qa.post_recv(&RecvWr {
-                wr_id: u64::from(i),
-                sgl: &[ma.sge(64 * i as usize, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qa, u64::from(i), ma.sge(64 * i as usize, 64).unwrap());
         }
         let (_, r) = rejected(qa.post_recv(&RecvWr {
             wr_id: 99,

@@ -11,7 +11,8 @@ use hca_driver::verbs::{
     SrqInitAttr, WcFlags, WcOpcode, WcStatus,
 };
 use hca_tests::verbs::{
-    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, qp_cap, ud_ready,
+    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, post_recv_sge,
+    qp_cap, ud_ready,
 };
 use hca_tests::{Link, TestPlatform};
 use platform::Platform;
@@ -46,16 +47,16 @@ fn ud_ping_pong<P: TestPlatform>(l: &mut Link<P>) {
             let ping = format!("ping {round:03}");
             let pong = format!("pong {round:03} from {:#x}", qb.number().0);
             // Receives first: 40 bytes of GRH, then the message.
-            qa.post_recv(&RecvWr {
-                wr_id: 0xa000 + u64::from(round),
-                sgl: &[ma.sge(4096, 256).unwrap()],
-            })
-            .unwrap();
-            qb.post_recv(&RecvWr {
-                wr_id: 0xb000 + u64::from(round),
-                sgl: &[mb.sge(4096, 256).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(
+                &mut qa,
+                0xa000 + u64::from(round),
+                ma.sge(4096, 256).unwrap(),
+            );
+            post_recv_sge(
+                &mut qb,
+                0xb000 + u64::from(round),
+                mb.sge(4096, 256).unwrap(),
+            );
             ba.write(0, ping.as_bytes()).unwrap();
             let sge = [ma.sge(0, ping.len() as u32).unwrap()];
             let wr = SendWr::new(u64::from(round), SendOp::Send)
@@ -96,11 +97,7 @@ fn ud_ping_pong<P: TestPlatform>(l: &mut Link<P>) {
             assert_eq!(poll_ok(&cqb).wr_id, 0x9000 + u64::from(round));
         }
         // A wrong Q_Key is dropped by the responder: no receive completes.
-        qb.post_recv(&RecvWr {
-            wr_id: 1,
-            sgl: &[mb.sge(0, 256).unwrap()],
-        })
-        .unwrap();
+        post_recv_sge(&mut qb, 1, mb.sge(0, 256).unwrap());
         qa.post_send(
             &SendWr::new(2, SendOp::Send)
                 .inline(b"bad qkey")
@@ -143,11 +140,7 @@ fn rc_with_immediate_data<P: TestPlatform>(l: &mut Link<P>) {
         connect(&ca, &mut qa, pa, &eb, &p);
         connect(&cb, &mut qb, pb, &ea, &p);
         for i in 0..2 {
-            qb.post_recv(&RecvWr {
-                wr_id: 100 + i,
-                sgl: &[mb.sge(0, 1024).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qb, 100 + i, mb.sge(0, 1024).unwrap());
         }
         ba.write(0, b"with an immediate").unwrap();
         qa.post_send(
@@ -451,11 +444,7 @@ fn inline_sends<P: TestPlatform>(l: &mut Link<P>) {
         connect(&cb, &mut qb, pb, &ea, &p);
         let sizes = [1usize, 12, 16, 28, 44, 60, 64, 100, max as usize];
         for (i, &n) in sizes.iter().enumerate() {
-            qb.post_recv(&RecvWr {
-                wr_id: i as u64,
-                sgl: &[mb.sge(512 * i, 512).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qb, i as u64, mb.sge(512 * i, 512).unwrap());
             let data: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
             qa.post_send(
                 &SendWr::new(i as u64, SendOp::Send)
@@ -626,11 +615,7 @@ fn completion_events<P: TestPlatform>(l: &mut Link<P>) {
         connect(&ca, &mut qa, pa, &eb, &p);
         connect(&cb, &mut qb, pb, &ea, &p);
         for i in 0..4 {
-            qb.post_recv(&RecvWr {
-                wr_id: i,
-                sgl: &[mb.sge(64 * i as usize, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qb, i, mb.sge(64 * i as usize, 64).unwrap());
         }
         // Armed for any completion: an event.
         cqb.req_notify(false);
@@ -728,11 +713,7 @@ fn uc_writes_and_sends<P: TestPlatform>(l: &mut Link<P>) {
         let mut got = vec![0u8; 600];
         bb.read(1000, &mut got).unwrap();
         assert_eq!(got, vec![0x42; 600]);
-        qb.post_recv(&RecvWr {
-            wr_id: 9,
-            sgl: &[mb.sge(2048, 64).unwrap()],
-        })
-        .unwrap();
+        post_recv_sge(&mut qb, 9, mb.sge(2048, 64).unwrap());
         qa.post_send(
             &SendWr::new(2, SendOp::Send)
                 .sgl(&[ma.sge(0, 33).unwrap()])
@@ -1016,11 +997,7 @@ fn separate_cqs_and_ipv4_gids<P: TestPlatform>(l: &mut Link<P>) {
         assert_eq!(q.ah_attr.grh.unwrap().dgid, gb.0);
         assert_eq!(q.ah_attr.grh.unwrap().sgid_index, 1);
         for (qp, mr, id) in [(&mut qa, &ma, 1u64), (&mut qb, &mb, 2)] {
-            qp.post_recv(&RecvWr {
-                wr_id: id,
-                sgl: &[mr.sge(0, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(qp, id, mr.sge(0, 64).unwrap());
         }
         qa.post_send(
             &SendWr::new(10, SendOp::Send)

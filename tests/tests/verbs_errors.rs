@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use hca_driver::verbs::{
-    AccessFlags, Cq, Pd, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendOp,
-    SendWr, SgeCheck, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Cq, Pd, Qp, QpAttr, QpInitAttr, QpState, QpType, SendFlags, SendOp, SendWr,
+    SgeCheck, WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_emu::PacketDrop;
 use hca_tests::verbs::{
-    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, qp_cap, ud_ready,
+    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, post_recv_sge,
+    qp_cap, ud_ready,
 };
 use hca_tests::{Link, TestPlatform};
 use platform::Platform;
@@ -98,16 +99,8 @@ fn local_length_error<P: TestPlatform>(l: &mut Link<P>) {
         quick(),
         |ca, qa, cqa, qb, cqb, ma, mb, ro, bb| {
             let _ = (&ca, &ro, &bb);
-            qb.post_recv(&RecvWr {
-                wr_id: 1,
-                sgl: &[mb.sge(0, 100).unwrap()],
-            })
-            .unwrap();
-            qb.post_recv(&RecvWr {
-                wr_id: 2,
-                sgl: &[mb.sge(200, 100).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qb, 1, mb.sge(0, 100).unwrap());
+            post_recv_sge(&mut qb, 2, mb.sge(200, 100).unwrap());
             qa.post_send_list(&[
                 SendWr::new(10, SendOp::Send)
                     .sgl(&[ma.sge(0, 101).unwrap()])
@@ -157,18 +150,10 @@ fn local_protection_error_and_flush<P: TestPlatform>(l: &mut Link<P>) {
         |ca, qa, cqa, qb, cqb, ma, mb, ro, bb| {
             let _ = (&ca, &ro, &bb);
             for i in 0..4 {
-                qb.post_recv(&RecvWr {
-                    wr_id: 100 + i,
-                    sgl: &[mb.sge(64 * i as usize, 64).unwrap()],
-                })
-                .unwrap();
+                post_recv_sge(&mut qb, 100 + i, mb.sge(64 * i as usize, 64).unwrap());
             }
             // A receive on A, flushed when A's QP enters the error state.
-            qa.post_recv(&RecvWr {
-                wr_id: 50,
-                sgl: &[ma.sge(4096, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qa, 50, ma.sge(4096, 64).unwrap());
             let good = ma.sge(0, 8).unwrap();
             let mut bad = good;
             bad.lkey ^= 0x0100_0000;
@@ -207,11 +192,7 @@ fn local_protection_error_and_flush<P: TestPlatform>(l: &mut Link<P>) {
                 WcStatus::WrFlushErr,
                 "Work Request Flushed Error",
             );
-            qa.post_recv(&RecvWr {
-                wr_id: 51,
-                sgl: &[ma.sge(4096, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qa, 51, ma.sge(4096, 64).unwrap());
             let w = poll_n(&cqa, 1)[0];
             assert_eq!((w.wr_id, w.status), (51, WcStatus::WrFlushErr));
             assert_eq!(qa.outstanding(), (0, 0));
@@ -229,11 +210,7 @@ fn remote_access_error<P: TestPlatform>(l: &mut Link<P>) {
         quick(),
         |ca, qa, cqa, qb, cqb, ma, mb, ro, bb| {
             let _ = &ca;
-            qb.post_recv(&RecvWr {
-                wr_id: 7,
-                sgl: &[mb.sge(0, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qb, 7, mb.sge(0, 64).unwrap());
             // An RDMA WRITE to a read-only region.
             qa.post_send(
                 &SendWr::new(
@@ -351,11 +328,7 @@ fn remote_operation_error<P: TestPlatform>(l: &mut Link<P>) {
             // B's receive names a key that does not exist (B's checks are off).
             let mut s = mb.sge(0, 64).unwrap();
             s.lkey ^= 0x0200_0000;
-            qb.post_recv(&RecvWr {
-                wr_id: 1,
-                sgl: &[s],
-            })
-            .unwrap();
+            post_recv_sge(&mut qb, 1, s);
             qa.post_send(
                 &SendWr::new(2, SendOp::Send)
                     .sgl(&[ma.sge(0, 8).unwrap()])
@@ -419,11 +392,7 @@ fn drain_reset_and_reuse<P: TestPlatform>(l: &mut Link<P>) {
         |ca, qa, cqa, qb, cqb, ma, mb, ro, bb| {
             let _ = (&ro, &ma);
             for i in 0..5 {
-                qb.post_recv(&RecvWr {
-                    wr_id: 200 + i,
-                    sgl: &[mb.sge(64 * i as usize, 64).unwrap()],
-                })
-                .unwrap();
+                post_recv_sge(&mut qb, 200 + i, mb.sge(64 * i as usize, 64).unwrap());
             }
             // Unsignaled sends complete silently, then the drain: B's
             // remaining receives are flushed; the drain's own markers are not
@@ -462,11 +431,7 @@ fn drain_reset_and_reuse<P: TestPlatform>(l: &mut Link<P>) {
             };
             connect(&ca, &mut qa, l.port_a, &eb, &p);
             connect(cb, &mut qb, l.port_b, &ea, &p);
-            qb.post_recv(&RecvWr {
-                wr_id: 300,
-                sgl: &[mb.sge(0, 64).unwrap()],
-            })
-            .unwrap();
+            post_recv_sge(&mut qb, 300, mb.sge(0, 64).unwrap());
             qa.post_send(
                 &SendWr::new(9, SendOp::Send)
                     .inline(b"again")
@@ -519,11 +484,7 @@ fn ud_send_queue_error_and_recovery<P: TestPlatform>(l: &mut Link<P>) {
         // SQE -> RTS (SQERR2RTS), then it sends again.
         qa.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
         assert_eq!(qa.query().unwrap().qp_state, QpState::Rts);
-        qb.post_recv(&RecvWr {
-            wr_id: 3,
-            sgl: &[mb.sge(0, 128).unwrap()],
-        })
-        .unwrap();
+        post_recv_sge(&mut qb, 3, mb.sge(0, 128).unwrap());
         qa.post_send(
             &SendWr::new(2, SendOp::Send)
                 .inline(b"recovered")
@@ -564,11 +525,7 @@ fn emulated_transport_retry_exceeded() {
         |ca, qa, cqa, qb, cqb, ma, mb, ro, bb| {
             let _ = (&ro, &bb);
             for i in 0..2 {
-                qb.post_recv(&RecvWr {
-                    wr_id: i,
-                    sgl: &[mb.sge(64 * i as usize, 64).unwrap()],
-                })
-                .unwrap();
+                post_recv_sge(&mut qb, i, mb.sge(64 * i as usize, 64).unwrap());
             }
             l.emu_a().faults().drop_packets(1, PacketDrop::All);
             let t0 = ca.hca().platform().now();

@@ -6,9 +6,11 @@
 //! buffer and RDMA WRITEs into it; each step verified byte for byte.
 
 use hca_driver::verbs::{
-    AccessFlags, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+    AccessFlags, QpCap, QpInitAttr, QpState, QpType, SendOp, SendWr, WcOpcode, WcStatus,
 };
-use hca_tests::verbs::{Endpoint, RcParams, path_to, poll_ok, to_init, to_rtr, to_rts};
+use hca_tests::verbs::{
+    Endpoint, RcParams, path_to, poll_ok, post_recv_sge, to_init, to_rtr, to_rts,
+};
 use hca_tests::{Link, TestPlatform};
 
 /// The example's messages.
@@ -83,11 +85,7 @@ fn rdma_rc_example<P: TestPlatform>(l: &mut Link<P>) {
         to_init(&mut sqp, port_s, p.access);
         to_init(&mut cqp, port_c, p.access);
         // The client posts its receive before RTR.
-        cqp.post_recv(&RecvWr {
-            wr_id: 0x0c11,
-            sgl: &[cmr.sge(0, MSG_SIZE as u32).unwrap()],
-        })
-        .unwrap();
+        post_recv_sge(&mut cqp, 0x0c11, cmr.sge(0, MSG_SIZE as u32).unwrap());
         to_rtr(
             &mut sqp,
             path_to(&sctx, port_s, &c_ep, p.hop_limit),
