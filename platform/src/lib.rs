@@ -18,6 +18,24 @@
 //!   emulated device, tests and benchmarks.
 //! - [`barrier`]: the memory barriers of rdma-core's `util/udma_barrier.h`,
 //!   with the right instruction for x86_64 and aarch64.
+//!
+//! Memory shared with a device is only ever copied in and out, never
+//! borrowed:
+//!
+//! ```
+//! # #[cfg(feature = "std")] {
+//! use platform::host::HostBlock;
+//!
+//! // Heap memory standing in for DMA memory (what hca-emu and the benches use).
+//! let block = HostBlock::new(4096, 4096)?;
+//! let region = block.lend(0x10_0000, 0)?; // the driver's view, at IOVA 0x100000
+//! region.write_be32(0x10, 0xcafe_f00d); // one aligned 32-bit store, device byte order
+//! assert_eq!(region.iova_at(0x10), 0x10_0010);
+//! assert_eq!(block.read32(0x10)?.get(), 0xcafe_f00d); // the device's view
+//! block.reclaim(region).expect("the region came from this block");
+//! # }
+//! # Ok::<(), platform::Error>(())
+//! ```
 #![no_std]
 
 #[cfg(feature = "std")]
