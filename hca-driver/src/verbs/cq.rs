@@ -17,7 +17,9 @@ use crate::hca::DmaUse;
 use crate::pas::PAS_PAGE_SIZE;
 use crate::types::Cqn;
 use crate::verbs::context::Context;
-use crate::verbs::queue::{create_on_region, destroy_and_free, release_after_destroy, service};
+use crate::verbs::queue::{
+    create_at, destroy_and_free, release_after_destroy, release_after_failure, service,
+};
 
 /// Most QPs one CQ serves at a time.
 pub const MAX_QPS_PER_CQ: usize = 64;
@@ -104,27 +106,11 @@ impl<'a, P: Platform> Context<'a, P> {
             DmaUse::Queues,
             "allocating a CQ",
         )?;
-        // Every CQE invalid and owned by hardware before CREATE_CQ.
-        for i in 0..(1usize << layout.log_cq_size) {
-            region.write_u8(64 * i + 0x3f, 0xf0);
-        }
-        let input = (|| -> Result<CreateCqIn> {
-            let cqc = Cqc::new()
-                .with(Cqc::cqe_sz, CQE_SZ_64)?
-                .with(Cqc::log_cq_size, layout.log_cq_size)?
-                .with(Cqc::uar_page, self.uar().number().0)?
-                .with(Cqc::c_eqn, eqn.0)?
-                .with(Cqc::log_page_size, 0)?
-                .with(Cqc::dbr_addr, region.iova() + layout.dbr_offset as u64)?;
-            Ok(CreateCqIn::new().with(CreateCqIn::cq_context, cqc)?)
-        })();
-        let (obj, region) =
-            create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_cq(p))?;
-        let cqn = obj.number();
         let mmio = match self.map_bar() {
             Ok(m) => m,
             Err(e) => {
-                return Err(destroy_and_free(hca, obj, region, e));
+                hca.dma_free(region, DmaUse::Queues);
+                return Err(e);
             }
         };
         let version = if self.query_device().cqe_version == 1 {
@@ -132,18 +118,56 @@ impl<'a, P: Platform> Context<'a, P> {
         } else {
             CqeVersion::V0
         };
+        // The data path first: it makes every CQE invalid and owned by
+        // hardware and zeroes the doorbell record before the device may
+        // look at them. The CQ number comes with CREATE_CQ's answer.
         let cfg = CqConfig {
-            cqn: cqn.0,
+            cqn: 0,
             layout,
             version,
             uar_page_offset: self.uar_offset(),
         };
-        let cq = match verbs_core::Cq::new(region, mmio, &cfg) {
+        let mut cq = match verbs_core::Cq::new(region, mmio, &cfg) {
             Ok(c) => c,
             Err((e, parts)) => {
-                return Err(destroy_and_free(hca, obj, parts.region, Error::DataPath(e)));
+                hca.dma_free(parts.region, DmaUse::Queues);
+                return Err(Error::DataPath(e));
             }
         };
+        let iova = cq.region().iova();
+        let input = (|| -> Result<CreateCqIn> {
+            let cqc = Cqc::new()
+                .with(Cqc::cqe_sz, CQE_SZ_64)?
+                .with(Cqc::log_cq_size, layout.log_cq_size)?
+                .with(Cqc::uar_page, self.uar().number().0)?
+                .with(Cqc::c_eqn, eqn.0)?
+                .with(Cqc::log_page_size, 0)?
+                .with(Cqc::dbr_addr, iova + layout.dbr_offset as u64)?;
+            Ok(CreateCqIn::new().with(CreateCqIn::cq_context, cqc)?)
+        })();
+        let input = match input {
+            Ok(i) => i,
+            Err(e) => {
+                hca.dma_free(cq.into_parts().region, DmaUse::Queues);
+                return Err(e);
+            }
+        };
+        let obj = match create_at(iova, layout.ring_bytes, &input, |p| hca.create_cq(p)) {
+            Ok(o) => o,
+            Err(e) => {
+                release_after_failure(hca, cq.into_parts().region, &e);
+                return Err(e);
+            }
+        };
+        let cqn = obj.number();
+        if let Err(e) = cq.set_cqn(cqn.0) {
+            return Err(destroy_and_free(
+                hca,
+                obj,
+                cq.into_parts().region,
+                Error::DataPath(e),
+            ));
+        }
         Ok(Cq {
             ctx: self,
             obj: Some(obj),

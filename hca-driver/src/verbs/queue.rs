@@ -28,19 +28,25 @@ pub(crate) fn create_on_region<P: Platform, I: Layout, O>(
             return Err(e);
         }
     };
-    let pages = ring_bytes.div_ceil(PAS_PAGE_SIZE);
-    match create(&PageList::contiguous(
-        &input,
-        region.iova(),
-        PAS_PAGE_SIZE,
-        pages,
-    )) {
+    match create_at(region.iova(), ring_bytes, &input, create) {
         Ok(o) => Ok((o, region)),
         Err(e) => {
             release_after_failure(hca, region, &e);
             Err(e)
         }
     }
+}
+
+/// Runs the command that creates a queue whose ring is the `ring_bytes`
+/// at bus address `iova`, given as contiguous 4 KiB pages.
+pub(crate) fn create_at<I: Layout, O>(
+    iova: u64,
+    ring_bytes: usize,
+    input: &I,
+    create: impl FnOnce(&PageList<'_, I>) -> Result<O>,
+) -> Result<O> {
+    let pages = ring_bytes.div_ceil(PAS_PAGE_SIZE);
+    create(&PageList::contiguous(input, iova, PAS_PAGE_SIZE, pages))
 }
 
 /// Frees a queue's region after a failed creation: at once if the device
