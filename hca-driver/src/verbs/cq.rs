@@ -7,7 +7,7 @@ use core::time::Duration;
 use firmware_cmds::cq::{CQE_SZ_64, Cqc, CreateCqIn};
 use platform::Platform;
 use verbs_core::{
-    Completion, CompletionSlot, CqConfig, CqLayout, CqResolver, CqeVersion, QpCompletions,
+    Completion, CompletionSlot, CqClean, CqConfig, CqLayout, CqResolver, CqeVersion, QpCompletions,
     SrqCompletions,
 };
 
@@ -310,11 +310,17 @@ impl<'a, P: Platform> Cq<'a, P> {
         })
     }
 
-    /// Unregisters the handle of user index `uidx`.
-    pub(crate) fn detach(&self, uidx: u32) -> Option<QpCompletions> {
+    /// Removes the CQEs of the QP registered under user index `uidx` that
+    /// were not polled (rdma-core's `__mlx5_cq_clean`; with the handle's
+    /// SRQ, the SRQ WQEs its receive CQEs consumed go back to the SRQ),
+    /// then unregisters its handle. For a QP that produces no more
+    /// completions: after 2RST or DESTROY_QP. `None` when nothing is
+    /// registered under `uidx`.
+    pub(crate) fn clean_and_detach(&self, uidx: u32) -> Option<(QpCompletions, CqClean)> {
         self.with(|i| {
             let k = i.table.entries.iter().position(|(u, _)| *u == uidx)?;
-            Some(i.table.entries.swap_remove(k).1)
+            let report = i.cq.clean_qp(uidx, &i.table.entries[k].1);
+            Some((i.table.entries.swap_remove(k).1, report))
         })
     }
 

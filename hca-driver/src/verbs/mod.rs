@@ -90,6 +90,10 @@
 //! strings); the QP is then in ERR (RC) or SQE (UC, UD sends) and every
 //! outstanding request completes with `IBV_WC_WR_FLUSH_ERR`.
 //! [`Qp::drain`] moves a QP to ERR and waits until all is flushed.
+//! Moving a QP to RESET or destroying it removes its completions not yet
+//! polled from its CQs (rdma-core's `__mlx5_cq_clean`; the SRQ WQEs they
+//! consumed go back to the SRQ): they never surface later, and the other
+//! QPs' completions on those CQs stay as they were.
 //!
 //! ## RoCE
 //!

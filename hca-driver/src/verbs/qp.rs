@@ -704,11 +704,35 @@ impl<'a, P: Platform> Qp<'a, P> {
         Ok(())
     }
 
-    /// Unregisters the completion handles.
-    fn detach(&self) {
-        drop(self.send_cq.detach(self.uidx));
-        if !self.same_cq() {
-            drop(self.recv_cq.detach(self.uidx));
+    /// Once the QP produces no more completions (after 2RST or
+    /// DESTROY_QP): removes its CQEs not yet polled from its receive and
+    /// send CQs (both, when they differ), the SRQ WQEs of its receive CQEs
+    /// going back to the SRQ, as rdma-core's `mlx5_modify_qp` and
+    /// `mlx5_destroy_qp` do; then unregisters its completion handles.
+    fn clean_and_detach(&self) {
+        let cqs = [
+            Some(self.recv_cq),
+            (!self.same_cq()).then_some(self.send_cq),
+        ];
+        for cq in cqs.into_iter().flatten() {
+            if let Some((h, c)) = cq.clean_and_detach(self.uidx) {
+                if c.removed > 0 {
+                    log::debug!(
+                        "QP {:#x}: {} completions not polled removed from {cq:?} ({} SRQ WQEs returned)",
+                        self.qpn.0,
+                        c.removed,
+                        c.srq_freed
+                    );
+                }
+                if c.srq_skipped > 0 {
+                    log::warn!(
+                        "QP {:#x}: {} receive completions removed from {cq:?} gave no SRQ WQE back (no posted WQE of that counter, or the SRQ's free list busy)",
+                        self.qpn.0,
+                        c.srq_skipped
+                    );
+                }
+                drop(h);
+            }
         }
     }
 
@@ -911,8 +935,11 @@ impl<'a, P: Platform> Qp<'a, P> {
     /// INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS (with the QP context fields
     /// and the `opt_param_mask` of the attributes given), 2ERR or 2RST.
     ///
-    /// To RESET the queues start over empty: completions of the QP not yet
-    /// polled are not removed from its CQs (drain first).
+    /// To RESET the queues start over empty, and the QP's completions not
+    /// yet polled are removed from its CQs (the SRQ WQEs its receive
+    /// completions consumed go back to its SRQ), as rdma-core does: other
+    /// QPs' completions on the same CQs stay, in order. To see the QP's
+    /// own, [`drain`](Self::drain) it first.
     pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
         let t = self.qp_type;
         let mask = attr.mask;
@@ -1214,7 +1241,7 @@ impl<'a, P: Platform> Qp<'a, P> {
         let Some(dp) = self.dp.take() else {
             return Ok(());
         };
-        self.detach();
+        self.clean_and_detach();
         let parts = match dp.into_parts() {
             Ok(p) => p,
             Err(dp) => {
@@ -1341,8 +1368,9 @@ impl<'a, P: Platform> Qp<'a, P> {
 
     // ---- teardown ---------------------------------------------------------
 
-    /// Destroys the QP (DESTROY_QP), unregisters it from its CQs and frees
-    /// its memory.
+    /// Destroys the QP (DESTROY_QP), removes its completions not yet
+    /// polled from its CQs (as [`modify`](Self::modify) to RESET does),
+    /// unregisters it from them and frees its memory.
     pub fn destroy(mut self) -> Result<()> {
         self.teardown()
     }
@@ -1354,7 +1382,7 @@ impl<'a, P: Platform> Qp<'a, P> {
         let ctx = self.pd.context();
         let hca = ctx.hca();
         let r = obj.destroy();
-        self.detach();
+        self.clean_and_detach();
         let mut regions: [Option<DmaRegion>; 2] = [self.orphan.take(), None];
         if let Some(dp) = self.dp.take() {
             match dp.into_parts() {
