@@ -865,6 +865,9 @@ impl<P: Platform> Hca<P> {
             });
         }
         self.uar_page_size = 4096 << l;
+        // The P_Key table size every user of it reads (an encoding beyond
+        // 4096 entries is an invalid answer).
+        self.info.caps.pkey_table_len()?;
         self.events.set_num_ports(self.info.caps.num_ports());
         Ok(())
     }

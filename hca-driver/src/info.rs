@@ -4,13 +4,15 @@
 
 use core::fmt;
 
+use firmware_cmds::Opcode;
 use firmware_cmds::caps::{
     AtomicCaps, CAP_ATOMIC, CAP_ETHERNET_OFFLOADS, CAP_GENERAL, CAP_ROCE, CmdHcaCap,
-    PerProtocolNetworkingOffloadCaps, RoceCap,
+    HCA_CAP_OP_MOD_GET_CUR, PerProtocolNetworkingOffloadCaps, RoceCap,
 };
 use firmware_cmds::init_seg::FwVersion;
 use firmware_cmds::layout::{FieldReading, Layout};
 
+use crate::error::{Error, Result};
 use crate::events::MAX_PORTS;
 
 /// PCI identity, from configuration space.
@@ -305,7 +307,40 @@ impl Caps {
     pub fn num_ports(&self) -> u8 {
         self.general().get(CmdHcaCap::num_ports)
     }
+
+    /// Entries of each port's P_Key table: [`MIN_PKEY_TABLE_SIZE`] `<<
+    /// pkey_table_size` of the current general capabilities (what
+    /// QUERY_HCA_VPORT_PKEY answers, `max_pkeys` and `pkey_tbl_len` in
+    /// libibverbs). The one place the encoding is read.
+    ///
+    /// A `pkey_table_size` above [`MAX_LOG_PKEY_TABLE`] encodes no table
+    /// (mlx5_core's `mlx5_to_sw_pkey_sz` makes it 0 entries): an
+    /// [`Error::InvalidAnswer`] of QUERY_HCA_CAP naming
+    /// `cmd_hca_cap.pkey_table_size` and the value. Bring-up refuses such
+    /// a device, so the capabilities of an open [`Hca`](crate::Hca) never
+    /// give it.
+    pub fn pkey_table_len(&self) -> Result<u16> {
+        let v = self.general().get(CmdHcaCap::pkey_table_size);
+        if v > MAX_LOG_PKEY_TABLE {
+            return Err(Error::InvalidAnswer {
+                opcode: Opcode::QUERY_HCA_CAP,
+                op_mod: (CAP_GENERAL << 1) | HCA_CAP_OP_MOD_GET_CUR,
+                field: "cmd_hca_cap.pkey_table_size",
+                value: u64::from(v),
+                reason: "encodes 128 << 0..=5 P_Key table entries (MLX5_MAX_LOG_PKEY_TABLE 5)",
+            });
+        }
+        Ok(MIN_PKEY_TABLE_SIZE << v)
+    }
 }
+
+/// P_Key table entries that `pkey_table_size` 0 encodes
+/// (`MLX5_MIN_PKEY_TABLE_SIZE`); `n` encodes `128 << n`.
+pub const MIN_PKEY_TABLE_SIZE: u16 = 128;
+
+/// The largest `pkey_table_size` (`MLX5_MAX_LOG_PKEY_TABLE`: 4096
+/// entries).
+pub const MAX_LOG_PKEY_TABLE: u16 = 5;
 
 impl Default for Caps {
     fn default() -> Self {
@@ -405,11 +440,14 @@ impl fmt::Display for DeviceInfo {
         )?;
         writeln!(f, "max_pd:\t\t\t\t{}", 1u64 << g.get(CmdHcaCap::log_max_pd))?;
         writeln!(f, "max_srq:\t\t\t{}", 1u64 << g.get(CmdHcaCap::log_max_srq))?;
-        writeln!(
-            f,
-            "max_pkeys:\t\t\t{}",
-            128u32 << g.get(CmdHcaCap::pkey_table_size)
-        )?;
+        match self.caps.pkey_table_len() {
+            Ok(n) => writeln!(f, "max_pkeys:\t\t\t{n}")?,
+            Err(_) => writeln!(
+                f,
+                "max_pkeys:\t\t\tinvalid (pkey_table_size {})",
+                g.get(CmdHcaCap::pkey_table_size)
+            )?,
+        }
         for p in &self.ports {
             writeln!(f, "\tport:\t{}", p.port)?;
             writeln!(f, "\t\tstate:\t\t\t{} ({})", p.state, p.state as u8)?;
@@ -502,6 +540,64 @@ mod tests {
         for bit in [9, 10, 11, 17, 19] {
             assert_eq!(eth_speed(1 << bit), None, "bit {bit} is unused");
         }
+    }
+
+    #[test]
+    fn pkey_table_size_encodes_128_shl_n_up_to_5() {
+        let mut c = Caps::default();
+        for (v, n) in [
+            (0, 128),
+            (1, 256),
+            (2, 512),
+            (3, 1024),
+            (4, 2048),
+            (5, 4096),
+        ] {
+            c.general.cur.set(CmdHcaCap::pkey_table_size, v).unwrap();
+            assert_eq!(c.pkey_table_len().unwrap(), n, "pkey_table_size {v}");
+        }
+        // Only the current capabilities count.
+        c.general.max.set(CmdHcaCap::pkey_table_size, 9).unwrap();
+        assert_eq!(c.pkey_table_len().unwrap(), 4096);
+        // Beyond the encoding (6 would be 8192; 9 no longer fits a u16,
+        // 16 and up wrapped to 0 before): an invalid answer naming the
+        // field and the value.
+        for v in [6u16, 9, 16, 0xffff] {
+            c.general.cur.set(CmdHcaCap::pkey_table_size, v).unwrap();
+            let e = c.pkey_table_len().unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidAnswer {
+                        opcode: Opcode::QUERY_HCA_CAP,
+                        op_mod: 1,
+                        field: "cmd_hca_cap.pkey_table_size",
+                        value,
+                        ..
+                    } if value == u64::from(v)
+                ),
+                "{e}"
+            );
+            assert!(
+                format!("{e}").starts_with(&format!(
+                    "QUERY_HCA_CAP(0x100) op_mod(0x1): invalid answer: cmd_hca_cap.pkey_table_size = {v:#x} ("
+                )),
+                "{e}"
+            );
+        }
+        let mut info = DeviceInfo::default();
+        info.caps
+            .general
+            .cur
+            .set(CmdHcaCap::pkey_table_size, 6)
+            .unwrap();
+        assert!(format!("{info}").contains("max_pkeys:\t\t\tinvalid (pkey_table_size 6)"));
+        info.caps
+            .general
+            .cur
+            .set(CmdHcaCap::pkey_table_size, 2)
+            .unwrap();
+        assert!(format!("{info}").contains("max_pkeys:\t\t\t512\n"));
     }
 
     #[test]

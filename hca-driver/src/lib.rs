@@ -165,8 +165,8 @@ pub use fwpages::PageStats;
 pub use hca::{BringUpReport, DmaUsage, Failure, Hca, MAX_COMP_EQS};
 pub use health::{HealthReading, MAX_HEALTH_STALLS};
 pub use info::{
-    CapMode, CapPair, Caps, DeviceInfo, ETH_FRAMING, ETH_PROTOCOLS, Guid, IbMtu, LinkLayer, PciIds,
-    PortInfo, PortState, eth_speed,
+    CapMode, CapPair, Caps, DeviceInfo, ETH_FRAMING, ETH_PROTOCOLS, Guid, IbMtu, LinkLayer,
+    MAX_LOG_PKEY_TABLE, MIN_PKEY_TABLE_SIZE, PciIds, PortInfo, PortState, eth_speed,
 };
 pub use mailbox::MAX_MAILBOX_CHUNKS;
 pub use pages::MAX_PAGE_CHUNKS;

@@ -178,16 +178,10 @@ impl<P: Platform> Hca<P> {
     }
 
     /// Entries of a port's P_Key table: `128 << pkey_table_size` of the
-    /// current general capabilities (what QUERY_HCA_VPORT_PKEY answers).
-    pub fn pkey_table_len(&self) -> u16 {
-        128u16
-            .checked_shl(u32::from(
-                self.info
-                    .caps
-                    .general()
-                    .get(firmware_cmds::caps::CmdHcaCap::pkey_table_size),
-            ))
-            .unwrap_or(0)
+    /// current general capabilities (what QUERY_HCA_VPORT_PKEY answers);
+    /// see [`Caps::pkey_table_len`](crate::Caps::pkey_table_len).
+    pub fn pkey_table_len(&self) -> Result<u16> {
+        self.info.caps.pkey_table_len()
     }
 
     /// P_Key `index` of a port's table (QUERY_HCA_VPORT_PKEY): what
@@ -197,7 +191,7 @@ impl<P: Platform> Hca<P> {
     /// [`pkey_table_len`](Self::pkey_table_len) (0xffff, "the whole table",
     /// included: see [`query_pkey_table`](Self::query_pkey_table)).
     pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
-        if index >= self.pkey_table_len() || index == VPORT_QUERY_ALL_INDICES {
+        if index >= self.pkey_table_len()? || index == VPORT_QUERY_ALL_INDICES {
             return Err(Error::InvalidArgument {
                 arg: "index",
                 reason: "beyond the P_Key table",
@@ -213,7 +207,7 @@ impl<P: Platform> Hca<P> {
     /// [`pkey_table_len`](Self::pkey_table_len) entries; returns how many
     /// were written.
     pub fn query_pkey_table(&self, port: u8, out: &mut [u16]) -> Result<usize> {
-        let n = usize::from(self.pkey_table_len());
+        let n = usize::from(self.pkey_table_len()?);
         let out = out.get_mut(..n).ok_or(Error::InvalidArgument {
             arg: "out",
             reason: "shorter than the P_Key table",

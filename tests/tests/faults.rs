@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use firmware_cmds::Opcode;
+use firmware_cmds::caps::{CAPABILITY_OFFSET, CmdHcaCap};
 use firmware_cmds::hca::MANAGE_PAGES_OP_MOD_ALLOCATION_FAIL;
 use firmware_cmds::init_seg::HealthSyndrome;
 use hca_driver::{Config, DeadReason, Error, Wait};
@@ -571,6 +572,44 @@ fn corrupted_answers_are_named() {
     let emu = b.emu().unwrap();
     assert_no_faults_no_memory(emu);
     assert!(emu.leak_report().firmware_pages.is_empty());
+}
+
+#[test]
+fn a_pkey_table_size_beyond_the_encoding_fails_bring_up() {
+    // The current general capabilities queried after INIT_HCA (the last
+    // QUERY_HCA_CAP of op_mod 1 of a clean bring-up) say pkey_table_size 6
+    // (8192 entries; the encoding ends at 5, 4096).
+    let (up, _) = clean_run();
+    let nth = steps(&up)
+        .into_iter()
+        .filter(|&(op, op_mod, _)| op == Opcode::QUERY_HCA_CAP.0 && op_mod == 1)
+        .map(|s| s.2)
+        .next_back()
+        .unwrap();
+    let low_byte =
+        (CmdHcaCap::pkey_table_size.offset() + CmdHcaCap::pkey_table_size.width()) / 8 - 1;
+    let (b, e) = open_with_corruption(
+        Opcode::QUERY_HCA_CAP,
+        nth,
+        OutputCorruption::OutputByte {
+            offset: CAPABILITY_OFFSET + low_byte as usize,
+            xor: 6,
+        },
+    );
+    assert!(
+        matches!(
+            &e,
+            Error::InvalidAnswer {
+                opcode: Opcode::QUERY_HCA_CAP,
+                op_mod: 1,
+                field: "cmd_hca_cap.pkey_table_size",
+                value: 6,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    b.assert_clean();
 }
 
 #[test]

@@ -24,7 +24,7 @@ fn ethernet_p_keys() {
         ));
         // The firmware's table (QUERY_HCA_VPORT_PKEY) has the default P_Key
         // in entry 0 and 128 entries (pkey_table_size 0).
-        assert_eq!(hca.pkey_table_len(), 128);
+        assert_eq!(hca.pkey_table_len().unwrap(), 128);
         assert_eq!(hca.query_pkey(1, 0).unwrap(), DEFAULT_PKEY);
         assert_eq!(hca.query_pkey(1, 127).unwrap(), 0);
         let mut table = [0x5a5au16; 130];

@@ -126,7 +126,9 @@ pub struct DeviceAttr {
     pub max_srq_wr: u32,
     /// `max_recv_sge - 1` (the next segment takes one).
     pub max_srq_sge: u32,
-    /// P_Key table entries (`128 << pkey_table_size`).
+    /// P_Key table entries (`128 << pkey_table_size`,
+    /// [`Caps::pkey_table_len`](crate::Caps::pkey_table_len); 0 for a
+    /// value beyond the encoding, which bring-up refuses).
     pub max_pkeys: u16,
     /// `local_ca_ack_delay`.
     pub local_ca_ack_delay: u8,
@@ -203,7 +205,7 @@ impl DeviceAttr {
             max_srq: pow2(g.get(CmdHcaCap::log_max_srq)),
             max_srq_wr: pow2(g.get(CmdHcaCap::log_max_srq_sz)).saturating_sub(1),
             max_srq_sge: max_recv_sge.saturating_sub(1),
-            max_pkeys: pkey_table_len(g),
+            max_pkeys: pkey_table_len(info),
             local_ca_ack_delay: g.get(CmdHcaCap::local_ca_ack_delay),
             phys_port_cnt: g.get(CmdHcaCap::num_ports),
             max_msg_sz: 1u64 << g.get(CmdHcaCap::log_max_msg).min(63),
@@ -212,11 +214,11 @@ impl DeviceAttr {
     }
 }
 
-/// P_Key table entries of an InfiniBand port (`128 << pkey_table_size`).
-fn pkey_table_len(g: &CmdHcaCap) -> u16 {
-    128u16
-        .checked_shl(u32::from(g.get(CmdHcaCap::pkey_table_size)))
-        .unwrap_or(u16::MAX)
+/// P_Key table entries ([`Caps::pkey_table_len`](crate::Caps::pkey_table_len));
+/// 0 for a `pkey_table_size` beyond the encoding, which bring-up refuses
+/// (mlx5_ib reports 0 then).
+fn pkey_table_len(info: &DeviceInfo) -> u16 {
+    info.caps.pkey_table_len().unwrap_or(0)
 }
 
 /// `enum ibv_width` codes (`active_width`).
@@ -308,7 +310,8 @@ pub struct PortAttr {
     pub active_mtu: Option<IbMtu>,
     /// GID table entries (`gid_tbl_len`).
     pub gid_tbl_len: u32,
-    /// P_Key table entries (`pkey_tbl_len`; 1 on Ethernet).
+    /// P_Key table entries (`pkey_tbl_len`): 1 on Ethernet, else as
+    /// [`DeviceAttr::max_pkeys`].
     pub pkey_tbl_len: u16,
     /// Largest message (`max_msg_sz`).
     pub max_msg_sz: u64,
@@ -345,7 +348,7 @@ impl PortAttr {
             LinkLayer::InfiniBand => (
                 8u32.checked_shl(u32::from(g.get(CmdHcaCap::gid_table_size)))
                     .unwrap_or(0),
-                pkey_table_len(g),
+                pkey_table_len(info),
             ),
         };
         let (active_width, active_speed) = match (p.link_layer, p.state) {
@@ -479,6 +482,56 @@ mod tests {
     use std::format;
 
     use super::*;
+
+    #[test]
+    fn max_pkeys_and_pkey_tbl_len_are_one_formula() {
+        let mut info = DeviceInfo::default();
+        let mut port = PortInfo {
+            port: 1,
+            link_layer: LinkLayer::InfiniBand,
+            state: PortState::Active,
+            max_mtu_bytes: 4096,
+            oper_mtu_bytes: 4096,
+            max_mtu: None,
+            active_mtu: None,
+            proto_oper: 0,
+            speed_mbps: None,
+            ib_link_width_oper: 0,
+            lid: 1,
+            mac: None,
+            port_guid: 0,
+            gid0: [0; 16],
+        };
+        let both = |info: &DeviceInfo, port: &PortInfo| {
+            (
+                DeviceAttr::from_info(info).max_pkeys,
+                PortAttr::from_port(info, port).pkey_tbl_len,
+            )
+        };
+        for (v, n) in [(0, 128), (3, 1024), (5, 4096)] {
+            info.caps
+                .general
+                .cur
+                .set(CmdHcaCap::pkey_table_size, v)
+                .unwrap();
+            assert_eq!(both(&info, &port), (n, n));
+            assert_eq!(info.caps.pkey_table_len().unwrap(), n);
+        }
+        // Beyond the encoding (refused at bring-up): no table, the same in
+        // both, never a wrapped or saturated count.
+        for v in [6, 16, 0xffff] {
+            info.caps
+                .general
+                .cur
+                .set(CmdHcaCap::pkey_table_size, v)
+                .unwrap();
+            assert!(info.caps.pkey_table_len().is_err());
+            assert_eq!(both(&info, &port), (0, 0), "pkey_table_size {v}");
+        }
+        // An Ethernet port has the one default P_Key.
+        port.link_layer = LinkLayer::Ethernet;
+        assert_eq!(both(&info, &port).1, 1);
+    }
 
     #[test]
     fn link_local_gids_round_trip_their_mac() {

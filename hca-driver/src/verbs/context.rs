@@ -244,7 +244,7 @@ impl<'a, P: Platform> Context<'a, P> {
         self.check_port(port)?;
         let (one, len) = match self.hca.caps().link_layer() {
             LinkLayer::Ethernet => (true, 1),
-            LinkLayer::InfiniBand => (false, self.hca.pkey_table_len()),
+            LinkLayer::InfiniBand => (false, self.hca.pkey_table_len()?),
         };
         if index >= len {
             return Err(Error::InvalidAttribute {
