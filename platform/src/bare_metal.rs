@@ -6,14 +6,16 @@
 //! # use core::{ptr::NonNull, time::Duration};
 //! # use platform::{Platform, bare_metal::{AddressMap, BareMetal, DmaMemory}};
 //! # fn ticks() -> Duration { Duration::ZERO }
-//! # let (dma_virt, dma_phys, bar_virt): (NonNull<u8>, u64, NonNull<u8>) = todo!();
+//! # fn bring_up(dma_virt: NonNull<u8>, dma_phys: u64, bar_virt: NonNull<u8>) -> Result<(), platform::Error> {
 //! // 16 MiB of physically contiguous memory mapped at `dma_virt`, and BAR0
 //! // (32 MiB) mapped uncached at `bar_virt`.
 //! // SAFETY: both mappings are ours for the platform's whole life.
 //! let mem = unsafe { DmaMemory::new(dma_virt, 16 << 20, AddressMap::Offset { phys_base: dma_phys }) }?;
 //! let hca = unsafe { BareMetal::<_>::new(mem, ticks)?.with_bar(0, bar_virt, 32 << 20)? };
 //! let cmdq = hca.alloc_dma(4096, 4096)?;
-//! # Ok::<(), platform::Error>(())
+//! # hca.free_dma(cmdq);
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! DMA memory is handed out in 4 KiB pages from a bitmap of `WORDS * 64`
