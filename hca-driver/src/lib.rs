@@ -132,6 +132,7 @@
 //! [`CommandRecorder`] is called outside every lock but must not run
 //! commands.
 #![no_std]
+#![forbid(unsafe_code)]
 
 mod bits;
 mod cmd;

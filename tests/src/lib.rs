@@ -22,6 +22,8 @@
 //! regions), on hardware every byte of DMA memory freed. Hardware
 //! scenarios run one at a time (one process can open a VFIO group once).
 
+#![forbid(unsafe_code)]
+
 use std::sync::Mutex;
 
 pub use hca_driver;

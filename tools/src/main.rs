@@ -32,6 +32,8 @@
 //! connection, polling pace), [`peer`] (where the sides run, TCP, the
 //! control channel), [`cmd`] (one module per subcommand).
 
+#![forbid(unsafe_code)]
+
 mod cmd;
 mod decode;
 mod device;
