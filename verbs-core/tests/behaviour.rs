@@ -675,6 +675,39 @@ proptest::proptest! {
     }
 }
 
+/// The poster of the two-thread tests: `total` signaled RDMA writes through
+/// the general path, the typed single post and a batch of one, in turn,
+/// retrying while the queue is full; sends each WQE's counter to the poller.
+fn post_mixed<M: platform::Mmio>(
+    sq: &mut SendQueue<M>,
+    total: u64,
+    tx: std::sync::mpsc::Sender<u16>,
+) {
+    let mut posted = 0u64;
+    while posted < total {
+        let r = match posted % 3 {
+            0 => sq.post(&write(posted).flags(SendFlags::SIGNALED)),
+            1 => sq
+                .wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])
+                .map_err(Error::from),
+            _ => {
+                let mut b = sq.batch();
+                let r = b.wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0]);
+                b.ring();
+                r.map_err(Error::from)
+            }
+        };
+        match r {
+            Ok(()) => {
+                tx.send((sq.cur_post() - 1) as u16).unwrap();
+                posted += 1;
+            }
+            Err(Error::QueueFull { .. }) => std::thread::yield_now(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 #[test]
 fn poster_and_poller_on_two_threads() {
     let uar = UarPage::new();
@@ -687,33 +720,7 @@ fn poster_and_poller_on_two_threads() {
     let (tx, rx) = std::sync::mpsc::channel::<u16>();
     std::thread::scope(|s| {
         let sq = env.qp.sq().unwrap();
-        s.spawn(move || {
-            let mut posted = 0u64;
-            while posted < total {
-                // The general path, the typed single post and a batch of
-                // one, in turn.
-                let r = match posted % 3 {
-                    0 => sq.post(&write(posted).flags(SendFlags::SIGNALED)),
-                    1 => sq
-                        .wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])
-                        .map_err(Error::from),
-                    _ => {
-                        let mut b = sq.batch();
-                        let r = b.wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0]);
-                        b.ring();
-                        r.map_err(Error::from)
-                    }
-                };
-                match r {
-                    Ok(()) => {
-                        tx.send((sq.cur_post() - 1) as u16).unwrap();
-                        posted += 1;
-                    }
-                    Err(Error::QueueFull { .. }) => std::thread::yield_now(),
-                    Err(e) => panic!("{e}"),
-                }
-            }
-        });
+        s.spawn(move || post_mixed(sq, total, tx));
         // The "device" + poller: one CQE per posted WQE, in order.
         let mut expect = 0u64;
         for counter in rx.iter() {
@@ -743,31 +750,7 @@ fn poster_and_session_poller_on_two_threads() {
     let (tx, rx) = std::sync::mpsc::channel::<u16>();
     std::thread::scope(|s| {
         let sq = env.qp.sq().unwrap();
-        s.spawn(move || {
-            let mut posted = 0u64;
-            while posted < total {
-                let r = match posted % 3 {
-                    0 => sq.post(&write(posted).flags(SendFlags::SIGNALED)),
-                    1 => sq
-                        .wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])
-                        .map_err(Error::from),
-                    _ => {
-                        let mut b = sq.batch();
-                        let r = b.wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0]);
-                        b.ring();
-                        r.map_err(Error::from)
-                    }
-                };
-                match r {
-                    Ok(()) => {
-                        tx.send((sq.cur_post() - 1) as u16).unwrap();
-                        posted += 1;
-                    }
-                    Err(Error::QueueFull { .. }) => std::thread::yield_now(),
-                    Err(e) => panic!("{e}"),
-                }
-            }
-        });
+        s.spawn(move || post_mixed(sq, total, tx));
         let (mem, q) = cq.split();
         let entries = q.entries();
         let mut expect = 0u64;
