@@ -5,6 +5,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use core::time::Duration;
 
+use firmware_cmds::Opcode;
 use firmware_cmds::caps::{
     self, AtomicCaps, CmdHcaCap, HcaCap, PerProtocolNetworkingOffloadCaps, QueryHcaCapIn, RoceCap,
     SetHcaCapIn,
@@ -22,7 +23,6 @@ use firmware_cmds::init_seg::{
     CmdqAddrLSz, FW_REV_OFFSET, FwVersion, HEALTH_BUFFER_OFFSET, HEALTH_COUNTER_OFFSET,
     HealthSyndrome, INITIALIZING_OFFSET, Initializing, NIC_IFC_FULL_DRIVER,
 };
-use firmware_cmds::{CmdStatus, Opcode};
 use platform::{DmaRegion, Mmio, Platform, pci};
 
 use crate::cmd::CmdState;
@@ -713,34 +713,35 @@ impl<P: Platform> Hca<P> {
         }
     }
 
+    /// QUERY_ISSI, then SET_ISSI 1 when offered, as Linux's
+    /// `mlx5_core_set_issi` does ("fix query ISSI flow"): a QUERY_ISSI that
+    /// the firmware fails with any status, or a zero `supported_issi_dw0`,
+    /// means ISSI 0; a mask offering neither 0 nor 1 is refused.
     fn negotiate_issi(&mut self) -> Result<()> {
-        match self.exec(&QueryIssiIn::new()) {
-            Ok(o) => {
-                if o.supports_issi(1) {
-                    self.exec(&SetIssiIn::new().with(SetIssiIn::current_issi, 1)?)?;
-                    self.info.issi = 1;
-                } else if o.supports_issi(0) {
-                    self.info.issi = 0;
-                } else {
-                    return Err(Error::InvalidAnswer {
-                        opcode: Opcode::QUERY_ISSI,
-                        op_mod: 0,
-                        field: "query_issi_out.supported_issi_dw0",
-                        value: u64::from(
-                            o.get(firmware_cmds::hca::QueryIssiOut::supported_issi_dw0),
-                        ),
-                        reason: "supports neither ISSI 0 nor ISSI 1",
-                    });
-                }
-                Ok(())
-            }
-            // Firmware older than ISSI: stays at 0 (as Linux does).
-            Err(Error::Command(e)) if e.status == CmdStatus::BAD_OP => {
+        let supported = match self.exec(&QueryIssiIn::new()) {
+            Ok(o) => o.get(firmware_cmds::hca::QueryIssiOut::supported_issi_dw0),
+            Err(Error::Command(e)) => {
+                log::warn!("{e}: the firmware has no ISSI negotiation; ISSI is 0");
                 self.info.issi = 0;
-                Ok(())
+                return Ok(());
             }
-            Err(e) => Err(e),
+            Err(e) => return Err(e),
+        };
+        if supported & (1 << 1) != 0 {
+            self.exec(&SetIssiIn::new().with(SetIssiIn::current_issi, 1)?)?;
+            self.info.issi = 1;
+        } else if supported & 1 != 0 || supported == 0 {
+            self.info.issi = 0;
+        } else {
+            return Err(Error::InvalidAnswer {
+                opcode: Opcode::QUERY_ISSI,
+                op_mod: 0,
+                field: "query_issi_out.supported_issi_dw0",
+                value: u64::from(supported),
+                reason: "supports neither ISSI 0 nor ISSI 1",
+            });
         }
+        Ok(())
     }
 
     fn set_host_endianness(&self) -> Result<()> {

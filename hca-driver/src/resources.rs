@@ -18,6 +18,7 @@ use firmware_cmds::pd::{
     DeallocTransportDomainIn,
 };
 use firmware_cmds::qp::{CreateQpIn, CreateQpOut, DestroyQpIn};
+use firmware_cmds::rmp::{CreateRmpIn, CreateRmpOut, DestroyRmpIn};
 use firmware_cmds::srq::{CreateSrqIn, CreateSrqOut, DestroySrqIn};
 use firmware_cmds::uar::{AllocUarIn, AllocUarOut, DeallocUarIn};
 use platform::{Mmio, Platform};
@@ -119,7 +120,10 @@ pub type TransportDomain<'a, P> = Object<'a, P, TdObj>;
 pub type Cq<'a, P> = Object<'a, P, CqObj>;
 /// A queue pair (CREATE_QP / DESTROY_QP), registered for events.
 pub type Qp<'a, P> = Object<'a, P, QpObj>;
-/// A shared receive queue (CREATE_SRQ / DESTROY_SRQ), registered for events.
+/// A shared receive queue, registered for events: at ISSI 0 an SRQ
+/// (CREATE_SRQ / DESTROY_SRQ), at ISSI 1 a receive memory pool (CREATE_RMP
+/// / DESTROY_RMP) whose number serves as the SRQ number, as Linux's
+/// `create_srq_split` / `destroy_srq_split` choose.
 pub type Srq<'a, P> = Object<'a, P, SrqObj>;
 /// A memory key (CREATE_MKEY / DESTROY_MKEY).
 pub type Mkey<'a, P> = Object<'a, P, MkeyObj>;
@@ -176,8 +180,14 @@ impl FwObject for QpObj {
 impl FwObject for SrqObj {
     type Number = Srqn;
     const NAME: &'static str = "SRQ";
+    /// DESTROY_SRQ at ISSI 0, DESTROY_RMP at ISSI 1 (the ISSI is fixed for
+    /// the session, so it names the command that created the object).
     fn destroy<P: Platform>(hca: &Hca<P>, n: Srqn) -> Result<()> {
-        hca.exec(&DestroySrqIn::new().with(DestroySrqIn::srqn, n.0)?)?;
+        if hca.uses_rmp() {
+            hca.exec(&DestroyRmpIn::new().with(DestroyRmpIn::rmpn, n.0)?)?;
+        } else {
+            hca.exec(&DestroySrqIn::new().with(DestroySrqIn::srqn, n.0)?)?;
+        }
         hca.events().unregister_queue(QueueId::Srq(n));
         Ok(())
     }
@@ -287,20 +297,41 @@ impl<P: Platform> Hca<P> {
         )
     }
 
-    /// CREATE_SRQ with the caller's context and buffer pages; the SRQ is
-    /// registered for events.
+    /// Whether shared receive queues are receive memory pools: the SRQ
+    /// commands exist at ISSI 0 only; at ISSI 1 Linux (`srq_cmd.c`, the
+    /// `*_split` functions) creates, arms, queries and destroys RMPs.
+    pub fn uses_rmp(&self) -> bool {
+        self.info.issi >= 1
+    }
+
+    /// CREATE_SRQ (ISSI 0) with the caller's context and buffer pages; the
+    /// SRQ is registered for events.
     pub fn create_srq(&self, pages: &PageList<'_, CreateSrqIn>) -> Result<Srq<'_, P>> {
         let out: CreateSrqOut = self.exec_encoded(pages)?;
-        let srqn = Srqn(out.get(CreateSrqOut::srqn));
-        let srq = Object::new(self, srqn);
-        let registered = self.events.register_queue(QueueId::Srq(srqn));
-        self.register_created(
-            srq,
-            registered,
+        self.register_srq(
+            Srqn(out.get(CreateSrqOut::srqn)),
             Opcode::CREATE_SRQ,
             "create_srq_out.srqn",
-            srqn.0,
         )
+    }
+
+    /// CREATE_RMP (ISSI 1) with the caller's context and buffer pages
+    /// (`ctx.wq.pas`); the RMP is registered for events under its number,
+    /// which the SRQ events (`SRQ_RQ_LIMIT`, SRQ catastrophic error) and
+    /// `qpc.srqn_rmpn_xrqn` carry.
+    pub fn create_rmp(&self, pages: &PageList<'_, CreateRmpIn>) -> Result<Srq<'_, P>> {
+        let out: CreateRmpOut = self.exec_encoded(pages)?;
+        self.register_srq(
+            Srqn(out.get(CreateRmpOut::rmpn)),
+            Opcode::CREATE_RMP,
+            "create_rmp_out.rmpn",
+        )
+    }
+
+    fn register_srq(&self, srqn: Srqn, opcode: Opcode, field: &'static str) -> Result<Srq<'_, P>> {
+        let srq = Object::new(self, srqn);
+        let registered = self.events.register_queue(QueueId::Srq(srqn));
+        self.register_created(srq, registered, opcode, field, srqn.0)
     }
 
     /// CREATE_MKEY with the caller's memory key context and MTT (page

@@ -72,6 +72,20 @@ pub enum PortType {
     InfiniBand,
 }
 
+/// What QUERY_ISSI answers (`supported_issi_dw0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IssiSupport {
+    /// The recorded card's answer: ISSI 1 only (`supported_issi_dw0` 0x2).
+    Recorded,
+    /// Only ISSI 0 (`supported_issi_dw0` 0x1).
+    Only0,
+    /// A zero mask, which Linux's `mlx5_core_set_issi` reads as ISSI 0.
+    ZeroMask,
+    /// Firmware from before ISSI: QUERY_ISSI fails with bad operation (0x2),
+    /// which Linux also reads as ISSI 0.
+    NoQueryIssi,
+}
+
 /// Everything that shapes one emulated PCI function.
 #[derive(Clone, Debug)]
 pub struct EmuConfig {
@@ -111,6 +125,8 @@ pub struct EmuConfig {
     pub cmdif_checksum: bool,
     /// The link layer of the ports.
     pub port_type: PortType,
+    /// The ISSI support QUERY_ISSI reports (and SET_ISSI accepts).
+    pub issi: IssiSupport,
 }
 
 impl Default for EmuConfig {
@@ -130,6 +146,7 @@ impl Default for EmuConfig {
             msix_vectors: 64,
             cmdif_checksum: false,
             port_type: PortType::Ethernet,
+            issi: IssiSupport::Recorded,
         }
     }
 }
@@ -153,6 +170,12 @@ impl EmuConfig {
     /// With InfiniBand ports ([`PortType::InfiniBand`]).
     pub fn infiniband(mut self) -> Self {
         self.port_type = PortType::InfiniBand;
+        self
+    }
+
+    /// With a firmware that answers QUERY_ISSI as `issi` says.
+    pub fn with_issi(mut self, issi: IssiSupport) -> Self {
+        self.issi = issi;
         self
     }
 

@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use config::{Clock, EmuConfig, Execution, PageCounts, Personality, PortType};
+pub use config::{Clock, EmuConfig, Execution, IssiSupport, PageCounts, Personality, PortType};
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, Faults, OutputCorruption, PacketDrop};

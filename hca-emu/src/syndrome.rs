@@ -78,6 +78,7 @@ syndromes! {
     MKEY_MTT_SHORT = 0x0002_0004, "CREATE_MKEY: translations do not cover start_addr..start_addr+len";
     MKEY_MTT_MISALIGNED = 0x0002_0005, "CREATE_MKEY: an MTT entry is not aligned to the page size";
     MKEY_QPN = 0x0002_0006, "CREATE_MKEY: qpn must be 0xffffff";
+    MKEY_MTT_OCTOWORDS = 0x0002_0007, "CREATE_MKEY: input shorter than 16 bytes per translations_octword_actual_size";
     // EQ.
     EQ_LOG_SIZE = 0x0003_0101, "CREATE_EQ: log_eq_size above log_max_eq_sz";
     EQ_INTR = 0x0003_0102, "CREATE_EQ: intr beyond the MSI-X vectors";
@@ -104,7 +105,13 @@ syndromes! {
     QP_RMAC = 0x0005_000f, "INIT2RTR: RoCE needs a destination MAC";
     // SRQ.
     SRQ_LOG_SIZE = 0x0007_0001, "CREATE_SRQ: log_srq_size above log_max_srq_sz";
-    SRQ_LWM = 0x0007_0301, "ARM_RQ: lwm above the SRQ size";
+    SRQ_LWM = 0x0007_0301, "ARM_RQ / MODIFY_RMP: lwm above the SRQ size";
+    SRQ_NOT_AT_ISSI_1 = 0x0007_0002, "SRQ commands exist at ISSI 0 only (at ISSI 1 SRQs are RMPs)";
+    RMP_NOT_AT_ISSI_0 = 0x0009_0c01, "RMP commands need ISSI 1";
+    RMP_STATE = 0x0009_0c02, "CREATE_RMP / MODIFY_RMP: state must be ready (1)";
+    RMP_WQ_TYPE = 0x0009_0c03, "CREATE_RMP: wq_type must be linked list (0)";
+    RMP_STRIDE = 0x0009_0c04, "CREATE_RMP: log_wq_stride below 16 bytes or above max_wqe_sz_rq";
+    RMP_BITMASK = 0x0009_0d01, "MODIFY_RMP: a bitmask bit other than lwm";
     // SQ / RQ / TIS / TIR / RQT / flow tables.
     WQ_LOG_SIZE = 0x0009_0401, "CREATE_SQ/RQ: log_wq_sz above log_max_wq_sz";
     WQ_BAD_TIS = 0x0009_0402, "CREATE_SQ: tis_num_0 is not an existing TIS";

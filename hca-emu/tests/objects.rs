@@ -6,7 +6,7 @@ mod common;
 use common::{Raw, inp, put64, setf};
 use hca_emu::syndrome as syn;
 use hca_emu::{EmuConfig, ObjKind, QpState, connect};
-use platform::Mmio;
+use platform::{Mmio, Platform};
 
 const EV_CMD: u64 = 1 << 0x0a;
 const EV_PORT: u64 = 1 << 0x09;
@@ -173,6 +173,8 @@ fn mkeys() {
         put64(&mut m, 0x28, 0x3000);
         setf(&mut m, 0x44, 31, 0, 2);
         setf(&mut m, 0x48, 4, 0, 12);
+        // translations_octword_actual_size: the octowords sent.
+        setf(&mut m, 0x60, 31, 0, n_mtt.div_ceil(2) as u64);
         for i in 0..n_mtt {
             put64(&mut m, 0x110 + 8 * i, 0x20_0000 + 0x1000 * i as u64);
         }
@@ -195,11 +197,18 @@ fn mkeys() {
     setf(&mut m, 0x44, 31, 0, 1); // one octword: 2 entries
     assert_eq!(r.fails(&m, 16, 0x3), syn::MKEY_MTT_SHORT);
     let m = mk(&mut r, 1, 1, 0, pd, 2);
-    assert_eq!(r.fails(&m, 16, 0x50), syn::PAS_TOO_SHORT);
-    let mut m = mk(&mut r, 1, 1, 0, pd, 3);
+    assert_eq!(r.fails(&m, 16, 0x3), syn::MKEY_MTT_SHORT);
+    // Three entries sent as two octowords without the padding entry: the
+    // input is 8 bytes short of what translations_octword_actual_size
+    // counts (what this driver sent for every odd page count).
+    let m = mk(&mut r, 1, 1, 0, pd, 3);
+    assert_eq!(r.fails(&m, 16, 0x50), syn::MKEY_MTT_OCTOWORDS);
+    let mut m = mk(&mut r, 1, 1, 0, pd, 4);
     put64(&mut m, 0x118, 0x20_0800);
     assert_eq!(r.fails(&m, 16, 0x3), syn::MKEY_MTT_MISALIGNED);
-    let m = mk(&mut r, 1, 1, 0, pd, 3);
+    // Padded to whole octowords, the fourth entry zero.
+    let mut m = mk(&mut r, 1, 1, 0, pd, 4);
+    put64(&mut m, 0x128, 0);
     let idx = r.create(&m);
     assert_eq!(
         r.emu.mkey(idx).unwrap().mtt,
@@ -304,7 +313,9 @@ fn qp_count_follows_set_hca_cap() {
 
 #[test]
 fn srq_and_qp_on_it() {
-    let mut r = up();
+    // The SRQ commands: ISSI 0.
+    let mut r = Raw::new(EmuConfig::default());
+    r.init_at_issi(0);
     let uar = r.alloc_uar();
     let pd = r.alloc_pd();
     let (eqn, _) = r.create_eq(4, uar, 1);
@@ -494,4 +505,138 @@ fn ports_registers_and_the_wire() {
     connect(&two, 1, &two, 2).unwrap();
     assert!(two.link_up(1) && two.link_up(2));
     assert_eq!(connect(&two, 1, &two, 1), Err(hca_emu::EmuError::SelfLoop));
+}
+
+/// CREATE_SRQ input over one page: `2^log` WQEs of 32 bytes.
+fn srq_input(pd: u32, dbr: u64, page: u64) -> Vec<u8> {
+    let mut m = inp(0x700, 0, 0x110 + 8);
+    setf(&mut m, 0x10, 27, 24, 4);
+    setf(&mut m, 0x14, 26, 24, 1);
+    setf(&mut m, 0x28, 23, 0, u64::from(pd));
+    put64(&mut m, 0x38, dbr);
+    put64(&mut m, 0x110, page);
+    m
+}
+
+/// CREATE_RMP input over one page: 16 WQEs of 32 bytes, state `state`,
+/// `wq_type` `wq_type`.
+fn rmp_input(pd: u32, dbr: u64, page: u64, state: u64, wq_type: u64) -> Vec<u8> {
+    let mut m = inp(0x90c, 0, 0x110 + 8);
+    setf(&mut m, 0x20, 23, 20, state);
+    setf(&mut m, 0x50, 31, 28, wq_type);
+    setf(&mut m, 0x58, 23, 0, u64::from(pd));
+    put64(&mut m, 0x60, dbr);
+    setf(&mut m, 0x70, 19, 16, 5);
+    setf(&mut m, 0x70, 4, 0, 4);
+    put64(&mut m, 0x110, page);
+    m
+}
+
+#[test]
+fn at_issi_1_shared_receive_queues_are_rmps() {
+    let mut r = up();
+    let pd = r.alloc_pd();
+    let page = r.p.alloc_dma(4096, 4096).unwrap();
+    let dbr = page.iova() + 0x800;
+    // What this driver sent before: the SRQ commands, which exist at ISSI
+    // 0 only.
+    let m = srq_input(pd, dbr, page.iova());
+    assert_eq!(r.fails(&m, 16, 0x2), syn::SRQ_NOT_AT_ISSI_1);
+    // CREATE_RMP as Linux's create_rmp_cmd sends it.
+    assert_eq!(
+        r.fails(&rmp_input(pd, dbr, page.iova(), 0, 0), 16, 0x3),
+        syn::RMP_STATE
+    );
+    assert_eq!(
+        r.fails(&rmp_input(pd, dbr, page.iova(), 1, 1), 16, 0x3),
+        syn::RMP_WQ_TYPE
+    );
+    let rmpn = r.create(&rmp_input(pd, dbr, page.iova(), 1, 0));
+    let s = r.emu.srq(rmpn).unwrap();
+    assert!(s.rmp);
+    assert_eq!((s.log_size, s.log_rq_stride, s.pd), (4, 1, pd));
+    // The SRQ commands do not reach an RMP.
+    let mut arm = inp(0x703, 1, 16);
+    setf(&mut arm, 8, 23, 0, u64::from(rmpn));
+    setf(&mut arm, 0xc, 15, 0, 3);
+    assert_eq!(r.fails(&arm, 16, 0x5), syn::NO_SUCH_OBJECT);
+    // MODIFY_RMP arms the limit (arm_rmp_cmd): RDY -> RDY, bitmask lwm.
+    let modify = |lwm: u64, bitmask: u64, cur: u64| {
+        let mut m = inp(0x90d, 0, 0x110);
+        setf(&mut m, 8, 31, 28, cur);
+        setf(&mut m, 8, 23, 0, u64::from(rmpn));
+        setf(&mut m, 0x14, 31, 0, bitmask);
+        setf(&mut m, 0x20, 23, 20, 1);
+        setf(&mut m, 0x54, 15, 0, lwm);
+        m
+    };
+    assert_eq!(r.fails(&modify(3, 2, 1), 16, 0x3), syn::RMP_BITMASK);
+    assert_eq!(r.fails(&modify(3, 1, 3), 16, 0x9), syn::RMP_STATE);
+    assert_eq!(r.fails(&modify(17, 1, 1), 16, 0x3), syn::SRQ_LWM);
+    r.ok(&modify(3, 1, 1), 16);
+    assert_eq!(r.emu.srq(rmpn).unwrap().lwm, 3);
+    // QUERY_RMP returns the context with the armed limit.
+    let mut q = inp(0x90f, 0, 16);
+    setf(&mut q, 8, 23, 0, u64::from(rmpn));
+    let o = r.ok(&q, 0x110);
+    assert_eq!(o[0x21] >> 4, 1, "rmp_context.state RDY");
+    assert_eq!(u16::from_be_bytes([o[0x56], o[0x57]]), 3, "wq.lwm");
+    assert_eq!(
+        destroy(&mut r, 0x701, 8, rmpn),
+        0x2,
+        "DESTROY_SRQ at ISSI 1"
+    );
+    assert_eq!(destroy(&mut r, 0x90e, 8, rmpn), 0);
+    r.p.free_dma(page);
+}
+
+#[test]
+fn at_issi_0_shared_receive_queues_are_srqs() {
+    let mut r = Raw::new(EmuConfig::default());
+    r.init_at_issi(0);
+    let pd = r.alloc_pd();
+    let page = r.p.alloc_dma(4096, 4096).unwrap();
+    let dbr = page.iova() + 0x800;
+    assert_eq!(
+        r.fails(&rmp_input(pd, dbr, page.iova(), 1, 0), 16, 0x2),
+        syn::RMP_NOT_AT_ISSI_0
+    );
+    let srqn = r.create(&srq_input(pd, dbr, page.iova()));
+    assert!(!r.emu.srq(srqn).unwrap().rmp);
+    let mut arm = inp(0x703, 1, 16);
+    setf(&mut arm, 8, 23, 0, u64::from(srqn));
+    setf(&mut arm, 0xc, 15, 0, 3);
+    r.ok(&arm, 16);
+    assert_eq!(r.emu.srq(srqn).unwrap().lwm, 3);
+    assert_eq!(
+        destroy(&mut r, 0x90e, 8, srqn),
+        0x2,
+        "DESTROY_RMP at ISSI 0"
+    );
+    assert_eq!(destroy(&mut r, 0x701, 8, srqn), 0);
+    r.p.free_dma(page);
+}
+
+#[test]
+fn query_issi_answers_as_configured() {
+    use hca_emu::IssiSupport;
+    for (issi, status, mask) in [
+        (IssiSupport::Recorded, 0, 2u8),
+        (IssiSupport::Only0, 0, 1),
+        (IssiSupport::ZeroMask, 0, 0),
+        (IssiSupport::NoQueryIssi, 2, 0),
+    ] {
+        let mut r = Raw::new(EmuConfig::default().with_issi(issi));
+        r.ok(&inp(0x104, 0, 16), 16);
+        let a = r.cmd(&inp(0x10a, 0, 16), 0x70);
+        assert_eq!(a.status, status, "{issi:?}");
+        if status == 0 {
+            assert_eq!(a.out[0x6f], mask, "{issi:?}");
+        }
+        // SET_ISSI 1 only where it is offered.
+        let mut s = inp(0x10b, 0, 16);
+        setf(&mut s, 0x8, 15, 0, 1);
+        let want = if mask & 2 != 0 { 0 } else { 0x3 };
+        assert_eq!(r.cmd(&s, 16).status, want, "{issi:?}");
+    }
 }

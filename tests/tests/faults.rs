@@ -73,6 +73,15 @@ fn every_bring_up_command_failing_is_named_and_unwound() {
             .unwrap()
             .faults()
             .fail_opcode_nth(opcode, nth, 0x3, syndrome);
+        if Opcode(opcode) == Opcode::QUERY_ISSI {
+            // Linux's mlx5_core_set_issi: any failing status is firmware
+            // without ISSI negotiation, which runs at ISSI 0.
+            let hca = b.try_open().expect("a failing QUERY_ISSI means ISSI 0");
+            assert_eq!(hca.info().issi, 0);
+            b.close(hca);
+            b.assert_clean();
+            continue;
+        }
         let e = match b.try_open() {
             Ok(_) => panic!(
                 "bring-up succeeded with {:?} #{nth} failing",

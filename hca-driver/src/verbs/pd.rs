@@ -254,9 +254,10 @@ impl<'a, P: Platform> Pd<'a, P> {
                 pages.div_ceil(2) as u32,
             )?;
         }
-        // An even number of entries: the last octoword is padded with 0.
-        let list =
-            PageList::contiguous(&head, first_page, PAS_PAGE_SIZE, pages).with_flags(MTT_PRESENT);
+        // Whole octowords: an odd page count is padded with a zero entry.
+        let list = PageList::contiguous(&head, first_page, PAS_PAGE_SIZE, pages)
+            .with_flags(MTT_PRESENT)
+            .in_octowords();
         let mkey = hca.create_mkey(&list)?;
         let key = firmware_cmds::mkey::mkey_from_index(mkey.number().0, variant);
         let entry = MrEntry {

@@ -1,11 +1,19 @@
-//! Shared receive queues: CREATE_SRQ over verbs-core's SRQ, posting,
-//! and the limit event (ARM_RQ, `MLX5_EVENT_TYPE_SRQ_RQ_LIMIT`).
+//! Shared receive queues over verbs-core's SRQ: the firmware object, posting,
+//! and the limit event (`MLX5_EVENT_TYPE_SRQ_RQ_LIMIT`).
+//!
+//! As Linux's `srq_cmd.c` does, the firmware object depends on the ISSI in
+//! effect: at ISSI 0 an SRQ (CREATE_SRQ, armed with ARM_RQ), at ISSI 1 — what
+//! every ConnectX-4 firmware offers — a receive memory pool (CREATE_RMP,
+//! armed with MODIFY_RMP of `wq.lwm`). The WQEs, the doorbell record and
+//! the events are the same for both.
 
 use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 
 use firmware_cmds::eq::EVENT_TYPE_SRQ_RQ_LIMIT;
+use firmware_cmds::eth::{WQ_TYPE_LINKED_LIST, Wq};
+use firmware_cmds::rmp::{CreateRmpIn, ModifyRmpIn, RMPC_STATE_RDY, RmpBitmask, Rmpc};
 use firmware_cmds::srq::{ARM_RQ_OP_MOD_SRQ, ArmRqIn, CreateSrqIn, Srqc};
 use platform::Platform;
 use verbs_core::{RecvWr, SrqCompletions, SrqGeometry, SrqLayout};
@@ -131,18 +139,38 @@ impl<'a, P: Platform> Pd<'a, P> {
             DmaUse::Queues,
             "allocating an SRQ",
         )?;
-        let input = (|| -> Result<CreateSrqIn> {
-            let srqc = Srqc::new()
-                .with(Srqc::log_srq_size, g.wqe_cnt.trailing_zeros() as u8)?
-                .with(Srqc::log_rq_stride, g.wqe_shift - 4)?
-                .with(Srqc::pd, self.number().0)?
-                .with(Srqc::cqn, init.cq.map_or(0, |c| c.number().0))?
-                .with(Srqc::log_page_size, 0)?
-                .with(Srqc::dbr_addr, region.iova() + layout.dbr_offset as u64)?;
-            Ok(CreateSrqIn::new().with(CreateSrqIn::srq_context_entry, srqc)?)
-        })();
-        let (obj, region) =
-            create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_srq(p))?;
+        let log_size = g.wqe_cnt.trailing_zeros() as u8;
+        let dbr_addr = region.iova() + layout.dbr_offset as u64;
+        let (obj, region) = if hca.uses_rmp() {
+            // Linux create_rmp_cmd: state RDY, the buffer as a linked-list
+            // work queue (`wq_type` 0) with its stride in bytes.
+            let input = (|| -> Result<CreateRmpIn> {
+                let wq = Wq::new()
+                    .with(Wq::wq_type, WQ_TYPE_LINKED_LIST)?
+                    .with(Wq::pd, self.number().0)?
+                    .with(Wq::dbr_addr, dbr_addr)?
+                    .with(Wq::log_wq_stride, g.wqe_shift)?
+                    .with(Wq::log_wq_pg_sz, 0)?
+                    .with(Wq::log_wq_sz, log_size)?;
+                let rmpc = Rmpc::new()
+                    .with(Rmpc::state, RMPC_STATE_RDY)?
+                    .with(Rmpc::wq, wq)?;
+                Ok(CreateRmpIn::new().with(CreateRmpIn::ctx, rmpc)?)
+            })();
+            create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_rmp(p))?
+        } else {
+            let input = (|| -> Result<CreateSrqIn> {
+                let srqc = Srqc::new()
+                    .with(Srqc::log_srq_size, log_size)?
+                    .with(Srqc::log_rq_stride, g.wqe_shift - 4)?
+                    .with(Srqc::pd, self.number().0)?
+                    .with(Srqc::cqn, init.cq.map_or(0, |c| c.number().0))?
+                    .with(Srqc::log_page_size, 0)?
+                    .with(Srqc::dbr_addr, dbr_addr)?;
+                Ok(CreateSrqIn::new().with(CreateSrqIn::srq_context_entry, srqc)?)
+            })();
+            create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_srq(p))?
+        };
         let srqn = obj.number();
         // The device reads nothing before the doorbell record counts a
         // posted WQE: the free list is linked now.
@@ -220,7 +248,8 @@ impl<'a, P: Platform> Srq<'a, P> {
         self.with(|c| c.srq.outstanding())
     }
 
-    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`, ARM_RQ):
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; ARM_RQ
+    /// at ISSI 0, MODIFY_RMP of `wq.lwm` at ISSI 1 as Linux's `arm_rmp_cmd`):
     /// once fewer than `limit` work requests remain, the device raises
     /// `SRQ_RQ_LIMIT` once.
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
@@ -236,11 +265,27 @@ impl<'a, P: Platform> Srq<'a, P> {
                 })?;
         // Events of an earlier arming are stale now.
         let _ = self.take_limit_event();
-        let a = ArmRqIn::new()
-            .with(ArmRqIn::op_mod, ARM_RQ_OP_MOD_SRQ)?
-            .with(ArmRqIn::srq_number, self.srqn.0)?
-            .with(ArmRqIn::lwm, lwm)?;
-        self.pd.context().hca().exec(&a)?;
+        let hca = self.pd.context().hca();
+        if hca.uses_rmp() {
+            let ctx = Rmpc::new()
+                .with(Rmpc::state, RMPC_STATE_RDY)?
+                .with(Rmpc::wq, Wq::new().with(Wq::lwm, lwm)?)?;
+            let m = ModifyRmpIn::new()
+                .with(ModifyRmpIn::rmp_state, RMPC_STATE_RDY)?
+                .with(ModifyRmpIn::rmpn, self.srqn.0)?
+                .with(
+                    ModifyRmpIn::bitmask,
+                    RmpBitmask::new().with(RmpBitmask::lwm, true)?,
+                )?
+                .with(ModifyRmpIn::ctx, ctx)?;
+            hca.exec(&m)?;
+        } else {
+            let a = ArmRqIn::new()
+                .with(ArmRqIn::op_mod, ARM_RQ_OP_MOD_SRQ)?
+                .with(ArmRqIn::srq_number, self.srqn.0)?
+                .with(ArmRqIn::lwm, lwm)?;
+            hca.exec(&a)?;
+        }
         self.attr.lock().srq_limit = limit;
         Ok(())
     }
@@ -313,7 +358,8 @@ impl<'a, P: Platform> Srq<'a, P> {
         self.with(|c| c.srq.completions())
     }
 
-    /// Destroys the SRQ (DESTROY_SRQ) and frees its memory.
+    /// Destroys the SRQ (DESTROY_SRQ, or DESTROY_RMP at ISSI 1) and frees
+    /// its memory.
     pub fn destroy(mut self) -> Result<()> {
         self.teardown()
     }

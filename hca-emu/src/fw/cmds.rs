@@ -306,6 +306,15 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
             Initialized,
             destroy_tis
         ),
+        0x90c => spec!("create_rmp_in", "create_rmp_out", Initialized, create_rmp),
+        0x90d => spec!("modify_rmp_in", "modify_rmp_out", Initialized, modify_rmp),
+        0x90e => spec!(
+            "destroy_rmp_in",
+            "destroy_rmp_out",
+            Initialized,
+            destroy_rmp
+        ),
+        0x90f => spec!("query_rmp_in", "query_rmp_out", Initialized, query_rmp),
         0x916 => spec!("create_rqt_in", "create_rqt_out", Initialized, create_rqt),
         0x918 => spec!(
             "destroy_rqt_in",
@@ -520,12 +529,16 @@ fn create_mkey(d: &mut Device, c: &Cmd) -> R {
         } else {
             ((start % ps + len).div_ceil(ps)) as usize
         };
-        if m("translations_octword_size") * 2 < entries as u64 {
+        let actual = c.get("translations_octword_actual_size");
+        if m("translations_octword_size") * 2 < entries as u64 || actual * 2 < entries as u64 {
             return fail(st::BAD_PARAM, syn::MKEY_MTT_SHORT);
         }
+        // The list goes in whole octowords: 16 bytes for each one
+        // translations_octword_actual_size counts (Linux reg_create and
+        // rdma-core mlx5_vfio_reg_mr pad an odd count with a zero entry).
         let off = c.off("klm_pas_mtt");
-        if c.input.len() < off + 8 * entries {
-            return fail(st::BAD_INP_LEN, syn::PAS_TOO_SHORT);
+        if (c.input.len() as u64) < off as u64 + 16 * actual {
+            return fail(st::BAD_INP_LEN, syn::MKEY_MTT_OCTOWORDS);
         }
         for i in 0..entries {
             let mut b = [0u8; 8];
@@ -652,69 +665,201 @@ fn modify_cq(d: &mut Device, c: &Cmd) -> R {
     c.out().done()
 }
 
-// ---- SRQ ------------------------------------------------------------------------
+// ---- SRQ and RMP -------------------------------------------------------------------
+
+/// The SRQ commands exist at ISSI 0, the RMP commands at ISSI 1 (Linux's
+/// `srq_cmd.c` chooses by `dev->mdev->issi`); the other family is an
+/// unknown operation at the ISSI in effect.
+fn need_issi(d: &Device, rmp: bool) -> Result<(), Fail> {
+    match (rmp, d.fw.issi) {
+        (false, 0) => Ok(()),
+        (false, _) => fail(st::BAD_OP, syn::SRQ_NOT_AT_ISSI_1),
+        (true, 0) => fail(st::BAD_OP, syn::RMP_NOT_AT_ISSI_0),
+        (true, _) => Ok(()),
+    }
+}
+
+/// The SRQ or RMP `n`, if it exists and is of the family asked for.
+fn srq_of(d: &mut Device, n: u32, rmp: bool) -> Result<&mut Srq, Fail> {
+    match d.fw.objs.srq_mut(n) {
+        Some(s) if s.rmp == rmp => Ok(s),
+        _ => fail(st::BAD_RES, syn::NO_SUCH_OBJECT),
+    }
+}
+
+/// What an SRQ and an RMP share at creation: size, PD, buffer, doorbell
+/// record.
+struct SrqBuffer {
+    rmp: bool,
+    log_size: u64,
+    log_rq_stride: u64,
+    pd: u32,
+    cqn: u32,
+    lps: u8,
+    dbr: u64,
+    lwm: u16,
+}
+
+fn create_srq_common(
+    d: &mut Device,
+    c: &Cmd,
+    b: SrqBuffer,
+    pas_at: usize,
+    mut deps: Vec<(ObjKind, u32)>,
+    ctx: &str,
+) -> Result<u32, Fail> {
+    d.cap_le(b.log_size, "log_max_srq_sz", syn::SRQ_LOG_SIZE)?;
+    d.need(ObjKind::Pd, b.pd, syn::BAD_PD)?;
+    deps.push((ObjKind::Pd, b.pd));
+    check_dbr(b.dbr)?;
+    d.limit(ObjKind::Srq, "log_max_srq")?;
+    let n = pages_for((16u64 << b.log_rq_stride) << b.log_size, b.lps);
+    let pas = read_pas_at(c, pas_at, n)?;
+    let srq = Srq {
+        rmp: b.rmp,
+        log_size: b.log_size as u8,
+        log_rq_stride: b.log_rq_stride as u8,
+        pd: b.pd,
+        cqn: b.cqn,
+        dbr_addr: b.dbr,
+        log_page_size: b.lps,
+        pas,
+        lwm: b.lwm,
+        ctx: c.bytes(ctx).to_vec(),
+    };
+    d.fw.objs.create(ObjKind::Srq, ObjData::Srq(srq), deps)
+}
 
 fn create_srq(d: &mut Device, c: &Cmd) -> R {
+    need_issi(d, false)?;
     let g = |p: &str| c.get(&format!("srq_context_entry.{p}"));
-    let log = g("log_srq_size");
-    d.cap_le(log, "log_max_srq_sz", syn::SRQ_LOG_SIZE)?;
-    let stride = g("log_rq_stride");
-    let pd = g("pd") as u32;
-    d.need(ObjKind::Pd, pd, syn::BAD_PD)?;
     let cqn = g("cqn") as u32;
-    let mut deps = vec![(ObjKind::Pd, pd)];
+    let mut deps = vec![];
     if cqn != 0 {
         d.need(ObjKind::Cq, cqn, syn::BAD_CQN)?;
         deps.push((ObjKind::Cq, cqn));
     }
-    let lps = check_buffer(g)?;
-    let dbr = g("dbr_addr");
-    check_dbr(dbr)?;
-    d.limit(ObjKind::Srq, "log_max_srq")?;
-    let n = pages_for((16u64 << stride) << log, lps);
-    let pas = read_pas(c, "pas", n)?;
-    let srq = Srq {
-        log_size: log as u8,
-        log_rq_stride: stride as u8,
-        pd,
+    let b = SrqBuffer {
+        rmp: false,
+        log_size: g("log_srq_size"),
+        log_rq_stride: g("log_rq_stride"),
+        pd: g("pd") as u32,
         cqn,
-        dbr_addr: dbr,
-        log_page_size: lps,
-        pas,
+        lps: check_buffer(g)?,
+        dbr: g("dbr_addr"),
         lwm: g("lwm") as u16,
-        ctx: c.bytes("srq_context_entry").to_vec(),
     };
-    let n = d.fw.objs.create(ObjKind::Srq, ObjData::Srq(srq), deps)?;
+    let n = create_srq_common(d, c, b, c.off("pas"), deps, "srq_context_entry")?;
     c.out().set("srqn", u64::from(n)).done()
 }
 
 fn destroy_srq(d: &mut Device, c: &Cmd) -> R {
+    need_issi(d, false)?;
+    srq_of(d, c.get("srqn") as u32, false)?;
     simple_destroy(d, c, ObjKind::Srq, "srqn")
 }
 
 fn query_srq(d: &mut Device, c: &Cmd) -> R {
-    let n = c.get("srqn") as u32;
-    let Some(s) = d.fw.objs.srq(n) else {
-        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
-    };
+    need_issi(d, false)?;
+    let s = srq_of(d, c.get("srqn") as u32, false)?;
+    let (ctx, lwm) = (s.ctx.clone(), s.lwm);
     let mut o = c.out();
     let off = ifc().field(c.lout, "srq_context_entry").byte_offset();
-    o.put(off, &s.ctx.clone());
-    o.set("srq_context_entry.lwm", u64::from(s.lwm));
+    o.put(off, &ctx);
+    o.set("srq_context_entry.lwm", u64::from(lwm));
     o.done()
 }
 
 fn arm_rq(d: &mut Device, c: &Cmd) -> R {
-    let n = c.get("srq_number") as u32;
+    // op_mod 1 arms an SRQ (`MLX5_ARM_RQ_IN_OP_MOD_SRQ`); the XRQ and RQ
+    // kinds are not emulated.
+    if c.op_mod != 1 {
+        return fail(st::BAD_PARAM, syn::BAD_OP_MOD);
+    }
     let lwm = c.get("lwm") as u16;
-    let Some(s) = d.fw.objs.srq_mut(n) else {
-        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
-    };
+    let s = srq_of(d, c.get("srq_number") as u32, false)?;
     if u32::from(lwm) > 1u32 << s.log_size {
         return fail(st::BAD_PARAM, syn::SRQ_LWM);
     }
     s.lwm = lwm;
     c.out().done()
+}
+
+/// `rmpc.state` values.
+const RMP_RDY: u64 = 1;
+
+fn create_rmp(d: &mut Device, c: &Cmd) -> R {
+    need_issi(d, true)?;
+    let g = |p: &str| c.get(&format!("ctx.{p}"));
+    // Linux create_rmp_cmd creates it ready, over a linked-list WQ.
+    if g("state") != RMP_RDY {
+        return fail(st::BAD_PARAM, syn::RMP_STATE);
+    }
+    if g("wq.wq_type") != 0 {
+        return fail(st::BAD_PARAM, syn::RMP_WQ_TYPE);
+    }
+    if g("wq.page_offset") != 0 {
+        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
+    }
+    let stride = g("wq.log_wq_stride");
+    if !(4..=15).contains(&stride) || 1u64 << stride > d.fw.caps.general("max_wqe_sz_rq") {
+        return fail(st::BAD_PARAM, syn::RMP_STRIDE);
+    }
+    let b = SrqBuffer {
+        rmp: true,
+        log_size: g("wq.log_wq_sz"),
+        log_rq_stride: stride - 4,
+        pd: g("wq.pd") as u32,
+        cqn: 0,
+        lps: check_lps(g("wq.log_wq_pg_sz"))?,
+        dbr: g("wq.dbr_addr"),
+        lwm: g("wq.lwm") as u16,
+    };
+    // The page list (`wq.pas`) follows the fixed part of the command.
+    let n = create_srq_common(d, c, b, ifc().size(c.lin), vec![], "ctx")?;
+    c.out().set("rmpn", u64::from(n)).done()
+}
+
+fn modify_rmp(d: &mut Device, c: &Cmd) -> R {
+    need_issi(d, true)?;
+    let cur = c.get("rmp_state");
+    let new = c.get("ctx.state");
+    let bitmask = c.get("bitmask");
+    let lwm = c.get("ctx.wq.lwm") as u16;
+    let s = srq_of(d, c.get("rmpn") as u32, true)?;
+    // The emulated RMP is always ready: RDY -> RDY is the one edge (what
+    // Linux's arm_rmp_cmd sends).
+    if cur != RMP_RDY || new != RMP_RDY {
+        return fail(st::BAD_RES_STATE, syn::RMP_STATE);
+    }
+    // rmp_bitmask: only `lwm` (bit 0) is defined.
+    if bitmask & !1 != 0 {
+        return fail(st::BAD_PARAM, syn::RMP_BITMASK);
+    }
+    if bitmask & 1 != 0 {
+        if u32::from(lwm) > 1u32 << s.log_size {
+            return fail(st::BAD_PARAM, syn::SRQ_LWM);
+        }
+        s.lwm = lwm;
+    }
+    c.out().done()
+}
+
+fn destroy_rmp(d: &mut Device, c: &Cmd) -> R {
+    need_issi(d, true)?;
+    srq_of(d, c.get("rmpn") as u32, true)?;
+    simple_destroy(d, c, ObjKind::Srq, "rmpn")
+}
+
+fn query_rmp(d: &mut Device, c: &Cmd) -> R {
+    need_issi(d, true)?;
+    let s = srq_of(d, c.get("rmpn") as u32, true)?;
+    let (ctx, lwm) = (s.ctx.clone(), s.lwm);
+    let mut o = c.out();
+    let off = ifc().field(c.lout, "rmp_context").byte_offset();
+    o.put(off, &ctx);
+    o.set("rmp_context.wq.lwm", u64::from(lwm));
+    o.done()
 }
 
 // ---- SQ / RQ --------------------------------------------------------------------

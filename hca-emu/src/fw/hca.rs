@@ -2,6 +2,7 @@
 //! capabilities, adapter identity.
 
 use super::{Cmd, Fail, HcaState, R, fail, st};
+use crate::config::IssiSupport;
 use crate::device::Device;
 use crate::ifc::ifc;
 use crate::personality::{CAP_ATOMIC, CAP_GENERAL, CAP_ROCE, Caps, recorded_answers};
@@ -68,6 +69,12 @@ pub(crate) fn teardown_hca(d: &mut Device, c: &Cmd) -> R {
 }
 
 pub(crate) fn query_issi(d: &mut Device, c: &Cmd) -> R {
+    let mask = match d.cfg.issi {
+        IssiSupport::Recorded => None,
+        IssiSupport::Only0 => Some(1),
+        IssiSupport::ZeroMask => Some(0),
+        IssiSupport::NoQueryIssi => return fail(st::BAD_OP, syn::BAD_OPCODE),
+    };
     let mut o = c.out();
     let rec = recorded_answers()
         .into_iter()
@@ -75,12 +82,23 @@ pub(crate) fn query_issi(d: &mut Device, c: &Cmd) -> R {
         .map(|a| a.bytes)
         .unwrap_or_default();
     o.put(16, &rec);
+    if let Some(m) = mask {
+        o.set("supported_issi_dw0", m);
+    }
     o.set("current_issi", u64::from(d.fw.issi));
     o.done()
 }
 
+/// The ISSI values this function supports (`supported_issi_dw0`).
+pub(crate) fn supported_issi(d: &Device) -> u32 {
+    match d.cfg.issi {
+        IssiSupport::Recorded => recorded_supported_issi(),
+        IssiSupport::Only0 | IssiSupport::ZeroMask | IssiSupport::NoQueryIssi => 1,
+    }
+}
+
 /// The ISSI values the recorded firmware supports (`supported_issi_dw0`).
-pub(crate) fn supported_issi() -> u32 {
+fn recorded_supported_issi() -> u32 {
     let rec = recorded_answers()
         .into_iter()
         .find(|a| a.title == "QUERY_ISSI")
@@ -93,7 +111,7 @@ pub(crate) fn supported_issi() -> u32 {
 
 pub(crate) fn set_issi(d: &mut Device, c: &Cmd) -> R {
     let v = c.get("current_issi");
-    if v >= 32 || supported_issi() & (1 << v) == 0 {
+    if v >= 32 || supported_issi(d) & (1 << v) == 0 {
         return fail(st::BAD_PARAM, syn::ISSI_UNSUPPORTED);
     }
     d.fw.issi = v as u16;

@@ -178,9 +178,13 @@ pub struct Mkey {
     pub ctx: Vec<u8>,
 }
 
-/// A shared receive queue.
+/// A shared receive queue: an SRQ (CREATE_SRQ, ISSI 0) or a receive memory
+/// pool (CREATE_RMP, ISSI 1); the data path treats both alike.
 #[derive(Clone, Debug)]
 pub struct Srq {
+    /// Created as an RMP: only the RMP commands reach it (and only the SRQ
+    /// commands an SRQ).
+    pub rmp: bool,
     /// log2 WQEs.
     pub log_size: u8,
     /// WQE stride: 16 << log_rq_stride.
@@ -195,9 +199,9 @@ pub struct Srq {
     pub log_page_size: u8,
     /// Buffer pages.
     pub pas: Vec<u64>,
-    /// Limit watermark (ARM_RQ).
+    /// Limit watermark (ARM_RQ, or MODIFY_RMP of `wq.lwm`).
     pub lwm: u16,
-    /// The context as created.
+    /// The context as created (`srqc`, or `rmpc` for an RMP).
     pub ctx: Vec<u8>,
 }
 

@@ -531,6 +531,7 @@ impl Node {
         put64(&mut m, 0x28, 4096 * n as u64);
         setf(&mut m, 0x44, 31, 0, n.div_ceil(2) as u64);
         setf(&mut m, 0x48, 4, 0, 12);
+        setf(&mut m, 0x60, 31, 0, n.div_ceil(2) as u64);
         for (i, p) in pages.iter().enumerate() {
             put64(&mut m, 0x110 + 8 * i, *p);
         }
@@ -732,8 +733,9 @@ impl Node {
         self.write(qp.dbr, &u32::from(qp.rq_pc).to_be_bytes());
     }
 
-    /// CREATE_SRQ with `2^log` WQEs of `16 << log_stride` bytes; the free
-    /// list is linked 0 -> 1 -> ... like rdma-core does.
+    /// A shared receive queue as Linux creates it at ISSI 1: CREATE_RMP
+    /// with `2^log` WQEs of `16 << log_stride` bytes; the free list is
+    /// linked 0 -> 1 -> ... like rdma-core does.
     pub fn srq(&mut self, log: u32, log_stride: u32) -> Srq {
         let stride = 16usize << log_stride;
         let total = (stride << log).next_multiple_of(4096);
@@ -744,14 +746,16 @@ impl Node {
             self.write(buf + (i * stride) as u64 + 2, &next.to_be_bytes());
         }
         let pages = total / 4096;
-        let mut m = inp(0x700, 0, 0x110 + 8 * pages);
-        setf(&mut m, 0x10, 27, 24, u64::from(log));
-        setf(&mut m, 0x14, 26, 24, u64::from(log_stride));
-        setf(&mut m, 0x28, 23, 0, u64::from(self.pd));
-        put64(&mut m, 0x38, dbr);
+        // create_rmp_in: rmpc at 0x20 (state RDY), its wq at 0x50.
+        let mut m = inp(0x90c, 0, 0x110 + 8 * pages);
+        setf(&mut m, 0x20, 23, 20, 1);
+        setf(&mut m, 0x58, 23, 0, u64::from(self.pd));
+        put64(&mut m, 0x60, dbr);
+        setf(&mut m, 0x70, 19, 16, u64::from(log_stride + 4));
+        setf(&mut m, 0x70, 4, 0, u64::from(log));
         put_pas(&mut m, 0x110, buf, pages);
         let srqn = self.r.create(&m);
-        self.objs.push((0x701, srqn));
+        self.objs.push((0x90e, srqn));
         Srq {
             srqn,
             buf,
@@ -785,11 +789,14 @@ impl Node {
         idx
     }
 
-    /// ARM_RQ: the SRQ limit.
+    /// MODIFY_RMP of `wq.lwm` (Linux's arm_rmp_cmd): the SRQ limit.
     pub fn arm_srq(&mut self, s: &Srq, lwm: u16) {
-        let mut arm = inp(0x703, 1, 16);
+        let mut arm = inp(0x90d, 0, 0x110);
+        setf(&mut arm, 8, 31, 28, 1);
         setf(&mut arm, 8, 23, 0, u64::from(s.srqn));
-        setf(&mut arm, 0xc, 15, 0, u64::from(lwm));
+        setf(&mut arm, 0x14, 0, 0, 1);
+        setf(&mut arm, 0x20, 23, 20, 1);
+        setf(&mut arm, 0x54, 15, 0, u64::from(lwm));
         self.r.ok(&arm, 16);
     }
 

@@ -326,14 +326,22 @@ impl Raw {
             .collect()
     }
 
-    /// ENABLE_HCA .. INIT_HCA in Linux order.
+    /// ENABLE_HCA .. INIT_HCA in Linux order, at ISSI 1.
     pub fn init(&mut self) {
+        self.init_at_issi(1);
+    }
+
+    /// ENABLE_HCA .. INIT_HCA in Linux order; SET_ISSI only for ISSI 1 (0
+    /// is the ISSI a function starts with).
+    pub fn init_at_issi(&mut self, issi: u16) {
         self.ok(&inp(0x104, 0, 16), 16);
-        let issi = self.ok(&inp(0x10a, 0, 16), 0x70);
-        assert_eq!(issi[0x6f] & 2, 2, "ISSI 1 supported");
-        let mut s = inp(0x10b, 0, 16);
-        setf(&mut s, 0x8, 15, 0, 1);
-        self.ok(&s, 16);
+        if issi == 1 {
+            let answer = self.ok(&inp(0x10a, 0, 16), 0x70);
+            assert_eq!(answer[0x6f] & 2, 2, "ISSI 1 supported");
+            let mut s = inp(0x10b, 0, 16);
+            setf(&mut s, 0x8, 15, 0, 1);
+            self.ok(&s, 16);
+        }
         let boot = self.query_pages(1);
         self.give_pages(boot as usize);
         self.ok(&inp(0x100, 1, 16), 0x1010);
