@@ -199,7 +199,8 @@ prm_struct! {
         free_ar: bool = 0x00[30:30],
         /// P_Key index (IB).
         pkey_index: u16 = 0x00[15:0],
-        /// A GRH is present (always for RoCE).
+        /// A GRH is present (InfiniBand). Linux's `mlx5_set_path` leaves
+        /// it 0 on RoCE, where every packet carries its GRH or IP header.
         grh: bool = 0x04[23:23],
         /// Source LID path bits (IB).
         mlid: u8 = 0x04[22:16],

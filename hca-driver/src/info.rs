@@ -224,9 +224,11 @@ pub struct PortInfo {
     pub mac: Option<[u8; 6]>,
     /// Port GUID.
     pub port_guid: u64,
-    /// GID 0 (`GID[0]`; on Ethernet all zero until the RoCE address table
-    /// entry is set).
-    pub gid0: [u8; 16],
+    /// GID 0 of an InfiniBand port (QUERY_HCA_VPORT_GID). `None` on
+    /// Ethernet: the RoCE address table is the driver's to program once
+    /// RoCE is enabled ([`Context`](crate::verbs::Context) does), and like
+    /// Linux the driver does not read it during bring-up.
+    pub gid0: Option<[u8; 16]>,
 }
 
 /// A capability block, maximum and current.
@@ -462,14 +464,16 @@ impl fmt::Display for DeviceInfo {
                 writeln!(f, "\t\tspeed:\t\t\t{} Gb/s", s / 1000)?;
             }
             writeln!(f, "\t\tlink_layer:\t\t{}", p.link_layer)?;
-            write!(f, "\t\t\tGID[  0]:\t\t")?;
-            for (i, pair) in p.gid0.chunks(2).enumerate() {
-                if i > 0 {
-                    f.write_str(":")?;
+            if let Some(gid0) = p.gid0 {
+                write!(f, "\t\t\tGID[  0]:\t\t")?;
+                for (i, pair) in gid0.chunks(2).enumerate() {
+                    if i > 0 {
+                        f.write_str(":")?;
+                    }
+                    write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
                 }
-                write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+                writeln!(f)?;
             }
-            writeln!(f)?;
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! Registers (ACCESS_REG) and the port/vport queries of bring-up.
 
+use firmware_cmds::caps::CmdHcaCap;
 use firmware_cmds::command::Encode;
 use firmware_cmds::layout::Layout;
 use firmware_cmds::reg::{
@@ -112,7 +113,7 @@ impl<P: Platform> Hca<P> {
                     lid: 0,
                     mac: (port == 1).then(|| nic.get(NicVportContext::permanent_address).mac()),
                     port_guid: nic.get(NicVportContext::port_guid),
-                    gid0: self.query_gid(port, 0)?,
+                    gid0: None,
                 })
             }
             LinkLayer::InfiniBand => {
@@ -135,21 +136,38 @@ impl<P: Platform> Hca<P> {
                     lid: ctx.get(HcaVportContext::lid),
                     mac: None,
                     port_guid: ctx.get(HcaVportContext::port_guid),
-                    gid0: self.query_gid(port, 0)?,
+                    gid0: Some(self.query_gid(port, 0)?),
                 })
             }
         }
     }
 
+    /// `vhca_port_num` of the RoCE address commands for `port`: the port
+    /// on a function with several vHCA ports (`num_vhca_ports` > 0), 0
+    /// otherwise, where the field is not the driver's to set (Linux's
+    /// `lib/gid.c`).
+    pub fn roce_vhca_port_num(&self, port: u8) -> u8 {
+        if self.info.caps.general().get(CmdHcaCap::num_vhca_ports) > 0 {
+            port
+        } else {
+            0
+        }
+    }
+
     /// GID `index` of a port: QUERY_ROCE_ADDRESS on Ethernet (the RoCE
     /// address table, all zero until someone sets the entry with
-    /// SET_ROCE_ADDRESS), QUERY_HCA_VPORT_GID on InfiniBand.
+    /// SET_ROCE_ADDRESS; RoCE must be enabled first, see
+    /// [`Context::enable_roce`](crate::verbs::Context::enable_roce)),
+    /// QUERY_HCA_VPORT_GID on InfiniBand.
     pub fn query_gid(&self, port: u8, index: u16) -> Result<[u8; 16]> {
         match self.info.caps.link_layer() {
             LinkLayer::Ethernet => {
                 let q = QueryRoceAddressIn::new()
                     .with(QueryRoceAddressIn::roce_address_index, index)?
-                    .with(QueryRoceAddressIn::vhca_port_num, port)?;
+                    .with(
+                        QueryRoceAddressIn::vhca_port_num,
+                        self.roce_vhca_port_num(port),
+                    )?;
                 let out: QueryRoceAddressOut = self.exec(&q)?;
                 Ok(out
                     .get(QueryRoceAddressOut::roce_address)

@@ -127,6 +127,10 @@ pub struct EmuConfig {
     pub port_type: PortType,
     /// The ISSI support QUERY_ISSI reports (and SET_ISSI accepts).
     pub issi: IssiSupport,
+    /// The current `cqe_version` the function boots with: 1 as the
+    /// recorded card (CQEs carry the QP's user index), or 0 (CQEs carry
+    /// the SRQ number; `qpc.user_index` must stay 0).
+    pub cqe_version: u8,
 }
 
 impl Default for EmuConfig {
@@ -147,6 +151,7 @@ impl Default for EmuConfig {
             cmdif_checksum: false,
             port_type: PortType::Ethernet,
             issi: IssiSupport::Recorded,
+            cqe_version: 1,
         }
     }
 }
@@ -176,6 +181,12 @@ impl EmuConfig {
     /// With a firmware that answers QUERY_ISSI as `issi` says.
     pub fn with_issi(mut self, issi: IssiSupport) -> Self {
         self.issi = issi;
+        self
+    }
+
+    /// Booting with current `cqe_version` `v` ([`cqe_version`](Self::cqe_version)).
+    pub fn with_cqe_version(mut self, v: u8) -> Self {
+        self.cqe_version = v;
         self
     }
 

@@ -7,8 +7,10 @@
 //! - capability types 8 (eswitch flow table) and 9 (eswitch): all zero, the
 //!   emulator has no eswitch (the general caps still say
 //!   `vport_group_manager`/`eswitch_manager`, as the card did);
-//! - with [`EmuConfig::ports`](crate::EmuConfig::ports) = 2, `num_ports` in
-//!   the general caps is rewritten to 2;
+//! - with [`EmuConfig::ports`](crate::EmuConfig::ports) = 2, `num_ports` and
+//!   `num_vhca_ports` in the general caps are rewritten to 2 (an assumption:
+//!   one function with both ports, whose RoCE address commands name the
+//!   port; the recorded card has one port per function and 0);
 //! - the RoCE address (GID) table has [`ROCE_ADDRESS_TABLE_SIZE`] entries:
 //!   the recorded RoCE caps say 256 in a dword the layout file marks
 //!   reserved;
@@ -133,6 +135,9 @@ impl Caps {
             for m in [&mut caps.cur, &mut caps.max] {
                 if let Some(g) = m.get_mut(&CAP_GENERAL) {
                     crate::ifc::ifc().set(g, "cmd_hca_cap", "num_ports", u64::from(ports));
+                    // Both ports in one vHCA: the RoCE address commands
+                    // then name the port in vhca_port_num.
+                    crate::ifc::ifc().set(g, "cmd_hca_cap", "num_vhca_ports", u64::from(ports));
                 }
             }
         }
@@ -142,12 +147,15 @@ impl Caps {
     /// The capabilities an emulated HCA boots (and comes out of ENABLE_HCA)
     /// with: the recorded ones, with the port count, `cmdif_checksum` (3
     /// when [`EmuConfig::cmdif_checksum`](crate::EmuConfig::cmdif_checksum))
-    /// and `port_type` (0 for InfiniBand, current and maximum) of the
-    /// configuration.
+    /// `port_type` (0 for InfiniBand, current and maximum) and the current
+    /// `cqe_version` of the configuration.
     pub(crate) fn for_config(cfg: &crate::EmuConfig) -> Self {
         let mut caps = Self::connectx4(cfg.ports);
         if cfg.cmdif_checksum {
             caps.set_general(false, "cmdif_checksum", 3);
+        }
+        if cfg.cqe_version != 1 {
+            caps.set_general(false, "cqe_version", u64::from(cfg.cqe_version));
         }
         if cfg.port_type == crate::PortType::InfiniBand {
             caps.set_general(false, "port_type", 0);

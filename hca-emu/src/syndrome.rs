@@ -98,12 +98,15 @@ syndromes! {
     QP_PORT = 0x0005_0008, "modify QP: vhca_port_num out of range";
     QP_PKEY_INDEX = 0x0005_0009, "modify QP: pkey_index beyond the P_Key table";
     QP_MTU = 0x0005_000a, "INIT2RTR: mtu must be 1..5 (256..4096)";
-    QP_ROCE_GRH = 0x0005_000b, "INIT2RTR: RoCE needs grh = 1";
     QP_GID_INDEX = 0x0005_000c, "INIT2RTR: src_addr_index is not a valid GID table entry";
     QP_RQ_STRIDE = 0x0005_000d, "CREATE_QP: log_rq_stride gives a receive WQE above max_wqe_sz_rq";
     QP_TOO_MANY_QPS = 0x0005_000e, "CREATE_QP: log_max_qp QPs already exist";
     QP_RMAC = 0x0005_000f, "INIT2RTR: RoCE needs a destination MAC";
+    QP_USER_INDEX = 0x0005_0010, "CREATE_QP: user_index set although cqe_version is 0";
+    QP_RA_DEPTH = 0x0005_0011, "modify QP: log_sra_max above log_max_ra_req_qp or log_rra_max above log_max_ra_res_qp";
     // SRQ.
+    ROCE_VHCA_PORT = 0x0007_6101, "SET/QUERY_ROCE_ADDRESS: vhca_port_num set although num_vhca_ports is 0, or out of range";
+    ROCE_NOT_ENABLED = 0x0007_6102, "SET/QUERY_ROCE_ADDRESS before roce_en is set in the NIC vport context";
     SRQ_LOG_SIZE = 0x0007_0001, "CREATE_SRQ: log_srq_size above log_max_srq_sz";
     SRQ_LWM = 0x0007_0301, "ARM_RQ / MODIFY_RMP: lwm above the SRQ size";
     SRQ_NOT_AT_ISSI_1 = 0x0007_0002, "SRQ commands exist at ISSI 0 only (at ISSI 1 SRQs are RMPs)";

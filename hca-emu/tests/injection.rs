@@ -162,11 +162,12 @@ fn srq_catastrophic_error_and_limit() {
     let ev = n.events();
     let got: Vec<(u8, u32)> = ev.iter().map(|e| (e.0, affiliated(&e.1).1)).collect();
     assert_eq!(got, vec![(0x14, srq.srqn), (0x12, srq.srqn)]);
-    // QUERY_SRQ: srqc.state (bits 31:28 of the context at 0x10) is error.
-    let mut q = inp(0x702, 0, 16);
+    // QUERY_RMP: rmpc.state (bits 23:20 of the context at 0x20) is error
+    // (3), which Linux's query_rmp_cmd reports as MLX5_SRQ_FLAG_ERR.
+    let mut q = inp(0x90f, 0, 16);
     setf(&mut q, 8, 23, 0, u64::from(srq.srqn));
     let o = n.r.ok(&q, 0x110);
-    assert_eq!(o[0x10] >> 4, 1);
+    assert_eq!(o[0x21] >> 4, 3);
     assert!(matches!(
         f.srq_event(srq.srqn, 0x05),
         Err(EmuError::NotAnEvent {

@@ -254,16 +254,25 @@ fn qp_state_machine() {
     setf(&mut m, 0x10, 31, 0, 0);
     r.ok(&m, 16);
     assert_eq!(r.query_qp_state(qpn), 1);
-    // INIT2RTR over RoCE: MTU, GRH, a valid GID, a MAC.
+    // INIT2RTR over RoCE: MTU, a valid GID, a MAC; the grh bit stays 0
+    // as Linux's mlx5_set_path leaves it on RoCE.
     let mut m = Raw::modify_input(0x503, qpn);
     assert_eq!(r.fails(&m, 16, 0x3), syn::QP_MTU);
     setf(&mut m, 0x20, 31, 29, 3);
-    assert_eq!(r.fails(&m, 16, 0x3), syn::QP_ROCE_GRH);
-    setf(&mut m, 0x34, 23, 23, 1);
     assert_eq!(r.fails(&m, 16, 0x3), syn::QP_GID_INDEX);
     let mut g = inp(0x761, 0, 0x30);
     g[0x10..0x20].copy_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
     setf(&mut g, 0x28, 7, 0, 2);
+    // The RoCE address table before RoCE is on: refused.
+    assert_eq!(r.fails(&g, 16, 0x9), syn::ROCE_NOT_ENABLED);
+    let mut roce_on = inp(0x755, 0, 0x200);
+    setf(&mut roce_on, 0xc, 1, 1, 1);
+    setf(&mut roce_on, 0x100, 0, 0, 1);
+    r.ok(&roce_on, 16);
+    // vhca_port_num on a function with num_vhca_ports 0: refused.
+    let mut with_port = g.clone();
+    setf(&mut with_port, 0x8, 3, 0, 1);
+    assert_eq!(r.fails(&with_port, 16, 0x3), syn::ROCE_VHCA_PORT);
     r.ok(&g, 16);
     assert_eq!(r.fails(&m, 16, 0x3), syn::QP_RMAC);
     setf(&mut m, 0x58, 31, 0, 0x1234_5678);
@@ -638,5 +647,39 @@ fn query_issi_answers_as_configured() {
         setf(&mut s, 0x8, 15, 0, 1);
         let want = if mask & 2 != 0 { 0 } else { 0x3 };
         assert_eq!(r.cmd(&s, 16).status, want, "{issi:?}");
+    }
+}
+
+#[test]
+fn user_index_needs_cqe_version_1_and_read_depths_stay_within_the_caps() {
+    for cqe_version in [0u8, 1] {
+        let mut r = Raw::new(EmuConfig::default().with_cqe_version(cqe_version));
+        r.init();
+        let uar = r.alloc_uar();
+        let pd = r.alloc_pd();
+        let (eqn, _) = r.create_eq(4, uar, 1);
+        let (cqn, _, _) = r.create_cq(6, uar, eqn);
+        // qpc.user_index: qpc at 0x18, bits 23:0 of its dword 0x10.
+        let mut q = r.qp_input(0, pd, uar, cqn);
+        setf(&mut q, 0x28, 23, 0, 5);
+        if cqe_version == 0 {
+            assert_eq!(r.fails(&q, 16, 0x3), syn::QP_USER_INDEX);
+            setf(&mut q, 0x28, 23, 0, 0);
+        }
+        let qpn = r.create(&q);
+        if cqe_version == 1 {
+            // log_sra_max (qpc dword 0x70, bits 23:21) above
+            // log_max_ra_req_qp; log_rra_max (0x90) above log_max_ra_res_qp.
+            let mut m = Raw::modify_input(0x502, qpn);
+            setf(&mut m, 0x54, 23, 16, 1);
+            setf(&mut m, 0x18 + 0x70, 23, 21, 7);
+            assert_eq!(r.fails(&m, 16, 0x3), syn::QP_RA_DEPTH);
+            let mut m = Raw::modify_input(0x502, qpn);
+            setf(&mut m, 0x54, 23, 16, 1);
+            setf(&mut m, 0x18 + 0x90, 23, 21, 7);
+            assert_eq!(r.fails(&m, 16, 0x3), syn::QP_RA_DEPTH);
+            setf(&mut m, 0x18 + 0x90, 23, 21, 0);
+            r.ok(&m, 16);
+        }
     }
 }

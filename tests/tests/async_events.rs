@@ -13,6 +13,7 @@ use firmware_cmds::eth::{
     CreateRqIn, CreateRqOut, DestroyRqIn, Rqc, WQ_STATE_ERR, WQ_TYPE_CYCLIC, Wq,
 };
 use firmware_cmds::init_seg::HealthSyndrome;
+use firmware_cmds::{CmdStatus, Opcode};
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpState, QpType, SrqInitAttr, WcStatus};
 use hca_driver::{AsyncEvent, Config, DeadReason, Error, Hca, Qpn, QueueId};
 use hca_emu::{EmuConfig, EmuPlatform, ObjKind};
@@ -162,7 +163,18 @@ fn srq_catastrophic_error_and_limit_reach_the_srq() {
             events[0].type_name(),
             Some("MLX5_EVENT_TYPE_SRQ_CATAS_ERROR")
         );
+        // The SRQ is an RMP in error now: arming it (MODIFY_RMP from RDY)
+        // is refused.
+        match srq.arm_limit(2) {
+            Err(Error::Command(e)) => {
+                assert_eq!(e.opcode, Opcode::MODIFY_RMP);
+                assert_eq!(e.status, CmdStatus::BAD_RES_STATE);
+            }
+            other => panic!("arming an SRQ in error: {other:?}"),
+        }
         // take_events also takes a limit event (and disarms).
+        let srq = pd.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
+        let srqn = srq.number();
         srq.arm_limit(2).unwrap();
         emu.faults()
             .srq_event(srqn.0, EVENT_TYPE_SRQ_RQ_LIMIT)

@@ -372,7 +372,9 @@ fn set_driver_version_is_sent_when_capable() {
 fn gids_come_from_the_roce_address_table() {
     use firmware_cmds::roce::{RoceAddrLayout, SetRoceAddressIn};
     Bench::emulated(EmuConfig::default(), hca_driver::Config::default()).with_open(|hca, _| {
-        assert_eq!(hca.info().ports[0].gid0, [0; 16]);
+        // Bring-up does not read the RoCE address table (Linux never does).
+        assert_eq!(hca.info().ports[0].gid0, None);
+        hca.open_context().unwrap().enable_roce().unwrap();
         let mut gid = [0u8; 16];
         gid[..2].copy_from_slice(&[0xfe, 0x80]);
         gid[8..].copy_from_slice(&[0x7e, 0xfe, 0x90, 0xff, 0xfe, 0x12, 0x34, 0x56]);
@@ -387,7 +389,6 @@ fn gids_come_from_the_roce_address_table() {
             .unwrap();
         hca.exec(&set).unwrap();
         assert_eq!(hca.query_gid(1, 0).unwrap(), gid);
-        assert!(hca.query_port(1).unwrap().gid0 == gid);
     });
 }
 

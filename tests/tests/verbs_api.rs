@@ -81,19 +81,21 @@ fn device_and_port_attributes<P: TestPlatform>(b: &mut Bench<P>) {
                     })
                 ));
                 assert!(a.gid_tbl_len > 1);
-                // GID 0: the link-local GID of the port's MAC, RoCE v2.
+                // GIDs 0 and 1: the link-local GID of the port's MAC, RoCE
+                // v1 and RoCE v2, as Linux lays out a port's default GIDs.
                 let mac = a.mac.expect("an Ethernet port's MAC");
                 let g0 = ctx.query_gid(p.port, 0).unwrap();
                 assert_eq!(g0, Gid::link_local_from_mac(mac));
                 assert_eq!(g0.mac(), Some(mac));
-                let e = ctx
-                    .query_gid_entry(p.port, u16::from(DEFAULT_GID_INDEX))
-                    .unwrap()
-                    .unwrap();
-                assert_eq!(
-                    (e.gid, e.mac, e.version, e.ipv6, e.vlan),
-                    (g0, mac, RoceVersion::V2, true, None)
-                );
+                assert_eq!(DEFAULT_GID_INDEX, 1);
+                for (index, version) in [(0u16, RoceVersion::V1), (1, RoceVersion::V2)] {
+                    let e = ctx.query_gid_entry(p.port, index).unwrap().unwrap();
+                    assert_eq!(
+                        (e.gid, e.mac, e.version, e.ipv6, e.vlan),
+                        (g0, mac, version, true, None),
+                        "GID {index}"
+                    );
+                }
                 // A RoCE v2 IPv4 GID at index 3, then cleared.
                 let v4 = GidEntry {
                     gid: Gid::from_ipv4([192, 168, 7, 1]),

@@ -116,9 +116,11 @@ fn info_verbose_adds_capability_limits() {
         "\t\t\tmax_msg_sz:\t\t0x40000000\n",
         "\t\t\tpkey_tbl_len:\t\t1\n",
         "\t\t\tactive_width:\t\tinvalid widthX (0)\n",
-        // GID 0: the link-local GID of the port's MAC 7c:fe:90:58:7d:01,
-        // programmed by the verbs context.
-        "\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:7efe:90ff:fe58:7d01\n",
+        // GIDs 0 and 1: the link-local GID of the port's MAC
+        // 7c:fe:90:58:7d:01 as RoCE v1 and v2, programmed by the verbs
+        // context.
+        "\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:7efe:90ff:fe58:7d01, RoCE v1\n",
+        "\t\t\tGID[  1]:\t\tfe80:0000:0000:0000:7efe:90ff:fe58:7d01, RoCE v2\n",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");
     }

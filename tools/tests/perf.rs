@@ -295,7 +295,7 @@ fn perf_every_test_prints_a_perftest_table() {
             " CQ Moderation   : 8",
             " Mtu             : 1024[B]",
             " Link type       : Ethernet",
-            " GID index       : 0",
+            " GID index       : 1",
         ] {
             assert!(out.lines().any(|x| x == l), "{test}: no {l:?} in\n{out}");
         }

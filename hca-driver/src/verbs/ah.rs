@@ -90,16 +90,19 @@ impl AhAttr {
     }
 
     /// The attributes an address path (`ads`) describes.
+    ///
+    /// A RoCE path (one with a remote MAC) always has a global route,
+    /// whatever its `grh` bit says (Linux's `to_rdma_ah_attr`).
     pub(crate) fn from_ads(p: &Ads) -> Self {
-        let grh = p.get(Ads::grh).then(|| GlobalRoute {
+        let mac = p.rmac();
+        let roce = mac != [0; 6];
+        let grh = (p.get(Ads::grh) || roce).then(|| GlobalRoute {
             dgid: p.get(Ads::rgid_rip),
             flow_label: p.get(Ads::flow_label),
             sgid_index: p.get(Ads::src_addr_index),
             hop_limit: p.get(Ads::hop_limit),
             traffic_class: p.get(Ads::tclass),
         });
-        let mac = p.rmac();
-        let roce = mac != [0; 6];
         AhAttr {
             dlid: p.get(Ads::rlid),
             sl: if roce {
@@ -183,7 +186,10 @@ pub(crate) fn calc_flow_label(lqpn: u32, rqpn: u32) -> u32 {
 }
 
 /// Fills a QP's primary address path from `a` (the whole path: port and
-/// P_Key index too, since the firmware takes the path as one).
+/// P_Key index too, since the firmware takes the path as one), as Linux's
+/// `mlx5_set_path` does: the `grh` bit on InfiniBand only (a RoCE path
+/// always carries its GRH fields, and the bit stays 0), and on RoCE v2
+/// the DSCP from the traffic class.
 pub(crate) fn fill_ads(
     ads: &mut Ads,
     a: &AhAttr,
@@ -203,7 +209,7 @@ pub(crate) fn fill_ads(
                 reason: "a flow label has 20 bits",
             });
         }
-        ads.set(Ads::grh, true)?
+        ads.set(Ads::grh, matches!(r, Resolved::Ib))?
             .set(Ads::src_addr_index, g.sgid_index)?
             .set(Ads::hop_limit, g.hop_limit)?
             .set(Ads::tclass, g.traffic_class)?
@@ -220,6 +226,7 @@ pub(crate) fn fill_ads(
             ads.set_rmac(dmac);
             ads.set(Ads::eth_prio, a.sl & 0x7)?;
             if v2 {
+                ads.set(Ads::dscp, a.grh.map_or(0, |g| g.traffic_class >> 2))?;
                 let fl = match a.grh.map_or(0, |g| g.flow_label) {
                     0 => calc_flow_label(lqpn, rqpn),
                     f => f,
@@ -361,6 +368,9 @@ mod tests {
             dmac: [0, 1, 2, 3, 4, 5],
         };
         fill_ads(&mut ads, &a, r, 0, 0x10, 0x20).unwrap();
+        // Linux's mlx5_set_path: no grh bit on RoCE, the GRH fields set.
+        assert!(!ads.get(Ads::grh));
+        assert_eq!(ads.get(Ads::rgid_rip), a.grh.unwrap().dgid);
         let b = AhAttr::from_ads(&ads);
         assert_eq!(b.grh, a.grh);
         assert_eq!(b.port_num, 1);

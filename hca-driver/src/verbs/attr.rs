@@ -500,7 +500,7 @@ mod tests {
             lid: 1,
             mac: None,
             port_guid: 0,
-            gid0: [0; 16],
+            gid0: None,
         };
         let both = |info: &DeviceInfo, port: &PortInfo| {
             (

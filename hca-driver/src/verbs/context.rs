@@ -24,9 +24,18 @@ use crate::verbs::attr::{DeviceAttr, Gid, GidEntry, PortAttr, RoceVersion};
 
 /// Most QPs one context has at a time (user indices for CQE version 1).
 pub const MAX_CONTEXT_QPS: usize = 1024;
-/// The GID index [`Context::open`] programs on every Ethernet port: the
-/// link-local GID of the port's MAC, RoCE v2.
-pub const DEFAULT_GID_INDEX: u8 = 0;
+/// The RoCE v2 GID index [`Context::open`] programs on every Ethernet
+/// port: the link-local GID of the port's MAC, RoCE v2.
+///
+/// The table is laid out as Linux lays out a port's default GIDs (RoCE v1
+/// and v2 both enabled): the same link-local GID at index
+/// [`ROCE_V1_GID_INDEX`] (0) as RoCE v1 and at index 1 as RoCE v2. A peer
+/// running Linux uses the same indices: `-g 1` for RoCE v2 with perftest
+/// and the `ibv_*_pingpong` examples, `-g 0` for RoCE v1.
+pub const DEFAULT_GID_INDEX: u8 = 1;
+/// The RoCE v1 GID index [`Context::open`] programs on every Ethernet port:
+/// the link-local GID of the port's MAC, RoCE v1 (EtherType 0x8915).
+pub const ROCE_V1_GID_INDEX: u8 = 0;
 /// The default P_Key (full membership), the only P_Key of an Ethernet port
 /// and entry 0 of an InfiniBand port's table.
 pub const DEFAULT_PKEY: u16 = firmware_cmds::vport::DEFAULT_PKEY;
@@ -36,10 +45,10 @@ pub const DEFAULT_PKEY: u16 = firmware_cmds::vport::DEFAULT_PKEY;
 /// Holds a UAR page (ALLOC_UAR) whose CQ doorbell and BlueFlame registers
 /// the context's CQs and QPs ring, the device attributes, and the user
 /// index allocator of its QPs. Opening it sets up RoCE on every Ethernet
-/// port: `roce_en` in the NIC vport context (MODIFY_NIC_VPORT_CONTEXT) and
-/// GID [`DEFAULT_GID_INDEX`], the link-local GID of the port's MAC as a
-/// RoCE v2 address (SET_ROCE_ADDRESS). Everything created from it borrows
-/// it.
+/// port: `roce_en` in the NIC vport context (MODIFY_NIC_VPORT_CONTEXT)
+/// first, then (SET_ROCE_ADDRESS) the link-local GID of the port's MAC as
+/// RoCE v1 at [`ROCE_V1_GID_INDEX`] and RoCE v2 at [`DEFAULT_GID_INDEX`],
+/// as Linux lays out the table. Everything created from it borrows it.
 pub struct Context<'a, P: Platform> {
     hca: &'a Hca<P>,
     uar: Uar<'a, P>,
@@ -96,19 +105,23 @@ impl<'a, P: Platform> Context<'a, P> {
             ctx.enable_roce()?;
             for p in info.ports.iter() {
                 match p.mac {
-                    Some(mac) => ctx.set_gid(
-                        p.port,
-                        u16::from(DEFAULT_GID_INDEX),
-                        &GidEntry {
-                            gid: Gid::link_local_from_mac(mac),
-                            mac,
-                            vlan: None,
-                            version: RoceVersion::V2,
-                            ipv6: true,
-                        },
-                    )?,
+                    Some(mac) => {
+                        for (index, version) in [
+                            (ROCE_V1_GID_INDEX, RoceVersion::V1),
+                            (DEFAULT_GID_INDEX, RoceVersion::V2),
+                        ] {
+                            let e = GidEntry {
+                                gid: Gid::link_local_from_mac(mac),
+                                mac,
+                                vlan: None,
+                                version,
+                                ipv6: true,
+                            };
+                            ctx.set_gid(p.port, u16::from(index), &e)?;
+                        }
+                    }
                     None => log::warn!(
-                        "port {}: MAC address unknown, GID {DEFAULT_GID_INDEX} not programmed",
+                        "port {}: MAC address unknown, GIDs {ROCE_V1_GID_INDEX} and {DEFAULT_GID_INDEX} not programmed",
                         p.port
                     ),
                 }
@@ -174,7 +187,10 @@ impl<'a, P: Platform> Context<'a, P> {
         }
         let q = QueryRoceAddressIn::new()
             .with(QueryRoceAddressIn::roce_address_index, index)?
-            .with(QueryRoceAddressIn::vhca_port_num, port)?;
+            .with(
+                QueryRoceAddressIn::vhca_port_num,
+                self.hca.roce_vhca_port_num(port),
+            )?;
         let out: QueryRoceAddressOut = self.hca.exec(&q)?;
         let a = out.get(QueryRoceAddressOut::roce_address);
         let gid = Gid(a.get(RoceAddrLayout::source_l3_address));
@@ -219,7 +235,10 @@ impl<'a, P: Platform> Context<'a, P> {
         }
         let s = SetRoceAddressIn::new()
             .with(SetRoceAddressIn::roce_address_index, index)?
-            .with(SetRoceAddressIn::vhca_port_num, port)?
+            .with(
+                SetRoceAddressIn::vhca_port_num,
+                self.hca.roce_vhca_port_num(port),
+            )?
             .with(SetRoceAddressIn::roce_address, a)?;
         self.hca.exec(&s)?;
         Ok(())
@@ -231,7 +250,10 @@ impl<'a, P: Platform> Context<'a, P> {
         self.check_port(port)?;
         let s = SetRoceAddressIn::new()
             .with(SetRoceAddressIn::roce_address_index, index)?
-            .with(SetRoceAddressIn::vhca_port_num, port)?;
+            .with(
+                SetRoceAddressIn::vhca_port_num,
+                self.hca.roce_vhca_port_num(port),
+            )?;
         self.hca.exec(&s)?;
         Ok(())
     }

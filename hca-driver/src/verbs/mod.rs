@@ -97,9 +97,11 @@
 //!
 //! ## RoCE
 //!
-//! [`Context::open`] enables RoCE on the vport and programs GID
-//! [`DEFAULT_GID_INDEX`] of every Ethernet port: the port MAC's link-local
-//! GID, RoCE v2. Paths and address handles name a destination GID; the
+//! [`Context::open`] enables RoCE on the vport, then programs two GIDs of
+//! every Ethernet port, as Linux lays out a port's default GIDs: the port
+//! MAC's link-local GID as RoCE v1 at [`ROCE_V1_GID_INDEX`] (0) and as
+//! RoCE v2 at [`DEFAULT_GID_INDEX`] (1). A Linux peer uses the same
+//! indices (`-g 1` for RoCE v2). Paths and address handles name a destination GID; the
 //! destination MAC is derived from a link-local or multicast GID, or given
 //! ([`AhAttr::dmac`]).
 //!
@@ -127,7 +129,7 @@ pub use attr::{
     eth_oper_width_speed, eth_width_speed, ib_width_from_ptys, speed, width,
 };
 pub use buf::{DMA_BUF_ALIGN, DmaBuf};
-pub use context::{Context, DEFAULT_GID_INDEX, DEFAULT_PKEY, MAX_CONTEXT_QPS};
+pub use context::{Context, DEFAULT_GID_INDEX, DEFAULT_PKEY, MAX_CONTEXT_QPS, ROCE_V1_GID_INDEX};
 pub use cq::{Cq, MAX_QPS_PER_CQ};
 pub use modify::{PathMigState, QpAttr, QpAttrMask, QpState, qp_type_name, transition_masks};
 pub use pd::{AccessFlags, MAX_MRS_PER_PD, Mr, MrMode, Pd};

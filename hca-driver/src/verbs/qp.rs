@@ -36,6 +36,10 @@ use crate::verbs::pd::{AccessFlags, MrEntry, Pd};
 use crate::verbs::queue::{create_on_region, destroy_and_free, release_after_destroy, service};
 use crate::verbs::srq::Srq;
 
+/// `qpc.log_ack_req_freq` of every QP transition: the requester asks for an
+/// ACK at least every 2^8 packets, Linux's `MLX5_IB_ACK_REQ_FREQ`.
+const LOG_ACK_REQ_FREQ: u8 = 8;
+
 /// `qpc.mtu` Linux gives UD QPs (4096 bytes).
 const UD_MTU: u8 = firmware_cmds::qp::IB_MTU_4096;
 /// `qpc.log_msg_max` Linux gives UD QPs (4096 bytes).
@@ -506,7 +510,16 @@ impl<'a, P: Platform> Pd<'a, P> {
             .set(Qpc::pm_state, QP_PM_MIGRATED)?
             .set(Qpc::pd, self.number().0)?
             .set(Qpc::uar_page, uar_number.0)?
-            .set(Qpc::user_index, uidx)?
+            // The user index is a field of CQE version 1 only; at version
+            // 0 Linux leaves it 0 (CQEs then name the QP by number).
+            .set(
+                Qpc::user_index,
+                if ctx.query_device().cqe_version == 1 {
+                    uidx
+                } else {
+                    0
+                },
+            )?
             .set(Qpc::log_page_size, 0)?
             .set(Qpc::cqn_snd, init.send_cq.number().0)?
             .set(Qpc::cqn_rcv, init.recv_cq.number().0)?
@@ -1142,6 +1155,9 @@ impl<'a, P: Platform> Qp<'a, P> {
         let ctx = self.pd.context();
         let t = self.qp_type;
         let mut qpc = Qpc::new();
+        // Every transition carries the ACK request frequency Linux's
+        // __mlx5_ib_modify_qp sets (MLX5_IB_ACK_REQ_FREQ).
+        qpc.set(Qpc::log_ack_req_freq, LOG_ACK_REQ_FREQ)?;
         let port = if given.contains(M::PORT) {
             a.port_num
         } else {

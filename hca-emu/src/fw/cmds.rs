@@ -827,9 +827,10 @@ fn modify_rmp(d: &mut Device, c: &Cmd) -> R {
     let bitmask = c.get("bitmask");
     let lwm = c.get("ctx.wq.lwm") as u16;
     let s = srq_of(d, c.get("rmpn") as u32, true)?;
-    // The emulated RMP is always ready: RDY -> RDY is the one edge (what
-    // Linux's arm_rmp_cmd sends).
-    if cur != RMP_RDY || new != RMP_RDY {
+    // RDY -> RDY is the one edge emulated (what Linux's arm_rmp_cmd
+    // sends); an RMP in error stays there.
+    let state = ifc().get(&s.ctx, "rmpc", "state");
+    if cur != state || new != RMP_RDY || state != RMP_RDY {
         return fail(st::BAD_RES_STATE, syn::RMP_STATE);
     }
     // rmp_bitmask: only `lwm` (bit 0) is defined.

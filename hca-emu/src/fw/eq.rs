@@ -255,8 +255,13 @@ impl Device {
         };
         match ty {
             event::SRQ_CATAS_ERROR => {
-                // srqc.state 1: error.
-                ifc().set(&mut s.ctx, "srqc", "state", 1);
+                if s.rmp {
+                    // rmpc.state 3: error.
+                    ifc().set(&mut s.ctx, "rmpc", "state", 3);
+                } else {
+                    // srqc.state 1: error.
+                    ifc().set(&mut s.ctx, "srqc", "state", 1);
+                }
             }
             event::SRQ_RQ_LIMIT => s.lwm = 0,
             _ => {

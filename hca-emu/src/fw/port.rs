@@ -437,7 +437,25 @@ fn roce_index(d: &Device, c: &Cmd) -> Result<(usize, usize), super::Fail> {
     if idx >= ROCE_ADDRESS_TABLE_SIZE {
         return fail(st::BAD_PARAM, syn::GID_INDEX);
     }
-    let pi = d.port_index(c.get("vhca_port_num").max(1))?;
+    // vhca_port_num names a port of a multi-port vHCA; with
+    // num_vhca_ports 0 it is not a field the driver may use (Linux's
+    // lib/gid.c sets it only when num_vhca_ports > 0), and the table is
+    // the function's own port's.
+    let n = c.get("vhca_port_num");
+    let vhca_ports = d.fw.caps.general("num_vhca_ports");
+    let port = match (vhca_ports, n) {
+        (0, 0) => 1,
+        (0, _) => return fail(st::BAD_PARAM, syn::ROCE_VHCA_PORT),
+        (m, n) if n == 0 || n > m => return fail(st::BAD_PARAM, syn::ROCE_VHCA_PORT),
+        (_, n) => n,
+    };
+    let pi = d.port_index(port)?;
+    // The RoCE address table is RoCE's: Linux enables RoCE
+    // (MODIFY_NIC_VPORT_CONTEXT roce_en) before its first RoCE address
+    // command and never reads the table.
+    if !d.fw.ports[0].roce_en {
+        return fail(st::BAD_RES_STATE, syn::ROCE_NOT_ENABLED);
+    }
     Ok((pi, idx))
 }
 

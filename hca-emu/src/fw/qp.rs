@@ -53,6 +53,11 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
     d.need(ObjKind::Pd, pd, syn::BAD_PD)?;
     let uar = g("uar_page") as u32;
     d.need(ObjKind::Uar, uar, syn::BAD_UAR)?;
+    // user_index belongs to CQE version 1 (Linux sets it only when
+    // cqe_version is 1); at version 0 it is not the driver's to set.
+    if d.fw.caps.general("cqe_version") != 1 && g("user_index") != 0 {
+        return fail(st::BAD_PARAM, syn::QP_USER_INDEX);
+    }
     let log_rq = g("log_rq_size");
     let log_sq = g("log_sq_size");
     let max = d.fw.caps.general("log_max_qp_sz");
@@ -328,16 +333,23 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
         {
             return fail(st::BAD_PARAM, syn::QP_PKEY_INDEX);
         }
+        // The RDMA READ / atomic depths within what the device offers:
+        // requester (log_sra_max) and responder (log_rra_max) resources.
+        if g("log_sra_max") > d.fw.caps.general("log_max_ra_req_qp")
+            || g("log_rra_max") > d.fw.caps.general("log_max_ra_res_qp")
+        {
+            return fail(st::BAD_PARAM, syn::QP_RA_DEPTH);
+        }
         if c.opcode == 0x503 && q.st != ST_UD {
             let mtu = g("mtu");
             if !(1..=5).contains(&mtu) {
                 return fail(st::BAD_PARAM, syn::QP_MTU);
             }
             let roce = d.fw.caps.general("port_type") == 1;
+            // The `grh` bit is not required on RoCE: Linux's mlx5_set_path
+            // sets it on InfiniBand only, and the GRH fields (source GID
+            // index, remote GID) are used whatever it says.
             if roce {
-                if g("primary_address_path.grh") != 1 {
-                    return fail(st::BAD_PARAM, syn::QP_ROCE_GRH);
-                }
                 let port_num = ifc()
                     .get(&q.ctx, "qpc", "primary_address_path.vhca_port_num")
                     .max(1);

@@ -434,7 +434,10 @@ impl Node {
     ) {
         let mut g = inp(0x761, 0, 0x30);
         setf(&mut g, 0x8, 31, 16, u64::from(index));
-        setf(&mut g, 0x8, 3, 0, u64::from(port));
+        // vhca_port_num only where the function has several vHCA ports.
+        if self.r.emu.ports() > 1 {
+            setf(&mut g, 0x8, 3, 0, u64::from(port));
+        }
         g[0x10..0x20].copy_from_slice(&gid);
         setf(
             &mut g,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
-use hca_driver::verbs::Context;
+use hca_driver::verbs::{Context, RoceVersion};
 use hca_driver::{Guid, Hca, IbMtu, LinkLayer};
 use platform::Platform;
 use serde::Serialize;
@@ -36,6 +36,11 @@ pub struct GidEntry {
     pub index: u16,
     /// The GID, `xxxx:xxxx:...` (8 groups).
     pub gid: String,
+    /// On Ethernet, the RoCE version of the entry (`RoCE v1` or `RoCE
+    /// v2`), as ibv_devinfo prints it after the GID: a Linux peer's
+    /// `-g <index>` must name an entry of the same version.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub gid_type: Option<&'static str>,
 }
 
 /// One port, as `ibv_devinfo` shows it.
@@ -258,9 +263,21 @@ fn port_report<P: Platform>(
                 .query_gid(port, index)
                 .map_err(|e| ToolError::driver(format!("port {port}: GID {index}"), e))?;
             if !null_gid(&g.0) {
+                let gid_type = if ll == LinkLayer::Ethernet {
+                    let e = ctx.query_gid_entry(port, index).map_err(|e| {
+                        ToolError::driver(format!("port {port}: GID {index} entry"), e)
+                    })?;
+                    e.map(|e| match e.version {
+                        RoceVersion::V1 => "RoCE v1",
+                        RoceVersion::V2 => "RoCE v2",
+                    })
+                } else {
+                    None
+                };
                 gids.push(GidEntry {
                     index,
                     gid: g.to_string(),
+                    gid_type,
                 });
             }
         }
@@ -399,12 +416,16 @@ pub fn write_text(r: &InfoReport, out: &mut dyn Write) -> Result<()> {
         }
         if let Some(gids) = &p.gids {
             for g in gids {
-                writeln!(
+                write!(
                     out,
                     "{}{}",
                     field(3, &format!("GID[{:3}]", g.index), PORT),
                     g.gid
                 )?;
+                match g.gid_type {
+                    Some(t) => writeln!(out, ", {t}")?,
+                    None => writeln!(out)?,
+                }
             }
         }
         writeln!(out)?;

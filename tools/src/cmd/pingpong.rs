@@ -73,8 +73,9 @@ pub struct PingpongArgs {
     #[arg(short = 'e', long = "events")]
     events: bool,
 
-    /// Local port GID index (default: 0 on an Ethernet port, where RoCE
-    /// needs a GID; none on InfiniBand).
+    /// Local port GID index (default: 1, the RoCE v2 link-local GID, on an
+    /// Ethernet port, where RoCE needs a GID; 0 is the same GID as RoCE v1,
+    /// as on Linux; none on InfiniBand).
     #[arg(short = 'g', long = "gid-idx")]
     gid_index: Option<u8>,
 

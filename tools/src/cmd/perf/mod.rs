@@ -132,8 +132,9 @@ pub struct PerfArgs {
     #[arg(short = 'm', long = "mtu")]
     mtu: Option<u32>,
 
-    /// Local port GID index (default: 0 on an Ethernet port, where RoCE
-    /// needs a GID; none on InfiniBand).
+    /// Local port GID index (default: 1, the RoCE v2 link-local GID, on an
+    /// Ethernet port, where RoCE needs a GID; 0 is the same GID as RoCE v1,
+    /// as on Linux; none on InfiniBand).
     #[arg(short = 'x', long = "gid-index")]
     gid_index: Option<u8>,
 
