@@ -40,8 +40,18 @@
 //!   ([`EmuConfig::cmdif_checksum`]) and InfiniBand ports
 //!   ([`PortType::InfiniBand`]); every port has a P_Key table
 //!   (QUERY_HCA_VPORT_PKEY).
+//! - Personality options: booting with command interface signatures on
+//!   ([`EmuConfig::cmdif_checksum`]), the ISSI support QUERY_ISSI reports
+//!   ([`IssiSupport`]), CQE version 0 ([`EmuConfig::cqe_version`]).
 //! - Reports: [`EmuHca::iommu_faults`], [`EmuHca::leak_report`],
 //!   [`EmuHca::assert_clean`], [`EmuHca::command_log`].
+//!
+//! # Fidelity ledger
+//!
+//! Every rule the emulator enforces or relaxes is listed, with its source
+//! (the real ConnectX-4 trace, the PRM, a reference driver's function) or
+//! marked as an assumption, in `docs/fidelity.md` at the repository root;
+//! a test fails when a rule (a [`syndrome`]) has no row there.
 #![forbid(unsafe_code)]
 
 mod config;
