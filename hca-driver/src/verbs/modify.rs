@@ -777,4 +777,18 @@ mod tests {
         assert_eq!(log2_ceil(3), 2);
         assert_eq!(log2_ceil(16), 4);
     }
+
+    /// Linux's `__mlx5_ib_modify_qp` writes `fls(n - 1)` for a depth n > 0
+    /// (the least power of two holding n; it once wrote `ilog2(n)`, which
+    /// rounds 3 down to 2 outstanding READs) and leaves the field 0 for 0.
+    #[test]
+    fn read_atomic_depths_are_encoded_as_linux_encodes_them() {
+        let fls = |x: u32| 32 - x.leading_zeros();
+        for n in 0..=u8::MAX {
+            let linux = if n == 0 { 0 } else { fls(u32::from(n) - 1) };
+            assert_eq!(u32::from(log2_ceil(n)), linux, "depth {n}");
+            // The encoded depth holds the requested one.
+            assert!(1u32 << log2_ceil(n) >= u32::from(n), "depth {n}");
+        }
+    }
 }
