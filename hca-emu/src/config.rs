@@ -88,6 +88,14 @@ pub struct EmuConfig {
     pub execution: Execution,
     /// How long `initializing` stays set after power-on / reset.
     pub boot_delay: Duration,
+    /// How long after power-on and after every function reset the function
+    /// answers every BAR read with all ones (writes are lost) before its
+    /// init segment comes back, with `initializing` set for
+    /// [`boot_delay`](Self::boot_delay) more. Zero (the default): the
+    /// init segment answers at once. Linux tolerates such reads after a
+    /// reset (`mlx5_health_wait_pci_up`, health.c) and polls only
+    /// `initializing` at boot (`wait_fw_init`, main.c).
+    pub boot_all_ones: Duration,
     /// How long `initializing` stays set after the command queue address is
     /// written.
     pub initializing_delay: Duration,
@@ -122,6 +130,7 @@ impl Default for EmuConfig {
             clock: Clock::Virtual,
             execution: Execution::DeviceThread,
             boot_delay: Duration::from_millis(5),
+            boot_all_ones: Duration::ZERO,
             initializing_delay: Duration::from_millis(5),
             command_latency: Duration::ZERO,
             health_period: Duration::from_millis(50),
