@@ -119,6 +119,15 @@ pub struct EmuConfig {
     pub cmdif_checksum: bool,
     /// The link layer of the ports.
     pub port_type: PortType,
+    /// Whether the emulated platform maps BAR0 write-combining
+    /// ([`Platform::bar_write_combining`](platform::Platform::bar_write_combining)).
+    /// `true` (the default) stands for a bare-metal platform that mapped
+    /// the UAR pages write-combining, so BlueFlame copies are allowed;
+    /// `false` stands for an uncached mapping (vfio-pci's), where every
+    /// store into a BlueFlame register beyond its first 8 bytes (the
+    /// doorbell) is counted as a BlueFlame copy through an uncached mapping
+    /// and fails [`EmuHca::assert_clean`](crate::EmuHca::assert_clean).
+    pub uar_write_combining: bool,
 }
 
 impl Default for EmuConfig {
@@ -139,6 +148,7 @@ impl Default for EmuConfig {
             msix_vectors: 64,
             cmdif_checksum: false,
             port_type: PortType::Ethernet,
+            uar_write_combining: true,
         }
     }
 }

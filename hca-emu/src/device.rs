@@ -169,6 +169,10 @@ pub(crate) struct Device {
     pub(crate) inflight: Arc<AtomicUsize>,
     /// `alloc_dma` calls, and how many of them an injected fault failed.
     pub(crate) dma_allocs: (u64, u64),
+    /// BlueFlame stores through an uncached BAR mapping
+    /// ([`EmuConfig::uar_write_combining`] = false): how many, and the
+    /// first one.
+    pub(crate) uncached_bf: (u64, Option<String>),
 }
 
 impl Device {
@@ -214,6 +218,7 @@ impl Device {
             inflight,
             cfg,
             dma_allocs: (0, 0),
+            uncached_bf: (0, None),
         }
     }
 

@@ -246,14 +246,22 @@ impl EmuHca {
     }
 
     /// Panics with a readable report unless there was no IOMMU fault, no
-    /// internal error, and nothing leaked.
+    /// internal error, no BlueFlame copy through an uncached BAR mapping
+    /// ([`uncached_blueflame_stores`](Self::uncached_blueflame_stores)),
+    /// and nothing leaked.
     #[track_caller]
     pub fn assert_clean(&self) {
         let faults = self.iommu_faults();
         let errors = self.internal_errors();
         let leaks = self.leak_report();
-        if !faults.is_empty() || !errors.is_empty() || !leaks.is_clean() {
+        let uncached_bf = self.shared.lock().uncached_bf.clone();
+        if !faults.is_empty() || !errors.is_empty() || !leaks.is_clean() || uncached_bf.0 != 0 {
             let mut msg = String::from("emulated HCA is not clean:\n");
+            if let (n @ 1.., Some(first)) = (uncached_bf.0, &uncached_bf.1) {
+                msg += &format!(
+                    "  {n} BlueFlame stores through an uncached BAR mapping (first: {first})\n"
+                );
+            }
             for f in &faults {
                 msg += &format!("  {f}\n");
             }
@@ -277,6 +285,14 @@ impl EmuHca {
             }
             panic!("{msg}");
         }
+    }
+
+    /// Stores into a BlueFlame register beyond its doorbell word while the
+    /// platform's BAR mapping is uncached
+    /// ([`EmuConfig::uar_write_combining`] = false): BlueFlame copies a
+    /// driver must not make there.
+    pub fn uncached_blueflame_stores(&self) -> u64 {
+        self.shared.lock().uncached_bf.0
     }
 
     /// Panics raised inside the device model (reported to the driver as a
@@ -519,6 +535,10 @@ impl Platform for EmuPlatform {
         d.iommu.unmap(region);
     }
 
+    fn bar_write_combining(&self, bar: u8) -> bool {
+        bar == 0 && self.shared.lock().cfg.uar_write_combining
+    }
+
     fn map_bar(&self, bar: u8) -> Result<EmuBar, platform::Error> {
         if bar != 0 {
             return Err(platform::Error::NoSuchBar(bar));
@@ -629,6 +649,22 @@ impl Mmio for EmuBar {
 impl EmuBar {
     fn write(&self, offset: usize, value: u64, width: u8) {
         let mut d: std::sync::MutexGuard<'_, Device> = self.shared.lock();
+        if !d.cfg.uar_write_combining && offset >= device::reg::INIT_SEG_SIZE {
+            // A BlueFlame register (the two 256-byte halves at UAR page
+            // offset 0x800) takes the doorbell in its first 8 bytes; a
+            // store beyond them is part of a BlueFlame copy, which an
+            // uncached mapping cannot deliver as one burst (rdma-core
+            // never copies through one: its bf buf_size is 0 in NC mode).
+            let o = offset % d.uar_page_size();
+            if (0x800..0xa00).contains(&o) && o & 0xff >= 8 {
+                d.uncached_bf.0 += 1;
+                if d.uncached_bf.1.is_none() {
+                    d.uncached_bf.1 = Some(format!(
+                        "{width}-byte store at BAR offset {offset:#x} (UAR page offset {o:#x})"
+                    ));
+                }
+            }
+        }
         d.bar_write(offset, value, width);
         drop(d);
         self.shared.cv.notify_all();

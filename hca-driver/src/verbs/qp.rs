@@ -306,7 +306,10 @@ pub struct QpInitAttr<'a, P: Platform> {
     pub sge_check: SgeCheck,
     /// Give the QP a UAR page of its own and copy single inline sends to
     /// its BlueFlame register; otherwise it rings the context's UAR with
-    /// 8-byte doorbells (which QPs can share).
+    /// 8-byte doorbells (which QPs can share). The copies are made only
+    /// where the platform maps the BAR write-combining
+    /// ([`Platform::bar_write_combining`]); through an uncached mapping
+    /// (vfio) the QP rings its own UAR's doorbell only.
     pub blueflame: bool,
 }
 
@@ -544,7 +547,11 @@ impl<'a, P: Platform> Pd<'a, P> {
         let bf = BfConfig {
             reg_offset: uar_offset + firmware_cmds::uar::UAR_BF_OFFSET,
             buf_size: half.max(64),
-            blueflame: own_uar.is_some() && general.get(CmdHcaCap::bf),
+            // BlueFlame copies only through a write-combining mapping; on
+            // an uncached one (vfio) doorbells only, as rdma-core does.
+            blueflame: own_uar.is_some()
+                && general.get(CmdHcaCap::bf)
+                && hca.platform().bar_write_combining(0),
             prefer_bf: false,
         };
         let cfg = QpConfig {
