@@ -72,6 +72,34 @@ pub enum PortType {
     InfiniBand,
 }
 
+/// The timestamp formats the device offers (`roce_cap.qp_ts_format`,
+/// `cmd_hca_cap.sq_ts_format` and `rq_ts_format`), and so which `ts_format`
+/// CREATE_QP, CREATE_SQ and CREATE_RQ accept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TsFormatCaps {
+    /// Free-running only (capability 0): the recorded ConnectX-4, whose
+    /// firmware predates the field. `ts_format` must be 0 (free-running).
+    #[default]
+    FreeRunning,
+    /// Real time only (capability 1): a later ConnectX whose clock is set
+    /// to real-time mode. `ts_format` 1 (default) or 2 (real time);
+    /// free-running is refused.
+    RealTime,
+    /// Both (capability 2): any of the three formats.
+    FreeRunningAndRealTime,
+}
+
+impl TsFormatCaps {
+    /// The capability value.
+    pub fn cap(self) -> u8 {
+        match self {
+            TsFormatCaps::FreeRunning => 0,
+            TsFormatCaps::RealTime => 1,
+            TsFormatCaps::FreeRunningAndRealTime => 2,
+        }
+    }
+}
+
 /// Everything that shapes one emulated PCI function.
 #[derive(Clone, Debug)]
 pub struct EmuConfig {
@@ -119,6 +147,10 @@ pub struct EmuConfig {
     pub cmdif_checksum: bool,
     /// The link layer of the ports.
     pub port_type: PortType,
+    /// The timestamp formats the device offers (in both the current and
+    /// the maximum capabilities). The default is the recorded card's
+    /// (free-running only).
+    pub ts_format_caps: TsFormatCaps,
     /// Whether the emulated platform maps BAR0 write-combining
     /// ([`Platform::bar_write_combining`](platform::Platform::bar_write_combining)).
     /// `true` (the default) stands for a bare-metal platform that mapped
@@ -149,6 +181,7 @@ impl Default for EmuConfig {
             cmdif_checksum: false,
             port_type: PortType::Ethernet,
             uar_write_combining: true,
+            ts_format_caps: TsFormatCaps::FreeRunning,
         }
     }
 }
@@ -172,6 +205,14 @@ impl EmuConfig {
     /// With InfiniBand ports ([`PortType::InfiniBand`]).
     pub fn infiniband(mut self) -> Self {
         self.port_type = PortType::InfiniBand;
+        self
+    }
+
+    /// With the timestamp capabilities of a later ConnectX whose clock is
+    /// in real-time mode ([`TsFormatCaps::RealTime`]): free-running
+    /// timestamps are refused.
+    pub fn real_time_clock(mut self) -> Self {
+        self.ts_format_caps = TsFormatCaps::RealTime;
         self
     }
 

@@ -39,7 +39,13 @@
 //! - Personality options: booting with command interface signatures on
 //!   ([`EmuConfig::cmdif_checksum`]) and InfiniBand ports
 //!   ([`PortType::InfiniBand`]); every port has a P_Key table
-//!   (QUERY_HCA_VPORT_PKEY).
+//!   (QUERY_HCA_VPORT_PKEY); the timestamp formats offered
+//!   ([`EmuConfig::ts_format_caps`], [`EmuConfig::real_time_clock`] for a
+//!   later ConnectX in real-time clock mode, which refuses free-running
+//!   `ts_format`); all-ones BAR reads after power-on and reset
+//!   ([`EmuConfig::boot_all_ones`]); whether the platform's BAR mapping is
+//!   write-combining ([`EmuConfig::uar_write_combining`]; BlueFlame copies
+//!   through an uncached one fail [`EmuHca::assert_clean`]).
 //! - Reports: [`EmuHca::iommu_faults`], [`EmuHca::leak_report`],
 //!   [`EmuHca::assert_clean`], [`EmuHca::command_log`].
 #![forbid(unsafe_code)]
@@ -60,7 +66,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use config::{Clock, EmuConfig, Execution, PageCounts, Personality, PortType};
+pub use config::{Clock, EmuConfig, Execution, PageCounts, Personality, PortType, TsFormatCaps};
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, Faults, OutputCorruption, PacketDrop};

@@ -102,6 +102,7 @@ syndromes! {
     QP_RQ_STRIDE = 0x0005_000d, "CREATE_QP: log_rq_stride gives a receive WQE above max_wqe_sz_rq";
     QP_TOO_MANY_QPS = 0x0005_000e, "CREATE_QP: log_max_qp QPs already exist";
     QP_RMAC = 0x0005_000f, "INIT2RTR: RoCE needs a destination MAC";
+    QP_TS_FORMAT = 0x0005_0020, "CREATE_QP: ts_format not offered by roce_cap.qp_ts_format";
     // SRQ.
     SRQ_LOG_SIZE = 0x0007_0001, "CREATE_SRQ: log_srq_size above log_max_srq_sz";
     SRQ_LWM = 0x0007_0301, "ARM_RQ: lwm above the SRQ size";
@@ -110,6 +111,7 @@ syndromes! {
     WQ_BAD_TIS = 0x0009_0402, "CREATE_SQ: tis_num_0 is not an existing TIS";
     WQ_STATE = 0x0009_0501, "MODIFY_SQ/RQ: current state does not match or illegal edge";
     WQ_TYPE = 0x0009_0403, "CREATE_SQ/RQ: wq_type must be cyclic (1)";
+    WQ_TS_FORMAT = 0x0009_0420, "CREATE_SQ/RQ: ts_format not offered by sq_ts_format/rq_ts_format";
     TIR_BAD_RQ = 0x0009_0001, "CREATE_TIR: inline_rqn is not an existing RQ";
     TIR_BAD_RQT = 0x0009_0002, "CREATE_TIR: indirect_table is not an existing RQT";
     TIR_DISP_TYPE = 0x0009_0003, "CREATE_TIR: disp_type not supported";
