@@ -660,7 +660,8 @@ impl EmuBar {
             // offset 0x800) takes the doorbell in its first 8 bytes; a
             // store beyond them is part of a BlueFlame copy, which an
             // uncached mapping cannot deliver as one burst (rdma-core
-            // never copies through one: its bf buf_size is 0 in NC mode).
+            // never copies through one: it maps UARs non-cached only with
+            // BlueFlame shut off).
             let o = offset % d.uar_page_size();
             if (0x800..0xa00).contains(&o) && o & 0xff >= 8 {
                 d.uncached_bf.0 += 1;

@@ -106,10 +106,12 @@ pub trait Platform {
     /// [`mmio_flush_writes`](crate::barrier::mmio_flush_writes)) can reach
     /// the device as one burst.
     ///
-    /// On an uncached mapping a driver rings doorbells only: rdma-core's
-    /// mlx5 provider gives a UAR it could not map write-combining a
-    /// BlueFlame buffer size of 0 and never copies a WQE through it. The
-    /// default is `false`, which is always correct (only slower).
+    /// On an uncached mapping a driver rings doorbells only, as rdma-core's
+    /// mlx5 provider does: it maps UAR pages non-cached
+    /// (`MLX5_UAR_TYPE_NC`, mlx5.c `mlx5_set_context`) only with BlueFlame
+    /// shut off, and `post_send` (qp.c) copies a WQE by BlueFlame only
+    /// when it is not. The default is `false`, which is always correct
+    /// (only slower).
     fn bar_write_combining(&self, bar: u8) -> bool {
         let _ = bar;
         false

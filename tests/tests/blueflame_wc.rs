@@ -1,7 +1,8 @@
 //! BlueFlame only through a write-combining mapping (issue 10, item 7).
-//! rdma-core's mlx5 provider copies no WQE through a UAR it could not map
-//! write-combining (its BlueFlame `buf_size` is 0 in NC mode), and vfio-pci
-//! maps BARs uncached. The driver asks the platform
+//! rdma-core's mlx5 provider copies no WQE through a non-cached UAR
+//! mapping (it maps UARs `MLX5_UAR_TYPE_NC` only with BlueFlame shut off,
+//! and `post_send` copies only when it is not), and vfio-pci maps BARs
+//! uncached. The driver asks the platform
 //! (`Platform::bar_write_combining`) and, on an uncached mapping, rings the
 //! QP's doorbell only; the emulator, told its mapping is uncached, counts
 //! any store beyond a BlueFlame register's doorbell word and fails
