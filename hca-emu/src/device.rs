@@ -150,6 +150,9 @@ pub(crate) struct Device {
     /// Until this device time every BAR read returns all ones and writes
     /// are lost ([`EmuConfig::boot_all_ones`] after power-on and reset).
     pub(crate) off_bus_until: Duration,
+    /// Device time of an injected surprise removal
+    /// ([`Faults::surprise_removal_at`](crate::Faults::surprise_removal_at)).
+    pub(crate) gone_at: Option<Duration>,
     pub(crate) health: Health,
     pub(crate) gone: bool,
     pub(crate) config_space: [u8; 256],
@@ -189,6 +192,7 @@ impl Device {
         Self {
             init_clear_at: Some(cfg.boot_all_ones + cfg.boot_delay),
             off_bus_until: cfg.boot_all_ones,
+            gone_at: None,
             iommu: Iommu::new(iova_offset),
             vnow: Duration::ZERO,
             real_start: Instant::now(),
@@ -281,7 +285,9 @@ impl Device {
     /// removal, or the window after power-on/reset of
     /// [`EmuConfig::boot_all_ones`].
     pub(crate) fn off_bus(&self) -> bool {
-        self.gone || self.now() < self.off_bus_until
+        self.gone
+            || self.now() < self.off_bus_until
+            || self.gone_at.is_some_and(|t| self.now() >= t)
     }
 
     /// A BAR0 read.
@@ -441,6 +447,7 @@ impl Device {
         self.init_clear_at = Some(self.off_bus_until + cfg.boot_delay);
         self.health = Health::default();
         self.gone = false;
+        self.gone_at = None;
         self.events.clear();
         self.timers.clear();
         self.engine = Engine::default();

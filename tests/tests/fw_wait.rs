@@ -137,3 +137,39 @@ fn a_health_syndrome_does_not_end_the_initializing_wait() {
     assert!(b.emu().unwrap().now() - t0 >= Duration::from_millis(100));
     b.assert_clean();
 }
+
+/// The device leaves the bus while the driver waits for it to take the
+/// command queue: that wait too ends only at its timeout, with the device
+/// declared gone and named by the wait, and the unwinding frees every byte
+/// of DMA memory (the command queue page) without an IOMMU fault.
+#[test]
+fn all_ones_during_the_command_queue_wait_is_dead_and_unwinds() {
+    let mut b = Bench::emulated(
+        EmuConfig {
+            initializing_delay: Duration::from_secs(3600),
+            ..EmuConfig::default()
+        },
+        config(),
+    );
+    b.config.timeouts.fw_init = Duration::from_secs(60);
+    // The card leaves the bus 1 s into the command queue wait (virtual
+    // time runs only while the driver waits; the pre-init wait ends after
+    // 5 ms).
+    b.emu()
+        .unwrap()
+        .faults()
+        .surprise_removal_at(Duration::from_secs(1));
+    let e = b.try_open().err().unwrap();
+    assert!(
+        matches!(
+            e,
+            Error::DeviceDead(DeadReason::NoAnswer {
+                what: Wait::CommandQueueReady,
+                after,
+                ..
+            }) if after >= Duration::from_secs(60)
+        ),
+        "{e}"
+    );
+    b.assert_clean();
+}
