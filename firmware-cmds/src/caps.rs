@@ -157,6 +157,52 @@ pub const ROCE_VERSION_1_5: u8 = 1 << 1;
 /// `r_roce_dest_udp_port`).
 pub const ROCE_VERSION_2: u8 = 1 << 2;
 
+/// `roce_cap.qp_ts_format`, `cmd_hca_cap.sq_ts_format` and `rq_ts_format`:
+/// only the free-running timestamp format (also what a device reports
+/// that predates the field: it reads 0).
+pub const TIMESTAMP_FORMAT_CAP_FREE_RUNNING: u8 = 0x0;
+/// Timestamp format capability: only real time.
+pub const TIMESTAMP_FORMAT_CAP_REAL_TIME: u8 = 0x1;
+/// Timestamp format capability: free running and real time.
+pub const TIMESTAMP_FORMAT_CAP_FREE_RUNNING_AND_REAL_TIME: u8 = 0x2;
+
+/// `qpc.ts_format`, `sqc.ts_format`, `rqc.ts_format`: free-running
+/// (internal timer) timestamps.
+pub const TIMESTAMP_FORMAT_FREE_RUNNING: u8 = 0x0;
+/// Timestamp format: the device's default (its configured clock mode).
+pub const TIMESTAMP_FORMAT_DEFAULT: u8 = 0x1;
+/// Timestamp format: real-time (wall clock) timestamps.
+pub const TIMESTAMP_FORMAT_REAL_TIME: u8 = 0x2;
+
+/// Whether timestamp format capability `cap` offers free-running
+/// timestamps (Linux `fr_supported`).
+pub const fn ts_cap_free_running(cap: u8) -> bool {
+    cap == TIMESTAMP_FORMAT_CAP_FREE_RUNNING
+        || cap == TIMESTAMP_FORMAT_CAP_FREE_RUNNING_AND_REAL_TIME
+}
+
+/// Whether timestamp format capability `cap` offers real-time timestamps
+/// (Linux `rt_supported`).
+pub const fn ts_cap_real_time(cap: u8) -> bool {
+    cap == TIMESTAMP_FORMAT_CAP_REAL_TIME || cap == TIMESTAMP_FORMAT_CAP_FREE_RUNNING_AND_REAL_TIME
+}
+
+/// The `ts_format` a QP, SQ or RQ is created with when the consumer asks
+/// for no particular timestamps, given the matching capability
+/// (`roce_cap.qp_ts_format` for a QP, `sq_ts_format`/`rq_ts_format` for an
+/// SQ/RQ): free-running where the device offers it, otherwise the
+/// device's default. This is Linux's choice (`get_ts_format` in
+/// drivers/infiniband/hw/mlx5/qp.c for a CQ created without timestamp
+/// flags): on a device that predates the field (capability 0) the field
+/// stays 0, which such firmware requires of it.
+pub const fn default_ts_format(cap: u8) -> u8 {
+    if ts_cap_free_running(cap) {
+        TIMESTAMP_FORMAT_FREE_RUNNING
+    } else {
+        TIMESTAMP_FORMAT_DEFAULT
+    }
+}
+
 prm_struct! {
     /// The general device capabilities (`cmd_hca_cap`, capability type
     /// [`CAP_GENERAL`]), 256 bytes. Every field of the layout is declared.
@@ -1137,5 +1183,31 @@ impl SetHcaCapIn {
     /// The capability block read as `C`.
     pub fn cap<C: HcaCap>(&self) -> C {
         read_cap(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_ts_format_follows_linux() {
+        // Free-running where offered (0: also every device predating the
+        // field; 2: both), the device's default where only real time is.
+        assert_eq!(
+            default_ts_format(TIMESTAMP_FORMAT_CAP_FREE_RUNNING),
+            TIMESTAMP_FORMAT_FREE_RUNNING
+        );
+        assert_eq!(
+            default_ts_format(TIMESTAMP_FORMAT_CAP_FREE_RUNNING_AND_REAL_TIME),
+            TIMESTAMP_FORMAT_FREE_RUNNING
+        );
+        assert_eq!(
+            default_ts_format(TIMESTAMP_FORMAT_CAP_REAL_TIME),
+            TIMESTAMP_FORMAT_DEFAULT
+        );
+        assert!(!ts_cap_real_time(0) && ts_cap_real_time(1) && ts_cap_real_time(2));
+        assert!(ts_cap_free_running(0) && !ts_cap_free_running(1) && ts_cap_free_running(2));
+        assert!(!ts_cap_free_running(3) && !ts_cap_real_time(3));
     }
 }

@@ -109,6 +109,17 @@ pub enum DeadReason {
         /// `health_buffer.ext_synd`.
         ext_synd: u16,
     },
+    /// A wait on the initialization segment (`initializing`) ran out of
+    /// time and the register still read all ones: the function never
+    /// answered (absent, off the bus, or a reset that never completed).
+    NoAnswer {
+        /// The wait.
+        what: Wait,
+        /// How long the wait lasted.
+        after: Duration,
+        /// How long the reads had been all ones when it ended.
+        all_ones_for: Duration,
+    },
     /// The health counter stopped changing.
     HealthCounterStalled {
         /// The value it is stuck at.
@@ -116,6 +127,15 @@ pub enum DeadReason {
         /// Consecutive polls without a change.
         polls: u32,
     },
+}
+
+impl DeadReason {
+    /// Whether the device does not answer at all (reads of all ones), as
+    /// opposed to firmware that answers and reports a failure: such a
+    /// device cannot reach memory either.
+    pub fn is_gone(&self) -> bool {
+        matches!(self, DeadReason::Gone | DeadReason::NoAnswer { .. })
+    }
 }
 
 impl fmt::Display for DeadReason {
@@ -127,6 +147,14 @@ impl fmt::Display for DeadReason {
             DeadReason::Fatal { syndrome, ext_synd } => write!(
                 f,
                 "firmware fatal error: health syndrome {syndrome}, ext_synd {ext_synd:#x}"
+            ),
+            DeadReason::NoAnswer {
+                what,
+                after,
+                all_ones_for,
+            } => write!(
+                f,
+                "device is gone: timed out after {after:?} waiting for {what}, every read returning 0xffffffff for the last {all_ones_for:?} (no device answering at this address, or a reset that never completed)"
             ),
             DeadReason::HealthCounterStalled { counter, polls } => write!(
                 f,

@@ -312,7 +312,14 @@ fn read_health<M: Mmio>(bar: &M) -> HealthReading {
     }
 }
 
-/// Polls `initializing` until it clears.
+/// Polls `initializing` until it clears, and nothing else, as Linux
+/// (`wait_fw_init`) and rdma-core's VFIO provider do: neither the health
+/// buffer nor an all-ones read ends the wait early. A function coming back
+/// from power-on or a reset may answer every read with all ones for a while
+/// (Linux's `mlx5_health_wait_pci_up` waits that out); only when the
+/// timeout passes with the last read still all ones is the device declared
+/// gone ([`DeadReason::NoAnswer`]); otherwise the wait ends with
+/// [`Error::Timeout`].
 fn wait_initializing<P: Platform, M: Mmio>(
     p: &P,
     bar: &M,
@@ -320,13 +327,38 @@ fn wait_initializing<P: Platform, M: Mmio>(
     timeout: Duration,
 ) -> Result<()> {
     let deadline = Deadline::start(p, timeout);
+    let mut all_ones_since = None;
     loop {
         let w = bar.read32(INITIALIZING_OFFSET);
         if !Initializing::from_bits(w).initializing() {
+            if all_ones_since.is_some() {
+                log::info!("{}: the device answers again", p.describe());
+            }
             return Ok(());
         }
-        read_health(bar).buffer_verdict()?;
-        deadline.check(p, what)?;
+        if w.get() == u32::MAX {
+            if all_ones_since.is_none() {
+                log::debug!(
+                    "{}: `initializing` reads all ones; waiting for the device to answer",
+                    p.describe()
+                );
+                all_ones_since = Some(p.now());
+            }
+        } else {
+            all_ones_since = None;
+        }
+        if let Err(e) = deadline.check(p, what) {
+            return match (e, all_ones_since) {
+                (Error::Timeout { after, .. }, Some(since)) => {
+                    Err(Error::DeviceDead(DeadReason::NoAnswer {
+                        what,
+                        after,
+                        all_ones_for: p.now().saturating_sub(since),
+                    }))
+                }
+                (e, _) => Err(e),
+            };
+        }
         p.delay(Duration::from_millis(2));
     }
 }
@@ -1004,7 +1036,7 @@ impl<P: Platform> Hca<P> {
                     );
                     quiesced = true;
                 }
-                Err(e) if self.dead_reason() == Some(DeadReason::Gone) => {
+                Err(e) if self.dead_reason().is_some_and(|r| r.is_gone()) => {
                     log::warn!(
                         "{}: reset failed ({e}), but the device is gone and cannot reach memory",
                         self.p().describe()

@@ -86,6 +86,34 @@ pub enum IssiSupport {
     NoQueryIssi,
 }
 
+/// The timestamp formats the device offers (`roce_cap.qp_ts_format`,
+/// `cmd_hca_cap.sq_ts_format` and `rq_ts_format`), and so which `ts_format`
+/// CREATE_QP, CREATE_SQ and CREATE_RQ accept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TsFormatCaps {
+    /// Free-running only (capability 0): the recorded ConnectX-4, whose
+    /// firmware predates the field. `ts_format` must be 0 (free-running).
+    #[default]
+    FreeRunning,
+    /// Real time only (capability 1): a later ConnectX whose clock is set
+    /// to real-time mode. `ts_format` 1 (default) or 2 (real time);
+    /// free-running is refused.
+    RealTime,
+    /// Both (capability 2): any of the three formats.
+    FreeRunningAndRealTime,
+}
+
+impl TsFormatCaps {
+    /// The capability value.
+    pub fn cap(self) -> u8 {
+        match self {
+            TsFormatCaps::FreeRunning => 0,
+            TsFormatCaps::RealTime => 1,
+            TsFormatCaps::FreeRunningAndRealTime => 2,
+        }
+    }
+}
+
 /// Everything that shapes one emulated PCI function.
 #[derive(Clone, Debug)]
 pub struct EmuConfig {
@@ -102,6 +130,14 @@ pub struct EmuConfig {
     pub execution: Execution,
     /// How long `initializing` stays set after power-on / reset.
     pub boot_delay: Duration,
+    /// How long after power-on and after every function reset the function
+    /// answers every BAR read with all ones (writes are lost) before its
+    /// init segment comes back, with `initializing` set for
+    /// [`boot_delay`](Self::boot_delay) more. Zero (the default): the
+    /// init segment answers at once. Linux tolerates such reads after a
+    /// reset (`mlx5_health_wait_pci_up`, health.c) and polls only
+    /// `initializing` at boot (`wait_fw_init`, main.c).
+    pub boot_all_ones: Duration,
     /// How long `initializing` stays set after the command queue address is
     /// written.
     pub initializing_delay: Duration,
@@ -131,6 +167,19 @@ pub struct EmuConfig {
     /// recorded card (CQEs carry the QP's user index), or 0 (CQEs carry
     /// the SRQ number; `qpc.user_index` must stay 0).
     pub cqe_version: u8,
+    /// The timestamp formats the device offers (in both the current and
+    /// the maximum capabilities). The default is the recorded card's
+    /// (free-running only).
+    pub ts_format_caps: TsFormatCaps,
+    /// Whether the emulated platform maps BAR0 write-combining
+    /// ([`Platform::bar_write_combining`](platform::Platform::bar_write_combining)).
+    /// `true` (the default) stands for a bare-metal platform that mapped
+    /// the UAR pages write-combining, so BlueFlame copies are allowed;
+    /// `false` stands for an uncached mapping (vfio-pci's), where every
+    /// store into a BlueFlame register beyond its first 8 bytes (the
+    /// doorbell) is counted as a BlueFlame copy through an uncached mapping
+    /// and fails [`EmuHca::assert_clean`](crate::EmuHca::assert_clean).
+    pub uar_write_combining: bool,
 }
 
 impl Default for EmuConfig {
@@ -142,6 +191,7 @@ impl Default for EmuConfig {
             clock: Clock::Virtual,
             execution: Execution::DeviceThread,
             boot_delay: Duration::from_millis(5),
+            boot_all_ones: Duration::ZERO,
             initializing_delay: Duration::from_millis(5),
             command_latency: Duration::ZERO,
             health_period: Duration::from_millis(50),
@@ -152,6 +202,8 @@ impl Default for EmuConfig {
             port_type: PortType::Ethernet,
             issi: IssiSupport::Recorded,
             cqe_version: 1,
+            uar_write_combining: true,
+            ts_format_caps: TsFormatCaps::FreeRunning,
         }
     }
 }
@@ -187,6 +239,14 @@ impl EmuConfig {
     /// Booting with current `cqe_version` `v` ([`cqe_version`](Self::cqe_version)).
     pub fn with_cqe_version(mut self, v: u8) -> Self {
         self.cqe_version = v;
+        self
+    }
+
+    /// With the timestamp capabilities of a later ConnectX whose clock is
+    /// in real-time mode ([`TsFormatCaps::RealTime`]): free-running
+    /// timestamps are refused.
+    pub fn real_time_clock(mut self) -> Self {
+        self.ts_format_caps = TsFormatCaps::RealTime;
         self
     }
 

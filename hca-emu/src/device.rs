@@ -147,6 +147,12 @@ pub(crate) struct Device {
     pub(crate) cmdq_l: u32,
     pub(crate) cmdq_written: bool,
     pub(crate) init_clear_at: Option<Duration>,
+    /// Until this device time every BAR read returns all ones and writes
+    /// are lost ([`EmuConfig::boot_all_ones`] after power-on and reset).
+    pub(crate) off_bus_until: Duration,
+    /// Device time of an injected surprise removal
+    /// ([`Faults::surprise_removal_at`](crate::Faults::surprise_removal_at)).
+    pub(crate) gone_at: Option<Duration>,
     pub(crate) health: Health,
     pub(crate) gone: bool,
     pub(crate) config_space: [u8; 256],
@@ -166,6 +172,10 @@ pub(crate) struct Device {
     pub(crate) inflight: Arc<AtomicUsize>,
     /// `alloc_dma` calls, and how many of them an injected fault failed.
     pub(crate) dma_allocs: (u64, u64),
+    /// BlueFlame stores through an uncached BAR mapping
+    /// ([`EmuConfig::uar_write_combining`] = false): how many, and the
+    /// first one.
+    pub(crate) uncached_bf: (u64, Option<String>),
 }
 
 impl Device {
@@ -180,7 +190,9 @@ impl Device {
         let iova_offset = cfg.seed % 4096;
         let fw = Fw::new(&cfg);
         Self {
-            init_clear_at: Some(cfg.boot_delay),
+            init_clear_at: Some(cfg.boot_all_ones + cfg.boot_delay),
+            off_bus_until: cfg.boot_all_ones,
+            gone_at: None,
             iommu: Iommu::new(iova_offset),
             vnow: Duration::ZERO,
             real_start: Instant::now(),
@@ -210,6 +222,7 @@ impl Device {
             inflight,
             cfg,
             dma_allocs: (0, 0),
+            uncached_bf: (0, None),
         }
     }
 
@@ -268,9 +281,18 @@ impl Device {
         4096 << l
     }
 
+    /// Whether the function does not answer BAR accesses now: surprise
+    /// removal, or the window after power-on/reset of
+    /// [`EmuConfig::boot_all_ones`].
+    pub(crate) fn off_bus(&self) -> bool {
+        self.gone
+            || self.now() < self.off_bus_until
+            || self.gone_at.is_some_and(|t| self.now() >= t)
+    }
+
     /// A BAR0 read.
     pub(crate) fn bar_read32(&self, off: usize) -> u32 {
-        if self.gone {
+        if self.off_bus() {
             return 0xffff_ffff;
         }
         let (maj, min, sub) = FW_VERSION;
@@ -306,7 +328,7 @@ impl Device {
     /// A BAR0 write. Register stores take effect at once; doorbells become
     /// events for the device to execute.
     pub(crate) fn bar_write(&mut self, off: usize, value: u64, width: u8) {
-        if self.gone {
+        if self.off_bus() {
             return;
         }
         self.progress += 1;
@@ -421,9 +443,11 @@ impl Device {
         self.cmdq_h = 0;
         self.cmdq_l = 0;
         self.cmdq_written = false;
-        self.init_clear_at = Some(self.now() + cfg.boot_delay);
+        self.off_bus_until = self.now() + cfg.boot_all_ones;
+        self.init_clear_at = Some(self.off_bus_until + cfg.boot_delay);
         self.health = Health::default();
         self.gone = false;
+        self.gone_at = None;
         self.events.clear();
         self.timers.clear();
         self.engine = Engine::default();

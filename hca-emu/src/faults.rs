@@ -256,6 +256,14 @@ impl Faults {
         self.with(|d| d.gone = true)
     }
 
+    /// Surprise removal at device time `at` (virtual time by default):
+    /// from then on every BAR read returns all-ones and writes are lost,
+    /// as with [`surprise_removal`](Self::surprise_removal) but at a
+    /// deterministic point of a wait.
+    pub fn surprise_removal_at(&self, at: std::time::Duration) {
+        self.with(|d| d.gone_at = Some(at))
+    }
+
     /// The firmware asks at runtime for `num_pages` more pages (positive) or
     /// wants to give `-num_pages` back (negative): a PAGE_REQUEST EQE (event
     /// 0x0b) on the EQ subscribed to it.

@@ -40,9 +40,15 @@
 //!   ([`EmuConfig::cmdif_checksum`]) and InfiniBand ports
 //!   ([`PortType::InfiniBand`]); every port has a P_Key table
 //!   (QUERY_HCA_VPORT_PKEY).
-//! - Personality options: booting with command interface signatures on
-//!   ([`EmuConfig::cmdif_checksum`]), the ISSI support QUERY_ISSI reports
-//!   ([`IssiSupport`]), CQE version 0 ([`EmuConfig::cqe_version`]).
+//! - Firmware and platform options: the ISSI support QUERY_ISSI reports
+//!   ([`IssiSupport`]), CQE version 0 ([`EmuConfig::cqe_version`]), the
+//!   timestamp formats offered
+//!   ([`EmuConfig::ts_format_caps`], [`EmuConfig::real_time_clock`] for a
+//!   later ConnectX in real-time clock mode, which refuses free-running
+//!   `ts_format`); all-ones BAR reads after power-on and reset
+//!   ([`EmuConfig::boot_all_ones`]); whether the platform's BAR mapping is
+//!   write-combining ([`EmuConfig::uar_write_combining`]; BlueFlame copies
+//!   through an uncached one fail [`EmuHca::assert_clean`]).
 //! - Reports: [`EmuHca::iommu_faults`], [`EmuHca::leak_report`],
 //!   [`EmuHca::assert_clean`], [`EmuHca::command_log`].
 //!
@@ -70,7 +76,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use config::{Clock, EmuConfig, Execution, IssiSupport, PageCounts, Personality, PortType};
+pub use config::{
+    Clock, EmuConfig, Execution, IssiSupport, PageCounts, Personality, PortType, TsFormatCaps,
+};
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, Faults, OutputCorruption, PacketDrop};
@@ -256,14 +264,22 @@ impl EmuHca {
     }
 
     /// Panics with a readable report unless there was no IOMMU fault, no
-    /// internal error, and nothing leaked.
+    /// internal error, no BlueFlame copy through an uncached BAR mapping
+    /// ([`uncached_blueflame_stores`](Self::uncached_blueflame_stores)),
+    /// and nothing leaked.
     #[track_caller]
     pub fn assert_clean(&self) {
         let faults = self.iommu_faults();
         let errors = self.internal_errors();
         let leaks = self.leak_report();
-        if !faults.is_empty() || !errors.is_empty() || !leaks.is_clean() {
+        let uncached_bf = self.shared.lock().uncached_bf.clone();
+        if !faults.is_empty() || !errors.is_empty() || !leaks.is_clean() || uncached_bf.0 != 0 {
             let mut msg = String::from("emulated HCA is not clean:\n");
+            if let (n @ 1.., Some(first)) = (uncached_bf.0, &uncached_bf.1) {
+                msg += &format!(
+                    "  {n} BlueFlame stores through an uncached BAR mapping (first: {first})\n"
+                );
+            }
             for f in &faults {
                 msg += &format!("  {f}\n");
             }
@@ -287,6 +303,14 @@ impl EmuHca {
             }
             panic!("{msg}");
         }
+    }
+
+    /// Stores into a BlueFlame register beyond its doorbell word while the
+    /// platform's BAR mapping is uncached
+    /// ([`EmuConfig::uar_write_combining`] = false): BlueFlame copies a
+    /// driver must not make there.
+    pub fn uncached_blueflame_stores(&self) -> u64 {
+        self.shared.lock().uncached_bf.0
     }
 
     /// Panics raised inside the device model (reported to the driver as a
@@ -529,6 +553,10 @@ impl Platform for EmuPlatform {
         d.iommu.unmap(region);
     }
 
+    fn bar_write_combining(&self, bar: u8) -> bool {
+        bar == 0 && self.shared.lock().cfg.uar_write_combining
+    }
+
     fn map_bar(&self, bar: u8) -> Result<EmuBar, platform::Error> {
         if bar != 0 {
             return Err(platform::Error::NoSuchBar(bar));
@@ -639,6 +667,23 @@ impl Mmio for EmuBar {
 impl EmuBar {
     fn write(&self, offset: usize, value: u64, width: u8) {
         let mut d: std::sync::MutexGuard<'_, Device> = self.shared.lock();
+        if !d.cfg.uar_write_combining && offset >= device::reg::INIT_SEG_SIZE {
+            // A BlueFlame register (the two 256-byte halves at UAR page
+            // offset 0x800) takes the doorbell in its first 8 bytes; a
+            // store beyond them is part of a BlueFlame copy, which an
+            // uncached mapping cannot deliver as one burst (rdma-core
+            // never copies through one: it maps UARs non-cached only with
+            // BlueFlame shut off).
+            let o = offset % d.uar_page_size();
+            if (0x800..0xa00).contains(&o) && o & 0xff >= 8 {
+                d.uncached_bf.0 += 1;
+                if d.uncached_bf.1.is_none() {
+                    d.uncached_bf.1 = Some(format!(
+                        "{width}-byte store at BAR offset {offset:#x} (UAR page offset {o:#x})"
+                    ));
+                }
+            }
+        }
         d.bar_write(offset, value, width);
         drop(d);
         self.shared.cv.notify_all();

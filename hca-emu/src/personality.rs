@@ -18,7 +18,11 @@
 //! - with [`EmuConfig::cmdif_checksum`](crate::EmuConfig::cmdif_checksum),
 //!   the current `cmdif_checksum` is 3 (the recorded card booted with 0; its
 //!   maximum is 3); with [`PortType::InfiniBand`](crate::PortType), the
-//!   current and maximum `port_type` are 0.
+//!   current and maximum `port_type` are 0;
+//! - with [`EmuConfig::ts_format_caps`](crate::EmuConfig::ts_format_caps),
+//!   `sq_ts_format`, `rq_ts_format` (general) and `qp_ts_format` (RoCE)
+//!   are rewritten, current and maximum (the recorded card reads 0 in all
+//!   three: free-running only).
 
 use std::collections::BTreeMap;
 
@@ -161,7 +165,23 @@ impl Caps {
             caps.set_general(false, "port_type", 0);
             caps.set_general(true, "port_type", 0);
         }
+        let ts = u64::from(cfg.ts_format_caps.cap());
+        for max in [false, true] {
+            caps.set_general(max, "sq_ts_format", ts);
+            caps.set_general(max, "rq_ts_format", ts);
+            let m = if max { &mut caps.max } else { &mut caps.cur };
+            if let Some(r) = m.get_mut(&CAP_ROCE) {
+                crate::ifc::ifc().set(r, "roce_cap", "qp_ts_format", ts);
+            }
+        }
         caps
+    }
+
+    /// `roce_cap.qp_ts_format` (current).
+    pub(crate) fn qp_ts_format(&self) -> u64 {
+        self.cur
+            .get(&CAP_ROCE)
+            .map_or(0, |r| crate::ifc::ifc().get(r, "roce_cap", "qp_ts_format"))
     }
 
     /// Sets a general capability field, maximum (`max`) or current.

@@ -104,9 +104,11 @@ syndromes! {
     QP_RMAC = 0x0005_000f, "INIT2RTR: RoCE needs a destination MAC";
     QP_USER_INDEX = 0x0005_0010, "CREATE_QP: user_index set although cqe_version is 0";
     QP_RA_DEPTH = 0x0005_0011, "modify QP: log_sra_max above log_max_ra_req_qp or log_rra_max above log_max_ra_res_qp";
-    // SRQ.
+    QP_TS_FORMAT = 0x0005_0020, "CREATE_QP: ts_format not offered by roce_cap.qp_ts_format";
+    // RoCE address table.
     ROCE_VHCA_PORT = 0x0007_6101, "SET/QUERY_ROCE_ADDRESS: vhca_port_num set although num_vhca_ports is 0, or out of range";
     ROCE_NOT_ENABLED = 0x0007_6102, "SET/QUERY_ROCE_ADDRESS before roce_en is set in the NIC vport context";
+    // SRQ.
     SRQ_LOG_SIZE = 0x0007_0001, "CREATE_SRQ: log_srq_size above log_max_srq_sz";
     SRQ_LWM = 0x0007_0301, "ARM_RQ / MODIFY_RMP: lwm above the SRQ size";
     SRQ_NOT_AT_ISSI_1 = 0x0007_0002, "SRQ commands exist at ISSI 0 only (at ISSI 1 SRQs are RMPs)";
@@ -120,6 +122,7 @@ syndromes! {
     WQ_BAD_TIS = 0x0009_0402, "CREATE_SQ: tis_num_0 is not an existing TIS";
     WQ_STATE = 0x0009_0501, "MODIFY_SQ/RQ: current state does not match or illegal edge";
     WQ_TYPE = 0x0009_0403, "CREATE_SQ/RQ: wq_type must be cyclic (1)";
+    WQ_TS_FORMAT = 0x0009_0420, "CREATE_SQ/RQ: ts_format not offered by sq_ts_format/rq_ts_format";
     TIR_BAD_RQ = 0x0009_0001, "CREATE_TIR: inline_rqn is not an existing RQ";
     TIR_BAD_RQT = 0x0009_0002, "CREATE_TIR: indirect_table is not an existing RQT";
     TIR_DISP_TYPE = 0x0009_0003, "CREATE_TIR: disp_type not supported";

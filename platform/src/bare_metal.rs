@@ -187,6 +187,8 @@ impl DmaMemory {
 struct Bar {
     base: NonNull<u8>,
     len: usize,
+    /// The caller mapped it write-combining.
+    write_combining: bool,
 }
 
 /// Number of PCI BARs.
@@ -306,7 +308,31 @@ impl<C: Clock, H: PciHooks, const WORDS: usize> BareMetal<C, H, WORDS> {
                 "BAR mapping must be 8-byte aligned and non-empty",
             ));
         }
-        *slot = Some(Bar { base, len });
+        *slot = Some(Bar {
+            base,
+            len,
+            write_combining: false,
+        });
+        Ok(self)
+    }
+
+    /// Says that BAR `bar`, made available with
+    /// [`with_bar`](Self::with_bar), is mapped write-combining (as UAR
+    /// pages must be for BlueFlame), which
+    /// [`bar_write_combining`](Platform::bar_write_combining) then reports.
+    /// Without this call a BAR counts as uncached and the driver rings
+    /// doorbells only.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoSuchBar`] if the BAR was not given.
+    pub fn with_write_combining(mut self, bar: u8, write_combining: bool) -> Result<Self, Error> {
+        let b = self
+            .bars
+            .get_mut(usize::from(bar))
+            .and_then(Option::as_mut)
+            .ok_or(Error::NoSuchBar(bar))?;
+        b.write_combining = write_combining;
         Ok(self)
     }
 
@@ -449,6 +475,13 @@ impl<C: Clock, H: PciHooks, const WORDS: usize> Platform for BareMetal<C, H, WOR
         if let Err(e) = self.try_free_dma(region) {
             log::error!("{}: free_dma refused: {e}", self.name);
         }
+    }
+
+    fn bar_write_combining(&self, bar: u8) -> bool {
+        self.bars
+            .get(usize::from(bar))
+            .and_then(|b| b.as_ref())
+            .is_some_and(|b| b.write_combining)
     }
 
     fn map_bar(&self, bar: u8) -> Result<MmioWindow, Error> {
@@ -858,6 +891,24 @@ mod tests {
         w.write32(4, crate::Be32::new(0x1234_5678));
         assert_eq!(w.len(), 64);
         assert_eq!(p.map_bar(0).unwrap().read32(4).get(), 0x1234_5678);
+        // Uncached unless the caller says otherwise; only for a given BAR.
+        assert!(!p.bar_write_combining(0));
+        assert!(matches!(
+            p.with_write_combining(1, true),
+            Err(Error::NoSuchBar(1))
+        ));
+        // SAFETY: as above.
+        let p = unsafe {
+            let mem = DmaMemory::identity(base, PAGE_SIZE).unwrap();
+            BareMetal::<_, NoPciHooks, 1>::new(mem, ticking)
+                .unwrap()
+                .with_bar(0, NonNull::new(regs.as_mut_ptr().cast()).unwrap(), 64)
+                .unwrap()
+        };
+        let p = p.with_write_combining(0, true).unwrap();
+        assert!(p.bar_write_combining(0));
+        assert!(!p.bar_write_combining(1));
+        assert!(!p.bar_write_combining(9));
 
         let p = p.with_hooks(Hooks).with_name("board");
         let mut buf = [0u8; 2];

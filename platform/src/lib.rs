@@ -99,6 +99,24 @@ pub trait Platform {
     /// pages).
     fn map_bar(&self, bar: u8) -> Result<Self::Mmio, Error>;
 
+    /// Whether the mapping of BAR `bar` that [`map_bar`](Self::map_bar)
+    /// returns is write-combining, so that a BlueFlame copy (a WQE stored
+    /// 64 bits at a time into a UAR's BlueFlame register, between
+    /// [`mmio_wc_start`](crate::barrier::mmio_wc_start) and
+    /// [`mmio_flush_writes`](crate::barrier::mmio_flush_writes)) can reach
+    /// the device as one burst.
+    ///
+    /// On an uncached mapping a driver rings doorbells only, as rdma-core's
+    /// mlx5 provider does: it maps UAR pages non-cached
+    /// (`MLX5_UAR_TYPE_NC`, mlx5.c `mlx5_set_context`) only with BlueFlame
+    /// shut off, and `post_send` (qp.c) copies a WQE by BlueFlame only
+    /// when it is not. The default is `false`, which is always correct
+    /// (only slower).
+    fn bar_write_combining(&self, bar: u8) -> bool {
+        let _ = bar;
+        false
+    }
+
     /// Reads `buf.len()` bytes of PCI configuration space at `offset`
     /// (little-endian, as the PCI specification lays it out).
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Error>;

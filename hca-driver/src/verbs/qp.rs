@@ -7,7 +7,9 @@ use core::fmt;
 use core::time::Duration;
 
 use firmware_cmds::Opcode;
-use firmware_cmds::caps::CmdHcaCap;
+use firmware_cmds::caps::{
+    CmdHcaCap, RoceCap, TIMESTAMP_FORMAT_CAP_FREE_RUNNING, default_ts_format,
+};
 use firmware_cmds::qp::{
     Ads, CreateQpIn, Init2initQpIn, Init2rtrQpIn, QP_PM_MIGRATED, QP_ST_RC, QP_ST_UC, QP_ST_UD,
     Qp2errIn, Qp2rstIn, Qpc, QueryQpIn, QueryQpOut, RQ_TYPE_NON_ZERO_RQ, RQ_TYPE_SRQ_RQ,
@@ -310,7 +312,10 @@ pub struct QpInitAttr<'a, P: Platform> {
     pub sge_check: SgeCheck,
     /// Give the QP a UAR page of its own and copy single inline sends to
     /// its BlueFlame register; otherwise it rings the context's UAR with
-    /// 8-byte doorbells (which QPs can share).
+    /// 8-byte doorbells (which QPs can share). The copies are made only
+    /// where the platform maps the BAR write-combining
+    /// ([`Platform::bar_write_combining`]); through an uncached mapping
+    /// (vfio) the QP rings its own UAR's doorbell only.
     pub blueflame: bool,
 }
 
@@ -497,6 +502,17 @@ impl<'a, P: Platform> Pd<'a, P> {
             Ok(r) => r,
             Err(e) => return Err(fail(e, own_uar)),
         };
+        // Timestamp format: free-running where the RoCE caps offer it,
+        // else the device's default (Linux's get_qp_ts_format); a device in
+        // real-time clock mode refuses free-running.
+        let ts_format = default_ts_format(
+            hca.caps()
+                .roce
+                .as_ref()
+                .map_or(TIMESTAMP_FORMAT_CAP_FREE_RUNNING, |r| {
+                    r.cur.get(RoceCap::qp_ts_format)
+                }),
+        );
         let input = (|| -> Result<CreateQpIn> {
             let mut qpc = Qpc::new();
             qpc.set(
@@ -521,6 +537,7 @@ impl<'a, P: Platform> Pd<'a, P> {
                 },
             )?
             .set(Qpc::log_page_size, 0)?
+            .set(Qpc::ts_format, ts_format)?
             .set(Qpc::cqn_snd, init.send_cq.number().0)?
             .set(Qpc::cqn_rcv, init.recv_cq.number().0)?
             .set(Qpc::dbr_addr, region.iova() + layout.dbr_offset as u64)?;
@@ -557,7 +574,11 @@ impl<'a, P: Platform> Pd<'a, P> {
         let bf = BfConfig {
             reg_offset: uar_offset + firmware_cmds::uar::UAR_BF_OFFSET,
             buf_size: half.max(64),
-            blueflame: own_uar.is_some() && general.get(CmdHcaCap::bf),
+            // BlueFlame copies only through a write-combining mapping; on
+            // an uncached one (vfio) doorbells only, as rdma-core does.
+            blueflame: own_uar.is_some()
+                && general.get(CmdHcaCap::bf)
+                && hca.platform().bar_write_combining(0),
             prefer_bf: false,
         };
         let cfg = QpConfig {

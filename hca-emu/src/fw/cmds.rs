@@ -870,6 +870,11 @@ fn create_wq(d: &mut Device, c: &Cmd, k: ObjKind) -> Result<u32, Fail> {
     if g("state") != 0 {
         return fail(st::BAD_PARAM, syn::WQ_STATE);
     }
+    let ts_cap = match k {
+        ObjKind::Sq => d.fw.caps.general("sq_ts_format"),
+        _ => d.fw.caps.general("rq_ts_format"),
+    };
+    super::ts::check(ts_cap, g("ts_format"), syn::WQ_TS_FORMAT)?;
     let cqn = g("cqn") as u32;
     d.need(ObjKind::Cq, cqn, syn::BAD_CQN)?;
     if g("wq.wq_type") != 1 {

@@ -34,6 +34,7 @@ mod hca;
 pub(crate) mod objects;
 mod port;
 mod qp;
+mod ts;
 
 pub(crate) use hca::RESD_LKEY;
 pub(crate) use objects::Objects;

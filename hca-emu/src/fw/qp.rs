@@ -49,6 +49,7 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
     if g("state") != 0 {
         return fail(st::BAD_PARAM, syn::QP_STATE_NOT_RST);
     }
+    super::ts::check(d.fw.caps.qp_ts_format(), g("ts_format"), syn::QP_TS_FORMAT)?;
     let pd = g("pd") as u32;
     d.need(ObjKind::Pd, pd, syn::BAD_PD)?;
     let uar = g("uar_page") as u32;

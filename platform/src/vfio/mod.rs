@@ -798,6 +798,12 @@ impl Platform for VfioPlatform {
         }
     }
 
+    /// Always `false`: vfio-pci maps a BAR with `pgprot_noncached`, so
+    /// the driver rings doorbells only (as rdma-core's VFIO provider does).
+    fn bar_write_combining(&self, _bar: u8) -> bool {
+        false
+    }
+
     fn map_bar(&self, bar: u8) -> Result<VfioBar, Error> {
         let index = usize::from(bar);
         if index >= BARS {
