@@ -753,21 +753,46 @@ fn create_srq(d: &mut Device, c: &Cmd) -> R {
     c.out().set("srqn", u64::from(n)).done()
 }
 
+/// DESTROY_SRQ (`rmp` false, number in `srqn`) or DESTROY_RMP (`rmpn`).
+fn destroy_srq_or_rmp(d: &mut Device, c: &Cmd, rmp: bool, number: &str) -> R {
+    need_issi(d, rmp)?;
+    srq_of(d, c.get(number) as u32, rmp)?;
+    simple_destroy(d, c, ObjKind::Srq, number)
+}
+
+/// QUERY_SRQ or QUERY_RMP: the context as created, with the current limit
+/// at `lwm` (a path in the output layout).
+fn query_srq_or_rmp(
+    d: &mut Device,
+    c: &Cmd,
+    rmp: bool,
+    number: &str,
+    ctx_field: &str,
+    lwm: &str,
+) -> R {
+    need_issi(d, rmp)?;
+    let s = srq_of(d, c.get(number) as u32, rmp)?;
+    let (ctx, limit) = (s.ctx.clone(), s.lwm);
+    let mut o = c.out();
+    let off = ifc().field(c.lout, ctx_field).byte_offset();
+    o.put(off, &ctx);
+    o.set(lwm, u64::from(limit));
+    o.done()
+}
+
 fn destroy_srq(d: &mut Device, c: &Cmd) -> R {
-    need_issi(d, false)?;
-    srq_of(d, c.get("srqn") as u32, false)?;
-    simple_destroy(d, c, ObjKind::Srq, "srqn")
+    destroy_srq_or_rmp(d, c, false, "srqn")
 }
 
 fn query_srq(d: &mut Device, c: &Cmd) -> R {
-    need_issi(d, false)?;
-    let s = srq_of(d, c.get("srqn") as u32, false)?;
-    let (ctx, lwm) = (s.ctx.clone(), s.lwm);
-    let mut o = c.out();
-    let off = ifc().field(c.lout, "srq_context_entry").byte_offset();
-    o.put(off, &ctx);
-    o.set("srq_context_entry.lwm", u64::from(lwm));
-    o.done()
+    query_srq_or_rmp(
+        d,
+        c,
+        false,
+        "srqn",
+        "srq_context_entry",
+        "srq_context_entry.lwm",
+    )
 }
 
 fn arm_rq(d: &mut Device, c: &Cmd) -> R {
@@ -847,20 +872,11 @@ fn modify_rmp(d: &mut Device, c: &Cmd) -> R {
 }
 
 fn destroy_rmp(d: &mut Device, c: &Cmd) -> R {
-    need_issi(d, true)?;
-    srq_of(d, c.get("rmpn") as u32, true)?;
-    simple_destroy(d, c, ObjKind::Srq, "rmpn")
+    destroy_srq_or_rmp(d, c, true, "rmpn")
 }
 
 fn query_rmp(d: &mut Device, c: &Cmd) -> R {
-    need_issi(d, true)?;
-    let s = srq_of(d, c.get("rmpn") as u32, true)?;
-    let (ctx, lwm) = (s.ctx.clone(), s.lwm);
-    let mut o = c.out();
-    let off = ifc().field(c.lout, "rmp_context").byte_offset();
-    o.put(off, &ctx);
-    o.set("rmp_context.wq.lwm", u64::from(lwm));
-    o.done()
+    query_srq_or_rmp(d, c, true, "rmpn", "rmp_context", "rmp_context.wq.lwm")
 }
 
 // ---- SQ / RQ --------------------------------------------------------------------
