@@ -665,3 +665,91 @@ fn usage_errors() {
         assert!(help.contains(c), "{c} missing from --help");
     }
 }
+
+/// The long options a command's `--help` advertises.
+fn advertised(command: &str) -> Vec<String> {
+    ok(&[command, "--help"])
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            if !l.starts_with('-') {
+                return None;
+            }
+            let long = l.split_whitespace().find(|w| w.starts_with("--"))?;
+            Some(long.trim_end_matches(',').to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn each_command_shows_only_the_options_it_takes() {
+    let takes = |c: &str, o: &str| advertised(c).iter().any(|a| a == o);
+    for c in [
+        "list", "bind", "unbind", "info", "caps", "health", "trace", "pingpong", "perf",
+    ] {
+        let device = matches!(c, "info" | "caps" | "health" | "pingpong" | "perf");
+        let dump = matches!(c, "info" | "caps" | "pingpong" | "perf");
+        assert_eq!(takes(c, "--device"), device, "hca {c} --help: --device");
+        assert_eq!(
+            takes(c, "--dump-commands"),
+            dump,
+            "hca {c} --help: --dump-commands"
+        );
+        assert!(takes(c, "--json"), "hca {c} --help: --json");
+        let help = ok(&[c, "--help"]);
+        assert_eq!(
+            help.contains("one object per command"),
+            c == "trace",
+            "hca {c} --help: {help}"
+        );
+        assert!(!help.contains("trace:"), "hca {c} --help: {help}");
+    }
+    // What a command advertises, it takes (after the command, as well as
+    // before it, where the README shows it).
+    let dump = std::env::temp_dir().join(format!("hca-opts-{}.trace", std::process::id()));
+    let d = dump.display().to_string();
+    ok(&["info", "-d", "emu", "--dump-commands", &d, "--json"]);
+    ok(&["-d", "emu", "--dump-commands", &d, "info"]);
+    ok(&["caps", "-d", "emu", "--dump-commands", &d, "-t", "atomic"]);
+    ok(&["health", "-d", "emu", "--json"]);
+    ok(&["trace", &d, "--json"]);
+    ok(&["list", "--json"]);
+    let _ = std::fs::remove_file(&dump);
+    // What it does not advertise, it refuses, before or after the command.
+    let e = fails(&["-d", "emu", "list"]);
+    assert!(e.contains("does not apply to `hca list`"), "{e}");
+    let o = hca(&["list", "-d", "emu"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unexpected argument '-d'"));
+    let o = hca(&["health", "--dump-commands", &d]);
+    assert_eq!(o.status.code(), Some(2));
+    // The same option twice with different values.
+    let e = fails(&["-d", "emu", "info", "-d", "02:00.0"]);
+    assert!(e.contains("-d/--device given twice"), "{e}");
+}
+
+#[test]
+fn the_emulator_notice_says_what_was_asked() {
+    let o = hca(&["info"]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("hca: no device given (-d <bdf>): using the emulated ConnectX-4"),
+        "{err}"
+    );
+    for args in [&["-d", "emu", "info"][..], &["info", "-d", "emu"][..]] {
+        let o = hca(args);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert!(!err.contains("no device given"), "{args:?}: {err}");
+        assert!(
+            err.contains("hca: -d emu: using the emulated ConnectX-4"),
+            "{args:?}: {err}"
+        );
+    }
+    let o = hca(&["perf", "write-lat", "-n", "5", "-d", "emu"]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("hca: -d emu: using two emulated ConnectX-4s"),
+        "{err}"
+    );
+}

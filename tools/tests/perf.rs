@@ -381,6 +381,31 @@ fn perf_all_sizes() {
 }
 
 #[test]
+fn perf_ud_without_a_size_uses_the_mtu() {
+    // perftest: with UD and no -s, the message is the MTU (1024 bytes on
+    // the emulated port), said on stderr; no complaint about a -s that was
+    // never given.
+    for test in ["send-bw", "send-lat"] {
+        let o = hca(&["perf", test, "-c", "UD", "-n", "20"]);
+        let err = text(&o.stderr);
+        assert!(o.status.success(), "{test}: {err}");
+        assert!(!err.contains("-s "), "{test}: {err}");
+        let rows = table(&text(&o.stdout), if test == "send-bw" { BW } else { LAT });
+        assert_eq!(rows[0][0], if test == "send-bw" { 1024.0 } else { 2.0 });
+        if test == "send-bw" {
+            assert!(
+                err.contains("max msg size in UD is the MTU (1024 bytes): using it"),
+                "{err}"
+            );
+        }
+    }
+    // The same through a server and a client over TCP.
+    let o = hca(&["perf", "send-bw", "-c", "UD", "-n", "20", "--tcp-loopback"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(table(&text(&o.stdout), BW)[0][0], 1024.0);
+}
+
+#[test]
 fn perf_duration() {
     let out = ok(&["perf", "write-bw", "-D", "1", "-s", "64"]);
     let r = &table(&out, BW)[0];
@@ -560,6 +585,17 @@ fn bad_arguments_are_one_clear_line() {
     assert!(e.contains("one QP"), "{e}");
     let e = fails(&["perf", "write-bw", "-m", "1000"]);
     assert!(e.contains("-m 1000"), "{e}");
+    // -o: 0 is too few (said as such), and only READ and atomic tests
+    // take it.
+    let e = fails(&["perf", "read-bw", "-o", "0"]);
+    assert!(e.contains("-o 0: at least 1 outstanding READ"), "{e}");
+    let e = fails(&["perf", "atomic-lat", "-o", "0"]);
+    assert!(e.contains("-o 0: at least 1 outstanding atomic"), "{e}");
+    let e = fails(&["perf", "write-bw", "-o", "4"]);
+    assert!(
+        e.contains("-o applies to the read and atomic tests only"),
+        "{e}"
+    );
     // An unreachable server.
     let port = free_port().to_string();
     let e = fails(&["perf", "write-bw", "127.0.0.1", "-p", &port]);

@@ -895,7 +895,7 @@ pub fn run(
                     "--tcp-loopback runs on the emulator only (on real HCAs run a server and a client)".into(),
                 ));
             }
-            let (ea, eb) = crate::device::emulated_pair()?;
+            let (ea, eb) = crate::device::emulated_pair(open.emulator_asked)?;
             let (server, client) = peer::tcp_loopback(
                 port,
                 |listener| {

@@ -254,6 +254,10 @@ pub struct Spec {
     pub sizes: Vec<u64>,
     /// Whether -a was given (the sizes are then limited by the MTU on UD).
     pub all: bool,
+    /// Whether the size is the default (no -s): on UD it then becomes the
+    /// MTU when larger, as perftest does.
+    #[serde(default)]
+    pub default_size: bool,
     /// Iterations per QP (when no duration).
     pub iters: u64,
     /// Duration in seconds.
@@ -462,12 +466,20 @@ impl Spec {
             (Verb::Send, None) if !bw => 236,
             _ => 0,
         };
-        if let Some(o) = a.outs {
-            if !matches!(verb, Verb::Read | Verb::Atomic) || o == 0 {
+        match a.outs {
+            Some(_) if !matches!(verb, Verb::Read | Verb::Atomic) => {
                 return Err(ToolError::Usage(
-                    "-o: outstanding READs / atomics (at least 1) apply to the read and atomic tests".into(),
+                    "-o applies to the read and atomic tests only (outstanding READs / atomics)"
+                        .into(),
                 ));
             }
+            Some(0) => {
+                return Err(ToolError::Usage(format!(
+                    "-o 0: at least 1 outstanding {} per QP",
+                    if verb == Verb::Read { "READ" } else { "atomic" }
+                )));
+            }
+            _ => {}
         }
         Ok(Spec {
             test,
@@ -476,6 +488,7 @@ impl Spec {
             conn,
             sizes,
             all: a.all,
+            default_size: a.size.is_none() && !a.all,
             iters,
             duration: a.duration,
             qps: a.qps,
@@ -530,6 +543,8 @@ impl Spec {
             m => IbMtu::fitting(m).unwrap_or(port.active_mtu),
         };
         self.mtu = mtu.bytes();
+        // The size is settled from here on (a server takes it as given).
+        let default_size = std::mem::take(&mut self.default_size);
         if self.conn == Conn::Ud {
             let m = u64::from(mtu.bytes());
             if self.all {
@@ -537,6 +552,10 @@ impl Spec {
                     eprintln!("hca: max msg size in UD is the MTU ({m} bytes): -a stops there");
                 }
                 self.sizes.retain(|&s| s <= m);
+            } else if default_size && self.sizes.iter().any(|&s| s > m) {
+                // perftest: with no -s, a UD test uses the MTU.
+                eprintln!("hca: max msg size in UD is the MTU ({m} bytes): using it");
+                self.sizes = vec![m];
             } else if let Some(&s) = self.sizes.iter().find(|&&s| s > m) {
                 return Err(ToolError::Usage(format!(
                     "-s {s}: a UD message must fit in one packet, at most the MTU ({m} bytes)"
@@ -1705,7 +1724,7 @@ pub fn run(
                     "--tcp-loopback runs on the emulator only (on real HCAs run a server and a client)".into(),
                 ));
             }
-            let (ea, eb) = crate::device::emulated_pair()?;
+            let (ea, eb) = crate::device::emulated_pair(open.emulator_asked)?;
             let mut server_out = Vec::new();
             let mut client_out = Vec::new();
             let server_spec = spec.clone();
