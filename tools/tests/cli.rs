@@ -495,6 +495,34 @@ fn dump_commands_round_trips_through_trace() {
             .any(|c| c["opcode_name"] == "QUERY_HCA_CAP" && c["op_mod"] == 0xf)
     );
 
+    // --check-signatures passes on the tool's own dumps and on the real
+    // ConnectX-4 trace (entries signed, blocks not: cmdif_checksum off),
+    // and fails on a damaged entry signature.
+    for f in [dump.display().to_string(), trace_path()] {
+        let o = hca(&["trace", "--check-signatures", &f]);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{f}: {err}");
+        assert!(err.contains("hca: signatures good: "), "{f}: {err}");
+        assert!(err.contains("not (cmdif_checksum off)"), "{f}: {err}");
+    }
+    let real = std::fs::read_to_string(trace_path()).unwrap();
+    // ENABLE_HCA's INPUT entry ends `00000010 01fd0001`: token 0x01,
+    // signature 0xfd; make it 0xfc.
+    assert!(real.contains("00000010 01fd0001"));
+    let damaged = dir.join("damaged.trace");
+    std::fs::write(
+        &damaged,
+        real.replacen("00000010 01fd0001", "00000010 01fc0001", 1),
+    )
+    .unwrap();
+    let e = fails(&[
+        "trace",
+        "--check-signatures",
+        &damaged.display().to_string(),
+    ]);
+    assert!(e.contains("command #1") && e.contains("INPUT entry"), "{e}");
+    ok(&["trace", &damaged.display().to_string()]);
+
     // An unwritable dump file is one error line before anything runs.
     let e = fails(&["--dump-commands", "/nonexistent/dir/x.trace", "info"]);
     assert!(e.contains("/nonexistent/dir/x.trace"), "{e}");
