@@ -148,6 +148,53 @@ fn info_json_parses() {
     );
 }
 
+#[test]
+fn info_explains_atomics_and_a_down_port() {
+    // atomic_cap as Linux mlx5_ib's get_atomic_caps computes it from the
+    // current atomic caps the same device reports.
+    let caps = json(&ok(&["caps", "-t", "atomic", "--json"]));
+    let a = &caps["atomic"];
+    let ops = a["atomic_operations"].as_u64().unwrap();
+    let size = a["atomic_size_qp"].as_u64().unwrap();
+    let mode = a["atomic_req_8B_endianness_mode"].as_u64().unwrap();
+    let linux = if ops & 3 == 3 && size & 8 != 0 && mode != 0 {
+        ("ATOMIC_HCA", 1)
+    } else {
+        ("ATOMIC_NONE", 0)
+    };
+    let v = json(&ok(&["info", "-v", "--json"]));
+    assert_eq!(v["atomic_cap"], linux.0);
+    assert_eq!(v["attributes"]["atomic_cap"], linux.1);
+    // The device executes atomics all the same, in the byte order the mode
+    // says (0: big-endian).
+    assert_eq!(mode, 0);
+    assert_eq!(v["atomic_byte_order"], "big-endian");
+    let out = ok(&["info"]);
+    assert!(
+        out.contains("\tatomics:\t\t\t8-byte, operands big-endian (atomic_req_8B_endianness_mode 0), so atomic_cap is ATOMIC_NONE as Linux reports it\n"),
+        "{out}"
+    );
+    let out = ok(&["perf", "atomic-lat", "-n", "10"]);
+    assert!(
+        out.contains(" Atomic operands : 8 bytes, big-endian byte order\n"),
+        "{out}"
+    );
+    let out = ok(&["perf", "read-lat", "-n", "10"]);
+    assert!(!out.contains("Atomic operands"), "{out}");
+    // A lone emulated HCA's port is down, and info says why.
+    assert_eq!(v["ports"][0]["state"], "PORT_DOWN");
+    let why = v["ports"][0]["down_reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("no link: this emulated HCA's port has no cable"),
+        "{why}"
+    );
+    let out = ok(&["info"]);
+    assert!(
+        out.contains("\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tdown_reason:\t\tno link: "),
+        "{out}"
+    );
+}
+
 // ---- caps ------------------------------------------------------------------
 
 #[test]

@@ -677,6 +677,9 @@ pub struct PerfReport {
     pub max_inline: Option<u32>,
     /// Outstanding READs / atomics (read and atomic tests).
     pub outstanding_reads: Option<u8>,
+    /// Atomic tests: the byte order of the 8-byte operands the device
+    /// applies (`host` or `big-endian`).
+    pub atomic_byte_order: Option<&'static str>,
     /// This side's QPs.
     pub local: Vec<Endpoint>,
     /// The peer's QPs.
@@ -725,6 +728,7 @@ impl PerfReport {
             gid_index: port.gid_index,
             max_inline: (!rw).then_some(inline),
             outstanding_reads: rw.then_some(out_reads),
+            atomic_byte_order: None,
             local: Vec::new(),
             remote: Vec::new(),
             units: spec.units(),
@@ -734,6 +738,16 @@ impl PerfReport {
             with_gid: port.gid_index.is_some(),
             bw: spec.bw,
             duration: spec.duration.is_some(),
+        }
+    }
+
+    /// Atomic tests: notes the byte order `hca` applies to atomics.
+    fn atomics<P: Platform>(&mut self, spec: &Spec, hca: &Hca<P>) {
+        if spec.verb == Verb::Atomic {
+            let d = hca_driver::verbs::DeviceAttr::from_info(hca.info());
+            self.atomic_byte_order = d
+                .atomic_ops
+                .then(|| crate::cmd::info::byte_order_name(d.atomic_byte_order));
         }
     }
 
@@ -775,6 +789,9 @@ impl PerfReport {
             (Some(i), _) => writeln!(out, " Max inline data : {i}[B]")?,
             (None, Some(o)) => writeln!(out, " Outstand reads  : {o}")?,
             _ => {}
+        }
+        if let Some(o) = self.atomic_byte_order {
+            writeln!(out, " Atomic operands : 8 bytes, {o} byte order")?;
         }
         writeln!(out, " rdma_cm QPs\t : OFF")?;
         writeln!(out, " Data ex. method : {}", self.link)?;
@@ -1218,6 +1235,7 @@ impl PairTask for Loopback<'_> {
                 );
                 rep.local = ea.clone();
                 rep.remote = eb.clone();
+                rep.atomics(&spec, a);
                 printer.head(&rep)?;
                 let peer_a = Peer {
                     remote: &eb,
@@ -1406,6 +1424,7 @@ fn run_client<P: Platform>(
         );
         rep.local = me.clone();
         rep.remote = remote.clone();
+        rep.atomics(&spec, hca);
         printer.head(&rep)?;
         let peer = Peer {
             remote: &remote,
@@ -1517,6 +1536,7 @@ fn run_server<P: Platform>(
         );
         rep.local = me.clone();
         rep.remote = remote.clone();
+        rep.atomics(&spec, hca);
         printer.head(&rep)?;
         let peer = Peer {
             remote: &remote,
