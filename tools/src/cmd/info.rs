@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
-use hca_driver::verbs::{AtomicByteOrder, Context};
+use hca_driver::verbs::{AtomicByteOrder, Context, Gid};
 use hca_driver::{Guid, Hca, IbMtu, LinkLayer, PortState};
 use platform::Platform;
 use serde::Serialize;
@@ -34,8 +34,14 @@ const TRANSPORT_IB: u8 = 0;
 pub struct GidEntry {
     /// Index in the port's GID table.
     pub index: u16,
-    /// The GID, `xxxx:xxxx:...` (8 groups).
-    pub gid: String,
+    /// The GID in colon form (`fe80::7efe:90ff:fe58:7d01`, as every
+    /// `--json` output writes GIDs; the text shows ibv_devinfo's 8 groups).
+    #[serde(serialize_with = "ser_gid")]
+    pub gid: Gid,
+}
+
+fn ser_gid<S: serde::Serializer>(g: &Gid, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::rdma::gid_ipv6(&g.0))
 }
 
 /// One port, as `ibv_devinfo` shows it.
@@ -303,10 +309,7 @@ fn port_report<P: Platform>(
                 .query_gid(port, index)
                 .map_err(|e| ToolError::driver(format!("port {port}: GID {index}"), e))?;
             if !null_gid(&g.0) {
-                gids.push(GidEntry {
-                    index,
-                    gid: g.to_string(),
-                });
+                gids.push(GidEntry { index, gid: g });
             }
         }
         r.gids = Some(gids);

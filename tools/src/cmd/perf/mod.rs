@@ -68,8 +68,8 @@ const MAX_ITER: u64 = 100_000_000;
 const MAX_QPS: u32 = hca_driver::verbs::MAX_QPS_PER_CQ as u32;
 /// perftest's `MAX_OUT_READ_HERMON`.
 const MAX_OUT_READS: u32 = 16;
-/// The version of the control protocol.
-const PROTOCOL: u32 = 1;
+/// The version of the control protocol (2: GIDs in colon form).
+const PROTOCOL: u32 = 2;
 
 /// Arguments of `hca perf`.
 #[derive(Debug, Args)]
@@ -639,8 +639,13 @@ impl Spec {
         }
     }
 
+    /// The units of the results: bandwidth's, or microseconds for latency.
     fn units(&self) -> &'static str {
-        if self.gbits { "Gb/sec" } else { "MiB/sec" }
+        match (self.bw, self.gbits) {
+            (false, _) => "usec",
+            (true, true) => "Gb/sec",
+            (true, false) => "MiB/sec",
+        }
     }
 }
 
@@ -684,7 +689,8 @@ pub struct PerfReport {
     pub local: Vec<Endpoint>,
     /// The peer's QPs.
     pub remote: Vec<Endpoint>,
-    /// Bandwidth units.
+    /// Units of the results: `MiB/sec` or `Gb/sec` (bandwidth tests),
+    /// `usec` (latency tests).
     pub units: &'static str,
     /// One row per message size.
     pub results: Vec<Row>,
