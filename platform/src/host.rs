@@ -73,6 +73,14 @@ impl HostBlock {
         self.ptr.as_ptr() as usize
     }
 
+    /// Pointer to the first byte, with the allocation's provenance (for an
+    /// [`MmioWindow`](crate::MmioWindow) over the block; unlike casting
+    /// [`host_addr`](Self::host_addr) back to a pointer, this is clean under
+    /// strict provenance).
+    pub fn host_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
     /// Lends the whole block out as a [`DmaRegion`] at bus address `iova`.
     ///
     /// Fails if the block is already lent out.

@@ -16,8 +16,18 @@
 //!
 //! [`scenarios!`] makes two tests of each: `emulated::<name>` on a fresh
 //! emulated ConnectX-4, and `hardware::<name>` on the device `HCA_PCI`
-//! names (bound to vfio-pci), skipped with a message saying so when
-//! `HCA_PCI` is not set. Both end with [`Bench::assert_clean`]: on the
+//! names (bound to vfio-pci). The hardware tests are `#[ignore]`d unless
+//! `HCA_PCI` was set when they were built (the build script sets
+//! `cfg(hca_hardware)` and cargo rebuilds when the variable changes), so
+//! `cargo test` counts them as ignored, never as passed; run them with
+//!
+//! ```text
+//! HCA_PCI=0000:02:00.0 cargo test -p hca-tests
+//! HCA_PCI=0000:02:00.0,0000:02:00.1 cargo test -p hca-tests   # two functions cabled together
+//! ```
+//!
+//! A hardware test run without `HCA_PCI` (`-- --include-ignored`) fails,
+//! saying so. Both variants end with [`Bench::assert_clean`]: on the
 //! emulator no IOMMU fault and nothing leaked (pages, objects, DMA
 //! regions), on hardware every byte of DMA memory freed. Hardware
 //! scenarios run one at a time (one process can open a VFIO group once).
@@ -229,14 +239,14 @@ pub fn run_emulated(scenario: fn(&mut Bench<EmuPlatform>)) {
 
 static HARDWARE: Mutex<()> = Mutex::new(());
 
-/// Runs a scenario on the ConnectX `HCA_PCI` names, or prints why it is
-/// skipped.
+/// Runs a scenario on the ConnectX `HCA_PCI` names; fails, saying why,
+/// when it is not set (the test was then run with `--include-ignored`: a
+/// test that cannot run must not read as passed).
 pub fn run_hardware(name: &str, scenario: fn(&mut Bench<VfioPlatform>)) {
     let Some(bdf) = hardware_bdf() else {
-        eprintln!(
-            "skipped hardware::{name}: {HCA_PCI} is not set (set {HCA_PCI}=<bdf> of a ConnectX bound to vfio-pci to run it on a real card)"
+        panic!(
+            "hardware::{name} cannot run: {HCA_PCI} is not set (set {HCA_PCI}=<bdf> of a ConnectX bound to vfio-pci to run it on a real card)"
         );
-        return;
     };
     let _one_at_a_time = HARDWARE.lock().unwrap_or_else(|e| e.into_inner());
     // `HCA_PCI=<bdf1>,<bdf2>` (for link scenarios): the first one here.
@@ -266,6 +276,7 @@ macro_rules! scenarios {
         mod hardware {
             $(
                 #[test]
+                #[cfg_attr(not(hca_hardware), ignore = "needs a real ConnectX: HCA_PCI=<bdf> cargo test -p hca-tests")]
                 fn $name() {
                     $crate::run_hardware(
                         stringify!($name),
@@ -383,13 +394,12 @@ pub fn run_emulated_link(scenario: fn(&mut Link<EmuPlatform>)) {
 }
 
 /// Runs a link scenario on the hardware `HCA_PCI` names (one function,
-/// looped back, or two), or prints why it is skipped.
+/// looped back, or two); fails, saying why, when it is not set.
 pub fn run_hardware_link(name: &str, scenario: fn(&mut Link<VfioPlatform>)) {
     let Some(spec) = hardware_bdf() else {
-        eprintln!(
-            "skipped hardware::{name}: {HCA_PCI} is not set (set {HCA_PCI}=<bdf> of a ConnectX bound to vfio-pci with its port looped back, or {HCA_PCI}=<bdf1>,<bdf2> of two functions cabled together)"
+        panic!(
+            "hardware::{name} cannot run: {HCA_PCI} is not set (set {HCA_PCI}=<bdf> of a ConnectX bound to vfio-pci with its port looped back, or {HCA_PCI}=<bdf1>,<bdf2> of two functions cabled together)"
         );
-        return;
     };
     let _one_at_a_time = HARDWARE.lock().unwrap_or_else(|e| e.into_inner());
     let bdfs: Vec<&str> = spec
@@ -429,6 +439,7 @@ macro_rules! link_scenarios {
         mod hardware {
             $(
                 #[test]
+                #[cfg_attr(not(hca_hardware), ignore = "needs a real ConnectX: HCA_PCI=<bdf> cargo test -p hca-tests")]
                 fn $name() {
                     $crate::run_hardware_link(
                         stringify!($name),

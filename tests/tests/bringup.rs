@@ -62,3 +62,39 @@ fn bus_master_is_off_after_close() {
     assert_eq!(c & pci::COMMAND_BUS_MASTER, 0);
     b.assert_clean();
 }
+
+/// The hardware variants are ignored (not passed) unless `HCA_PCI` was set
+/// at build time: this test binary, listed and run again, says so.
+#[test]
+fn hardware_variants_are_ignored_without_hca_pci() {
+    if cfg!(hca_hardware) {
+        assert!(
+            hca_tests::hardware_bdf().is_some(),
+            "built with HCA_PCI set but run without it: the hardware tests will fail, rebuild"
+        );
+        return;
+    }
+    let me = std::env::current_exe().unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(&me)
+            .args(args)
+            .env_remove("HCA_PCI")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // Listed as ignored: both hardware variants, no emulated one.
+    let ignored = run(&["--list", "--ignored"]);
+    let ignored: Vec<&str> = ignored.lines().filter(|l| l.ends_with(": test")).collect();
+    assert_eq!(ignored.len(), 2, "{ignored:?}");
+    assert!(
+        ignored.iter().all(|l| l.starts_with("hardware::")),
+        "{ignored:?}"
+    );
+    // Run: counted as ignored, none passed.
+    let out = run(&["hardware::"]);
+    assert!(out.contains("0 passed; 0 failed; 2 ignored"), "{out}");
+    // Asked for anyway, they fail, saying why.
+    let out = run(&["hardware::", "--include-ignored"]);
+    assert!(out.contains("0 passed; 2 failed"), "{out}");
+}

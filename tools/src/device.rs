@@ -64,6 +64,9 @@ pub struct OpenOptions {
     pub dump_commands: Option<PathBuf>,
     /// The sysfs root (`/sys`).
     pub sysfs_root: Option<PathBuf>,
+    /// Whether the emulator was asked for by name (`-d emu`) rather than
+    /// chosen because no device was given (for the notice on stderr).
+    pub emulator_asked: bool,
 }
 
 /// What a command knows about the device it runs on.
@@ -189,10 +192,24 @@ impl CommandRecorder for ToolRecorder {
     }
 }
 
+/// The notice that the emulator is in use, worded by what was asked:
+/// `-d emu`, or no `-d` at all.
+pub fn emulator_notice(asked: bool, what: &str) -> String {
+    if asked {
+        format!("hca: -d emu: using {what}")
+    } else {
+        format!("hca: no device given (-d <bdf>): using {what}")
+    }
+}
+
 /// Builds the emulated ConnectX-4 and says so on stderr.
-fn emulator() -> EmuHca {
+fn emulator(asked: bool) -> EmuHca {
     eprintln!(
-        "hca: no device given (-d <bdf>): using the emulated ConnectX-4 (hca-emu, firmware 14.12.1220)"
+        "{}",
+        emulator_notice(
+            asked,
+            "the emulated ConnectX-4 (hca-emu, firmware 14.12.1220)"
+        )
     );
     EmuHca::new(EmuConfig::default())
 }
@@ -210,7 +227,7 @@ pub fn run_hca<T: HcaTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Resu
     let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
     let r = match sel {
         Selection::Emulator => {
-            let emu = emulator();
+            let emu = emulator(opts.emulator_asked);
             bring_up_and_run(emu.platform(), sel, recorder, task)
         }
         Selection::Vfio(bdf) => {
@@ -260,9 +277,13 @@ pub struct PairDesc {
 
 /// Builds two emulated ConnectX-4s cabled port 1 to port 1 and says so on
 /// stderr.
-pub fn emulated_pair() -> Result<(EmuHca, EmuHca)> {
+pub fn emulated_pair(asked: bool) -> Result<(EmuHca, EmuHca)> {
     eprintln!(
-        "hca: no device given (-d <bdf>): using two emulated ConnectX-4s (hca-emu, firmware 14.12.1220) cabled port 1 to port 1"
+        "{}",
+        emulator_notice(
+            asked,
+            "two emulated ConnectX-4s (hca-emu, firmware 14.12.1220) cabled port 1 to port 1"
+        )
     );
     let a = EmuHca::new(EmuConfig::default());
     let b = EmuHca::new(EmuConfig {
@@ -282,7 +303,7 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
     let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
     let r = match sel {
         Selection::Emulator => {
-            let (ea, eb) = emulated_pair()?;
+            let (ea, eb) = emulated_pair(opts.emulator_asked)?;
             let da = desc_of(&ea.platform(), sel);
             let db = desc_of(&eb.platform(), sel);
             let ha = open_hca(ea.platform(), &da, Some(recorder))?;
@@ -407,7 +428,7 @@ pub fn run_platform<T: PlatformTask>(
 ) -> Result<T::Output> {
     match sel {
         Selection::Emulator => {
-            let emu = emulator();
+            let emu = emulator(opts.emulator_asked);
             let p = emu.platform();
             let dev = DeviceDesc {
                 selection: sel.clone(),

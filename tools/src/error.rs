@@ -48,6 +48,23 @@ pub enum ToolError {
         source: firmware_cmds::Error,
     },
 
+    /// A signature in a trace is wrong (`hca trace --check-signatures`).
+    #[error("{path}: command #{index} {opcode} (line {line}): {what}: {source}")]
+    Signature {
+        /// The file.
+        path: PathBuf,
+        /// The command's 1-based position.
+        index: usize,
+        /// Line of its INPUT dump.
+        line: usize,
+        /// Its opcode.
+        opcode: firmware_cmds::Opcode,
+        /// The entry or block.
+        what: String,
+        /// The bad signature.
+        source: firmware_cmds::Error,
+    },
+
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     File {

@@ -47,7 +47,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use crate::device::{OpenOptions, Selection};
 use crate::error::{Result, ToolError};
@@ -58,18 +58,20 @@ use crate::error::{Result, ToolError};
 #[derive(Debug, Parser)]
 #[command(name = "hca", version, about, long_about = None)]
 pub struct Cli {
-    /// The device: a PCI address (dddd:bb:dd.f) bound to vfio-pci, or `emu`
-    /// for the emulated ConnectX-4 (the default).
-    #[arg(short = 'd', long = "device", global = true, value_name = "BDF|emu")]
+    /// The device of info, caps, health, pingpong and perf (also taken
+    /// after the command): a PCI address (dddd:bb:dd.f) bound to vfio-pci,
+    /// or `emu` for the emulated ConnectX-4 (the default).
+    #[arg(short = 'd', long = "device", value_name = "BDF|emu")]
     device: Option<String>,
 
-    /// Print data as JSON (trace: one JSON object per line).
-    #[arg(long, global = true)]
+    /// Print data as JSON (also taken after the command).
+    #[arg(long)]
     json: bool,
 
-    /// Record the driver's own command traffic into FILE, in the hexdump
+    /// For info, caps, pingpong and perf (also taken after the command):
+    /// record the driver's own command traffic into FILE, in the hexdump
     /// form of Linux mlx5_core (readable with `hca trace FILE`).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     dump_commands: Option<PathBuf>,
 
     /// The sysfs root (for tests and containers).
@@ -86,32 +88,174 @@ pub struct Cli {
     command: Command,
 }
 
+/// `-d`, for the commands that run on a device.
+#[derive(Debug, Args)]
+struct DeviceOpt {
+    /// The device: a PCI address (dddd:bb:dd.f) bound to vfio-pci, or `emu`
+    /// for the emulated ConnectX-4 (the default).
+    #[arg(short = 'd', long = "device", value_name = "BDF|emu")]
+    device: Option<String>,
+}
+
+/// `--dump-commands`, for the commands that run firmware commands.
+#[derive(Debug, Args)]
+struct DumpOpt {
+    /// Record the driver's own command traffic into FILE, in the hexdump
+    /// form of Linux mlx5_core (readable with `hca trace FILE`).
+    #[arg(long, value_name = "FILE")]
+    dump_commands: Option<PathBuf>,
+}
+
+/// `--json`, for every command but trace (whose output is one object per
+/// command).
+#[derive(Debug, Args)]
+struct JsonOpt {
+    /// Print data as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--json` of `hca trace`.
+#[derive(Debug, Args)]
+struct TraceJsonOpt {
+    /// Print JSON: one object per command, one per line.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List mlx5 PCI functions: address, ids, name, driver, IOMMU group.
-    List,
+    List {
+        #[command(flatten)]
+        out: JsonOpt,
+    },
     /// Bind a PCI function to vfio-pci (checks the IOMMU group, memlock
     /// limit, huge pages and the vfio-pci module, and says what to fix).
-    Bind(cmd::bind::BindArgs),
+    Bind {
+        #[command(flatten)]
+        args: cmd::bind::BindArgs,
+        #[command(flatten)]
+        out: JsonOpt,
+    },
     /// Give a PCI function back from vfio-pci to its kernel driver.
-    Unbind(cmd::bind::UnbindArgs),
+    Unbind {
+        #[command(flatten)]
+        args: cmd::bind::UnbindArgs,
+        #[command(flatten)]
+        out: JsonOpt,
+    },
     /// Device and port attributes, laid out like ibv_devinfo.
-    Info(cmd::info::InfoArgs),
+    Info {
+        #[command(flatten)]
+        args: cmd::info::InfoArgs,
+        #[command(flatten)]
+        dev: DeviceOpt,
+        #[command(flatten)]
+        dump: DumpOpt,
+        #[command(flatten)]
+        out: JsonOpt,
+    },
     /// Every capability of the device by PRM name.
-    Caps(cmd::caps::CapsArgs),
+    Caps {
+        #[command(flatten)]
+        args: cmd::caps::CapsArgs,
+        #[command(flatten)]
+        dev: DeviceOpt,
+        #[command(flatten)]
+        dump: DumpOpt,
+        #[command(flatten)]
+        out: JsonOpt,
+    },
     /// Health buffer, health counter and syndrome, read from the
     /// initialization segment without bringing the device up.
-    Health(cmd::health::HealthArgs),
+    Health {
+        #[command(flatten)]
+        args: cmd::health::HealthArgs,
+        #[command(flatten)]
+        dev: DeviceOpt,
+        #[command(flatten)]
+        out: JsonOpt,
+    },
     /// Decode a Linux mlx5_core command dump (dyndbg hexdump) command by
     /// command.
-    Trace(cmd::trace::TraceArgs),
+    Trace {
+        #[command(flatten)]
+        args: cmd::trace::TraceArgs,
+        #[command(flatten)]
+        out: TraceJsonOpt,
+    },
     /// ibv_rc_pingpong / ibv_uc_pingpong / ibv_ud_pingpong: in this
     /// process (two QPs), or as a server or client over TCP.
-    Pingpong(cmd::pingpong::PingpongArgs),
+    Pingpong {
+        #[command(flatten)]
+        args: cmd::pingpong::PingpongArgs,
+        #[command(flatten)]
+        dev: DeviceOpt,
+        #[command(flatten)]
+        dump: DumpOpt,
+        #[command(flatten)]
+        out: JsonOpt,
+    },
     /// perftest: write-bw, write-lat, read-bw, read-lat, send-bw,
     /// send-lat, atomic-bw, atomic-lat; in this process (two QPs), or as
     /// a server or client over TCP.
-    Perf(cmd::perf::PerfArgs),
+    Perf {
+        #[command(flatten)]
+        args: cmd::perf::PerfArgs,
+        #[command(flatten)]
+        dev: DeviceOpt,
+        #[command(flatten)]
+        dump: DumpOpt,
+        #[command(flatten)]
+        out: JsonOpt,
+    },
+}
+
+impl Command {
+    /// The command's own `-d`, `--dump-commands` and `--json`, where it
+    /// takes them.
+    fn own(&self) -> (Option<&DeviceOpt>, Option<&DumpOpt>, bool) {
+        match self {
+            Command::List { out } | Command::Bind { out, .. } | Command::Unbind { out, .. } => {
+                (None, None, out.json)
+            }
+            Command::Trace { out, .. } => (None, None, out.json),
+            Command::Health { dev, out, .. } => (Some(dev), None, out.json),
+            Command::Info { dev, dump, out, .. }
+            | Command::Caps { dev, dump, out, .. }
+            | Command::Pingpong { dev, dump, out, .. }
+            | Command::Perf { dev, dump, out, .. } => (Some(dev), Some(dump), out.json),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Command::List { .. } => "list",
+            Command::Bind { .. } => "bind",
+            Command::Unbind { .. } => "unbind",
+            Command::Info { .. } => "info",
+            Command::Caps { .. } => "caps",
+            Command::Health { .. } => "health",
+            Command::Trace { .. } => "trace",
+            Command::Pingpong { .. } => "pingpong",
+            Command::Perf { .. } => "perf",
+        }
+    }
+}
+
+/// One of an option given before the command and after it.
+fn either<T: PartialEq + std::fmt::Debug>(
+    before: Option<T>,
+    after: Option<T>,
+    what: &str,
+) -> Result<Option<T>> {
+    match (before, after) {
+        (Some(a), Some(b)) if a != b => Err(ToolError::Usage(format!(
+            "{what} given twice, as {a:?} and {b:?}"
+        ))),
+        (a, b) => Ok(b.or(a)),
+    }
 }
 
 /// One line on stderr for a panic (a broken internal invariant), never a
@@ -134,43 +278,48 @@ fn install_panic_hook() {
 }
 
 fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
-    let sel = || Selection::parse(cli.device.as_deref());
+    let (dev, dump, own_json) = cli.command.own();
+    let name = cli.command.name();
+    if cli.device.is_some() && dev.is_none() {
+        return Err(ToolError::Usage(format!(
+            "-d/--device does not apply to `hca {name}`, which runs on no device"
+        )));
+    }
+    if cli.dump_commands.is_some() && dump.is_none() {
+        return Err(ToolError::Usage(format!(
+            "--dump-commands does not apply to `hca {name}`, which runs no firmware command"
+        )));
+    }
+    let device = either(
+        cli.device.clone(),
+        dev.and_then(|d| d.device.clone()),
+        "-d/--device",
+    )?;
+    let dump_commands = either(
+        cli.dump_commands.clone(),
+        dump.and_then(|d| d.dump_commands.clone()),
+        "--dump-commands",
+    )?;
+    let json = cli.json || own_json;
+    let sel = || Selection::parse(device.as_deref());
     let open = OpenOptions {
-        dump_commands: cli.dump_commands.clone(),
+        dump_commands,
         sysfs_root: Some(cli.sysfs_root.clone()),
+        emulator_asked: device.is_some(),
     };
-    let needs_no_device = matches!(
-        cli.command,
-        Command::List | Command::Bind(_) | Command::Unbind(_) | Command::Trace(_)
-    );
-    if needs_no_device && cli.device.is_some() {
-        return Err(ToolError::Usage(
-            "-d/--device does not apply to this command".to_string(),
-        ));
-    }
-    if cli.dump_commands.is_some() && matches!(cli.command, Command::Health(_)) {
-        return Err(ToolError::Usage(
-            "--dump-commands does not apply to `hca health`, which runs no command".to_string(),
-        ));
-    }
-    if needs_no_device && cli.dump_commands.is_some() {
-        return Err(ToolError::Usage(
-            "--dump-commands does not apply to this command".to_string(),
-        ));
-    }
-    match cli.command {
-        Command::List => cmd::list::run(&cli.sysfs_root, cli.json, out),
-        Command::Bind(a) => cmd::bind::bind(&a, &cli.sysfs_root, cli.json, out),
-        Command::Unbind(a) => cmd::bind::unbind(&a, &cli.sysfs_root, cli.json, out),
-        Command::Info(a) => cmd::info::run(&a, &sel()?, &open, cli.json, out),
-        Command::Caps(a) => cmd::caps::run(&a, &sel()?, &open, cli.json, out),
-        Command::Health(a) => cmd::health::run(&a, &sel()?, &open, cli.json, out),
-        Command::Trace(a) => cmd::trace::run(&a, cli.json, out),
-        Command::Pingpong(a) => {
-            cmd::pingpong::run(&a, &sel()?, &open, cli.json, out).map(|()| ExitCode::SUCCESS)
+    match &cli.command {
+        Command::List { .. } => cmd::list::run(&cli.sysfs_root, json, out),
+        Command::Bind { args, .. } => cmd::bind::bind(args, &cli.sysfs_root, json, out),
+        Command::Unbind { args, .. } => cmd::bind::unbind(args, &cli.sysfs_root, json, out),
+        Command::Info { args, .. } => cmd::info::run(args, &sel()?, &open, json, out),
+        Command::Caps { args, .. } => cmd::caps::run(args, &sel()?, &open, json, out),
+        Command::Health { args, .. } => cmd::health::run(args, &sel()?, &open, json, out),
+        Command::Trace { args, .. } => cmd::trace::run(args, json, out),
+        Command::Pingpong { args, .. } => {
+            cmd::pingpong::run(args, &sel()?, &open, json, out).map(|()| ExitCode::SUCCESS)
         }
-        Command::Perf(a) => {
-            cmd::perf::run(&a, &sel()?, &open, cli.json, out).map(|()| ExitCode::SUCCESS)
+        Command::Perf { args, .. } => {
+            cmd::perf::run(args, &sel()?, &open, json, out).map(|()| ExitCode::SUCCESS)
         }
     }
 }

@@ -39,7 +39,10 @@ pub struct Endpoint {
     /// First PSN of the QP's send queue.
     pub psn: u32,
     /// GID (RoCE, or InfiniBand with a GRH); all zero when none is used.
-    #[serde(with = "gid_hex")]
+    /// In JSON (reports and the perf control protocol) in the colon form
+    /// of `inet_ntop` (`fe80::7efe:90ff:fe58:7d01`, `::` when none), the
+    /// one form every `--json` output uses.
+    #[serde(with = "gid_colon")]
     pub gid: [u8; 16],
     /// rkey of the buffer the peer may access.
     pub rkey: u32,
@@ -47,16 +50,18 @@ pub struct Endpoint {
     pub addr: u64,
 }
 
-mod gid_hex {
+mod gid_colon {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(g: &[u8; 16], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&crate::output::hex_bytes(g))
+        s.serialize_str(&super::gid_ipv6(g))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 16], D::Error> {
         let s = String::deserialize(d)?;
-        super::parse_gid_hex(&s).ok_or_else(|| serde::de::Error::custom("not a 32-digit GID"))
+        s.parse::<std::net::Ipv6Addr>()
+            .map(|a| a.octets())
+            .map_err(|_| serde::de::Error::custom(format!("not a GID in colon form: {s:?}")))
     }
 }
 

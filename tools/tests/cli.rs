@@ -144,9 +144,54 @@ fn info_json_parses() {
     assert_eq!(v["attributes"]["atomic_cap"], 0);
     assert_eq!(v["ports"][0]["gid_tbl_len"], 256);
     assert_eq!(v["ports"][0]["gids"][0]["index"], 0);
-    assert_eq!(
-        v["ports"][0]["gids"][0]["gid"],
-        "fe80:0000:0000:0000:7efe:90ff:fe58:7d01"
+    // JSON writes GIDs in the colon form, as every --json output does.
+    assert_eq!(v["ports"][0]["gids"][0]["gid"], "fe80::7efe:90ff:fe58:7d01");
+}
+
+#[test]
+fn info_explains_atomics_and_a_down_port() {
+    // atomic_cap as Linux mlx5_ib's get_atomic_caps computes it from the
+    // current atomic caps the same device reports.
+    let caps = json(&ok(&["caps", "-t", "atomic", "--json"]));
+    let a = &caps["atomic"];
+    let ops = a["atomic_operations"].as_u64().unwrap();
+    let size = a["atomic_size_qp"].as_u64().unwrap();
+    let mode = a["atomic_req_8B_endianness_mode"].as_u64().unwrap();
+    let linux = if ops & 3 == 3 && size & 8 != 0 && mode != 0 {
+        ("ATOMIC_HCA", 1)
+    } else {
+        ("ATOMIC_NONE", 0)
+    };
+    let v = json(&ok(&["info", "-v", "--json"]));
+    assert_eq!(v["atomic_cap"], linux.0);
+    assert_eq!(v["attributes"]["atomic_cap"], linux.1);
+    // The device executes atomics all the same, in the byte order the mode
+    // says (0: big-endian).
+    assert_eq!(mode, 0);
+    assert_eq!(v["atomic_byte_order"], "big-endian");
+    let out = ok(&["info"]);
+    assert!(
+        out.contains("\tatomics:\t\t\t8-byte, operands big-endian (atomic_req_8B_endianness_mode 0), so atomic_cap is ATOMIC_NONE as Linux reports it\n"),
+        "{out}"
+    );
+    let out = ok(&["perf", "atomic-lat", "-n", "10"]);
+    assert!(
+        out.contains(" Atomic operands : 8 bytes, big-endian byte order\n"),
+        "{out}"
+    );
+    let out = ok(&["perf", "read-lat", "-n", "10"]);
+    assert!(!out.contains("Atomic operands"), "{out}");
+    // A lone emulated HCA's port is down, and info says why.
+    assert_eq!(v["ports"][0]["state"], "PORT_DOWN");
+    let why = v["ports"][0]["down_reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("no link: this emulated HCA's port has no cable"),
+        "{why}"
+    );
+    let out = ok(&["info"]);
+    assert!(
+        out.contains("\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tdown_reason:\t\tno link: "),
+        "{out}"
     );
 }
 
@@ -497,6 +542,34 @@ fn dump_commands_round_trips_through_trace() {
             .any(|c| c["opcode_name"] == "QUERY_HCA_CAP" && c["op_mod"] == 0xf)
     );
 
+    // --check-signatures passes on the tool's own dumps and on the real
+    // ConnectX-4 trace (entries signed, blocks not: cmdif_checksum off),
+    // and fails on a damaged entry signature.
+    for f in [dump.display().to_string(), trace_path()] {
+        let o = hca(&["trace", "--check-signatures", &f]);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{f}: {err}");
+        assert!(err.contains("hca: signatures good: "), "{f}: {err}");
+        assert!(err.contains("not (cmdif_checksum off)"), "{f}: {err}");
+    }
+    let real = std::fs::read_to_string(trace_path()).unwrap();
+    // ENABLE_HCA's INPUT entry ends `00000010 01fd0001`: token 0x01,
+    // signature 0xfd; make it 0xfc.
+    assert!(real.contains("00000010 01fd0001"));
+    let damaged = dir.join("damaged.trace");
+    std::fs::write(
+        &damaged,
+        real.replacen("00000010 01fd0001", "00000010 01fc0001", 1),
+    )
+    .unwrap();
+    let e = fails(&[
+        "trace",
+        "--check-signatures",
+        &damaged.display().to_string(),
+    ]);
+    assert!(e.contains("command #1") && e.contains("INPUT entry"), "{e}");
+    ok(&["trace", &damaged.display().to_string()]);
+
     // An unwritable dump file is one error line before anything runs.
     let e = fails(&["--dump-commands", "/nonexistent/dir/x.trace", "info"]);
     assert!(e.contains("/nonexistent/dir/x.trace"), "{e}");
@@ -666,4 +739,92 @@ fn usage_errors() {
     for c in ["list", "bind", "unbind", "info", "caps", "health", "trace"] {
         assert!(help.contains(c), "{c} missing from --help");
     }
+}
+
+/// The long options a command's `--help` advertises.
+fn advertised(command: &str) -> Vec<String> {
+    ok(&[command, "--help"])
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            if !l.starts_with('-') {
+                return None;
+            }
+            let long = l.split_whitespace().find(|w| w.starts_with("--"))?;
+            Some(long.trim_end_matches(',').to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn each_command_shows_only_the_options_it_takes() {
+    let takes = |c: &str, o: &str| advertised(c).iter().any(|a| a == o);
+    for c in [
+        "list", "bind", "unbind", "info", "caps", "health", "trace", "pingpong", "perf",
+    ] {
+        let device = matches!(c, "info" | "caps" | "health" | "pingpong" | "perf");
+        let dump = matches!(c, "info" | "caps" | "pingpong" | "perf");
+        assert_eq!(takes(c, "--device"), device, "hca {c} --help: --device");
+        assert_eq!(
+            takes(c, "--dump-commands"),
+            dump,
+            "hca {c} --help: --dump-commands"
+        );
+        assert!(takes(c, "--json"), "hca {c} --help: --json");
+        let help = ok(&[c, "--help"]);
+        assert_eq!(
+            help.contains("one object per command"),
+            c == "trace",
+            "hca {c} --help: {help}"
+        );
+        assert!(!help.contains("trace:"), "hca {c} --help: {help}");
+    }
+    // What a command advertises, it takes (after the command, as well as
+    // before it, where the README shows it).
+    let dump = std::env::temp_dir().join(format!("hca-opts-{}.trace", std::process::id()));
+    let d = dump.display().to_string();
+    ok(&["info", "-d", "emu", "--dump-commands", &d, "--json"]);
+    ok(&["-d", "emu", "--dump-commands", &d, "info"]);
+    ok(&["caps", "-d", "emu", "--dump-commands", &d, "-t", "atomic"]);
+    ok(&["health", "-d", "emu", "--json"]);
+    ok(&["trace", &d, "--json"]);
+    ok(&["list", "--json"]);
+    let _ = std::fs::remove_file(&dump);
+    // What it does not advertise, it refuses, before or after the command.
+    let e = fails(&["-d", "emu", "list"]);
+    assert!(e.contains("does not apply to `hca list`"), "{e}");
+    let o = hca(&["list", "-d", "emu"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unexpected argument '-d'"));
+    let o = hca(&["health", "--dump-commands", &d]);
+    assert_eq!(o.status.code(), Some(2));
+    // The same option twice with different values.
+    let e = fails(&["-d", "emu", "info", "-d", "02:00.0"]);
+    assert!(e.contains("-d/--device given twice"), "{e}");
+}
+
+#[test]
+fn the_emulator_notice_says_what_was_asked() {
+    let o = hca(&["info"]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("hca: no device given (-d <bdf>): using the emulated ConnectX-4"),
+        "{err}"
+    );
+    for args in [&["-d", "emu", "info"][..], &["info", "-d", "emu"][..]] {
+        let o = hca(args);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert!(!err.contains("no device given"), "{args:?}: {err}");
+        assert!(
+            err.contains("hca: -d emu: using the emulated ConnectX-4"),
+            "{args:?}: {err}"
+        );
+    }
+    let o = hca(&["perf", "write-lat", "-n", "5", "-d", "emu"]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("hca: -d emu: using two emulated ConnectX-4s"),
+        "{err}"
+    );
 }

@@ -381,6 +381,31 @@ fn perf_all_sizes() {
 }
 
 #[test]
+fn perf_ud_without_a_size_uses_the_mtu() {
+    // perftest: with UD and no -s, the message is the MTU (1024 bytes on
+    // the emulated port), said on stderr; no complaint about a -s that was
+    // never given.
+    for test in ["send-bw", "send-lat"] {
+        let o = hca(&["perf", test, "-c", "UD", "-n", "20"]);
+        let err = text(&o.stderr);
+        assert!(o.status.success(), "{test}: {err}");
+        assert!(!err.contains("-s "), "{test}: {err}");
+        let rows = table(&text(&o.stdout), if test == "send-bw" { BW } else { LAT });
+        assert_eq!(rows[0][0], if test == "send-bw" { 1024.0 } else { 2.0 });
+        if test == "send-bw" {
+            assert!(
+                err.contains("max msg size in UD is the MTU (1024 bytes): using it"),
+                "{err}"
+            );
+        }
+    }
+    // The same through a server and a client over TCP.
+    let o = hca(&["perf", "send-bw", "-c", "UD", "-n", "20", "--tcp-loopback"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(table(&text(&o.stdout), BW)[0][0], 1024.0);
+}
+
+#[test]
 fn perf_duration() {
     let out = ok(&["perf", "write-bw", "-D", "1", "-s", "64"]);
     let r = &table(&out, BW)[0];
@@ -560,6 +585,17 @@ fn bad_arguments_are_one_clear_line() {
     assert!(e.contains("one QP"), "{e}");
     let e = fails(&["perf", "write-bw", "-m", "1000"]);
     assert!(e.contains("-m 1000"), "{e}");
+    // -o: 0 is too few (said as such), and only READ and atomic tests
+    // take it.
+    let e = fails(&["perf", "read-bw", "-o", "0"]);
+    assert!(e.contains("-o 0: at least 1 outstanding READ"), "{e}");
+    let e = fails(&["perf", "atomic-lat", "-o", "0"]);
+    assert!(e.contains("-o 0: at least 1 outstanding atomic"), "{e}");
+    let e = fails(&["perf", "write-bw", "-o", "4"]);
+    assert!(
+        e.contains("-o applies to the read and atomic tests only"),
+        "{e}"
+    );
     // An unreachable server.
     let port = free_port().to_string();
     let e = fails(&["perf", "write-bw", "127.0.0.1", "-p", &port]);
@@ -596,4 +632,102 @@ fn bad_arguments_are_one_clear_line() {
     let o = hca(&["perf", "write-bw", "-a", "-s", "8"]);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(text(&o.stderr).lines().count(), 1);
+}
+
+/// Runs `hca pingpong rc -s SIZE -n 1`, reading its stdout as it comes:
+/// returns the lines, whether the two address lines came on their own
+/// while the process was still running, and its peak resident memory in bytes
+/// (VmHWM, polled while it runs).
+fn pingpong_watched(size: u64) -> (Vec<String>, bool, u64) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let size = size.to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["pingpong", "rc", "-s", &size, "-n", "1"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let hwm = move || -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+        l.split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()
+            .map(|kb| kb * 1024)
+    };
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (peak, done) = (peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(h) = hwm() {
+                    peak.fetch_max(h, std::sync::atomic::Ordering::Relaxed);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        })
+    };
+    let mut lines = Vec::new();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut running_after_addresses = false;
+    loop {
+        let mut l = String::new();
+        if reader.read_line(&mut l).unwrap() == 0 {
+            break;
+        }
+        lines.push(l.trim_end().to_string());
+        if lines.len() == 2 {
+            // Printed and flushed on their own: nothing behind them yet
+            // (printed with the results, all four lines come in one
+            // write), and the process still at work.
+            running_after_addresses =
+                reader.buffer().is_empty() && child.try_wait().unwrap().is_none();
+        }
+    }
+    let status = child.wait().unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    poller.join().unwrap();
+    assert!(status.success(), "{lines:?}");
+    (
+        lines,
+        running_after_addresses,
+        peak.load(std::sync::atomic::Ordering::Relaxed),
+    )
+}
+
+#[test]
+fn pingpong_prints_addresses_first_and_holds_no_copy_of_a_large_message() {
+    // A small run for the process's own footprint, then 16 MiB each way.
+    let (_, _, base) = pingpong_watched(4096);
+    let size: u64 = 16 << 20;
+    let (lines, running, peak) = pingpong_watched(size);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[0].starts_with("  local address:  LID"), "{lines:?}");
+    assert!(lines[1].starts_with("  remote address: LID"), "{lines:?}");
+    assert!(
+        lines[2].starts_with(&format!("{} bytes in", 2 * size)),
+        "{lines:?}"
+    );
+    // The address lines came out before the exchange (32 MiB through the
+    // emulator), as ibv_rc_pingpong prints them, not with the results.
+    assert!(running, "the address lines came only at the end");
+    // Memory: the two sides' buffers (one of the message's size each, as
+    // the examples have) and the emulator's one frame of the message in
+    // flight; the tool's former extra send region and message copies
+    // (7x the message in all) are gone.
+    let extra = peak.saturating_sub(base);
+    assert!(
+        extra < 4 * size,
+        "peak {peak} bytes, {extra} above a 4 KiB run: {:.1}x the message",
+        extra as f64 / size as f64
+    );
+    assert!(
+        extra >= 2 * size,
+        "peak {peak}: the buffers were not measured"
+    );
 }

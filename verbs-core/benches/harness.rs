@@ -8,8 +8,6 @@
 //! them away with [`Harness::retire`].
 #![allow(dead_code, missing_docs)]
 
-use std::ptr::NonNull;
-
 use platform::MmioWindow;
 use platform::host::HostBlock;
 use verbs_core::*;
@@ -84,8 +82,7 @@ impl Harness {
         let uar_mem: &'static HostBlock = Box::leak(Box::new(HostBlock::new(4096, 4096).unwrap()));
         // SAFETY: the block is leaked, so it outlives the window; it is only
         // accessed through volatile stores.
-        let window =
-            unsafe { MmioWindow::new(NonNull::new(uar_mem.host_addr() as *mut u8).unwrap(), 4096) };
+        let window = unsafe { MmioWindow::new(uar_mem.host_ptr(), 4096) };
         let uar: Uar = Box::leak(Box::new(window));
         let caps = QpCaps {
             max_send_wr,
@@ -137,7 +134,7 @@ impl Harness {
             qp,
             cq,
             table,
-            cq_base: cq_mem.host_addr() as *mut u8,
+            cq_base: cq_mem.host_ptr().as_ptr(),
             cq_entries: 1 << log_cq,
             pending: 0,
         }

@@ -1674,8 +1674,6 @@ mod tests {
     extern crate std;
     use std::vec::Vec;
 
-    use core::ptr::NonNull;
-
     use platform::MmioWindow;
     use platform::host::HostBlock;
     use proptest::prelude::*;
@@ -1695,7 +1693,7 @@ mod tests {
     impl Uar {
         fn new() -> Self {
             let page = HostBlock::new(4096, 4096).unwrap();
-            let base = NonNull::new(page.host_addr() as *mut u8).unwrap();
+            let base = page.host_ptr();
             // SAFETY: the block lives as long as the window, in the same
             // struct, and is only accessed through the window.
             let win = unsafe { MmioWindow::new(base, 4096) };

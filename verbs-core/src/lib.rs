@@ -88,13 +88,12 @@
 //! on the same machine: 319, 190 (123 with `ibv_wr_*`), 185, 108).
 //!
 //! ```
-//! # use core::ptr::NonNull;
 //! # use platform::host::HostBlock;
 //! # use platform::MmioWindow;
 //! # use verbs_core::*;
 //! # let uar_mem = HostBlock::new(4096, 4096).unwrap();
 //! # // SAFETY: the block outlives the window and is only used through it.
-//! # let uar = unsafe { MmioWindow::new(NonNull::new(uar_mem.host_addr() as *mut u8).unwrap(), 4096) };
+//! # let uar = unsafe { MmioWindow::new(uar_mem.host_ptr(), 4096) };
 //! # let caps = QpCaps { max_send_wr: 64, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0,
 //! #                     max_inline_data: 0, send_ops: None };
 //! # let geometry = QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default())?;

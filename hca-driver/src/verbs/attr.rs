@@ -23,6 +23,27 @@ const MAX_SQ_DESC: u32 = 512;
 /// `atomic_size_qp` bit of 8-byte atomics.
 const ATOMIC_SIZE_QP_8BYTES: u16 = 1 << 3;
 
+/// `atomic_cap` from the atomic capabilities exactly as Linux mlx5_ib's
+/// `get_atomic_caps` computes it: `IBV_ATOMIC_HCA` when the device does both
+/// CMP_AND_SWAP and FETCH_AND_ADD, on 8 bytes, with a non-zero
+/// `atomic_req_8B_endianness_mode` (host byte order); `IBV_ATOMIC_NONE`
+/// otherwise (whatever the host's byte order).
+pub fn linux_atomic_cap(
+    atomic_operations: u16,
+    atomic_size_qp: u16,
+    endianness_mode: u8,
+) -> AtomicCap {
+    let both = ATOMIC_OPS_CMP_SWAP | ATOMIC_OPS_FETCH_ADD;
+    if atomic_operations & both == both
+        && atomic_size_qp & ATOMIC_SIZE_QP_8BYTES != 0
+        && endianness_mode != 0
+    {
+        AtomicCap::Hca
+    } else {
+        AtomicCap::None
+    }
+}
+
 /// `enum ibv_atomic_cap`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicCap {
@@ -171,11 +192,13 @@ impl DeviceAttr {
             }
             _ => (false, AtomicByteOrder::BigEndian),
         };
-        // Linux `get_atomic_caps`: IB semantics only in host byte order.
-        let atomic_cap = if atomic_ops && atomic_byte_order == AtomicByteOrder::Host {
-            AtomicCap::Hca
-        } else {
-            AtomicCap::None
+        let atomic_cap = match (&info.caps.atomic, g.get(CmdHcaCap::atomic)) {
+            (Some(a), true) => linux_atomic_cap(
+                a.cur.get(AtomicCaps::atomic_operations),
+                a.cur.get(AtomicCaps::atomic_size_qp),
+                a.cur.get(AtomicCaps::atomic_req_8B_endianness_mode),
+            ),
+            _ => AtomicCap::None,
         };
         DeviceAttr {
             fw_ver: info.fw_version,
@@ -608,6 +631,30 @@ mod tests {
             [width::X1, width::X4, width::X8, width::X12, width::X2],
             [1, 2, 4, 8, 16]
         );
+    }
+
+    #[test]
+    fn atomic_cap_is_linuxs() {
+        // CMP_AND_SWAP 0x1, FETCH_AND_ADD 0x2, 8 bytes = atomic_size_qp bit 3.
+        let hca = AtomicCap::Hca;
+        let none = AtomicCap::None;
+        for (ops, size, mode, want) in [
+            (0xf, 0x3c, 1, hca),
+            (0x3, 0x08, 1, hca),
+            (0x3, 0x08, 2, hca),
+            // The recorded ConnectX-4 (firmware 14.12.1220): big-endian mode.
+            (0xf, 0x3c, 0, none),
+            (0x1, 0x08, 1, none),
+            (0x2, 0x08, 1, none),
+            (0x3, 0x34, 1, none),
+            (0x0, 0x00, 0, none),
+        ] {
+            assert_eq!(
+                linux_atomic_cap(ops, size, mode),
+                want,
+                "{ops:#x} {size:#x} {mode}"
+            );
+        }
     }
 
     #[test]

@@ -126,7 +126,7 @@ mod srq;
 pub use ah::{Ah, AhAttr};
 pub use attr::{
     AtomicByteOrder, AtomicCap, DeviceAttr, Gid, GidEntry, PortAttr, RoceVersion,
-    eth_oper_width_speed, eth_width_speed, ib_width_from_ptys, speed, width,
+    eth_oper_width_speed, eth_width_speed, ib_width_from_ptys, linux_atomic_cap, speed, width,
 };
 pub use buf::{DMA_BUF_ALIGN, DmaBuf};
 pub use context::{Context, DEFAULT_GID_INDEX, DEFAULT_PKEY, MAX_CONTEXT_QPS, ROCE_V1_GID_INDEX};

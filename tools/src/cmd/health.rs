@@ -67,6 +67,9 @@ pub struct HealthReport {
     pub health_counter: [u32; 2],
     /// Milliseconds between the readings.
     pub interval_ms: u64,
+    /// `virtual` on the emulator (its clock is virtual: the interval passes
+    /// at once, no real time), `real` on a device.
+    pub clock: &'static str,
     /// Whether the counter changed between the readings.
     pub counter_advancing: bool,
     /// Whether the device looks healthy.
@@ -164,6 +167,11 @@ fn read_health<P: Platform, M: Mmio>(
         ext_synd: hb.get(HealthBuffer::ext_synd),
         health_counter: [c0, c1],
         interval_ms: interval.as_millis() as u64,
+        clock: if dev.selection == Selection::Emulator {
+            "virtual"
+        } else {
+            "real"
+        },
         counter_advancing: advancing,
         healthy,
         verdict,
@@ -196,10 +204,15 @@ pub fn write_text(r: &HealthReport, out: &mut dyn Write) -> Result<()> {
     writeln!(out, "syndrome:        {}", HealthSyndrome(r.syndrome))?;
     writeln!(
         out,
-        "health_counter:  {:#x} -> {:#x} after {} ms ({})",
+        "health_counter:  {:#x} -> {:#x} after {} ms{} ({})",
         r.health_counter[0],
         r.health_counter[1],
         r.interval_ms,
+        if r.clock == "virtual" {
+            " of the emulator's virtual clock (no real time passes)"
+        } else {
+            ""
+        },
         if r.counter_advancing {
             "advancing"
         } else {
@@ -258,6 +271,25 @@ mod tests {
         assert_eq!(r.fw_ver, "14.12.1220");
         assert_eq!(r.cmdif_rev, 5);
         assert_eq!(r.syndrome, 0);
+        // The emulator's clock is virtual, and the report says so.
+        assert_eq!(r.clock, "virtual");
+        let mut text = Vec::new();
+        write_text(&r, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("after 500 ms of the emulator's virtual clock (no real time passes)"),
+            "{text}"
+        );
+        let real = DeviceDesc {
+            selection: Selection::Vfio("0000:02:00.0".into()),
+            describe: "test".into(),
+        };
+        let r = read_health(&p, &bar, &real, Duration::from_millis(500));
+        assert_eq!(r.clock, "real");
+        let mut text = Vec::new();
+        write_text(&r, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("after 500 ms (advancing)"), "{text}");
     }
 
     #[test]

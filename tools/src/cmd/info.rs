@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
-use hca_driver::verbs::{Context, RoceVersion};
-use hca_driver::{Guid, Hca, IbMtu, LinkLayer};
+use hca_driver::verbs::{AtomicByteOrder, Context, Gid, RoceVersion};
+use hca_driver::{Guid, Hca, IbMtu, LinkLayer, PortState};
 use platform::Platform;
 use serde::Serialize;
 
@@ -34,13 +34,19 @@ const TRANSPORT_IB: u8 = 0;
 pub struct GidEntry {
     /// Index in the port's GID table.
     pub index: u16,
-    /// The GID, `xxxx:xxxx:...` (8 groups).
-    pub gid: String,
+    /// The GID in colon form (`fe80::7efe:90ff:fe58:7d01`, as every
+    /// `--json` output writes GIDs; the text shows ibv_devinfo's 8 groups).
+    #[serde(serialize_with = "ser_gid")]
+    pub gid: Gid,
     /// On Ethernet, the RoCE version of the entry (`RoCE v1` or `RoCE
     /// v2`), as ibv_devinfo prints it after the GID: a Linux peer's
     /// `-g <index>` must name an entry of the same version.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub gid_type: Option<&'static str>,
+}
+
+fn ser_gid<S: serde::Serializer>(g: &Gid, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::rdma::gid_ipv6(&g.0))
 }
 
 /// One port, as `ibv_devinfo` shows it.
@@ -64,6 +70,8 @@ pub struct PortReport {
     pub port_lmc: u8,
     /// `InfiniBand` or `Ethernet`.
     pub link_layer: String,
+    /// Why the port is down (null when it is not).
+    pub down_reason: Option<String>,
     /// Speed in Mb/s when the link is up (from PTYS).
     pub speed_mbps: Option<u32>,
     /// MAC address (Ethernet port 1).
@@ -122,6 +130,12 @@ pub struct InfoReport {
     pub board_id: String,
     /// Number of ports.
     pub phys_port_cnt: u8,
+    /// `ibv_device_attr.atomic_cap`, as Linux mlx5_ib computes it.
+    pub atomic_cap: &'static str,
+    /// Byte order of the 8-byte operands the device reads, writes and
+    /// returns for RDMA atomics (`host` or `big-endian`; null when it
+    /// executes none).
+    pub atomic_byte_order: Option<&'static str>,
     /// Capability limits by `ibv_device_attr` name (`-v`), in
     /// `ibv_devinfo -v` order.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_attrs")]
@@ -173,7 +187,7 @@ impl HcaTask for Info {
         let d = ctx.query_device();
         let mut ports = Vec::new();
         for p in 1..=d.phys_port_cnt {
-            ports.push(port_report(&ctx, p, caps.link_layer(), self.verbose)?);
+            ports.push(port_report(&ctx, p, caps.link_layer(), self.verbose, dev)?);
         }
         let attributes = self.verbose.then(|| devattr::device_attrs(d, caps));
         Ok(InfoReport {
@@ -188,6 +202,8 @@ impl HcaTask for Info {
             hw_ver: d.hw_ver,
             board_id: info.board_id().to_string(),
             phys_port_cnt: d.phys_port_cnt,
+            atomic_cap: devattr::atomic_cap_str(devattr::atomic_cap_num(d.atomic_cap)),
+            atomic_byte_order: d.atomic_ops.then(|| byte_order_name(d.atomic_byte_order)),
             attributes,
             hca_core_clock_khz: self.verbose.then(|| devattr::hca_core_clock_khz(caps)),
             ports,
@@ -195,11 +211,45 @@ impl HcaTask for Info {
     }
 }
 
+/// `host` or `big-endian`.
+pub fn byte_order_name(o: AtomicByteOrder) -> &'static str {
+    match o {
+        AtomicByteOrder::Host => "host",
+        AtomicByteOrder::BigEndian => "big-endian",
+    }
+}
+
+/// What `info` says about atomics: the byte order, and why atomic_cap is
+/// what it is.
+fn atomics_text(r: &InfoReport) -> String {
+    match r.atomic_byte_order {
+        None => "none (the device executes no 8-byte RDMA atomics)".to_string(),
+        Some("host") => "8-byte, operands in host byte order".to_string(),
+        Some(o) => format!(
+            "8-byte, operands {o} (atomic_req_8B_endianness_mode 0), so atomic_cap is {} as Linux reports it",
+            r.atomic_cap
+        ),
+    }
+}
+
+/// Why a port in state `state` is down, if it is.
+fn down_reason(state: PortState, dev: &DeviceDesc) -> Option<String> {
+    if state != PortState::Down {
+        return None;
+    }
+    Some(if dev.selection == Selection::Emulator {
+        "no link: this emulated HCA's port has no cable (info and caps run one emulated HCA; pingpong and perf cable two together)".to_string()
+    } else {
+        "no link: no cable, or the port at its other end (or the switch) is down".to_string()
+    })
+}
+
 fn port_report<P: Platform>(
     ctx: &Context<'_, P>,
     port: u8,
     ll: LinkLayer,
     verbose: bool,
+    dev: &DeviceDesc,
 ) -> Result<PortReport> {
     let hca = ctx.hca();
     let p = ctx
@@ -229,6 +279,7 @@ fn port_report<P: Platform>(
         port_lid: p.lid,
         port_lmc: vport_get(|c| u64::from(c.get(HcaVportContext::lmc))) as u8,
         link_layer: p.link_layer.to_string(),
+        down_reason: down_reason(p.state, dev),
         speed_mbps: p.speed_mbps,
         mac: p.mac.map(|m| {
             m.iter()
@@ -276,7 +327,7 @@ fn port_report<P: Platform>(
                 };
                 gids.push(GidEntry {
                     index,
-                    gid: g.to_string(),
+                    gid: g,
                     gid_type,
                 });
             }
@@ -343,6 +394,7 @@ pub fn write_text(r: &InfoReport, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "{}{}", field(1, "board_id", DEV), r.board_id)?;
     }
     writeln!(out, "{}{}", field(1, "phys_port_cnt", DEV), r.phys_port_cnt)?;
+    writeln!(out, "{}{}", field(1, "atomics", DEV), atomics_text(r))?;
     if let Some(attrs) = &r.attributes {
         for a in attrs {
             let v = match a.format {
@@ -366,6 +418,9 @@ pub fn write_text(r: &InfoReport, out: &mut dyn Write) -> Result<()> {
             p.state,
             p.state_num
         )?;
+        if let Some(why) = &p.down_reason {
+            writeln!(out, "{}{why}", field(3, "down_reason", PORT))?;
+        }
         writeln!(out, "{}{}", field(3, "max_mtu", PORT), mtu_text(p.max_mtu))?;
         writeln!(
             out,

@@ -88,6 +88,8 @@ const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 /// Bytes of the GRH area in front of a UD receive.
 const GRH: usize = 40;
+/// Bytes -c writes or checks at a time.
+const CHUNK: usize = 64 * 1024;
 
 /// The resolved parameters.
 #[derive(Clone, Debug)]
@@ -190,7 +192,10 @@ impl Params {
     }
 
     fn side_spec(&self, size: u32) -> SideSpec {
-        let slot = size as usize + GRH;
+        // One region for the messages sent and received, as the examples
+        // have (a side sends only once the peer's message is in and its
+        // own previous one completed), with the GRH in front on UD.
+        let region = size as usize + if self.qp_type == QpType::Ud { GRH } else { 0 };
         SideSpec {
             qp_type: self.qp_type,
             qps: 1,
@@ -202,8 +207,7 @@ impl Params {
                 max_inline_data: 0,
             },
             cqe: self.rx_depth + 1,
-            // Receive region, then send region.
-            buf_len: 2 * slot,
+            buf_len: region,
             access: AccessFlags::LOCAL_WRITE,
         }
     }
@@ -279,6 +283,15 @@ impl PingpongReport {
         self.write_results(out)
     }
 
+    /// What is left to print once the address lines were printed as they
+    /// became known: the results (text), or everything (JSON).
+    fn write_rest(&self, out: &mut dyn Write, as_json: bool) -> Result<()> {
+        if as_json {
+            return json(out, self);
+        }
+        self.write_results(out)
+    }
+
     fn write_results(&self, out: &mut dyn Write) -> Result<()> {
         writeln!(
             out,
@@ -310,7 +323,8 @@ struct Exchange {
     check: bool,
     checked: u64,
     ud: bool,
-    /// The message as host bytes (inline sends and -c).
+    /// The message as host bytes, for inline sends only (which are
+    /// small): otherwise the message lives only in the buffer.
     msg: Vec<u8>,
     remote_qpn: u32,
     remote_tag: u8,
@@ -326,8 +340,10 @@ impl Exchange {
         self.size + if self.ud { GRH } else { 0 }
     }
 
+    /// Where the message sent starts: where a received one lands, behind
+    /// the GRH on UD.
     fn send_offset(&self) -> usize {
-        self.size + GRH
+        if self.ud { GRH } else { 0 }
     }
 
     /// The byte `i` of message `k` a side with `tag` sends.
@@ -366,13 +382,22 @@ impl Exchange {
     ) -> Result<()> {
         if self.check {
             let k = self.scnt;
-            for (i, b) in self.msg.iter_mut().enumerate() {
-                *b = Self::pattern(self.my_tag, k, i);
-            }
-            if !self.inline {
-                s.buf
-                    .write(self.send_offset(), &self.msg)
-                    .map_err(|e| ToolError::driver("writing the message", e))?;
+            if self.inline {
+                for (i, b) in self.msg.iter_mut().enumerate() {
+                    *b = Self::pattern(self.my_tag, k, i);
+                }
+            } else {
+                // Into the buffer a chunk at a time: no copy of the message.
+                let mut chunk = [0u8; CHUNK];
+                for at in (0..self.size).step_by(CHUNK) {
+                    let n = CHUNK.min(self.size - at);
+                    for (j, b) in chunk[..n].iter_mut().enumerate() {
+                        *b = Self::pattern(self.my_tag, k, at + j);
+                    }
+                    s.buf
+                        .write(self.send_offset() + at, &chunk[..n])
+                        .map_err(|e| ToolError::driver("writing the message", e))?;
+                }
             }
         }
         let sge = [s
@@ -452,19 +477,24 @@ impl Exchange {
                 c.byte_len()
             )));
         }
-        let mut got = vec![0u8; self.size];
-        let at = if self.ud { GRH } else { 0 };
-        s.buf
-            .read(at, &mut got)
-            .map_err(|e| ToolError::driver("reading the message", e))?;
+        let base = if self.ud { GRH } else { 0 };
         let k = self.rcnt;
-        if let Some(i) = (0..self.size).find(|&i| got[i] != Self::pattern(self.remote_tag, k, i)) {
-            return Err(ToolError::Usage(format!(
-                "{}: message {k} differs at byte {i}: {:#04x}, expected {:#04x}",
-                s.name,
-                got[i],
-                Self::pattern(self.remote_tag, k, i)
-            )));
+        // A chunk at a time: no copy of the message.
+        let mut got = [0u8; CHUNK];
+        for at in (0..self.size).step_by(CHUNK) {
+            let n = CHUNK.min(self.size - at);
+            s.buf
+                .read(base + at, &mut got[..n])
+                .map_err(|e| ToolError::driver("reading the message", e))?;
+            if let Some(j) = (0..n).find(|&j| got[j] != Self::pattern(self.remote_tag, k, at + j)) {
+                return Err(ToolError::Usage(format!(
+                    "{}: message {k} differs at byte {}: {:#04x}, expected {:#04x}",
+                    s.name,
+                    at + j,
+                    got[j],
+                    Self::pattern(self.remote_tag, k, at + j)
+                )));
+            }
         }
         self.checked += 1;
         Ok(())
@@ -531,7 +561,11 @@ fn prepare<P: Platform>(
         check: p.check,
         checked: 0,
         ud: p.qp_type == QpType::Ud,
-        msg: vec![0x7b; size as usize],
+        msg: if inline {
+            vec![0x7b; size as usize]
+        } else {
+            Vec::new()
+        },
         remote_qpn: 0,
         my_tag: if client { 0x5a } else { 0xa5 },
         remote_tag: if client { 0xa5 } else { 0x5a },
@@ -620,15 +654,33 @@ fn report(
 }
 
 /// Both sides in this process, on one thread.
-struct Loopback {
+struct Loopback<'o> {
     p: Params,
+    /// Where the address lines go as soon as they are known (text
+    /// output), as the examples print them.
+    early: Option<&'o mut dyn Write>,
 }
 
-impl PairTask for Loopback {
+/// Prints an address line at once (text output).
+fn early_line(out: &mut Option<&mut dyn Write>, label: &str, e: &Endpoint) -> Result<()> {
+    if let Some(w) = out.as_mut() {
+        writeln!(w, "{}", Address::of(e).line(label))?;
+        w.flush()?;
+    }
+    Ok(())
+}
+
+impl PairTask for Loopback<'_> {
     type Output = PingpongReport;
 
-    fn run<P: Platform>(self, a: &Hca<P>, b: &Hca<P>, dev: &PairDesc) -> Result<PingpongReport> {
+    fn run<P: Platform>(
+        mut self,
+        a: &Hca<P>,
+        b: &Hca<P>,
+        dev: &PairDesc,
+    ) -> Result<PingpongReport> {
         let p = &self.p;
+        let early = &mut self.early;
         let ctx_probe = a
             .open_context()
             .map_err(|e| ToolError::driver("client: opening a verbs context", e))?;
@@ -650,6 +702,8 @@ impl PairTask for Loopback {
                 let pb = port_view(sb.ctx, "server", port_b, p.gid_index, "")?;
                 let (mut xa, ea) = prepare(sa, p, size, &pa, true)?;
                 let (mut xb, eb) = prepare(sb, p, size, &pb, false)?;
+                early_line(early, "local address: ", &ea)?;
+                early_line(early, "remote address:", &eb)?;
                 let aha = connect(sa, &mut xa, p, &pa, &ea, &eb)?;
                 let ahb = connect(sb, &mut xb, p, &pb, &eb, &ea)?;
                 let progress = Progress::start("pingpong");
@@ -743,18 +797,22 @@ fn read_exact(s: &mut TcpStream, buf: &mut [u8], peer: &str, what: &str) -> Resu
 }
 
 /// One side of two processes: the server or the client.
-struct Split {
+struct Split<'o> {
     p: Params,
     mode: Mode,
     /// The listener (server), bound before the client starts.
     listener: Option<std::net::TcpListener>,
+    /// Where the address lines go as soon as they are known (text
+    /// output).
+    early: Option<&'o mut dyn Write>,
 }
 
-impl HcaTask for Split {
+impl HcaTask for Split<'_> {
     type Output = PingpongReport;
 
-    fn run<P: Platform>(self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<PingpongReport> {
+    fn run<P: Platform>(mut self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<PingpongReport> {
         let p = &self.p;
+        let print_to = &mut self.early;
         let client = matches!(self.mode, Mode::Client { .. });
         let who = if client { "client" } else { "server" };
         let peer_name = if client { "server" } else { "client" };
@@ -778,6 +836,7 @@ impl HcaTask for Split {
         let spec = p.side_spec(size);
         with_side(hca, who, &spec, |s| {
             let (mut x, me) = prepare(s, p, size, &port, client)?;
+            early_line(print_to, "local address: ", &me)?;
             // The exchange of the examples: the connection closes after it.
             let (remote, ah) = match early {
                 Some(mut st) => {
@@ -822,6 +881,7 @@ impl HcaTask for Split {
                     (remote, ah)
                 }
             };
+            early_line(print_to, "remote address:", &remote)?;
             let progress = Progress::start("pingpong");
             let mut last = Instant::now();
             let mut pacer = Pacer::new(&[hca]);
@@ -860,10 +920,19 @@ pub fn run(
 ) -> Result<()> {
     let p = Params::from_args(a)?;
     let mode = a.conn.mode()?;
+    // Text: the address lines as soon as they are known, the results at
+    // the end; JSON: all at the end.
     match mode {
         Mode::Loopback => {
-            let r = run_pair(sel, open, Loopback { p })?;
-            r.write(out, as_json)
+            let r = run_pair(
+                sel,
+                open,
+                Loopback {
+                    p,
+                    early: (!as_json).then_some(&mut *out),
+                },
+            )?;
+            r.write_rest(out, as_json)
         }
         Mode::Server { port } => {
             let listener = peer::listen(port)?;
@@ -874,9 +943,10 @@ pub fn run(
                     p,
                     mode: mode.clone(),
                     listener: Some(listener),
+                    early: (!as_json).then_some(&mut *out),
                 },
             )?;
-            r.write(out, as_json)
+            r.write_rest(out, as_json)
         }
         Mode::Client { .. } => {
             let r = run_hca(
@@ -886,9 +956,10 @@ pub fn run(
                     p,
                     mode,
                     listener: None,
+                    early: (!as_json).then_some(&mut *out),
                 },
             )?;
-            r.write(out, as_json)
+            r.write_rest(out, as_json)
         }
         Mode::TcpLoopback { port } => {
             if *sel != Selection::Emulator {
@@ -896,7 +967,7 @@ pub fn run(
                     "--tcp-loopback runs on the emulator only (on real HCAs run a server and a client)".into(),
                 ));
             }
-            let (ea, eb) = crate::device::emulated_pair()?;
+            let (ea, eb) = crate::device::emulated_pair(open.emulator_asked)?;
             let (server, client) = peer::tcp_loopback(
                 port,
                 |listener| {
@@ -906,6 +977,7 @@ pub fn run(
                             p: p.clone(),
                             mode: Mode::Server { port },
                             listener: Some(listener),
+                            early: None,
                         }
                         .run(h, d)
                     })
@@ -919,6 +991,7 @@ pub fn run(
                                 port,
                             },
                             listener: None,
+                            early: None,
                         }
                         .run(h, d)
                     })

@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use firmware_cmds::caps::{self, CmdHcaCap};
+use firmware_cmds::layout::Layout;
 use firmware_cmds::registry::{self, CommandDecode};
 use firmware_cmds::trace::{Dump, ParseOptions, TraceCommand, parse_with};
-use firmware_cmds::{CmdStatus, DeliveryStatus};
+use firmware_cmds::{CmdStatus, DeliveryStatus, Opcode};
 use serde::{Serialize, Serializer};
 
 use crate::decode::{self, Fields, Node, TextStyle, Value};
@@ -30,8 +32,10 @@ pub struct TraceArgs {
     /// Also print fields that are zero (text output; JSON has every field).
     #[arg(long)]
     zeros: bool,
-    /// Check the signatures of the entries and mailbox blocks (as firmware
-    /// does while cmdif_checksum is on).
+    /// Check the signatures: every INPUT entry's (Linux and this driver
+    /// always sign it), and the mailbox blocks' while the trace's
+    /// cmdif_checksum is on (as firmware does; it is off from reset on a
+    /// ConnectX-4, and Linux keeps it off, so its blocks carry none).
     #[arg(long)]
     check_signatures: bool,
 }
@@ -184,8 +188,125 @@ pub fn decode_command(index: usize, c: &TraceCommand) -> Decoded {
     }
 }
 
+/// What `--check-signatures` checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SignatureCount {
+    /// Entries whose signature was checked (every INPUT, and the OUTPUT
+    /// ones while cmdif_checksum is on).
+    pub entries: usize,
+    /// Mailbox blocks checked (cmdif_checksum on).
+    pub blocks: usize,
+    /// Blocks not checked: cmdif_checksum off.
+    pub blocks_off: usize,
+    /// Blocks not checked: the trace does not show whether cmdif_checksum
+    /// was on (no QUERY_HCA_CAP of the current general capabilities and no
+    /// SET_HCA_CAP before them).
+    pub blocks_unknown: usize,
+}
+
+/// `cmd_hca_cap.cmdif_checksum` of the capability at byte 0x10 of a
+/// QUERY_HCA_CAP output or SET_HCA_CAP input, if the dump shows it.
+fn cmdif_checksum(message: &[u8]) -> Option<u8> {
+    // The dword of cmdif_checksum (0x40) must be in the dump.
+    let cap = message.get(0x10..).filter(|c| c.len() >= 0x44)?;
+    let mut image = vec![0u8; CmdHcaCap::SIZE];
+    let n = cap.len().min(image.len());
+    image[..n].copy_from_slice(&cap[..n]);
+    Some(
+        CmdHcaCap::decode(&image)
+            .ok()?
+            .get(CmdHcaCap::cmdif_checksum),
+    )
+}
+
+/// What a command says about the firmware's signature checking from the
+/// next command on: a SET_HCA_CAP of the general capabilities sets it, a
+/// QUERY_HCA_CAP of the current ones reports it (if they succeeded).
+fn checksum_state_after(c: &TraceCommand) -> Option<bool> {
+    let ok = c.result().is_ok();
+    let general_cur = op_mod(caps::CAP_GENERAL, caps::HCA_CAP_OP_MOD_GET_CUR);
+    let value = if c.opcode == Opcode::SET_HCA_CAP && c.op_mod == caps::CAP_GENERAL << 1 && ok {
+        cmdif_checksum(&c.input.message)
+    } else if c.opcode == Opcode::QUERY_HCA_CAP && c.op_mod == general_cur && ok {
+        cmdif_checksum(&c.output.as_ref()?.message)
+    } else {
+        return None;
+    };
+    Some(value? != caps::CMDIF_CHECKSUM_DISABLED)
+}
+
+fn op_mod(cap_type: u16, mode: u16) -> u16 {
+    (cap_type << 1) | (mode & 1)
+}
+
+/// Checks the signatures of a parsed trace the way the two ends of the
+/// command interface do (Linux mlx5_core's `set_signature` and
+/// `verify_signature`, the PRM): every INPUT entry's signature makes its
+/// 64 bytes XOR to 0xff; while `cmdif_checksum` is on, each mailbox block's
+/// `ctrl_signature` makes bytes 0x200..0x23e XOR to 0xff and its
+/// `signature` the whole block, and the firmware signs its answer's entry
+/// too. Before the trace shows the state, it is
+/// the one the first QUERY_HCA_CAP of the current general capabilities
+/// reports (nothing but SET_HCA_CAP changes it).
+pub fn check_signatures(path: &Path, cmds: &[TraceCommand]) -> Result<SignatureCount> {
+    let fail =
+        |i: usize, c: &TraceCommand, what: String, e: firmware_cmds::Error| ToolError::Signature {
+            path: path.to_path_buf(),
+            index: i + 1,
+            line: c.input.line,
+            opcode: c.opcode,
+            what,
+            source: e,
+        };
+    // The state at the start: what the first report before any change says.
+    let mut on = None;
+    for c in cmds {
+        if let Some(v) = checksum_state_after(c) {
+            if c.opcode == Opcode::QUERY_HCA_CAP {
+                on = Some(v);
+            }
+            break;
+        }
+    }
+    let mut n = SignatureCount::default();
+    for (i, c) in cmds.iter().enumerate() {
+        c.input
+            .entry
+            .check_signature()
+            .map_err(|e| fail(i, c, "INPUT entry".into(), e))?;
+        n.entries += 1;
+        // Firmware signs its answer's entry while the checksum is on.
+        if let (Some(true), Some(out)) = (on, &c.output) {
+            out.entry
+                .check_signature()
+                .map_err(|e| fail(i, c, "OUTPUT entry".into(), e))?;
+            n.entries += 1;
+        }
+        let sides = [("INPUT", Some(&c.input)), ("OUTPUT", c.output.as_ref())];
+        for (side, dump) in sides {
+            let Some(d) = dump else { continue };
+            for (b, block) in d.blocks.iter().enumerate() {
+                match on {
+                    Some(true) => {
+                        block
+                            .check_signatures()
+                            .map_err(|e| fail(i, c, format!("{side} block {b}"), e))?;
+                        n.blocks += 1;
+                    }
+                    Some(false) => n.blocks_off += 1,
+                    None => n.blocks_unknown += 1,
+                }
+            }
+        }
+        if let Some(v) = checksum_state_after(c) {
+            on = Some(v);
+        }
+    }
+    Ok(n)
+}
+
 /// Reads and parses a trace file.
-pub fn load(path: &Path, check_signatures: bool) -> Result<Vec<TraceCommand>> {
+pub fn load(path: &Path) -> Result<Vec<TraceCommand>> {
     let file_err = |source| ToolError::File {
         path: path.to_path_buf(),
         source,
@@ -215,7 +336,7 @@ pub fn load(path: &Path, check_signatures: bool) -> Result<Vec<TraceCommand>> {
     // Kernel logs may hold stray bytes outside the dumps; those lines are
     // skipped like any other text.
     let text = String::from_utf8_lossy(&bytes);
-    parse_with(&text, ParseOptions { check_signatures }).map_err(|source| ToolError::Trace {
+    parse_with(&text, ParseOptions::default()).map_err(|source| ToolError::Trace {
         path: path.to_path_buf(),
         source,
     })
@@ -265,7 +386,24 @@ fn write_text(d: &Decoded, style: TextStyle, out: &mut dyn Write) -> Result<()> 
 
 /// `hca trace`.
 pub fn run(a: &TraceArgs, as_json: bool, out: &mut dyn Write) -> Result<ExitCode> {
-    let commands = load(&a.file, a.check_signatures)?;
+    let commands = load(&a.file)?;
+    if a.check_signatures {
+        let n = check_signatures(&a.file, &commands)?;
+        eprintln!(
+            "hca: signatures good: {} entries; {} mailbox blocks checked (cmdif_checksum on), {} not (cmdif_checksum off){}",
+            n.entries,
+            n.blocks,
+            n.blocks_off,
+            if n.blocks_unknown > 0 {
+                format!(
+                    ", {} not (the trace does not show the cmdif_checksum state before them)",
+                    n.blocks_unknown
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     let style = TextStyle {
         zeros: a.zeros,
         max_elements: 4,
@@ -302,6 +440,7 @@ pub fn run(a: &TraceArgs, as_json: bool, out: &mut dyn Write) -> Result<ExitCode
 mod tests {
     use super::*;
     use firmware_cmds::cmdq::CmdQueueEntry;
+    use firmware_cmds::mailbox::CmdIfBox;
     use firmware_cmds::trace::{parse, write_exchange};
 
     /// A CREATE_QP that failed with bad parameter, and a command the
@@ -323,6 +462,109 @@ mod tests {
             write_exchange(&mut s, &e, &[], &out, &[]).unwrap();
         }
         s
+    }
+
+    /// The command dump of a bring-up and teardown of an emulated
+    /// ConnectX-4 whose firmware starts with signatures on; the driver
+    /// keeps them on or turns them off.
+    fn recorded(keep_checksum: bool) -> Vec<TraceCommand> {
+        use hca_driver::{CommandRecorder, Config, DumpRecorder, Hca};
+        use hca_emu::{EmuConfig, EmuHca};
+        let rec: &'static DumpRecorder<String> =
+            Box::leak(Box::new(DumpRecorder::new(String::new())));
+        let emu = EmuHca::new(EmuConfig::default().with_checksum());
+        let cfg = Config {
+            cmdif_checksum: keep_checksum,
+            recorder: Some(rec as &'static dyn CommandRecorder),
+            ..Config::default()
+        };
+        let hca = Hca::open(emu.platform(), cfg).map_err(|f| f.error).unwrap();
+        let ctx = hca.open_context().unwrap();
+        // CREATE_CQ has an input mailbox block.
+        drop(ctx.create_cq(64).unwrap());
+        drop(ctx);
+        hca.close().map_err(|f| f.error).unwrap();
+        parse(&rec.with(|s| s.clone())).unwrap()
+    }
+
+    #[test]
+    fn signatures_are_checked_while_the_trace_has_them_on() {
+        let path = Path::new("t");
+        // The real ConnectX-4 trace: checksum off from reset (QUERY_HCA_CAP
+        // current reports 0), Linux signs every entry and no block.
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../data/prm/trace-mlx5_core-cx4.txt"
+        ))
+        .unwrap();
+        let real = parse(&text).unwrap();
+        let n = check_signatures(path, &real).unwrap();
+        assert_eq!((n.entries, n.blocks, n.blocks_unknown), (42, 0, 0));
+        assert!(n.blocks_off > 0);
+        // A wrong entry signature is named.
+        let mut bad = real.clone();
+        let sig = bad[3].input.entry.get(CmdQueueEntry::signature);
+        bad[3]
+            .input
+            .entry
+            .set(CmdQueueEntry::signature, sig ^ 0x10)
+            .unwrap();
+        let e = check_signatures(path, &bad).unwrap_err().to_string();
+        assert!(e.contains("command #4") && e.contains("INPUT entry"), "{e}");
+
+        // Signatures on from reset, turned off by SET_HCA_CAP: the blocks
+        // before it are checked (and good), those after are not.
+        let off = recorded(false);
+        let n = check_signatures(path, &off).unwrap();
+        assert!(n.blocks > 0 && n.blocks_off > 0, "{n:?}");
+        assert_eq!(n.blocks_unknown, 0);
+        // Kept on: every block and every answer's entry is checked.
+        let on = recorded(true);
+        let n = check_signatures(path, &on).unwrap();
+        assert_eq!(n.blocks_off + n.blocks_unknown, 0, "{n:?}");
+        assert_eq!(n.entries, 2 * on.len());
+        let total: usize = on
+            .iter()
+            .map(|c| c.input.blocks.len() + c.output.as_ref().map_or(0, |o| o.blocks.len()))
+            .sum();
+        assert_eq!(n.blocks, total);
+        // A wrong block signature is named, input side and output side.
+        let last = on.len() - 1;
+        let (i, side) = on
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| (!c.input.blocks.is_empty() && i > 20).then_some((i, "INPUT")))
+            .unwrap();
+        let mut bad = on.clone();
+        let s = bad[i].input.blocks[0].get(CmdIfBox::signature);
+        bad[i].input.blocks[0]
+            .set(CmdIfBox::signature, s ^ 1)
+            .unwrap();
+        let e = check_signatures(path, &bad).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("command #{}", i + 1)) && e.contains(&format!("{side} block 0")),
+            "{e}"
+        );
+        let mut bad = on.clone();
+        let out = bad[last].output.as_mut().unwrap();
+        let s = out.entry.get(CmdQueueEntry::signature);
+        out.entry.set(CmdQueueEntry::signature, s ^ 1).unwrap();
+        let e = check_signatures(path, &bad).unwrap_err().to_string();
+        assert!(e.contains("OUTPUT entry"), "{e}");
+        // The same damage in the trace with signatures off goes unnoticed
+        // for blocks (the firmware would not look), not for entries.
+        let (j, _) = off
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, c)| !c.input.blocks.is_empty())
+            .unwrap();
+        let mut quiet = off.clone();
+        let s = quiet[j].input.blocks[0].get(CmdIfBox::signature);
+        quiet[j].input.blocks[0]
+            .set(CmdIfBox::signature, s ^ 1)
+            .unwrap();
+        check_signatures(path, &quiet).unwrap();
     }
 
     #[test]

@@ -1,8 +1,6 @@
 //! Test fixtures: the golden-vector queue setups on heap memory.
 #![allow(dead_code, missing_docs)]
 
-use std::ptr::NonNull;
-
 use platform::MmioWindow;
 use platform::host::HostBlock;
 use verbs_core::*;
@@ -22,8 +20,7 @@ impl UarPage {
         // SAFETY: the block lives as long as the window (both in this
         // struct, the window dropped first is irrelevant: it does not access
         // memory on drop), and is only accessed through volatile copies.
-        let window =
-            unsafe { MmioWindow::new(NonNull::new(block.host_addr() as *mut u8).unwrap(), 4096) };
+        let window = unsafe { MmioWindow::new(block.host_ptr(), 4096) };
         Self { block, window }
     }
 

@@ -68,8 +68,8 @@ const MAX_ITER: u64 = 100_000_000;
 const MAX_QPS: u32 = hca_driver::verbs::MAX_QPS_PER_CQ as u32;
 /// perftest's `MAX_OUT_READ_HERMON`.
 const MAX_OUT_READS: u32 = 16;
-/// The version of the control protocol.
-const PROTOCOL: u32 = 1;
+/// The version of the control protocol (2: GIDs in colon form).
+const PROTOCOL: u32 = 2;
 
 /// Arguments of `hca perf`.
 #[derive(Debug, Args)]
@@ -255,6 +255,10 @@ pub struct Spec {
     pub sizes: Vec<u64>,
     /// Whether -a was given (the sizes are then limited by the MTU on UD).
     pub all: bool,
+    /// Whether the size is the default (no -s): on UD it then becomes the
+    /// MTU when larger, as perftest does.
+    #[serde(default)]
+    pub default_size: bool,
     /// Iterations per QP (when no duration).
     pub iters: u64,
     /// Duration in seconds.
@@ -463,12 +467,20 @@ impl Spec {
             (Verb::Send, None) if !bw => 236,
             _ => 0,
         };
-        if let Some(o) = a.outs {
-            if !matches!(verb, Verb::Read | Verb::Atomic) || o == 0 {
+        match a.outs {
+            Some(_) if !matches!(verb, Verb::Read | Verb::Atomic) => {
                 return Err(ToolError::Usage(
-                    "-o: outstanding READs / atomics (at least 1) apply to the read and atomic tests".into(),
+                    "-o applies to the read and atomic tests only (outstanding READs / atomics)"
+                        .into(),
                 ));
             }
+            Some(0) => {
+                return Err(ToolError::Usage(format!(
+                    "-o 0: at least 1 outstanding {} per QP",
+                    if verb == Verb::Read { "READ" } else { "atomic" }
+                )));
+            }
+            _ => {}
         }
         Ok(Spec {
             test,
@@ -477,6 +489,7 @@ impl Spec {
             conn,
             sizes,
             all: a.all,
+            default_size: a.size.is_none() && !a.all,
             iters,
             duration: a.duration,
             qps: a.qps,
@@ -531,6 +544,8 @@ impl Spec {
             m => IbMtu::fitting(m).unwrap_or(port.active_mtu),
         };
         self.mtu = mtu.bytes();
+        // The size is settled from here on (a server takes it as given).
+        let default_size = std::mem::take(&mut self.default_size);
         if self.conn == Conn::Ud {
             let m = u64::from(mtu.bytes());
             if self.all {
@@ -538,6 +553,10 @@ impl Spec {
                     eprintln!("hca: max msg size in UD is the MTU ({m} bytes): -a stops there");
                 }
                 self.sizes.retain(|&s| s <= m);
+            } else if default_size && self.sizes.iter().any(|&s| s > m) {
+                // perftest: with no -s, a UD test uses the MTU.
+                eprintln!("hca: max msg size in UD is the MTU ({m} bytes): using it");
+                self.sizes = vec![m];
             } else if let Some(&s) = self.sizes.iter().find(|&&s| s > m) {
                 return Err(ToolError::Usage(format!(
                     "-s {s}: a UD message must fit in one packet, at most the MTU ({m} bytes)"
@@ -621,8 +640,13 @@ impl Spec {
         }
     }
 
+    /// The units of the results: bandwidth's, or microseconds for latency.
     fn units(&self) -> &'static str {
-        if self.gbits { "Gb/sec" } else { "MiB/sec" }
+        match (self.bw, self.gbits) {
+            (false, _) => "usec",
+            (true, true) => "Gb/sec",
+            (true, false) => "MiB/sec",
+        }
     }
 }
 
@@ -659,11 +683,15 @@ pub struct PerfReport {
     pub max_inline: Option<u32>,
     /// Outstanding READs / atomics (read and atomic tests).
     pub outstanding_reads: Option<u8>,
+    /// Atomic tests: the byte order of the 8-byte operands the device
+    /// applies (`host` or `big-endian`).
+    pub atomic_byte_order: Option<&'static str>,
     /// This side's QPs.
     pub local: Vec<Endpoint>,
     /// The peer's QPs.
     pub remote: Vec<Endpoint>,
-    /// Bandwidth units.
+    /// Units of the results: `MiB/sec` or `Gb/sec` (bandwidth tests),
+    /// `usec` (latency tests).
     pub units: &'static str,
     /// One row per message size.
     pub results: Vec<Row>,
@@ -707,6 +735,7 @@ impl PerfReport {
             gid_index: port.gid_index,
             max_inline: (!rw).then_some(inline),
             outstanding_reads: rw.then_some(out_reads),
+            atomic_byte_order: None,
             local: Vec::new(),
             remote: Vec::new(),
             units: spec.units(),
@@ -716,6 +745,16 @@ impl PerfReport {
             with_gid: port.gid_index.is_some(),
             bw: spec.bw,
             duration: spec.duration.is_some(),
+        }
+    }
+
+    /// Atomic tests: notes the byte order `hca` applies to atomics.
+    fn atomics<P: Platform>(&mut self, spec: &Spec, hca: &Hca<P>) {
+        if spec.verb == Verb::Atomic {
+            let d = hca_driver::verbs::DeviceAttr::from_info(hca.info());
+            self.atomic_byte_order = d
+                .atomic_ops
+                .then(|| crate::cmd::info::byte_order_name(d.atomic_byte_order));
         }
     }
 
@@ -757,6 +796,9 @@ impl PerfReport {
             (Some(i), _) => writeln!(out, " Max inline data : {i}[B]")?,
             (None, Some(o)) => writeln!(out, " Outstand reads  : {o}")?,
             _ => {}
+        }
+        if let Some(o) = self.atomic_byte_order {
+            writeln!(out, " Atomic operands : 8 bytes, {o} byte order")?;
         }
         writeln!(out, " rdma_cm QPs\t : OFF")?;
         writeln!(out, " Data ex. method : {}", self.link)?;
@@ -1200,6 +1242,7 @@ impl PairTask for Loopback<'_> {
                 );
                 rep.local = ea.clone();
                 rep.remote = eb.clone();
+                rep.atomics(&spec, a);
                 printer.head(&rep)?;
                 let peer_a = Peer {
                     remote: &eb,
@@ -1388,6 +1431,7 @@ fn run_client<P: Platform>(
         );
         rep.local = me.clone();
         rep.remote = remote.clone();
+        rep.atomics(&spec, hca);
         printer.head(&rep)?;
         let peer = Peer {
             remote: &remote,
@@ -1499,6 +1543,7 @@ fn run_server<P: Platform>(
         );
         rep.local = me.clone();
         rep.remote = remote.clone();
+        rep.atomics(&spec, hca);
         printer.head(&rep)?;
         let peer = Peer {
             remote: &remote,
@@ -1706,7 +1751,7 @@ pub fn run(
                     "--tcp-loopback runs on the emulator only (on real HCAs run a server and a client)".into(),
                 ));
             }
-            let (ea, eb) = crate::device::emulated_pair()?;
+            let (ea, eb) = crate::device::emulated_pair(open.emulator_asked)?;
             let mut server_out = Vec::new();
             let mut client_out = Vec::new();
             let server_spec = spec.clone();
