@@ -63,7 +63,7 @@ use std::time::Duration;
 pub use config::{Clock, EmuConfig, Execution, PageCounts, Personality, PortType};
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
-pub use faults::{DmaFailure, Faults, OutputCorruption, PacketDrop};
+pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
 pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub use iommu::{FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 
@@ -246,16 +246,43 @@ impl EmuHca {
     }
 
     /// Panics with a readable report unless there was no IOMMU fault, no
-    /// internal error, and nothing leaked.
+    /// internal error, no driver ordering error on the data path (a send
+    /// doorbell rung before the doorbell record covered its WQE,
+    /// [`Datapath::doorbell_mismatches`]; a BlueFlame copy that differs
+    /// from the WQE in memory or stops short, [`Datapath::bf_mismatches`]),
+    /// and nothing leaked.
     #[track_caller]
     pub fn assert_clean(&self) {
         let faults = self.iommu_faults();
         let errors = self.internal_errors();
         let leaks = self.leak_report();
-        if !faults.is_empty() || !errors.is_empty() || !leaks.is_clean() {
+        let dp = self.datapath();
+        let ordering = dp.doorbell_mismatches != 0 || dp.bf_mismatches != 0;
+        if !faults.is_empty() || !errors.is_empty() || !leaks.is_clean() || ordering {
             let mut msg = String::from("emulated HCA is not clean:\n");
             for f in &faults {
                 msg += &format!("  {f}\n");
+            }
+            if dp.doorbell_mismatches != 0 {
+                msg += &format!(
+                    "  {} send doorbells rung before the doorbell record covered their WQE\n",
+                    dp.doorbell_mismatches
+                );
+            }
+            if dp.bf_mismatches != 0 {
+                msg += &format!(
+                    "  {} BlueFlame copies that differ from the WQE in memory or stop short\n",
+                    dp.bf_mismatches
+                );
+            }
+            if ordering {
+                for l in dp
+                    .log
+                    .iter()
+                    .filter(|l| l.contains("BlueFlame") || l.contains("doorbell names"))
+                {
+                    msg += &format!("    {l}\n");
+                }
             }
             for e in &errors {
                 msg += &format!("  firmware internal error: {e}\n");
@@ -623,6 +650,20 @@ impl Mmio for EmuBar {
             panic!("{e}");
         }
         self.write(offset, value.get(), 8);
+    }
+
+    /// One write-combined burst: the device sees the whole copy as one
+    /// BlueFlame write (see [`datapath`]).
+    fn write_bf(&self, offset: usize, src: &[Be64]) {
+        let last = offset.saturating_add(8 * src.len().saturating_sub(1));
+        if let Err(e) = self.check(offset, 8).and_then(|()| self.check(last, 8)) {
+            panic!("{e}");
+        }
+        let bytes: Vec<u8> = src.iter().flat_map(|w| w.get().to_be_bytes()).collect();
+        let mut d = self.shared.lock();
+        d.bar_write_bf(offset, bytes);
+        drop(d);
+        self.shared.cv.notify_all();
     }
 }
 
