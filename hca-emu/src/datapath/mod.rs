@@ -89,9 +89,11 @@
 //! - UD/UC send-side errors put the QP in SQE, RC errors in ERR (IBA). A UD
 //!   receive too small completes with local length error and leaves the QP
 //!   usable.
-//! - `vendor_err_synd` is only known from the field for flush (0xf9),
-//!   transport retry (0x81), remote access (0x88) and local protection
-//!   (0x51); it is 0 otherwise.
+//! - `vendor_err_synd` is only known from the field for flush (0xf9,
+//!   accelio issue #181), transport retry (0x81, Oracle note 1614576.1)
+//!   and remote access (0x88, NVIDIA forum thread 207715); local
+//!   protection's 0x51 is an assumption (the field shows 0x52 and 0x53,
+//!   by cause); it is 0 otherwise.
 //! - Raw Ethernet: no flow-table matching (the first TIR with a ready RQ
 //!   takes every non-RoCE frame), no RSS, VLAN stripping, receive checksum
 //!   verification or LSO; SQs send on port 1.
