@@ -732,6 +732,53 @@ fn a_blueflame_copy_in_several_bursts_executes_once_complete() {
 }
 
 #[test]
+fn a_blueflame_copy_that_stops_short_runs_from_memory_and_is_an_error() {
+    let (mut a, mut b) = pair();
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &Attrs::default());
+    let dst = b.mr(4096, 0, LW);
+    b.post_recv(&mut qb, &[(dst.addr, 512, dst.key)]);
+    let data: Vec<u8> = (0..100u8).collect();
+    let mut bytes = Wr::new(op::SEND).inline(&data).encode(qa.sq_pc, qa.qpn);
+    bytes.resize(128, 0);
+    let size = 1usize << qa.log_sq;
+    for (i, bb) in bytes.chunks(64).enumerate() {
+        let slot = (usize::from(qa.sq_pc) + i) & (size - 1);
+        a.write(qa.buf + (qa.sq_offset() + slot * 64) as u64, bb);
+    }
+    qa.sq_pc += 2;
+    a.write(qa.dbr + 4, &u32::from(qa.sq_pc).to_be_bytes());
+    // Only the first 64 of the 128 bytes the control segment announces.
+    let reg = a.uar as usize * 4096 + 0x800;
+    let words: Vec<platform::Be64> = bytes[..64]
+        .chunks(8)
+        .map(|x| platform::Be64::new(u64::from_be_bytes(x.try_into().unwrap())))
+        .collect();
+    a.r.bar.write_bf(reg, &words);
+    a.r.emu.run_until_idle();
+    assert_eq!(a.r.emu.datapath().wqes, 0, "an incomplete copy waits");
+    // The next write to that half ends it: the WQE runs from memory.
+    let mut nop = Wr::new(op::NOP).encode(qa.sq_pc, qa.qpn);
+    nop.resize(64, 0);
+    let slot = usize::from(qa.sq_pc) & (size - 1);
+    a.write(qa.buf + (qa.sq_offset() + slot * 64) as u64, &nop);
+    qa.sq_pc += 1;
+    a.write(qa.dbr + 4, &u32::from(qa.sq_pc).to_be_bytes());
+    a.r.bar.write64(
+        reg,
+        platform::Be64::new(u64::from_be_bytes(nop[..8].try_into().unwrap())),
+    );
+    a.wait(&mut ca, 2);
+    b.wait(&mut cb, 1)[0].ok();
+    assert_eq!(b.read(dst.addr, 100), data);
+    assert_eq!(a.r.emu.datapath().bf_mismatches, 1);
+    b.finish();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.finish()))
+        .expect_err("assert_clean must fail on a BlueFlame copy that stops short");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("stopped at 64 of 128 bytes"), "{msg}");
+}
+
+#[test]
 fn a_doorbell_rung_before_the_doorbell_record_fails_assert_clean() {
     let (mut a, mut b) = pair();
     let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &Attrs::default());
