@@ -313,26 +313,93 @@ proptest! {
     }
 
     #[test]
-    fn random_blocks_into_an_output_chain(
-        blocks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 576), 0..4),
-        len in 0usize..3000,
+    /// A well-formed output chain with one byte changed: the chain names
+    /// exactly what is wrong (the block number, the token, a signature when
+    /// they are checked), and a change in the data only is carried through
+    /// to that byte of the message.
+    fn a_changed_byte_in_a_valid_chain_is_named(
+        len in 17usize..3000,
         token in any::<u8>(),
-        check in any::<bool>(),
+        signed in any::<bool>(),
+        seed in any::<u8>(),
+        // Half of the changes in the trailer (0x230..0x240).
+        at in (any::<usize>(), prop_oneof![0usize..576, 0x230usize..0x240], 1u8..=255),
+        drop_last in any::<bool>(),
     ) {
-        let mut chain = OutputChain::new(len, token, check);
-        for b in &blocks {
-            let block = CmdIfBox::from_array(b.clone().try_into().unwrap());
-            if chain.push(&block).is_err() {
-                break;
+        let msg: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+        let mut blocks = chain_blocks(&msg[..], token, signed);
+        let n = blocks.len();
+        let (k, pos, x) = (at.0 % n, at.1, at.2);
+        let mut raw: [u8; 576] = *blocks[k].as_bytes();
+        raw[pos] ^= x;
+        blocks[k] = CmdIfBox::from_array(raw);
+        if drop_last {
+            blocks.pop();
+        }
+        let mut chain = OutputChain::new(len, token, signed);
+        let mut data = msg[..16].to_vec();
+        let mut first_err = None;
+        for (i, b) in blocks.iter().enumerate() {
+            match chain.push(b) {
+                Ok(d) => data.extend_from_slice(d),
+                Err(e) => {
+                    first_err = Some((i, e));
+                    break;
+                }
             }
         }
-        let _ = chain.finish();
+        let dropped = drop_last && k == n - 1;
+        if dropped {
+            // The changed block is not pushed.
+            prop_assert!(first_err.is_none(), "{first_err:?}");
+        } else if (0x238..0x23c).contains(&pos) {
+            let found = k as u32 ^ (u32::from(x) << (8 * (0x23b - pos)));
+            prop_assert_eq!(
+                first_err,
+                Some((k, Error::BadBlockNumber { index: k as u32, found }))
+            );
+            return Ok(());
+        } else if pos == 0x23d {
+            prop_assert_eq!(
+                first_err,
+                Some((k, Error::BadToken { what: "mailbox block", expected: token, found: token ^ x }))
+            );
+            return Ok(());
+        } else if signed {
+            // ctrl_signature covers 0x200..0x23f, signature every byte.
+            let which = if (0x200..0x23f).contains(&pos) { "ctrl_signature" } else { "signature" };
+            prop_assert!(
+                matches!(first_err, Some((i, Error::BadSignature { which: w, .. })) if i == k && w == which),
+                "{first_err:?}"
+            );
+            return Ok(());
+        } else {
+            prop_assert!(first_err.is_none(), "{first_err:?}");
+        }
+        let pushed = blocks.len();
+        let r = chain.finish();
+        if drop_last {
+            prop_assert_eq!(r, Err(Error::ChainTooShort { len, need: n, got: n - 1 }));
+            return Ok(());
+        }
+        prop_assert_eq!(r, Ok(()));
+        prop_assert_eq!(pushed, n);
+        // Only a data byte inside the message shows, exactly there.
+        let mut want = msg.clone();
+        let p = 16 + k * 512 + pos;
+        if pos < 512 && p < len {
+            want[p] ^= x;
+        }
+        prop_assert_eq!(data, want);
     }
 }
 
 #[cfg(feature = "alloc")]
 mod trace_input {
     use super::*;
+
+    /// The real-hardware dump (Linux mlx5_core and a ConnectX-4).
+    const REAL_TRACE: &str = include_str!("../../data/prm/trace-mlx5_core-cx4.txt");
     use firmware_cmds::trace::{self, Direction, ParseOptions};
 
     /// A small dump: one command with two input blocks and its output.
@@ -558,8 +625,39 @@ mod trace_input {
         #![proptest_config(config(128))]
 
         #[test]
-        fn random_text_into_the_parser(s in "\\PC{0,400}") {
-            let _ = trace::parse(&s);
+        /// Windows of the real ConnectX-4 dump, with a few characters
+        /// changed: the parser returns commands whose lengths hold, or a
+        /// syntax error that names a line of the text.
+        fn mutated_real_dumps_into_the_parser(
+            start in any::<usize>(),
+            lines in 1usize..240,
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..8),
+        ) {
+            let all: Vec<&str> = REAL_TRACE.lines().collect();
+            let start = start % all.len();
+            let end = (start + lines).min(all.len());
+            let mut bytes = all[start..end].join("\n").into_bytes();
+            if !bytes.is_empty() {
+                for (pos, b) in edits {
+                    let i = pos % bytes.len();
+                    bytes[i] = b" 0123456789abcdefx:()\n"[usize::from(b) % 22];
+                }
+            }
+            let text = String::from_utf8(bytes).unwrap();
+            let nlines = text.lines().count();
+            match trace::parse(&text) {
+                Ok(cmds) => {
+                    for c in cmds {
+                        let _ = c.result();
+                        let _ = c.decode();
+                        prop_assert!(c.input.message.len() <= c.input.length);
+                    }
+                }
+                Err(Error::TraceSyntax { line, .. }) => {
+                    prop_assert!(line >= 1 && line <= nlines + 1, "line {line} of {nlines}");
+                }
+                Err(e) => prop_assert!(false, "not a syntax error: {e}"),
+            }
         }
 
         #[test]

@@ -80,6 +80,12 @@ pub(crate) enum Event {
         value: u64,
         width: u8,
     },
+    /// A write-combined BlueFlame burst into a UAR page.
+    UarBf {
+        page: u32,
+        offset: usize,
+        bytes: Vec<u8>,
+    },
     /// A frame arriving from the wire on `port` (for the data path).
     Frame {
         port: u8,
@@ -354,6 +360,25 @@ impl Device {
         }
     }
 
+    /// A write-combined BlueFlame copy ([`platform::Mmio::write_bf`]): one
+    /// burst, one event.
+    pub(crate) fn bar_write_bf(&mut self, off: usize, bytes: Vec<u8>) {
+        if self.gone {
+            return;
+        }
+        self.progress += 1;
+        if off < reg::INIT_SEG_SIZE {
+            log::debug!("BlueFlame write to the init segment at {off:#x} ignored");
+            return;
+        }
+        let ps = self.uar_page_size();
+        self.events.push_back(Event::UarBf {
+            page: (off / ps) as u32,
+            offset: off % ps,
+            bytes,
+        });
+    }
+
     /// Whether there is work the device can do now.
     pub(crate) fn has_ready(&self) -> bool {
         if !self.events.is_empty() {
@@ -391,6 +416,11 @@ impl Device {
                 value,
                 width,
             }) => self.uar_write(page, offset, value, width),
+            Err(Event::UarBf {
+                page,
+                offset,
+                bytes,
+            }) => crate::datapath::blueflame_write(self, page, offset, bytes),
             Err(Event::Frame {
                 port,
                 bytes,

@@ -67,9 +67,16 @@ pub enum PacketDrop {
     Rate(f64),
 }
 
+/// One injected fault rule, as returned by the [`Faults`] method that
+/// installed it: [`Faults::hits`] says how many times it took effect, so a
+/// test can tell a rule that fired from one that never matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FaultRule(pub(crate) usize);
+
 /// A port's drop rule and its state.
 #[derive(Clone, Debug)]
 pub(crate) struct DropRule {
+    pub(crate) id: FaultRule,
     pub(crate) policy: PacketDrop,
     pub(crate) seen: u64,
     pub(crate) rng: crate::rng::Rng,
@@ -101,6 +108,7 @@ impl DropRule {
 
 #[derive(Clone, Debug)]
 pub(crate) struct OpcodeRule {
+    pub(crate) id: FaultRule,
     pub(crate) opcode: Option<u16>,
     /// Matching commands still to let through before the rule fires.
     pub(crate) skip: u32,
@@ -125,26 +133,57 @@ impl OpcodeRule {
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FaultPlan {
-    /// How `alloc_dma` fails.
+    /// How `alloc_dma` fails, and the rule's id.
     pub(crate) dma: DmaFailure,
+    pub(crate) dma_rule: Option<FaultRule>,
     pub(crate) never_complete: Vec<OpcodeRule>,
     pub(crate) fail: Vec<(OpcodeRule, (u8, u32))>,
     pub(crate) corrupt_output: Vec<(OpcodeRule, OutputCorruption)>,
     pub(crate) init_never_clears: bool,
-    pub(crate) corrupt_cqe: Vec<(u32, usize, u8)>,
-    pub(crate) corrupt_eqe: Vec<(u32, usize, u8)>,
-    pub(crate) cq_overrun: Vec<u32>,
+    pub(crate) corrupt_cqe: Vec<(u32, usize, u8, FaultRule)>,
+    pub(crate) corrupt_eqe: Vec<(u32, usize, u8, FaultRule)>,
+    pub(crate) cq_overrun: Vec<(u32, FaultRule)>,
     /// Packet loss by port.
     pub(crate) drop: std::collections::BTreeMap<u8, DropRule>,
+    /// How many times each rule took effect, by [`FaultRule`] id (kept
+    /// across [`Faults::clear`], so ids stay unique).
+    pub(crate) hits: Vec<u64>,
 }
 
 impl FaultPlan {
+    /// A new rule id, with no hits yet.
+    pub(crate) fn new_rule(&mut self) -> FaultRule {
+        self.hits.push(0);
+        FaultRule(self.hits.len() - 1)
+    }
+
+    /// Counts one hit of a rule.
+    pub(crate) fn hit(&mut self, rule: FaultRule) {
+        if let Some(h) = self.hits.get_mut(rule.0) {
+            *h += 1;
+        }
+    }
+
     /// Whether an allocation of `len` bytes fails; updates the rule.
     pub(crate) fn dma_fails(&mut self, len: usize) -> Option<platform::Error> {
         let out = |available| platform::Error::OutOfDmaMemory {
             requested: len,
             available,
         };
+        let r = self.dma_rule_fires(len, out);
+        if r.is_some() {
+            if let Some(id) = self.dma_rule {
+                self.hit(id);
+            }
+        }
+        r
+    }
+
+    fn dma_rule_fires(
+        &mut self,
+        len: usize,
+        out: impl Fn(usize) -> platform::Error,
+    ) -> Option<platform::Error> {
         match self.dma {
             DmaFailure::None => None,
             DmaFailure::After(0) => Some(out(0)),
@@ -166,14 +205,22 @@ impl FaultPlan {
     }
 }
 
-/// Applies the first firing rule of a list; removes fired one-shot rules.
-pub(crate) fn fire<T: Clone>(rules: &mut Vec<(OpcodeRule, T)>, opcode: u16) -> Option<T> {
+/// Applies the first firing rule of a list (counting its hit in `hits`);
+/// removes fired one-shot rules.
+pub(crate) fn fire<T: Clone>(
+    rules: &mut Vec<(OpcodeRule, T)>,
+    hits: &mut [u64],
+    opcode: u16,
+) -> Option<T> {
     let mut hit = None;
     let mut i = 0;
     while i < rules.len() {
         let (fired, dead) = rules[i].0.hit(opcode);
         if fired && hit.is_none() {
             hit = Some(rules[i].1.clone());
+            if let Some(h) = hits.get_mut(rules[i].0.id.0) {
+                *h += 1;
+            }
             if dead {
                 rules.remove(i);
                 continue;
@@ -200,42 +247,51 @@ impl Faults {
 
     /// The `nth` next command (1 = the next one) with this opcode (`None`:
     /// any opcode) is never completed: the entry stays owned by firmware.
-    pub fn command_never_completes(&self, opcode: Option<u16>, nth: u32) {
-        self.with(|d| {
+    pub fn command_never_completes(&self, opcode: Option<u16>, nth: u32) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
             d.faults.never_complete.push(OpcodeRule {
+                id,
                 opcode,
                 skip: nth.saturating_sub(1),
                 once: true,
-            })
+            });
+            id
         })
     }
 
     /// Every command with this opcode fails with `status` and `syndrome`
     /// (without any effect).
-    pub fn fail_opcode(&self, opcode: u16, status: u8, syndrome: u32) {
-        self.with(|d| {
+    pub fn fail_opcode(&self, opcode: u16, status: u8, syndrome: u32) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
             d.faults.fail.push((
                 OpcodeRule {
+                    id,
                     opcode: Some(opcode),
                     skip: 0,
                     once: false,
                 },
                 (status, syndrome),
-            ))
+            ));
+            id
         })
     }
 
     /// Only the `nth` next command with this opcode (1 = the next) fails.
-    pub fn fail_opcode_nth(&self, opcode: u16, nth: u32, status: u8, syndrome: u32) {
-        self.with(|d| {
+    pub fn fail_opcode_nth(&self, opcode: u16, nth: u32, status: u8, syndrome: u32) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
             d.faults.fail.push((
                 OpcodeRule {
+                    id,
                     opcode: Some(opcode),
                     skip: nth.saturating_sub(1),
                     once: true,
                 },
                 (status, syndrome),
-            ))
+            ));
+            id
         })
     }
 
@@ -273,34 +329,54 @@ impl Faults {
 
     /// Corrupts the answer of the `nth` next command with this opcode
     /// (`None`: any).
-    pub fn corrupt_output(&self, opcode: Option<u16>, nth: u32, how: OutputCorruption) {
-        self.with(|d| {
+    pub fn corrupt_output(
+        &self,
+        opcode: Option<u16>,
+        nth: u32,
+        how: OutputCorruption,
+    ) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
             d.faults.corrupt_output.push((
                 OpcodeRule {
+                    id,
                     opcode,
                     skip: nth.saturating_sub(1),
                     once: true,
                 },
                 how,
-            ))
+            ));
+            id
         })
     }
 
     /// XORs byte `offset` of the next CQE written to CQ `cqn`.
-    pub fn corrupt_next_cqe(&self, cqn: u32, offset: usize, xor: u8) {
-        self.with(|d| d.faults.corrupt_cqe.push((cqn, offset % 64, xor)))
+    pub fn corrupt_next_cqe(&self, cqn: u32, offset: usize, xor: u8) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
+            d.faults.corrupt_cqe.push((cqn, offset % 64, xor, id));
+            id
+        })
     }
 
     /// XORs byte `offset` of the next EQE written to EQ `eqn`.
-    pub fn corrupt_next_eqe(&self, eqn: u32, offset: usize, xor: u8) {
-        self.with(|d| d.faults.corrupt_eqe.push((eqn, offset % 64, xor)))
+    pub fn corrupt_next_eqe(&self, eqn: u32, offset: usize, xor: u8) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
+            d.faults.corrupt_eqe.push((eqn, offset % 64, xor, id));
+            id
+        })
     }
 
     /// The next completion for CQ `cqn` overruns it, as if the consumer
     /// index had not moved: the CQ enters the error state and a CQ error
     /// event (0x04, syndrome 1 = overrun) is posted.
-    pub fn cq_overrun(&self, cqn: u32) {
-        self.with(|d| d.faults.cq_overrun.push(cqn))
+    pub fn cq_overrun(&self, cqn: u32) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
+            d.faults.cq_overrun.push((cqn, id));
+            id
+        })
     }
 
     /// Frames transmitted by `port` are lost on the wire according to
@@ -308,9 +384,11 @@ impl Faults {
     /// An RC requester sees no acknowledgement and retransmits after its
     /// ACK timeout; when its `retry_count` is spent the WQE completes with
     /// "transport retry counter exceeded" (syndrome 0x15).
-    /// [`PacketDrop::None`] removes the rule.
-    pub fn drop_packets(&self, port: u8, policy: PacketDrop) {
-        self.with(|d| {
+    /// [`PacketDrop::None`] removes the rule. The returned rule's
+    /// [`hits`](Self::hits) count the frames it dropped.
+    pub fn drop_packets(&self, port: u8, policy: PacketDrop) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
             if policy == PacketDrop::None {
                 d.faults.drop.remove(&port);
             } else {
@@ -318,12 +396,14 @@ impl Faults {
                 d.faults.drop.insert(
                     port,
                     DropRule {
+                        id,
                         policy,
                         seen: 0,
                         rng,
                     },
                 );
             }
+            id
         })
     }
 
@@ -331,8 +411,27 @@ impl Faults {
     /// [`platform::Error::OutOfDmaMemory`] as `rule` says
     /// ([`DmaFailure::None`] removes the rule). Failed attempts are counted
     /// in [`EmuHca::dma_allocations`](crate::EmuHca::dma_allocations).
-    pub fn fail_dma(&self, rule: DmaFailure) {
-        self.with(|d| d.faults.dma = rule)
+    pub fn fail_dma(&self, rule: DmaFailure) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
+            d.faults.dma = rule;
+            d.faults.dma_rule = Some(id);
+            id
+        })
+    }
+
+    /// How many times `rule` took effect so far: commands it failed,
+    /// never completed or corrupted, CQEs/EQEs it corrupted, overruns it
+    /// forced, frames it dropped, allocations it failed. A rule removed by
+    /// [`clear`](Self::clear), replaced, or spent keeps its count.
+    pub fn hits(&self, rule: FaultRule) -> u64 {
+        self.shared
+            .lock()
+            .faults
+            .hits
+            .get(rule.0)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// An affiliated event of QP `qpn` (`qp_events` data with resource type
@@ -401,6 +500,12 @@ impl Faults {
     /// Removes every pending injected fault (a fatal error or surprise
     /// removal stays until `reset_function`).
     pub fn clear(&self) {
-        self.with(|d| d.faults = FaultPlan::default())
+        self.with(|d| {
+            let hits = std::mem::take(&mut d.faults.hits);
+            d.faults = FaultPlan {
+                hits,
+                ..FaultPlan::default()
+            };
+        })
     }
 }

@@ -81,7 +81,7 @@ pub use config::{
 };
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
-pub use faults::{DmaFailure, Faults, OutputCorruption, PacketDrop};
+pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
 pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub use iommu::{FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 
@@ -265,7 +265,11 @@ impl EmuHca {
 
     /// Panics with a readable report unless there was no IOMMU fault, no
     /// internal error, no BlueFlame copy through an uncached BAR mapping
-    /// ([`uncached_blueflame_stores`](Self::uncached_blueflame_stores)),
+    /// ([`uncached_blueflame_stores`](Self::uncached_blueflame_stores)), no
+    /// driver ordering error on the data path (a send doorbell rung before
+    /// the doorbell record covered its WQE, [`Datapath::doorbell_mismatches`];
+    /// a BlueFlame copy that differs from the WQE in memory or stops short,
+    /// [`Datapath::bf_mismatches`]),
     /// and nothing leaked.
     #[track_caller]
     pub fn assert_clean(&self) {
@@ -273,7 +277,14 @@ impl EmuHca {
         let errors = self.internal_errors();
         let leaks = self.leak_report();
         let uncached_bf = self.shared.lock().uncached_bf.clone();
-        if !faults.is_empty() || !errors.is_empty() || !leaks.is_clean() || uncached_bf.0 != 0 {
+        let dp = self.datapath();
+        let ordering = dp.doorbell_mismatches != 0 || dp.bf_mismatches != 0;
+        if !faults.is_empty()
+            || !errors.is_empty()
+            || !leaks.is_clean()
+            || ordering
+            || uncached_bf.0 != 0
+        {
             let mut msg = String::from("emulated HCA is not clean:\n");
             if let (n @ 1.., Some(first)) = (uncached_bf.0, &uncached_bf.1) {
                 msg += &format!(
@@ -282,6 +293,27 @@ impl EmuHca {
             }
             for f in &faults {
                 msg += &format!("  {f}\n");
+            }
+            if dp.doorbell_mismatches != 0 {
+                msg += &format!(
+                    "  {} send doorbells rung before the doorbell record covered their WQE\n",
+                    dp.doorbell_mismatches
+                );
+            }
+            if dp.bf_mismatches != 0 {
+                msg += &format!(
+                    "  {} BlueFlame copies that differ from the WQE in memory or stop short\n",
+                    dp.bf_mismatches
+                );
+            }
+            if ordering {
+                for l in dp
+                    .log
+                    .iter()
+                    .filter(|l| l.contains("BlueFlame") || l.contains("doorbell names"))
+                {
+                    msg += &format!("    {l}\n");
+                }
             }
             for e in &errors {
                 msg += &format!("  firmware internal error: {e}\n");
@@ -662,28 +694,51 @@ impl Mmio for EmuBar {
         }
         self.write(offset, value.get(), 8);
     }
+
+    /// One write-combined burst: the device sees the whole copy as one
+    /// BlueFlame write (see [`datapath`]).
+    fn write_bf(&self, offset: usize, src: &[Be64]) {
+        let last = offset.saturating_add(8 * src.len().saturating_sub(1));
+        if let Err(e) = self.check(offset, 8).and_then(|()| self.check(last, 8)) {
+            panic!("{e}");
+        }
+        let bytes: Vec<u8> = src.iter().flat_map(|w| w.get().to_be_bytes()).collect();
+        let mut d = self.shared.lock();
+        for i in 0..src.len() {
+            note_uncached_blueflame(&mut d, offset + 8 * i, 8);
+        }
+        d.bar_write_bf(offset, bytes);
+        drop(d);
+        self.shared.cv.notify_all();
+    }
+}
+
+/// Counts a store into a BlueFlame register beyond its doorbell word while
+/// the platform's BAR mapping is uncached ([`EmuConfig::uar_write_combining`]
+/// false). A BlueFlame register (the two 256-byte halves at UAR page offset
+/// 0x800) takes the doorbell in its first 8 bytes; a store beyond them is
+/// part of a BlueFlame copy, which an uncached mapping cannot deliver as one
+/// burst (rdma-core never copies through one: it maps UARs non-cached only
+/// with BlueFlame shut off).
+fn note_uncached_blueflame(d: &mut Device, offset: usize, width: u8) {
+    if d.cfg.uar_write_combining || offset < device::reg::INIT_SEG_SIZE {
+        return;
+    }
+    let o = offset % d.uar_page_size();
+    if (0x800..0xa00).contains(&o) && o & 0xff >= 8 {
+        d.uncached_bf.0 += 1;
+        if d.uncached_bf.1.is_none() {
+            d.uncached_bf.1 = Some(format!(
+                "{width}-byte store at BAR offset {offset:#x} (UAR page offset {o:#x})"
+            ));
+        }
+    }
 }
 
 impl EmuBar {
     fn write(&self, offset: usize, value: u64, width: u8) {
         let mut d: std::sync::MutexGuard<'_, Device> = self.shared.lock();
-        if !d.cfg.uar_write_combining && offset >= device::reg::INIT_SEG_SIZE {
-            // A BlueFlame register (the two 256-byte halves at UAR page
-            // offset 0x800) takes the doorbell in its first 8 bytes; a
-            // store beyond them is part of a BlueFlame copy, which an
-            // uncached mapping cannot deliver as one burst (rdma-core
-            // never copies through one: it maps UARs non-cached only with
-            // BlueFlame shut off).
-            let o = offset % d.uar_page_size();
-            if (0x800..0xa00).contains(&o) && o & 0xff >= 8 {
-                d.uncached_bf.0 += 1;
-                if d.uncached_bf.1.is_none() {
-                    d.uncached_bf.1 = Some(format!(
-                        "{width}-byte store at BAR offset {offset:#x} (UAR page offset {o:#x})"
-                    ));
-                }
-            }
-        }
+        note_uncached_blueflame(&mut d, offset, width);
         d.bar_write(offset, value, width);
         drop(d);
         self.shared.cv.notify_all();

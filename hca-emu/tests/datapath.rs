@@ -643,7 +643,9 @@ fn blueflame_doorbells_and_a_mismatching_copy() {
         .collect();
     assert_eq!(offs, vec![0x800, 0x900, 0x800, 0x900], "alternating halves");
     assert_eq!(a.r.emu.datapath().bf_mismatches, 0);
-    // A BlueFlame copy that differs from the WQE in memory is noticed.
+    // A BlueFlame copy that differs from the WQE in memory: the device
+    // executes the copy (as the hardware does), and the driver error is
+    // counted and fails assert_clean.
     b.post_recv(&mut qb, &[(dst.addr, 512, dst.key)]);
     let w = Wr::new(op::SEND).inline(&[9; 20]);
     let mut bytes = w.encode(qa.sq_pc, qa.qpn);
@@ -652,15 +654,163 @@ fn blueflame_doorbells_and_a_mismatching_copy() {
     let slot = usize::from(qa.sq_pc) & (size - 1);
     a.write(qa.buf + (16 * 64 + slot * 64) as u64, &bytes);
     qa.sq_pc += 1;
-    bytes[40] ^= 0xff;
+    // Inline data starts at byte 20 (control 16, byte count 4): byte 5 of
+    // the message differs in the copy.
+    bytes[25] ^= 0xff;
     a.ring(&mut qa, &bytes);
     a.wait(&mut ca, 1)[0].ok();
     b.wait(&mut cb, 1)[0].ok();
     a.r.emu.run_until_idle();
     assert_eq!(a.r.emu.datapath().bf_mismatches, 1);
-    assert_eq!(b.read(dst.addr, 20), vec![9; 20], "memory wins");
-    a.finish();
+    let mut want = vec![9u8; 20];
+    want[5] ^= 0xff;
+    assert_eq!(b.read(dst.addr, 20), want, "the copy executes, not memory");
     b.finish();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.finish()))
+        .expect_err("assert_clean must fail on a BlueFlame copy that differs from memory");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("1 BlueFlame copies that differ")
+            && msg.contains("differs from memory at byte 25"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_blueflame_copy_in_several_bursts_executes_once_complete() {
+    // rdma-core and verbs-core copy 64 bytes per write-combined burst: the
+    // WQE runs when the last burst arrives, from the copy.
+    let (mut a, mut b) = pair();
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &Attrs::default());
+    let dst = b.mr(4096, 0, LW);
+    b.post_recv(&mut qb, &[(dst.addr, 512, dst.key)]);
+    let data: Vec<u8> = (0..150u8).collect();
+    let w = Wr::new(op::SEND).inline(&data);
+    let mut bytes = w.encode(qa.sq_pc, qa.qpn);
+    bytes.resize(bytes.len().div_ceil(64) * 64, 0);
+    assert_eq!(bytes.len(), 192, "three WQEBBs");
+    let size = 1usize << qa.log_sq;
+    for (i, bb) in bytes.chunks(64).enumerate() {
+        let slot = (usize::from(qa.sq_pc) + i) & (size - 1);
+        a.write(qa.buf + (qa.sq_offset() + slot * 64) as u64, bb);
+    }
+    qa.sq_pc += 3;
+    a.write(qa.dbr + 4, &u32::from(qa.sq_pc).to_be_bytes());
+    // The copy carries other data than memory, in three bursts.
+    let mut copy = bytes.clone();
+    for b in &mut copy[20..170] {
+        *b = !*b;
+    }
+    let reg = a.uar as usize * 4096 + 0x800;
+    for (i, c) in copy.chunks(64).enumerate() {
+        let words: Vec<platform::Be64> = c
+            .chunks(8)
+            .map(|x| platform::Be64::new(u64::from_be_bytes(x.try_into().unwrap())))
+            .collect();
+        a.r.bar.write_bf(reg + 64 * i, &words);
+        a.r.emu.run_until_idle();
+        if i < 2 {
+            assert_eq!(
+                a.r.emu.datapath().wqes,
+                0,
+                "not before the copy is complete"
+            );
+        }
+    }
+    a.wait(&mut ca, 1)[0].ok();
+    b.wait(&mut cb, 1)[0].ok();
+    let want: Vec<u8> = data.iter().map(|x| !x).collect();
+    assert_eq!(b.read(dst.addr, 150), want);
+    assert_eq!(a.r.emu.datapath().bf_mismatches, 1);
+    assert_eq!(a.r.emu.datapath().wqes, 1);
+    b.finish();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.finish()));
+    assert!(
+        err.is_err(),
+        "assert_clean must fail on the mismatching copy"
+    );
+}
+
+#[test]
+fn a_blueflame_copy_that_stops_short_runs_from_memory_and_is_an_error() {
+    let (mut a, mut b) = pair();
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &Attrs::default());
+    let dst = b.mr(4096, 0, LW);
+    b.post_recv(&mut qb, &[(dst.addr, 512, dst.key)]);
+    let data: Vec<u8> = (0..100u8).collect();
+    let mut bytes = Wr::new(op::SEND).inline(&data).encode(qa.sq_pc, qa.qpn);
+    bytes.resize(128, 0);
+    let size = 1usize << qa.log_sq;
+    for (i, bb) in bytes.chunks(64).enumerate() {
+        let slot = (usize::from(qa.sq_pc) + i) & (size - 1);
+        a.write(qa.buf + (qa.sq_offset() + slot * 64) as u64, bb);
+    }
+    qa.sq_pc += 2;
+    a.write(qa.dbr + 4, &u32::from(qa.sq_pc).to_be_bytes());
+    // Only the first 64 of the 128 bytes the control segment announces.
+    let reg = a.uar as usize * 4096 + 0x800;
+    let words: Vec<platform::Be64> = bytes[..64]
+        .chunks(8)
+        .map(|x| platform::Be64::new(u64::from_be_bytes(x.try_into().unwrap())))
+        .collect();
+    a.r.bar.write_bf(reg, &words);
+    a.r.emu.run_until_idle();
+    assert_eq!(a.r.emu.datapath().wqes, 0, "an incomplete copy waits");
+    // The next write to that half ends it: the WQE runs from memory.
+    let mut nop = Wr::new(op::NOP).encode(qa.sq_pc, qa.qpn);
+    nop.resize(64, 0);
+    let slot = usize::from(qa.sq_pc) & (size - 1);
+    a.write(qa.buf + (qa.sq_offset() + slot * 64) as u64, &nop);
+    qa.sq_pc += 1;
+    a.write(qa.dbr + 4, &u32::from(qa.sq_pc).to_be_bytes());
+    a.r.bar.write64(
+        reg,
+        platform::Be64::new(u64::from_be_bytes(nop[..8].try_into().unwrap())),
+    );
+    a.wait(&mut ca, 2);
+    b.wait(&mut cb, 1)[0].ok();
+    assert_eq!(b.read(dst.addr, 100), data);
+    assert_eq!(a.r.emu.datapath().bf_mismatches, 1);
+    b.finish();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.finish()))
+        .expect_err("assert_clean must fail on a BlueFlame copy that stops short");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("stopped at 64 of 128 bytes"), "{msg}");
+}
+
+#[test]
+fn a_doorbell_rung_before_the_doorbell_record_fails_assert_clean() {
+    let (mut a, mut b) = pair();
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &Attrs::default());
+    let dst = b.mr(4096, 0, LW);
+    b.post_recv(&mut qb, &[(dst.addr, 512, dst.key)]);
+    // The WQE is in memory, but the doorbell comes before the doorbell
+    // record covers it.
+    let mut bytes = Wr::new(op::SEND).inline(&[7; 8]).encode(qa.sq_pc, qa.qpn);
+    bytes.resize(64, 0);
+    let slot = usize::from(qa.sq_pc) & ((1usize << qa.log_sq) - 1);
+    a.write(qa.buf + (qa.sq_offset() + slot * 64) as u64, &bytes);
+    let reg = a.uar as usize * 4096 + 0x800;
+    let ctrl0 = u64::from_be_bytes(bytes[..8].try_into().unwrap());
+    a.r.bar.write64(reg, platform::Be64::new(ctrl0));
+    a.r.emu.run_until_idle();
+    assert_eq!(a.r.emu.datapath().doorbell_mismatches, 1);
+    assert_eq!(a.r.emu.datapath().wqes, 0, "the record does not cover it");
+    // The driver then updates the record and rings again, correctly.
+    qa.sq_pc += 1;
+    a.write(qa.dbr + 4, &u32::from(qa.sq_pc).to_be_bytes());
+    a.r.bar.write64(reg + 0x100, platform::Be64::new(ctrl0));
+    a.wait(&mut ca, 1)[0].ok();
+    b.wait(&mut cb, 1)[0].ok();
+    assert_eq!(a.r.emu.datapath().doorbell_mismatches, 1);
+    b.finish();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.finish()))
+        .expect_err("assert_clean must fail on a doorbell before its doorbell record");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("1 send doorbells rung before the doorbell record"),
+        "{msg}"
+    );
 }
 
 #[test]

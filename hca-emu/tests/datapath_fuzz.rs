@@ -287,9 +287,10 @@ fn run(r: &mut Rig, ops: Vec<Op>) {
 }
 
 /// Drains a CQ; every CQE must have a defined opcode, an error CQE a
-/// known syndrome.
-fn drain(n: &Node, cq: &mut Cq) -> Result<usize, TestCaseError> {
+/// known syndrome. Returns the error CQEs.
+fn drain(n: &Node, cq: &mut Cq) -> Result<Vec<Cqe>, TestCaseError> {
     let mut k = 0;
+    let mut errors = Vec::new();
     while let Some(c) = n.poll(cq) {
         prop_assert!(
             matches!(c.opcode, 0..=3 | 13 | 14),
@@ -305,13 +306,53 @@ fn drain(n: &Node, cq: &mut Cq) -> Result<usize, TestCaseError> {
                 "syndrome {:#x}",
                 c.syndrome
             );
+            errors.push(c);
         }
         k += 1;
         if k > 100_000 {
             break;
         }
     }
-    Ok(k)
+    Ok(errors)
+}
+
+/// An error CQE other than a flush moved its queue out of RTS (RDY for
+/// the raw SQ): RC to ERR, UD to SQE or ERR. Not after a reset (which
+/// brings the QPs back to RTS), and not for a UD receive that was too
+/// small (it leaves the QP usable).
+fn errors_leave_rts(
+    n: &Node,
+    errors: &[Cqe],
+    raw_sqn: Option<u32>,
+) -> Result<usize, TestCaseError> {
+    let mut checked = 0;
+    for c in errors {
+        if c.syndrome == hca_emu::cqe_syndrome::WR_FLUSH
+            || (c.opcode == 14 && c.syndrome == hca_emu::cqe_syndrome::LOCAL_LENGTH)
+        {
+            continue;
+        }
+        if Some(c.qpn) == raw_sqn {
+            let st = n.r.emu.wq(hca_emu::ObjKind::Sq, c.qpn).map(|w| w.state);
+            prop_assert_ne!(st, Some(1), "raw SQ {:#x} still ready after {:?}", c.qpn, c);
+        } else {
+            let st = n.r.emu.qp_state(c.qpn);
+            prop_assert!(
+                st.is_some(),
+                "error CQE names QP {:#x}, which does not exist",
+                c.qpn
+            );
+            prop_assert_ne!(
+                st,
+                Some(hca_emu::QpState::Rts),
+                "QP {:#x} in RTS after {:?}",
+                c.qpn,
+                c
+            );
+        }
+        checked += 1;
+    }
+    Ok(checked)
 }
 
 proptest! {
@@ -320,17 +361,22 @@ proptest! {
     #[test]
     fn random_work_requests_never_break_the_engine(ops in prop::collection::vec(op(), 1..40)) {
         let mut r = rig();
+        let resets = ops.iter().any(|o| matches!(o, Op::Reset { .. }));
         run(&mut r, ops);
         for n in [&r.a, &r.b] {
             prop_assert!(n.r.emu.internal_errors().is_empty(), "{:?}", n.r.emu.internal_errors());
         }
-        let Rig { a, b, qs, mut cqs, qb, mut cb, .. } = r;
+        let Rig { a, b, qs, mut cqs, mut cb, .. } = r;
+        let mut errors_a = Vec::new();
         for c in &mut cqs {
-            drain(&a, c)?;
+            errors_a.extend(drain(&a, c)?);
         }
-        drain(&b, &mut cb)?;
+        let errors_b = drain(&b, &mut cb)?;
         // An error CQE (not a flush) leaves its QP out of RTS.
-        let _ = (&qs, &qb);
+        if !resets {
+            errors_leave_rts(&a, &errors_a, Some(qs[2].qpn))?;
+            errors_leave_rts(&b, &errors_b, None)?;
+        }
         // The device still executes: a NOP on a fresh QP of A completes.
         let mut a = a;
         let mut b = b;

@@ -398,3 +398,44 @@ fn the_p_key_table_follows_pkey_table_size() {
     r.free_all();
     r.emu.assert_clean();
 }
+
+#[test]
+fn fault_rules_count_their_hits() {
+    let mut r = Raw::new(EmuConfig::default());
+    r.ok(&inp(0x104, 0, 16), 16);
+    let f = r.emu.faults();
+    // A rule for a command that never comes: no hit.
+    let never = f.fail_opcode(0x500, 0x3, 0);
+    // One shot on the second QUERY_PAGES: one hit, on that command only.
+    let second = f.fail_opcode_nth(0x107, 2, 0x3, 0x1234);
+    // Every QUERY_HCA_CAP: a hit each.
+    let every = f.corrupt_output(Some(0x100), 1, OutputCorruption::EntryToken(0x77));
+    let pages = inp(0x107, 1, 16);
+    r.ok(&pages, 16);
+    assert_eq!((f.hits(second), f.hits(never)), (0, 0));
+    assert_eq!(r.fails(&pages, 16, 0x3), 0x1234);
+    assert_eq!(f.hits(second), 1);
+    r.ok(&pages, 16);
+    assert_eq!(f.hits(second), 1, "a spent one-shot rule counts no more");
+    let _ = r.cmd(&query_general_cur(), 0x1010);
+    assert_eq!(f.hits(every), 1);
+    let _ = r.cmd(&query_general_cur(), 0x1010);
+    assert_eq!(f.hits(every), 1, "corrupt_output is one shot");
+    let persistent = f.fail_opcode(0x107, 0x4, 0);
+    for n in 1..=3 {
+        r.fails(&pages, 16, 0x4);
+        assert_eq!(f.hits(persistent), n);
+    }
+    // A DMA failure rule counts the allocations it failed.
+    let dma = f.fail_dma(DmaFailure::Nth(1));
+    assert!(r.p.alloc_dma(4096, 4096).map(|m| r.p.free_dma(m)).is_ok());
+    assert!(r.p.alloc_dma(4096, 4096).is_err());
+    assert!(r.p.alloc_dma(4096, 4096).map(|m| r.p.free_dma(m)).is_ok());
+    assert_eq!(f.hits(dma), 1);
+    // Counts survive clear(), and new rules get new counters.
+    f.clear();
+    assert_eq!((f.hits(persistent), f.hits(never)), (3, 0));
+    let fresh = f.fail_opcode(0x107, 0x4, 0);
+    assert_ne!(fresh, persistent);
+    assert_eq!(f.hits(fresh), 0);
+}

@@ -18,6 +18,17 @@
 //!
 //! Object numbers (UARs, EQs) are the emulator's own: real firmware numbers
 //! are not part of the interface.
+//!
+//! What the byte equality proves, and what it does not: the emulator's
+//! capability, QUERY_ADAPTER and QUERY_ISSI payloads are *taken from this
+//! same trace* (`hca-emu/data/cx4-fw14.12.1220.txt`), so equal payload
+//! bytes are circular by construction and prove only that the personality
+//! was extracted and is served unchanged. Not circular: where the payload
+//! lands (the 16-byte header, the output mailbox chain of a 4 KiB answer),
+//! the statuses, syndromes and output lengths, the plain answers of the
+//! commands that change state (ENABLE_HCA, MANAGE_PAGES, SET_HCA_CAP,
+//! INIT_HCA, SET_ISSI), and the checks at the end, which compare the
+//! emulator's state after the replay with what Linux's inputs asked for.
 
 mod common;
 
@@ -141,4 +152,41 @@ fn every_trace_command_gets_the_real_answer() {
     );
     // 6 boot + 12,868 init pages held, as on the real card.
     assert_eq!(r.emu.firmware_pages(), 6 + 12_868);
+
+    // Not circular: the general capabilities the firmware reports as
+    // current now are the ones Linux's SET_HCA_CAP wrote (its input, not
+    // the recorded answers), field by field, for every field the
+    // firmware lets a driver set; the others kept the recorded values.
+    let set = cmds
+        .iter()
+        .find(|c| c.opcode == 0x109)
+        .expect("the trace sets capabilities");
+    let set_in = set.input_msg();
+    let before = cmds
+        .iter()
+        .find(|c| c.opcode == 0x100 && c.op_mod() == 1)
+        .expect("the trace queries the current general caps")
+        .output_msg();
+    let now = r.ok(&common::inp(0x100, 1, 16), 16 + 4096);
+    let t = hca_emu::ifc::ifc();
+    let mut changed = 0;
+    for f in [
+        "log_max_qp",
+        "pkey_table_size",
+        "gid_table_size",
+        "cmdif_checksum",
+        "log_uar_page_sz",
+        "cqe_version",
+        "uar_4k",
+    ] {
+        let asked = t.get(&set_in[0x10..], "cmd_hca_cap", f);
+        let was = t.get(&before[0x10..], "cmd_hca_cap", f);
+        assert_eq!(t.get(&now[0x10..], "cmd_hca_cap", f), asked, "{f}");
+        changed += usize::from(asked != was);
+    }
+    // Linux raised log_max_qp from 0xe to 0x11.
+    assert!(
+        changed > 0,
+        "the SET changed nothing: the check would be empty"
+    );
 }

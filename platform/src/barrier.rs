@@ -158,4 +158,137 @@ mod tests {
         mmio_ordered_writes_hack();
         full_barrier();
     }
+
+    /// The machine code of each barrier, read back from this test binary:
+    /// the instruction the table above (and rdma-core's header) names, and
+    /// no other fence. A barrier that lost or changed its instruction fails
+    /// here, which executing it cannot show.
+    #[cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), not(miri)))]
+    mod machine_code {
+        use super::*;
+
+        /// The fences a barrier may contain, by name.
+        #[cfg(target_arch = "x86_64")]
+        const FENCES: [(&str, &[u8]); 3] = [
+            ("lfence", &[0x0f, 0xae, 0xe8]),
+            ("sfence", &[0x0f, 0xae, 0xf8]),
+            ("mfence", &[0x0f, 0xae, 0xf0]),
+        ];
+        /// `dmb`/`dsb` with their option (CRm) in bits 11:8, little-endian.
+        #[cfg(target_arch = "aarch64")]
+        const FENCES: [(&str, &[u8]); 4] = [
+            ("dmb oshst", &0xd503_32bf_u32.to_le_bytes()),
+            ("dmb oshld", &0xd503_31bf_u32.to_le_bytes()),
+            ("dsb st", &0xd503_3e9f_u32.to_le_bytes()),
+            ("dsb sy", &0xd503_3f9f_u32.to_le_bytes()),
+        ];
+
+        /// Which of [`FENCES`] occur in the first bytes of `f` (bit i for
+        /// `FENCES[i]`; the wrappers below are a few instructions long, the
+        /// barriers are inlined into them).
+        fn fences_in(f: fn()) -> u8 {
+            let p = f as *const u8;
+            let mut code = [0u8; 48];
+            for (i, b) in code.iter_mut().enumerate() {
+                // SAFETY: `p` is the entry of a function of this binary,
+                // whose text is mapped readable and is longer than 48
+                // bytes together with what follows it in the section; the
+                // bytes are only read, never executed or written.
+                *b = unsafe { core::ptr::read_volatile(p.add(i)) };
+            }
+            // Up to the function's return (`ret`), so the next function's
+            // code is not taken for this one's.
+            #[cfg(target_arch = "x86_64")]
+            let end = code.iter().position(|&b| b == 0xc3);
+            #[cfg(target_arch = "aarch64")]
+            let end = code
+                .chunks_exact(4)
+                .position(|w| w == 0xd65f_03c0_u32.to_le_bytes())
+                .map(|i| 4 * i);
+            let code = &code[..end.expect("the wrapper returns within 48 bytes")];
+            let mut found = 0;
+            for (i, (_, enc)) in FENCES.iter().enumerate() {
+                if code.windows(enc.len()).any(|w| w == *enc) {
+                    found |= 1 << i;
+                }
+            }
+            found
+        }
+
+        /// The bit mask of fences named `names`.
+        fn mask(names: &[&str]) -> u8 {
+            let mut m = 0;
+            for n in names {
+                let i = FENCES
+                    .iter()
+                    .position(|(f, _)| f == n)
+                    .expect("a known fence");
+                m |= 1 << i;
+            }
+            m
+        }
+
+        #[inline(never)]
+        fn to_device() {
+            udma_to_device_barrier();
+        }
+        #[inline(never)]
+        fn from_device() {
+            udma_from_device_barrier();
+        }
+        #[inline(never)]
+        fn ordering_write() {
+            udma_ordering_write_barrier();
+        }
+        #[inline(never)]
+        fn flush_writes() {
+            mmio_flush_writes();
+        }
+        #[inline(never)]
+        fn wc_start() {
+            mmio_wc_start();
+        }
+        #[inline(never)]
+        fn ordered_writes_hack() {
+            mmio_ordered_writes_hack();
+        }
+        #[inline(never)]
+        fn full() {
+            full_barrier();
+        }
+
+        /// A barrier's name, its wrapper, and the fences it must contain.
+        type Expect = (&'static str, fn(), &'static [&'static str]);
+
+        #[test]
+        fn each_barrier_is_its_instruction() {
+            #[cfg(target_arch = "x86_64")]
+            let want: [Expect; 7] = [
+                ("udma_to_device_barrier", to_device, &[]),
+                ("udma_from_device_barrier", from_device, &["lfence"]),
+                ("udma_ordering_write_barrier", ordering_write, &[]),
+                ("mmio_flush_writes", flush_writes, &["sfence"]),
+                ("mmio_wc_start", wc_start, &["sfence"]),
+                ("mmio_ordered_writes_hack", ordered_writes_hack, &["sfence"]),
+                ("full_barrier", full, &["mfence"]),
+            ];
+            #[cfg(target_arch = "aarch64")]
+            let want: [Expect; 7] = [
+                ("udma_to_device_barrier", to_device, &["dmb oshst"]),
+                ("udma_from_device_barrier", from_device, &["dmb oshld"]),
+                (
+                    "udma_ordering_write_barrier",
+                    ordering_write,
+                    &["dmb oshst"],
+                ),
+                ("mmio_flush_writes", flush_writes, &["dsb st"]),
+                ("mmio_wc_start", wc_start, &["dsb st"]),
+                ("mmio_ordered_writes_hack", ordered_writes_hack, &["dsb st"]),
+                ("full_barrier", full, &["dsb sy"]),
+            ];
+            for (name, f, fences) in want {
+                assert_eq!(fences_in(f), mask(fences), "{name}: {fences:?}");
+            }
+        }
+    }
 }

@@ -227,12 +227,13 @@ fn a_wrong_signature_during_bring_up_unwinds() {
     let mut b = Bench::emulated(EmuConfig::default().with_checksum(), config(true, None));
     // QUERY_HCA_CAP #3 is the first one after the driver learned that the
     // firmware signs (the general caps, maximum then current, come first).
-    b.emu().unwrap().faults().corrupt_output(
+    let rule = b.emu().unwrap().faults().corrupt_output(
         Some(Opcode::QUERY_HCA_CAP.0),
         3,
         OutputCorruption::Signature,
     );
     let e = b.try_open().unwrap_err();
+    assert_eq!(b.emu().unwrap().faults().hits(rule), 1);
     assert!(
         matches!(
             e,
@@ -258,12 +259,14 @@ fn without_checksum_a_wrong_entry_signature_is_ignored() {
     // The recorded card: checksum off; the driver checks nothing.
     let mut b = Bench::emulated(EmuConfig::default(), config(false, None));
     let hca = b.open();
-    b.emu().unwrap().faults().corrupt_output(
+    let rule = b.emu().unwrap().faults().corrupt_output(
         Some(Opcode::QUERY_VPORT_STATE.0),
         1,
         OutputCorruption::EntrySignature,
     );
     hca.vport_up().unwrap();
+    // The wrong signature was really delivered, and ignored.
+    assert_eq!(b.emu().unwrap().faults().hits(rule), 1);
     b.close(hca);
     b.assert_clean();
 }

@@ -52,6 +52,23 @@ fn steps(log: &[CommandRecord]) -> Vec<(u16, u16, u32)> {
     out
 }
 
+/// Closes the HCA, checks the emulator is clean (no IOMMU fault, no leak
+/// of memory, firmware pages or objects, no ordering error), then opens
+/// and closes the device once more and checks it again: the device
+/// survived what the test did to it.
+#[track_caller]
+fn close_clean_and_reopen(b: &mut Bench<EmuPlatform>, hca: hca_driver::Hca<EmuPlatform>) {
+    b.close(hca);
+    b.assert_clean();
+    let hca = b.open();
+    hca.alloc_pd()
+        .expect("a command after the reopen")
+        .destroy()
+        .unwrap();
+    b.close(hca);
+    b.assert_clean();
+}
+
 fn assert_no_faults_no_memory(emu: &EmuHca) {
     assert!(emu.iommu_faults().is_empty(), "{:?}", emu.iommu_faults());
     let r = emu.leak_report();
@@ -186,12 +203,41 @@ fn every_teardown_command_that_never_completes_times_out_and_memory_is_freed() {
             .unwrap()
             .faults()
             .command_never_completes(Some(opcode), nth);
+        let given = b.emu().unwrap().firmware_pages();
         let e = b.try_close(hca).expect_err("teardown cannot succeed");
         assert!(
             matches!(e, Error::Timeout { what: Wait::Command { opcode: o, op_mod: m }, .. } if (o, m) == (Opcode(opcode), op_mod)),
             "{e}"
         );
-        assert_no_faults_no_memory(b.emu().unwrap());
+        let emu = b.emu().unwrap();
+        assert_no_faults_no_memory(emu);
+        let r = emu.leak_report();
+        let op = Opcode(opcode);
+        // What the firmware still held when the function had to be reset:
+        // only the step that timed out may leave pages or objects behind.
+        if op == Opcode::TEARDOWN_HCA || op == Opcode::MANAGE_PAGES {
+            assert_eq!(r.firmware_pages.len(), given, "{op}");
+        } else {
+            assert!(r.firmware_pages.is_empty(), "{op}: {:?}", r.firmware_pages);
+        }
+        if op == Opcode::DESTROY_EQ || op == Opcode::DEALLOC_UAR {
+            assert!(!r.objects_at_teardown.is_empty(), "{op}");
+        } else {
+            assert!(
+                r.objects_at_teardown.is_empty(),
+                "{op}: {:?}",
+                r.objects_at_teardown
+            );
+        }
+        assert!(r.objects.is_empty(), "{op}: {:?}", r.objects);
+        // The device works again afterwards, and that run leaks nothing
+        // more.
+        let hca = b.open();
+        hca.alloc_pd().unwrap().destroy().unwrap();
+        b.close(hca);
+        let emu = b.emu().unwrap();
+        assert_no_faults_no_memory(emu);
+        assert_eq!(emu.leak_report(), r, "{op}: the reopened run leaked");
     }
 }
 
@@ -319,17 +365,35 @@ fn surprise_removal_during_a_command() {
     b.config.timeouts.command = Duration::from_secs(3600);
     let hca = b.open();
     let emu = b.emu().unwrap();
-    emu.faults()
+    let stall = emu
+        .faults()
         .command_never_completes(Some(Opcode::ALLOC_PD.0), 1);
     std::thread::scope(|s| {
         let t = s.spawn(|| hca.alloc_pd().err());
-        // Let the command start, then pull the card.
-        std::thread::sleep(Duration::from_millis(20));
+        // The rule's hit count is the hook: it turns 1 when the firmware
+        // has taken ALLOC_PD from the queue and sits on it. Only then is
+        // the card pulled, so the removal provably happens while the
+        // command is outstanding (and a timeout cannot end the wait: it
+        // would give Error::Timeout, not Gone).
+        while emu.faults().hits(stall) == 0 {
+            assert!(
+                !t.is_finished(),
+                "alloc_pd returned before the firmware took it"
+            );
+            std::thread::yield_now();
+        }
         emu.faults().surprise_removal();
         let e = t.join().unwrap().expect("the command cannot succeed");
         assert!(matches!(e, Error::DeviceDead(DeadReason::Gone)), "{e}");
     });
-    let _ = b.try_close(hca);
+    assert!(
+        emu.command_log()
+            .iter()
+            .all(|c| c.opcode != Opcode::ALLOC_PD.0),
+        "ALLOC_PD was never answered"
+    );
+    let e = b.try_close(hca).expect_err("the card is gone");
+    assert!(matches!(e, Error::DeviceDead(DeadReason::Gone)), "{e}");
     assert_no_faults_no_memory(b.emu().unwrap());
 }
 
@@ -371,7 +435,7 @@ fn a_live_health_counter_is_fine() {
         emu.advance(hca.config().timeouts.health_poll);
         hca.check_health().unwrap();
     }
-    b.close(hca);
+    close_clean_and_reopen(&mut b, hca);
 }
 
 #[test]
@@ -399,7 +463,7 @@ fn runtime_page_requests_give_and_take_pages() {
     emu.run_until_idle();
     hca.poll_events().unwrap();
     assert_eq!(emu.firmware_pages(), base + 140);
-    b.close(hca);
+    close_clean_and_reopen(&mut b, hca);
 }
 
 #[test]
@@ -424,7 +488,7 @@ fn a_page_request_beyond_the_budget_is_refused_with_op_mod_0() {
     // Within the budget it works.
     page_request(emu, &hca, 50).unwrap();
     assert_eq!(emu.firmware_pages(), 68);
-    b.close(hca);
+    close_clean_and_reopen(&mut b, hca);
 }
 
 #[test]
@@ -447,13 +511,31 @@ fn page_requests_are_served_while_a_command_waits() {
     let base = emu.firmware_pages();
     emu.faults().page_request(40);
     // A command the firmware sits on.
-    emu.faults()
+    let stall = emu
+        .faults()
         .command_never_completes(Some(Opcode::ALLOC_PD.0), 1);
     let e = hca.alloc_pd().unwrap_err();
-    assert!(matches!(e, Error::Timeout { .. }));
+    assert!(
+        matches!(
+            e,
+            Error::Timeout {
+                what: Wait::Command {
+                    opcode: Opcode::ALLOC_PD,
+                    op_mod: 0
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        emu.faults().hits(stall),
+        1,
+        "the stalled command was ALLOC_PD"
+    );
     // While the driver waited, it gave the pages the firmware asked for.
     assert_eq!(emu.firmware_pages(), base + 40);
-    b.close(hca);
+    close_clean_and_reopen(&mut b, hca);
 }
 
 fn open_with_corruption(
@@ -626,12 +708,14 @@ fn signatures_are_only_checked_while_cmdif_checksum_is_on() {
     // The recorded ConnectX-4 runs with cmdif_checksum 0: a wrong
     // signature on an output block means nothing and is ignored.
     let mut b = bench();
-    b.emu().unwrap().faults().corrupt_output(
+    let rule = b.emu().unwrap().faults().corrupt_output(
         Some(Opcode::QUERY_HCA_CAP.0),
         1,
         OutputCorruption::Signature,
     );
     let hca = b.open();
+    // The wrong signature was really delivered, and ignored.
+    assert_eq!(b.emu().unwrap().faults().hits(rule), 1);
     b.close(hca);
     b.assert_clean();
 }
@@ -699,7 +783,8 @@ fn a_corrupted_command_completion_event_is_reported_and_survived() {
     let (cmd_eq, _) = hca.control_eqns();
     let cmd_eq = cmd_eq.unwrap();
     // Byte 0x23 holds the low bits of the completion vector.
-    emu.faults()
+    let rule = emu
+        .faults()
         .corrupt_next_eqe(u32::from(cmd_eq.0), 0x23, 0xff);
     let pd = hca.alloc_pd().expect("accepted once the entry is back");
     let mut saw_invalid = false;
@@ -715,8 +800,9 @@ fn a_corrupted_command_completion_event_is_reported_and_survived() {
         }
     }
     assert!(saw_invalid && saw_missed);
+    assert_eq!(emu.faults().hits(rule), 1);
     pd.destroy().unwrap();
-    b.close(hca);
+    close_clean_and_reopen(&mut b, hca);
 }
 
 #[test]
@@ -728,7 +814,7 @@ fn corrupted_async_events_are_typed_errors() {
     let async_eq = u32::from(async_eq.unwrap().0);
     let base = emu.firmware_pages();
     // An event type nobody subscribed to.
-    emu.faults().corrupt_next_eqe(async_eq, 1, 0x30);
+    let first = emu.faults().corrupt_next_eqe(async_eq, 1, 0x30);
     let e = page_request(emu, &hca, 5).unwrap_err();
     assert!(
         matches!(
@@ -745,8 +831,9 @@ fn corrupted_async_events_are_typed_errors() {
         base,
         "a skipped request gives nothing"
     );
+    assert_eq!(emu.faults().hits(first), 1);
     // A page request for another function.
-    emu.faults().corrupt_next_eqe(async_eq, 0x23, 0x05);
+    let second = emu.faults().corrupt_next_eqe(async_eq, 0x23, 0x05);
     let e = page_request(emu, &hca, 5).unwrap_err();
     assert!(
         matches!(
@@ -771,7 +858,8 @@ fn corrupted_async_events_are_typed_errors() {
         }
     }
     assert_eq!(invalid, 2);
-    b.close(hca);
+    assert_eq!(emu.faults().hits(second), 1);
+    close_clean_and_reopen(&mut b, hca);
 }
 
 #[test]
@@ -792,7 +880,7 @@ fn many_async_events_keep_the_consumer_index_moving() {
     }
     assert_eq!(emu.firmware_pages(), base + 2 * size);
     assert!(emu.datapath().eq_overruns.is_empty());
-    b.close(hca);
+    close_clean_and_reopen(&mut b, hca);
 }
 
 #[test]

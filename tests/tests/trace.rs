@@ -166,6 +166,7 @@ fn the_streaming_dump_equals_firmware_cmds_write_exchange() {
     let mut b = Bench::emulated(EmuConfig::default(), cfg);
     let hca = b.open();
     b.close(hca);
+    b.assert_clean();
     assert!(CMP.seen.load(std::sync::atomic::Ordering::Relaxed) > 30);
     assert!(
         CMP.mismatches.lock().unwrap().is_empty(),

@@ -578,17 +578,53 @@ fn dump_commands_round_trips_through_trace() {
 
 // ---- list, bind, unbind ----------------------------------------------------
 
+/// The mlx5 functions of this machine, read from sysfs here (not through
+/// the tool's or platform's code): vendor 0x15b3 and a ConnectX-4-or-later
+/// or BlueField device ID (FACTS.md, PCI identity).
+fn mlx5_functions_of_this_machine() -> Vec<String> {
+    const IDS: [u16; 17] = [
+        0x1013, 0x1014, 0x1015, 0x1016, 0x1017, 0x1018, 0x1019, 0x101a, 0x101b, 0x101c, 0x101d,
+        0x101e, 0x101f, 0x1021, 0x1023, 0xa2d6, 0xa2dc,
+    ];
+    let hex = |p: PathBuf| {
+        let s = std::fs::read_to_string(p).ok()?;
+        u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+    };
+    let Ok(dir) = std::fs::read_dir("/sys/bus/pci/devices") else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            hex(e.path().join("vendor")) == Some(0x15b3)
+                && hex(e.path().join("device")).is_some_and(|d| IDS.contains(&d))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    out
+}
+
 #[test]
 fn list_on_this_machine() {
+    let want = mlx5_functions_of_this_machine();
     let out = ok(&["list"]);
-    assert!(
-        out.starts_with("No mlx5 device found") || out.starts_with("BDF "),
-        "{out}"
-    );
     let v = json(&ok(&["list", "--json"]));
-    assert!(v.is_array());
-    if out.starts_with("No mlx5 device found") {
-        assert_eq!(v.as_array().unwrap().len(), 0);
+    let mut got: Vec<String> = v
+        .as_array()
+        .expect("a JSON array")
+        .iter()
+        .map(|e| e["bdf"].as_str().unwrap().to_string())
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "hca list --json against sysfs");
+    if want.is_empty() {
+        assert!(out.starts_with("No mlx5 device found"), "{out}");
+    } else {
+        assert!(out.starts_with("BDF "), "{out}");
+        for bdf in &want {
+            assert!(out.contains(bdf.as_str()), "{bdf} missing from {out}");
+        }
     }
 }
 

@@ -312,13 +312,21 @@ impl<'a, P: Platform> Ah<'a, P> {
 mod tests {
     use super::*;
 
+    /// Expected values worked out by hand from Linux's
+    /// `rdma_calc_flow_label` (v = lqpn * rqpn; v ^= v >> 20; v ^= v >> 40;
+    /// low 20 bits) and `rdma_flow_label_to_udp_sport` (low 14 bits XOR
+    /// bits 19:14, OR 0xc000), not by calling the code under test twice.
     #[test]
     fn flow_label_from_qpns() {
         assert_eq!(calc_flow_label(0, 5), 0);
-        let f = calc_flow_label(0x1234, 0x5678);
-        assert!(f <= 0xf_ffff);
-        assert_eq!(f, calc_flow_label(0x5678, 0x1234));
-        assert!(flow_label_to_udp_sport(f) >= 0xc000);
+        // 0x1234 * 0x5678 = 0x626_0060; ^ (>> 20 = 0x62) = 0x626_0002.
+        assert_eq!(calc_flow_label(0x1234, 0x5678), 0x6_0002);
+        assert_eq!(calc_flow_label(0x5678, 0x1234), 0x6_0002);
+        // 0xffffff^2 = 0xffff_fe00_0001: both shifts matter.
+        assert_eq!(calc_flow_label(0xff_ffff, 0xff_ffff), 0xf_ff1e);
+        // 0x0002 ^ (0x6_0000 >> 14 = 0x18) = 0x1a.
+        assert_eq!(flow_label_to_udp_sport(0x6_0002), 0xc01a);
+        assert_eq!(flow_label_to_udp_sport(0xf_ff1e), 0xff21);
     }
 
     #[test]
@@ -331,6 +339,18 @@ mod tests {
             ..AhAttr::ib(2, 0x1234)
         };
         fill_ads(&mut ads, &a, Resolved::Ib, 7, 1, 2).unwrap();
+        // The image at the PRM's offsets: pkey_index at 0x02, mlid at
+        // byte 0x05 bits 6:0, rlid at 0x06, stat_rate at byte 0x0a bits
+        // 3:0 (IB_RATE_10_GBPS = 3 is 3 + MLX5_STAT_RATE_OFFSET 5 = 8 in
+        // Linux's ib_rate_to_mlx5), sl at byte 0x24 bits 3:0,
+        // vhca_port_num at 0x25.
+        let img = firmware_cmds::layout::Layout::bytes(&ads);
+        assert_eq!(img[0x02..0x04], [0, 7]);
+        assert_eq!(img[0x05], 3);
+        assert_eq!(img[0x06..0x08], [0x12, 0x34]);
+        assert_eq!(img[0x0a] & 0x0f, 8);
+        assert_eq!(img[0x24] & 0x0f, 5);
+        assert_eq!(img[0x25], 2);
         assert_eq!(ads.get(Ads::rlid), 0x1234);
         assert_eq!((ads.get(Ads::sl), ads.get(Ads::mlid)), (5, 3));
         assert_eq!(ads.get(Ads::stat_rate), 8);
@@ -368,13 +388,23 @@ mod tests {
             dmac: [0, 1, 2, 3, 4, 5],
         };
         fill_ads(&mut ads, &a, r, 0, 0x10, 0x20).unwrap();
-        // Linux's mlx5_set_path: no grh bit on RoCE, the GRH fields set.
-        assert!(!ads.get(Ads::grh));
-        assert_eq!(ads.get(Ads::rgid_rip), a.grh.unwrap().dgid);
+        // The image at the PRM's ads offsets (mlx5_ifc_ads_bits), not
+        // through the decoder: grh is bit 23 of the dword at 0x04 and stays
+        // 0 on RoCE (Linux's mlx5_set_path sets it for InfiniBand only),
+        // rgid_rip at 0x10, udp_sport at 0x22, vhca_port_num at 0x25, rmac
+        // at 0x26.
+        let img = firmware_cmds::layout::Layout::bytes(&ads);
+        assert_eq!(img[0x05] & 0x80, 0, "grh");
+        assert_eq!(img[0x10..0x20], a.grh.unwrap().dgid, "rgid_rip");
+        // No flow label: rdma_calc_flow_label(0x10, 0x20) = 0x200, so the
+        // UDP source port is 0xc200.
+        assert_eq!(img[0x22..0x24], [0xc2, 0x00], "udp_sport");
+        assert_eq!(img[0x25], 1, "vhca_port_num");
+        assert_eq!(img[0x26..0x2c], [0, 1, 2, 3, 4, 5], "rmac");
+        // And the decoder reads the same image back, the GRH included.
         let b = AhAttr::from_ads(&ads);
         assert_eq!(b.grh, a.grh);
         assert_eq!(b.port_num, 1);
         assert_eq!(b.dmac, Some([0, 1, 2, 3, 4, 5]));
-        assert!(ads.get(Ads::udp_sport) >= 0xc000);
     }
 }

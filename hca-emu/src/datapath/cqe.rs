@@ -128,7 +128,7 @@ mod tests {
     #[test]
     fn golden_cqes() {
         let v: serde_json::Value = serde_json::from_str(VECTORS).unwrap();
-        let mut checked = 0;
+        let (mut checked, mut errors) = (0, 0);
         for case in v["cqe"].as_array().unwrap() {
             for c in case["cqes"].as_array().unwrap() {
                 let f = &c["fields"];
@@ -147,11 +147,9 @@ mod tests {
                     se: image[63] & 2 != 0,
                     ..Cqe::default()
                 };
-                if matches!(opcode, op::REQ_ERR | op::RESP_ERR) {
+                let error = matches!(opcode, op::REQ_ERR | op::RESP_ERR);
+                if error {
                     q.syndrome = num(f, "syndrome") as u8;
-                    if u64::from(vendor_syndrome(q.syndrome)) != num(f, "vendor_err_synd") {
-                        continue; // hand-made vendor syndromes of the vectors
-                    }
                 } else {
                     q.byte_cnt = num(f, "byte_cnt") as u32;
                     q.imm_inval_pkey = num(f, "imm_inval_pkey") as u32;
@@ -160,15 +158,92 @@ mod tests {
                     q.ml_path = num(f, "ml_path") as u8;
                     q.l4_l3_hdr_type = image[0x1d];
                 }
-                assert_eq!(
-                    q.bytes().to_vec(),
-                    image,
-                    "{}",
-                    case["name"].as_str().unwrap()
-                );
+                let mut got = q.bytes().to_vec();
+                if error {
+                    // The vectors' vendor syndromes are made up by their
+                    // generator (0x40 | syndrome, mostly): every other byte
+                    // must match; the emulator's own vendor syndromes are
+                    // checked against the field in `vendor_syndromes_*`.
+                    assert_eq!(got[0x36], vendor_syndrome(q.syndrome));
+                    got[0x36] = image[0x36];
+                    errors += 1;
+                }
+                assert_eq!(got, image, "{}", case["name"].as_str().unwrap());
                 checked += 1;
             }
         }
-        assert!(checked >= 15, "only {checked} vectors checked");
+        assert_eq!(errors, 16, "every error CQE vector is checked");
+        assert!(checked >= 30, "only {checked} vectors checked");
+    }
+
+    /// The emulator's syndrome numbers against rdma-core's own decoding:
+    /// the vectors record what the real libmlx5 `ibv_poll_cq` returned for
+    /// each syndrome, so each constant must decode to the status its name
+    /// says.
+    #[test]
+    fn syndromes_decode_in_libmlx5_as_named() {
+        let v: serde_json::Value = serde_json::from_str(VECTORS).unwrap();
+        let mut decoded = std::collections::HashMap::new();
+        for case in v["cqe"].as_array().unwrap() {
+            let f = &case["cqes"][0]["fields"];
+            if !f["opcode"].is_string()
+                || !matches!(num(f, "opcode") as u8, op::REQ_ERR | op::RESP_ERR)
+            {
+                continue;
+            }
+            let name = case["poll"]["wc"][0]["status_name"].as_str().unwrap();
+            decoded.insert(num(f, "syndrome") as u8, name.to_string());
+        }
+        for (s, want) in [
+            (syndrome::LOCAL_LENGTH, "IBV_WC_LOC_LEN_ERR"),
+            (syndrome::LOCAL_QP_OP, "IBV_WC_LOC_QP_OP_ERR"),
+            (syndrome::LOCAL_PROT, "IBV_WC_LOC_PROT_ERR"),
+            (syndrome::WR_FLUSH, "IBV_WC_WR_FLUSH_ERR"),
+            (syndrome::BAD_RESP, "IBV_WC_BAD_RESP_ERR"),
+            (syndrome::LOCAL_ACCESS, "IBV_WC_LOC_ACCESS_ERR"),
+            (syndrome::REMOTE_INVALID_REQUEST, "IBV_WC_REM_INV_REQ_ERR"),
+            (syndrome::REMOTE_ACCESS, "IBV_WC_REM_ACCESS_ERR"),
+            (syndrome::REMOTE_OP, "IBV_WC_REM_OP_ERR"),
+            (syndrome::TRANSPORT_RETRY, "IBV_WC_RETRY_EXC_ERR"),
+            (syndrome::RNR_RETRY, "IBV_WC_RNR_RETRY_EXC_ERR"),
+        ] {
+            assert_eq!(
+                decoded.get(&s).map(String::as_str),
+                Some(want),
+                "syndrome {s:#x}"
+            );
+        }
+    }
+
+    /// The vendor syndromes the emulator writes, against what real
+    /// ConnectX adapters reported in the field (not against the emulator's
+    /// own table):
+    /// - 0xf9 with WR flushed: accelio issue #181, a ConnectX-3
+    ///   (`Work Request Flushed Error, vendor_err:0xf9`);
+    /// - 0x81 with transport retry exceeded (status 0x15): Oracle support
+    ///   note 1614576.1 (`status 0x15 vendor syndrome 81`);
+    /// - 0x88 with remote access error (status 0x13): NVIDIA developer
+    ///   forum thread 207715, a ConnectX-2 (`status 0x13 vendor syndrome
+    ///   0x88`).
+    ///
+    /// Local protection's 0x51 has no such source: the field shows 0x52
+    /// (FD.io CSIT-1906, ConnectX-6/7) and 0x53 (warp17 issue #81's CQE
+    /// dump), so the vendor syndrome depends on the cause there; 0x51 stays
+    /// an assumption (see the module's deviations).
+    #[test]
+    fn vendor_syndromes_match_the_field() {
+        for (s, vendor) in [
+            (syndrome::WR_FLUSH, 0xf9),
+            (syndrome::TRANSPORT_RETRY, 0x81),
+            (syndrome::REMOTE_ACCESS, 0x88),
+        ] {
+            let c = Cqe {
+                opcode: op::REQ_ERR,
+                syndrome: s,
+                ..Cqe::default()
+            };
+            let b = c.bytes();
+            assert_eq!((b[0x37], b[0x36]), (s, vendor), "syndrome {s:#x}");
+        }
     }
 }

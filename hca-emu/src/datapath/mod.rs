@@ -8,9 +8,21 @@
 //!   send counter of the queue's doorbell record (word 1, 16 bits) and
 //!   executes every WQE from its own position up to that counter, fetching
 //!   the 64-byte WQEBBs from the queue buffer (the SQ follows the RQ in a
-//!   QP's buffer) with wrap-around. BlueFlame copies (the rest of the
-//!   256-byte register half) are compared with the WQE in memory; a
-//!   difference is counted in [`Datapath::bf_mismatches`].
+//!   QP's buffer) with wrap-around.
+//! - **BlueFlame**: a write-combined copy of a WQE into a register half
+//!   ([`Mmio::write_bf`](platform::Mmio::write_bf), one burst per call)
+//!   is a doorbell that carries the WQE: once the `ds × 16` bytes its
+//!   control segment announces have arrived (at most the 256-byte half),
+//!   the engine executes the copy, as the hardware does, not the WQE in
+//!   memory (the doorbell record is still checked). A copy that differs
+//!   from memory, or that stops short of its `ds`, is a driver error
+//!   counted in [`Datapath::bf_mismatches`]; a copy that stops short is
+//!   executed from memory when the next write to its half starts. Single
+//!   8-byte writes into the rest of a half (a copy not written through
+//!   `write_bf`) are only compared with memory.
+//!   (Assumption: the PRM says BlueFlame WQEs are taken from the
+//!   register; when the WQE named is not the next one the queue executes,
+//!   the engine fetches from memory.)
 //! - A WQE is checked before it runs: its control segment must carry this
 //!   queue's number and the queue position as `wqe_index`, `ds` must cover
 //!   the segments the opcode needs, the opcode must be one the queue type
@@ -77,9 +89,11 @@
 //! - UD/UC send-side errors put the QP in SQE, RC errors in ERR (IBA). A UD
 //!   receive too small completes with local length error and leaves the QP
 //!   usable.
-//! - `vendor_err_synd` is only known from the field for flush (0xf9),
-//!   transport retry (0x81), remote access (0x88) and local protection
-//!   (0x51); it is 0 otherwise.
+//! - `vendor_err_synd` is only known from the field for flush (0xf9,
+//!   accelio issue #181), transport retry (0x81, Oracle note 1614576.1)
+//!   and remote access (0x88, NVIDIA forum thread 207715); local
+//!   protection's 0x51 is an assumption (the field shows 0x52 and 0x53,
+//!   by cause); it is 0 otherwise.
 //! - Raw Ethernet: no flow-table matching (the first TIR with a ready RQ
 //!   takes every non-RoCE frame), no RSS, VLAN stripping, receive checksum
 //!   verification or LSO; SQs send on port 1.
@@ -357,6 +371,9 @@ pub(crate) struct BfCopy {
     pub(crate) n: u32,
     pub(crate) index: u16,
     pub(crate) expected: Option<Vec<u8>>,
+    /// A write-combined copy being received: its bytes so far, and the
+    /// `ds × 16` bytes it needs before it executes (None: rung already).
+    pub(crate) copy: Option<(Vec<u8>, usize)>,
 }
 
 /// A frame for another HCA, posted once the device lock is released.
@@ -372,6 +389,9 @@ pub(crate) struct Engine {
     pub(crate) rqs: HashMap<u32, u16>,
     pub(crate) srqs: HashMap<u32, SrqState>,
     pub(crate) bf: HashMap<(u32, usize), BfCopy>,
+    /// The BlueFlame copy being executed: (raw SQ?, queue number, WQE
+    /// counter, bytes). Set only while its doorbell runs.
+    pub(crate) bf_exec: Option<(bool, u32, u16, Vec<u8>)>,
     pub(crate) outbox: Vec<Outgoing>,
     /// In-flight marks of frames processed in this event, released after
     /// the outbox was delivered.
@@ -763,7 +783,11 @@ impl Device {
         let Some(rule) = self.faults.drop.get_mut(&port) else {
             return false;
         };
-        rule.hit()
+        let (dropped, id) = (rule.hit(), rule.id);
+        if dropped {
+            self.faults.hit(id);
+        }
+        dropped
     }
 
     /// Schedules the periodic flush of WQEs posted to queues in error.
@@ -904,6 +928,27 @@ pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, offset: usize, value: u6
         ));
         return;
     }
+    dev.bf_flush_incomplete(uar, half);
+    let Some((kind, n, index)) = doorbell_target(dev, uar, value) else {
+        return;
+    };
+    dev.engine.bf.insert(
+        (uar, half),
+        BfCopy {
+            kind,
+            n,
+            index,
+            expected: None,
+            copy: None,
+        },
+    );
+    dev.ring_queue(kind, n, index);
+}
+
+/// The queue a send doorbell's first 8 bytes (`opmod_idx_opcode`,
+/// `qpn_ds`) name, if it exists and this is its UAR: (kind, number, WQE
+/// counter).
+fn doorbell_target(dev: &mut Device, uar: u32, value: u64) -> Option<(ObjKind, u32, u16)> {
     let w0 = (value >> 32) as u32;
     let w1 = value as u32;
     let n = w1 >> 8;
@@ -916,27 +961,194 @@ pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, offset: usize, value: u6
         dev.ignored_doorbells.push(format!(
             "UAR {uar:#x}: send doorbell for QPN/SQN {n:#x}, which does not exist"
         ));
-        return;
+        return None;
     };
     if owner_uar != uar {
         dev.ignored_doorbells.push(format!(
             "send doorbell for {kind:?} {n:#x} on UAR {uar:#x}, not its UAR {owner_uar:#x}"
         ));
+        return None;
+    }
+    Some((kind, n, index))
+}
+
+/// Size of a BlueFlame register half (`bf_reg_size / 2`).
+const BF_HALF: usize = 256;
+
+/// A write-combined BlueFlame burst ([`platform::Mmio::write_bf`]) of
+/// `bytes` at `offset` of UAR page `uar`.
+pub(crate) fn blueflame_write(dev: &mut Device, uar: u32, offset: usize, bytes: Vec<u8>) {
+    if !dev.fw.objs.exists(ObjKind::Uar, uar) {
+        dev.ignored_doorbells.push(format!(
+            "BlueFlame write to UAR page {uar:#x}, which is not allocated"
+        ));
         return;
     }
-    dev.engine.bf.insert(
-        (uar, half),
-        BfCopy {
-            kind,
-            n,
-            index,
-            expected: None,
-        },
-    );
-    if kind == ObjKind::Qp {
-        dev.qp_doorbell(n, index);
+    let half = offset & !(BF_HALF - 1);
+    let pos = offset - half;
+    if !(0x800..0xa00).contains(&offset) || pos + bytes.len() > BF_HALF || bytes.len() % 8 != 0 {
+        dev.ignored_doorbells.push(format!(
+            "UAR {uar:#x} offset {offset:#x}: a {}-byte BlueFlame write outside one register half",
+            bytes.len()
+        ));
+        return;
+    }
+    {
+        let d = &mut dev.datapath;
+        for (i, w) in bytes.chunks_exact(8).enumerate() {
+            if d.doorbells.len() >= KEEP {
+                d.doorbells.pop_front();
+            }
+            d.doorbells.push_back(DoorbellWrite {
+                uar,
+                offset: offset + 8 * i,
+                value: u64::from_be_bytes(w.try_into().expect("8-byte chunk")),
+                width: 8,
+            });
+        }
+    }
+    if pos == 0 {
+        dev.bf_flush_incomplete(uar, half);
+        let ctrl0 = u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let Some((kind, n, index)) = doorbell_target(dev, uar, ctrl0) else {
+            return;
+        };
+        let need = usize::from(ctrl0 as u8 & 0x3f) * 16;
+        if need == 0 || need > BF_HALF {
+            // Not a WQE the half can carry: a doorbell for memory.
+            dev.datapath.note(format!(
+                "BlueFlame copy for {kind:?} {n:#x} WQE {index:#x} announces {need} bytes: executed from memory"
+            ));
+            dev.datapath.bf_mismatches += 1;
+            dev.engine.bf.insert(
+                (uar, half),
+                BfCopy {
+                    kind,
+                    n,
+                    index,
+                    expected: None,
+                    copy: None,
+                },
+            );
+            dev.ring_queue(kind, n, index);
+            return;
+        }
+        dev.engine.bf.insert(
+            (uar, half),
+            BfCopy {
+                kind,
+                n,
+                index,
+                expected: None,
+                copy: Some((bytes, need)),
+            },
+        );
     } else {
-        dev.raw_sq_doorbell(n, index);
+        let continues = dev
+            .engine
+            .bf
+            .get(&(uar, half))
+            .and_then(|b| b.copy.as_ref())
+            .is_some_and(|(c, _)| c.len() == pos);
+        if !continues {
+            // Single words after a doorbell: compared with memory.
+            for (i, w) in bytes.chunks_exact(8).enumerate() {
+                let v = u64::from_be_bytes(w.try_into().expect("8-byte chunk"));
+                dev.bf_chunk(uar, half, pos + 8 * i, v, 8);
+            }
+            return;
+        }
+        if let Some((c, _)) = dev
+            .engine
+            .bf
+            .get_mut(&(uar, half))
+            .and_then(|b| b.copy.as_mut())
+        {
+            c.extend_from_slice(&bytes);
+        }
+    }
+    dev.bf_try_execute(uar, half);
+}
+
+impl Device {
+    /// Rings a send queue: the doorbell of a QP or of a raw SQ.
+    fn ring_queue(&mut self, kind: ObjKind, n: u32, index: u16) {
+        if kind == ObjKind::Qp {
+            self.qp_doorbell(n, index);
+        } else {
+            self.raw_sq_doorbell(n, index);
+        }
+    }
+
+    /// Executes the copy in a half once it is complete: compared with the
+    /// WQE in memory (a difference is a driver error), then run instead of
+    /// it.
+    fn bf_try_execute(&mut self, uar: u32, half: usize) {
+        let Some(bf) = self.engine.bf.get(&(uar, half)).cloned() else {
+            return;
+        };
+        let Some((copy, need)) = bf.copy else {
+            return;
+        };
+        if copy.len() < need {
+            return;
+        }
+        // A queue the engine does not run yet (before INIT) has nothing to
+        // compare with (as for single BlueFlame words).
+        let memory = self.wqe_bytes(bf.kind, bf.n, bf.index);
+        if let Some(b) = self.engine.bf.get_mut(&(uar, half)) {
+            b.copy = None;
+            b.expected = memory.clone();
+        }
+        if let Some(memory) = memory.filter(|m| m.get(..need) != Some(&copy[..need])) {
+            self.datapath.bf_mismatches += 1;
+            let at = (0..need)
+                .find(|&i| memory.get(i) != copy.get(i))
+                .unwrap_or(0);
+            self.datapath.note(format!(
+                "BlueFlame copy for {:?} {:#x} WQE {:#x} differs from memory at byte {at}: the copy executes",
+                bf.kind, bf.n, bf.index
+            ));
+        }
+        self.engine.bf_exec = Some((bf.kind == ObjKind::Sq, bf.n, bf.index, copy));
+        self.ring_queue(bf.kind, bf.n, bf.index);
+        self.engine.bf_exec = None;
+    }
+
+    /// A copy in this half that stopped short of its `ds`: a driver error;
+    /// it rings as a doorbell for the WQE in memory.
+    fn bf_flush_incomplete(&mut self, uar: u32, half: usize) {
+        let Some(bf) = self.engine.bf.get_mut(&(uar, half)) else {
+            return;
+        };
+        let Some((copy, need)) = bf.copy.take() else {
+            return;
+        };
+        let (kind, n, index) = (bf.kind, bf.n, bf.index);
+        self.datapath.bf_mismatches += 1;
+        self.datapath.note(format!(
+            "BlueFlame copy for {kind:?} {n:#x} WQE {index:#x} stopped at {} of {need} bytes: executed from memory",
+            copy.len()
+        ));
+        self.ring_queue(kind, n, index);
+    }
+
+    /// The bytes of WQEBB `i` of the WQE at counter `idx`, if that WQE is
+    /// the BlueFlame copy being executed and the copy reaches it.
+    pub(crate) fn bf_wqebb(&self, raw: bool, n: u32, idx: u16, i: u16) -> Option<[u8; 64]> {
+        let (r, qn, qi, copy) = self.engine.bf_exec.as_ref()?;
+        if (*r, *qn, *qi) != (raw, n, idx) {
+            return None;
+        }
+        let o = usize::from(i) * 64;
+        let src = copy.get(o..)?;
+        if src.is_empty() {
+            return None;
+        }
+        let mut b = [0u8; 64];
+        let len = src.len().min(64);
+        b[..len].copy_from_slice(&src[..len]);
+        Some(b)
     }
 }
 

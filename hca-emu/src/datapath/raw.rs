@@ -100,10 +100,25 @@ pub(crate) fn insert_checksums(f: &mut [u8], l3: bool, l4: bool) {
 
 impl Device {
     /// A send doorbell for a raw Ethernet SQ.
-    pub(crate) fn raw_sq_doorbell(&mut self, sqn: u32, _index: u16) {
-        let Some(state) = self.fw.objs.wq(ObjKind::Sq, sqn).map(|w| w.state) else {
+    pub(crate) fn raw_sq_doorbell(&mut self, sqn: u32, index: u16) {
+        let Some((state, dbr_addr, log_size)) = self
+            .fw
+            .objs
+            .wq(ObjKind::Sq, sqn)
+            .map(|w| (w.state, w.dbr_addr, w.log_wq_sz.min(15)))
+        else {
             return;
         };
+        if let Ok(w) = self.read_dbr_word(dbr_addr + 4, &format!("SQ {sqn:#x}")) {
+            let dbr = w as u16;
+            let ahead = u32::from(dbr.wrapping_sub(index));
+            if ahead == 0 || ahead > 1u32 << log_size {
+                self.datapath.doorbell_mismatches += 1;
+                self.datapath.note(format!(
+                    "SQ {sqn:#x}: doorbell names WQE {index:#x}, the doorbell record's send counter is {dbr:#x}"
+                ));
+            }
+        }
         match state {
             1 => self.raw_sq_kick(sqn),
             3 => self.raw_sq_flush(sqn),

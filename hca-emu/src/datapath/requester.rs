@@ -188,7 +188,11 @@ impl Device {
         let mut buf = [0u8; 1024];
         let what = || format!("{kind:?} send queue {n:#x} WQE {idx:#x}");
         let slot = |i: u16| base + u64::from(u32::from(idx.wrapping_add(i)) & mask) * 64;
-        if self
+        // A BlueFlame copy being executed stands in for the queue memory.
+        let raw = kind == SqKind::Raw;
+        if let Some(b) = self.bf_wqebb(raw, n, idx, 0) {
+            buf[..64].copy_from_slice(&b);
+        } else if self
             .read_queue(pas, lps, slot(0), &mut buf[..64], &what)
             .is_err()
         {
@@ -209,7 +213,9 @@ impl Device {
         }
         for i in 1..nbb {
             let o = usize::from(i) * 64;
-            if self
+            if let Some(b) = self.bf_wqebb(raw, n, idx, i) {
+                buf[o..o + 64].copy_from_slice(&b);
+            } else if self
                 .read_queue(pas, lps, slot(i), &mut buf[o..o + 64], &what)
                 .is_err()
             {

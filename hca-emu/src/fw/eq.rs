@@ -162,9 +162,10 @@ impl Device {
             .faults
             .corrupt_eqe
             .iter()
-            .position(|&(q, _, _)| q == eqn)
+            .position(|&(q, _, _, _)| q == eqn)
         {
-            let (_, off, x) = self.faults.corrupt_eqe.remove(i);
+            let (_, off, x, id) = self.faults.corrupt_eqe.remove(i);
+            self.faults.hit(id);
             e[off] ^= x;
         }
         let what = || format!("EQ {eqn:#x} entry {idx}");
@@ -462,8 +463,9 @@ impl Device {
         let ci = u32::from_be_bytes(w) & 0xff_ffff;
         let size = 1u32 << log;
         let used = (pc.wrapping_sub(ci)) & 0xff_ffff;
-        let forced = if let Some(i) = self.faults.cq_overrun.iter().position(|&c| c == cqn) {
-            self.faults.cq_overrun.remove(i);
+        let forced = if let Some(i) = self.faults.cq_overrun.iter().position(|&(c, _)| c == cqn) {
+            let (_, id) = self.faults.cq_overrun.remove(i);
+            self.faults.hit(id);
             true
         } else {
             false
@@ -497,9 +499,10 @@ impl Device {
             .faults
             .corrupt_cqe
             .iter()
-            .position(|&(q, _, _)| q == cqn)
+            .position(|&(q, _, _, _)| q == cqn)
         {
-            let (_, off, x) = self.faults.corrupt_cqe.remove(i);
+            let (_, off, x, id) = self.faults.corrupt_cqe.remove(i);
+            self.faults.hit(id);
             e[off] ^= x;
         }
         let what = || format!("CQ {cqn:#x} entry {idx}");

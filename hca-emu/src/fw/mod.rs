@@ -359,7 +359,7 @@ impl Device {
             .drain(..)
             .map(|r| (r, ()))
             .collect();
-        let never = fire(&mut rules, opcode).is_some();
+        let never = fire(&mut rules, &mut self.faults.hits, opcode).is_some();
         self.faults.never_complete = rules.into_iter().map(|(r, _)| r).collect();
         if never {
             log::debug!("slot {slot}: command {opcode:#x} will never complete (injected)");
@@ -378,7 +378,10 @@ impl Device {
             input_length: in_len as u32,
             output_length: out_len as u32,
         };
-        let corrupt = fire(&mut self.faults.corrupt_output, opcode);
+        let corrupt = {
+            let f = &mut self.faults;
+            fire(&mut f.corrupt_output, &mut f.hits, opcode)
+        };
         // Only an EQ that existed when the command started hears of it.
         let notify = self.eq_for(eq::event::CMD);
         match self.deliver(slot, &e, token, in_len, out_len, corrupt) {
@@ -616,7 +619,7 @@ impl Device {
         let op_mod = u16::from_be_bytes([input[6], input[7]]);
         let r = if let Some((_, status, syndrome)) = {
             let mut rules = std::mem::take(&mut self.faults.fail);
-            let hit = fire(&mut rules, opcode).map(|(s, y)| ((), s, y));
+            let hit = fire(&mut rules, &mut self.faults.hits, opcode).map(|(s, y)| ((), s, y));
             self.faults.fail = rules;
             hit
         } {

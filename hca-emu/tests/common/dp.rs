@@ -262,7 +262,7 @@ pub struct Qp {
 }
 
 impl Qp {
-    fn sq_offset(&self) -> usize {
+    pub fn sq_offset(&self) -> usize {
         if self.srq {
             0
         } else {

@@ -262,6 +262,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run getrlimit/setrlimit")]
     fn the_real_limit_is_read_and_followed_through_setrlimit() {
         let original = memlock_limit().unwrap();
         assert!(original > 0);

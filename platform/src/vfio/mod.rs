@@ -969,6 +969,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run mmap")]
     fn bar_doorbell_without_check_is_the_windows_store() {
         let bar = anon_bar(4096);
         let v = Be64::new(0x0102_0304_0506_0708);
@@ -994,6 +995,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run a sysfs tree in a temporary directory")]
     fn opening_checks_come_before_any_device_access() {
         // A fake sysfs: each readiness failure is reported before VFIO is
         // touched (this machine has no VFIO device).

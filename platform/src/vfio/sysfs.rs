@@ -484,6 +484,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run a sysfs tree in a temporary directory")]
     fn discovery_lists_mlx5_functions_with_names_drivers_and_groups() {
         let (_fake, sys) = tree();
         let all = sys.list_mlx5().unwrap();
@@ -523,6 +524,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run a sysfs tree in a temporary directory")]
     fn readiness_checks_say_what_is_wrong() {
         let (_fake, sys) = tree();
         assert_eq!(
@@ -573,6 +575,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run a sysfs tree in a temporary directory")]
     fn bind_writes_what_setup_sh_writes_and_verifies() {
         let (fake, sys) = tree();
         // vfio-pci not loaded: a tree without its driver directory.
@@ -622,6 +625,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run a sysfs tree in a temporary directory")]
     fn unreadable_attributes_are_sysfs_errors() {
         let (fake, sys) = tree();
         fs::write(
@@ -637,6 +641,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run a sysfs tree in a temporary directory")]
     fn waiting_for_a_path_times_out() {
         let dir = temp_dir("wait");
         let fake = FakeSysfs::new(&dir);
