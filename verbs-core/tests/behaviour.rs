@@ -380,6 +380,63 @@ fn inline_data_wraps_and_bf_copy_wraps() {
     env.reclaim();
 }
 
+/// Inline data of every length up to the queue's limit, in a WQE that ends
+/// before the end of the ring and in one that wraps: the header, exactly
+/// the data bytes after it, and nothing else of the WQEBBs (pre-filled
+/// with 0xa5) written. The copy goes by 4-, 8-, 2- and 1-byte stores
+/// depending on the length and alignment, so every remainder is covered,
+/// with and without wrapping at the end of the ring.
+#[test]
+fn inline_data_every_length_every_tail() {
+    let uar = UarPage::new();
+    let g = qp_config("rc_qp").geometry.sq.unwrap();
+    let max = g.max_inline_data as usize;
+    let ring = 64 * g.wqe_cnt as usize;
+    let data: Vec<u8> = (0..max).map(|i| (i as u8).wrapping_mul(7) ^ 0x3c).collect();
+    for start in [0u32, g.wqe_cnt - 1] {
+        for len in 0..=max {
+            let mut env = make_qp("rc_qp", &uar, start, 0);
+            env.fill_rings(0xa5);
+            let sq = env.qp.sq().unwrap();
+            sq.post(
+                &SendWr::new(9, SendOp::Send)
+                    .inline(&data[..len])
+                    .flags(SendFlags::SIGNALED),
+            )
+            .unwrap();
+            let sq_off = env.qp.layout().sq_offset;
+            let all = env.read(sq_off, ring);
+            let at = |p: usize| all[(64 * start as usize + p) % ring];
+            let units = if len == 0 {
+                1
+            } else {
+                1 + (4 + len).div_ceil(16)
+            };
+            let wqebbs = units.div_ceil(4);
+            if len > 0 {
+                let hdr: Vec<u8> = (16..20).map(at).collect();
+                assert_eq!(
+                    hdr,
+                    (0x8000_0000u32 | len as u32).to_be_bytes(),
+                    "len {len}"
+                );
+            }
+            let got: Vec<u8> = (20..20 + len).map(at).collect();
+            assert_eq!(got, data[..len], "len {len} start {start}");
+            // Padding after the data is not written, as rdma-core does.
+            let pad_from = if len == 0 { 16 } else { 20 + len };
+            for p in pad_from..64 * wqebbs {
+                assert_eq!(at(p), 0xa5, "len {len} start {start}: byte {p} written");
+            }
+            // Nothing outside the WQE.
+            for p in 64 * wqebbs..ring {
+                assert_eq!(at(p), 0xa5, "len {len} start {start}: byte {p} outside");
+            }
+            env.reclaim();
+        }
+    }
+}
+
 #[test]
 fn srq_free_list_post_complete_and_full() {
     let uar = UarPage::new();
