@@ -664,11 +664,13 @@ impl<M: Mmio> SendQueue<M> {
             }
             i = head;
         }
-        let words = data[i..].chunks_exact(8);
-        let mut r = words.remainder();
-        for w in words {
-            let w: [u8; 8] = w.try_into().unwrap_or([0; 8]);
-            self.buf.w64(at(i), u64::from_ne_bytes(w));
+        let body = &data[i..];
+        let mut r = &body[body.len() & !7..];
+        for w in body.chunks_exact(8) {
+            self.buf.w64(
+                at(i),
+                u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]),
+            );
             i += 8;
         }
         if r.len() >= 4 {
