@@ -210,10 +210,12 @@ fn ours_poll32(
 }
 
 /// A signaled SEND of `data` inline (`ibv_wr_send` +
-/// `ibv_wr_set_inline_data` on the C side).
+/// `ibv_wr_set_inline_data` on the C side). The length is a run-time value
+/// (a slice), as it is for the library: a constant length would let the
+/// compiler specialise the copy for it.
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn ours_inline64(sq: &mut SendQueue<Uar>, wr_id: u64, data: &[u8; 64]) -> Result<(), Error> {
+fn ours_inline64(sq: &mut SendQueue<Uar>, wr_id: u64, data: &[u8]) -> Result<(), Error> {
     sq.post(
         &SendWr::new(wr_id, SendOp::Send)
             .inline(data)
@@ -221,19 +223,21 @@ fn ours_inline64(sq: &mut SendQueue<Uar>, wr_id: u64, data: &[u8; 64]) -> Result
     )
 }
 
-/// A signaled UD SEND of one SGE to `dest` (`ibv_wr_send` +
-/// `ibv_wr_set_ud_addr` + `ibv_wr_set_sge` on the C side).
+/// A signaled UD SEND of the gather list `sgl` (one SGE) to `dest`
+/// (`ibv_post_send` with `num_sge` 1, or `ibv_wr_send` +
+/// `ibv_wr_set_ud_addr` + `ibv_wr_set_sge` on the C side). The list's
+/// length is a run-time value, as `num_sge` is for the library.
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn ours_ud(
     sq: &mut SendQueue<Uar>,
     wr_id: u64,
     dest: &UdDest<'_>,
-    sge: &[Sge; 1],
+    sgl: &[Sge],
 ) -> Result<(), Error> {
     sq.post(
         &SendWr::new(wr_id, SendOp::Send)
-            .sgl(sge)
+            .sgl(sgl)
             .flags(SendFlags::SIGNALED)
             .ud(*dest),
     )
@@ -601,7 +605,7 @@ fn main() {
     if run("inline64") {
         let data: [u8; 64] = std::array::from_fn(|i| i as u8);
         run_single(&mut b, "ours_inline64", false, n, |sq, _| {
-            ours_inline64(sq, black_box(7), black_box(&data)).expect("post inline")
+            ours_inline64(sq, black_box(7), black_box(&data[..])).expect("post inline")
         });
     }
     if run("ud") {
@@ -621,7 +625,7 @@ fn main() {
             remote_qkey: 0x1111_1111,
         };
         run_single(&mut b, "ours_ud", true, n, |sq, _| {
-            ours_ud(sq, black_box(7), black_box(&dest), black_box(&sgl)).expect("post ud")
+            ours_ud(sq, black_box(7), black_box(&dest), black_box(&sgl[..])).expect("post ud")
         });
     }
     if run("recv") {

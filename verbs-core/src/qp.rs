@@ -635,6 +635,7 @@ impl<M: Mmio> SendQueue<M> {
     /// otherwise; then whole 8-byte words; then the rest as 4-, 2- and
     /// 1-byte stores. No store straddles the end of the ring (it is a
     /// multiple of 64 bytes and every store is aligned to its size).
+    #[inline(always)]
     fn copy_in(&self, start: usize, pos: usize, data: &[u8]) {
         let base = (start + pos) & self.byte_mask;
         if base + data.len() <= self.byte_mask + 1 {
@@ -664,15 +665,15 @@ impl<M: Mmio> SendQueue<M> {
             }
             i = head;
         }
-        let body = &data[i..];
-        let mut r = &body[body.len() & !7..];
-        for w in body.chunks_exact(8) {
-            self.buf.w64(
-                at(i),
-                u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]),
-            );
+        while let Some(w) = data.get(i..i + 8) {
+            let w: [u8; 8] = match w.try_into() {
+                Ok(w) => w,
+                Err(_) => break,
+            };
+            self.buf.w64(at(i), u64::from_ne_bytes(w));
             i += 8;
         }
+        let mut r = &data[i..];
         if r.len() >= 4 {
             self.buf
                 .w32(at(i), u32::from_ne_bytes([r[0], r[1], r[2], r[3]]));
@@ -848,9 +849,17 @@ impl<M: Mmio> SendQueue<M> {
         let inline = !data.is_empty();
         if inline {
             let off = self.unit(start, k);
-            self.buf
-                .w32(off, wqe::inline_header(data.len() as u32).to_raw());
-            self.copy_in(start, 16 * k + 4, data);
+            let hdr = wqe::inline_header(data.len() as u32).to_raw().to_ne_bytes();
+            if let [d0, d1, d2, d3, rest @ ..] = data {
+                // The header and the first four bytes as one 8-byte store;
+                // the rest starts 8-byte aligned.
+                let w = [hdr[0], hdr[1], hdr[2], hdr[3], *d0, *d1, *d2, *d3];
+                self.buf.w64(off, u64::from_ne_bytes(w));
+                self.copy_in(start, 16 * k + 8, rest);
+            } else {
+                self.buf.w32(off, u32::from_ne_bytes(hdr));
+                self.copy_in(start, 16 * k + 4, data);
+            }
             k += wqe::inline_seg_units(data.len());
         }
         let fm = self.fm[usize::from(wr.flags.0 & 0xf)];
@@ -1413,7 +1422,7 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Copies the WQE to the BlueFlame register, 64 bytes at a time, wrapping
     /// at the end of the ring.
-    #[inline(never)]
+    #[inline(always)]
     fn bf_copy(&self, reg: usize, start: usize, ds: u32) {
         let blocks = (ds as usize).div_ceil(4);
         for b in 0..blocks {
