@@ -340,13 +340,13 @@ NOINL int lib_inline64(struct ibv_qp *qp, struct ibv_send_wr *wr)
 	return ibv_post_send(qp, wr, &bad);
 }
 
-NOINL int lib_inline64_wr(struct ibv_qp_ex *qpx, const void *data)
+NOINL int lib_inline64_wr(struct ibv_qp_ex *qpx, const void *data, size_t len)
 {
 	qpx->wr_id = 7;
 	qpx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
 	ibv_wr_start(qpx);
 	ibv_wr_send(qpx);
-	ibv_wr_set_inline_data(qpx, (void *)data, 64);
+	ibv_wr_set_inline_data(qpx, (void *)data, len);
 	return ibv_wr_complete(qpx);
 }
 
@@ -463,7 +463,7 @@ static void run_single(const char *fn, enum post_kind k, uint64_t n)
 			case P_POST_DB: check(lib_post1_db(qp->ibv_qp, &wr_write), fn); break;
 			case P_WR_DB: check(lib_post1_wr_db(qpx, done + i), fn); break;
 			case P_INLINE: check(lib_inline64(qp->ibv_qp, &wr_inline), fn); break;
-			case P_INLINE_WR: check(lib_inline64_wr(qpx, inline_data), fn); break;
+			case P_INLINE_WR: check(lib_inline64_wr(qpx, inline_data, inline_sge.length), fn); break;
 			case P_UD: check(lib_ud(qp->ibv_qp, &wr_ud), fn); break;
 			case P_UD_WR: check(lib_ud_wr(qpx, &ah.ibv_ah), fn); break;
 			}
@@ -545,13 +545,75 @@ static void run_poll(const char *fn, unsigned per, uint64_t n)
 	report(fn, dt, n * per);
 }
 
+static void hex(const char *what, const void *p, size_t len)
+{
+	const uint8_t *b = p;
+	size_t i;
+
+	printf("%s ", what);
+	for (i = 0; i < len; i++)
+		printf("%02x", b[i]);
+	printf("\n");
+}
+
+/*
+ * `--dump NAME`: from the fresh state, one operation of a scenario as the
+ * measured function does it, then the memory it wrote, for compare.py to
+ * check against the golden vector of the same work request (proof that
+ * the hand-filled objects make the library do the real work):
+ * post1 = rc_rdma_write_1sge_signaled, post1_wr = rc_wr_api_rdma_write,
+ * inline60 = rc_send_inline_60, inline16_wr = rc_wr_api_send_inline_16,
+ * ud = ud_send_ib, ud_wr = ud_wr_api_send_ib, recv = rc_recv_1sge.
+ */
+static int dump(const char *name)
+{
+	struct mlx5_qp *qp = &rc;
+	int ret, recv = 0;
+
+	if (!strcmp(name, "post1")) {
+		ret = lib_post1(rc.ibv_qp, &wr_write);
+	} else if (!strcmp(name, "post1_wr")) {
+		ret = lib_post1_wr(&rc.verbs_qp.qp_ex, 7);
+	} else if (!strcmp(name, "inline60")) {
+		inline_sge.length = 60;
+		ret = lib_inline64(rc.ibv_qp, &wr_inline);
+	} else if (!strcmp(name, "inline16_wr")) {
+		ret = lib_inline64_wr(&rc.verbs_qp.qp_ex, inline_data, 16);
+	} else if (!strcmp(name, "ud")) {
+		qp = &ud;
+		ret = lib_ud(ud.ibv_qp, &wr_ud);
+	} else if (!strcmp(name, "ud_wr")) {
+		qp = &ud;
+		ret = lib_ud_wr(&ud.verbs_qp.qp_ex, &ah.ibv_ah);
+	} else if (!strcmp(name, "recv")) {
+		recv = 1;
+		ret = lib_recv(rc.ibv_qp, &wr_recv);
+	} else {
+		fprintf(stderr, "unknown dump %s\n", name);
+		return 2;
+	}
+	printf("return %d\n", ret);
+	if (recv) {
+		hex("wqe", (uint8_t *)rc.buf.buf + rc.rq.offset, 1u << rc.rq.wqe_shift);
+		hex("dbrec", &rc.db[MLX5_RCV_DBR], 4);
+	} else {
+		hex("wqe", qp->sq_start, 64 * (qp->sq.cur_post - 0));
+		hex("dbrec", &qp->db[MLX5_SND_DBR], 4);
+		hex("uar", (uint8_t *)qp->bf->uar + 0x800, 256);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 0) : 100000;
+	uint64_t n;
 
 	doorbell_model_init();
 	setup();
 	make_wrs();
+	if (argc == 3 && !strcmp(argv[1], "--dump"))
+		return dump(argv[2]);
+	n = argc > 1 ? strtoull(argv[1], NULL, 0) : 100000;
 
 	if (wanted(argc, argv, "post1")) {
 		run_single("lib_post1", P_POST, n);

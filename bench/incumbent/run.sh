@@ -120,6 +120,6 @@ fetch_source
 build_libmlx5
 build_ours
 python3 "$ROOT/bench/incumbent/compare.py" \
-    --lib "$OUT/libmlx5_bench" --ours "$OURS" \
+    --lib "$OUT/libmlx5_bench" --ours "$OURS" --vectors "$ROOT/data/prm/libmlx5-vectors.json" \
     --rdma-core "rdma-core v$RDMA_CORE_VERSION (crates.io $CRATE $CRATE_VERSION, sha256 ${CRATE_SHA256:0:12}…)" \
     --out "$OUT/table.md" "$@"
