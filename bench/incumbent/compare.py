@@ -25,6 +25,7 @@ ROWS = [
     ("post32_db", "post 32, one doorbell, doorbell model, per WQE", "ibv_post_send (list)", "lib_post32_db", "ours_post32_db", "SendBatch::wr_rdma_write"),
     ("post32_db", "post 32, one doorbell, doorbell model, per WQE", "ibv_wr_*", "lib_post32_wr_db", "ours_post32_db", "SendBatch::wr_rdma_write"),
     ("poll1", "poll one CQE", "ibv_poll_cq(1)", "lib_poll1", "ours_poll1", "CqPoller::poll_one_into"),
+    ("poll1_cq", "poll one CQE, no polling session", "ibv_poll_cq(1)", "lib_poll1", "ours_poll1_cq", "Cq::poll_one_into"),
     ("poll32", "poll 32, per CQE", "ibv_poll_cq(32)", "lib_poll32", "ours_poll32", "Cq::poll"),
     ("inline64", "SEND with 64 B inline (BlueFlame)", "ibv_post_send", "lib_inline64", "ours_inline64", "SendQueue::post"),
     ("inline64", "SEND with 64 B inline (BlueFlame)", "ibv_wr_*", "lib_inline64_wr", "ours_inline64", "SendQueue::post"),

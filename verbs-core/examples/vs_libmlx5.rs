@@ -27,7 +27,10 @@
 //! - `post1_db`, `post32_db`: the same followed by the doorbell-cost model
 //!   (once per doorbell, exactly as the C side does it);
 //! - `poll1`: one requester CQE (`CqPoller::poll_one_into`, the session
-//!   made once per 256 CQEs outside the measured function);
+//!   made outside the measured function once per run of CQEs the device
+//!   wrote, at most 169);
+//! - `poll1_cq`: the same without a session (`Cq::poll_one_into`, the
+//!   queue looked up for every CQE, as `ibv_poll_cq` does);
 //! - `poll32`: 32 requester CQEs (`Cq::poll` into `Completion`s);
 //! - `inline64`: a SEND of 64 bytes inline (`SendQueue::post` of a
 //!   `SendWr` with `Payload::Inline`), BlueFlame copy included;
@@ -197,6 +200,16 @@ fn ours_poll1(
     out: &mut Completion,
 ) -> Result<bool, PollError> {
     p.poll_one_into(out)
+}
+
+#[inline(never)]
+#[unsafe(no_mangle)]
+fn ours_poll1_cq(
+    cq: &mut Cq<Uar>,
+    table: &CqTable<8>,
+    out: &mut Completion,
+) -> Result<bool, PollError> {
+    cq.poll_one_into(table, out)
 }
 
 #[inline(never)]
@@ -485,7 +498,7 @@ fn run_batch(
 /// `n` polls of `per` requester CQEs of `rc`: the device's part (post the
 /// work, write the CQEs) untimed for 256 CQEs at a time, then the polls
 /// that take them, timed together.
-fn run_poll(b: &mut Bench, name: &str, per: u32, n: u64) {
+fn run_poll(b: &mut Bench, name: &str, per: u32, session: bool, n: u64) {
     let mut dt = Duration::ZERO;
     let mut done = 0;
     let mut c = Completion::default();
@@ -507,7 +520,11 @@ fn run_poll(b: &mut Bench, name: &str, per: u32, n: u64) {
             b.device_cqe(true, RC_QPN, RC_UIDX, first.wrapping_add(i) as u16);
         }
         let t = Instant::now();
-        if per == 1 {
+        if per == 1 && !session {
+            for _ in 0..polls {
+                assert!(ours_poll1_cq(&mut b.cq, &b.table, black_box(&mut c)).expect("poll"));
+            }
+        } else if per == 1 {
             let mut p = b.cq.poller(&b.table);
             for _ in 0..polls {
                 assert!(ours_poll1(&mut p, black_box(&mut c)).expect("poll"));
@@ -597,10 +614,13 @@ fn main() {
         });
     }
     if run("poll1") {
-        run_poll(&mut b, "ours_poll1", 1, n);
+        run_poll(&mut b, "ours_poll1", 1, true, n);
+    }
+    if run("poll1_cq") {
+        run_poll(&mut b, "ours_poll1_cq", 1, false, n);
     }
     if run("poll32") {
-        run_poll(&mut b, "ours_poll32", 32, n);
+        run_poll(&mut b, "ours_poll32", 32, false, n);
     }
     if run("inline64") {
         let data: [u8; 64] = std::array::from_fn(|i| i as u8);
