@@ -7,7 +7,10 @@
 #
 # It builds libibverbs and the mlx5 provider statically from rdma-core's
 # source (v55.0, as vendored by the crates.io crate ibverbs-sys
-# 0.3.2+55.0, checked against its SHA-256), the C harness
+# 0.3.2+55.0, checked against its SHA-256; the .crate records the commit
+# of ibverbs-sys's own repository, 5e66bf7b5ebca6a9fc0dfa3ad38a3f5a6860cdad,
+# but not rdma-core's, so the version is checked in its CMakeLists.txt),
+# the C harness
 # bench/incumbent/libmlx5_bench.c against them, and the Rust twin
 # verbs-core/examples/vs_libmlx5.rs; then counts instructions per operation
 # of every scenario on both sides with callgrind and times both in the same
