@@ -275,6 +275,31 @@ impl Mmio for MmioWindow {
         }
     }
 
+    /// The BlueFlame copy with one check for the whole range (the trait's
+    /// default checks every word): `offset` 8-byte aligned and
+    /// `offset + 8 * src.len()` inside the window, else it panics like
+    /// [`write64`](Mmio::write64).
+    #[inline(always)]
+    fn write_bf(&self, offset: usize, src: &[Be64]) {
+        let width = src.len().saturating_mul(8).max(8);
+        let inside = offset.checked_add(width).is_some_and(|end| end <= self.len);
+        if !inside || offset % 8 != 0 {
+            access_failed(self.len, offset, width)
+        }
+        for (i, w) in src.iter().enumerate() {
+            // SAFETY: `offset` is 8-byte aligned and `offset + 8 * src.len()
+            // <= len` (checked above), so every word is aligned and inside
+            // the window, which is valid for volatile 64-bit writes.
+            unsafe {
+                self.base
+                    .as_ptr()
+                    .add(offset + 8 * i)
+                    .cast::<u64>()
+                    .write_volatile(w.to_raw())
+            }
+        }
+    }
+
     #[inline(always)]
     unsafe fn write64_unchecked(&self, offset: usize, value: Be64) {
         debug_assert!(
@@ -411,5 +436,21 @@ mod tests {
         // SAFETY: as above.
         let w = unsafe { MmioWindow::new(NonNull::new(mem.as_mut_ptr().cast()).unwrap(), 64) };
         w.read32(64);
+    }
+
+    #[test]
+    fn bf_copy_checks_the_whole_range_once() {
+        let mut mem = vec![0u64; 8];
+        // SAFETY: as above.
+        let w = unsafe { MmioWindow::new(NonNull::new(mem.as_mut_ptr().cast()).unwrap(), 64) };
+        let words: [Be64; 8] = core::array::from_fn(|i| Be64::new(i as u64 + 1));
+        w.write_bf(0, &words);
+        assert_eq!(w.read32(60).get(), 8);
+        for (off, n) in [(8, 8), (4, 1), (64, 1), (usize::MAX - 7, 1)] {
+            let r = std::panic::catch_unwind(|| w.write_bf(off, &words[..n]));
+            assert!(r.is_err(), "write_bf of {n} words at {off:#x} accepted");
+        }
+        // Nothing of a rejected copy was written.
+        assert_eq!(w.read32(60).get(), 8);
     }
 }

@@ -46,12 +46,16 @@
 //! / N, / 32 N for the batches; wall clock from `datapath_cost all 200000`,
 //! noisy to about 5%):
 //!
-//! | operation | fast API | instr. | ns | with `Error` | instr. | general API | instr. | rdma-core libmlx5 | target |
-//! |---|---|---|---|---|---|---|---|---|---|
-//! | post 1 RDMA write + doorbell | `wr_rdma_write` | 57 | 6.3 | `post_rdma_write` | 64 | `post(&SendWr)` | 156 | 319 | 60 |
-//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 40.7 | 3.1 | `SendBatch::post_rdma_write` | 42.9 | `post_list` | 129 | 190 (`ibv_wr_*`: 123) | 40 |
-//! | poll 1 CQE | `CqPoller::poll_one_into` | 56.5 | 12.8 | `poll_one` | 76 | `poll`, 1 `WorkCompletion` | 138 | 185 | 40 |
-//! | poll 32, per CQE | `poll` into `Completion`s | 38 | 9.5 | | | `poll` into `WorkCompletion`s | 61 | 108 | 40 |
+//! | operation | fast API | instr. | ns | with `Error` | instr. | general API | instr. | target |
+//! |---|---|---|---|---|---|---|---|---|
+//! | post 1 RDMA write + doorbell | `wr_rdma_write` | 57 | 6.3 | `post_rdma_write` | 64 | `post(&SendWr)` | 156 | 60 |
+//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 40.7 | 3.1 | `SendBatch::post_rdma_write` | 42.9 | `post_list` | 129 | 40 |
+//! | poll 1 CQE | `CqPoller::poll_one_into` | 56.5 | 12.8 | `poll_one` | 76 | `poll`, 1 `WorkCompletion` | 138 | 40 |
+//! | poll 32, per CQE | `poll` into `Completion`s | 38 | 9.5 | | | `poll` into `WorkCompletion`s | 61 | 40 |
+//!
+//! The comparison with rdma-core's libmlx5, measured in the same run on
+//! the same fixtures, is `bash bench/incumbent/run.sh` (README, "Data-path
+//! cost").
 //!
 //! (`op_poll1`'s 56.5 is 56 for a CQE of the remembered queue plus the
 //! session's first CQE, which looks the queue up, spread over 256.)

@@ -629,19 +629,64 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Copies `data` to the WQE at byte `pos` from its start, wrapping at the
     /// end of the ring; writes exactly `data.len()` bytes.
+    ///
+    /// Bytes up to the next 8-byte boundary go as one 4-byte store when
+    /// they are 4 (inline data starts 4 bytes into a unit) and byte by byte
+    /// otherwise; then whole 8-byte words; then the rest as 4-, 2- and
+    /// 1-byte stores. No store straddles the end of the ring (it is a
+    /// multiple of 64 bytes and every store is aligned to its size).
+    #[inline(always)]
     fn copy_in(&self, start: usize, pos: usize, data: &[u8]) {
+        let base = (start + pos) & self.byte_mask;
+        if base + data.len() <= self.byte_mask + 1 {
+            // Does not reach the end of the ring: plain offsets.
+            self.copy_at(data, |i| base + i);
+        } else {
+            self.copy_at(data, |i| (base + i) & self.byte_mask);
+        }
+    }
+
+    /// [`copy_in`](Self::copy_in) with `at(i)` the ring offset of byte `i`.
+    #[inline(always)]
+    fn copy_at(&self, data: &[u8], at: impl Fn(usize) -> usize) {
         let mut i = 0;
-        while i < data.len() {
-            let off = (start + pos + i) & self.byte_mask;
-            if off % 8 == 0 && data.len() - i >= 8 {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(&data[i..i + 8]);
-                self.buf.w64(off, u64::from_ne_bytes(w));
-                i += 8;
+        let mis = at(0) % 8;
+        if mis != 0 {
+            let head = (8 - mis).min(data.len());
+            if head == 4 && mis == 4 {
+                self.buf.w32(
+                    at(0),
+                    u32::from_ne_bytes([data[0], data[1], data[2], data[3]]),
+                );
             } else {
-                self.buf.w8(off, data[i]);
-                i += 1;
+                for (j, b) in data[..head].iter().enumerate() {
+                    self.buf.w8(at(j), *b);
+                }
             }
+            i = head;
+        }
+        while let Some(w) = data.get(i..i + 8) {
+            let w: [u8; 8] = match w.try_into() {
+                Ok(w) => w,
+                Err(_) => break,
+            };
+            self.buf.w64(at(i), u64::from_ne_bytes(w));
+            i += 8;
+        }
+        let mut r = &data[i..];
+        if r.len() >= 4 {
+            self.buf
+                .w32(at(i), u32::from_ne_bytes([r[0], r[1], r[2], r[3]]));
+            i += 4;
+            r = &r[4..];
+        }
+        if r.len() >= 2 {
+            self.buf.w16(at(i), u16::from_ne_bytes([r[0], r[1]]));
+            i += 2;
+            r = &r[2..];
+        }
+        if let [b] = r {
+            self.buf.w8(at(i), *b);
         }
     }
 
@@ -683,10 +728,10 @@ impl<M: Mmio> SendQueue<M> {
     /// the same way.
     #[inline(always)]
     fn build(&mut self, wr: &SendWr<'_>, wr_num: u32) -> Result<Built, Error> {
+        if let (QpType::Ud, Some(ud)) = (self.qp_type, &wr.ud) {
+            return self.build_ud(wr, wr_num, ud);
+        }
         let Some((opcode, imm, raddr)) = sgl_op(wr.op) else {
-            return self.build_general(wr, wr_num);
-        };
-        let Payload::Sgl(sgl) = wr.payload else {
             return self.build_general(wr, wr_num);
         };
         if self.fast_ops >> (opcode as u8) & 1 == 0
@@ -696,6 +741,12 @@ impl<M: Mmio> SendQueue<M> {
         {
             return self.build_general(wr, wr_num);
         }
+        let sgl = match wr.payload {
+            Payload::Sgl(sgl) => sgl,
+            Payload::Inline(data) => {
+                return self.build_inline(wr, wr_num, opcode, imm, raddr, data);
+            }
+        };
         self.room(wr_num)?;
         if sgl.len() > self.max_gs as usize {
             return Err(too_many_sges(sgl.len(), self.max_gs));
@@ -718,6 +769,102 @@ impl<M: Mmio> SendQueue<M> {
         let fm = self.fm[usize::from(wr.flags.0 & 0xf)];
         Ok(self.finish(
             wr.wr_id, wr_num, idx, start, opcode, k as u32, fm, imm, false,
+        ))
+    }
+
+    /// The fast path of a UD SEND (with or without immediate) with a
+    /// gather list. Anything else (other operations, flags beyond the
+    /// four of the control segment, Ethernet headers, inline data, too many
+    /// SGEs) goes to [`build_general`](Self::build_general), which reports
+    /// it; what it writes is exactly what `build_general` writes.
+    #[inline(always)]
+    fn build_ud(&mut self, wr: &SendWr<'_>, wr_num: u32, ud: &UdDest<'_>) -> Result<Built, Error> {
+        let (opcode, imm) = match wr.op {
+            SendOp::Send => (Opcode::Send, 0),
+            SendOp::SendWithImm(imm) => (Opcode::SendImm, imm),
+            _ => return self.build_general(wr, wr_num),
+        };
+        let Payload::Sgl(sgl) = wr.payload else {
+            return self.build_general(wr, wr_num);
+        };
+        // Control segment, datagram segment (3 units), the data segments.
+        if wr.flags.0 & !0xf != 0
+            || !wr.eth_headers.is_empty()
+            || sgl.len() > self.max_gs as usize
+            || 4 + sgl.len() > self.max_units as usize
+        {
+            return self.build_general(wr, wr_num);
+        }
+        self.room(wr_num)?;
+        let idx = self.cur_post & self.mask;
+        let start = (idx as usize) << 6;
+        let w = ud.av.datagram_words(ud.remote_qpn, ud.remote_qkey);
+        // Units 1..4 of the first WQEBB: never wraps.
+        for (i, x) in w.iter().enumerate() {
+            self.buf.w64(start + 16 + 8 * i, *x);
+        }
+        let mut k = 4usize;
+        for sge in sgl {
+            if sge.length != 0 {
+                self.put(start, k, wqe::data_seg(sge.length, sge.lkey, sge.addr));
+                k += 1;
+            }
+        }
+        let fm = self.fm[usize::from(wr.flags.0 & 0xf)];
+        Ok(self.finish(
+            wr.wr_id, wr_num, idx, start, opcode, k as u32, fm, imm, false,
+        ))
+    }
+
+    /// The fast path of an inline send or RDMA write on a connected QP
+    /// ([`build`](Self::build) checked the operation, the flags and that
+    /// there is no UD or Ethernet part). Anything it does not take (RDMA
+    /// READ, data longer than the queue's inline limit or than the largest
+    /// WQE) goes to [`build_general`](Self::build_general), which reports
+    /// it; what it writes is exactly what `build_general` writes.
+    #[inline(always)]
+    fn build_inline(
+        &mut self,
+        wr: &SendWr<'_>,
+        wr_num: u32,
+        opcode: Opcode,
+        imm: u32,
+        raddr: RemoteAddr,
+        data: &[u8],
+    ) -> Result<Built, Error> {
+        let k0 = 1 + usize::from(raddr.is_some());
+        if opcode == Opcode::RdmaRead
+            || data.len() > self.max_inline as usize
+            || k0 + wqe::inline_seg_units(data.len()) > self.max_units as usize
+        {
+            return self.build_general(wr, wr_num);
+        }
+        self.room(wr_num)?;
+        let idx = self.cur_post & self.mask;
+        let start = (idx as usize) << 6;
+        if let Some((remote_addr, rkey)) = raddr {
+            self.put(start, 1, wqe::raddr_seg(remote_addr, rkey));
+        }
+        let mut k = k0;
+        let inline = !data.is_empty();
+        if inline {
+            let off = self.unit(start, k);
+            let hdr = wqe::inline_header(data.len() as u32).to_raw().to_ne_bytes();
+            if let [d0, d1, d2, d3, rest @ ..] = data {
+                // The header and the first four bytes as one 8-byte store;
+                // the rest starts 8-byte aligned.
+                let w = [hdr[0], hdr[1], hdr[2], hdr[3], *d0, *d1, *d2, *d3];
+                self.buf.w64(off, u64::from_ne_bytes(w));
+                self.copy_in(start, 16 * k + 8, rest);
+            } else {
+                self.buf.w32(off, u32::from_ne_bytes(hdr));
+                self.copy_in(start, 16 * k + 4, data);
+            }
+            k += wqe::inline_seg_units(data.len());
+        }
+        let fm = self.fm[usize::from(wr.flags.0 & 0xf)];
+        Ok(self.finish(
+            wr.wr_id, wr_num, idx, start, opcode, k as u32, fm, imm, inline,
         ))
     }
 
@@ -1275,7 +1422,7 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Copies the WQE to the BlueFlame register, 64 bytes at a time, wrapping
     /// at the end of the ring.
-    #[inline(never)]
+    #[inline(always)]
     fn bf_copy(&self, reg: usize, start: usize, ds: u32) {
         let blocks = (ds as usize).div_ceil(4);
         for b in 0..blocks {

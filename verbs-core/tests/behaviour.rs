@@ -380,6 +380,72 @@ fn inline_data_wraps_and_bf_copy_wraps() {
     env.reclaim();
 }
 
+/// Inline data of every length up to the queue's limit, in a WQE that ends
+/// before the end of the ring and in one that wraps: the header, exactly
+/// the data bytes after it, and nothing else of the WQEBBs (pre-filled
+/// with 0xa5) written. The copy goes by 4-, 8-, 2- and 1-byte stores
+/// depending on the length and alignment, so every remainder is covered,
+/// with and without wrapping at the end of the ring.
+#[test]
+fn inline_data_every_length_every_tail() {
+    let uar = UarPage::new();
+    let g = qp_config("rc_qp").geometry.sq.unwrap();
+    let max = g.max_inline_data as usize;
+    let cnt = g.wqe_cnt as usize;
+    let data: Vec<u8> = (0..max).map(|i| (i as u8).wrapping_mul(7) ^ 0x3c).collect();
+    // Miri is slow: every remainder mod 8 and both ends, not every length.
+    let lens: Vec<usize> = if cfg!(miri) {
+        (0..=20).chain([max - 1, max]).collect()
+    } else {
+        (0..=max).collect()
+    };
+    for start in [0, cnt - 1] {
+        for &len in &lens {
+            let mut env = make_qp("rc_qp", &uar, start as u32, 0);
+            env.fill_rings(0xa5);
+            let sq = env.qp.sq().unwrap();
+            sq.post(
+                &SendWr::new(9, SendOp::Send)
+                    .inline(&data[..len])
+                    .flags(SendFlags::SIGNALED),
+            )
+            .unwrap();
+            let units = if len == 0 {
+                1
+            } else {
+                1 + (4 + len).div_ceil(16)
+            };
+            let wqebbs = units.div_ceil(4);
+            // The WQE's WQEBBs in posting order (wrapping), then the one
+            // after it and the one before it.
+            let wqe: Vec<u8> = (0..wqebbs)
+                .flat_map(|i| env.sq_slot((start + i) % cnt))
+                .collect();
+            if len > 0 {
+                assert_eq!(
+                    wqe[16..20],
+                    (0x8000_0000u32 | len as u32).to_be_bytes(),
+                    "len {len}"
+                );
+            }
+            assert_eq!(wqe[20..20 + len], data[..len], "len {len} start {start}");
+            // Padding after the data is not written, as rdma-core does.
+            let pad_from = if len == 0 { 16 } else { 20 + len };
+            assert!(
+                wqe[pad_from..].iter().all(|b| *b == 0xa5),
+                "len {len} start {start}: padding written"
+            );
+            for slot in [(start + wqebbs) % cnt, (start + cnt - 1) % cnt] {
+                assert!(
+                    env.sq_slot(slot).iter().all(|b| *b == 0xa5),
+                    "len {len} start {start}: WQEBB {slot} written"
+                );
+            }
+            env.reclaim();
+        }
+    }
+}
+
 #[test]
 fn srq_free_list_post_complete_and_full() {
     let uar = UarPage::new();
