@@ -337,45 +337,42 @@ enum Wire {
     Error { error: String },
 }
 
-/// Runs a server and a client on two threads of this process, meeting
-/// over TCP on 127.0.0.1:`port` (0: any free port), each side on an
+/// Runs a server on a thread of its own and a client on the calling
+/// thread (so that the client may print to the caller's output as it goes),
+/// meeting over TCP on 127.0.0.1:`port` (0: any free port), each side on an
 /// emulated HCA of its own (the two cabled together, see
 /// [`crate::device::emulated_pair`]). Returns both results, or the error
 /// of the side that failed first (the other side's failure is then only
 /// its consequence).
-pub fn tcp_loopback<RS: Send, RC: Send>(
+pub fn tcp_loopback<RS: Send, RC>(
     port: u16,
     server: impl FnOnce(TcpListener) -> Result<RS> + Send,
-    client: impl FnOnce(u16) -> Result<RC> + Send,
+    client: impl FnOnce(u16) -> Result<RC>,
 ) -> Result<(RS, RC)> {
     let listener = listen(port)?;
     let port = listener
         .local_addr()
         .map_err(|e| ToolError::Usage(format!("TCP listener: {e}")))?
         .port();
+    fn panicked<T>() -> (Result<T>, std::time::Instant) {
+        (
+            Err(ToolError::Usage("a test thread panicked".into())),
+            std::time::Instant::now(),
+        )
+    }
     let ((rs, ts), (rc, tc)) = std::thread::scope(|sc| {
         let s = sc.spawn(move || {
             let r = server(listener);
             (r, std::time::Instant::now())
         });
-        let c = sc.spawn(move || {
-            let r = client(port);
-            if r.is_err() {
-                // A server still waiting for this client: let it go.
-                let _ = TcpStream::connect((Ipv4Addr::LOCALHOST, port));
-            }
-            (r, std::time::Instant::now())
-        });
-        fn panicked<T>() -> (Result<T>, std::time::Instant) {
-            (
-                Err(ToolError::Usage("a test thread panicked".into())),
-                std::time::Instant::now(),
-            )
+        let c = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| client(port)))
+            .unwrap_or_else(|_| Err(ToolError::Usage("the client panicked".into())));
+        if c.is_err() {
+            // A server still waiting for this client: let it go.
+            let _ = TcpStream::connect((Ipv4Addr::LOCALHOST, port));
         }
-        (
-            s.join().unwrap_or_else(|_| panicked()),
-            c.join().unwrap_or_else(|_| panicked()),
-        )
+        let c = (c, std::time::Instant::now());
+        (s.join().unwrap_or_else(|_| panicked()), c)
     });
     match (rs, rc) {
         (Ok(s), Ok(c)) => Ok((s, c)),

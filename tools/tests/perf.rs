@@ -638,12 +638,13 @@ fn bad_arguments_are_one_clear_line() {
 /// returns the lines, whether the two address lines came on their own
 /// while the process was still running, and its peak resident memory in bytes
 /// (VmHWM, polled while it runs).
-fn pingpong_watched(size: u64) -> (Vec<String>, bool, u64) {
+fn pingpong_watched(size: u64, extra: &[&str]) -> (Vec<String>, bool, u64) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let size = size.to_string();
     let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
         .args(["pingpong", "rc", "-s", &size, "-n", "1"])
+        .args(extra)
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -703,9 +704,9 @@ fn pingpong_watched(size: u64) -> (Vec<String>, bool, u64) {
 #[test]
 fn pingpong_prints_addresses_first_and_holds_no_copy_of_a_large_message() {
     // A small run for the process's own footprint, then 16 MiB each way.
-    let (_, _, base) = pingpong_watched(4096);
+    let (_, _, base) = pingpong_watched(4096, &[]);
     let size: u64 = 16 << 20;
-    let (lines, running, peak) = pingpong_watched(size);
+    let (lines, running, peak) = pingpong_watched(size, &[]);
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert!(lines[0].starts_with("  local address:  LID"), "{lines:?}");
     assert!(lines[1].starts_with("  remote address: LID"), "{lines:?}");
@@ -730,4 +731,16 @@ fn pingpong_prints_addresses_first_and_holds_no_copy_of_a_large_message() {
         extra >= 2 * size,
         "peak {peak}: the buffers were not measured"
     );
+}
+
+#[test]
+fn pingpong_over_tcp_loopback_prints_addresses_first() {
+    // The client of --tcp-loopback prints its address lines as soon as
+    // they are known too (the server's report goes to stderr).
+    let size: u64 = 16 << 20;
+    let (lines, running, _) = pingpong_watched(size, &["--tcp-loopback"]);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[0].starts_with("  local address:  LID"), "{lines:?}");
+    assert!(lines[1].starts_with("  remote address: LID"), "{lines:?}");
+    assert!(running, "the address lines came only at the end");
 }

@@ -983,6 +983,8 @@ pub fn run(
                     })
                 },
                 |port| {
+                    // The client runs on this thread: its address lines go
+                    // out as soon as they are known, as in client mode.
                     with_emulated(&ea, open.dump_commands.as_deref(), |h, d| {
                         Split {
                             p: p.clone(),
@@ -991,7 +993,7 @@ pub fn run(
                                 port,
                             },
                             listener: None,
-                            early: None,
+                            early: (!as_json).then_some(&mut *out),
                         }
                         .run(h, d)
                     })
@@ -1004,7 +1006,7 @@ pub fn run(
                     eprintln!("[server] {l}");
                 }
             }
-            client.write(out, as_json)
+            client.write_rest(out, as_json)
         }
     }
 }
