@@ -46,6 +46,8 @@
 //! Outside the measured functions the program plays the device: it writes
 //! CQEs and polls them so posted work is retired and the queues never fill.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[path = "../benches/harness.rs"]
 mod harness;
 
@@ -277,14 +279,7 @@ impl Bench {
         let (_, rc) = harness::make_qp(
             QpType::Rc,
             RC_QPN,
-            QpCaps {
-                max_send_wr: 128,
-                max_recv_wr: 64,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 128,
-                send_ops: Some(0x3ff),
-            },
+            common::rc_caps(),
             true,
             0x10_0000 * u64::from(RC_QPN),
             harness::uar_page(),
@@ -292,14 +287,7 @@ impl Bench {
         let (_, ud) = harness::make_qp(
             QpType::Ud,
             UD_QPN,
-            QpCaps {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 2,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-                send_ops: Some(0x0c),
-            },
+            common::ud_caps(),
             false,
             0x10_0000 * u64::from(UD_QPN),
             harness::uar_page(),
