@@ -196,6 +196,24 @@ pub fn connect<P: Platform>(
     assert_eq!(qp.state(), QpState::Rts);
 }
 
+/// Connects two RC (or UC) QPs to each other with `p`: `a` (context, port,
+/// QP) towards `b` and `b` towards `a`. The third argument is the buffer
+/// address and rkey of side B's endpoint (`(0, 0)` when unused); side A's
+/// endpoint has none. Returns the two endpoints.
+#[track_caller]
+pub fn connect_pair<P: Platform>(
+    (ca, pa, qa): (&Context<'_, P>, u8, &mut Qp<'_, P>),
+    (cb, pb, qb): (&Context<'_, P>, u8, &mut Qp<'_, P>),
+    (addr, rkey): (u64, u32),
+    p: &RcParams,
+) -> (Endpoint, Endpoint) {
+    let ea = Endpoint::of(ca, pa, qa.number().0, 0, 0);
+    let eb = Endpoint::of(cb, pb, qb.number().0, addr, rkey);
+    connect(ca, qa, pa, &eb, p);
+    connect(cb, qb, pb, &ea, p);
+    (ea, eb)
+}
+
 /// RESET -> INIT -> RTR -> RTS of a UD QP on `port` with Q_Key `qkey`.
 #[track_caller]
 pub fn ud_ready<P: Platform>(qp: &mut Qp<'_, P>, port: u8, qkey: u32) {

@@ -14,7 +14,7 @@ use hca_driver::Config;
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr};
 use hca_emu::{EmuConfig, EmuPlatform};
 use hca_tests::Link;
-use hca_tests::verbs::{Endpoint, RcParams, connect, poll_ok, post_recv_sge, qp_cap};
+use hca_tests::verbs::{RcParams, connect_pair, poll_ok, post_recv_sge, qp_cap};
 use platform::Platform;
 
 /// Sends `count` inline messages over an RC QP created with
@@ -41,11 +41,12 @@ fn inline_sends(l: &mut Link<EmuPlatform>, count: usize) -> Vec<(usize, u8)> {
         let mut qb = pdb
             .create_qp(&QpInitAttr::new(QpType::Rc, &cqb, &cqb).cap(qp_cap(1, 32, 1, 0)))
             .unwrap();
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
-        let p = RcParams::default();
-        connect(&ca, &mut qa, pa, &eb, &p);
-        connect(&cb, &mut qb, pb, &ea, &p);
+        connect_pair(
+            (&ca, pa, &mut qa),
+            (&cb, pb, &mut qb),
+            (mb.addr(), mb.rkey().0),
+            &RcParams::default(),
+        );
         for i in 0..count {
             post_recv_sge(&mut qb, i as u64, mb.sge(256 * i, 256).unwrap());
             let data = vec![i as u8 + 1; 100];

@@ -11,7 +11,7 @@ use firmware_cmds::caps::{CAPABILITY_OFFSET, CmdHcaCap};
 use firmware_cmds::hca::MANAGE_PAGES_OP_MOD_ALLOCATION_FAIL;
 use firmware_cmds::init_seg::HealthSyndrome;
 use hca_driver::{Config, DeadReason, Error, Wait};
-use hca_emu::{CommandRecord, EmuConfig, EmuHca, EmuPlatform, OutputCorruption};
+use hca_emu::{CommandRecord, EmuConfig, EmuHca, EmuPlatform, LeakReport, OutputCorruption};
 use hca_tests::{Bench, page_request};
 
 /// The command timeout of these tests (virtual time).
@@ -67,6 +67,29 @@ fn close_clean_and_reopen(b: &mut Bench<EmuPlatform>, hca: hca_driver::Hca<EmuPl
         .unwrap();
     b.close(hca);
     b.assert_clean();
+}
+
+/// What the firmware itself still held when the function had to be reset
+/// after teardown step `op` failed or timed out (`given`: the pages the
+/// firmware had before): objects the driver could not destroy, pages it
+/// could not get back. Only the failing step may leave either behind.
+#[track_caller]
+fn assert_teardown_leftovers(r: &LeakReport, op: Opcode, given: usize) {
+    if op == Opcode::TEARDOWN_HCA || op == Opcode::MANAGE_PAGES {
+        assert_eq!(r.firmware_pages.len(), given, "{op}");
+    } else {
+        assert!(r.firmware_pages.is_empty(), "{op}: {:?}", r.firmware_pages);
+    }
+    if op == Opcode::DESTROY_EQ || op == Opcode::DEALLOC_UAR {
+        // The EQ (and the UAR it keeps in use) or the UAR.
+        assert!(!r.objects_at_teardown.is_empty(), "{op}");
+    } else {
+        assert!(
+            r.objects_at_teardown.is_empty(),
+            "{op}: {:?}",
+            r.objects_at_teardown
+        );
+    }
 }
 
 fn assert_no_faults_no_memory(emu: &EmuHca) {
@@ -172,20 +195,7 @@ fn every_teardown_command_failing_is_named_and_memory_is_freed() {
         assert_no_faults_no_memory(emu);
         let r = emu.leak_report();
         let op = Opcode(opcode);
-        // What the firmware itself still held when the function had to be
-        // reset: objects the driver could not destroy, pages it could not
-        // get back. Only the failing step may cause either.
-        if op == Opcode::TEARDOWN_HCA || op == Opcode::MANAGE_PAGES {
-            assert_eq!(r.firmware_pages.len(), given, "{op}");
-        } else {
-            assert!(r.firmware_pages.is_empty(), "{op}: {:?}", r.firmware_pages);
-        }
-        if op == Opcode::DESTROY_EQ || op == Opcode::DEALLOC_UAR {
-            // The EQ (and the UAR it keeps in use) or the UAR.
-            assert!(!r.objects_at_teardown.is_empty(), "{op}");
-        } else {
-            assert!(r.objects_at_teardown.is_empty(), "{op}");
-        }
+        assert_teardown_leftovers(&r, op, given);
         assert!(r.objects.is_empty());
         // The device works again afterwards.
         let hca = b.open();
@@ -213,22 +223,7 @@ fn every_teardown_command_that_never_completes_times_out_and_memory_is_freed() {
         assert_no_faults_no_memory(emu);
         let r = emu.leak_report();
         let op = Opcode(opcode);
-        // What the firmware still held when the function had to be reset:
-        // only the step that timed out may leave pages or objects behind.
-        if op == Opcode::TEARDOWN_HCA || op == Opcode::MANAGE_PAGES {
-            assert_eq!(r.firmware_pages.len(), given, "{op}");
-        } else {
-            assert!(r.firmware_pages.is_empty(), "{op}: {:?}", r.firmware_pages);
-        }
-        if op == Opcode::DESTROY_EQ || op == Opcode::DEALLOC_UAR {
-            assert!(!r.objects_at_teardown.is_empty(), "{op}");
-        } else {
-            assert!(
-                r.objects_at_teardown.is_empty(),
-                "{op}: {:?}",
-                r.objects_at_teardown
-            );
-        }
+        assert_teardown_leftovers(&r, op, given);
         assert!(r.objects.is_empty(), "{op}: {:?}", r.objects);
         // The device works again afterwards, and that run leaks nothing
         // more.

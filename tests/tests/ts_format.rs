@@ -13,7 +13,7 @@ use firmware_cmds::caps::{CAP_ROCE, TIMESTAMP_FORMAT_DEFAULT, TIMESTAMP_FORMAT_F
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr};
 use hca_driver::{CapMode, Config};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform};
-use hca_tests::verbs::{Endpoint, RcParams, connect, poll_ok, post_recv_sge, qp_cap};
+use hca_tests::verbs::{RcParams, connect_pair, poll_ok, post_recv_sge, qp_cap};
 use hca_tests::{Bench, Link};
 
 fn config() -> Config {
@@ -90,11 +90,12 @@ fn rc_traffic_on_real_time_clock_devices() {
             ts_format(l.emu_a(), qa.number().0),
             TIMESTAMP_FORMAT_DEFAULT
         );
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
-        let p = RcParams::default();
-        connect(&ca, &mut qa, pa, &eb, &p);
-        connect(&cb, &mut qb, pb, &ea, &p);
+        connect_pair(
+            (&ca, pa, &mut qa),
+            (&cb, pb, &mut qb),
+            (mb.addr(), mb.rkey().0),
+            &RcParams::default(),
+        );
         post_recv_sge(&mut qb, 7, mb.sge(0, 64).unwrap());
         qa.post_send(
             &SendWr::new(1, SendOp::Send)

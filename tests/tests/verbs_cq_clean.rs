@@ -14,7 +14,7 @@ use hca_driver::verbs::{
     SendOp, SendWr, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion, WrError,
 };
 use hca_tests::verbs::{
-    Endpoint, RcParams, assert_quiet, connect, poll_n, poll_ok, post_recv_sge, qp_cap,
+    RcParams, assert_quiet, connect_pair, poll_n, poll_ok, post_recv_sge, qp_cap,
 };
 use hca_tests::{Link, TestPlatform};
 use platform::Platform;
@@ -36,11 +36,7 @@ fn pair<P: Platform>(
     (cb, pb): (&hca_driver::verbs::Context<'_, P>, u8),
     b: &mut Qp<'_, P>,
 ) {
-    let ea = Endpoint::of(ca, pa, a.number().0, 0, 0);
-    let eb = Endpoint::of(cb, pb, b.number().0, 0, 0);
-    let p = RcParams::default();
-    connect(ca, a, pa, &eb, &p);
-    connect(cb, b, pb, &ea, &p);
+    connect_pair((ca, pa, a), (cb, pb, b), (0, 0), &RcParams::default());
 }
 
 /// A signaled inline send of `msg` with `wr_id`.

@@ -11,8 +11,8 @@ use hca_driver::verbs::{
     SrqInitAttr, WcFlags, WcOpcode, WcStatus,
 };
 use hca_tests::verbs::{
-    Endpoint, RcParams, WAIT, assert_quiet, connect, path_to, poll_n, poll_ok, post_recv_sge,
-    qp_cap, ud_ready,
+    Endpoint, RcParams, WAIT, assert_quiet, connect, connect_pair, path_to, poll_n, poll_ok,
+    post_recv_sge, qp_cap, ud_ready,
 };
 use hca_tests::{Link, TestPlatform};
 use platform::Platform;
@@ -437,11 +437,12 @@ fn inline_sends<P: TestPlatform>(l: &mut Link<P>) {
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 32, 1, 0));
         let max = qa.cap().max_inline_data;
         assert!(max >= 200, "{:?}", qa.cap());
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
-        let p = RcParams::default();
-        connect(&ca, &mut qa, pa, &eb, &p);
-        connect(&cb, &mut qb, pb, &ea, &p);
+        let (_, eb) = connect_pair(
+            (&ca, pa, &mut qa),
+            (&cb, pb, &mut qb),
+            (mb.addr(), mb.rkey().0),
+            &RcParams::default(),
+        );
         let sizes = [1usize, 12, 16, 28, 44, 60, 64, 100, max as usize];
         for (i, &n) in sizes.iter().enumerate() {
             post_recv_sge(&mut qb, i as u64, mb.sge(512 * i, 512).unwrap());
@@ -508,11 +509,12 @@ fn unsignaled_batches<P: TestPlatform>(l: &mut Link<P>) {
             .unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(64, 1, 1, 0));
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0));
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
-        let p = RcParams::default();
-        connect(&ca, &mut qa, pa, &eb, &p);
-        connect(&cb, &mut qb, pb, &ea, &p);
+        let (_, eb) = connect_pair(
+            (&ca, pa, &mut qa),
+            (&cb, pb, &mut qb),
+            (mb.addr(), mb.rkey().0),
+            &RcParams::default(),
+        );
         for i in 0..16384 / 64 {
             ba.write(64 * i, &[i as u8; 64]).unwrap();
         }
@@ -609,11 +611,12 @@ fn completion_events<P: TestPlatform>(l: &mut Link<P>) {
         let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(8, 1, 1, 32));
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 8, 1, 0));
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, 0, 0);
-        let p = RcParams::default();
-        connect(&ca, &mut qa, pa, &eb, &p);
-        connect(&cb, &mut qb, pb, &ea, &p);
+        connect_pair(
+            (&ca, pa, &mut qa),
+            (&cb, pb, &mut qb),
+            (0, 0),
+            &RcParams::default(),
+        );
         for i in 0..4 {
             post_recv_sge(&mut qb, i, mb.sge(64 * i as usize, 64).unwrap());
         }
@@ -866,11 +869,12 @@ where
             .unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(32, 1, 1, 0));
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0));
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
-        let p = RcParams::default();
-        connect(&ca, &mut qa, pa, &eb, &p);
-        connect(&cb, &mut qb, pb, &ea, &p);
+        let (_, eb) = connect_pair(
+            (&ca, pa, &mut qa),
+            (&cb, pb, &mut qb),
+            (mb.addr(), mb.rkey().0),
+            &RcParams::default(),
+        );
         const N: u64 = 1000;
         for i in 0..64 {
             ba.write(64 * i, &[i as u8; 64]).unwrap();

@@ -75,15 +75,87 @@ pub fn write_args(wr_id: u64) -> Write {
     }
 }
 
+/// A leaked heap page standing in for a UAR page.
+pub fn uar_page() -> Uar {
+    let uar_mem: &'static HostBlock = Box::leak(Box::new(HostBlock::new(4096, 4096).unwrap()));
+    // SAFETY: the block is leaked, so it outlives the window; it is only
+    // accessed through volatile stores.
+    let window = unsafe { MmioWindow::new(uar_mem.host_ptr(), 4096) };
+    Box::leak(Box::new(window))
+}
+
+/// A QP of `qp_type` with `caps` on leaked heap memory lent at DMA address
+/// `dma`, ringing its doorbells (BlueFlame register at 0x800) on `uar`.
+pub fn make_qp(
+    qp_type: QpType,
+    qpn: u32,
+    caps: QpCaps,
+    atomics: bool,
+    dma: u64,
+    uar: Uar,
+) -> (&'static HostBlock, Qp<Uar>) {
+    let geometry = QpGeometry::new(qp_type, &caps, &DeviceLimits::default()).unwrap();
+    let qp_mem: &'static HostBlock = Box::leak(Box::new(
+        HostBlock::new(geometry.layout.total_bytes, 4096).unwrap(),
+    ));
+    let cfg = QpConfig {
+        qp_type,
+        qpn,
+        geometry,
+        atomics,
+        sq_sig_all: false,
+        eth_min_inline: 0,
+    };
+    let qp = Qp::new(
+        qp_mem.lend(dma, 0).unwrap(),
+        Some((uar, BfConfig::new(0))),
+        &cfg,
+    )
+    .map_err(|(e, _)| e)
+    .unwrap();
+    (qp_mem, qp)
+}
+
+/// CQ 7 of 2^log_cq entries, CQE version 1, on leaked heap memory lent at
+/// DMA address 0x20_0000, its doorbells on `uar`.
+pub fn make_cq(log_cq: u8, uar: Uar) -> (&'static HostBlock, Cq<Uar>) {
+    let layout = CqLayout::new(log_cq).unwrap();
+    let cq_mem: &'static HostBlock =
+        Box::leak(Box::new(HostBlock::new(layout.total_bytes, 4096).unwrap()));
+    let cq_cfg = CqConfig {
+        cqn: 7,
+        layout,
+        version: CqeVersion::V1,
+        uar_page_offset: 0,
+    };
+    let cq = Cq::new(cq_mem.lend(0x20_0000, 0).unwrap(), uar, &cq_cfg)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    (cq_mem, cq)
+}
+
+/// Writes the CQE image `b` into slot `slot` of the CQ ring at `cq_base`,
+/// owner byte last, as the device does.
+///
+/// # Safety
+///
+/// `cq_base` must point to a live CQ ring of more than `slot` entries that
+/// nothing else accesses concurrently.
+pub unsafe fn write_cqe(cq_base: *mut u8, slot: usize, b: &[u8; 64]) {
+    // SAFETY: the caller guarantees the 64 bytes at `slot` are inside the
+    // ring; the CQ only reads this slot after the owner byte matches.
+    unsafe {
+        let p = cq_base.add(64 * slot);
+        std::ptr::copy_nonoverlapping(b.as_ptr(), p, 63);
+        p.add(63).write_volatile(b[63]);
+    }
+}
+
 impl Harness {
     /// RC QP with room for `max_send_wr` work requests (1 SGE, no inline), a
     /// CQ of 2^log_cq entries, CQE version 1.
     pub fn new(max_send_wr: u32, log_cq: u8) -> Self {
-        let uar_mem: &'static HostBlock = Box::leak(Box::new(HostBlock::new(4096, 4096).unwrap()));
-        // SAFETY: the block is leaked, so it outlives the window; it is only
-        // accessed through volatile stores.
-        let window = unsafe { MmioWindow::new(uar_mem.host_ptr(), 4096) };
-        let uar: Uar = Box::leak(Box::new(window));
+        let uar = uar_page();
         let caps = QpCaps {
             max_send_wr,
             max_recv_wr: 0,
@@ -92,37 +164,8 @@ impl Harness {
             max_inline_data: 0,
             send_ops: None,
         };
-        let geometry = QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default()).unwrap();
-        let qp_mem: &'static HostBlock = Box::leak(Box::new(
-            HostBlock::new(geometry.layout.total_bytes, 4096).unwrap(),
-        ));
-        let cfg = QpConfig {
-            qp_type: QpType::Rc,
-            qpn: QPN,
-            geometry,
-            atomics: true,
-            sq_sig_all: false,
-            eth_min_inline: 0,
-        };
-        let qp = Qp::new(
-            qp_mem.lend(0x10_0000, 0).unwrap(),
-            Some((uar, BfConfig::new(0))),
-            &cfg,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
-        let layout = CqLayout::new(log_cq).unwrap();
-        let cq_mem: &'static HostBlock =
-            Box::leak(Box::new(HostBlock::new(layout.total_bytes, 4096).unwrap()));
-        let cq_cfg = CqConfig {
-            cqn: 7,
-            layout,
-            version: CqeVersion::V1,
-            uar_page_offset: 0,
-        };
-        let cq = Cq::new(cq_mem.lend(0x20_0000, 0).unwrap(), uar, &cq_cfg)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let (qp_mem, qp) = make_qp(QpType::Rc, QPN, caps, true, 0x10_0000, uar);
+        let (cq_mem, cq) = make_cq(log_cq, uar);
         let mut table = CqTable::new();
         table
             .insert(UIDX, qp.completions(true, false, None).unwrap())
@@ -151,15 +194,9 @@ impl Harness {
         b[0x38..0x3c].copy_from_slice(&(0x0800_0000 | QPN).to_be_bytes());
         b[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
         b[0x3f] = owner;
-        // SAFETY: the CQ block is leaked and `slot` < entries, so the 64
-        // bytes are inside it; the CQ only reads this slot after the owner
-        // byte matches, and this is the same thread.
-        unsafe {
-            let p = self.cq_base.add(64 * slot);
-            // Owner byte last, as the device does.
-            std::ptr::copy_nonoverlapping(b.as_ptr(), p, 63);
-            p.add(63).write_volatile(b[63]);
-        }
+        // SAFETY: the CQ block is leaked and `slot` < entries; this is the
+        // only thread.
+        unsafe { write_cqe(self.cq_base, slot, &b) };
         self.pending += 1;
     }
 

@@ -46,19 +46,18 @@
 //! Outside the measured functions the program plays the device: it writes
 //! CQEs and polls them so posted work is retired and the queues never fill.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[path = "../benches/harness.rs"]
 mod harness;
 
 use std::hint::black_box;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use platform::MmioWindow;
-use platform::host::HostBlock;
 use verbs_core::*;
 
-type Uar = &'static MmioWindow;
+use harness::Uar;
 
 const RC_QPN: u32 = 0x123;
 const RC_UIDX: u32 = 5;
@@ -264,37 +263,6 @@ fn ours_recv(rq: &mut RecvQueue, wr: &RecvWr<'_>) -> Result<(), Error> {
 
 // ---- the fixtures and the device's part (unmeasured) -----------------------
 
-fn uar_page() -> Uar {
-    let mem: &'static HostBlock = Box::leak(Box::new(HostBlock::new(4096, 4096).unwrap()));
-    // SAFETY: the block is leaked, so it outlives the window; it is only
-    // accessed through volatile stores.
-    let window =
-        unsafe { MmioWindow::new(NonNull::new(mem.host_addr() as *mut u8).unwrap(), 4096) };
-    Box::leak(Box::new(window))
-}
-
-fn make_qp(qp_type: QpType, qpn: u32, caps: QpCaps, atomics: bool) -> Qp<Uar> {
-    let geometry = QpGeometry::new(qp_type, &caps, &DeviceLimits::default()).unwrap();
-    let mem: &'static HostBlock = Box::leak(Box::new(
-        HostBlock::new(geometry.layout.total_bytes, 4096).unwrap(),
-    ));
-    let cfg = QpConfig {
-        qp_type,
-        qpn,
-        geometry,
-        atomics,
-        sq_sig_all: false,
-        eth_min_inline: 0,
-    };
-    Qp::new(
-        mem.lend(0x10_0000 * u64::from(qpn), 0).unwrap(),
-        Some((uar_page(), BfConfig::new(0))),
-        &cfg,
-    )
-    .map_err(|(e, _)| e)
-    .unwrap()
-}
-
 struct Bench {
     rc: Qp<Uar>,
     ud: Qp<Uar>,
@@ -308,44 +276,23 @@ struct Bench {
 impl Bench {
     /// The golden vectors' `rc_qp`, `ud_qp` and `cq0`.
     fn new() -> Self {
-        let rc = make_qp(
+        let (_, rc) = harness::make_qp(
             QpType::Rc,
             RC_QPN,
-            QpCaps {
-                max_send_wr: 128,
-                max_recv_wr: 64,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 128,
-                send_ops: Some(0x3ff),
-            },
+            common::rc_caps(),
             true,
+            0x10_0000 * u64::from(RC_QPN),
+            harness::uar_page(),
         );
-        let ud = make_qp(
+        let (_, ud) = harness::make_qp(
             QpType::Ud,
             UD_QPN,
-            QpCaps {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 2,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-                send_ops: Some(0x0c),
-            },
+            common::ud_caps(),
             false,
+            0x10_0000 * u64::from(UD_QPN),
+            harness::uar_page(),
         );
-        let layout = CqLayout::new(LOG_CQ).unwrap();
-        let cq_mem: &'static HostBlock =
-            Box::leak(Box::new(HostBlock::new(layout.total_bytes, 4096).unwrap()));
-        let cq_cfg = CqConfig {
-            cqn: 7,
-            layout,
-            version: CqeVersion::V1,
-            uar_page_offset: 0,
-        };
-        let cq = Cq::new(cq_mem.lend(0x20_0000, 0).unwrap(), uar_page(), &cq_cfg)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let (cq_mem, cq) = harness::make_cq(LOG_CQ, harness::uar_page());
         let mut table = CqTable::new();
         table
             .insert(RC_UIDX, rc.completions(true, true, None).unwrap())
@@ -385,15 +332,9 @@ impl Bench {
         }
         b[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
         b[0x3f] = if requester { 0 } else { 0x20 } | owner;
-        // SAFETY: the CQ block is leaked and `slot` < entries, so the 64
-        // bytes are inside it; the CQ only reads this slot after the owner
-        // byte matches, and this is the same thread.
-        unsafe {
-            let p = self.cq_base.add(64 * slot);
-            // Owner byte last, as the device does.
-            std::ptr::copy_nonoverlapping(b.as_ptr(), p, 63);
-            p.add(63).write_volatile(b[63]);
-        }
+        // SAFETY: the CQ block is leaked and `slot` < entries; this is the
+        // only thread.
+        unsafe { harness::write_cqe(self.cq_base, slot, &b) };
         self.pending += 1;
     }
 

@@ -218,6 +218,14 @@ impl Datapath {
         }
         self.log.push_back(s);
     }
+
+    /// Keeps `w` among the last 256 doorbell writes.
+    fn record_doorbell(&mut self, w: DoorbellWrite) {
+        if self.doorbells.len() >= KEEP {
+            self.doorbells.pop_front();
+        }
+        self.doorbells.push_back(w);
+    }
 }
 
 /// A QP's attributes as the engine uses them, decoded from the QP context
@@ -907,11 +915,7 @@ impl Device {
 
 /// A send doorbell or BlueFlame write.
 pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, offset: usize, value: u64, width: u8) {
-    let d = &mut dev.datapath;
-    if d.doorbells.len() >= KEEP {
-        d.doorbells.pop_front();
-    }
-    d.doorbells.push_back(DoorbellWrite {
+    dev.datapath.record_doorbell(DoorbellWrite {
         uar,
         offset,
         value,
@@ -932,17 +936,7 @@ pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, offset: usize, value: u6
     let Some((kind, n, index)) = doorbell_target(dev, uar, value) else {
         return;
     };
-    dev.engine.bf.insert(
-        (uar, half),
-        BfCopy {
-            kind,
-            n,
-            index,
-            expected: None,
-            copy: None,
-        },
-    );
-    dev.ring_queue(kind, n, index);
+    dev.ring_from_memory(uar, half, kind, n, index);
 }
 
 /// The queue a send doorbell's first 8 bytes (`opmod_idx_opcode`,
@@ -993,19 +987,13 @@ pub(crate) fn blueflame_write(dev: &mut Device, uar: u32, offset: usize, bytes: 
         ));
         return;
     }
-    {
-        let d = &mut dev.datapath;
-        for (i, w) in bytes.chunks_exact(8).enumerate() {
-            if d.doorbells.len() >= KEEP {
-                d.doorbells.pop_front();
-            }
-            d.doorbells.push_back(DoorbellWrite {
-                uar,
-                offset: offset + 8 * i,
-                value: u64::from_be_bytes(w.try_into().expect("8-byte chunk")),
-                width: 8,
-            });
-        }
+    for (i, w) in bytes.chunks_exact(8).enumerate() {
+        dev.datapath.record_doorbell(DoorbellWrite {
+            uar,
+            offset: offset + 8 * i,
+            value: u64::from_be_bytes(w.try_into().expect("8-byte chunk")),
+            width: 8,
+        });
     }
     if pos == 0 {
         dev.bf_flush_incomplete(uar, half);
@@ -1020,17 +1008,7 @@ pub(crate) fn blueflame_write(dev: &mut Device, uar: u32, offset: usize, bytes: 
                 "BlueFlame copy for {kind:?} {n:#x} WQE {index:#x} announces {need} bytes: executed from memory"
             ));
             dev.datapath.bf_mismatches += 1;
-            dev.engine.bf.insert(
-                (uar, half),
-                BfCopy {
-                    kind,
-                    n,
-                    index,
-                    expected: None,
-                    copy: None,
-                },
-            );
-            dev.ring_queue(kind, n, index);
+            dev.ring_from_memory(uar, half, kind, n, index);
             return;
         }
         dev.engine.bf.insert(
@@ -1071,6 +1049,23 @@ pub(crate) fn blueflame_write(dev: &mut Device, uar: u32, offset: usize, bytes: 
 }
 
 impl Device {
+    /// A doorbell for the WQE in memory through BlueFlame half `half` of
+    /// UAR page `uar`: the half remembers the queue and WQE (single words
+    /// written to it later are compared with that WQE) and the queue rings.
+    fn ring_from_memory(&mut self, uar: u32, half: usize, kind: ObjKind, n: u32, index: u16) {
+        self.engine.bf.insert(
+            (uar, half),
+            BfCopy {
+                kind,
+                n,
+                index,
+                expected: None,
+                copy: None,
+            },
+        );
+        self.ring_queue(kind, n, index);
+    }
+
     /// Rings a send queue: the doorbell of a QP or of a raw SQ.
     fn ring_queue(&mut self, kind: ObjKind, n: u32, index: u16) {
         if kind == ObjKind::Qp {
