@@ -123,6 +123,11 @@ fuzz_target!(|data: &[u8]| {
         version,
         uar_page_offset: 0,
     };
+    let mut cq = Cq::with_consumer_index(cq_mem.lend(0x300_0000, 0).expect("lend"), &UAR, &cfg, ci)
+        .map_err(|(e, _)| e)
+        .expect("cq");
+
+    // Written after the CQ exists: creating it marks every entry invalid.
     // Every slot starts invalid (opcode 0xf, owner of the previous pass).
     for s in 0..entries {
         let mut b = [0u8; 64];
@@ -139,9 +144,6 @@ fuzz_target!(|data: &[u8]| {
             .write(64 * (pos & (entries - 1)) as usize, &b)
             .expect("write");
     }
-    let mut cq = Cq::with_consumer_index(cq_mem.lend(0x300_0000, 0).expect("lend"), &UAR, &cfg, ci)
-        .map_err(|(e, _)| e)
-        .expect("cq");
 
     let mut acc = 0u64;
     for _ in 0..2 * entries + 4 {
