@@ -111,6 +111,13 @@ impl CmdState {
         }
     }
 
+    /// Marks slots as holding a command (fuzzing: command completion
+    /// events are checked against them).
+    #[cfg(fuzzing)]
+    pub(crate) fn mark_in_flight(&mut self, mask: u32) {
+        *self.in_flight.get_mut() = mask;
+    }
+
     /// Slots whose command never completed.
     pub(crate) fn stuck_slots(&self) -> u32 {
         self.stuck_mask.load(Ordering::Acquire)
@@ -260,6 +267,25 @@ impl Output<'_> {
     }
 }
 
+/// Writes the trailers of an output chain's blocks (next pointer, block
+/// number, token) for the firmware to fill in the data.
+pub(crate) fn prepare_output_chain(pool: &MailboxPool, outb: &Chain, token: u8) -> Result<()> {
+    for i in 0..outb.len() {
+        let next = if i + 1 < outb.len() {
+            pool.iova(outb, i + 1)
+        } else {
+            0
+        };
+        let mut b = CmdIfBox::new();
+        b.set_next_pointer(next)?;
+        b.set(CmdIfBox::block_number, i as u32)?
+            .set(CmdIfBox::token, token)?;
+        let (region, off) = pool.block(outb, i);
+        region.write_bytes(off, b.as_bytes());
+    }
+    Ok(())
+}
+
 /// The output length a layout needs (at least the 16 inline bytes).
 pub(crate) fn out_len_for<L: Layout>() -> usize {
     L::SIZE.max(INLINE_SIZE)
@@ -358,7 +384,18 @@ impl<P: Platform> Hca<P> {
         let r = self.post_and_wait(slot, token, opcode, op_mod, &entry, &inb, &outb);
         match r {
             Ok(entry) => {
-                let result = self.answer(opcode, op_mod, token, &entry, out_len, &outb, read);
+                let checksum = self.cmd.check_signatures.load(Ordering::Relaxed);
+                let result = answer(
+                    &self.cmd.pool,
+                    checksum,
+                    opcode,
+                    op_mod,
+                    token,
+                    &entry,
+                    out_len,
+                    &outb,
+                    read,
+                );
                 let mut pool = self.cmd.pool.lock();
                 pool.release(&inb);
                 pool.release(&outb);
@@ -484,19 +521,7 @@ impl<P: Platform> Hca<P> {
                 let (region, off) = pool.block(inb, i);
                 region.write_bytes(off, b.as_bytes());
             }
-            for i in 0..outb.len() {
-                let next = if i + 1 < outb.len() {
-                    pool.iova(outb, i + 1)
-                } else {
-                    0
-                };
-                let mut b = CmdIfBox::new();
-                b.set_next_pointer(next)?;
-                b.set(CmdIfBox::block_number, i as u32)?
-                    .set(CmdIfBox::token, token)?;
-                let (region, off) = pool.block(outb, i);
-                region.write_bytes(off, b.as_bytes());
-            }
+            prepare_output_chain(&pool, outb, token)?;
             let first = |c: &Chain| if c.len() > 0 { pool.iova(c, 0) } else { 0 };
             (first(inb), first(outb))
         };
@@ -699,112 +724,113 @@ impl<P: Platform> Hca<P> {
             });
         }
     }
+}
 
-    /// Validates the answered entry and output chain, then hands the output
-    /// to `read`.
-    #[allow(clippy::too_many_arguments)]
-    fn answer<R>(
-        &self,
-        opcode: Opcode,
-        op_mod: u16,
-        token: u8,
-        entry: &CmdQueueEntry,
-        out_len: usize,
-        outb: &Chain,
-        read: impl FnOnce(&Output<'_>) -> Result<R>,
-    ) -> Result<R> {
-        let invalid = |field, value: u64, reason| Error::InvalidAnswer {
+/// Validates an answered entry and its output chain against what was
+/// posted (token, output length, output pointer, every block's next
+/// pointer, number, token and, with `checksum`, signatures), then the
+/// command status, and hands the output to `read`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn answer<R>(
+    pool: &spin::Mutex<MailboxPool>,
+    checksum: bool,
+    opcode: Opcode,
+    op_mod: u16,
+    token: u8,
+    entry: &CmdQueueEntry,
+    out_len: usize,
+    outb: &Chain,
+    read: impl FnOnce(&Output<'_>) -> Result<R>,
+) -> Result<R> {
+    let invalid = |field, value: u64, reason| Error::InvalidAnswer {
+        opcode,
+        op_mod,
+        field,
+        value,
+        reason,
+    };
+    let malformed = |error| Error::MalformedAnswer {
+        opcode,
+        op_mod,
+        error,
+    };
+    let t = entry.get(CmdQueueEntry::token);
+    if t != token {
+        return Err(invalid(
+            "cmd_queue_entry.token",
+            u64::from(t),
+            "not the token of the command in this slot",
+        ));
+    }
+    if checksum {
+        entry.check_signature().map_err(malformed)?;
+    }
+    let ds = entry.delivery_status();
+    if !ds.is_ok() {
+        return Err(Error::Delivery {
             opcode,
             op_mod,
-            field,
-            value,
-            reason,
-        };
-        let malformed = |error| Error::MalformedAnswer {
-            opcode,
-            op_mod,
-            error,
-        };
-        let t = entry.get(CmdQueueEntry::token);
-        if t != token {
+            status: ds,
+        });
+    }
+    let ol = entry.get(CmdQueueEntry::output_length);
+    if ol as usize != out_len {
+        return Err(invalid(
+            "cmd_queue_entry.output_length",
+            u64::from(ol),
+            "differs from the output length the driver posted",
+        ));
+    }
+    {
+        let p = pool.lock();
+        let expect_ptr = if outb.len() > 0 { p.iova(outb, 0) } else { 0 };
+        if entry.output_mailbox() != expect_ptr {
             return Err(invalid(
-                "cmd_queue_entry.token",
-                u64::from(t),
-                "not the token of the command in this slot",
+                "cmd_queue_entry.output_mailbox_pointer",
+                entry.output_mailbox(),
+                "differs from the output mailbox the driver posted",
             ));
         }
-        let checksum = self.cmd.check_signatures.load(Ordering::Relaxed);
-        if checksum {
-            entry.check_signature().map_err(malformed)?;
-        }
-        let ds = entry.delivery_status();
-        if !ds.is_ok() {
-            return Err(Error::Delivery {
-                opcode,
-                op_mod,
-                status: ds,
-            });
-        }
-        let ol = entry.get(CmdQueueEntry::output_length);
-        if ol as usize != out_len {
-            return Err(invalid(
-                "cmd_queue_entry.output_length",
-                u64::from(ol),
-                "differs from the output length the driver posted",
-            ));
-        }
-        let pool = &self.cmd.pool;
-        {
-            let p = pool.lock();
-            let expect_ptr = if outb.len() > 0 { p.iova(outb, 0) } else { 0 };
-            if entry.output_mailbox() != expect_ptr {
+        let mut oc = OutputChain::new(out_len, token, checksum);
+        for i in 0..outb.len() {
+            let (region, off) = p.block(outb, i);
+            let mut b = [0u8; MAILBOX_BLOCK_SIZE];
+            region.read_bytes(off, &mut b);
+            let b = CmdIfBox::from_array(b);
+            let next = if i + 1 < outb.len() {
+                p.iova(outb, i + 1)
+            } else {
+                0
+            };
+            if b.next_pointer() != next {
                 return Err(invalid(
-                    "cmd_queue_entry.output_mailbox_pointer",
-                    entry.output_mailbox(),
-                    "differs from the output mailbox the driver posted",
+                    "cmd_if_box.next_pointer",
+                    b.next_pointer(),
+                    "an output block's next pointer was changed",
                 ));
             }
-            let mut oc = OutputChain::new(out_len, token, checksum);
-            for i in 0..outb.len() {
-                let (region, off) = p.block(outb, i);
-                let mut b = [0u8; MAILBOX_BLOCK_SIZE];
-                region.read_bytes(off, &mut b);
-                let b = CmdIfBox::from_array(b);
-                let next = if i + 1 < outb.len() {
-                    p.iova(outb, i + 1)
-                } else {
-                    0
-                };
-                if b.next_pointer() != next {
-                    return Err(invalid(
-                        "cmd_if_box.next_pointer",
-                        b.next_pointer(),
-                        "an output block's next pointer was changed",
-                    ));
-                }
-                oc.push(&b).map_err(malformed)?;
-            }
-            oc.finish().map_err(malformed)?;
+            oc.push(&b).map_err(malformed)?;
         }
-        let b = entry.as_bytes();
-        let status = CmdStatus(b[0x20]);
-        if !status.is_ok() {
-            return Err(Error::Command(CmdError {
-                opcode,
-                op_mod,
-                status,
-                syndrome: u32::from_be_bytes([b[0x24], b[0x25], b[0x26], b[0x27]]),
-            }));
-        }
-        let mut inline = [0u8; ENTRY_SIZE];
-        inline.copy_from_slice(b);
-        read(&Output {
+        oc.finish().map_err(malformed)?;
+    }
+    let b = entry.as_bytes();
+    let status = CmdStatus(b[0x20]);
+    if !status.is_ok() {
+        return Err(Error::Command(CmdError {
             opcode,
             op_mod,
-            entry: inline,
-            len: out_len,
-            chain: outb,
-            pool,
-        })
+            status,
+            syndrome: u32::from_be_bytes([b[0x24], b[0x25], b[0x26], b[0x27]]),
+        }));
     }
+    let mut inline = [0u8; ENTRY_SIZE];
+    inline.copy_from_slice(b);
+    read(&Output {
+        opcode,
+        op_mod,
+        entry: inline,
+        len: out_len,
+        chain: outb,
+        pool,
+    })
 }

@@ -8,7 +8,7 @@
 //! interrupts: EQs are polled by [`Hca::poll_events`] (and the command EQ by
 //! command waits).
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use firmware_cmds::caps::CmdHcaCap;
 use firmware_cmds::eq::{
@@ -20,8 +20,9 @@ use firmware_cmds::uar::{UAR_EQ_DOORBELL_ARM_OFFSET, UAR_EQ_DOORBELL_UPDATE_OFFS
 use platform::barrier::udma_from_device_barrier;
 use platform::{Be32, DmaRegion, Mmio, Platform};
 
+use crate::cmd::CmdState;
 use crate::error::{EqeError, Error, Result};
-use crate::events::{AsyncEvent, QueueId};
+use crate::events::{AsyncEvent, EventRouter, QueueId};
 use crate::hca::{DmaUse, Hca, MAX_COMP_EQS};
 use crate::info::PortState;
 use crate::pas::{PAS_PAGE_SIZE, PageList};
@@ -273,121 +274,155 @@ impl<P: Platform> Hca<P> {
     }
 
     fn dispatch(&self, eq: &Eq, e: &Eqe) -> core::result::Result<(), EqeError> {
-        let t = e.get(Eqe::event_type);
-        let d = e.data();
-        let unexpected = Err(EqeError::UnexpectedEventType { event_type: t });
-        match eq.kind {
-            EqKind::Command => {
-                if t != feq::EVENT_TYPE_CMD {
-                    return unexpected;
-                }
-                let v = d
-                    .get(EventAuto::cmd_inter_comp_event)
-                    .get(CmdInterCompEvent::command_completion_vector);
-                let all = if self.cmd.slots >= 32 {
-                    u32::MAX
-                } else {
-                    (1 << self.cmd.slots) - 1
-                };
-                let bad = self.cmd.complete_by_event(v & all) | (v & !all);
-                if bad != 0 {
-                    return Err(EqeError::BadCommandSlots { vector: bad });
-                }
-                Ok(())
-            }
-            EqKind::Completion(_) => {
-                if t != feq::EVENT_TYPE_COMP {
-                    return unexpected;
-                }
-                let cqn = d.get(EventAuto::comp_event).get(CompEvent::cq_number);
-                self.events.completion(cqn)
-            }
-            EqKind::Async => self.dispatch_async(t, e.get(Eqe::event_sub_type), &d),
-        }
+        let ctx = EqeContext {
+            cmd: &self.cmd,
+            events: &self.events,
+            num_ports: self.info.caps.num_ports(),
+            pending_pages: &self.pending_pages,
+            internal_error_seen: &self.internal_error_seen,
+        };
+        dispatch_eqe(&ctx, eq.kind, e)
     }
+}
 
-    fn dispatch_async(&self, t: u8, sub: u8, d: &EventAuto) -> core::result::Result<(), EqeError> {
-        match t {
-            feq::EVENT_TYPE_PAGE_REQUEST => {
-                let p = d.get(EventAuto::pages_req_event);
-                let fid = p.get(PagesReqEvent::function_id);
-                let num = p.num_pages_signed();
-                if fid != 0 || num.unsigned_abs() > crate::fwpages::MAX_PAGE_REQUEST {
-                    return Err(EqeError::BadPageRequest {
-                        function_id: fid,
-                        num_pages: num,
+/// What handling an EQE touches: the driver state an event updates.
+pub(crate) struct EqeContext<'a> {
+    pub(crate) cmd: &'a CmdState,
+    pub(crate) events: &'a EventRouter,
+    pub(crate) num_ports: u8,
+    pub(crate) pending_pages: &'a AtomicI64,
+    pub(crate) internal_error_seen: &'a AtomicBool,
+}
+
+/// Checks and routes one valid EQE of an EQ of `kind`: every number in it
+/// (command slots, CQN, QPN/SRQN, port, page count, function id) is checked
+/// against what the driver knows before anything is updated.
+pub(crate) fn dispatch_eqe(
+    ctx: &EqeContext<'_>,
+    kind: EqKind,
+    e: &Eqe,
+) -> core::result::Result<(), EqeError> {
+    let t = e.get(Eqe::event_type);
+    let d = e.data();
+    let unexpected = Err(EqeError::UnexpectedEventType { event_type: t });
+    match kind {
+        EqKind::Command => {
+            if t != feq::EVENT_TYPE_CMD {
+                return unexpected;
+            }
+            let v = d
+                .get(EventAuto::cmd_inter_comp_event)
+                .get(CmdInterCompEvent::command_completion_vector);
+            let all = if ctx.cmd.slots >= 32 {
+                u32::MAX
+            } else {
+                (1 << ctx.cmd.slots) - 1
+            };
+            let bad = ctx.cmd.complete_by_event(v & all) | (v & !all);
+            if bad != 0 {
+                return Err(EqeError::BadCommandSlots { vector: bad });
+            }
+            Ok(())
+        }
+        EqKind::Completion(_) => {
+            if t != feq::EVENT_TYPE_COMP {
+                return unexpected;
+            }
+            let cqn = d.get(EventAuto::comp_event).get(CompEvent::cq_number);
+            ctx.events.completion(cqn)
+        }
+        EqKind::Async => dispatch_async(ctx, t, e.get(Eqe::event_sub_type), &d),
+    }
+}
+
+fn dispatch_async(
+    ctx: &EqeContext<'_>,
+    t: u8,
+    sub: u8,
+    d: &EventAuto,
+) -> core::result::Result<(), EqeError> {
+    match t {
+        feq::EVENT_TYPE_PAGE_REQUEST => {
+            let p = d.get(EventAuto::pages_req_event);
+            let fid = p.get(PagesReqEvent::function_id);
+            let num = p.num_pages_signed();
+            if fid != 0 || num.unsigned_abs() > crate::fwpages::MAX_PAGE_REQUEST {
+                return Err(EqeError::BadPageRequest {
+                    function_id: fid,
+                    num_pages: num,
+                });
+            }
+            log::debug!("page request: {num} pages");
+            ctx.pending_pages
+                .fetch_add(i64::from(num), Ordering::AcqRel);
+            Ok(())
+        }
+        feq::EVENT_TYPE_PORT_CHANGE => {
+            let port = d
+                .get(EventAuto::port_state_change_event)
+                .get(PortStateChangeEvent::port_num);
+            if port == 0 || port > ctx.num_ports {
+                return Err(EqeError::BadPort { port });
+            }
+            let state = match sub {
+                feq::PORT_CHANGE_SUBTYPE_DOWN => PortState::Down,
+                feq::PORT_CHANGE_SUBTYPE_ACTIVE => PortState::Active,
+                feq::PORT_CHANGE_SUBTYPE_INITIALIZED => PortState::Init,
+                _ => ctx.events.port_state(port).unwrap_or(PortState::Nop),
+            };
+            ctx.events.set_port_state(port, state);
+            ctx.events.push(AsyncEvent::PortChange {
+                port,
+                sub_type: sub,
+                state,
+            });
+            Ok(())
+        }
+        feq::EVENT_TYPE_CQ_ERROR => {
+            let c = d.get(EventAuto::cq_error);
+            ctx.events
+                .cq_error(c.get(CqError::cqn), c.get(CqError::syndrome))
+        }
+        feq::EVENT_TYPE_INTERNAL_ERROR => {
+            log::error!("the firmware reports an internal error");
+            ctx.events.push(AsyncEvent::InternalError);
+            ctx.internal_error_seen.store(true, Ordering::Release);
+            Ok(())
+        }
+        feq::EVENT_TYPE_SRQ_CATAS_ERROR | feq::EVENT_TYPE_SRQ_RQ_LIMIT => {
+            let n = d.get(EventAuto::qp_events).get(QpEvents::qpn_rqn_sqn);
+            ctx.events.queue_event(t, QueueId::Srq(Srqn(n)))
+        }
+        feq::EVENT_TYPE_PATH_MIG
+        | feq::EVENT_TYPE_COMM_EST
+        | feq::EVENT_TYPE_SQ_DRAINED
+        | feq::EVENT_TYPE_WQ_CATAS_ERROR
+        | feq::EVENT_TYPE_PATH_MIG_FAILED
+        | feq::EVENT_TYPE_WQ_INVAL_REQ_ERROR
+        | feq::EVENT_TYPE_WQ_ACCESS_ERROR
+        | feq::EVENT_TYPE_SRQ_LAST_WQE => {
+            let q = d.get(EventAuto::qp_events);
+            let ty = q.get(QpEvents::r#type);
+            let n = q.get(QpEvents::qpn_rqn_sqn);
+            let id = match ty {
+                feq::EVENT_QUEUE_TYPE_QP => QueueId::Qp(Qpn(n)),
+                feq::EVENT_QUEUE_TYPE_RQ => QueueId::Rq(n),
+                feq::EVENT_QUEUE_TYPE_SQ => QueueId::Sq(n),
+                feq::EVENT_QUEUE_TYPE_DCT => QueueId::Dct(n),
+                _ => {
+                    return Err(EqeError::UnknownQueue {
+                        resource_type: ty,
+                        number: n,
                     });
                 }
-                log::debug!("page request: {num} pages");
-                self.pending_pages
-                    .fetch_add(i64::from(num), Ordering::AcqRel);
-                Ok(())
-            }
-            feq::EVENT_TYPE_PORT_CHANGE => {
-                let port = d
-                    .get(EventAuto::port_state_change_event)
-                    .get(PortStateChangeEvent::port_num);
-                if port == 0 || port > self.info.caps.num_ports() {
-                    return Err(EqeError::BadPort { port });
-                }
-                let state = match sub {
-                    feq::PORT_CHANGE_SUBTYPE_DOWN => PortState::Down,
-                    feq::PORT_CHANGE_SUBTYPE_ACTIVE => PortState::Active,
-                    feq::PORT_CHANGE_SUBTYPE_INITIALIZED => PortState::Init,
-                    _ => self.events.port_state(port).unwrap_or(PortState::Nop),
-                };
-                self.events.set_port_state(port, state);
-                self.events.push(AsyncEvent::PortChange {
-                    port,
-                    sub_type: sub,
-                    state,
-                });
-                Ok(())
-            }
-            feq::EVENT_TYPE_CQ_ERROR => {
-                let c = d.get(EventAuto::cq_error);
-                self.events
-                    .cq_error(c.get(CqError::cqn), c.get(CqError::syndrome))
-            }
-            feq::EVENT_TYPE_INTERNAL_ERROR => {
-                log::error!("the firmware reports an internal error");
-                self.events.push(AsyncEvent::InternalError);
-                self.internal_error_seen.store(true, Ordering::Release);
-                Ok(())
-            }
-            feq::EVENT_TYPE_SRQ_CATAS_ERROR | feq::EVENT_TYPE_SRQ_RQ_LIMIT => {
-                let n = d.get(EventAuto::qp_events).get(QpEvents::qpn_rqn_sqn);
-                self.events.queue_event(t, QueueId::Srq(Srqn(n)))
-            }
-            feq::EVENT_TYPE_PATH_MIG
-            | feq::EVENT_TYPE_COMM_EST
-            | feq::EVENT_TYPE_SQ_DRAINED
-            | feq::EVENT_TYPE_WQ_CATAS_ERROR
-            | feq::EVENT_TYPE_PATH_MIG_FAILED
-            | feq::EVENT_TYPE_WQ_INVAL_REQ_ERROR
-            | feq::EVENT_TYPE_WQ_ACCESS_ERROR
-            | feq::EVENT_TYPE_SRQ_LAST_WQE => {
-                let q = d.get(EventAuto::qp_events);
-                let ty = q.get(QpEvents::r#type);
-                let n = q.get(QpEvents::qpn_rqn_sqn);
-                let id = match ty {
-                    feq::EVENT_QUEUE_TYPE_QP => QueueId::Qp(Qpn(n)),
-                    feq::EVENT_QUEUE_TYPE_RQ => QueueId::Rq(n),
-                    feq::EVENT_QUEUE_TYPE_SQ => QueueId::Sq(n),
-                    feq::EVENT_QUEUE_TYPE_DCT => QueueId::Dct(n),
-                    _ => {
-                        return Err(EqeError::UnknownQueue {
-                            resource_type: ty,
-                            number: n,
-                        });
-                    }
-                };
-                self.events.queue_event(t, id)
-            }
-            _ => Err(EqeError::UnexpectedEventType { event_type: t }),
+            };
+            ctx.events.queue_event(t, id)
         }
+        _ => Err(EqeError::UnexpectedEventType { event_type: t }),
     }
+}
 
+impl<P: Platform> Hca<P> {
     /// Polls every EQ (asynchronous, completion, and the command EQ), then
     /// answers page requests. Returns the entries handled; the first
     /// invalid entry (all are also queued as events) or page-work failure

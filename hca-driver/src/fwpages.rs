@@ -15,6 +15,7 @@ use firmware_cmds::hca::{
 };
 use platform::{DmaRegion, Platform};
 
+use crate::Output;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
 use crate::hca::{DmaUse, Hca};
@@ -208,35 +209,18 @@ impl<P: Platform> Hca<P> {
         let mut count = 0u64;
         let book = &mut pm.book;
         let r = self.exec_read(&head, ManagePagesOut::SIZE + 8 * n, |o| {
-            let h: ManagePagesOut = o.decode()?;
-            let k = h.get(ManagePagesOut::output_num_entries) as usize;
-            if k > n {
-                return Err(o.invalid(
-                    "manage_pages_out.output_num_entries",
-                    k as u64,
-                    "more pages than the driver asked for",
-                ));
-            }
-            o.read_array::<u64>(
-                "manage_pages_out.output_num_entries",
-                ManagePagesOut::SIZE,
-                k,
-                |addr| {
-                    match book.take_back(addr) {
-                        Ok(()) => count += 1,
-                        Err(e) => {
-                            log::error!("MANAGE_PAGES: returned page {addr:#x} {}", e.reason());
-                            if bad.is_none() {
-                                bad = Some(Error::BadReturnedPage {
-                                    addr,
-                                    reason: e.reason(),
-                                });
-                            }
-                        }
+            returned_pages(o, n, |addr| match book.take_back(addr) {
+                Ok(()) => count += 1,
+                Err(e) => {
+                    log::error!("MANAGE_PAGES: returned page {addr:#x} {}", e.reason());
+                    if bad.is_none() {
+                        bad = Some(Error::BadReturnedPage {
+                            addr,
+                            reason: e.reason(),
+                        });
                     }
-                    Ok(())
-                },
-            )
+                }
+            })
         });
         pm.returned += count;
         self.free_idle_page_chunks(pm);
@@ -330,4 +314,28 @@ impl<P: Platform> Hca<P> {
             }
         }
     }
+}
+
+/// Reads the answer of a MANAGE_PAGES take of at most `n` pages: the
+/// device's `output_num_entries` is checked against `n` and the output
+/// length, then `f` gets each returned page address.
+pub(crate) fn returned_pages(o: &Output<'_>, n: usize, mut f: impl FnMut(u64)) -> Result<()> {
+    let h: ManagePagesOut = o.decode()?;
+    let k = h.get(ManagePagesOut::output_num_entries) as usize;
+    if k > n {
+        return Err(o.invalid(
+            "manage_pages_out.output_num_entries",
+            k as u64,
+            "more pages than the driver asked for",
+        ));
+    }
+    o.read_array::<u64>(
+        "manage_pages_out.output_num_entries",
+        ManagePagesOut::SIZE,
+        k,
+        |addr| {
+            f(addr);
+            Ok(())
+        },
+    )
 }

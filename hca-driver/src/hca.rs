@@ -302,7 +302,7 @@ fn pci_set_command<P: Platform>(p: &P, set: u16, clear: u16) -> Result<()> {
         })
 }
 
-fn read_health<M: Mmio>(bar: &M) -> HealthReading {
+pub(crate) fn read_health<M: Mmio>(bar: &M) -> HealthReading {
     let w = bar.read32(HEALTH_BUFFER_OFFSET + 0x3c).get();
     HealthReading {
         fw_version: bar.read32(HEALTH_BUFFER_OFFSET + 0x30).get(),

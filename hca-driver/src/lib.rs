@@ -141,6 +141,8 @@ mod deadline;
 mod eq;
 mod error;
 mod events;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod fwpages;
 mod hca;
 mod health;

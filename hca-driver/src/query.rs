@@ -16,6 +16,7 @@ use firmware_cmds::vport::{
 };
 use platform::Platform;
 
+use crate::Output;
 use crate::error::{Error, Result};
 use crate::events::MAX_PORTS;
 use crate::hca::Hca;
@@ -177,20 +178,7 @@ impl<P: Platform> Hca<P> {
                 let q = QueryHcaVportGidIn::new()
                     .with(QueryHcaVportGidIn::port_num, port)?
                     .with(QueryHcaVportGidIn::gid_index, index)?;
-                self.exec_read(&q, QueryHcaVportGidOut::SIZE + 16, |o| {
-                    let h: QueryHcaVportGidOut = o.decode()?;
-                    let n = h.get(QueryHcaVportGidOut::gids_num);
-                    if n != 1 {
-                        return Err(o.invalid(
-                            "query_hca_vport_gid_out.gids_num",
-                            u64::from(n),
-                            "one GID was asked for",
-                        ));
-                    }
-                    let mut g = [0u8; 16];
-                    o.read(QueryHcaVportGidOut::SIZE, &mut g)?;
-                    Ok(g)
-                })
+                self.exec_read(&q, QueryHcaVportGidOut::SIZE + 16, one_gid)
             }
         }
     }
@@ -239,19 +227,7 @@ impl<P: Platform> Hca<P> {
             .with(QueryHcaVportPkeyIn::port_num, port)?
             .with(QueryHcaVportPkeyIn::pkey_index, index)?;
         let len = QueryHcaVportPkeyOut::SIZE + Pkey::SIZE * out.len();
-        self.exec_read(&q, len, |o| {
-            let mut i = 0;
-            o.read_array::<[u8; 4]>(
-                "query_hca_vport_pkey_out.pkey",
-                QueryHcaVportPkeyOut::SIZE,
-                out.len(),
-                |e| {
-                    out[i] = Pkey::from_array(e).get(Pkey::pkey);
-                    i += 1;
-                    Ok(())
-                },
-            )
-        })
+        self.exec_read(&q, len, |o| pkeys(o, out))
     }
 
     /// QUERY_NIC_VPORT_CONTEXT of this function's vport.
@@ -296,4 +272,37 @@ impl<P: Platform> Hca<P> {
         }
         Ok(())
     }
+}
+
+/// Reads the answer of QUERY_HCA_VPORT_GID for one GID: `gids_num` must be
+/// 1 and the GID inside the output.
+pub(crate) fn one_gid(o: &Output<'_>) -> Result<[u8; 16]> {
+    let h: QueryHcaVportGidOut = o.decode()?;
+    let n = h.get(QueryHcaVportGidOut::gids_num);
+    if n != 1 {
+        return Err(o.invalid(
+            "query_hca_vport_gid_out.gids_num",
+            u64::from(n),
+            "one GID was asked for",
+        ));
+    }
+    let mut g = [0u8; 16];
+    o.read(QueryHcaVportGidOut::SIZE, &mut g)?;
+    Ok(g)
+}
+
+/// Reads the `out.len()` P_Keys of a QUERY_HCA_VPORT_PKEY answer into `out`.
+pub(crate) fn pkeys(o: &Output<'_>, out: &mut [u16]) -> Result<()> {
+    let mut i = 0;
+    let n = out.len();
+    o.read_array::<[u8; 4]>(
+        "query_hca_vport_pkey_out.pkey",
+        QueryHcaVportPkeyOut::SIZE,
+        n,
+        |e| {
+            out[i] = Pkey::from_array(e).get(Pkey::pkey);
+            i += 1;
+            Ok(())
+        },
+    )
 }
