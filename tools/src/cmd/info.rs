@@ -310,24 +310,25 @@ fn port_report<P: Platform>(
         r.active_speed = Some(p.active_speed);
         let mut gids = Vec::new();
         for index in 0..p.gid_tbl_len.min(u32::from(u16::MAX)) as u16 {
-            let g = ctx
-                .query_gid(port, index)
-                .map_err(|e| ToolError::driver(format!("port {port}: GID {index}"), e))?;
-            if !null_gid(&g.0) {
-                let gid_type = if ll == LinkLayer::Ethernet {
-                    let e = ctx.query_gid_entry(port, index).map_err(|e| {
-                        ToolError::driver(format!("port {port}: GID {index} entry"), e)
-                    })?;
-                    e.map(|e| match e.version {
+            let fail = |e| ToolError::driver(format!("port {port}: GID {index}"), e);
+            // On Ethernet one QUERY_ROCE_ADDRESS gives the GID and its RoCE
+            // version (an empty entry is None); on InfiniBand the GID alone.
+            let entry = if ll == LinkLayer::Ethernet {
+                ctx.query_gid_entry(port, index).map_err(fail)?.map(|e| {
+                    let t = match e.version {
                         RoceVersion::V1 => "RoCE v1",
                         RoceVersion::V2 => "RoCE v2",
-                    })
-                } else {
-                    None
-                };
+                    };
+                    (e.gid, Some(t))
+                })
+            } else {
+                let g = ctx.query_gid(port, index).map_err(fail)?;
+                (!null_gid(&g.0)).then_some((g, None))
+            };
+            if let Some((gid, gid_type)) = entry {
                 gids.push(GidEntry {
                     index,
-                    gid: g,
+                    gid,
                     gid_type,
                 });
             }
