@@ -125,7 +125,13 @@ EOF
         esac
     done <<<"$results"
     if [ $FAILED -gt 0 ]; then tail -40 "$log" >&2; fi
-    [ -f "$report" ] && say "   emulator report: $report"
+    if [ -f "$report" ]; then
+        # What the emulator saw besides the commands: IOMMU faults, pages
+        # and objects left behind (findings about the peer, not failures of
+        # its tests).
+        say "   emulator report: $report ($(grep -c ' command ' "$report") commands); besides the commands:"
+        grep -v ' command ' "$report" | sort | uniq -c | sed 's/^/     /' >&2
+    fi
 }
 
 # --- vfio_hca ------------------------------------------------------------
