@@ -73,7 +73,7 @@ const SWEEP: Duration = Duration::from_millis(10);
 
 /// Whether `HCA_EMU_VFIO_TRACE` is set: every delivered store is printed
 /// on stderr.
-fn trace() -> bool {
+pub fn trace() -> bool {
     static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *T.get_or_init(|| std::env::var_os("HCA_EMU_VFIO_TRACE").is_some())
 }
@@ -144,9 +144,9 @@ impl Inner {
         }
     }
 
-    /// Delivers what changed in one UAR page. Returns whether anything did.
-    fn page(&mut self, page: usize, ps: usize) -> bool {
-        let mut any = false;
+    /// Takes the doorbells stored into one UAR page (swapping the sentinel
+    /// back), as (BAR offset, value, width).
+    fn capture_page(&self, page: usize, ps: usize, out: &mut Vec<(usize, u64, u8)>) {
         for &(o, w) in DOORBELLS {
             let off = page + o;
             if o + usize::from(w) > ps || off + usize::from(w) > self.shm.len() {
@@ -155,37 +155,50 @@ impl Inner {
             match w {
                 8 => {
                     if self.shm.load64(off) != u64::MAX {
-                        let v = self.shm.swap64(off, u64::MAX);
-                        if trace() {
-                            eprintln!("hca-vfio-emu: BAR {off:#x} <- {v:#018x} (64-bit)");
-                        }
-                        self.bar.write64(off, Be64::new(v));
-                        any = true;
+                        out.push((off, self.shm.swap64(off, u64::MAX), 8));
                     }
                 }
                 _ => {
                     if self.shm.load32(off) != u32::MAX {
-                        let v = self.shm.swap32(off, u32::MAX);
-                        if trace() {
-                            eprintln!("hca-vfio-emu: BAR {off:#x} <- {v:#010x}");
-                        }
-                        self.bar.write32(off, Be32::new(v));
-                        any = true;
+                        out.push((off, u64::from(self.shm.swap32(off, u32::MAX)), 4));
                     }
                 }
             }
         }
-        if any {
-            self.delivered += 1;
-        }
-        any
     }
 
     /// One poll. Returns whether the program did anything.
+    ///
+    /// The words are *read* in the reverse of the order a program stores
+    /// them (the command doorbell, then the UAR doorbells, then the
+    /// command queue address), and *delivered* in program order (the
+    /// address, the UAR doorbells, the command doorbell): the process's
+    /// stores become visible in program order (x86 TSO; elsewhere the
+    /// program's write barrier before a doorbell), so a doorbell seen here
+    /// comes with everything stored before it, as PCIe posted writes keep
+    /// their order.
     fn poll(&mut self, sweep: bool) -> bool {
+        let db = self.shm.swap32(CMD_DBELL, 0);
+        let ps = self.emu.uar_page_size().max(4096);
+        let uars = self.emu.uars();
+        let mut doorbells = Vec::new();
+        for &u in &uars {
+            let page = u as usize * ps;
+            if page >= INIT_SEG && page + ps <= self.shm.len() {
+                self.capture_page(page, ps, &mut doorbells);
+            }
+        }
+        if sweep {
+            for page in (INIT_SEG..self.shm.len()).step_by(ps) {
+                if !uars.contains(&((page / ps) as u32)) {
+                    self.capture_page(page, ps, &mut doorbells);
+                }
+            }
+        }
+        let cmdq = CMDQ.map(|o| self.shm.load32(o));
         let mut any = false;
         for (i, &o) in CMDQ.iter().enumerate() {
-            let v = self.shm.load32(o);
+            let v = cmdq[i];
             if v != self.published[i] {
                 if trace() {
                     eprintln!("hca-vfio-emu: BAR {o:#x} <- {v:#010x}");
@@ -195,31 +208,32 @@ impl Inner {
                 any = true;
             }
         }
-        let ps = self.emu.uar_page_size().max(4096);
-        let uars = self.emu.uars();
-        for &u in &uars {
-            let page = u as usize * ps;
-            if page >= INIT_SEG && page + ps <= self.shm.len() {
-                any |= self.page(page, ps);
+        // The UAR doorbells before the command doorbell: a program that
+        // rings an EQ doorbell and then posts DESTROY_EQ within one poll
+        // interval must have them delivered in that order; the reverse
+        // cannot happen within one interval (a program waits for the
+        // command that creates an object before it rings its doorbell).
+        for &(off, v, w) in &doorbells {
+            if trace() {
+                eprintln!("hca-vfio-emu: BAR {off:#x} <- {v:#x} ({w} bytes)");
+            }
+            match w {
+                8 => self.bar.write64(off, Be64::new(v)),
+                _ => self.bar.write32(off, Be32::new(v as u32)),
             }
         }
-        if sweep {
-            for page in (INIT_SEG..self.shm.len()).step_by(ps) {
-                if !uars.contains(&((page / ps) as u32)) {
-                    any |= self.page(page, ps);
-                }
-            }
+        if !doorbells.is_empty() {
+            self.delivered += doorbells.len() as u64;
+            any = true;
         }
-        // After the UAR doorbells: a program that writes a doorbell and
-        // then posts a command destroying its object (EQ doorbell, then
-        // DESTROY_EQ) within one poll interval must have them delivered in
-        // that order; the reverse cannot happen within one interval (a
-        // program waits for the command that creates an object before it
-        // rings the object's doorbell).
-        let db = self.shm.swap32(CMD_DBELL, 0);
         if db != 0 {
             if trace() {
-                eprintln!("hca-vfio-emu: BAR {CMD_DBELL:#x} <- {db:#010x} (command doorbell)");
+                eprintln!(
+                    "hca-vfio-emu: BAR {CMD_DBELL:#x} <- {db:#010x} (command doorbell; initializing word {:#010x}, cmdq {:#x}:{:#x})",
+                    self.bar.read32(0x1fc).get(),
+                    self.bar.read32(0x10).get(),
+                    self.bar.read32(0x14).get()
+                );
             }
             self.bar.write32(CMD_DBELL, Be32::new(db));
             any = true;
@@ -272,7 +286,7 @@ impl Bridge {
         lock(&self.inner).poll(true);
     }
 
-    /// UAR pages in which doorbells were delivered so far.
+    /// UAR doorbells delivered so far.
     pub fn delivered(&self) -> u64 {
         lock(&self.inner).delivered
     }
