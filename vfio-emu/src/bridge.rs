@@ -4,11 +4,12 @@
 //! [`EmuBar`] (`Mmio::write32`/`write64`), and publishes the registers the
 //! program reads.
 //!
-//! - **Init segment.** The read-only registers (firmware and command
-//!   interface revisions, `cmdq_addr_l_sz`'s low byte, the `initializing`
-//!   word at 0x1fc, the health buffer 0x200..0x240, the internal timer
-//!   0x1000/0x1004, the health counter 0x1010) are refreshed from
-//!   `bar_read32` on every poll. `cmdq_addr_h` (0x10) and
+//! - **Init segment.** The read-only registers are refreshed from
+//!   `bar_read32`: the `initializing` word at 0x1fc, the internal timer
+//!   0x1000/0x1004 and the health counter 0x1010 on every poll; the
+//!   firmware and command interface revisions and the health buffer
+//!   0x200..0x240 (which change only at a reset, refreshed then, or a fatal
+//!   error) every 32 polls. `cmdq_addr_h` (0x10) and
 //!   `cmdq_addr_l_sz` (0x14) are published the same way, with a
 //!   compare-and-swap: a value that differs from the last one published is
 //!   a store of the program and is delivered (a store of exactly the
@@ -33,14 +34,15 @@
 //!   order or the completeness of a write-combined burst. (vfio-pci maps
 //!   BARs uncached, and `platform::vfio` says so, so our own driver never
 //!   copies BlueFlame there.)
-//! - UAR pages that are not allocated are swept every 10 ms; a store found
-//!   there is delivered (hca-emu logs it as an ignored doorbell).
+//! - UAR pages that are not allocated are swept, a slice on every poll (the
+//!   whole BAR in 128 polls: 6-15 ms); a store found there is delivered
+//!   (hca-emu logs it as an ignored doorbell).
 //!
 //! **Polling and latency.** After any activity the bridge spins (yielding)
-//! for 200 µs, then sleeps 50 µs between polls: a doorbell is seen within
-//! about 50-110 µs of an idle period (timer slack included), within a
-//! few µs during activity; an idle process costs about 20,000 wake-ups a
-//! second.
+//! for 200 µs, then sleeps 50 µs between polls, and 100 µs after 10 ms
+//! without activity: a doorbell is seen within a few µs during activity,
+//! within about 60-160 µs (timer slack included) after an idle period.
+//! An idle function costs about 10,000 wake-ups a second.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,8 +54,14 @@ use platform::{Be32, Be64, Mmio, Platform};
 
 use crate::shm::SharedBar;
 
-/// Init segment registers the bridge publishes (besides 0x10/0x14).
-const READ_ONLY: &[usize] = &[0x000, 0x004, 0x1fc, 0x1000, 0x1004, 0x1010];
+/// Init segment registers the bridge publishes on every poll (besides
+/// 0x10/0x14): `initializing`, the internal timer, the health counter.
+const VOLATILE: &[usize] = &[0x1fc, 0x1000, 0x1004, 0x1010];
+/// Registers that change only at a reset or a fatal error (revisions,
+/// health buffer 0x200..0x240): published every `SLOW_EVERY` polls.
+const SLOW: &[usize] = &[0x000, 0x004];
+/// How often (in polls) the slow registers are refreshed.
+const SLOW_EVERY: u32 = 32;
 /// Health buffer.
 const HEALTH: std::ops::Range<usize> = 0x200..0x240;
 /// `cmdq_addr_h`, `cmdq_addr_l_sz`.
@@ -68,8 +76,12 @@ pub const DOORBELLS: &[(usize, u8)] = &[(0x20, 8), (0x40, 4), (0x48, 4), (0x800,
 const SPIN: Duration = Duration::from_micros(200);
 /// The sleep between polls when idle.
 const IDLE_SLEEP: Duration = Duration::from_micros(50);
-/// Period of the sweep of unallocated UAR pages.
-const SWEEP: Duration = Duration::from_millis(10);
+/// The sleep between polls after a long idle time.
+const LONG_IDLE_SLEEP: Duration = Duration::from_micros(100);
+/// What a long idle time is.
+const LONG_IDLE: Duration = Duration::from_millis(10);
+/// Polls over which the unallocated UAR pages are swept once.
+const SWEEP_POLLS: usize = 128;
 
 /// Whether `HCA_EMU_VFIO_TRACE` is set: every delivered store is printed
 /// on stderr.
@@ -86,6 +98,10 @@ struct Inner {
     published: [u32; 2],
     /// Doorbells delivered so far.
     delivered: u64,
+    /// Next unallocated page of the sweep (index from the first UAR page).
+    sweep_at: usize,
+    /// Polls so far.
+    polls: u32,
 }
 
 /// One function's bridge thread.
@@ -124,15 +140,18 @@ impl Inner {
             }
         }
         self.published = [0; 2];
-        self.publish();
+        self.publish(true);
     }
 
-    /// Refreshes the readable registers.
-    fn publish(&mut self) {
-        for &o in READ_ONLY
-            .iter()
-            .chain(HEALTH.step_by(4).collect::<Vec<_>>().iter())
-        {
+    /// Refreshes the readable registers (all of them with `all`).
+    fn publish(&mut self, all: bool) {
+        let slow = SLOW.iter().copied().chain(HEALTH.step_by(4));
+        let regs: Vec<usize> = if all {
+            VOLATILE.iter().copied().chain(slow).collect()
+        } else {
+            VOLATILE.to_vec()
+        };
+        for o in regs {
             let v = self.bar.read32(o).get();
             self.shm.store32(o, v);
         }
@@ -188,11 +207,19 @@ impl Inner {
                 self.capture_page(page, ps, &mut doorbells);
             }
         }
-        if sweep {
-            for page in (INIT_SEG..self.shm.len()).step_by(ps) {
-                if !uars.contains(&((page / ps) as u32)) {
-                    self.capture_page(page, ps, &mut doorbells);
-                }
+        // A slice of the unallocated pages on every poll: the whole BAR
+        // is swept in SWEEP_POLLS polls, at a constant cost per poll.
+        let pages = (self.shm.len() - INIT_SEG) / ps;
+        let per_poll = if sweep {
+            pages
+        } else {
+            pages.div_ceil(SWEEP_POLLS)
+        };
+        for _ in 0..per_poll {
+            let page = INIT_SEG + (self.sweep_at % pages) * ps;
+            self.sweep_at = (self.sweep_at + 1) % pages;
+            if !uars.contains(&((page / ps) as u32)) {
+                self.capture_page(page, ps, &mut doorbells);
             }
         }
         let cmdq = CMDQ.map(|o| self.shm.load32(o));
@@ -238,7 +265,8 @@ impl Inner {
             self.bar.write32(CMD_DBELL, Be32::new(db));
             any = true;
         }
-        self.publish();
+        self.polls = self.polls.wrapping_add(1);
+        self.publish(self.polls % SLOW_EVERY == 0);
         any
     }
 }
@@ -256,6 +284,8 @@ impl Bridge {
             shm,
             published: [0; 2],
             delivered: 0,
+            sweep_at: 0,
+            polls: 0,
         };
         inner.init();
         let inner = Arc::new(Mutex::new(inner));
@@ -280,8 +310,8 @@ impl Bridge {
         Ok(())
     }
 
-    /// Runs one poll now (so that stores made before a call are delivered
-    /// before it: a device-fd close or reset).
+    /// Runs one poll now, sweeping every page (so that stores made before
+    /// a call are delivered before it: a device-fd close or reset).
     pub fn flush(&self) {
         lock(&self.inner).poll(true);
     }
@@ -294,7 +324,6 @@ impl Bridge {
 
 fn run(inner: &Mutex<Inner>, stop: &AtomicBool) {
     let mut last_activity = Instant::now();
-    let mut last_sweep = Instant::now();
     let mut last_status = Instant::now();
     while !stop.load(Ordering::Acquire) {
         if trace() && last_status.elapsed() >= Duration::from_secs(1) {
@@ -309,11 +338,7 @@ fn run(inner: &Mutex<Inner>, stop: &AtomicBool) {
                 g.emu.internal_errors()
             );
         }
-        let sweep = last_sweep.elapsed() >= SWEEP;
-        if sweep {
-            last_sweep = Instant::now();
-        }
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lock(inner).poll(sweep)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lock(inner).poll(false)));
         match r {
             Ok(true) => last_activity = Instant::now(),
             Ok(false) => {}
@@ -322,10 +347,13 @@ fn run(inner: &Mutex<Inner>, stop: &AtomicBool) {
                 return;
             }
         }
-        if last_activity.elapsed() < SPIN {
+        let idle = last_activity.elapsed();
+        if idle < SPIN {
             std::thread::yield_now();
-        } else {
+        } else if idle < LONG_IDLE {
             std::thread::sleep(IDLE_SLEEP);
+        } else {
+            std::thread::sleep(LONG_IDLE_SLEEP);
         }
     }
 }
