@@ -207,7 +207,8 @@ struct Container {
 /// A group's state.
 #[derive(Debug, Default)]
 struct Group {
-    open: bool,
+    /// Whether the group's fd is open.
+    fd_open: bool,
     container: Option<Arc<Mutex<Container>>>,
     devices_open: usize,
 }
@@ -358,12 +359,14 @@ impl State {
             PathKind::Group(n, _) => {
                 let mut groups = lock(&self.groups);
                 let g = groups.entry(n).or_default();
-                if g.open {
+                // Device fds hold a reference to their group's file, as in
+                // Linux: the group is busy until they are closed too.
+                if g.fd_open || g.devices_open > 0 {
                     return OpenOutcome::Err(EBUSY);
                 }
                 match sys::placeholder_fd(flags) {
                     Ok(fd) => {
-                        g.open = true;
+                        g.fd_open = true;
                         drop(groups);
                         self.add_fd(fd, Obj::Group(n));
                         OpenOutcome::Fd(fd)
@@ -384,16 +387,18 @@ impl State {
         };
         self.nfds.fetch_sub(1, Ordering::AcqRel);
         match o {
-            Obj::Container(c) => {
-                let groups: Vec<u32> = lock(&c).groups.clone();
-                for g in groups {
-                    let _ = self.unset_container(g, true);
-                }
-            }
+            // The groups set to it keep a container alive (Linux: each
+            // group holds a reference); its mappings go with the last one.
+            Obj::Container(_) => {}
             Obj::Group(n) => {
-                let _ = self.unset_container(n, true);
-                if let Some(g) = lock(&self.groups).get_mut(&n) {
-                    g.open = false;
+                let released = {
+                    let mut groups = lock(&self.groups);
+                    let g = groups.entry(n).or_default();
+                    g.fd_open = false;
+                    g.devices_open == 0
+                };
+                if released {
+                    let _ = self.unset_container(n, true);
                 }
             }
             Obj::Device(f) => self.device_closed(&f),
@@ -407,14 +412,21 @@ impl State {
             *o = o.saturating_sub(1);
             *o == 0
         };
-        if let Some(g) = lock(&self.groups).get_mut(&f.spec.group) {
+        let group_released = {
+            let mut groups = lock(&self.groups);
+            let g = groups.entry(f.spec.group).or_default();
             g.devices_open = g.devices_open.saturating_sub(1);
-        }
+            g.devices_open == 0 && !g.fd_open
+        };
         if last {
             disable_msix(f);
             // Like vfio-pci: the function is reset when its last user goes.
             let _ = f.reset(Some(0));
             report::write(self, f, "device fd closed");
+        }
+        if group_released {
+            // The group's fd was closed before its devices: it goes now.
+            let _ = self.unset_container(f.spec.group, true);
         }
     }
 
