@@ -135,7 +135,7 @@ impl core::fmt::Debug for Func {
 }
 
 impl Func {
-    fn new(spec: FunctionSpec, index: usize) -> Result<Self, String> {
+    fn new(spec: FunctionSpec) -> Result<Self, String> {
         let personality = config::personality(spec.model).map_err(|e| e.to_string())?;
         let cfg = EmuConfig {
             personality,
@@ -151,7 +151,9 @@ impl Func {
             // shared page), so it would go on to ring a doorbell the
             // device then ignores. The boot and reset delays stay.
             initializing_delay: std::time::Duration::ZERO,
-            seed: EmuConfig::default().seed.wrapping_add(index as u64),
+            // From the PCI address: functions in different processes get
+            // different MACs, GUIDs and object numbers.
+            seed: EmuConfig::default().seed ^ bdf_hash(&spec.bdf),
             ..EmuConfig::default()
         };
         let emu = Arc::new(EmuHca::new(cfg));
@@ -193,6 +195,13 @@ impl Func {
         let cmd = command.map_or(saved, u16::to_le_bytes);
         p.config_write(4, &cmd).map_err(|_| libc::EIO)
     }
+}
+
+/// FNV-1a of a PCI address.
+fn bdf_hash(bdf: &str) -> u64 {
+    bdf.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// A container.
@@ -296,8 +305,8 @@ impl State {
     fn funcs(&self) -> Result<&[Arc<Func>], i32> {
         let r = self.funcs.get_or_init(|| {
             let mut v = Vec::new();
-            for (i, s) in self.specs.iter().enumerate() {
-                v.push(Arc::new(Func::new(s.clone(), i)?));
+            for s in &self.specs {
+                v.push(Arc::new(Func::new(s.clone())?));
             }
             wire(&self.specs, &v);
             Ok(v)
@@ -1069,17 +1078,17 @@ fn wire(specs: &[FunctionSpec], funcs: &[Arc<Func>]) {
             );
         }
     }
-    for s in specs {
-        match s.wire {
-            Wire::Loopback => eprintln!(
-                "hca-vfio-emu: {}: loop: this hca-emu has no loopback plug (EmuHca::plug_loopback) yet; port 1 stays unplugged",
-                s.bdf
-            ),
-            Wire::Socket { .. } => eprintln!(
-                "hca-vfio-emu: {}: sock=: this hca-emu has no socket cable (EmuHca::cable_to_socket) yet; port 1 stays unplugged",
-                s.bdf
-            ),
-            _ => {}
+    for (s, f) in specs.iter().zip(funcs) {
+        let r = match &s.wire {
+            Wire::Loopback => f.emu.plug_loopback(1),
+            Wire::Socket { local, peer } => {
+                f.emu
+                    .cable_to_socket(1, std::path::Path::new(local), std::path::Path::new(peer))
+            }
+            Wire::None | Wire::To(_) => Ok(()),
+        };
+        if let Err(e) = r {
+            eprintln!("hca-vfio-emu: {}: cannot wire port 1: {e}", s.bdf);
         }
     }
 }
