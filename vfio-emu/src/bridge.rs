@@ -3,7 +3,7 @@
 //! what the program stored and delivers it to the emulator through
 //! [`EmuBar`] (`Mmio::write32`/`write64`), and publishes the registers the
 //! program reads. One thread for all functions, so that stores to two
-//! functions are delivered in an order a card could see ([`poll_all`]).
+//! functions are delivered in an order a card could see (see `poll_all`).
 //!
 //! - **Init segment.** The read-only registers are refreshed from
 //!   `bar_read32`: the `initializing` word at 0x1fc, the internal timer
@@ -120,7 +120,7 @@ struct Inner {
 
 /// One function's bridge: its state, polled by the process's one bridge
 /// thread together with every other function's (so that stores to
-/// different functions are delivered in a legal order, see [`poll_all`]).
+/// different functions are delivered in a legal order, see `poll_all`).
 pub struct Bridge {
     inner: Arc<Mutex<Inner>>,
 }
