@@ -535,8 +535,9 @@ fn a_doorbell_written_twice_with_the_same_value_is_delivered_twice() {
     for _ in 0..2 {
         bar_write64(bar, 0x5020, 0x1234_5678);
         bar_write32(bar, 0x5048, 0x2a);
-        // Longer than the bridge's sweep of unallocated UAR pages.
-        std::thread::sleep(Duration::from_millis(60));
+        // Longer than the bridge's sweep of unallocated UAR pages (1024
+        // polls of 50-160 µs).
+        std::thread::sleep(Duration::from_millis(400));
     }
     // SAFETY: ours; closing delivers the report.
     unsafe { libc::close(d) };
