@@ -82,7 +82,7 @@ pub use config::{
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
-pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
+pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Umem, Wq, buf_addr};
 pub use iommu::{FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 
 use device::{BAR_SIZE, Device, Event, Shared};

@@ -103,7 +103,7 @@ syndromes! {
     QP_TOO_MANY_QPS = 0x0005_000e, "CREATE_QP: log_max_qp QPs already exist";
     QP_RMAC = 0x0005_000f, "INIT2RTR: RoCE needs a destination MAC";
     QP_USER_INDEX = 0x0005_0010, "CREATE_QP: user_index set although cqe_version is 0";
-    QP_RA_DEPTH = 0x0005_0011, "modify QP: log_sra_max above log_max_ra_req_qp or log_rra_max above log_max_ra_res_qp";
+    QP_RA_DEPTH = 0x0005_0011, "modify QP: log_rra_max above log_max_ra_res_qp (log_sra_max is clamped to log_max_ra_req_qp)";
     QP_TS_FORMAT = 0x0005_0020, "CREATE_QP: ts_format not offered by roce_cap.qp_ts_format";
     // RoCE address table.
     ROCE_VHCA_PORT = 0x0007_6101, "SET/QUERY_ROCE_ADDRESS: vhca_port_num set although num_vhca_ports is 0, or out of range";
@@ -137,6 +137,15 @@ syndromes! {
     GID_INDEX = 0x0007_6001, "SET/QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID: index beyond the table";
     MTU_RANGE = 0x0007_5501, "MODIFY_NIC_VPORT_CONTEXT: mtu above the port's max_mtu";
     PKEY_INDEX = 0x0007_6501, "QUERY_HCA_VPORT_PKEY: pkey_index beyond the P_Key table";
+    // CREATE_UMEM 0xa08 / queues on a UMEM.
+    UMEM_NUM_MTT = 0x000a_0801, "CREATE_UMEM: num_of_mtt is 0 or above the emulator's bound";
+    UMEM_PAGE_OFFSET = 0x000a_0802, "CREATE_UMEM: page_offset not inside the first page";
+    UMEM_MTT_SHORT = 0x000a_0803, "CREATE_UMEM: input too short for num_of_mtt entries";
+    UMEM_MTT_MISALIGNED = 0x000a_0804, "CREATE_UMEM: an MTT entry is not aligned to the UMEM page size";
+    UMEM_MTT_NOT_READABLE = 0x000a_0805, "CREATE_UMEM: an MTT entry without rd_en";
+    UMEM_BAD_ID = 0x000a_0806, "a queue names a UMEM (cq_umem_id, wq_umem_id, dbr_umem_id) that does not exist";
+    UMEM_RANGE = 0x000a_0807, "a queue buffer or doorbell record reaches beyond its UMEM";
+    UMEM_OFFSET_MISALIGNED = 0x000a_0808, "a queue buffer on a UMEM does not start 4 KiB aligned";
 }
 
 /// The name and description of a syndrome the emulator returns.

@@ -35,11 +35,13 @@ pub(crate) mod objects;
 mod port;
 mod qp;
 mod ts;
+mod umem;
 
 pub(crate) use hca::RESD_LKEY;
 pub(crate) use objects::Objects;
 pub use objects::{Cq, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub(crate) use port::Port;
+pub use umem::Umem;
 
 use std::sync::atomic::{Ordering, fence};
 

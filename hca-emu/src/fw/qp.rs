@@ -49,7 +49,12 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
     if g("state") != 0 {
         return fail(st::BAD_PARAM, syn::QP_STATE_NOT_RST);
     }
-    super::ts::check(d.fw.caps.qp_ts_format(), g("ts_format"), syn::QP_TS_FORMAT)?;
+    super::ts::check(
+        d.fw.caps.qp_ts_format(),
+        d.cfg.personality.knows_ts_format(),
+        g("ts_format"),
+        syn::QP_TS_FORMAT,
+    )?;
     let pd = g("pd") as u32;
     d.need(ObjKind::Pd, pd, syn::BAD_PD)?;
     let uar = g("uar_page") as u32;
@@ -93,8 +98,15 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
         d.need(ObjKind::Cq, cqn_rcv, syn::BAD_CQN)?;
         deps.push((ObjKind::Cq, cqn_rcv));
     }
-    let lps = check_buffer(g)?;
-    let dbr = g("dbr_addr");
+    let mut lps = check_buffer(g)?;
+    let dbr = if g("dbr_umem_valid") == 1 {
+        let id = g("dbr_umem_id") as u32;
+        let a = d.umem_dbr(id, g("dbr_addr"))?;
+        deps.push((ObjKind::Umem, id));
+        a
+    } else {
+        g("dbr_addr")
+    };
     check_dbr(dbr)?;
     let log_max_qp = d.fw.caps.general("log_max_qp").min(31);
     if d.fw.objs.count(ObjKind::Qp) as u64 >= 1 << log_max_qp {
@@ -106,8 +118,16 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
         0
     };
     let sq_bytes = if no_sq { 0 } else { 64u64 << log_sq };
-    let n = pages_for(rq_bytes + sq_bytes, lps);
-    let pas = read_pas_at(c, ifc().field(c.lin, "qpc_pas_list").byte_offset(), n)?;
+    let pas = if c.get("wq_umem_valid") == 1 {
+        let id = c.get("wq_umem_id") as u32;
+        let p = d.umem_pages(id, c.get("wq_umem_offset"), rq_bytes + sq_bytes)?;
+        deps.push((ObjKind::Umem, id));
+        lps = 0;
+        p
+    } else {
+        let n = pages_for(rq_bytes + sq_bytes, lps);
+        read_pas_at(c, ifc().field(c.lin, "qpc_pas_list").byte_offset(), n)?
+    };
     let qp = Qp {
         st: st_,
         state: QpState::Rst,
@@ -334,11 +354,12 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
         {
             return fail(st::BAD_PARAM, syn::QP_PKEY_INDEX);
         }
-        // The RDMA READ / atomic depths within what the device offers:
-        // requester (log_sra_max) and responder (log_rra_max) resources.
-        if g("log_sra_max") > d.fw.caps.general("log_max_ra_req_qp")
-            || g("log_rra_max") > d.fw.caps.general("log_max_ra_res_qp")
-        {
+        // The responder's RDMA READ / atomic depth within what the device
+        // offers. The requester's (log_sra_max) is not refused: rdma-core's
+        // Mlx5DevxRcResources.to_rts sets 20 (MAX_RDMA_ATOMIC) whatever the
+        // caps say and has run on real cards; it is clamped to
+        // log_max_ra_req_qp below.
+        if g("log_rra_max") > d.fw.caps.general("log_max_ra_res_qp") {
             return fail(st::BAD_PARAM, syn::QP_RA_DEPTH);
         }
         if c.opcode == 0x503 && q.st != ST_UD {
@@ -377,6 +398,7 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
     } else {
         (Vec::new(), 0)
     };
+    let sra_cap = d.fw.caps.general("log_max_ra_req_qp");
     let q = d.fw.objs.qp_mut(qpn).expect("checked above");
     let t = ifc();
     let (required, optional) = fields_set(c.opcode, q.st);
@@ -386,6 +408,10 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
         .flat_map(|(_, f)| f.iter());
     for path in required.iter().chain(chosen) {
         copy_field(&mut q.ctx, &input_ctx, t.field("qpc", path));
+    }
+    let sra = t.get(&q.ctx, "qpc", "log_sra_max");
+    if sra > sra_cap {
+        t.set(&mut q.ctx, "qpc", "log_sra_max", sra_cap);
     }
     let from_state = q.state;
     q.state = to;
