@@ -107,9 +107,11 @@ pub enum PortType {
     Ethernet,
     /// InfiniBand, `port_type` 0 (a VPI card in IB mode). The command
     /// interface answers as an IB port does (PTYS with the IB protocol mask,
-    /// the HCA vport context with a LID, GID 0 from the port GUID, the
-    /// P_Key table); the data path only speaks RoCE, so IB-addressed
-    /// traffic (LIDs, no GRH) is not emulated.
+    /// the HCA vport context with a LID once the subnet manager has
+    /// configured the port ([`EmuConfig::sm_delay`], [`EmuConfig::lid_base`]),
+    /// GID 0 from the port GUID, the P_Key table, MAD_IFC PortInfo and
+    /// NodeInfo); RC and UC traffic is routed by LID (see
+    /// [`datapath`](crate::datapath)).
     InfiniBand,
 }
 
@@ -230,6 +232,10 @@ pub struct EmuConfig {
     /// then wait for the Active event (rdma-core's `test_mlx5_vfio`) need
     /// a delay longer than that.
     pub sm_delay: Duration,
+    /// InfiniBand ports: the LID the subnet manager gives port 1 (port
+    /// `p` gets `lid_base + p - 1`). Default 1. HCAs cabled together
+    /// need distinct LIDs, as a subnet manager would assign them.
+    pub lid_base: u16,
 }
 
 impl Default for EmuConfig {
@@ -255,6 +261,7 @@ impl Default for EmuConfig {
             uar_write_combining: true,
             ts_format_caps: TsFormatCaps::FreeRunning,
             sm_delay: Duration::ZERO,
+            lid_base: 1,
         }
     }
 }

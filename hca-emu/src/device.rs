@@ -105,6 +105,9 @@ pub(crate) enum Timer {
     Rnr { qpn: u32, tgen: u64 },
     /// Flush WQEs posted to queues in the error state.
     ErrPoll,
+    /// The subnet manager configures an InfiniBand port (`sm_gen`: the
+    /// port's timer generation).
+    SmConfigure { port: u8, sm_gen: u64 },
 }
 
 /// A command as the device executed it, for tests and reports.
@@ -409,6 +412,7 @@ impl Device {
         self.progress += 1;
         let r = catch_unwind(AssertUnwindSafe(|| match work {
             Ok(Timer::ExecCommands(bits)) => self.exec_commands(bits),
+            Ok(Timer::SmConfigure { port, sm_gen }) => self.sm_configure(port, sm_gen),
             Ok(t) => self.datapath_timer(t),
             Err(Event::CmdDoorbell(bits)) => self.command_doorbell(bits),
             Err(Event::Uar {

@@ -456,7 +456,7 @@ impl EmuHca {
         }
         let after = d.link_up(port);
         if before != after {
-            d.port_change_event(port, after);
+            d.link_changed(port, after);
         }
         drop(d);
         self.shared.cv.notify_all();

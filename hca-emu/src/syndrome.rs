@@ -137,6 +137,8 @@ syndromes! {
     GID_INDEX = 0x0007_6001, "SET/QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID: index beyond the table";
     MTU_RANGE = 0x0007_5501, "MODIFY_NIC_VPORT_CONTEXT: mtu above the port's max_mtu";
     PKEY_INDEX = 0x0007_6501, "QUERY_HCA_VPORT_PKEY: pkey_index beyond the P_Key table";
+    // MAD_IFC 0x50d.
+    MAD_IFC_NOT_IB = 0x0005_0d01, "MAD_IFC on an Ethernet port (no subnet management agent)";
     // CREATE_UMEM 0xa08 / queues on a UMEM.
     UMEM_NUM_MTT = 0x000a_0801, "CREATE_UMEM: num_of_mtt is 0 or above the emulator's bound";
     UMEM_PAGE_OFFSET = 0x000a_0802, "CREATE_UMEM: page_offset not inside the first page";

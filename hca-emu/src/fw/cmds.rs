@@ -199,6 +199,12 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
             Initialized,
             qp::modify_qp
         ),
+        0x50d => spec!(
+            "mad_ifc_in",
+            "mad_ifc_out",
+            Initialized,
+            super::mad::mad_ifc
+        ),
         0x700 => spec!("create_srq_in", "create_srq_out", Initialized, create_srq),
         0x701 => spec!(
             "destroy_srq_in",

@@ -52,6 +52,12 @@ pub(crate) fn init_hca(d: &mut Device, c: &Cmd) -> R {
         return fail(st::BAD_SYS_STATE, syn::INIT_PAGES_MISSING);
     }
     d.fw.state = HcaState::Initialized;
+    // The link of an InfiniBand port comes up with INIT_HCA and the
+    // subnet manager configures it (Linux: INIT_HCA brings the link up
+    // unless disable_link_up_by_init_hca).
+    for p in 1..=d.fw.ports.len() as u8 {
+        d.ib_port_check(p);
+    }
     c.out().done()
 }
 
@@ -65,6 +71,9 @@ pub(crate) fn teardown_hca(d: &mut Device, c: &Cmd) -> R {
     d.fw.objs.clear();
     d.engine = Default::default();
     d.fw.state = HcaState::TornDown;
+    for p in 1..=d.fw.ports.len() as u8 {
+        d.ib_port_check(p);
+    }
     c.out().done()
 }
 

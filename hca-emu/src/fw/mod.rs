@@ -31,6 +31,7 @@
 mod cmds;
 mod eq;
 mod hca;
+mod mad;
 pub(crate) mod objects;
 mod port;
 mod qp;
