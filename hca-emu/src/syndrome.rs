@@ -103,7 +103,7 @@ syndromes! {
     QP_TOO_MANY_QPS = 0x0005_000e, "CREATE_QP: log_max_qp QPs already exist";
     QP_RMAC = 0x0005_000f, "INIT2RTR: RoCE needs a destination MAC";
     QP_USER_INDEX = 0x0005_0010, "CREATE_QP: user_index set although cqe_version is 0";
-    QP_RA_DEPTH = 0x0005_0011, "modify QP: log_rra_max above log_max_ra_res_qp (log_sra_max is clamped to log_max_ra_req_qp)";
+    QP_RA_DEPTH = 0x0005_0011, "modify QP: log_sra_max above log_max_ra_req_qp or log_rra_max above log_max_ra_res_qp";
     QP_TS_FORMAT = 0x0005_0020, "CREATE_QP: ts_format not offered by roce_cap.qp_ts_format";
     // RoCE address table.
     ROCE_VHCA_PORT = 0x0007_6101, "SET/QUERY_ROCE_ADDRESS: vhca_port_num set although num_vhca_ports is 0, or out of range";

@@ -668,15 +668,17 @@ fn user_index_needs_cqe_version_1_and_read_depths_stay_within_the_caps() {
         }
         let qpn = r.create(&q);
         if cqe_version == 1 {
-            // log_rra_max (qpc dword 0x90, bits 23:21) above
-            // log_max_ra_res_qp is refused; log_sra_max (0x70) above
-            // log_max_ra_req_qp is taken (rdma-core's DevX tests set 20).
+            // log_sra_max (qpc dword 0x70, bits 23:21) above
+            // log_max_ra_req_qp; log_rra_max (0x90) above log_max_ra_res_qp.
+            let mut m = Raw::modify_input(0x502, qpn);
+            setf(&mut m, 0x54, 23, 16, 1);
+            setf(&mut m, 0x18 + 0x70, 23, 21, 7);
+            assert_eq!(r.fails(&m, 16, 0x3), syn::QP_RA_DEPTH);
             let mut m = Raw::modify_input(0x502, qpn);
             setf(&mut m, 0x54, 23, 16, 1);
             setf(&mut m, 0x18 + 0x90, 23, 21, 7);
             assert_eq!(r.fails(&m, 16, 0x3), syn::QP_RA_DEPTH);
             setf(&mut m, 0x18 + 0x90, 23, 21, 0);
-            setf(&mut m, 0x18 + 0x70, 23, 21, 7);
             r.ok(&m, 16);
         }
     }

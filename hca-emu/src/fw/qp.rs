@@ -354,12 +354,11 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
         {
             return fail(st::BAD_PARAM, syn::QP_PKEY_INDEX);
         }
-        // The responder's RDMA READ / atomic depth within what the device
-        // offers. The requester's (log_sra_max) is not refused: rdma-core's
-        // Mlx5DevxRcResources.to_rts sets 20 (MAX_RDMA_ATOMIC) whatever the
-        // caps say and has run on real cards; it is clamped to
-        // log_max_ra_req_qp below.
-        if g("log_rra_max") > d.fw.caps.general("log_max_ra_res_qp") {
+        // The RDMA READ / atomic depths within what the device offers:
+        // requester (log_sra_max) and responder (log_rra_max) resources.
+        if g("log_sra_max") > d.fw.caps.general("log_max_ra_req_qp")
+            || g("log_rra_max") > d.fw.caps.general("log_max_ra_res_qp")
+        {
             return fail(st::BAD_PARAM, syn::QP_RA_DEPTH);
         }
         if c.opcode == 0x503 && q.st != ST_UD {
@@ -398,7 +397,6 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
     } else {
         (Vec::new(), 0)
     };
-    let sra_cap = d.fw.caps.general("log_max_ra_req_qp");
     let q = d.fw.objs.qp_mut(qpn).expect("checked above");
     let t = ifc();
     let (required, optional) = fields_set(c.opcode, q.st);
@@ -408,10 +406,6 @@ pub(crate) fn modify_qp(d: &mut Device, c: &Cmd) -> R {
         .flat_map(|(_, f)| f.iter());
     for path in required.iter().chain(chosen) {
         copy_field(&mut q.ctx, &input_ctx, t.field("qpc", path));
-    }
-    let sra = t.get(&q.ctx, "qpc", "log_sra_max");
-    if sra > sra_cap {
-        t.set(&mut q.ctx, "qpc", "log_sra_max", sra_cap);
     }
     let from_state = q.state;
     q.state = to;
