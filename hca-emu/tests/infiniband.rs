@@ -258,3 +258,53 @@ fn rc_send_imm_routed_by_lid() {
     a.finish_allowing_iommu_faults();
     b.finish();
 }
+
+/// rdma-core's `test_mlx5vfio_rc_qp_send_imm_traffic` in miniature: one
+/// HCA, two RC QPs on port 1, each addressed to the port's own LID (the
+/// packets loop back inside the HCA), SEND_IMM both ways. Port 1 is
+/// cabled to port 2 so that its link is up.
+#[test]
+fn rc_send_imm_to_own_lid() {
+    let cfg = EmuConfig {
+        ports: 2,
+        ..ib(5, 1)
+    };
+    let mut n = Node::new(1, cfg);
+    connect(&n.r.emu, 1, &n.r.emu, 2).unwrap();
+    assert_eq!(state(&port_info(&mut n.r, 1)), (4, 5, 1));
+    assert_eq!(state(&port_info(&mut n.r, 2)), (4, 5, 2));
+    let attrs = Attrs::default();
+    let mut cs: Cq = n.cq(6);
+    let mut cc: Cq = n.cq(6);
+    let mut server = n.qp(&QpSpec::new(0, &cs));
+    let mut client = n.qp(&QpSpec::new(0, &cc));
+    n.rst2init(&mut server, 1, &attrs);
+    n.rst2init(&mut client, 1, &attrs);
+    init2rtr_ib(&mut n, &server, 1, client.qpn, &attrs);
+    init2rtr_ib(&mut n, &client, 1, server.qpn, &attrs);
+    n.rtr2rts(&server, &attrs);
+    n.rtr2rts(&client, &attrs);
+    let src = n.mr(1024, b'c', common::dp::LW);
+    let dst = n.mr(1024, 0, common::dp::LW);
+    let frames_before = n.r.emu.datapath().frames_tx;
+    for i in 0..8u32 {
+        n.post_recv(&mut server, &[(dst.addr, 1024, dst.key)]);
+        n.post_send(
+            &mut client,
+            &[Wr::new(op::SEND_IMM)
+                .sge(src.addr, 1024, src.key)
+                .imm(0x0302_0100 + i)],
+        );
+        assert_eq!(n.wait(&mut cc, 1)[0].opcode, 0x0);
+        let r = n.wait(&mut cs, 1);
+        assert_eq!(
+            (r[0].opcode, r[0].imm, r[0].byte_cnt),
+            (0x3, 0x0302_0100 + i, 1024)
+        );
+        assert_eq!(n.read(dst.addr, 1024), vec![b'c'; 1024]);
+        n.write(dst.addr, &[0; 1024]);
+    }
+    // Requests and acknowledgements went through the port.
+    assert!(n.r.emu.datapath().frames_tx >= frames_before + 16);
+    n.finish();
+}
