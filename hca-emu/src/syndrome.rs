@@ -148,6 +148,7 @@ syndromes! {
     UMEM_BAD_ID = 0x000a_0806, "a queue names a UMEM (cq_umem_id, wq_umem_id, dbr_umem_id) that does not exist";
     UMEM_RANGE = 0x000a_0807, "a queue buffer or doorbell record reaches beyond its UMEM";
     UMEM_OFFSET_MISALIGNED = 0x000a_0808, "a queue buffer on a UMEM does not start 4 KiB aligned";
+    UMEM_NOT_WRITABLE = 0x000a_0809, "a CQ buffer on a UMEM registered without wr_en";
 }
 
 /// The name and description of a syndrome the emulator returns.

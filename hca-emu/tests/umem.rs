@@ -206,6 +206,15 @@ fn umem_rules() {
         n.r.fails(&cq(id, 0, 6, 4), 16, BAD_PARAM),
         syn::DBR_MISALIGNED
     );
+    // A CQ buffer the device could not write: a UMEM without wr_en.
+    let ro = n.r.create(&umem_input(addr + 4096, 1, 0, 0, 1));
+    assert_eq!(
+        n.r.fails(&cq(ro, 0, 5, 0), 16, BAD_PARAM),
+        syn::UMEM_NOT_WRITABLE
+    );
+    let mut d = inp(0xa0a, 0, 16);
+    setf(&mut d, 8, 23, 0, u64::from(ro));
+    n.r.ok(&d, 16);
     // Buffer and doorbell record in one UMEM: the UMEM is in use until the
     // CQ is gone.
     let cqn = n.r.create(&cq(id, 0, 5, 4088));

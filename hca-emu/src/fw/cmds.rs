@@ -637,7 +637,7 @@ fn create_cq(d: &mut Device, c: &Cmd) -> R {
     let bytes = (64u64 << cqe_sz) << log;
     let pas = if c.get("cq_umem_valid") == 1 {
         let id = c.get("cq_umem_id") as u32;
-        let p = d.umem_pages(id, c.get("cq_umem_offset"), bytes)?;
+        let p = d.umem_pages(id, c.get("cq_umem_offset"), bytes, true)?;
         deps.push((ObjKind::Umem, id));
         lps = 0;
         p

@@ -120,7 +120,7 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
     let sq_bytes = if no_sq { 0 } else { 64u64 << log_sq };
     let pas = if c.get("wq_umem_valid") == 1 {
         let id = c.get("wq_umem_id") as u32;
-        let p = d.umem_pages(id, c.get("wq_umem_offset"), rq_bytes + sq_bytes)?;
+        let p = d.umem_pages(id, c.get("wq_umem_offset"), rq_bytes + sq_bytes, false)?;
         deps.push((ObjKind::Umem, id));
         lps = 0;
         p

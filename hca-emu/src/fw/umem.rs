@@ -15,7 +15,8 @@
 //! `umem_uid_0` (a ConnectX-4 14.12 firmware has no UMEM command: bad
 //! operation); `num_of_mtt` at least 1 and the input long enough for it;
 //! `page_offset` inside the first page; every MTT entry aligned to the page
-//! size and readable (`rd_en`); a queue's range inside the UMEM and its
+//! size and readable (`rd_en`); a CQ's buffer on a writable UMEM
+//! (`wr_en` in every entry); a queue's range inside the UMEM and its
 //! start 4 KiB aligned; a doorbell record inside the UMEM and 8-byte
 //! aligned.
 
@@ -141,11 +142,21 @@ pub(crate) fn destroy_umem(d: &mut Device, c: &Cmd) -> R {
 
 impl Device {
     /// The 4 KiB pages of a queue buffer of `bytes` bytes at `offset` of
-    /// UMEM `id`.
-    pub(crate) fn umem_pages(&self, id: u32, offset: u64, bytes: u64) -> Result<Vec<u64>, Fail> {
+    /// UMEM `id`; `device_writes`: the device writes the buffer (a CQ),
+    /// so the UMEM must have been registered writable (`wr_en`).
+    pub(crate) fn umem_pages(
+        &self,
+        id: u32,
+        offset: u64,
+        bytes: u64,
+        device_writes: bool,
+    ) -> Result<Vec<u64>, Fail> {
         let Some(u) = self.fw.objs.umem(id) else {
             return fail(st::BAD_RES, syn::UMEM_BAD_ID);
         };
+        if device_writes && !u.writable {
+            return fail(st::BAD_PARAM, syn::UMEM_NOT_WRITABLE);
+        }
         u.pages_4k(offset, bytes)
     }
 
