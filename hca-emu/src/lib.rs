@@ -36,6 +36,14 @@
 //!   [`Faults::srq_event`], [`Faults::wq_event`] and
 //!   [`Faults::internal_error_event`], and failing `alloc_dma` with
 //!   [`Faults::fail_dma`]).
+//! - Personalities ([`Personality`]): the recorded ConnectX-4 (default),
+//!   a ConnectX-5 (15b3:1017, `umem_uid_0`: UMEMs and DevX objects with
+//!   uid 0, CQs and QPs on UMEMs) and a ConnectX-6 Dx in real-time clock
+//!   mode (15b3:101d); what each changes is in [`personality`].
+//! - InfiniBand ports: MAD_IFC (PortInfo, NodeInfo), a subnet manager that
+//!   configures a port [`EmuConfig::sm_delay`] after its link comes up
+//!   (LID from [`EmuConfig::lid_base`], port state change event), RC/UC
+//!   routed by LID.
 //! - Personality options: booting with command interface signatures on
 //!   ([`EmuConfig::cmdif_checksum`]) and InfiniBand ports
 //!   ([`PortType::InfiniBand`]); every port has a P_Key table
