@@ -82,3 +82,23 @@ fn timestamp_formats_each_personality_takes() {
         r.free_all();
     }
 }
+
+#[test]
+fn query_hca_cap_output_holds_the_structure_asked_for() {
+    let mut r = raw(Personality::ConnectX5);
+    // rdma-core's QueryCmdHcaCapOut: 16 + 2048 bytes.
+    let full = r.ok(&common::inp(0x100, 1, 16), 0x1010);
+    let short = r.ok(&common::inp(0x100, 1, 16), 16 + 2048);
+    assert_eq!(short.len(), 16 + 2048);
+    assert_eq!(&short[..], &full[..16 + 2048]);
+    // The general caps are 256 bytes in the layouts: one less is refused.
+    assert_eq!(
+        r.fails(&common::inp(0x100, 1, 16), 16 + 255, 0x51),
+        syn::OUTPUT_TOO_SHORT
+    );
+    // RoCE caps (type 4): 256 bytes.
+    r.ok(&common::inp(0x100, (4 << 1) | 1, 16), 16 + 256);
+    r.teardown();
+    r.free_all();
+    r.emu.assert_clean();
+}

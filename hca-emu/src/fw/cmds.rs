@@ -64,12 +64,15 @@ macro_rules! spec {
 pub(crate) fn spec(opcode: u16) -> Option<Spec> {
     use super::{eq, hca, port, qp};
     Some(match opcode {
-        0x100 => spec!(
-            "query_hca_cap_in",
-            "query_hca_cap_out",
-            Enabled,
-            hca::query_hca_cap
-        ),
+        0x100 => Spec {
+            min_out: Some(16),
+            ..spec!(
+                "query_hca_cap_in",
+                "query_hca_cap_out",
+                Enabled,
+                hca::query_hca_cap
+            )
+        },
         0x101 => spec!(
             "query_adapter_in",
             "query_adapter_out",

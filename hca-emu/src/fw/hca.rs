@@ -252,6 +252,23 @@ pub(crate) fn query_hca_cap(d: &mut Device, c: &Cmd) -> R {
         return fail(st::BAD_PARAM, syn::CAP_TYPE);
     };
     let off = ifc().field(c.lout, "capability").byte_offset();
+    // The output must hold the capability structure asked for, not the
+    // whole 4 KiB union: rdma-core's DevX tests ask for the general caps
+    // with 16 + 2048 bytes (QueryCmdHcaCapOut) and real firmware answers.
+    let layout = match ty {
+        CAP_GENERAL => "cmd_hca_cap",
+        1 => "per_protocol_networking_offload_caps",
+        2 => "odp_cap",
+        CAP_ATOMIC => "atomic_caps",
+        CAP_ROCE => "roce_cap",
+        7 => "flow_table_nic_cap",
+        8 => "flow_table_eswitch_cap",
+        9 => "e_switch_cap",
+        _ => "hca_cap_union",
+    };
+    if c.out_len < off + ifc().size(layout) {
+        return fail(st::BAD_OUTP_LEN, syn::OUTPUT_TOO_SHORT);
+    }
     let b = b.clone();
     c.out().put(off, &b).done()
 }
