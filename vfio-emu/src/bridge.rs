@@ -4,11 +4,12 @@
 //! [`EmuBar`] (`Mmio::write32`/`write64`), and publishes the registers the
 //! program reads.
 //!
-//! - **Init segment.** The read-only registers (firmware and command
-//!   interface revisions, `cmdq_addr_l_sz`'s low byte, the `initializing`
-//!   word at 0x1fc, the health buffer 0x200..0x240, the internal timer
-//!   0x1000/0x1004, the health counter 0x1010) are refreshed from
-//!   `bar_read32` on every poll. `cmdq_addr_h` (0x10) and
+//! - **Init segment.** The read-only registers are refreshed from
+//!   `bar_read32`: the `initializing` word at 0x1fc, the internal timer
+//!   0x1000/0x1004 and the health counter 0x1010 on every poll; the
+//!   firmware and command interface revisions and the health buffer
+//!   0x200..0x240 (which change only at a reset, refreshed then, or a fatal
+//!   error) every 32 polls. `cmdq_addr_h` (0x10) and
 //!   `cmdq_addr_l_sz` (0x14) are published the same way, with a
 //!   compare-and-swap: a value that differs from the last one published is
 //!   a store of the program and is delivered (a store of exactly the
@@ -33,14 +34,15 @@
 //!   order or the completeness of a write-combined burst. (vfio-pci maps
 //!   BARs uncached, and `platform::vfio` says so, so our own driver never
 //!   copies BlueFlame there.)
-//! - UAR pages that are not allocated are swept every 10 ms; a store found
-//!   there is delivered (hca-emu logs it as an ignored doorbell).
+//! - UAR pages that are not allocated are swept, a slice on every poll (the
+//!   whole BAR in 128 polls: 6-15 ms); a store found there is delivered
+//!   (hca-emu logs it as an ignored doorbell).
 //!
 //! **Polling and latency.** After any activity the bridge spins (yielding)
-//! for 200 µs, then sleeps 50 µs between polls: a doorbell is seen within
-//! about 50-110 µs of an idle period (timer slack included), within a
-//! few µs during activity; an idle process costs about 20,000 wake-ups a
-//! second.
+//! for 200 µs, then sleeps 50 µs between polls, and 100 µs after 10 ms
+//! without activity: a doorbell is seen within a few µs during activity,
+//! within about 60-160 µs (timer slack included) after an idle period.
+//! An idle function costs about 10,000 wake-ups a second.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,8 +54,14 @@ use platform::{Be32, Be64, Mmio, Platform};
 
 use crate::shm::SharedBar;
 
-/// Init segment registers the bridge publishes (besides 0x10/0x14).
-const READ_ONLY: &[usize] = &[0x000, 0x004, 0x1fc, 0x1000, 0x1004, 0x1010];
+/// Init segment registers the bridge publishes on every poll (besides
+/// 0x10/0x14): `initializing`, the internal timer, the health counter.
+const VOLATILE: &[usize] = &[0x1fc, 0x1000, 0x1004, 0x1010];
+/// Registers that change only at a reset or a fatal error (revisions,
+/// health buffer 0x200..0x240): published every `SLOW_EVERY` polls.
+const SLOW: &[usize] = &[0x000, 0x004];
+/// How often (in polls) the slow registers are refreshed.
+const SLOW_EVERY: u32 = 32;
 /// Health buffer.
 const HEALTH: std::ops::Range<usize> = 0x200..0x240;
 /// `cmdq_addr_h`, `cmdq_addr_l_sz`.
@@ -68,12 +76,16 @@ pub const DOORBELLS: &[(usize, u8)] = &[(0x20, 8), (0x40, 4), (0x48, 4), (0x800,
 const SPIN: Duration = Duration::from_micros(200);
 /// The sleep between polls when idle.
 const IDLE_SLEEP: Duration = Duration::from_micros(50);
-/// Period of the sweep of unallocated UAR pages.
-const SWEEP: Duration = Duration::from_millis(10);
+/// The sleep between polls after a long idle time.
+const LONG_IDLE_SLEEP: Duration = Duration::from_micros(100);
+/// What a long idle time is.
+const LONG_IDLE: Duration = Duration::from_millis(10);
+/// Polls over which the unallocated UAR pages are swept once.
+const SWEEP_POLLS: usize = 128;
 
 /// Whether `HCA_EMU_VFIO_TRACE` is set: every delivered store is printed
 /// on stderr.
-fn trace() -> bool {
+pub fn trace() -> bool {
     static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *T.get_or_init(|| std::env::var_os("HCA_EMU_VFIO_TRACE").is_some())
 }
@@ -86,6 +98,10 @@ struct Inner {
     published: [u32; 2],
     /// Doorbells delivered so far.
     delivered: u64,
+    /// Next unallocated page of the sweep (index from the first UAR page).
+    sweep_at: usize,
+    /// Polls so far.
+    polls: u32,
 }
 
 /// One function's bridge thread.
@@ -124,15 +140,18 @@ impl Inner {
             }
         }
         self.published = [0; 2];
-        self.publish();
+        self.publish(true);
     }
 
-    /// Refreshes the readable registers.
-    fn publish(&mut self) {
-        for &o in READ_ONLY
-            .iter()
-            .chain(HEALTH.step_by(4).collect::<Vec<_>>().iter())
-        {
+    /// Refreshes the readable registers (all of them with `all`).
+    fn publish(&mut self, all: bool) {
+        let slow = SLOW.iter().copied().chain(HEALTH.step_by(4));
+        let regs: Vec<usize> = if all {
+            VOLATILE.iter().copied().chain(slow).collect()
+        } else {
+            VOLATILE.to_vec()
+        };
+        for o in regs {
             let v = self.bar.read32(o).get();
             self.shm.store32(o, v);
         }
@@ -144,9 +163,9 @@ impl Inner {
         }
     }
 
-    /// Delivers what changed in one UAR page. Returns whether anything did.
-    fn page(&mut self, page: usize, ps: usize) -> bool {
-        let mut any = false;
+    /// Takes the doorbells stored into one UAR page (swapping the sentinel
+    /// back), as (BAR offset, value, width).
+    fn capture_page(&self, page: usize, ps: usize, out: &mut Vec<(usize, u64, u8)>) {
         for &(o, w) in DOORBELLS {
             let off = page + o;
             if o + usize::from(w) > ps || off + usize::from(w) > self.shm.len() {
@@ -155,37 +174,58 @@ impl Inner {
             match w {
                 8 => {
                     if self.shm.load64(off) != u64::MAX {
-                        let v = self.shm.swap64(off, u64::MAX);
-                        if trace() {
-                            eprintln!("hca-vfio-emu: BAR {off:#x} <- {v:#018x} (64-bit)");
-                        }
-                        self.bar.write64(off, Be64::new(v));
-                        any = true;
+                        out.push((off, self.shm.swap64(off, u64::MAX), 8));
                     }
                 }
                 _ => {
                     if self.shm.load32(off) != u32::MAX {
-                        let v = self.shm.swap32(off, u32::MAX);
-                        if trace() {
-                            eprintln!("hca-vfio-emu: BAR {off:#x} <- {v:#010x}");
-                        }
-                        self.bar.write32(off, Be32::new(v));
-                        any = true;
+                        out.push((off, u64::from(self.shm.swap32(off, u32::MAX)), 4));
                     }
                 }
             }
         }
-        if any {
-            self.delivered += 1;
-        }
-        any
     }
 
     /// One poll. Returns whether the program did anything.
+    ///
+    /// The words are *read* in the reverse of the order a program stores
+    /// them (the command doorbell, then the UAR doorbells, then the
+    /// command queue address), and *delivered* in program order (the
+    /// address, the UAR doorbells, the command doorbell): the process's
+    /// stores become visible in program order (x86 TSO; elsewhere the
+    /// program's write barrier before a doorbell), so a doorbell seen here
+    /// comes with everything stored before it, as PCIe posted writes keep
+    /// their order.
     fn poll(&mut self, sweep: bool) -> bool {
+        let db = self.shm.swap32(CMD_DBELL, 0);
+        let ps = self.emu.uar_page_size().max(4096);
+        let uars = self.emu.uars();
+        let mut doorbells = Vec::new();
+        for &u in &uars {
+            let page = u as usize * ps;
+            if page >= INIT_SEG && page + ps <= self.shm.len() {
+                self.capture_page(page, ps, &mut doorbells);
+            }
+        }
+        // A slice of the unallocated pages on every poll: the whole BAR
+        // is swept in SWEEP_POLLS polls, at a constant cost per poll.
+        let pages = (self.shm.len() - INIT_SEG) / ps;
+        let per_poll = if sweep {
+            pages
+        } else {
+            pages.div_ceil(SWEEP_POLLS)
+        };
+        for _ in 0..per_poll {
+            let page = INIT_SEG + (self.sweep_at % pages) * ps;
+            self.sweep_at = (self.sweep_at + 1) % pages;
+            if !uars.contains(&((page / ps) as u32)) {
+                self.capture_page(page, ps, &mut doorbells);
+            }
+        }
+        let cmdq = CMDQ.map(|o| self.shm.load32(o));
         let mut any = false;
         for (i, &o) in CMDQ.iter().enumerate() {
-            let v = self.shm.load32(o);
+            let v = cmdq[i];
             if v != self.published[i] {
                 if trace() {
                     eprintln!("hca-vfio-emu: BAR {o:#x} <- {v:#010x}");
@@ -195,36 +235,38 @@ impl Inner {
                 any = true;
             }
         }
-        let ps = self.emu.uar_page_size().max(4096);
-        let uars = self.emu.uars();
-        for &u in &uars {
-            let page = u as usize * ps;
-            if page >= INIT_SEG && page + ps <= self.shm.len() {
-                any |= self.page(page, ps);
+        // The UAR doorbells before the command doorbell: a program that
+        // rings an EQ doorbell and then posts DESTROY_EQ within one poll
+        // interval must have them delivered in that order; the reverse
+        // cannot happen within one interval (a program waits for the
+        // command that creates an object before it rings its doorbell).
+        for &(off, v, w) in &doorbells {
+            if trace() {
+                eprintln!("hca-vfio-emu: BAR {off:#x} <- {v:#x} ({w} bytes)");
+            }
+            match w {
+                8 => self.bar.write64(off, Be64::new(v)),
+                _ => self.bar.write32(off, Be32::new(v as u32)),
             }
         }
-        if sweep {
-            for page in (INIT_SEG..self.shm.len()).step_by(ps) {
-                if !uars.contains(&((page / ps) as u32)) {
-                    any |= self.page(page, ps);
-                }
-            }
+        if !doorbells.is_empty() {
+            self.delivered += doorbells.len() as u64;
+            any = true;
         }
-        // After the UAR doorbells: a program that writes a doorbell and
-        // then posts a command destroying its object (EQ doorbell, then
-        // DESTROY_EQ) within one poll interval must have them delivered in
-        // that order; the reverse cannot happen within one interval (a
-        // program waits for the command that creates an object before it
-        // rings the object's doorbell).
-        let db = self.shm.swap32(CMD_DBELL, 0);
         if db != 0 {
             if trace() {
-                eprintln!("hca-vfio-emu: BAR {CMD_DBELL:#x} <- {db:#010x} (command doorbell)");
+                eprintln!(
+                    "hca-vfio-emu: BAR {CMD_DBELL:#x} <- {db:#010x} (command doorbell; initializing word {:#010x}, cmdq {:#x}:{:#x})",
+                    self.bar.read32(0x1fc).get(),
+                    self.bar.read32(0x10).get(),
+                    self.bar.read32(0x14).get()
+                );
             }
             self.bar.write32(CMD_DBELL, Be32::new(db));
             any = true;
         }
-        self.publish();
+        self.polls = self.polls.wrapping_add(1);
+        self.publish(self.polls % SLOW_EVERY == 0);
         any
     }
 }
@@ -242,6 +284,8 @@ impl Bridge {
             shm,
             published: [0; 2],
             delivered: 0,
+            sweep_at: 0,
+            polls: 0,
         };
         inner.init();
         let inner = Arc::new(Mutex::new(inner));
@@ -266,13 +310,13 @@ impl Bridge {
         Ok(())
     }
 
-    /// Runs one poll now (so that stores made before a call are delivered
-    /// before it: a device-fd close or reset).
+    /// Runs one poll now, sweeping every page (so that stores made before
+    /// a call are delivered before it: a device-fd close or reset).
     pub fn flush(&self) {
         lock(&self.inner).poll(true);
     }
 
-    /// UAR pages in which doorbells were delivered so far.
+    /// UAR doorbells delivered so far.
     pub fn delivered(&self) -> u64 {
         lock(&self.inner).delivered
     }
@@ -280,7 +324,6 @@ impl Bridge {
 
 fn run(inner: &Mutex<Inner>, stop: &AtomicBool) {
     let mut last_activity = Instant::now();
-    let mut last_sweep = Instant::now();
     let mut last_status = Instant::now();
     while !stop.load(Ordering::Acquire) {
         if trace() && last_status.elapsed() >= Duration::from_secs(1) {
@@ -295,11 +338,7 @@ fn run(inner: &Mutex<Inner>, stop: &AtomicBool) {
                 g.emu.internal_errors()
             );
         }
-        let sweep = last_sweep.elapsed() >= SWEEP;
-        if sweep {
-            last_sweep = Instant::now();
-        }
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lock(inner).poll(sweep)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lock(inner).poll(false)));
         match r {
             Ok(true) => last_activity = Instant::now(),
             Ok(false) => {}
@@ -308,10 +347,13 @@ fn run(inner: &Mutex<Inner>, stop: &AtomicBool) {
                 return;
             }
         }
-        if last_activity.elapsed() < SPIN {
+        let idle = last_activity.elapsed();
+        if idle < SPIN {
             std::thread::yield_now();
-        } else {
+        } else if idle < LONG_IDLE {
             std::thread::sleep(IDLE_SLEEP);
+        } else {
+            std::thread::sleep(LONG_IDLE_SLEEP);
         }
     }
 }

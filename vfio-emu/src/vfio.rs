@@ -123,8 +123,9 @@ pub struct Func {
     bridge: Bridge,
     msix: Arc<Mutex<Msix>>,
     opens: Mutex<usize>,
-    /// Commands already written to the report.
-    pub reported: Mutex<usize>,
+    /// How much of the command log, IOMMU faults, internal errors and
+    /// ignored doorbells is in the report already.
+    pub reported: Mutex<[usize; 4]>,
 }
 
 impl core::fmt::Debug for Func {
@@ -175,7 +176,7 @@ impl Func {
             bridge,
             msix,
             opens: Mutex::new(0),
-            reported: Mutex::new(0),
+            reported: Mutex::new([0; 4]),
         })
     }
 
@@ -472,11 +473,23 @@ impl State {
         if matches!(req, 0x5451 | 0x5450 | 0x5421 | 0x5452) {
             return None;
         }
-        Some(match o {
-            Obj::Container(c) => self.container_ioctl(&c, req, arg, mem),
-            Obj::Group(n) => self.group_ioctl(n, req, arg, mem),
-            Obj::Device(f) => device_ioctl(&f, req, arg, mem),
-        })
+        let r = match &o {
+            Obj::Container(c) => self.container_ioctl(c, req, arg, mem),
+            Obj::Group(n) => self.group_ioctl(*n, req, arg, mem),
+            Obj::Device(f) => device_ioctl(f, req, arg, mem),
+        };
+        if crate::bridge::trace() {
+            let kind = match &o {
+                Obj::Container(_) => "container".to_string(),
+                Obj::Group(n) => format!("group {n}"),
+                Obj::Device(f) => f.spec.bdf.clone(),
+            };
+            eprintln!(
+                "hca-vfio-emu: ioctl({fd}: {kind}, VFIO_BASE + {}) = {r:?}",
+                (req & 0xff) - 100
+            );
+        }
+        Some(r)
     }
 
     fn container_ioctl(
@@ -763,6 +776,9 @@ impl State {
         let Obj::Device(f) = self.obj(fd)? else {
             return Some(Err(EINVAL));
         };
+        if crate::bridge::trace() {
+            eprintln!("hca-vfio-emu: pwrite({fd}, {buf:02x?}, {off:#x})");
+        }
         Some(region_rw(&f, off, buf.len(), Rw::Write(buf)))
     }
 }
