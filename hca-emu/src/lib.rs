@@ -618,6 +618,14 @@ impl EmuHca {
         Ok(w)
     }
 
+    /// Reads memory behind the IOMMU without it being a device access (no
+    /// fault is recorded): what a front end needs to mirror what the
+    /// device would see, such as the ownership bits of the command queue.
+    /// `false` when `iova .. iova + dst.len()` is not inside one mapping.
+    pub fn peek_dma(&self, iova: u64, dst: &mut [u8]) -> bool {
+        self.shared.lock().iommu.peek(iova, dst)
+    }
+
     /// The foreign windows mapped now, as (IOVA, length, host address).
     pub fn dma_windows(&self) -> Vec<(u64, usize, usize)> {
         self.shared.lock().iommu.windows()

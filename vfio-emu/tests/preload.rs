@@ -418,13 +418,23 @@ fn container_group_and_device_ioctls() {
     assert_eq!(pread(d, &mut fw, 0), 4);
     assert_eq!(u32::from_be_bytes(fw), 0x000c_000e);
 
+    assert_eq!(
+        ioctl_val(g, vfio(5), 0),
+        Err(libc::EBUSY),
+        "unset with a device open"
+    );
+    // The group and the container closed before the device: the device
+    // keeps them (Linux: device fds hold their group).
     // SAFETY: our own descriptors.
     unsafe {
-        libc::close(d);
         libc::close(g);
         libc::close(c);
     }
-    // The group can be opened again.
+    assert_eq!(open("/dev/vfio/100"), Err(libc::EBUSY));
+    assert_eq!(pread(d, &mut fw, 0), 4);
+    // SAFETY: ours.
+    unsafe { libc::close(d) };
+    // Now the group can be opened again.
     let g = open("/dev/vfio/100").unwrap();
     // SAFETY: ours.
     unsafe { libc::close(g) };
