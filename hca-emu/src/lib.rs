@@ -826,7 +826,11 @@ impl Platform for EmuPlatform {
     }
 
     fn describe(&self) -> &str {
-        "emulated ConnectX-4 (hca-emu)"
+        match self.shared.lock().cfg.personality {
+            Personality::ConnectX4 => "emulated ConnectX-4 (hca-emu)",
+            Personality::ConnectX5 => "emulated ConnectX-5 (hca-emu)",
+            Personality::ConnectX6Dx => "emulated ConnectX-6 Dx (hca-emu)",
+        }
     }
 }
 

@@ -303,3 +303,41 @@ fn rc_send_imm_to_own_lid() {
     assert!(n.r.emu.datapath().frames_tx >= frames_before + 16);
     n.finish();
 }
+
+/// What rdma-core's async-event test relies on: after a function reset
+/// the port is down; INIT_HCA brings its link up, the subnet manager
+/// makes it Active `sm_delay` later, and an EQ created in between (after
+/// INIT_HCA) hears the Active event.
+#[test]
+fn port_is_down_after_a_reset_and_active_again_after_init_hca() {
+    let cfg = ib(11, 1).with_sm_delay(Duration::from_millis(500));
+    let mut r = Raw::new(cfg);
+    r.emu.plug_loopback(1).unwrap();
+    r.init();
+    r.p.delay(Duration::from_millis(600));
+    assert_eq!(state(&port_info(&mut r, 1)), (4, 5, 1));
+    // Function reset: the firmware state, and with it the port, is gone.
+    r.p.reset_function().unwrap();
+    r.free_all();
+    r.enable_pci();
+    assert!(r.wait_init(Duration::from_secs(2)));
+    r.setup_cmdq();
+    r.init();
+    // Link up (the plug is still in), not yet configured.
+    assert_eq!(state(&port_info(&mut r, 1)), (2, 5, 0));
+    let uar = r.alloc_uar();
+    let (eqn, eq_buf) = r.create_eq(4, uar, 1 << 0x09);
+    let mut ci = 0;
+    assert!(port_events(&r, eq_buf, 4, &mut ci).is_empty());
+    r.p.delay(Duration::from_millis(600));
+    assert_eq!(port_events(&r, eq_buf, 4, &mut ci), vec![(4, 1)]);
+    assert_eq!(state(&port_info(&mut r, 1)), (4, 5, 1));
+    let mut d = inp(0x302, 0, 16);
+    setf(&mut d, 8, 7, 0, u64::from(eqn));
+    r.ok(&d, 16);
+    let mut d = inp(0x803, 0, 16);
+    setf(&mut d, 8, 23, 0, u64::from(uar));
+    r.ok(&d, 16);
+    r.teardown();
+    r.free_all();
+}
