@@ -341,3 +341,45 @@ fn port_is_down_after_a_reset_and_active_again_after_init_hca() {
     r.teardown();
     r.free_all();
 }
+
+/// UD on InfiniBand: the address vector names the destination by LID; the
+/// receive skips the 40 bytes of the GRH area and its CQE says there was
+/// no GRH.
+#[test]
+fn ud_routed_by_lid_without_grh() {
+    let mut a = ib_node(1, 3);
+    let mut b = ib_node(2, 9);
+    connect(&a.r.emu, 1, &b.r.emu, 1).unwrap();
+    let attrs = Attrs::default();
+    let mut ca: Cq = a.cq(6);
+    let mut cb: Cq = b.cq(6);
+    let mut qa = a.qp(&QpSpec::new(2, &ca));
+    let mut qb = b.qp(&QpSpec::new(2, &cb));
+    a.ud_ready(&mut qa, 1, &attrs);
+    b.ud_ready(&mut qb, 1, &attrs);
+    let src = a.mr(256, b'u', common::dp::LW);
+    let dst = b.mr(40 + 256, 0xee, common::dp::LW);
+    b.post_recv(&mut qb, &[(dst.addr, 40 + 256, dst.key)]);
+    let av = common::dp::Av {
+        qkey: attrs.qkey,
+        dqpn: qb.qpn,
+        rmac: [0; 6],
+        rgid: [0; 16],
+        sgid_index: 0,
+        hop_limit: 0,
+        tclass: 0,
+        flow_label: 0,
+        rlid: 9,
+    };
+    let mut w = Wr::new(op::SEND_IMM).sge(src.addr, 256, src.key).imm(7);
+    w.av = Some(av);
+    a.post_send(&mut qa, &[w]);
+    assert_eq!(a.wait(&mut ca, 1)[0].opcode, 0x0);
+    let r = b.wait(&mut cb, 1);
+    assert_eq!((r[0].opcode, r[0].imm, r[0].byte_cnt), (0x3, 7, 40 + 256));
+    assert_eq!(r[0].flags_rqpn >> 28 & 3, 0, "no GRH");
+    assert_eq!(r[0].flags_rqpn & 0xff_ffff, qa.qpn);
+    assert_eq!(b.read(dst.addr + 40, 256), vec![b'u'; 256]);
+    a.finish();
+    b.finish();
+}

@@ -103,7 +103,9 @@
 //!   packet travels in the RoCE v1 framing with MAC `02:1b:00:00:<lid>` / GID `fe80::<lid>`
 //!   standing for the LRH's DLID and SLID (no LRH, SL/VL or VCRC), and is
 //!   taken by the port whose LID it names (its own LID loops back inside
-//!   the HCA). UD on InfiniBand is not routed by LID.
+//!   the HCA). UD address vectors name the destination by `rlid` too; a
+//!   UD receive on InfiniBand skips the 40 bytes of the GRH area (written
+//!   as zeros) and its CQE says no GRH.
 //! - Each HCA has its own virtual clock; `relax`/`delay` wait for the peers
 //!   on the wire to be quiet before the clock advances.
 //! - The UD message limit is the IB MTU that fits the port's PMTU admin MTU
