@@ -57,6 +57,47 @@ pub enum Personality {
     /// ConnectX-4 (PCI 15b3:1013), firmware 14.12.1220, with the capabilities
     /// recorded from a real card (`hca-emu/data/cx4-fw14.12.1220.txt`).
     ConnectX4,
+    /// ConnectX-5 (PCI 15b3:1017): the recorded ConnectX-4 capabilities
+    /// with the bits of later firmware that Linux and rdma-core test for
+    /// (`umem_uid_0`: UMEMs and DevX objects with uid 0, which rdma-core's
+    /// mlx5_vfio requires), and a firmware that knows the `ts_format`
+    /// field (free-running clock only). See [`crate::personality`] for what
+    /// is assumed.
+    ConnectX5,
+    /// ConnectX-6 Dx (PCI 15b3:101d) with its clock in real-time mode: the
+    /// ConnectX-5 capabilities, with `qp_ts_format`, `sq_ts_format` and
+    /// `rq_ts_format` 1 (real time only, [`TsFormatCaps::RealTime`]), so
+    /// free-running timestamps are refused.
+    ConnectX6Dx,
+}
+
+impl Personality {
+    /// PCI vendor and device id.
+    pub fn pci_id(self) -> (u16, u16) {
+        match self {
+            Personality::ConnectX4 => (0x15b3, 0x1013),
+            Personality::ConnectX5 => (0x15b3, 0x1017),
+            Personality::ConnectX6Dx => (0x15b3, 0x101d),
+        }
+    }
+
+    /// Firmware version (major, minor, subminor) in the init segment.
+    pub fn fw_version(self) -> (u16, u16, u16) {
+        match self {
+            Personality::ConnectX4 => crate::personality::FW_VERSION,
+            // Public release numbers of those generations' firmware
+            // (16.x ConnectX-5, 22.x ConnectX-6 Dx); the capabilities are
+            // not read from them (assumed).
+            Personality::ConnectX5 => (16, 35, 2000),
+            Personality::ConnectX6Dx => (22, 35, 2000),
+        }
+    }
+
+    /// Whether the firmware knows the `ts_format` field of QP, SQ and RQ
+    /// contexts (ConnectX-4 firmware 14.12 predates it).
+    pub fn knows_ts_format(self) -> bool {
+        self != Personality::ConnectX4
+    }
 }
 
 /// The link layer of the ports (`cmd_hca_cap.port_type`).
@@ -66,9 +107,11 @@ pub enum PortType {
     Ethernet,
     /// InfiniBand, `port_type` 0 (a VPI card in IB mode). The command
     /// interface answers as an IB port does (PTYS with the IB protocol mask,
-    /// the HCA vport context with a LID, GID 0 from the port GUID, the
-    /// P_Key table); the data path only speaks RoCE, so IB-addressed
-    /// traffic (LIDs, no GRH) is not emulated.
+    /// the HCA vport context with a LID once the subnet manager has
+    /// configured the port ([`EmuConfig::sm_delay`], [`EmuConfig::lid_base`]),
+    /// GID 0 from the port GUID, the P_Key table, MAD_IFC PortInfo and
+    /// NodeInfo); RC and UC traffic is routed by LID (see
+    /// [`datapath`](crate::datapath)).
     InfiniBand,
 }
 
@@ -180,6 +223,19 @@ pub struct EmuConfig {
     /// doorbell) is counted as a BlueFlame copy through an uncached mapping
     /// and fails [`EmuHca::assert_clean`](crate::EmuHca::assert_clean).
     pub uar_write_combining: bool,
+    /// InfiniBand ports: how long after the physical link comes up (link
+    /// up with the HCA initialized) the subnet manager takes to configure
+    /// the port (LID, logical state Active), at which point the port state
+    /// change event (Active) is posted. Zero (the default): at once. A
+    /// fabric with OpenSM takes from a fraction of a second to seconds;
+    /// programs that create their event queue after opening the device and
+    /// then wait for the Active event (rdma-core's `test_mlx5_vfio`) need
+    /// a delay longer than that.
+    pub sm_delay: Duration,
+    /// InfiniBand ports: the LID the subnet manager gives port 1 (port
+    /// `p` gets `lid_base + p - 1`). Default 1. HCAs cabled together
+    /// need distinct LIDs, as a subnet manager would assign them.
+    pub lid_base: u16,
 }
 
 impl Default for EmuConfig {
@@ -204,6 +260,8 @@ impl Default for EmuConfig {
             cqe_version: 1,
             uar_write_combining: true,
             ts_format_caps: TsFormatCaps::FreeRunning,
+            sm_delay: Duration::ZERO,
+            lid_base: 1,
         }
     }
 }
@@ -248,6 +306,28 @@ impl EmuConfig {
     pub fn real_time_clock(mut self) -> Self {
         self.ts_format_caps = TsFormatCaps::RealTime;
         self
+    }
+
+    /// With another personality ([`Personality`]).
+    pub fn with_personality(mut self, p: Personality) -> Self {
+        self.personality = p;
+        self
+    }
+
+    /// With a subnet manager that configures InfiniBand ports `d` after
+    /// their link comes up ([`sm_delay`](Self::sm_delay)).
+    pub fn with_sm_delay(mut self, d: Duration) -> Self {
+        self.sm_delay = d;
+        self
+    }
+
+    /// The timestamp formats offered: a ConnectX-6 Dx in real-time mode
+    /// offers real time only, whatever [`ts_format_caps`](Self::ts_format_caps) says.
+    pub fn effective_ts_format_caps(&self) -> TsFormatCaps {
+        match self.personality {
+            Personality::ConnectX6Dx => TsFormatCaps::RealTime,
+            _ => self.ts_format_caps,
+        }
     }
 
     /// With the real page counts of the recorded card.

@@ -11,7 +11,7 @@ use crate::datapath::{Datapath, Engine, Outgoing};
 use crate::faults::FaultPlan;
 use crate::fw::Fw;
 use crate::iommu::Iommu;
-use crate::personality::{CMDIF_REV, FW_VERSION, PCI_ID};
+use crate::personality::CMDIF_REV;
 
 /// Init segment offsets (PRM "initialization segment").
 pub(crate) mod reg {
@@ -105,6 +105,9 @@ pub(crate) enum Timer {
     Rnr { qpn: u32, tgen: u64 },
     /// Flush WQEs posted to queues in the error state.
     ErrPoll,
+    /// The subnet manager configures an InfiniBand port (`sm_gen`: the
+    /// port's timer generation).
+    SmConfigure { port: u8, sm_gen: u64 },
 }
 
 /// A command as the device executed it, for tests and reports.
@@ -189,11 +192,12 @@ pub(crate) struct Device {
 impl Device {
     pub(crate) fn new(cfg: EmuConfig, me: Weak<Shared>, inflight: Arc<AtomicUsize>) -> Self {
         let mut config_space = [0u8; 256];
-        config_space[0..2].copy_from_slice(&PCI_ID.0.to_le_bytes());
-        config_space[2..4].copy_from_slice(&PCI_ID.1.to_le_bytes());
+        let pci_id = cfg.personality.pci_id();
+        config_space[0..2].copy_from_slice(&pci_id.0.to_le_bytes());
+        config_space[2..4].copy_from_slice(&pci_id.1.to_le_bytes());
         config_space[0x0a] = 0x00; // subclass: Ethernet
         config_space[0x0b] = 0x02; // class: network controller
-        config_space[0x2c..0x2e].copy_from_slice(&PCI_ID.0.to_le_bytes());
+        config_space[0x2c..0x2e].copy_from_slice(&pci_id.0.to_le_bytes());
         config_space[0x2e..0x30].copy_from_slice(&0x0008u16.to_le_bytes());
         let iova_offset = cfg.seed % 4096;
         let fw = Fw::new(&cfg);
@@ -304,7 +308,7 @@ impl Device {
         if self.off_bus() {
             return 0xffff_ffff;
         }
-        let (maj, min, sub) = FW_VERSION;
+        let (maj, min, sub) = self.cfg.personality.fw_version();
         match off {
             reg::FW_REV => (u32::from(min) << 16) | u32::from(maj),
             reg::CMDIF_REV_FW_SUB => (u32::from(CMDIF_REV) << 16) | u32::from(sub),
@@ -411,6 +415,7 @@ impl Device {
         self.progress += 1;
         let r = catch_unwind(AssertUnwindSafe(|| match work {
             Ok(Timer::ExecCommands(bits)) => self.exec_commands(bits),
+            Ok(Timer::SmConfigure { port, sm_gen }) => self.sm_configure(port, sm_gen),
             Ok(t) => self.datapath_timer(t),
             Err(Event::CmdDoorbell(bits)) => self.command_doorbell(bits),
             Err(Event::Uar {

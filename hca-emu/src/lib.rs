@@ -39,6 +39,14 @@
 //!   [`Faults::srq_event`], [`Faults::wq_event`] and
 //!   [`Faults::internal_error_event`], and failing `alloc_dma` with
 //!   [`Faults::fail_dma`]).
+//! - Personalities ([`Personality`]): the recorded ConnectX-4 (default),
+//!   a ConnectX-5 (15b3:1017, `umem_uid_0`: UMEMs and DevX objects with
+//!   uid 0, CQs and QPs on UMEMs) and a ConnectX-6 Dx in real-time clock
+//!   mode (15b3:101d); what each changes is in [`personality`].
+//! - InfiniBand ports: MAD_IFC (PortInfo, NodeInfo), a subnet manager that
+//!   configures a port [`EmuConfig::sm_delay`] after its link comes up
+//!   (LID from [`EmuConfig::lid_base`], port state change event), RC/UC
+//!   routed by LID.
 //! - Personality options: booting with command interface signatures on
 //!   ([`EmuConfig::cmdif_checksum`]) and InfiniBand ports
 //!   ([`PortType::InfiniBand`]); every port has a P_Key table
@@ -85,7 +93,7 @@ pub use config::{
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
-pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
+pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Umem, Wq, buf_addr};
 pub use iommu::{DmaMapError, FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 pub use wire::SOCKET_MAX_FRAME;
 
@@ -469,7 +477,7 @@ impl EmuHca {
         }
         let after = d.link_up(port);
         if before != after {
-            d.port_change_event(port, after);
+            d.link_changed(port, after);
         }
         drop(d);
         self.shared.cv.notify_all();
@@ -818,7 +826,11 @@ impl Platform for EmuPlatform {
     }
 
     fn describe(&self) -> &str {
-        "emulated ConnectX-4 (hca-emu)"
+        match self.shared.lock().cfg.personality {
+            Personality::ConnectX4 => "emulated ConnectX-4 (hca-emu)",
+            Personality::ConnectX5 => "emulated ConnectX-5 (hca-emu)",
+            Personality::ConnectX6Dx => "emulated ConnectX-6 Dx (hca-emu)",
+        }
     }
 }
 

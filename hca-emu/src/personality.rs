@@ -23,6 +23,20 @@
 //!   `sq_ts_format`, `rq_ts_format` (general) and `qp_ts_format` (RoCE)
 //!   are rewritten, current and maximum (the recorded card reads 0 in all
 //!   three: free-running only).
+//!
+//! The later personalities ([`Personality::ConnectX5`](crate::Personality),
+//! `ConnectX6Dx`) start from the recorded ConnectX-4 capabilities and change
+//! only what Linux and rdma-core test for on those generations; every
+//! other value is the ConnectX-4's (assumed, listed in `docs/fidelity.md`):
+//! - `umem_uid_0` (general caps bit 0x252, Linux `mlx5_ifc.h`) is 1,
+//!   current and maximum: rdma-core's `mlx5_vfio_setup_function` refuses a
+//!   device without it (EOPNOTSUPP), and UMEMs (CREATE_UMEM) are accepted;
+//! - the firmware knows `ts_format` (a QP with `ts_format` 1, "default", is
+//!   accepted on a free-running-only ConnectX-5; assumed, rdma-core's
+//!   `Mlx5DevxRcResources.create_qp` sets it unconditionally);
+//! - ConnectX-6 Dx: real-time clock mode, `qp_ts_format`, `sq_ts_format`
+//!   and `rq_ts_format` 1 (Linux `mlx5_is_real_time_rq/sq`,
+//!   `MLX5_TIMESTAMP_FORMAT_CAP_REAL_TIME`).
 
 use std::collections::BTreeMap;
 
@@ -34,6 +48,13 @@ pub const FW_VERSION: (u16, u16, u16) = (14, 12, 1220);
 pub const CMDIF_REV: u16 = 5;
 /// PCI vendor and device id of a ConnectX-4.
 pub const PCI_ID: (u16, u16) = (0x15b3, 0x1013);
+/// `cmd_hca_cap.umem_uid_0` (bit offset 0x252, width 1; Linux
+/// `include/linux/mlx5/mlx5_ifc.h`, not in the layout file of this
+/// repository, which predates it).
+pub const UMEM_UID_0: crate::ifc::Field = crate::ifc::Field {
+    offset: 0x252,
+    width: 1,
+};
 /// Entries of the RoCE address table per port.
 pub const ROCE_ADDRESS_TABLE_SIZE: usize = 256;
 /// The ISSI values the firmware supports (bit n = ISSI n): 0 and 1.
@@ -165,7 +186,14 @@ impl Caps {
             caps.set_general(false, "port_type", 0);
             caps.set_general(true, "port_type", 0);
         }
-        let ts = u64::from(cfg.ts_format_caps.cap());
+        if cfg.personality != crate::Personality::ConnectX4 {
+            for m in [&mut caps.cur, &mut caps.max] {
+                if let Some(g) = m.get_mut(&CAP_GENERAL) {
+                    crate::ifc::set_bits(g, UMEM_UID_0, 1);
+                }
+            }
+        }
+        let ts = u64::from(cfg.effective_ts_format_caps().cap());
         for max in [false, true] {
             caps.set_general(max, "sq_ts_format", ts);
             caps.set_general(max, "rq_ts_format", ts);
@@ -190,6 +218,11 @@ impl Caps {
         if let Some(g) = m.get_mut(&CAP_GENERAL) {
             crate::ifc::ifc().set(g, "cmd_hca_cap", field, v);
         }
+    }
+
+    /// Whether the current general caps say `umem_uid_0`.
+    pub(crate) fn umem_uid_0(&self) -> bool {
+        crate::ifc::get_bits(&self.cur[&CAP_GENERAL], UMEM_UID_0) == 1
     }
 
     /// A general (current) capability field.

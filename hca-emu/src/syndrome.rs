@@ -137,6 +137,18 @@ syndromes! {
     GID_INDEX = 0x0007_6001, "SET/QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID: index beyond the table";
     MTU_RANGE = 0x0007_5501, "MODIFY_NIC_VPORT_CONTEXT: mtu above the port's max_mtu";
     PKEY_INDEX = 0x0007_6501, "QUERY_HCA_VPORT_PKEY: pkey_index beyond the P_Key table";
+    // MAD_IFC 0x50d.
+    MAD_IFC_NOT_IB = 0x0005_0d01, "MAD_IFC on an Ethernet port (no subnet management agent)";
+    // CREATE_UMEM 0xa08 / queues on a UMEM.
+    UMEM_NUM_MTT = 0x000a_0801, "CREATE_UMEM: num_of_mtt is 0 or above the emulator's bound";
+    UMEM_PAGE_OFFSET = 0x000a_0802, "CREATE_UMEM: page_offset not inside the first page";
+    UMEM_MTT_SHORT = 0x000a_0803, "CREATE_UMEM: input too short for num_of_mtt entries";
+    UMEM_MTT_MISALIGNED = 0x000a_0804, "CREATE_UMEM: an MTT entry is not aligned to the UMEM page size";
+    UMEM_MTT_NOT_READABLE = 0x000a_0805, "CREATE_UMEM: an MTT entry without rd_en";
+    UMEM_BAD_ID = 0x000a_0806, "a queue names a UMEM (cq_umem_id, wq_umem_id, dbr_umem_id) that does not exist";
+    UMEM_RANGE = 0x000a_0807, "a queue buffer or doorbell record reaches beyond its UMEM";
+    UMEM_OFFSET_MISALIGNED = 0x000a_0808, "a queue buffer on a UMEM does not start 4 KiB aligned";
+    UMEM_NOT_WRITABLE = 0x000a_0809, "a CQ buffer on a UMEM registered without wr_en";
 }
 
 /// The name and description of a syndrome the emulator returns.

@@ -234,6 +234,7 @@ fn ud_with_grh_and_qkey_mismatch() {
         hop_limit: 64,
         tclass: 0x20,
         flow_label: 0x5a5a5,
+        rlid: 0,
     };
     // Wrong Q_Key: sent (the requester completes) but dropped silently.
     let w = Wr {
@@ -336,6 +337,7 @@ fn ud_over_roce_v2_ipv6_and_roce_v1() {
                 hop_limit: 9,
                 tclass: 0,
                 flow_label: 0x12345,
+                rlid: 0,
             }),
             ..Wr::new(op::SEND).sge(src.addr, 100, src.key)
         };

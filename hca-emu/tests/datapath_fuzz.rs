@@ -218,6 +218,7 @@ fn run(r: &mut Rig, ops: Vec<Op>) {
                         hop_limit: 64,
                         tclass: 0,
                         flow_label: 0,
+                        rlid: 0,
                     });
                 }
                 if len % 3 == 0 {

@@ -106,6 +106,7 @@ fn raw_ethernet_send_and_receive_with_checksum_insertion() {
         hop_limit: 64,
         tclass: 0,
         flow_label: 0,
+        rlid: 0,
     };
     let w = Wr {
         av: Some(av.clone()),

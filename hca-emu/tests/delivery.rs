@@ -79,6 +79,26 @@ fn lengths() {
             .copy_from_slice(&u32::MAX.to_be_bytes())),
         0x08
     );
+    // 12 bytes, the size of enable_hca_out, as rdma-core's mlx5_vfio asks:
+    // delivered; QUERY_HCA_CAP itself needs its whole output.
+    let a = r.cmd(&q, 12);
+    assert_eq!((a.delivery, a.status), (0, 0x51));
+    assert_eq!(a.syndrome, hca_emu::syndrome::OUTPUT_TOO_SHORT);
+}
+
+#[test]
+fn enable_hca_with_its_12_byte_output() {
+    let mut r = Raw::new(hca_emu::EmuConfig::default());
+    let a = r.cmd(&inp(0x104, 0, 16), 12);
+    assert_eq!((a.delivery, a.status, a.out.len()), (0, 0, 12));
+    let a = r.cmd(&inp(0x105, 0, 16), 8);
+    assert_eq!(
+        (a.delivery, a.status),
+        (0, 0x51),
+        "DISABLE_HCA needs 12 bytes"
+    );
+    let a = r.cmd(&inp(0x105, 0, 16), 12);
+    assert_eq!((a.delivery, a.status), (0, 0));
 }
 
 #[test]

@@ -99,6 +99,13 @@
 //!   verification or LSO; SQs send on port 1.
 //! - RoCE frames are only handled when the NIC vport has `roce_en`; a frame
 //!   to the sending port's own MAC loops back inside the HCA (link up).
+//! - InfiniBand ports: RC/UC QPs are routed by LID (`rlid`, no GRH); the
+//!   packet travels in the RoCE v1 framing with MAC `02:1b:00:00:<lid>` / GID `fe80::<lid>`
+//!   standing for the LRH's DLID and SLID (no LRH, SL/VL or VCRC), and is
+//!   taken by the port whose LID it names (its own LID loops back inside
+//!   the HCA). UD address vectors name the destination by `rlid` too; a
+//!   UD receive on InfiniBand skips the 40 bytes of the GRH area (written
+//!   as zeros) and its CQE says no GRH.
 //! - Each HCA has its own virtual clock; `relax`/`delay` wait for the peers
 //!   on the wire to be quiet before the clock advances.
 //! - The UD message limit is the IB MTU that fits the port's PMTU admin MTU
@@ -439,6 +446,26 @@ pub(crate) struct GidEntry {
     pub(crate) ver: RoceVer,
 }
 
+/// InfiniBand on the emulator's wire: a packet to LID `l` travels in the
+/// wire's RoCE v1 framing with destination MAC `02:1b:00:00:<l>` (a locally
+/// administered address standing for the LRH's DLID) and GID
+/// [`lid_gid`]; the receiving port takes it when the DLID is its own LID.
+/// Deviation: no LRH, SL/VL or ICRC on the wire.
+pub(crate) fn lid_mac(lid: u16) -> [u8; 6] {
+    let l = lid.to_be_bytes();
+    [0x02, 0x1b, 0, 0, l[0], l[1]]
+}
+
+/// The GRH address standing for a LID on the emulator's wire: the
+/// link-local prefix with the LID in the last two bytes.
+pub(crate) fn lid_gid(lid: u16) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[0] = 0xfe;
+    g[1] = 0x80;
+    g[14..].copy_from_slice(&lid.to_be_bytes());
+    g
+}
+
 /// Decodes a `roce_addr_layout` image (offsets of ifc-layouts.json,
 /// checked in the tests).
 pub(crate) fn gid_entry(e: &[u8]) -> Option<GidEntry> {
@@ -486,9 +513,38 @@ impl Device {
             .and_then(gid_entry)
     }
 
+    /// The route of an RC/UC packet on an InfiniBand port: LID routing
+    /// carried in the emulator's framing (see [`lid_mac`]); the port must
+    /// be Active (have a LID).
+    pub(crate) fn ib_route(&self, port: u8, dlid: u16) -> Result<Route, String> {
+        let slid = self.port_lid(port);
+        if slid == 0 {
+            return Err(format!("port {port} is not Active (no LID)"));
+        }
+        if dlid == 0 {
+            return Err("rlid 0 on an InfiniBand path".into());
+        }
+        Ok(Route {
+            dmac: lid_mac(dlid),
+            smac: lid_mac(slid),
+            vlan: None,
+            ver: RoceVer::V1,
+            sgid: lid_gid(slid),
+            dgid: lid_gid(dlid),
+            tclass: 0,
+            flow_label: 0,
+            hop_limit: 0,
+            udp_sport: 0,
+        })
+    }
+
     /// Whether a destination MAC is this port's (its own MAC or the MAC of
-    /// one of its GID entries).
+    /// one of its GID entries; on InfiniBand, its LID's).
     pub(crate) fn port_owns_mac(&self, port: u8, mac: &[u8]) -> bool {
+        if self.fw.infiniband() {
+            let lid = self.port_lid(port);
+            return lid != 0 && mac == lid_mac(lid);
+        }
         let Some(p) = self.fw.ports.get(usize::from(port).wrapping_sub(1)) else {
             return false;
         };
@@ -503,6 +559,10 @@ impl Device {
     /// Whether a destination GID is in the port's table (with the packet's
     /// RoCE version).
     pub(crate) fn port_owns_gid(&self, port: u8, gid: &[u8; 16], ver: RoceVer) -> bool {
+        if self.fw.infiniband() {
+            let lid = self.port_lid(port);
+            return lid != 0 && *gid == lid_gid(lid);
+        }
         let Some(p) = self.fw.ports.get(usize::from(port).wrapping_sub(1)) else {
             return false;
         };
@@ -583,6 +643,8 @@ impl Device {
         };
         let route = if q.st == 2 {
             Err("UD: routes come from the address vector".into())
+        } else if self.fw.infiniband() {
+            self.ib_route(port, a("rlid") as u16)
         } else {
             self.route(
                 port,
@@ -861,7 +923,7 @@ impl Device {
             Timer::Retry { qpn, tgen } => self.rc_retry_timeout(qpn, tgen),
             Timer::Rnr { qpn, tgen } => self.rc_rnr_timeout(qpn, tgen),
             Timer::ErrPoll => self.err_poll(),
-            Timer::ExecCommands(_) => {}
+            Timer::ExecCommands(_) | Timer::SmConfigure { .. } => {}
         }
     }
 
@@ -885,7 +947,10 @@ impl Device {
                 self.raw_receive(port, &bytes, vlan, l3, l4);
             }
             packet::Frame::Roce(p) => {
-                let roce_en = self.fw.ports.first().is_some_and(|p| p.roce_en);
+                // An InfiniBand port takes IB transport packets whatever
+                // the NIC vport's roce_en says (there is no Ethernet).
+                let roce_en =
+                    self.fw.infiniband() || self.fw.ports.first().is_some_and(|p| p.roce_en);
                 if roce_en {
                     self.roce_receive(port, &p);
                 } else {

@@ -952,8 +952,10 @@ impl Device {
             ));
             return Err(syn::LOCAL_LENGTH);
         }
-        let route = self
-            .route(
+        let route = if self.fw.infiniband() {
+            self.ib_route(info.port, av.rlid)
+        } else {
+            self.route(
                 info.port,
                 av.sgid_index,
                 av.rmac,
@@ -967,10 +969,11 @@ impl Device {
                     0xc000 | (qpn as u16 & 0x3fff)
                 },
             )
-            .map_err(|r| {
-                self.datapath.note(format!("UD QP {qpn:#x}: {r}"));
-                syn::LOCAL_QP_OP
-            })?;
+        }
+        .map_err(|r| {
+            self.datapath.note(format!("UD QP {qpn:#x}: {r}"));
+            syn::LOCAL_QP_OP
+        })?;
         let qkey = if av.qkey & 0x8000_0000 != 0 {
             info.q_key
         } else {

@@ -869,9 +869,15 @@ impl Device {
             self.datapath.drops.no_receive += 1;
             return;
         };
-        match self.scatter_recv(&rw, &[&p.grh_area, payload], qpn) {
+        // InfiniBand (LID routed, no GRH): the 40 bytes the GRH would take
+        // are skipped (written as zeros: their contents are undefined) and
+        // the CQE says no GRH.
+        let ib = self.fw.infiniband();
+        let grh: &[u8] = if ib { &[0; 40] } else { &p.grh_area };
+        match self.scatter_recv(&rw, &[grh, payload], qpn) {
             Ok(n) => {
-                let flags = (1 << 28) | (p.ver.cqe_l3_type() << 24) | src_qp;
+                let grh_flag = if ib { 0 } else { 1 << 28 };
+                let flags = grh_flag | (p.ver.cqe_l3_type() << 24) | src_qp;
                 let imm_pkey = if imm { imm_v } else { u32::from(p.bth.pkey) };
                 self.resp_cqe(info, &rw, send_opcode(imm), p, n, imm_pkey, flags);
             }

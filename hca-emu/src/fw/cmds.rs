@@ -64,12 +64,15 @@ macro_rules! spec {
 pub(crate) fn spec(opcode: u16) -> Option<Spec> {
     use super::{eq, hca, port, qp};
     Some(match opcode {
-        0x100 => spec!(
-            "query_hca_cap_in",
-            "query_hca_cap_out",
-            Enabled,
-            hca::query_hca_cap
-        ),
+        0x100 => Spec {
+            min_out: Some(16),
+            ..spec!(
+                "query_hca_cap_in",
+                "query_hca_cap_out",
+                Enabled,
+                hca::query_hca_cap
+            )
+        },
         0x101 => spec!(
             "query_adapter_in",
             "query_adapter_out",
@@ -198,6 +201,12 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
             "init2init_qp_out",
             Initialized,
             qp::modify_qp
+        ),
+        0x50d => spec!(
+            "mad_ifc_in",
+            "mad_ifc_out",
+            Initialized,
+            super::mad::mad_ifc
         ),
         0x700 => spec!("create_srq_in", "create_srq_out", Initialized, create_srq),
         0x701 => spec!(
@@ -353,6 +362,18 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
             destroy_flow_group
         ),
         0x936 => spec!("set_fte_in", "set_fte_out", Initialized, set_fte),
+        0xa08 => spec!(
+            "create_umem_in",
+            "create_umem_out",
+            Initialized,
+            super::umem::create_umem
+        ),
+        0xa0a => spec!(
+            "destroy_umem_in",
+            "destroy_umem_out",
+            Initialized,
+            super::umem::destroy_umem
+        ),
         0x938 => spec!("delete_fte_in", "delete_fte_out", Initialized, delete_fte),
         _ => return None,
     })
@@ -604,12 +625,28 @@ fn create_cq(d: &mut Device, c: &Cmd) -> R {
     d.need(ObjKind::Uar, uar, syn::BAD_UAR)?;
     let c_eqn = g("c_eqn") as u32;
     d.need(ObjKind::Eq, c_eqn, syn::CQ_BAD_EQN)?;
-    let lps = check_buffer(g)?;
-    let dbr = g("dbr_addr");
+    let mut lps = check_buffer(g)?;
+    let mut deps = vec![(ObjKind::Uar, uar), (ObjKind::Eq, c_eqn)];
+    let dbr = if g("dbr_umem_valid") == 1 {
+        let id = g("dbr_umem_id") as u32;
+        let a = d.umem_dbr(id, g("dbr_addr"))?;
+        deps.push((ObjKind::Umem, id));
+        a
+    } else {
+        g("dbr_addr")
+    };
     check_dbr(dbr)?;
     d.limit(ObjKind::Cq, "log_max_cq")?;
-    let n = pages_for((64u64 << cqe_sz) << log, lps);
-    let pas = read_pas(c, "pas", n)?;
+    let bytes = (64u64 << cqe_sz) << log;
+    let pas = if c.get("cq_umem_valid") == 1 {
+        let id = c.get("cq_umem_id") as u32;
+        let p = d.umem_pages(id, c.get("cq_umem_offset"), bytes, true)?;
+        deps.push((ObjKind::Umem, id));
+        lps = 0;
+        p
+    } else {
+        read_pas(c, "pas", pages_for(bytes, lps))?
+    };
     let cq = Cq {
         log_size: log as u8,
         cqe_sz: cqe_sz as u8,
@@ -624,11 +661,7 @@ fn create_cq(d: &mut Device, c: &Cmd) -> R {
         error: false,
         ctx: c.bytes("cq_context").to_vec(),
     };
-    let cqn = d.fw.objs.create(
-        ObjKind::Cq,
-        ObjData::Cq(cq),
-        vec![(ObjKind::Uar, uar), (ObjKind::Eq, c_eqn)],
-    )?;
+    let cqn = d.fw.objs.create(ObjKind::Cq, ObjData::Cq(cq), deps)?;
     c.out().set("cqn", u64::from(cqn)).done()
 }
 
@@ -890,7 +923,12 @@ fn create_wq(d: &mut Device, c: &Cmd, k: ObjKind) -> Result<u32, Fail> {
         ObjKind::Sq => d.fw.caps.general("sq_ts_format"),
         _ => d.fw.caps.general("rq_ts_format"),
     };
-    super::ts::check(ts_cap, g("ts_format"), syn::WQ_TS_FORMAT)?;
+    super::ts::check(
+        ts_cap,
+        d.cfg.personality.knows_ts_format(),
+        g("ts_format"),
+        syn::WQ_TS_FORMAT,
+    )?;
     let cqn = g("cqn") as u32;
     d.need(ObjKind::Cq, cqn, syn::BAD_CQN)?;
     if g("wq.wq_type") != 1 {

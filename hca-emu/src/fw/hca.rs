@@ -52,6 +52,12 @@ pub(crate) fn init_hca(d: &mut Device, c: &Cmd) -> R {
         return fail(st::BAD_SYS_STATE, syn::INIT_PAGES_MISSING);
     }
     d.fw.state = HcaState::Initialized;
+    // The link of an InfiniBand port comes up with INIT_HCA and the
+    // subnet manager configures it (Linux: INIT_HCA brings the link up
+    // unless disable_link_up_by_init_hca).
+    for p in 1..=d.fw.ports.len() as u8 {
+        d.ib_port_check(p);
+    }
     c.out().done()
 }
 
@@ -65,6 +71,9 @@ pub(crate) fn teardown_hca(d: &mut Device, c: &Cmd) -> R {
     d.fw.objs.clear();
     d.engine = Default::default();
     d.fw.state = HcaState::TornDown;
+    for p in 1..=d.fw.ports.len() as u8 {
+        d.ib_port_check(p);
+    }
     c.out().done()
 }
 
@@ -243,6 +252,23 @@ pub(crate) fn query_hca_cap(d: &mut Device, c: &Cmd) -> R {
         return fail(st::BAD_PARAM, syn::CAP_TYPE);
     };
     let off = ifc().field(c.lout, "capability").byte_offset();
+    // The output must hold the capability structure asked for, not the
+    // whole 4 KiB union: rdma-core's DevX tests ask for the general caps
+    // with 16 + 2048 bytes (QueryCmdHcaCapOut) and real firmware answers.
+    let layout = match ty {
+        CAP_GENERAL => "cmd_hca_cap",
+        1 => "per_protocol_networking_offload_caps",
+        2 => "odp_cap",
+        CAP_ATOMIC => "atomic_caps",
+        CAP_ROCE => "roce_cap",
+        7 => "flow_table_nic_cap",
+        8 => "flow_table_eswitch_cap",
+        9 => "e_switch_cap",
+        _ => "hca_cap_union",
+    };
+    if c.out_len < off + ifc().size(layout) {
+        return fail(st::BAD_OUTP_LEN, syn::OUTPUT_TOO_SHORT);
+    }
     let b = b.clone();
     c.out().put(off, &b).done()
 }

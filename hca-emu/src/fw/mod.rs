@@ -11,7 +11,7 @@
 //! | `cmdif_checksum` = 3 (on) and the entry's bytes do not XOR to 0xff | 0x1 signature error |
 //! | a reserved field of the entry is not zero | 0x9 reserved fields not cleared |
 //! | `input_length` < 16 or > 4 MiB | 0x7 input length error |
-//! | `output_length` < 16 or > 4 MiB | 0x8 output length error |
+//! | `output_length` < 8 or > 4 MiB | 0x8 output length error |
 //! | input chain pointer not 1 KiB aligned | 0x5 input pointer not aligned |
 //! | output chain pointer not 1 KiB aligned | 0x4 output pointer not aligned |
 //! | a block's `block_number` is not its index | 0x3 bad block number |
@@ -31,15 +31,18 @@
 mod cmds;
 mod eq;
 mod hca;
+mod mad;
 pub(crate) mod objects;
 mod port;
 mod qp;
 mod ts;
+mod umem;
 
 pub(crate) use hca::RESD_LKEY;
 pub(crate) use objects::Objects;
 pub use objects::{Cq, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub(crate) use port::Port;
+pub use umem::Umem;
 
 use std::sync::atomic::{Ordering, fence};
 
@@ -56,6 +59,10 @@ const BOX: &str = "cmd_if_box";
 const BLOCK: usize = 576;
 const BLOCK_DATA: usize = 512;
 const MAX_MSG: usize = 16 + BLOCK_DATA * 8192;
+/// The shortest output a command may ask for: status and syndrome (8
+/// bytes). ENABLE_HCA's and DISABLE_HCA's outputs are 12 bytes long
+/// (`enable_hca_out`), and rdma-core's mlx5_vfio asks for exactly that.
+const MIN_OUT: usize = 8;
 
 /// Delivery status values (PRM names).
 mod ds {
@@ -444,7 +451,7 @@ impl Device {
         if !(16..=MAX_MSG).contains(&in_len) {
             return Err(Delivery::Failed(ds::INPUT_LEN_ERR));
         }
-        if !(16..=MAX_MSG).contains(&out_len) {
+        if !(MIN_OUT..=MAX_MSG).contains(&out_len) {
             return Err(Delivery::Failed(ds::OUTPUT_LEN_ERR));
         }
         let in_ptr = be64(e, 0x08);
@@ -679,7 +686,9 @@ impl Device {
         if input.len() < min_in {
             return fail(st::BAD_INP_LEN, syn::INPUT_TOO_SHORT);
         }
-        let min_out = spec.min_out.unwrap_or_else(|| t.size(spec.lout).max(16));
+        let min_out = spec
+            .min_out
+            .unwrap_or_else(|| t.size(spec.lout).max(MIN_OUT));
         if out_len < min_out {
             return fail(st::BAD_OUTP_LEN, syn::OUTPUT_TOO_SHORT);
         }

@@ -43,6 +43,8 @@ pub enum ObjKind {
     FlowGroup,
     /// Flow table entry (numbered internally).
     FlowEntry,
+    /// User memory (CREATE_UMEM).
+    Umem,
 }
 
 /// An event queue.
@@ -245,6 +247,7 @@ pub(crate) enum ObjData {
     FlowTable { table_type: u8, log_size: u8 },
     FlowGroup { table: u32 },
     FlowEntry { table: u32, index: u32 },
+    Umem(super::umem::Umem),
 }
 
 /// A typed accessor of the objects of one kind: `typed!(ref cq, Cq)` is
@@ -313,6 +316,7 @@ impl Objects {
             Rqt,
             FlowTable,
             FlowGroup,
+            Umem,
         ] {
             pools.insert(k, NumberPool::new(rng, 0x10, 0x4000, 7, 0xff_ffff));
         }
@@ -421,6 +425,13 @@ impl Objects {
     typed!(ref mkey, Mkey);
     typed!(mut mkey_mut, Mkey);
     typed!(ref srq, Srq);
+
+    pub(crate) fn umem(&self, n: u32) -> Option<&super::umem::Umem> {
+        match self.get(ObjKind::Umem, n).map(|o| &o.data) {
+            Some(ObjData::Umem(u)) => Some(u),
+            _ => None,
+        }
+    }
     typed!(mut srq_mut, Srq);
 
     pub(crate) fn wq(&self, k: ObjKind, n: u32) -> Option<&Wq> {

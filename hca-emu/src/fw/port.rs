@@ -72,6 +72,13 @@ pub(crate) struct Port {
     /// The P_Key table: entry 0 is the default P_Key, entries beyond the
     /// vector (up to the table size of the capabilities) are 0 (invalid).
     pub(crate) pkeys: Vec<u16>,
+    /// InfiniBand: the subnet manager has configured the port (LID
+    /// assigned, logical state Active).
+    pub(crate) ib_active: bool,
+    /// InfiniBand: a subnet manager sweep is scheduled.
+    pub(crate) sm_pending: bool,
+    /// Generation of the subnet manager timer (a link change cancels it).
+    pub(crate) sm_gen: u64,
 }
 
 impl Port {
@@ -92,6 +99,9 @@ impl Port {
             gids: vec![None; ROCE_ADDRESS_TABLE_SIZE],
             node_guid,
             pkeys: vec![DEFAULT_PKEY],
+            ib_active: false,
+            sm_pending: false,
+            sm_gen: 0,
         }
     }
 }
@@ -105,6 +115,122 @@ impl Device {
             .get(usize::from(port).wrapping_sub(1))
             .is_some_and(|p| p.admin_up);
         admin && self.peers.contains_key(&port)
+    }
+
+    /// The port's link came up or went down (cable, PAOS, INIT_HCA,
+    /// TEARDOWN_HCA): an Ethernet port posts the port change event at
+    /// once; an InfiniBand port posts Down when it leaves Active, and
+    /// Active only once the subnet manager has configured it
+    /// ([`ib_port_check`](Self::ib_port_check)).
+    pub(crate) fn link_changed(&mut self, port: u8, up: bool) {
+        if !self.fw.infiniband() {
+            self.port_change_event(port, up);
+            return;
+        }
+        self.ib_port_check(port);
+    }
+
+    /// InfiniBand: whether the port is physically up and its HCA
+    /// initialized, so that the subnet manager configures it.
+    fn ib_wants_active(&self, port: u8) -> bool {
+        self.link_up(port) && self.fw.state == HcaState::Initialized
+    }
+
+    /// InfiniBand: brings the logical port state in line with the link.
+    /// Down (link down or HCA not initialized): Active is lost (Down
+    /// event) and a pending sweep cancelled. Up: the subnet manager
+    /// configures the port [`EmuConfig::sm_delay`](crate::EmuConfig::sm_delay)
+    /// later (at once when zero) and the Active event is posted then.
+    pub(crate) fn ib_port_check(&mut self, port: u8) {
+        if !self.fw.infiniband() {
+            return;
+        }
+        let want = self.ib_wants_active(port);
+        let delay = self.cfg.sm_delay;
+        let Some(p) = self.fw.ports.get_mut(usize::from(port).wrapping_sub(1)) else {
+            return;
+        };
+        if !want {
+            p.sm_gen += 1;
+            p.sm_pending = false;
+            if std::mem::take(&mut p.ib_active) {
+                self.port_change_event(port, false);
+            }
+            return;
+        }
+        if p.ib_active || p.sm_pending {
+            return;
+        }
+        if delay.is_zero() {
+            p.ib_active = true;
+            self.port_change_event(port, true);
+        } else {
+            p.sm_pending = true;
+            let gen_ = p.sm_gen;
+            self.schedule(
+                delay,
+                crate::device::Timer::SmConfigure { port, sm_gen: gen_ },
+            );
+        }
+    }
+
+    /// The subnet manager's sweep reached the port.
+    pub(crate) fn sm_configure(&mut self, port: u8, sm_gen: u64) {
+        let want = self.ib_wants_active(port);
+        let Some(p) = self.fw.ports.get_mut(usize::from(port).wrapping_sub(1)) else {
+            return;
+        };
+        if p.sm_gen != sm_gen || !p.sm_pending {
+            return;
+        }
+        p.sm_pending = false;
+        if want {
+            p.ib_active = true;
+            self.port_change_event(port, true);
+        }
+    }
+
+    /// The LID the subnet manager gave a port (0 when not Active or on
+    /// Ethernet): [`EmuConfig::lid_base`](crate::EmuConfig::lid_base) +
+    /// port - 1.
+    pub(crate) fn port_lid(&self, port: u8) -> u16 {
+        match self.fw.ports.get(usize::from(port).wrapping_sub(1)) {
+            Some(p) if self.fw.infiniband() && p.ib_active => {
+                self.cfg.lid_base.wrapping_add(u16::from(port) - 1)
+            }
+            _ => 0,
+        }
+    }
+
+    /// InfiniBand logical port state (IBA PortInfo.PortState, also the
+    /// HCA vport context's `port_state`): 1 Down, 2 Init (link up, not yet
+    /// configured), 4 Active.
+    pub(crate) fn ib_port_state(&self, port: u8) -> u8 {
+        let active = self
+            .fw
+            .ports
+            .get(usize::from(port).wrapping_sub(1))
+            .is_some_and(|p| p.ib_active);
+        match (self.link_up(port), active) {
+            (true, true) => 4,
+            (true, false) => 2,
+            _ => 1,
+        }
+    }
+
+    /// IBA PortPhysicalState: 5 LinkUp, 3 Disabled (admin down), 2 Polling
+    /// (admin up, no peer).
+    pub(crate) fn ib_phys_state(&self, port: u8) -> u8 {
+        let admin = self
+            .fw
+            .ports
+            .get(usize::from(port).wrapping_sub(1))
+            .is_some_and(|p| p.admin_up);
+        match (self.link_up(port), admin) {
+            (true, _) => 5,
+            (false, true) => 2,
+            (false, false) => 3,
+        }
     }
 
     /// Entries of every port's P_Key table: `128 << pkey_table_size` of the
@@ -171,7 +297,7 @@ pub(crate) fn access_reg(d: &mut Device, c: &Cmd) -> R {
                     d.fw.ports[pi].admin_up = up;
                     let after = d.link_up(num);
                     if before != after {
-                        d.port_change_event(num, after);
+                        d.link_changed(num, after);
                     }
                 }
                 if write && get("ee") == 1 {
@@ -356,17 +482,22 @@ pub(crate) fn query_hca_vport_context(d: &mut Device, c: &Cmd) -> R {
     let num = d.fw.ports[pi].num;
     let up = d.link_up(num);
     let guid = d.fw.ports[pi].node_guid;
-    // An InfiniBand port gets a LID from the subnet manager once the link
-    // is up (synthesized: the port number); Ethernet ports have none.
-    let lid = if d.fw.infiniband() && up { num } else { 0 };
+    // An InfiniBand port gets a LID from the subnet manager once it is
+    // configured (EmuConfig::lid_base + port - 1); Ethernet ports have
+    // none and are Active with the link.
+    let lid = d.port_lid(num);
+    let (state, phys) = if d.fw.infiniband() {
+        (d.ib_port_state(num), d.ib_phys_state(num))
+    } else if up {
+        (4, 5)
+    } else {
+        (1, 3)
+    };
     c.out()
         .set("hca_vport_context.lid", u64::from(lid))
-        .set("hca_vport_context.port_state", if up { 4 } else { 1 })
-        .set("hca_vport_context.vport_state", if up { 4 } else { 1 })
-        .set(
-            "hca_vport_context.port_physical_state",
-            if up { 5 } else { 3 },
-        )
+        .set("hca_vport_context.port_state", u64::from(state))
+        .set("hca_vport_context.vport_state", u64::from(state))
+        .set("hca_vport_context.port_physical_state", u64::from(phys))
         .set("hca_vport_context.has_raw", 1)
         .set("hca_vport_context.node_guid", guid)
         .set("hca_vport_context.port_guid", guid)

@@ -49,7 +49,12 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
     if g("state") != 0 {
         return fail(st::BAD_PARAM, syn::QP_STATE_NOT_RST);
     }
-    super::ts::check(d.fw.caps.qp_ts_format(), g("ts_format"), syn::QP_TS_FORMAT)?;
+    super::ts::check(
+        d.fw.caps.qp_ts_format(),
+        d.cfg.personality.knows_ts_format(),
+        g("ts_format"),
+        syn::QP_TS_FORMAT,
+    )?;
     let pd = g("pd") as u32;
     d.need(ObjKind::Pd, pd, syn::BAD_PD)?;
     let uar = g("uar_page") as u32;
@@ -93,8 +98,15 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
         d.need(ObjKind::Cq, cqn_rcv, syn::BAD_CQN)?;
         deps.push((ObjKind::Cq, cqn_rcv));
     }
-    let lps = check_buffer(g)?;
-    let dbr = g("dbr_addr");
+    let mut lps = check_buffer(g)?;
+    let dbr = if g("dbr_umem_valid") == 1 {
+        let id = g("dbr_umem_id") as u32;
+        let a = d.umem_dbr(id, g("dbr_addr"))?;
+        deps.push((ObjKind::Umem, id));
+        a
+    } else {
+        g("dbr_addr")
+    };
     check_dbr(dbr)?;
     let log_max_qp = d.fw.caps.general("log_max_qp").min(31);
     if d.fw.objs.count(ObjKind::Qp) as u64 >= 1 << log_max_qp {
@@ -106,8 +118,16 @@ pub(crate) fn create_qp(d: &mut Device, c: &Cmd) -> R {
         0
     };
     let sq_bytes = if no_sq { 0 } else { 64u64 << log_sq };
-    let n = pages_for(rq_bytes + sq_bytes, lps);
-    let pas = read_pas_at(c, ifc().field(c.lin, "qpc_pas_list").byte_offset(), n)?;
+    let pas = if c.get("wq_umem_valid") == 1 {
+        let id = c.get("wq_umem_id") as u32;
+        let p = d.umem_pages(id, c.get("wq_umem_offset"), rq_bytes + sq_bytes, false)?;
+        deps.push((ObjKind::Umem, id));
+        lps = 0;
+        p
+    } else {
+        let n = pages_for(rq_bytes + sq_bytes, lps);
+        read_pas_at(c, ifc().field(c.lin, "qpc_pas_list").byte_offset(), n)?
+    };
     let qp = Qp {
         st: st_,
         state: QpState::Rst,

@@ -9,6 +9,10 @@
 //!   is reserved - device is running in the old mode", Linux commit
 //!   "RDMA/mlx5: Fix timestamp default mode", drivers/infiniband/hw/mlx5/qp.c
 //!   `get_ts_format`);
+//!   A firmware that knows the field (the ConnectX-5 personality) also
+//!   takes 1 ("default": the device's own format, free running there;
+//!   assumed: rdma-core's `Mlx5DevxRcResources.create_qp` sets 1
+//!   unconditionally and its test suite has run on real cards);
 //! - capability 1 (real time only): 1 (default) or 2 (real time); free
 //!   running is refused (Linux commit "RDMA/mlx5: Support real-time
 //!   timestamp directly from the device": "When the device supports only
@@ -23,12 +27,12 @@
 
 use super::{Fail, fail, st};
 
-/// Checks `ts_format` against capability `cap`; `syndrome` names the
-/// command's rule.
-pub(crate) fn check(cap: u64, ts_format: u64, syndrome: u32) -> Result<(), Fail> {
+/// Checks `ts_format` against capability `cap` (`known`: the firmware
+/// knows the field); `syndrome` names the command's rule.
+pub(crate) fn check(cap: u64, known: bool, ts_format: u64, syndrome: u32) -> Result<(), Fail> {
     let ok = match ts_format {
         0 => cap == 0 || cap == 2,
-        1 => cap == 1 || cap == 2,
+        1 => cap == 1 || cap == 2 || (cap == 0 && known),
         2 => cap == 1 || cap == 2,
         _ => false,
     };
@@ -45,14 +49,16 @@ mod tests {
 
     #[test]
     fn formats_by_capability() {
-        let ok = |cap, f| check(cap, f, 1).is_ok();
+        let ok = |cap, f| check(cap, false, f, 1).is_ok();
+        // A firmware that knows the field takes "default" at capability 0.
+        assert!(check(0, true, 1, 1).is_ok() && check(0, true, 2, 1).is_err());
         // Free-running only (the recorded ConnectX-4).
         assert!(ok(0, 0) && !ok(0, 1) && !ok(0, 2) && !ok(0, 3));
         // Real time only.
         assert!(!ok(1, 0) && ok(1, 1) && ok(1, 2) && !ok(1, 3));
         // Both.
         assert!(ok(2, 0) && ok(2, 1) && ok(2, 2) && !ok(2, 3));
-        let e = check(1, 0, 0x42).unwrap_err();
+        let e = check(1, true, 0, 0x42).unwrap_err();
         assert_eq!((e.status, e.syndrome), (st::BAD_PARAM, 0x42));
     }
 }

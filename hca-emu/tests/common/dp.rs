@@ -62,6 +62,8 @@ pub struct Av {
     pub hop_limit: u8,
     pub tclass: u8,
     pub flow_label: u32,
+    /// InfiniBand: the destination LID (RoCE v2: the UDP source port).
+    pub rlid: u16,
 }
 
 /// A send work request, encoded by [`Wr::encode`].
@@ -121,6 +123,7 @@ impl Wr {
             let mut a = [0u8; 48];
             a[0..4].copy_from_slice(&av.qkey.to_be_bytes());
             a[8..12].copy_from_slice(&(av.dqpn | 0x8000_0000).to_be_bytes());
+            a[14..16].copy_from_slice(&av.rlid.to_be_bytes());
             a[20..26].copy_from_slice(&av.rmac);
             a[26] = av.tclass;
             a[27] = av.hop_limit;
