@@ -9,7 +9,12 @@
 //! `cx6dx`; options `ib` | `eth` (port type, default Ethernet), `loop`
 //! (port 1 has a loopback plug), `wire=<bdf>` (port 1 cabled to port 1 of
 //! another listed function), `sock=<path>,peer=<path>` (port 1 on a Unix
-//! datagram socket), `group=<n>` (IOMMU group, default 100 + index).
+//! datagram socket), `group=<n>` (IOMMU group, default 100 + index);
+//! for InfiniBand ports `sm=<ms>` (the subnet manager makes the port
+//! Active this long after INIT_HCA, default 1000) and `lid=<n>` (port 1's
+//! LID, default [`default_lid`]).
+
+use std::time::Duration;
 
 use hca_emu::{Personality, PortType};
 
@@ -50,17 +55,34 @@ impl Model {
 }
 
 /// The hca-emu personality of a model: the one place that maps models to
-/// personalities, so that new personalities slot in here.
-///
-/// # Errors
-///
-/// [`ConfigError::UnsupportedModel`] for a model hca-emu has no
-/// personality for yet.
-pub fn personality(model: Model) -> Result<Personality, ConfigError> {
+/// personalities.
+pub fn personality(model: Model) -> Personality {
     match model {
-        Model::Cx4 => Ok(Personality::ConnectX4),
-        Model::Cx5 | Model::Cx6Dx => Err(ConfigError::UnsupportedModel(model.name())),
+        Model::Cx4 => Personality::ConnectX4,
+        Model::Cx5 => Personality::ConnectX5,
+        Model::Cx6Dx => Personality::ConnectX6Dx,
     }
+}
+
+/// The subnet manager's delay on an InfiniBand port when `sm=` is not
+/// given: the port is Active (with its LID, and the port state change
+/// event) this long after INIT_HCA brought the link up. A fabric's
+/// subnet manager takes from a fraction of a second to seconds to sweep a
+/// new port; a program that opens the device, creates its event queue and
+/// then waits for the Active event (rdma-core's `test_mlx5_vfio`) sees it
+/// only if the sweep comes after that.
+pub const DEFAULT_SM_DELAY: Duration = Duration::from_secs(1);
+
+/// The LID the subnet manager gives port 1 of `bdf` when `lid=` is not
+/// given: distinct for every bus, device and function of a PCI domain
+/// (`1 + bus << 8 | device << 3 | function`, kept in the unicast range),
+/// so that functions cabled together, in one process or two, never share
+/// one, as a subnet manager would assign them.
+pub fn default_lid(bdf: &str) -> u16 {
+    let bus = u16::from_str_radix(&bdf[5..7], 16).unwrap_or(0);
+    let dev = u16::from_str_radix(&bdf[8..10], 16).unwrap_or(0);
+    let func = u16::from_str_radix(&bdf[11..12], 16).unwrap_or(0);
+    1 + ((bus << 8 | dev << 3 | func) % 0xbffe)
 }
 
 /// How port 1 of a function is wired.
@@ -94,6 +116,12 @@ pub struct FunctionSpec {
     pub wire: Wire,
     /// IOMMU group number.
     pub group: u32,
+    /// InfiniBand: how long after INIT_HCA the subnet manager makes port 1
+    /// Active (`sm=<ms>`, default [`DEFAULT_SM_DELAY`]).
+    pub sm_delay: Duration,
+    /// InfiniBand: the LID of port 1 (`lid=<n>`, default
+    /// [`default_lid`]).
+    pub lid: u16,
 }
 
 /// What is wrong with `HCA_EMU_VFIO`.
@@ -111,12 +139,9 @@ pub enum ConfigError {
     /// An unknown model.
     #[error("unknown model {0:?} (known: cx4, cx5, cx6dx)")]
     UnknownModel(String),
-    /// A model without a personality in this hca-emu.
-    #[error("model {0} has no personality in this build of hca-emu yet (only cx4)")]
-    UnsupportedModel(&'static str),
     /// An unknown option.
     #[error(
-        "{bdf}: unknown option {opt:?} (known: ib, eth, loop, wire=<bdf>, sock=<path>, peer=<path>, group=<n>)"
+        "{bdf}: unknown option {opt:?} (known: ib, eth, loop, wire=<bdf>, sock=<path>, peer=<path>, group=<n>, sm=<ms>, lid=<n>)"
     )]
     UnknownOption {
         /// The function.
@@ -176,13 +201,14 @@ pub fn parse(value: &str) -> Result<Vec<FunctionSpec>, ConfigError> {
             "cx6dx" => Model::Cx6Dx,
             m => return Err(ConfigError::UnknownModel(m.to_string())),
         };
-        personality(model)?;
         let mut spec = FunctionSpec {
             bdf: bdf.clone(),
             model,
             port_type: PortType::Ethernet,
             wire: Wire::None,
             group: 100 + i as u32,
+            sm_delay: DEFAULT_SM_DELAY,
+            lid: default_lid(&bdf),
         };
         let (mut sock, mut peer) = (None, None);
         let bad = |what: String| ConfigError::BadOption {
@@ -210,6 +236,21 @@ pub fn parse(value: &str) -> Result<Vec<FunctionSpec>, ConfigError> {
                     spec.group = n
                         .parse()
                         .map_err(|_| bad(format!("group={n:?} is not a number")))?;
+                }
+                Some(("sm", ms)) => {
+                    let ms: u64 = ms
+                        .parse()
+                        .map_err(|_| bad(format!("sm={ms:?} is not a number of milliseconds")))?;
+                    spec.sm_delay = Duration::from_millis(ms);
+                }
+                Some(("lid", n)) => {
+                    let lid = match n.strip_prefix("0x") {
+                        Some(hex) => u16::from_str_radix(hex, 16).ok(),
+                        None => n.parse().ok(),
+                    };
+                    spec.lid = lid.filter(|l| (1..0xc000).contains(l)).ok_or_else(|| {
+                        bad(format!("lid={n:?} is not a unicast LID (1 to 0xbfff)"))
+                    })?;
                 }
                 _ => {
                     return Err(ConfigError::UnknownOption {
@@ -291,6 +332,16 @@ mod tests {
         assert_eq!(f[1].wire, Wire::To("0000:00:12.0".into()));
         assert_eq!(f[2].group, 102);
         assert_eq!(cables(&f), vec![(1, 2)]);
+        assert_eq!(f[0].sm_delay, DEFAULT_SM_DELAY);
+        assert_eq!((f[0].lid, f[1].lid, f[2].lid), (0x81, 0x89, 0x91));
+        let g = parse("0000:03:1f.7=cx5,ib,sm=0,lid=7;0000:00:10.0=cx6dx,lid=0x20").unwrap();
+        assert_eq!(
+            (g[0].sm_delay, g[0].lid, g[1].lid),
+            (Duration::ZERO, 7, 0x20)
+        );
+        assert_eq!(personality(g[0].model), Personality::ConnectX5);
+        assert_eq!(personality(g[1].model), Personality::ConnectX6Dx);
+        assert_eq!(default_lid("0000:03:1f.7"), 1 + 0x3ff);
         let s = parse("0000:00:10.0=cx4,sock=/tmp/a,peer=/tmp/b").unwrap();
         assert_eq!(
             s[0].wire,
@@ -312,6 +363,9 @@ mod tests {
         assert!(e("0000:00:10.0=cx4,fast").contains("unknown option \"fast\""));
         assert!(e("0000:00:10.0=cx4;0000:00:10.0=cx4").contains("listed twice"));
         assert!(e("0000:00:10.0=cx4,group=x").contains("group=\"x\""));
+        assert!(e("0000:00:10.0=cx4,sm=soon").contains("milliseconds"));
+        assert!(e("0000:00:10.0=cx4,lid=0").contains("unicast LID"));
+        assert!(e("0000:00:10.0=cx4,lid=49152").contains("unicast LID"));
         assert!(e("0000:00:10.0=cx4,wire=0000:00:11.0").contains("no such function"));
         assert!(e("0000:00:10.0=cx4,wire=0000:00:10.0").contains("itself"));
         assert!(e("0000:00:10.0=cx4,loop,wire=0000:00:11.0;0000:00:11.0=cx4").contains("twice"));

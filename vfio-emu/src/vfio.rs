@@ -136,9 +136,10 @@ impl core::fmt::Debug for Func {
 
 impl Func {
     fn new(spec: FunctionSpec) -> Result<Self, String> {
-        let personality = config::personality(spec.model).map_err(|e| e.to_string())?;
         let cfg = EmuConfig {
-            personality,
+            personality: config::personality(spec.model),
+            sm_delay: spec.sm_delay,
+            lid_base: spec.lid,
             port_type: spec.port_type,
             clock: Clock::Real,
             execution: Execution::DeviceThread,

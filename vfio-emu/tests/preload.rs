@@ -655,7 +655,8 @@ fn msix_eventfds_are_set_triggered_and_signalled_by_eq_interrupts() {
 #[test]
 fn ports_are_wired_as_the_variable_says() {
     const VAR: &str = "0000:00:10.0=cx4,loop;0000:00:11.0=cx4,group=7;\
-                       0000:00:12.0=cx4,ib,wire=0000:00:13.0;0000:00:13.0=cx4,ib";
+                       0000:00:12.0=cx4,ib,sm=0,wire=0000:00:13.0;0000:00:13.0=cx4,ib,sm=0;\
+                       0000:00:14.0=cx5,ib,loop,lid=0x20";
     if !in_child() {
         let c = child("ports_are_wired_as_the_variable_says", VAR);
         assert!(c.ok, "{}\n{}", c.stderr, c.report);
@@ -704,5 +705,25 @@ fn ports_are_wired_as_the_variable_says() {
         (PortState::Active, LinkLayer::InfiniBand),
         "cabled"
     );
+    // The subnet manager gave the two ends distinct LIDs (from their PCI
+    // addresses).
+    let lid = |h: &hca_driver::Hca<platform::vfio::VfioPlatform>| h.query_port(1).unwrap().lid;
+    assert_eq!((lid(&ib_a), lid(&ib_b)), (0x91, 0x99));
     drop((looped, alone, ib_a, ib_b));
+    // With the default subnet manager delay, an InfiniBand port is Init
+    // (link up, no LID) when bring-up ends, and Active with the LID asked
+    // for once the subnet manager has swept it.
+    let late = open("0000:00:14.0");
+    let p = late.query_port(1).unwrap();
+    assert_eq!((p.state, p.lid), (PortState::Init, 0));
+    let t0 = std::time::Instant::now();
+    while late.query_port(1).unwrap().state != PortState::Active {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "never Active"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(lid(&late), 0x20);
+    drop(late);
 }
