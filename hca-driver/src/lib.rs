@@ -147,6 +147,7 @@ mod fwpages;
 mod hca;
 mod health;
 mod info;
+mod irq;
 mod mailbox;
 mod pages;
 mod pas;
@@ -157,7 +158,7 @@ mod types;
 pub mod verbs;
 
 pub use cmd::{MAX_MESSAGE, Output};
-pub use config::{Config, Timeouts};
+pub use config::{Config, Timeouts, WaitMode};
 pub use eq::{ASYNC_EVENTS, EQ_UPDATE_EVERY, EqKind};
 pub use error::{DeadReason, EqeError, Error, Result, Wait};
 pub use events::{
@@ -171,6 +172,7 @@ pub use info::{
     CapMode, CapPair, Caps, DeviceInfo, ETH_FRAMING, ETH_PROTOCOLS, Guid, IbMtu, LinkLayer,
     MAX_LOG_PKEY_TABLE, MIN_PKEY_TABLE_SIZE, PciIds, PortInfo, PortState, eth_speed,
 };
+pub use irq::InterruptStats;
 pub use mailbox::MAX_MAILBOX_CHUNKS;
 pub use pages::MAX_PAGE_CHUNKS;
 pub use pas::{PAS_PAGE_SIZE, PageList};
