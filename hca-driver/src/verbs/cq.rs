@@ -15,7 +15,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
 use crate::hca::DmaUse;
 use crate::pas::PAS_PAGE_SIZE;
-use crate::types::Cqn;
+use crate::types::{Cqn, Eqn};
 use crate::verbs::context::Context;
 use crate::verbs::queue::{
     create_at, destroy_and_free, release_after_destroy, release_after_failure, service,
@@ -66,6 +66,7 @@ pub struct Cq<'a, P: Platform> {
     obj: Option<crate::resources::Cq<'a, P>>,
     inner: spin::Mutex<Option<Inner<P::Mmio>>>,
     cqn: Cqn,
+    eqn: Eqn,
     cqe: u32,
 }
 
@@ -176,6 +177,7 @@ impl<'a, P: Platform> Context<'a, P> {
                 table: Resolver::default(),
             })),
             cqn,
+            eqn,
             cqe: (1u32 << layout.log_cq_size) - 1,
         })
     }
@@ -248,24 +250,63 @@ impl<'a, P: Platform> Cq<'a, P> {
         Ok(n)
     }
 
+    /// The completion EQ this CQ reports to (`cqc.c_eqn`).
+    pub fn eqn(&self) -> Eqn {
+        self.eqn
+    }
+
     /// Waits for a completion event (`ibv_get_cq_event`), servicing the HCA
     /// ([`Hca::service`](crate::Hca::service)) while it waits; returns how many arrived. Arm
     /// with [`req_notify`](Self::req_notify) first.
+    ///
+    /// When the driver runs on interrupts ([`WaitMode`](crate::WaitMode))
+    /// the wait sleeps on the MSI-X vector of the CQ's completion EQ between
+    /// two looks at the EQs; otherwise it polls.
     pub fn wait_event(&self, timeout: Duration) -> Result<u64> {
-        let p = self.ctx.hca().platform();
+        let hca = self.ctx.hca();
+        let p = hca.platform();
         let deadline = Deadline::start(p, timeout);
+        let vector = hca.eq_vector(self.eqn);
         loop {
+            let seen = vector.and_then(|v| hca.interrupt_seen(v).map(|s| (v, s)));
             let n = self.take_events()?;
             if n > 0 {
                 return Ok(n);
             }
             deadline.check(p, Wait::CompletionEvent { cqn: self.cqn })?;
-            p.relax();
+            self.idle(seen, &deadline)?;
         }
+    }
+
+    /// Between two looks at the device: sleeps on the interrupt `seen`
+    /// (vector, count) until the deadline or the next health poll, or takes
+    /// one polling step.
+    fn idle(&self, seen: Option<(u16, u64)>, deadline: &Deadline) -> Result<()> {
+        let hca = self.ctx.hca();
+        match seen {
+            Some((vector, count)) => {
+                let slice = deadline
+                    .remaining(hca.platform())
+                    .min(hca.config().timeouts.health_poll);
+                hca.wait_interrupt(vector, count, slice)?;
+            }
+            None => {
+                hca.note_poll();
+                hca.platform().relax();
+            }
+        }
+        Ok(())
     }
 
     /// Polls until at least one completion is there or `timeout` passed,
     /// servicing the HCA meanwhile; returns how many were written.
+    ///
+    /// When the driver runs on interrupts ([`WaitMode`](crate::WaitMode)),
+    /// a poll that finds nothing arms the CQ ([`req_notify`](Self::req_notify)),
+    /// polls once more and sleeps on the completion EQ's MSI-X vector until
+    /// the completion event; the event is acknowledged here (so a
+    /// [`wait_event`](Self::wait_event) does not see it). Otherwise the
+    /// wait polls.
     ///
     /// The timeout is platform time: on the emulator's virtual clock, time
     /// runs on while its device is idle, so a wait for work that another
@@ -275,6 +316,7 @@ impl<'a, P: Platform> Cq<'a, P> {
         let hca = self.ctx.hca();
         let p = hca.platform();
         let deadline = Deadline::start(p, timeout);
+        let vector = hca.eq_vector(self.eqn);
         let mut spins = 0u32;
         loop {
             let n = self.poll(wc)?;
@@ -282,11 +324,27 @@ impl<'a, P: Platform> Cq<'a, P> {
                 return Ok(n);
             }
             deadline.check(p, Wait::Completion { cqn: self.cqn })?;
+            if let Some(v) = vector {
+                if let Some(seen) = hca.interrupt_seen(v) {
+                    // Arm, then look again: a completion written before the
+                    // arm is polled here, one after it raises the event.
+                    self.req_notify(false);
+                    let n = self.poll(wc)?;
+                    if n > 0 {
+                        return Ok(n);
+                    }
+                    self.idle(Some((v, seen)), &deadline)?;
+                    // Consumes the EQ (re-arming it) and acknowledges the
+                    // event of this arm.
+                    self.take_events()?;
+                    continue;
+                }
+            }
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 {
                 service(hca)?;
             }
-            p.relax();
+            self.idle(None, &deadline)?;
         }
     }
 
