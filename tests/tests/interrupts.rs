@@ -1,0 +1,321 @@
+//! MSI-X interrupts: the driver's waits sleep on the EQs' vectors and wake
+//! on their interrupts, with both emulator clocks and both execution modes;
+//! an interrupt raised before a wait is not lost; a wait with nothing to
+//! come times out with the timeout error; polling mode still works and
+//! never sleeps on an interrupt. The command-wait and CQ-event scenarios
+//! also run on a real device (`HCA_PCI=<bdf>`, through the vfio backend's
+//! eventfds).
+
+use std::time::Duration;
+
+use hca_driver::verbs::{
+    AccessFlags, QpCap, QpInitAttr, QpType, SendOp, SendWr, WcOpcode, WcStatus,
+};
+use hca_driver::{Config, Error, Hca, InterruptStats, Wait, WaitMode};
+use hca_emu::{Clock, EmuConfig, EmuHca};
+use hca_tests::verbs::{RcParams, WAIT, connect_pair, poll_ok, post_recv_sge};
+use hca_tests::{Bench, Link, TestPlatform, link_scenarios, scenarios};
+use platform::Platform;
+
+/// Commands each scenario runs.
+const COMMANDS: u64 = 16;
+
+/// ALLOC_PD and DEALLOC_PD `COMMANDS / 2` times.
+fn run_commands<P: Platform>(hca: &Hca<P>) {
+    for _ in 0..COMMANDS / 2 {
+        hca.alloc_pd().unwrap().destroy().unwrap();
+    }
+}
+
+fn delta(a: InterruptStats, b: InterruptStats) -> (u64, u64, u64) {
+    (
+        b.wakeups - a.wakeups,
+        b.idle_sleeps - a.idle_sleeps,
+        b.polls - a.polls,
+    )
+}
+
+/// On interrupts, command waits sleep and interrupts wake them: no polling
+/// step, at least one sleep per command.
+fn command_waits_sleep_on_interrupts<P: TestPlatform>(b: &mut Bench<P>) {
+    let hca = b.open();
+    let s0 = hca.interrupt_stats();
+    assert_eq!(s0.mode, WaitMode::Interrupts, "{s0}");
+    let want = hca.platform().msix_vectors().min(2);
+    assert_eq!(s0.vectors, want, "{s0}");
+    let (cmd_eq, async_eq) = hca.control_eqns();
+    assert_eq!(hca.eq_vector(cmd_eq.unwrap()), Some(0));
+    assert_eq!(hca.eq_vector(async_eq.unwrap()), Some(0));
+    let comp = hca.comp_eqns().next().unwrap();
+    assert_eq!(hca.eq_vector(comp), Some(want - 1));
+    run_commands(&hca);
+    let (wakeups, idle, polls) = delta(s0, hca.interrupt_stats());
+    assert_eq!(polls, 0, "a command wait polled: {}", hca.interrupt_stats());
+    // Whether a command is done at the first look depends on the device's
+    // speed; the emulated tests below make every command take time.
+    assert!(wakeups <= COMMANDS + idle, "{}", hca.interrupt_stats());
+    b.close(hca);
+}
+
+/// With the polling mode, no vector is enabled and waits poll.
+fn polling_mode_polls<P: TestPlatform>(b: &mut Bench<P>) {
+    b.config.wait_mode = WaitMode::Polling;
+    let hca = b.open();
+    let s0 = hca.interrupt_stats();
+    assert_eq!((s0.mode, s0.vectors), (WaitMode::Polling, 0), "{s0}");
+    assert_eq!(hca.eq_vector(hca.comp_eqns().next().unwrap()), None);
+    match hca.platform().interrupt_count(0) {
+        Err(platform::Error::VectorNotEnabled { vector: 0, .. }) => {}
+        r => panic!("vector 0 is enabled while polling: {r:?}"),
+    }
+    run_commands(&hca);
+    let (wakeups, idle, _) = delta(s0, hca.interrupt_stats());
+    assert_eq!((wakeups, idle), (0, 0));
+    b.close(hca);
+}
+
+/// A completion event wakes `wait_event` through the completion EQ's
+/// vector; `poll_wait` sleeps too.
+fn cq_event_wakes_the_waiter<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ha, hb) = (&h.a, h.b());
+        let (ca, cb) = (ha.open_context().unwrap(), hb.open_context().unwrap());
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(8).unwrap(), cb.create_cq(8).unwrap());
+        let (bufa, bufb) = (ha.alloc_buf(4096).unwrap(), hb.alloc_buf(4096).unwrap());
+        let access = AccessFlags::LOCAL_WRITE;
+        let (mra, mrb) = (
+            pda.reg_mr(&bufa, access).unwrap(),
+            pdb.reg_mr(&bufb, access).unwrap(),
+        );
+        let cap = QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let attr = |cq| {
+            QpInitAttr::new(QpType::Rc, cq, cq)
+                .cap(cap)
+                .sq_sig_all(true)
+        };
+        let mut qa = pda.create_qp(&attr(&cqa)).unwrap();
+        let mut qb = pdb.create_qp(&attr(&cqb)).unwrap();
+        connect_pair(
+            (&ca, pa, &mut qa),
+            (&cb, pb, &mut qb),
+            (0, 0),
+            &RcParams::default(),
+        );
+        let vector = hb.eq_vector(cqb.eqn()).expect("on interrupts");
+        assert_eq!(vector, hb.platform().msix_vectors().min(2) - 1);
+        // Whether the event is there at the first look depends on the
+        // devices' speed: over several rounds, some wait sleeps and an
+        // interrupt wakes it.
+        let mut woken = 0;
+        for round in 0..8u64 {
+            post_recv_sge(&mut qb, round, mrb.sge(0, 64).unwrap());
+            cqb.req_notify(false);
+            let s0 = hb.interrupt_stats();
+            qa.post_send(&SendWr::new(round, SendOp::Send).sgl(&[mra.sge(0, 64).unwrap()]))
+                .unwrap();
+            assert_eq!(cqb.wait_event(WAIT).unwrap(), 1);
+            let (wakeups, _, polls) = delta(s0, hb.interrupt_stats());
+            assert_eq!(polls, 0, "wait_event polled on interrupts");
+            woken += wakeups;
+            let wc = poll_ok(&cqb);
+            assert_eq!((wc.wr_id, wc.opcode), (round, WcOpcode::Recv));
+            // The sender's completion, waited for with poll_wait.
+            let wc = poll_ok(&cqa);
+            assert_eq!((wc.wr_id, wc.status), (round, WcStatus::Success));
+        }
+        assert!(
+            woken >= 1,
+            "no completion event woke its waiter: {}",
+            hb.interrupt_stats()
+        );
+    }
+    l.close(h);
+}
+
+scenarios!(command_waits_sleep_on_interrupts, polling_mode_polls);
+
+mod link {
+    use super::*;
+    link_scenarios!(cq_event_wakes_the_waiter);
+}
+
+/// The emulator configurations the clock/execution tests run on: commands
+/// take 20 µs of device time, so no command is done at the first look.
+fn emu_configs() -> [EmuConfig; 3] {
+    let slow = |c: EmuConfig| EmuConfig {
+        command_latency: Duration::from_micros(20),
+        ..c
+    };
+    [
+        slow(EmuConfig::default()),
+        slow(EmuConfig {
+            clock: Clock::Real,
+            ..EmuConfig::default()
+        }),
+        slow(EmuConfig::stepping()),
+    ]
+}
+
+#[test]
+fn every_command_wait_sleeps_and_an_interrupt_wakes_it_on_every_clock() {
+    for cfg in emu_configs() {
+        let what = format!("{:?}/{:?}", cfg.clock, cfg.execution);
+        let mut b = Bench::emulated(cfg, Config::default());
+        b.with_open(|hca, emu| {
+            let i0 = emu.interrupts(0);
+            let s0 = hca.interrupt_stats();
+            run_commands(hca);
+            let (wakeups, idle, polls) = delta(s0, hca.interrupt_stats());
+            let irqs = emu.interrupts(0) - i0;
+            assert_eq!(polls, 0, "{what}: {}", hca.interrupt_stats());
+            assert!(
+                wakeups + idle >= COMMANDS,
+                "{what}: {}",
+                hca.interrupt_stats()
+            );
+            assert!(wakeups >= 1, "{what}: {}", hca.interrupt_stats());
+            // Each wakeup is one of the device's interrupts on vector 0.
+            assert!(
+                wakeups <= irqs && irqs >= COMMANDS,
+                "{what}: {wakeups} wakeups, {irqs} interrupts"
+            );
+        });
+        drop(b);
+    }
+}
+
+#[test]
+fn polling_mode_runs_commands_without_interrupt_waits_on_every_clock() {
+    for cfg in emu_configs() {
+        let what = format!("{:?}/{:?}", cfg.clock, cfg.execution);
+        let config = Config {
+            wait_mode: WaitMode::Polling,
+            ..Config::default()
+        };
+        let mut b = Bench::emulated(cfg, config);
+        b.with_open(|hca, _| {
+            let s0 = hca.interrupt_stats();
+            run_commands(hca);
+            let (wakeups, idle, polls) = delta(s0, hca.interrupt_stats());
+            assert_eq!((wakeups, idle), (0, 0), "{what}");
+            assert!(polls >= COMMANDS, "{what}: {}", hca.interrupt_stats());
+        });
+    }
+}
+
+#[test]
+fn an_interrupt_raised_before_the_wait_is_not_lost() {
+    for cfg in emu_configs() {
+        let what = format!("{:?}/{:?}", cfg.clock, cfg.execution);
+        let mut b = Bench::emulated(cfg, Config::default());
+        b.with_open(|hca, emu| {
+            let seen = hca.interrupt_seen(0).expect("on interrupts");
+            let i0 = emu.interrupts(0);
+            // A page request on the asynchronous EQ (vector 0), delivered
+            // and its interrupt raised before anyone waits.
+            emu.faults().page_request(4);
+            emu.run_until_idle();
+            while emu.step() {}
+            assert_eq!(emu.interrupts(0), i0 + 1, "{what}");
+            let s0 = hca.interrupt_stats();
+            // Were it lost, this would run to its (virtual or real) limit
+            // and return false.
+            assert!(
+                hca.wait_interrupt(0, seen, Duration::from_secs(3600))
+                    .unwrap(),
+                "{what}: the interrupt was lost"
+            );
+            assert_eq!(delta(s0, hca.interrupt_stats()).0, 1);
+            // The driver gives the pages; the EQ is re-armed.
+            assert!(hca.poll_events().unwrap() >= 1);
+            assert_eq!(hca.pending_page_requests(), 0);
+        });
+    }
+}
+
+#[test]
+fn a_cq_wait_with_nothing_to_come_times_out_after_sleeping() {
+    for cfg in emu_configs() {
+        let what = format!("{:?}/{:?}", cfg.clock, cfg.execution);
+        let mut b = Bench::emulated(cfg, Config::default());
+        b.with_open(|hca, _| {
+            let ctx = hca.open_context().unwrap();
+            let cq = ctx.create_cq(4).unwrap();
+            cq.req_notify(false);
+            let s0 = hca.interrupt_stats();
+            match cq.wait_event(Duration::from_millis(30)) {
+                Err(Error::Timeout {
+                    what: Wait::CompletionEvent { cqn },
+                    after,
+                }) => {
+                    assert_eq!(cqn, cq.number());
+                    assert!(after >= Duration::from_millis(30));
+                }
+                r => panic!("{what}: expected the completion event timeout, got {r:?}"),
+            }
+            let (wakeups, idle, polls) = delta(s0, hca.interrupt_stats());
+            assert_eq!((wakeups, polls), (0, 0), "{what}");
+            assert!(idle >= 1, "{what}: the wait never slept");
+            let mut wc = [hca_driver::verbs::Completion::default(); 1];
+            match cq.poll_wait(&mut wc, Duration::from_millis(30)) {
+                Err(Error::Timeout {
+                    what: Wait::Completion { .. },
+                    ..
+                }) => {}
+                r => panic!("{what}: expected the completion timeout, got {r:?}"),
+            }
+            assert_eq!(
+                delta(s0, hca.interrupt_stats()).2,
+                0,
+                "{what}: poll_wait polled"
+            );
+            drop(cq);
+            drop(ctx);
+        });
+    }
+}
+
+#[test]
+fn the_emulated_platform_checks_its_vectors() {
+    let emu = EmuHca::new(EmuConfig::default());
+    let p = emu.platform();
+    assert_eq!(p.msix_vectors(), 64);
+    match p.wait_interrupt(0, 0, Duration::ZERO) {
+        Err(platform::Error::VectorNotEnabled {
+            vector: 0,
+            enabled: 0,
+        }) => {}
+        r => panic!("{r:?}"),
+    }
+    for n in [0, 65] {
+        match p.enable_msix(n) {
+            Err(platform::Error::TooManyVectors {
+                requested,
+                available: 64,
+            }) if requested == n => {}
+            r => panic!("{n}: {r:?}"),
+        }
+    }
+    p.enable_msix(2).unwrap();
+    assert_eq!(p.interrupt_count(1).unwrap(), 0);
+    assert!(matches!(
+        p.interrupt_count(2),
+        Err(platform::Error::VectorNotEnabled {
+            vector: 2,
+            enabled: 2
+        })
+    ));
+    // Nothing to come: the wait ends at its limit with the count unchanged.
+    assert_eq!(p.wait_interrupt(1, 0, Duration::from_millis(5)).unwrap(), 0);
+    p.disable_msix().unwrap();
+    assert!(p.interrupt_count(0).is_err());
+}
