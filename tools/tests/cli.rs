@@ -864,3 +864,49 @@ fn the_emulator_notice_says_what_was_asked() {
         "{err}"
     );
 }
+
+/// The driver's waits line (`RUST_LOG=info`): interrupts by default on the
+/// emulator, polling with `--poll` (before or after the command).
+#[test]
+fn poll_flag_switches_the_driver_to_polling() {
+    let waits = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_hca"))
+            .args(args)
+            .env("RUST_LOG", "hca=info")
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .expect("run hca");
+        assert!(o.status.success(), "hca {args:?}: {}", stderr(&o));
+        stderr(&o)
+            .lines()
+            .find(|l| l.contains("waits: "))
+            .unwrap_or_else(|| panic!("hca {args:?}: no waits line: {}", stderr(&o)))
+            .to_string()
+    };
+    let on = waits(&["info"]);
+    assert!(on.contains("waits: interrupts (2 MSI-X vectors)"), "{on}");
+    let wakeups: u64 = on
+        .split("vectors): ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{on}"));
+    assert!(wakeups > 0, "{on}");
+    for args in [&["--poll", "info"][..], &["info", "--poll"]] {
+        let off = waits(args);
+        assert!(off.contains("waits: polling: "), "{args:?}: {off}");
+    }
+    // Both sides of a pingpong with events sleep on interrupts.
+    let pp = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["pingpong", "rc", "--tcp-loopback", "-e", "-n", "20"])
+        .env("RUST_LOG", "hca=info")
+        .output()
+        .expect("run hca");
+    assert!(pp.status.success(), "{}", stderr(&pp));
+    let lines: Vec<String> = stderr(&pp)
+        .lines()
+        .filter(|l| l.contains("waits: interrupts"))
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", stderr(&pp));
+}
