@@ -319,3 +319,84 @@ fn the_emulated_platform_checks_its_vectors() {
     p.disable_msix().unwrap();
     assert!(p.interrupt_count(0).is_err());
 }
+
+/// The emulated platform with the trait's default interrupt facility: a
+/// platform without interrupts (bare metal without an interrupt hook).
+struct NoInterrupts(hca_emu::EmuPlatform);
+
+impl Platform for NoInterrupts {
+    type Mmio = <hca_emu::EmuPlatform as Platform>::Mmio;
+    fn alloc_dma(&self, len: usize, align: usize) -> Result<platform::DmaRegion, platform::Error> {
+        self.0.alloc_dma(len, align)
+    }
+    fn free_dma(&self, region: platform::DmaRegion) {
+        self.0.free_dma(region)
+    }
+    fn map_bar(&self, bar: u8) -> Result<Self::Mmio, platform::Error> {
+        self.0.map_bar(bar)
+    }
+    fn bar_write_combining(&self, bar: u8) -> bool {
+        self.0.bar_write_combining(bar)
+    }
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), platform::Error> {
+        self.0.config_read(offset, buf)
+    }
+    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), platform::Error> {
+        self.0.config_write(offset, buf)
+    }
+    fn now(&self) -> Duration {
+        self.0.now()
+    }
+    fn delay(&self, d: Duration) {
+        self.0.delay(d)
+    }
+    fn relax(&self) {
+        self.0.relax()
+    }
+    fn reset_function(&self) -> Result<(), platform::Error> {
+        self.0.reset_function()
+    }
+    fn describe(&self) -> &str {
+        "emulated ConnectX-4 without interrupts"
+    }
+}
+
+#[test]
+fn a_platform_without_interrupts_is_polled() {
+    let emu = EmuHca::new(EmuConfig {
+        command_latency: Duration::from_micros(20),
+        ..EmuConfig::default()
+    });
+    let p = NoInterrupts(emu.platform());
+    assert_eq!(p.msix_vectors(), 0);
+    assert!(matches!(
+        p.enable_msix(1),
+        Err(platform::Error::NotSupported(_))
+    ));
+    assert!(matches!(
+        p.wait_interrupt(0, 0, Duration::ZERO),
+        Err(platform::Error::NotSupported(_))
+    ));
+    assert!(p.disable_msix().is_ok());
+    // Interrupts asked for (the default), none there: the driver polls.
+    let hca = Hca::open(p, Config::default()).unwrap();
+    let s0 = hca.interrupt_stats();
+    assert_eq!((s0.mode, s0.vectors), (WaitMode::Polling, 0), "{s0}");
+    run_commands(&hca);
+    {
+        let ctx = hca.open_context().unwrap();
+        let cq = ctx.create_cq(4).unwrap();
+        assert_eq!(hca.eq_vector(cq.eqn()), None);
+        cq.req_notify(false);
+        assert!(matches!(
+            cq.wait_event(Duration::from_millis(5)),
+            Err(Error::Timeout { .. })
+        ));
+    }
+    let s1 = hca.interrupt_stats();
+    let (wakeups, idle, polls) = delta(s0, s1);
+    assert_eq!((wakeups, idle), (0, 0));
+    assert!(polls >= COMMANDS, "{s1}");
+    hca.close().unwrap();
+    emu.assert_clean();
+}
