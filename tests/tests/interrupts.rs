@@ -400,3 +400,24 @@ fn a_platform_without_interrupts_is_polled() {
     hca.close().unwrap();
     emu.assert_clean();
 }
+
+#[test]
+fn threads_waiting_on_one_vector_all_complete() {
+    for cfg in emu_configs().into_iter().take(2) {
+        let what = format!("{:?}/{:?}", cfg.clock, cfg.execution);
+        let mut b = Bench::emulated(cfg, Config::default());
+        b.with_open(|hca, _| {
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        for _ in 0..25 {
+                            hca.alloc_pd().unwrap().destroy().unwrap();
+                        }
+                    });
+                }
+            });
+            let st = hca.interrupt_stats();
+            assert!(st.wakeups >= 1, "{what}: {st}");
+        });
+    }
+}
