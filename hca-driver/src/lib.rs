@@ -25,6 +25,11 @@
 //! - Events: [`Hca::poll_events`] consumes the EQs; completion events are
 //!   counted per CQ and asynchronous events queued for their owners
 //!   ([`EventRouter`], [`AsyncEvent`]).
+//! - Interrupts: with [`WaitMode::Interrupts`] (the default) on a platform
+//!   with MSI-X ([`platform::Platform::msix_vectors`]), the EQs get vectors
+//!   and command waits and CQ waits sleep on them
+//!   ([`Hca::wait_interrupt`]); [`WaitMode::Polling`] polls. How the waits
+//!   went: [`Hca::interrupt_stats`] ([`InterruptStats`]).
 //! - Health: [`Hca::check_health`] (health counter, syndromes, device
 //!   gone); a dead device puts the driver in an error state in which every
 //!   command fails at once with [`Error::DeviceDead`].
