@@ -264,12 +264,13 @@ impl MsixVectors {
     }
 
     /// Enables vectors `0..n`: new eventfds, handed to the device with
-    /// `set` (the `struct vfio_irq_set` bytes of [`msix_irq_set`]). On a
-    /// failure nothing changes.
+    /// `set` (the `struct vfio_irq_set` bytes of [`msix_irq_set`]); vectors
+    /// enabled before are disabled first. On a failure of the enable the
+    /// vectors are left disabled.
     pub fn enable(
         &self,
         n: u16,
-        set: impl FnOnce(&[u8]) -> Result<(), Error>,
+        mut set: impl FnMut(&[u8]) -> Result<(), Error>,
     ) -> Result<(), Error> {
         if self.available == 0 {
             return Err(Error::NotSupported(
@@ -290,6 +291,12 @@ impl MsixVectors {
             .enabled
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !enabled.is_empty() {
+            // vfio-pci does not resize an enabled MSI-X block
+            // (VFIO_IRQ_INFO_NORESIZE): disable it first.
+            set(&msix_irq_set(&[]))?;
+            enabled.clear();
+        }
         set(&msix_irq_set(&fds))?;
         *enabled = vectors;
         Ok(())
@@ -402,6 +409,15 @@ mod tests {
         assert_eq!(v.enabled(), 0);
         let (v, set) = enabled(2);
         assert_eq!(set.len(), 28);
+        // Enabling again disables first (no resize of an enabled block).
+        let mut calls = Vec::new();
+        v.enable(3, |b| {
+            calls.push(b.len());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(calls, [20, 32]);
+        v.enable(2, |_| Ok(())).unwrap();
         let e = v.wait(2, 0, Duration::ZERO).unwrap_err();
         assert!(
             matches!(
