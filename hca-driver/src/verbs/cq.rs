@@ -56,6 +56,18 @@ impl CqResolver for Resolver {
 struct Inner<M: platform::Mmio> {
     cq: verbs_core::Cq<M>,
     table: Resolver,
+    arm: ArmState,
+}
+
+/// Who armed the CQ for its next completion event.
+#[derive(Clone, Copy, Debug, Default)]
+struct ArmState {
+    /// The user ([`Cq::req_notify`]), with `solicited_only`; cleared when
+    /// an event is handed to the user.
+    user: Option<bool>,
+    /// [`Cq::poll_wait`], to sleep until a completion: the event of this
+    /// arm is the driver's own and is not handed to the user.
+    internal: bool,
 }
 
 /// A completion queue (`ibv_cq`). QPs borrow the CQs they complete to, so
@@ -175,6 +187,7 @@ impl<'a, P: Platform> Context<'a, P> {
             inner: spin::Mutex::new(Some(Inner {
                 cq,
                 table: Resolver::default(),
+                arm: ArmState::default(),
             })),
             cqn,
             eqn,
@@ -225,7 +238,22 @@ impl<'a, P: Platform> Cq<'a, P> {
     /// Requests a completion event for the next completion, or the next
     /// solicited one (`ibv_req_notify_cq`).
     pub fn req_notify(&self, solicited_only: bool) {
-        self.with(|i| i.cq.arm(solicited_only));
+        if self.with(|i| i.arm.internal) {
+            // An arm of poll_wait is outstanding: its event, if it came,
+            // is not the user's.
+            let hca = self.ctx.hca();
+            if let Err(e) = service(hca) {
+                log::debug!("{}: servicing before the arm: {e}", self.cqn);
+            }
+            self.take_raw();
+        }
+        self.with(|i| {
+            i.arm = ArmState {
+                user: Some(solicited_only),
+                internal: false,
+            };
+            i.cq.arm(solicited_only);
+        });
     }
 
     /// Takes the completion events that arrived for this CQ since the last
@@ -233,21 +261,31 @@ impl<'a, P: Platform> Cq<'a, P> {
     /// them (`ibv_ack_cq_events`).
     pub fn take_events(&self) -> Result<u64> {
         service(self.ctx.hca())?;
+        Ok(self.take_raw())
+    }
+
+    /// Takes the events counted for this CQ, advances the arm sequence
+    /// number for them, and returns those that are the user's (the event of
+    /// poll_wait's own arm is not).
+    fn take_raw(&self) -> u64 {
         let n = self
             .ctx
             .hca()
             .events()
             .take_completion_events(self.cqn)
             .unwrap_or(0);
-        if n > 0 {
-            // The arm sequence number advances once per event (2 bits).
-            self.with(|i| {
-                for _ in 0..n % 4 {
-                    i.cq.completion_event();
-                }
-            });
+        if n == 0 {
+            return 0;
         }
-        Ok(n)
+        // The arm sequence number advances once per event (2 bits).
+        self.with(|i| {
+            for _ in 0..n % 4 {
+                i.cq.completion_event();
+            }
+            let mine = u64::from(core::mem::take(&mut i.arm.internal));
+            i.arm.user = None;
+            n - mine.min(n)
+        })
     }
 
     /// The completion EQ this CQ reports to (`cqc.c_eqn`).
@@ -302,11 +340,14 @@ impl<'a, P: Platform> Cq<'a, P> {
     /// servicing the HCA meanwhile; returns how many were written.
     ///
     /// When the driver runs on interrupts ([`WaitMode`](crate::WaitMode)),
-    /// a poll that finds nothing arms the CQ ([`req_notify`](Self::req_notify)),
-    /// polls once more and sleeps on the completion EQ's MSI-X vector until
-    /// the completion event; the event is acknowledged here (so a
-    /// [`wait_event`](Self::wait_event) does not see it). Otherwise the
-    /// wait polls.
+    /// a poll that finds nothing sleeps on the completion EQ's MSI-X vector
+    /// until the completion's event: with the user's arm for any
+    /// completion ([`req_notify`](Self::req_notify)`(false)`) that event
+    /// stays the user's; without a user's arm the CQ is armed here, and
+    /// that event is the driver's own ([`take_events`](Self::take_events)
+    /// and [`wait_event`](Self::wait_event) do not count it). With a
+    /// solicited-only arm of the user, and when the driver polls, the wait
+    /// polls.
     ///
     /// The timeout is platform time: on the emulator's virtual clock, time
     /// runs on while its device is idle, so a wait for work that another
@@ -325,18 +366,33 @@ impl<'a, P: Platform> Cq<'a, P> {
             }
             deadline.check(p, Wait::Completion { cqn: self.cqn })?;
             if let Some(v) = vector {
-                if let Some(seen) = hca.interrupt_seen(v) {
-                    // Arm, then look again: a completion written before the
-                    // arm is polled here, one after it raises the event.
-                    self.req_notify(false);
-                    let n = self.poll(wc)?;
-                    if n > 0 {
-                        return Ok(n);
+                // Sleep only when a completion is sure to raise an event:
+                // armed by the user for any completion, or not armed by
+                // the user (then armed here). A user's solicited-only arm
+                // is left alone, and the wait polls.
+                let user = self.with(|i| i.arm.user);
+                let seen = match user {
+                    Some(true) => None,
+                    _ => hca.interrupt_seen(v),
+                };
+                if let Some(seen) = seen {
+                    if user.is_none() {
+                        // Arm, then look again: a completion written before
+                        // the arm is polled here, one after it raises the
+                        // event (which take_events will not hand out).
+                        self.with(|i| {
+                            i.arm.internal = true;
+                            i.cq.arm(false);
+                        });
+                        let n = self.poll(wc)?;
+                        if n > 0 {
+                            return Ok(n);
+                        }
                     }
                     self.idle(Some((v, seen)), &deadline)?;
-                    // Consumes the EQ (re-arming it) and acknowledges the
-                    // event of this arm.
-                    self.take_events()?;
+                    // Consumes the EQs (re-arming them); the event stays
+                    // counted for take_events.
+                    service(hca)?;
                     continue;
                 }
             }
