@@ -182,6 +182,8 @@ pub(crate) struct Device {
     /// ([`EmuConfig::uar_write_combining`] = false): how many, and the
     /// first one.
     pub(crate) uncached_bf: (u64, Option<String>),
+    /// Called with the vector of every interrupt ([`crate::EmuHca::set_msix_sink`]).
+    pub(crate) msix_sink: Option<crate::MsixSink>,
 }
 
 impl Device {
@@ -229,6 +231,7 @@ impl Device {
             cfg,
             dma_allocs: (0, 0),
             uncached_bf: (0, None),
+            msix_sink: None,
         }
     }
 

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use platform::host::HostBlock;
+use platform::host::{HostBlock, HostWindow};
 use platform::{DmaRegion, Error as PlatformError};
 
 /// First IOVA handed out.
@@ -58,10 +58,76 @@ impl core::fmt::Display for IommuFault {
     }
 }
 
+/// Why a foreign window could not be mapped or unmapped
+/// ([`EmuHca::map_dma`](crate::EmuHca::map_dma),
+/// [`EmuHca::unmap_dma`](crate::EmuHca::unmap_dma)).
+#[derive(Clone, Copy, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DmaMapError {
+    /// The IOVA or the length is not a multiple of the 4 KiB IOMMU page,
+    /// or the length is zero.
+    #[error("DMA map of {len:#x} bytes at IOVA {iova:#x} is not 4 KiB-page aligned or is empty")]
+    Misaligned {
+        /// The IOVA asked for.
+        iova: u64,
+        /// The length asked for.
+        len: u64,
+    },
+    /// The range wraps around the 64-bit IOVA space.
+    #[error("DMA map of {len:#x} bytes at IOVA {iova:#x} wraps around the IOVA space")]
+    Wraps {
+        /// The IOVA asked for.
+        iova: u64,
+        /// The length asked for.
+        len: u64,
+    },
+    /// The range overlaps a mapping that exists.
+    #[error("DMA map of {len:#x} bytes at IOVA {iova:#x} overlaps the mapping at {existing:#x}")]
+    Overlap {
+        /// The IOVA asked for.
+        iova: u64,
+        /// The length asked for.
+        len: u64,
+        /// First IOVA of the mapping it overlaps.
+        existing: u64,
+    },
+    /// No foreign window starts at `iova` with length `len`.
+    #[error("no DMA window of {len:#x} bytes is mapped at IOVA {iova:#x}")]
+    NotMapped {
+        /// The IOVA asked for.
+        iova: u64,
+        /// The length asked for.
+        len: u64,
+    },
+}
+
+#[derive(Debug)]
+enum Backing {
+    /// Heap memory of `alloc_dma`, lent to the driver.
+    Block(Arc<HostBlock>),
+    /// Memory of its owner (a program's `VFIO_IOMMU_MAP_DMA`).
+    Window(HostWindow),
+}
+
 #[derive(Debug)]
 struct Mapping {
-    block: Arc<HostBlock>,
+    backing: Backing,
     len: usize,
+}
+
+impl Mapping {
+    fn read(&self, off: usize, dst: &mut [u8]) -> Result<(), PlatformError> {
+        match &self.backing {
+            Backing::Block(b) => b.read(off, dst),
+            Backing::Window(w) => w.read(off, dst),
+        }
+    }
+
+    fn write(&self, off: usize, src: &[u8]) -> Result<(), PlatformError> {
+        match &self.backing {
+            Backing::Block(b) => b.write(off, src),
+            Backing::Window(w) => w.write(off, src),
+        }
+    }
 }
 
 /// The IOVA space and its mappings.
@@ -103,12 +169,84 @@ impl Iommu {
             return Err(PlatformError::InvalidArgument("DMA alignment above 1 GiB"));
         }
         let block = HostBlock::new(len, align)?;
-        let iova = align_up(self.next, align as u64);
+        let mut iova = align_up(self.next, align as u64);
+        // Step over foreign windows mapped where the allocator would go.
+        while let Some(existing) = self.overlapping(iova, len as u64) {
+            let end = existing + self.maps[&existing].len as u64;
+            iova = align_up(end + GUARD_GAP, align as u64);
+        }
         self.next = align_up(iova + len as u64 + GUARD_GAP, 4096);
         let block = Arc::new(block);
         let region = block.lend(iova, iova as usize)?;
-        self.maps.insert(iova, Mapping { block, len });
+        self.maps.insert(
+            iova,
+            Mapping {
+                backing: Backing::Block(block),
+                len,
+            },
+        );
         Ok(region)
+    }
+
+    /// First IOVA of a mapping that overlaps `iova .. iova + len`.
+    fn overlapping(&self, iova: u64, len: u64) -> Option<u64> {
+        let end = iova.saturating_add(len);
+        if let Some((&s, m)) = self.maps.range(..=iova).next_back() {
+            if s + m.len as u64 > iova {
+                return Some(s);
+            }
+        }
+        self.maps.range(iova..end).next().map(|(&s, _)| s)
+    }
+
+    /// Maps a foreign window at `iova`.
+    pub(crate) fn map_window(&mut self, iova: u64, window: HostWindow) -> Result<(), DmaMapError> {
+        let len = window.len() as u64;
+        if iova % 4096 != 0 || len % 4096 != 0 || len == 0 {
+            return Err(DmaMapError::Misaligned { iova, len });
+        }
+        if iova.checked_add(len).is_none() {
+            return Err(DmaMapError::Wraps { iova, len });
+        }
+        if let Some(existing) = self.overlapping(iova, len) {
+            return Err(DmaMapError::Overlap {
+                iova,
+                len,
+                existing,
+            });
+        }
+        self.maps.insert(
+            iova,
+            Mapping {
+                backing: Backing::Window(window),
+                len: len as usize,
+            },
+        );
+        Ok(())
+    }
+
+    /// Unmaps the foreign window mapped at `iova` with length `len`.
+    pub(crate) fn unmap_window(&mut self, iova: u64, len: u64) -> Result<HostWindow, DmaMapError> {
+        match self.maps.get(&iova) {
+            Some(m) if m.len as u64 == len && matches!(m.backing, Backing::Window(_)) => {
+                match self.maps.remove(&iova).map(|m| m.backing) {
+                    Some(Backing::Window(w)) => Ok(w),
+                    _ => Err(DmaMapError::NotMapped { iova, len }),
+                }
+            }
+            _ => Err(DmaMapError::NotMapped { iova, len }),
+        }
+    }
+
+    /// Every foreign window as (IOVA, length, host address).
+    pub(crate) fn windows(&self) -> Vec<(u64, usize, usize)> {
+        self.maps
+            .iter()
+            .filter_map(|(&i, m)| match &m.backing {
+                Backing::Window(w) => Some((i, m.len, w.host_addr())),
+                Backing::Block(_) => None,
+            })
+            .collect()
     }
 
     /// Unmaps a region. Returns false (and records a fault) if it was not
@@ -116,9 +254,15 @@ impl Iommu {
     pub(crate) fn unmap(&mut self, region: DmaRegion) -> bool {
         let iova = region.iova();
         match self.maps.get(&iova) {
-            Some(m) if m.len == region.len() => {
+            Some(Mapping {
+                backing: Backing::Block(_),
+                len,
+            }) if *len == region.len() => {
                 let m = self.maps.remove(&iova).expect("mapping present");
-                if let Err(r) = m.block.reclaim(region) {
+                let Backing::Block(block) = &m.backing else {
+                    unreachable!("matched a block above")
+                };
+                if let Err(r) = block.reclaim(region) {
                     // Not the block's own region: keep it mapped, leak it.
                     log::error!("free_dma: region at {iova:#x} does not belong to its mapping");
                     self.maps.insert(iova, m);
@@ -177,7 +321,7 @@ impl Iommu {
         what: &dyn Fn() -> String,
     ) -> Result<(), ()> {
         match self.find(iova, dst.len()) {
-            Some((m, off)) if m.block.read(off, dst).is_ok() => Ok(()),
+            Some((m, off)) if m.read(off, dst).is_ok() => Ok(()),
             _ => {
                 let w = what();
                 self.fault(FaultKind::Read, iova, dst.len(), &w);
@@ -194,7 +338,7 @@ impl Iommu {
         what: &dyn Fn() -> String,
     ) -> Result<(), ()> {
         match self.find(iova, src.len()) {
-            Some((m, off)) if m.block.write(off, src).is_ok() => Ok(()),
+            Some((m, off)) if m.write(off, src).is_ok() => Ok(()),
             _ => {
                 let w = what();
                 self.fault(FaultKind::Write, iova, src.len(), &w);
@@ -203,9 +347,14 @@ impl Iommu {
         }
     }
 
-    /// Every live mapping as (IOVA, length).
+    /// Every live `alloc_dma` mapping as (IOVA, length) (foreign windows
+    /// are their owner's: see [`windows`](Self::windows)).
     pub(crate) fn mappings(&self) -> Vec<(u64, usize)> {
-        self.maps.iter().map(|(&i, m)| (i, m.len)).collect()
+        self.maps
+            .iter()
+            .filter(|(_, m)| matches!(m.backing, Backing::Block(_)))
+            .map(|(&i, m)| (i, m.len))
+            .collect()
     }
 }
 
@@ -237,5 +386,58 @@ mod tests {
         assert!(io.read(ia, &mut x, &|| "t".into()).is_err());
         assert!(io.unmap(b));
         assert!(io.mappings().is_empty());
+    }
+
+    #[test]
+    fn foreign_windows_are_checked_mapped_and_unmapped() {
+        let win = |len: usize| {
+            let block = Arc::new(HostBlock::new(len, 4096).unwrap());
+            (HostWindow::over_block(block.clone()), block)
+        };
+        let mut io = Iommu::new(0);
+        let (w, first) = win(8192);
+        io.map_window(0x20_0000, w).unwrap();
+        assert_eq!(
+            io.map_window(0x20_1000, win(4096).0),
+            Err(DmaMapError::Overlap {
+                iova: 0x20_1000,
+                len: 4096,
+                existing: 0x20_0000
+            })
+        );
+        assert_eq!(
+            io.map_window(0x1f_f000, win(8192).0),
+            Err(DmaMapError::Overlap {
+                iova: 0x1f_f000,
+                len: 8192,
+                existing: 0x20_0000
+            })
+        );
+        assert!(matches!(
+            io.map_window(0x30_0800, win(4096).0),
+            Err(DmaMapError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            io.map_window(u64::MAX - 0xfff, win(8192).0),
+            Err(DmaMapError::Wraps { .. })
+        ));
+        io.write(0x20_1000, &[5, 6], &|| "t".into()).unwrap();
+        let mut x = [0u8; 2];
+        io.read(0x20_1000, &mut x, &|| "t".into()).unwrap();
+        assert_eq!(x, [5, 6]);
+        // Not counted as an alloc_dma region.
+        assert!(io.mappings().is_empty());
+        assert_eq!(io.windows().len(), 1);
+        assert!(io.unmap_window(0x20_0000, 4096).is_err());
+        io.unmap_window(0x20_0000, 8192).unwrap();
+        assert!(io.read(0x20_1000, &mut x, &|| "t".into()).is_err());
+        first.read(4096, &mut x).unwrap();
+        assert_eq!(x, [5, 6]);
+        // alloc_dma steps over a window where it would have gone.
+        let mut io = Iommu::new(0);
+        io.map_window(IOVA_BASE, win(4096).0).unwrap();
+        let r = io.map(4096, 4096).unwrap();
+        assert!(r.iova() >= IOVA_BASE + 4096 + GUARD_GAP);
+        assert!(io.unmap(r));
     }
 }

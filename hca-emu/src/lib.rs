@@ -83,7 +83,7 @@ pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
 pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
-pub use iommu::{FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
+pub use iommu::{DmaMapError, FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 
 use device::{BAR_SIZE, Device, Event, Shared};
 use platform::{Be32, Be64, DmaRegion, Mmio, Platform};
@@ -486,6 +486,101 @@ impl EmuHca {
             };
             other.set_peer(p.1, None);
         }
+    }
+}
+
+/// What [`EmuHca::set_msix_sink`] calls with the MSI-X vector of every
+/// interrupt.
+pub type MsixSink = Arc<dyn Fn(u16) + Send + Sync>;
+
+/// Foreign DMA memory, MSI-X delivery and BAR geometry: what a front end
+/// that presents the emulated function to another program (the emulated
+/// VFIO device of `vfio-emu`) needs.
+impl EmuHca {
+    /// Maps `window` (memory of this process the emulator did not
+    /// allocate) into the function's IOMMU at `iova`, as
+    /// `VFIO_IOMMU_MAP_DMA` does on Linux. Device accesses inside it go to
+    /// that memory; accesses outside every mapping are IOMMU faults as
+    /// always.
+    ///
+    /// # Errors
+    ///
+    /// [`DmaMapError::Misaligned`] (IOVA or length not a multiple of
+    /// 4 KiB), [`DmaMapError::Wraps`], [`DmaMapError::Overlap`] (with
+    /// another window or an `alloc_dma` region).
+    pub fn map_dma(
+        &self,
+        iova: u64,
+        window: platform::host::HostWindow,
+    ) -> Result<(), DmaMapError> {
+        self.shared.lock().iommu.map_window(iova, window)
+    }
+
+    /// Unmaps the window mapped at `iova` with length `len` and returns
+    /// it. Firmware pages (MANAGE_PAGES) or live queue buffers inside it
+    /// are recorded as [`FaultKind::FreedWhileHeld`] IOMMU faults, like a
+    /// `free_dma` of such memory; the unmap happens anyway.
+    ///
+    /// # Errors
+    ///
+    /// [`DmaMapError::NotMapped`]: no window starts at `iova` with that
+    /// length.
+    pub fn unmap_dma(
+        &self,
+        iova: u64,
+        len: u64,
+    ) -> Result<platform::host::HostWindow, DmaMapError> {
+        let mut d = self.shared.lock();
+        let w = d.iommu.unmap_window(iova, len)?;
+        let end = iova.saturating_add(len);
+        let held: Vec<u64> = d.fw.pages.held.range(iova..end).copied().collect();
+        if let Some(&first) = held.first() {
+            let what = format!("DMA unmap of memory holding {} firmware pages", held.len());
+            d.iommu
+                .fault(FaultKind::FreedWhileHeld, first, held.len() * 4096, &what);
+        }
+        let in_use = d.fw.objs.buffers();
+        if let Some(&(k, n, a, l)) = in_use.iter().find(|b| b.2 >= iova && b.2 < end) {
+            let what = format!("DMA unmap of a buffer of live {k:?} {n:#x}");
+            d.iommu.fault(FaultKind::FreedWhileHeld, a, l, &what);
+        }
+        Ok(w)
+    }
+
+    /// The foreign windows mapped now, as (IOVA, length, host address).
+    pub fn dma_windows(&self) -> Vec<(u64, usize, usize)> {
+        self.shared.lock().iommu.windows()
+    }
+
+    /// Calls `sink` with the MSI-X vector of every interrupt the function
+    /// raises from now on (an EQE written to an armed EQ, or an EQ armed
+    /// with events pending: where [`interrupts`](Self::interrupts)
+    /// counts). The sink runs on the device thread with the device locked:
+    /// it must not call back into this HCA. `None` removes it.
+    pub fn set_msix_sink(&self, sink: Option<MsixSink>) {
+        self.shared.lock().msix_sink = sink;
+    }
+
+    /// MSI-X vectors the function offers ([`EmuConfig::msix_vectors`]).
+    pub fn msix_vectors(&self) -> u8 {
+        self.shared.lock().cfg.msix_vectors
+    }
+
+    /// Size of BAR0 in bytes.
+    pub fn bar_size(&self) -> usize {
+        BAR_SIZE
+    }
+
+    /// Size of a UAR page in bytes (4 KiB << `log_uar_page_sz` of the
+    /// current capabilities): UAR `n` is the BAR0 page at `n * size`.
+    pub fn uar_page_size(&self) -> usize {
+        self.shared.lock().uar_page_size()
+    }
+
+    /// The UARs allocated now (ALLOC_UAR, and the driver's UAR page 0 when
+    /// the firmware has it).
+    pub fn uars(&self) -> Vec<u32> {
+        self.objects(ObjKind::Uar)
     }
 }
 

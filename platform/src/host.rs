@@ -189,6 +189,114 @@ impl HostBlock {
     }
 }
 
+/// Memory the emulator did not allocate, lent to a device by its owner: the
+/// `len` bytes at a host address of the current process, for example a
+/// buffer a program handed to `VFIO_IOMMU_MAP_DMA`. Accesses are volatile
+/// copies, like [`HostBlock`]'s; the window never frees the memory.
+#[derive(Debug)]
+pub struct HostWindow {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// The block a window made by [`HostWindow::over_block`] keeps alive.
+    _keep: Option<alloc::sync::Arc<HostBlock>>,
+}
+
+// SAFETY: the window only performs volatile copies into memory that the
+// creator of the window promised stays valid (see `HostWindow::new`); such
+// copies are as thread-safe as a device's DMA.
+unsafe impl Send for HostWindow {}
+// SAFETY: as above.
+unsafe impl Sync for HostWindow {}
+
+impl HostWindow {
+    /// A window over `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr .. ptr + len` must be mapped, readable and writable memory of
+    /// this process for as long as the window exists, and nothing may hold
+    /// a Rust reference into it (the program reaches it only through raw
+    /// pointers or foreign code, as memory a device can write).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a zero length or a range that wraps
+    /// around the address space.
+    pub unsafe fn new(ptr: NonNull<u8>, len: usize) -> Result<Self, Error> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("zero-length host window"));
+        }
+        if (ptr.as_ptr() as usize).checked_add(len).is_none() {
+            return Err(Error::InvalidArgument(
+                "host window wraps around the address space",
+            ));
+        }
+        Ok(Self {
+            ptr,
+            len,
+            _keep: None,
+        })
+    }
+
+    /// A window over a whole [`HostBlock`], which it keeps alive (safe: the
+    /// block's memory lives as long as the window, and the block itself is
+    /// only reached through volatile copies too).
+    pub fn over_block(block: alloc::sync::Arc<HostBlock>) -> Self {
+        Self {
+            ptr: block.ptr,
+            len: block.len(),
+            _keep: Some(block),
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the window is empty (never: zero-length windows are refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Host address of the first byte.
+    pub fn host_addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<*mut u8, Error> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => {
+                // SAFETY: `offset <= len` of the window.
+                Ok(unsafe { self.ptr.as_ptr().add(offset) })
+            }
+            _ => Err(Error::InvalidArgument("access outside the host window")),
+        }
+    }
+
+    /// Copies bytes out of the window (the device reading memory).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        let p = self.check(offset, dst.len())?;
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: `p .. p + dst.len()` is inside the window (checked),
+            // which is valid memory by the contract of `new`.
+            *d = unsafe { p.add(i).read_volatile() };
+        }
+        Ok(())
+    }
+
+    /// Copies bytes into the window (the device writing memory).
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        let p = self.check(offset, src.len())?;
+        for (i, &s) in src.iter().enumerate() {
+            // SAFETY: `p .. p + src.len()` is inside the window (checked),
+            // which is valid memory by the contract of `new`.
+            unsafe { p.add(i).write_volatile(s) };
+        }
+        Ok(())
+    }
+}
+
 impl Drop for HostBlock {
     fn drop(&mut self) {
         if self.lent.load(Ordering::Acquire) {
@@ -240,6 +348,30 @@ mod tests {
         // Still valid memory.
         r.write_be32(0, 1);
         assert_eq!(r.read_be32(0), 1);
+    }
+
+    #[test]
+    fn window_reads_and_writes_foreign_memory() {
+        let mut buf = [0u8; 16];
+        let p = NonNull::new(buf.as_mut_ptr()).unwrap();
+        // SAFETY: `buf` outlives the window and is reached only through it
+        // while the window exists.
+        let w = unsafe { HostWindow::new(p, 16) }.unwrap();
+        w.write(4, &[9, 8, 7]).unwrap();
+        let mut x = [0u8; 3];
+        w.read(4, &mut x).unwrap();
+        assert_eq!(x, [9, 8, 7]);
+        assert!(w.read(15, &mut [0u8; 2]).is_err());
+        assert!(w.write(usize::MAX, &[1]).is_err());
+        drop(w);
+        let block = alloc::sync::Arc::new(HostBlock::new(4096, 4096).unwrap());
+        let over = HostWindow::over_block(block.clone());
+        over.write(8, &[1, 2]).unwrap();
+        assert_eq!(block.read32(8).unwrap().get(), 0x0102_0000);
+        assert_eq!(over.host_addr(), block.host_addr());
+        assert_eq!(buf[4..7], [9, 8, 7]);
+        // SAFETY: a zero-length window is refused before any use.
+        assert!(unsafe { HostWindow::new(p, 0) }.is_err());
     }
 
     #[test]

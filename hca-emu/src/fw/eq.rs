@@ -178,6 +178,7 @@ impl Device {
         }
         if let Some(v) = interrupt {
             *self.interrupts.entry(v).or_default() += 1;
+            self.msix_sink.as_ref().inspect(|s| s(u16::from(v)));
         }
         true
     }
@@ -403,6 +404,7 @@ impl Device {
                 eq.armed = false;
                 let v = eq.intr;
                 *self.interrupts.entry(v).or_default() += 1;
+                self.msix_sink.as_ref().inspect(|s| s(u16::from(v)));
             }
         }
     }

@@ -1,0 +1,147 @@
+//! The raw shared memory behind BAR0: a memfd the process maps (through
+//! the intercepted `mmap` of the device fd) and the bridge thread maps
+//! too. All access is through aligned atomics on the mapping: the process
+//! stores into it with plain (volatile) stores, so the bridge must never
+//! hold a reference to it as plain data.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// A shared memory file of BAR size, and the bridge's mapping of it.
+#[derive(Debug)]
+pub struct SharedBar {
+    fd: OwnedFd,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is only accessed through atomics (see the module
+// docs); it is valid until `drop`.
+unsafe impl Send for SharedBar {}
+// SAFETY: as above.
+unsafe impl Sync for SharedBar {}
+
+impl SharedBar {
+    /// Creates a zeroed shared memory file of `len` bytes (a multiple of
+    /// the page size) and maps it.
+    pub fn create(len: usize, name: &str) -> io::Result<Self> {
+        let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
+        // SAFETY: `cname` is a valid C string; memfd_create has no other
+        // preconditions.
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a new file descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: plain system call on our own descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new shared mapping of our own memfd, `len` bytes long;
+        // the real mmap (not the intercepted one) is called.
+        let p = unsafe {
+            crate::sys::real_mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Self { fd, ptr, len })
+    }
+
+    /// The memory file (what the process's mapping of the BAR maps).
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the BAR is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn a32(&self, off: usize) -> &AtomicU32 {
+        assert!(
+            off % 4 == 0 && off + 4 <= self.len,
+            "BAR dword {off:#x} out of range"
+        );
+        // SAFETY: in bounds and 4-byte aligned (the mapping is page
+        // aligned); the memory lives as long as `self`, and every access
+        // to it from Rust is atomic.
+        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(off).cast()) }
+    }
+
+    fn a64(&self, off: usize) -> &AtomicU64 {
+        assert!(
+            off % 8 == 0 && off + 8 <= self.len,
+            "BAR qword {off:#x} out of range"
+        );
+        // SAFETY: as in `a32`, 8-byte aligned.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) }
+    }
+
+    /// Reads a big-endian register.
+    pub fn load32(&self, off: usize) -> u32 {
+        u32::from_be(self.a32(off).load(Ordering::Acquire))
+    }
+
+    /// Writes a big-endian register.
+    pub fn store32(&self, off: usize, v: u32) {
+        self.a32(off).store(v.to_be(), Ordering::Release);
+    }
+
+    /// Swaps a big-endian register, returning the old value.
+    pub fn swap32(&self, off: usize, v: u32) -> u32 {
+        u32::from_be(self.a32(off).swap(v.to_be(), Ordering::AcqRel))
+    }
+
+    /// Replaces `old` with `new` if the register still holds `old`.
+    pub fn cas32(&self, off: usize, old: u32, new: u32) -> bool {
+        self.a32(off)
+            .compare_exchange(
+                old.to_be(),
+                new.to_be(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Reads a big-endian 64-bit register.
+    pub fn load64(&self, off: usize) -> u64 {
+        u64::from_be(self.a64(off).load(Ordering::Acquire))
+    }
+
+    /// Swaps a big-endian 64-bit register, returning the old value.
+    pub fn swap64(&self, off: usize, v: u64) -> u64 {
+        u64::from_be(self.a64(off).swap(v.to_be(), Ordering::AcqRel))
+    }
+
+    /// Zeroes `off .. off + len` (dword granular).
+    pub fn zero(&self, off: usize, len: usize) {
+        for o in (off..off + len).step_by(4) {
+            self.a32(o).store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for SharedBar {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of `len` bytes, not used after this.
+        unsafe { crate::sys::real_munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
