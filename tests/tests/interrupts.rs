@@ -421,3 +421,39 @@ fn threads_waiting_on_one_vector_all_complete() {
         });
     }
 }
+
+#[test]
+fn vectors_follow_what_the_platform_offers() {
+    // Three completion EQs on 64 vectors: vector 0 for the command and
+    // asynchronous EQs, 1, 2, 3 for the completion EQs.
+    let config = Config {
+        comp_eqs: 3,
+        ..Config::default()
+    };
+    let mut b = Bench::emulated(EmuConfig::default(), config);
+    b.with_open(|hca, _| {
+        assert_eq!(hca.interrupt_stats().vectors, 4);
+        let v: Vec<_> = hca.comp_eqns().map(|e| hca.eq_vector(e)).collect();
+        assert_eq!(v, [Some(1), Some(2), Some(3)]);
+    });
+    // One vector: every EQ shares it, and waits still sleep and wake.
+    let mut b = Bench::emulated(
+        EmuConfig {
+            msix_vectors: 1,
+            command_latency: Duration::from_micros(20),
+            ..EmuConfig::default()
+        },
+        config,
+    );
+    b.with_open(|hca, emu| {
+        assert_eq!(hca.interrupt_stats().vectors, 1);
+        let v: Vec<_> = hca.comp_eqns().map(|e| hca.eq_vector(e)).collect();
+        assert_eq!(v, [Some(0), Some(0), Some(0)]);
+        let s0 = hca.interrupt_stats();
+        let i0 = emu.interrupts(0);
+        run_commands(hca);
+        let (wakeups, _, polls) = delta(s0, hca.interrupt_stats());
+        assert_eq!(polls, 0);
+        assert!(wakeups >= 1 && emu.interrupts(0) - i0 >= COMMANDS);
+    });
+}

@@ -944,7 +944,9 @@ impl Platform for VfioPlatform {
         }
         // A reset function raises no interrupt until its driver sets it up
         // again: give the vectors back and close their eventfds.
-        self.disable_msix()?;
+        if let Err(e) = self.disable_msix() {
+            log::warn!("{}: disabling MSI-X before the reset: {e}", self.describe);
+        }
         // The kernel restores the saved configuration space; make sure the
         // device can still be reached and do DMA.
         if self.options.bus_master {
