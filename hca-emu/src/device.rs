@@ -617,7 +617,7 @@ impl Shared {
                 let d = self.lock();
                 d.peers
                     .values()
-                    .filter_map(|p| p.hca.upgrade())
+                    .filter_map(|p| p.hca().map(|(h, _)| h))
                     .filter(|p| {
                         !std::ptr::eq(Arc::as_ptr(p), self)
                             && p.execution == Execution::DeviceThread

@@ -313,6 +313,13 @@ impl Iommu {
         self.find(iova, len).is_some()
     }
 
+    /// A read that is not a device access: nothing is recorded, `false`
+    /// when the range is not inside one mapping.
+    pub(crate) fn peek(&self, iova: u64, dst: &mut [u8]) -> bool {
+        self.find(iova, dst.len())
+            .is_some_and(|(m, off)| m.read(off, dst).is_ok())
+    }
+
     /// Device read. On a fault, records it and returns `Err(())`.
     pub(crate) fn read(
         &mut self,

@@ -25,7 +25,10 @@
 //!   (personality, page counts, ports, clock, execution model, delays).
 //! - [`EmuHca::platform`]: the [`EmuPlatform`] handle the driver runs on
 //!   (`type Mmio = EmuBar`).
-//! - [`connect`]: the virtual wire between ports (RoCE v1/v2 frames).
+//! - [`connect`]: the virtual wire between ports (RoCE v1/v2 frames);
+//!   [`EmuHca::plug_loopback`] for a loopback plug and
+//!   [`EmuHca::cable_to_socket`] for a wire to another process (a Unix
+//!   datagram socket, one frame per datagram).
 //! - The transport engine executes posted WQEs and writes CQEs (RC, UC,
 //!   UD, raw Ethernet): see [`datapath`] (what executes, CQE fields, deviations), [`Datapath`] for
 //!   its counters and drop reasons, [`cqe_syndrome`] for the error
@@ -84,6 +87,7 @@ pub use device::CommandRecord;
 pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
 pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub use iommu::{DmaMapError, FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
+pub use wire::SOCKET_MAX_FRAME;
 
 use device::{BAR_SIZE, Device, Event, Shared};
 use platform::{Be32, Be64, DmaRegion, Mmio, Platform};
@@ -103,9 +107,18 @@ pub enum EmuError {
     /// The port is already connected.
     #[error("port {0} is already connected")]
     PortBusy(u8),
-    /// A port cannot be connected to itself.
-    #[error("a port cannot be connected to itself")]
+    /// A port cannot be connected to itself with [`connect`] (use
+    /// [`EmuHca::plug_loopback`]).
+    #[error("a port cannot be connected to itself (use a loopback plug)")]
     SelfLoop,
+    /// The socket of a socket wire could not be set up.
+    #[error("socket wire at {path}: {error}")]
+    Socket {
+        /// The local socket path.
+        path: String,
+        /// What the OS said.
+        error: String,
+    },
     /// An event was injected for an object that does not exist.
     #[error("no {kind:?} {number:#x} to raise the event for")]
     NoSuchObject {
@@ -475,16 +488,67 @@ impl EmuHca {
         Ok(())
     }
 
-    /// Unplugs the cable of a port (both ends go down).
+    /// Unplugs the cable of a port (both ends go down; a socket wire's
+    /// far end is in another process and sees its frames dropped).
     pub fn disconnect(&self, port: u8) {
         let peer = self.shared.lock().peers.get(&port).cloned();
         self.set_peer(port, None);
-        if let Some(p) = peer.and_then(|p| p.hca.upgrade().map(|h| (h, p.port))) {
-            let other = EmuHca {
-                shared: p.0,
-                thread: None,
-            };
-            other.set_peer(p.1, None);
+        match peer {
+            Some(wire::Peer::Socket(s)) => s.close(),
+            Some(p @ wire::Peer::Port { .. }) => {
+                if let Some((h, pp)) = p.hca() {
+                    let other = EmuHca {
+                        shared: h,
+                        thread: None,
+                    };
+                    other.set_peer(pp, None);
+                }
+            }
+            Some(wire::Peer::Loopback) | None => {}
+        }
+    }
+
+    /// Puts a loopback plug into a port: every frame it sends comes back in
+    /// on the same port, and the link comes up (if its PAOS admin status is
+    /// up). Two queue pairs of one HCA then talk through the port, addressed
+    /// as a remote peer would address them (the port's own LID, MAC or GID).
+    pub fn plug_loopback(&self, port: u8) -> Result<(), EmuError> {
+        self.check_port(port)?;
+        self.set_peer(port, Some(wire::Peer::Loopback));
+        Ok(())
+    }
+
+    /// Cables a port to a Unix datagram socket: the socket is bound at
+    /// `local` (a stale socket file there is replaced) and every frame the
+    /// port sends goes, one frame per datagram, to the socket bound at
+    /// `peer`, normally the far end of another process's emulated HCA
+    /// cabled the same way with the two paths swapped. The link comes up
+    /// at once (if its PAOS admin status is up); frames sent while nothing
+    /// is bound at `peer` are lost, as on an unplugged far end. See the
+    /// `wire` notes in the crate docs: meant for [`Clock::Real`].
+    pub fn cable_to_socket(
+        &self,
+        port: u8,
+        local: &std::path::Path,
+        peer: &std::path::Path,
+    ) -> Result<(), EmuError> {
+        self.check_port(port)?;
+        let w = wire::SocketWire::open(Arc::downgrade(&self.shared), port, local, peer).map_err(
+            |e| EmuError::Socket {
+                path: local.display().to_string(),
+                error: e.to_string(),
+            },
+        )?;
+        self.set_peer(port, Some(wire::Peer::Socket(w)));
+        Ok(())
+    }
+
+    /// Frames a port's socket wire could not hand to the far end (nothing
+    /// bound at the peer path, or its queue full); 0 for other cables.
+    pub fn socket_frames_unsent(&self, port: u8) -> u64 {
+        match self.shared.lock().peers.get(&port) {
+            Some(wire::Peer::Socket(s)) => s.unsent.load(std::sync::atomic::Ordering::Relaxed),
+            _ => 0,
         }
     }
 }
@@ -547,6 +611,14 @@ impl EmuHca {
         Ok(w)
     }
 
+    /// Reads memory behind the IOMMU without it being a device access (no
+    /// fault is recorded): what a front end needs to mirror what the
+    /// device would see, such as the ownership bits of the command queue.
+    /// `false` when `iova .. iova + dst.len()` is not inside one mapping.
+    pub fn peek_dma(&self, iova: u64, dst: &mut [u8]) -> bool {
+        self.shared.lock().iommu.peek(iova, dst)
+    }
+
     /// The foreign windows mapped now, as (IOVA, length, host address).
     pub fn dma_windows(&self) -> Vec<(u64, usize, usize)> {
         self.shared.lock().iommu.windows()
@@ -595,14 +667,14 @@ pub fn connect(a: &EmuHca, pa: u8, b: &EmuHca, pb: u8) -> Result<(), EmuError> {
     b.check_port(pb)?;
     a.set_peer(
         pa,
-        Some(wire::Peer {
+        Some(wire::Peer::Port {
             hca: Arc::downgrade(&b.shared),
             port: pb,
         }),
     );
     b.set_peer(
         pb,
-        Some(wire::Peer {
+        Some(wire::Peer::Port {
             hca: Arc::downgrade(&a.shared),
             port: pa,
         }),

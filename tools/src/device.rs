@@ -35,25 +35,53 @@ pub enum Selection {
     Emulator,
     /// A PCI function (normalised `dddd:bb:dd.f`) bound to vfio-pci.
     Vfio(String),
+    /// Two PCI functions (`-d <bdf1>,<bdf2>`) whose ports are cabled
+    /// together: the two sides of a pair command (perf, pingpong in one
+    /// process).
+    VfioPair(String, String),
 }
 
 impl Selection {
-    /// From the `-d` option: none or `emu` is the emulator, anything else
-    /// must be a PCI address.
+    /// From the `-d` option: none or `emu` is the emulator, two PCI
+    /// addresses separated by a comma are a cabled pair, anything else must
+    /// be a PCI address.
     pub fn parse(device: Option<&str>) -> Result<Self> {
         match device {
             None => Ok(Selection::Emulator),
             Some(d) if d.eq_ignore_ascii_case("emu") => Ok(Selection::Emulator),
-            Some(d) => Ok(Selection::Vfio(normalize_bdf(d)?)),
+            Some(d) => match d.split_once(',') {
+                Some((a, b)) => {
+                    let (a, b) = (normalize_bdf(a.trim())?, normalize_bdf(b.trim())?);
+                    if a == b {
+                        return Err(ToolError::Usage(format!(
+                            "-d {d}: the two sides of a pair must be two functions (for one function with its port looped back, give it once)"
+                        )));
+                    }
+                    Ok(Selection::VfioPair(a, b))
+                }
+                None => Ok(Selection::Vfio(normalize_bdf(d)?)),
+            },
         }
     }
 
-    /// The `hca_id` this device is shown under: its PCI address, or `emu`.
+    /// The `hca_id` this device is shown under: its PCI address (side A's
+    /// of a pair), or `emu`.
     pub fn hca_id(&self) -> &str {
         match self {
             Selection::Emulator => "emu",
-            Selection::Vfio(bdf) => bdf,
+            Selection::Vfio(bdf) | Selection::VfioPair(bdf, _) => bdf,
         }
+    }
+
+    /// The error for a pair given to a command that runs on one device.
+    fn one_device_only(&self) -> ToolError {
+        ToolError::Usage(format!(
+            "-d {}: this command runs on one device; two (a,b) are for the pair commands perf and pingpong",
+            match self {
+                Selection::VfioPair(a, b) => format!("{a},{b}"),
+                other => other.hca_id().to_string(),
+            }
+        ))
     }
 }
 
@@ -236,6 +264,7 @@ pub fn run_hca<T: HcaTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Resu
             let p = VfioPlatform::open(bdf, vfio_options(opts))?;
             bring_up_and_run(p, sel, recorder, opts.wait_mode, task)
         }
+        Selection::VfioPair(..) => Err(sel.one_device_only()),
     };
     let flushed = recorder.finish();
     let out = r?;
@@ -338,6 +367,31 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
             };
             let result = task.run(&h, &h, &desc);
             finish(result, close_hca(h, &d))
+        }
+        Selection::VfioPair(a, b) => {
+            let pa = VfioPlatform::open(a, vfio_options(opts))?;
+            let pb = VfioPlatform::open(b, vfio_options(opts))?;
+            let (da, db) = (desc_of(&pa, sel), desc_of(&pb, sel));
+            let ha = open_hca(pa, &da, Some(recorder), opts.wait_mode)?;
+            let hb = match open_hca(pb, &db, None, opts.wait_mode) {
+                Ok(h) => h,
+                Err(e) => {
+                    let _ = close_hca(ha, &da);
+                    return Err(e);
+                }
+            };
+            let desc = PairDesc {
+                a: da.clone(),
+                two_hcas: true,
+                link: format!(
+                    "{a} and {b} ({} and {}), their ports cabled together",
+                    da.describe, db.describe
+                ),
+            };
+            let result = task.run(&ha, &hb, &desc);
+            let cb = close_hca(hb, &db);
+            let ca = close_hca(ha, &da);
+            finish(result, ca.and(cb))
         }
     };
     let flushed = recorder.finish();
@@ -454,6 +508,7 @@ pub fn run_platform<T: PlatformTask>(
             };
             task.run(&p, &dev)
         }
+        Selection::VfioPair(..) => Err(sel.one_device_only()),
     }
 }
 
@@ -471,5 +526,26 @@ mod tests {
         );
         let e = Selection::parse(Some("nonsense")).unwrap_err();
         assert!(e.to_string().contains("not a PCI address"), "{e}");
+        // Two functions cabled together.
+        let pair = Selection::parse(Some("02:00.0, 0000:03:00.1")).unwrap();
+        assert_eq!(
+            pair,
+            Selection::VfioPair("0000:02:00.0".into(), "0000:03:00.1".into())
+        );
+        assert_eq!(pair.hca_id(), "0000:02:00.0");
+        let e = Selection::parse(Some("02:00.0,0000:02:00.0")).unwrap_err();
+        assert!(e.to_string().contains("must be two functions"), "{e}");
+        let e = Selection::parse(Some("02:00.0,bogus")).unwrap_err();
+        assert!(e.to_string().contains("not a PCI address"), "{e}");
+        let e = run_hca(&pair, &OpenOptions::default(), Nothing).unwrap_err();
+        assert!(e.to_string().contains("runs on one device"), "{e}");
+    }
+
+    struct Nothing;
+    impl HcaTask for Nothing {
+        type Output = ();
+        fn run<P: Platform>(self, _: &Hca<P>, _: &DeviceDesc) -> Result<()> {
+            Ok(())
+        }
     }
 }

@@ -61,7 +61,9 @@ use hca_driver::WaitMode;
 pub struct Cli {
     /// The device of info, caps, health, pingpong and perf (also taken
     /// after the command): a PCI address (dddd:bb:dd.f) bound to vfio-pci,
-    /// or `emu` for the emulated ConnectX-4 (the default).
+    /// two of them (bdf1,bdf2: two functions cabled together, for pingpong
+    /// and perf in one process), or `emu` for the emulated ConnectX-4 (the
+    /// default).
     #[arg(short = 'd', long = "device", value_name = "BDF|emu")]
     device: Option<String>,
 
@@ -99,8 +101,9 @@ pub struct Cli {
 /// `-d`, for the commands that run on a device.
 #[derive(Debug, Args)]
 struct DeviceOpt {
-    /// The device: a PCI address (dddd:bb:dd.f) bound to vfio-pci, or `emu`
-    /// for the emulated ConnectX-4 (the default).
+    /// The device: a PCI address (dddd:bb:dd.f) bound to vfio-pci (for
+    /// pingpong and perf in one process also two, bdf1,bdf2: two functions
+    /// cabled together), or `emu` for the emulated ConnectX-4 (the default).
     #[arg(short = 'd', long = "device", value_name = "BDF|emu")]
     device: Option<String>,
 }

@@ -53,7 +53,7 @@
 //!   1 to the eventfd of its vector.
 //! - **BAR0**: `mmap` of the device fd maps a shared memory file that a
 //!   bridge thread watches ([`bridge`]: doorbells, the command doorbell
-//!   vector, register publishing, latency). `pread`/`pwrite` of BAR0
+//!   vector, register publishing, doorbells lost to coalescing, latency). `pread`/`pwrite` of BAR0
 //!   reach the emulator's registers directly.
 //!
 //! ## Limits

@@ -44,7 +44,7 @@ pub fn write(state: &State, f: &Func, why: &str) {
         .reported
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for c in log.iter().skip(*seen) {
+    for c in log.iter().skip(seen[0]) {
         let op = Opcode(c.opcode);
         let name = op.name().unwrap_or("unknown opcode");
         if c.delivery_status != 0 {
@@ -65,17 +65,23 @@ pub fn write(state: &State, f: &Func, why: &str) {
             );
         }
     }
-    *seen = log.len();
-    drop(seen);
-    for e in f.emu.iommu_faults() {
+    seen[0] = log.len();
+    let faults = f.emu.iommu_faults();
+    for e in faults.iter().skip(seen[1]) {
         s += &format!("{bdf} {e}\n");
     }
-    for e in f.emu.internal_errors() {
+    seen[1] = faults.len();
+    let errors = f.emu.internal_errors();
+    for e in errors.iter().skip(seen[2]) {
         s += &format!("{bdf} firmware internal error: {e}\n");
     }
-    for d in f.emu.ignored_doorbells() {
+    seen[2] = errors.len();
+    let ignored = f.emu.ignored_doorbells();
+    for d in ignored.iter().skip(seen[3]) {
         s += &format!("{bdf} ignored doorbell: {d}\n");
     }
+    seen[3] = ignored.len();
+    drop(seen);
     let leaks = f.emu.leak_report();
     if !leaks.firmware_pages.is_empty() {
         s += &format!(

@@ -189,6 +189,8 @@ real!(
 );
 real!(real_pread = "pread": fn(fd: c_int, b: *mut c_void, n: size_t, o: off_t) -> ssize_t);
 real!(real_pread64 = "pread64": fn(fd: c_int, b: *mut c_void, n: size_t, o: off_t) -> ssize_t);
+real!(real_pread_chk = "__pread_chk": fn(fd: c_int, b: *mut c_void, n: size_t, o: off_t, bl: size_t) -> ssize_t);
+real!(real_pread64_chk = "__pread64_chk": fn(fd: c_int, b: *mut c_void, n: size_t, o: off_t, bl: size_t) -> ssize_t);
 real!(real_pwrite = "pwrite": fn(fd: c_int, b: *const c_void, n: size_t, o: off_t) -> ssize_t);
 real!(real_pwrite64 = "pwrite64": fn(fd: c_int, b: *const c_void, n: size_t, o: off_t) -> ssize_t);
 
@@ -624,6 +626,34 @@ macro_rules! pread_entry {
 }
 pread_entry!(pread, real_pread);
 pread_entry!(pread64, real_pread64);
+
+macro_rules! pread_chk_entry {
+    ($name:ident, $real:ident, $plain:ident) => {
+        /// Intercepted (fortified `pread`): as `pread` when the buffer is
+        /// large enough; otherwise glibc's check fails as it would.
+        ///
+        /// # Safety
+        ///
+        /// As `pread(2)`, with `bl` the size of the buffer.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            b: *mut c_void,
+            n: size_t,
+            o: off_t,
+            bl: size_t,
+        ) -> ssize_t {
+            if n > bl {
+                // SAFETY: forwarding; glibc reports the overflow.
+                return unsafe { $real(fd, b, n, o, bl) };
+            }
+            // SAFETY: the buffer holds `n` bytes (checked against `bl`).
+            unsafe { $plain(fd, b, n, o) }
+        }
+    };
+}
+pread_chk_entry!(__pread_chk, real_pread_chk, pread);
+pread_chk_entry!(__pread64_chk, real_pread64_chk, pread64);
 
 macro_rules! pwrite_entry {
     ($name:ident, $real:ident) => {

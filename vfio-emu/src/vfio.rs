@@ -123,8 +123,9 @@ pub struct Func {
     bridge: Bridge,
     msix: Arc<Mutex<Msix>>,
     opens: Mutex<usize>,
-    /// Commands already written to the report.
-    pub reported: Mutex<usize>,
+    /// How much of the command log, IOMMU faults, internal errors and
+    /// ignored doorbells is in the report already.
+    pub reported: Mutex<[usize; 4]>,
 }
 
 impl core::fmt::Debug for Func {
@@ -134,7 +135,7 @@ impl core::fmt::Debug for Func {
 }
 
 impl Func {
-    fn new(spec: FunctionSpec, index: usize) -> Result<Self, String> {
+    fn new(spec: FunctionSpec) -> Result<Self, String> {
         let personality = config::personality(spec.model).map_err(|e| e.to_string())?;
         let cfg = EmuConfig {
             personality,
@@ -150,7 +151,9 @@ impl Func {
             // shared page), so it would go on to ring a doorbell the
             // device then ignores. The boot and reset delays stay.
             initializing_delay: std::time::Duration::ZERO,
-            seed: EmuConfig::default().seed.wrapping_add(index as u64),
+            // From the PCI address: functions in different processes get
+            // different MACs, GUIDs and object numbers.
+            seed: EmuConfig::default().seed ^ bdf_hash(&spec.bdf),
             ..EmuConfig::default()
         };
         let emu = Arc::new(EmuHca::new(cfg));
@@ -175,7 +178,7 @@ impl Func {
             bridge,
             msix,
             opens: Mutex::new(0),
-            reported: Mutex::new(0),
+            reported: Mutex::new([0; 4]),
         })
     }
 
@@ -194,6 +197,13 @@ impl Func {
     }
 }
 
+/// FNV-1a of a PCI address.
+fn bdf_hash(bdf: &str) -> u64 {
+    bdf.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// A container.
 #[derive(Debug, Default)]
 struct Container {
@@ -206,7 +216,8 @@ struct Container {
 /// A group's state.
 #[derive(Debug, Default)]
 struct Group {
-    open: bool,
+    /// Whether the group's fd is open.
+    fd_open: bool,
     container: Option<Arc<Mutex<Container>>>,
     devices_open: usize,
 }
@@ -294,8 +305,8 @@ impl State {
     fn funcs(&self) -> Result<&[Arc<Func>], i32> {
         let r = self.funcs.get_or_init(|| {
             let mut v = Vec::new();
-            for (i, s) in self.specs.iter().enumerate() {
-                v.push(Arc::new(Func::new(s.clone(), i)?));
+            for s in &self.specs {
+                v.push(Arc::new(Func::new(s.clone())?));
             }
             wire(&self.specs, &v);
             Ok(v)
@@ -357,12 +368,14 @@ impl State {
             PathKind::Group(n, _) => {
                 let mut groups = lock(&self.groups);
                 let g = groups.entry(n).or_default();
-                if g.open {
+                // Device fds hold a reference to their group's file, as in
+                // Linux: the group is busy until they are closed too.
+                if g.fd_open || g.devices_open > 0 {
                     return OpenOutcome::Err(EBUSY);
                 }
                 match sys::placeholder_fd(flags) {
                     Ok(fd) => {
-                        g.open = true;
+                        g.fd_open = true;
                         drop(groups);
                         self.add_fd(fd, Obj::Group(n));
                         OpenOutcome::Fd(fd)
@@ -383,16 +396,18 @@ impl State {
         };
         self.nfds.fetch_sub(1, Ordering::AcqRel);
         match o {
-            Obj::Container(c) => {
-                let groups: Vec<u32> = lock(&c).groups.clone();
-                for g in groups {
-                    let _ = self.unset_container(g, true);
-                }
-            }
+            // The groups set to it keep a container alive (Linux: each
+            // group holds a reference); its mappings go with the last one.
+            Obj::Container(_) => {}
             Obj::Group(n) => {
-                let _ = self.unset_container(n, true);
-                if let Some(g) = lock(&self.groups).get_mut(&n) {
-                    g.open = false;
+                let released = {
+                    let mut groups = lock(&self.groups);
+                    let g = groups.entry(n).or_default();
+                    g.fd_open = false;
+                    g.devices_open == 0
+                };
+                if released {
+                    let _ = self.unset_container(n, true);
                 }
             }
             Obj::Device(f) => self.device_closed(&f),
@@ -406,14 +421,21 @@ impl State {
             *o = o.saturating_sub(1);
             *o == 0
         };
-        if let Some(g) = lock(&self.groups).get_mut(&f.spec.group) {
+        let group_released = {
+            let mut groups = lock(&self.groups);
+            let g = groups.entry(f.spec.group).or_default();
             g.devices_open = g.devices_open.saturating_sub(1);
-        }
+            g.devices_open == 0 && !g.fd_open
+        };
         if last {
             disable_msix(f);
             // Like vfio-pci: the function is reset when its last user goes.
             let _ = f.reset(Some(0));
             report::write(self, f, "device fd closed");
+        }
+        if group_released {
+            // The group's fd was closed before its devices: it goes now.
+            let _ = self.unset_container(f.spec.group, true);
         }
     }
 
@@ -472,11 +494,23 @@ impl State {
         if matches!(req, 0x5451 | 0x5450 | 0x5421 | 0x5452) {
             return None;
         }
-        Some(match o {
-            Obj::Container(c) => self.container_ioctl(&c, req, arg, mem),
-            Obj::Group(n) => self.group_ioctl(n, req, arg, mem),
-            Obj::Device(f) => device_ioctl(&f, req, arg, mem),
-        })
+        let r = match &o {
+            Obj::Container(c) => self.container_ioctl(c, req, arg, mem),
+            Obj::Group(n) => self.group_ioctl(*n, req, arg, mem),
+            Obj::Device(f) => device_ioctl(f, req, arg, mem),
+        };
+        if crate::bridge::trace() {
+            let kind = match &o {
+                Obj::Container(_) => "container".to_string(),
+                Obj::Group(n) => format!("group {n}"),
+                Obj::Device(f) => f.spec.bdf.clone(),
+            };
+            eprintln!(
+                "hca-vfio-emu: ioctl({fd}: {kind}, VFIO_BASE + {}) = {r:?}",
+                (req & 0xff) - 100
+            );
+        }
+        Some(r)
     }
 
     fn container_ioctl(
@@ -763,6 +797,9 @@ impl State {
         let Obj::Device(f) = self.obj(fd)? else {
             return Some(Err(EINVAL));
         };
+        if crate::bridge::trace() {
+            eprintln!("hca-vfio-emu: pwrite({fd}, {buf:02x?}, {off:#x})");
+        }
         Some(region_rw(&f, off, buf.len(), Rw::Write(buf)))
     }
 }
@@ -1041,17 +1078,17 @@ fn wire(specs: &[FunctionSpec], funcs: &[Arc<Func>]) {
             );
         }
     }
-    for s in specs {
-        match s.wire {
-            Wire::Loopback => eprintln!(
-                "hca-vfio-emu: {}: loop: this hca-emu has no loopback plug (EmuHca::plug_loopback) yet; port 1 stays unplugged",
-                s.bdf
-            ),
-            Wire::Socket { .. } => eprintln!(
-                "hca-vfio-emu: {}: sock=: this hca-emu has no socket cable (EmuHca::cable_to_socket) yet; port 1 stays unplugged",
-                s.bdf
-            ),
-            _ => {}
+    for (s, f) in specs.iter().zip(funcs) {
+        let r = match &s.wire {
+            Wire::Loopback => f.emu.plug_loopback(1),
+            Wire::Socket { local, peer } => {
+                f.emu
+                    .cable_to_socket(1, std::path::Path::new(local), std::path::Path::new(peer))
+            }
+            Wire::None | Wire::To(_) => Ok(()),
+        };
+        if let Err(e) = r {
+            eprintln!("hca-vfio-emu: {}: cannot wire port 1: {e}", s.bdf);
         }
     }
 }

@@ -122,6 +122,7 @@ use std::time::Duration;
 use crate::device::{Device, Event, InFlight, Shared, Timer};
 use crate::fw::{ObjKind, Qp, QpState, buf_addr};
 use crate::ifc::ifc;
+use crate::wire::Peer;
 use packet::{RoceVer, Route};
 
 /// Entries kept in [`Datapath::doorbells`] and [`Datapath::log`].
@@ -769,21 +770,29 @@ impl Device {
             self.datapath.drops.no_link += 1;
             return;
         };
-        if Weak::ptr_eq(&peer.hca, &self.me) {
-            let p = peer.port;
-            self.events.push_back(Event::Frame {
-                port: p,
+        match peer {
+            Peer::Loopback => self.events.push_back(Event::Frame {
+                port,
                 bytes: frame,
                 flight: None,
-            });
-        } else {
-            let o = (
-                peer.hca.clone(),
-                peer.port,
-                frame,
-                Some(InFlight::new(&self.inflight)),
-            );
-            self.engine.outbox.push(o);
+            }),
+            Peer::Socket(s) => {
+                if !s.send(&frame) {
+                    self.datapath.drops.no_link += 1;
+                }
+            }
+            Peer::Port { hca, port: p } if Weak::ptr_eq(hca, &self.me) => {
+                let p = *p;
+                self.events.push_back(Event::Frame {
+                    port: p,
+                    bytes: frame,
+                    flight: None,
+                });
+            }
+            Peer::Port { hca, port: p } => {
+                let o = (hca.clone(), *p, frame, Some(InFlight::new(&self.inflight)));
+                self.engine.outbox.push(o);
+            }
         }
     }
 

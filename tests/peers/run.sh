@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# tests/peers/run.sh SUITE: other people's software (and our own tools
+# through the real VFIO API) against hca-emu.
+#
+# Installs what SUITE needs, runs it, and ends with one line
+# `N passed, N failed, N skipped`. Exits non-zero if anything failed, or
+# if anything was skipped (no suite here has a test that may skip), or if
+# nothing ran at all.
+#
+# Suites:
+#   mlx5_vfio  rdma-core's tests/test_mlx5_vfio.py (Debian's python3-pyverbs,
+#              unmodified, system python3) against an emulated function
+#              presented through the VFIO preload library.
+#   vfio_hca   the `hca` tool and the hardware variants of hca-tests,
+#              built with platform::vfio, against emulated functions
+#              presented the same way.
+#   all        every suite above.
+#
+# Environment: PEERS_OUT (default target/peers) keeps logs and the
+# emulator's reports (HCA_EMU_VFIO_REPORT); PEERS_NO_INSTALL=1 skips
+# apt-get (for machines that have the packages).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${PEERS_OUT:-$ROOT/target/peers}
+mkdir -p "$OUT"
+PRELOAD=$ROOT/target/debug/libhca_vfio_emu.so
+HCA=$ROOT/target/debug/hca
+
+PASSED=0 FAILED=0 SKIPPED=0
+FAILURES=()
+
+say() { printf '%s\n' "$*" >&2; }
+pass() { PASSED=$((PASSED + 1)); say "  pass  $1"; }
+fail() { FAILED=$((FAILED + 1)); FAILURES+=("$1: $2"); say "  FAIL  $1: $2"; }
+skip() { SKIPPED=$((SKIPPED + 1)); FAILURES+=("$1: skipped: $2"); say "  SKIP  $1: $2"; }
+
+# apt packages, installed only when missing.
+need_packages() {
+    local missing=()
+    for p in "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "${PEERS_NO_INSTALL:-0}" = 1 ]; then
+        say "missing packages: ${missing[*]} (PEERS_NO_INSTALL=1)"
+        return 1
+    fi
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    say "installing ${missing[*]}"
+    $sudo apt-get update -qq >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+build_preload() {
+    cargo build -q -p hca-vfio-emu || { fail build "cargo build -p hca-vfio-emu"; return 1; }
+    [ -f "$PRELOAD" ] || { fail build "$PRELOAD was not built"; return 1; }
+}
+
+# Runs a command with the preload library and the given HCA_EMU_VFIO.
+emu() {
+    local spec=$1
+    shift
+    LD_PRELOAD=$PRELOAD HCA_EMU_VFIO=$spec "$@"
+}
+
+# --- mlx5_vfio -----------------------------------------------------------
+
+suite_mlx5_vfio() {
+    say "== mlx5_vfio: rdma-core's test_mlx5_vfio against hca-emu"
+    need_packages python3-pyverbs python3-scapy ibverbs-providers ||
+        { fail mlx5_vfio "cannot install python3-pyverbs python3-scapy ibverbs-providers"; return; }
+    build_preload || return
+    local src=/usr/share/doc/rdma-core/tests
+    [ -d "$src" ] || { fail mlx5_vfio "$src is missing (python3-pyverbs installs it)"; return; }
+    # The Debian package gzips some of the tests: work on a decompressed
+    # copy, unmodified otherwise.
+    local dir=$OUT/rdma-core
+    rm -rf "$dir" && mkdir -p "$dir" && cp -r "$src" "$dir/tests" && gunzip -f "$dir"/tests/*.gz
+    local bdf=0000:00:10.0
+    local spec="$bdf=cx5,ib,loop"
+    local log=$OUT/mlx5_vfio.log report=$OUT/mlx5_vfio.report
+    rm -f "$report"
+    say "   HCA_EMU_VFIO='$spec' /usr/bin/python3 tests/run_tests.py --pci-dev $bdf -v test_mlx5_vfio"
+    (cd "$dir" && HCA_EMU_VFIO_REPORT=$report emu "$spec" \
+        timeout 600 /usr/bin/python3 tests/run_tests.py --pci-dev "$bdf" -v test_mlx5_vfio) >"$log" 2>&1
+    local rc=$?
+    # unittest's verbose lines: `name (module.Class.name) ... ok`, with the
+    # docstring's first line possibly in between.
+    local results
+    results=$(/usr/bin/python3 - "$log" <<'EOF'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+pat = re.compile(r"^(test_\w+) \([\w.]+\)(?:\n[^\n]*?)?\s\.\.\.\s(ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)$", re.M)
+for m in pat.finditer(text):
+    print(m.group(1), m.group(2).split(" ")[0], m.group(2))
+EOF
+)
+    if [ -z "$results" ]; then
+        fail mlx5_vfio "no test ran (exit $rc); see $log"
+        tail -30 "$log" >&2
+        return
+    fi
+    while read -r name status detail; do
+        case $status in
+            ok) pass "mlx5_vfio $name" ;;
+            skipped) skip "mlx5_vfio $name" "$detail" ;;
+            *) fail "mlx5_vfio $name" "$status (see $log)" ;;
+        esac
+    done <<<"$results"
+    if [ $FAILED -gt 0 ]; then tail -40 "$log" >&2; fi
+    [ -f "$report" ] && say "   emulator report: $report"
+}
+
+# --- vfio_hca ------------------------------------------------------------
+
+# Runs one check: a name, then the command; its output goes to a log.
+check() {
+    local name=$1
+    shift
+    local log="$OUT/vfio_hca.$(tr -c 'a-zA-Z0-9_.-' '_' <<<"$name").log"
+    if "$@" >"$log" 2>&1; then
+        pass "vfio_hca $name"
+    else
+        fail "vfio_hca $name" "exit $? (see $log)"
+        tail -20 "$log" >&2
+    fi
+}
+
+suite_vfio_hca() {
+    say "== vfio_hca: hca and hca-tests through platform::vfio against hca-emu"
+    build_preload || return
+    cargo build -q -p hca-tools --features vfio || { fail build "cargo build -p hca-tools --features vfio"; return; }
+    local a=0000:00:11.0 b=0000:00:12.0
+    local one="$a=cx4" pair="$a=cx4,wire=$b;$b=cx4"
+    check "hca info -d $a" emu "$one" "$HCA" info -d "$a" -v
+    check "hca caps -d $a" emu "$one" "$HCA" caps -d "$a"
+    check "hca health -d $a" emu "$one" "$HCA" health -d "$a"
+    check "hca perf write-bw -d $a,$b" emu "$pair" "$HCA" perf write-bw -d "$a,$b" -n 200 -s 4096
+    pingpong_two_processes
+    hardware_tests "$a,$b" "$pair"
+}
+
+# `hca pingpong rc` between two processes, each with its own emulated
+# function, the two cabled by a socket wire.
+pingpong_two_processes() {
+    local name="hca pingpong rc, two processes on one wire"
+    local dir
+    dir=$(mktemp -d "$OUT/wire.XXXXXX")
+    local sa=0000:00:13.0 sb=0000:00:14.0
+    local port=$((20000 + RANDOM % 20000))
+    local slog=$OUT/vfio_hca.pingpong-server.log clog=$OUT/vfio_hca.pingpong-client.log
+    emu "$sa=cx4,sock=$dir/a,peer=$dir/b" timeout 120 "$HCA" pingpong rc -d "$sa" --server -p "$port" -n 200 -c >"$slog" 2>&1 &
+    local server=$!
+    # The client retries its TCP connection while the server comes up.
+    local crc=1
+    for _ in $(seq 1 50); do
+        if grep -q "local address" "$slog" 2>/dev/null; then break; fi
+        sleep 0.2
+    done
+    emu "$sb=cx4,sock=$dir/b,peer=$dir/a" timeout 120 "$HCA" pingpong rc -d "$sb" -p "$port" -n 200 -c 127.0.0.1 >"$clog" 2>&1
+    crc=$?
+    wait "$server"
+    local src=$?
+    rm -rf "$dir"
+    if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+        pass "vfio_hca $name"
+    else
+        fail "vfio_hca $name" "server exit $src, client exit $crc (see $slog, $clog)"
+        tail -10 "$slog" "$clog" >&2
+    fi
+}
+
+# The hardware variants of hca-tests (HCA_PCI=...) through real VFIO ioctls
+# against emulated functions. Each test binary runs under the preload
+# library; an ignored hardware test is a skip.
+hardware_tests() {
+    local pci=$1 spec=$2
+    local list=$OUT/vfio_hca.test-binaries
+    HCA_PCI=$pci cargo test -q -p hca-tests --no-run --message-format=json 2>/dev/null |
+        /usr/bin/python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] != ["custom-build"]:
+        print(m["executable"])
+' >"$list"
+    if [ ! -s "$list" ]; then
+        fail "vfio_hca hardware tests" "HCA_PCI=$pci cargo test -p hca-tests --no-run built nothing"
+        return
+    fi
+    local bin out
+    while read -r bin; do
+        out=$OUT/vfio_hca.$(basename "$bin").log
+        HCA_PCI=$pci emu "$spec" timeout 900 "$bin" hardware:: --test-threads 1 >"$out" 2>&1
+        local rc=$?
+        local found
+        found=$(grep -cE '^test hardware::.* \.\.\. ' "$out")
+        [ "$found" -eq 0 ] && continue
+        while read -r line; do
+            local t=${line#test }
+            t=${t%% ...*}
+            case $line in
+                *"... ok") pass "hca-tests $(basename "$bin" | sed 's/-[0-9a-f]*$//') $t" ;;
+                *"... ignored"*) skip "hca-tests $t" "ignored (HCA_PCI not seen at build time?)" ;;
+                *) fail "hca-tests $t" "FAILED (see $out)" ;;
+            esac
+        done < <(grep -E '^test hardware::.* \.\.\. ' "$out")
+        if [ $rc -ne 0 ] && ! grep -qE '^test hardware::.* \.\.\. FAILED' "$out"; then
+            fail "hca-tests $(basename "$bin")" "exit $rc without a failed test (crash?), see $out"
+            tail -20 "$out" >&2
+        fi
+    done <"$list"
+}
+
+case "${1:-}" in
+    mlx5_vfio) suite_mlx5_vfio ;;
+    vfio_hca) suite_vfio_hca ;;
+    all)
+        suite_vfio_hca
+        suite_mlx5_vfio
+        ;;
+    *)
+        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|all"
+        exit 2
+        ;;
+esac
+
+if [ ${#FAILURES[@]} -gt 0 ]; then
+    say ""
+    say "not passed:"
+    for f in "${FAILURES[@]}"; do say "  $f"; done
+fi
+echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
+if [ $FAILED -gt 0 ] || [ $SKIPPED -gt 0 ] || [ $PASSED -eq 0 ]; then
+    exit 1
+fi

@@ -1,0 +1,217 @@
+//! The cables of the emulated port beyond another emulated HCA of this
+//! process: a loopback plug (two QPs of one HCA talk through its own port)
+//! and a Unix datagram socket (the wire between two processes' emulated
+//! HCAs, here two HCAs of this process that only share the socket).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode};
+use hca_driver::{Config, PortState};
+use hca_emu::{Clock, EmuConfig, EmuError, EmuPlatform};
+use hca_tests::verbs::{Endpoint, RcParams, connect, poll_ok, post_recv_sge, qp_cap};
+use hca_tests::{Bench, Link};
+
+/// RC SENDs with immediate data both ways between side A and side B, and
+/// an RDMA WRITE from A into B's buffer.
+fn rc_both_ways(l: &mut Link<EmuPlatform>, rounds: u32) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    {
+        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        assert_eq!(ca.query_port(pa).unwrap().state, PortState::Active);
+        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
+        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(8192).unwrap());
+        let ma = pda.reg_mr(&ba, AccessFlags::ALL).unwrap();
+        let mb = pdb.reg_mr(&bb, AccessFlags::ALL).unwrap();
+        let rc = |cq| QpInitAttr::new(QpType::Rc, cq, cq).cap(qp_cap(16, 16, 1, 64));
+        let mut qa = pda.create_qp(&rc(&cqa)).unwrap();
+        let mut qb = pdb.create_qp(&rc(&cqb)).unwrap();
+        let ea = Endpoint::of(&ca, pa, qa.number().0, ma.addr(), ma.rkey().0);
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let p = RcParams {
+            access: AccessFlags::ALL,
+            ..RcParams::default()
+        };
+        connect(&ca, &mut qa, pa, &eb, &p);
+        connect(&cb, &mut qb, pb, &ea, &p);
+        for round in 0..rounds {
+            let ping = format!("ping {round} from {:#x}", ea.qpn);
+            let pong = format!("pong {round} from {:#x}", eb.qpn);
+            post_recv_sge(&mut qb, 0xb00 + u64::from(round), mb.sge(0, 256).unwrap());
+            post_recv_sge(&mut qa, 0xa00 + u64::from(round), ma.sge(0, 256).unwrap());
+            qa.post_send(
+                &SendWr::new(u64::from(round), SendOp::SendWithImm(round))
+                    .inline(ping.as_bytes())
+                    .flags(SendFlags::SIGNALED),
+            )
+            .unwrap();
+            let wc = poll_ok(&cqb);
+            assert_eq!(
+                (wc.wr_id, wc.opcode, wc.imm_data, wc.byte_len),
+                (
+                    0xb00 + u64::from(round),
+                    WcOpcode::Recv,
+                    round,
+                    ping.len() as u32
+                )
+            );
+            let mut got = vec![0u8; ping.len()];
+            bb.read(0, &mut got).unwrap();
+            assert_eq!(got, ping.as_bytes());
+            assert_eq!(poll_ok(&cqa).wr_id, u64::from(round));
+            qb.post_send(
+                &SendWr::new(0x100 + u64::from(round), SendOp::Send)
+                    .inline(pong.as_bytes())
+                    .flags(SendFlags::SIGNALED),
+            )
+            .unwrap();
+            let wc = poll_ok(&cqa);
+            assert_eq!(wc.wr_id, 0xa00 + u64::from(round));
+            let mut got = vec![0u8; pong.len()];
+            ba.read(0, &mut got).unwrap();
+            assert_eq!(got, pong.as_bytes());
+            assert_eq!(poll_ok(&cqb).wr_id, 0x100 + u64::from(round));
+        }
+        ba.write(4096, b"written across the wire").unwrap();
+        qa.post_send(
+            &SendWr::new(
+                7,
+                SendOp::RdmaWrite {
+                    remote_addr: eb.addr + 4096,
+                    rkey: eb.rkey,
+                },
+            )
+            .sgl(&[ma.sge(4096, 23).unwrap()])
+            .flags(SendFlags::SIGNALED),
+        )
+        .unwrap();
+        assert_eq!(poll_ok(&cqa).opcode, WcOpcode::RdmaWrite);
+        let mut got = [0u8; 23];
+        bb.read(4096, &mut got).unwrap();
+        assert_eq!(&got, b"written across the wire");
+    }
+    l.close(h);
+}
+
+#[test]
+fn a_loopback_plug_brings_the_link_up_and_carries_two_qps_of_one_hca() {
+    let mut a = Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default());
+    // No cable: the port is down.
+    a.with_open(|hca, _| {
+        let ctx = hca.open_context().unwrap();
+        assert_eq!(ctx.query_port(1).unwrap().state, PortState::Down);
+    });
+    let emu = a.emu().unwrap();
+    emu.plug_loopback(1).unwrap();
+    assert_eq!(emu.plug_loopback(1), Err(EmuError::PortBusy(1)));
+    assert_eq!(
+        emu.plug_loopback(2),
+        Err(EmuError::NoSuchPort { port: 2, ports: 1 })
+    );
+    let tx = emu.datapath().frames_tx;
+    let mut l = Link {
+        a,
+        b: None,
+        port_a: 1,
+        port_b: 1,
+    };
+    rc_both_ways(&mut l, 8);
+    let emu = l.a.emu().unwrap();
+    assert!(
+        emu.datapath().frames_tx >= tx + 8 * 2 * 2,
+        "every message and its ACK went out of the port"
+    );
+    l.assert_clean();
+    // Unplugged, the link is down again.
+    l.a.emu().unwrap().disconnect(1);
+    l.a.with_open(|hca, _| {
+        let ctx = hca.open_context().unwrap();
+        assert_eq!(ctx.query_port(1).unwrap().state, PortState::Down);
+    });
+}
+
+fn socket_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hca-wire-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
+    let dir = socket_dir("rc");
+    let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
+    let real = EmuConfig {
+        clock: Clock::Real,
+        ..EmuConfig::default()
+    };
+    let a = Bench::<EmuPlatform>::emulated(real.clone(), Config::default());
+    let b = Bench::<EmuPlatform>::emulated(EmuConfig { seed: 77, ..real }, Config::default());
+    a.emu().unwrap().cable_to_socket(1, &sa, &sb).unwrap();
+    b.emu().unwrap().cable_to_socket(1, &sb, &sa).unwrap();
+    assert!(sa.exists() && sb.exists(), "both ends bound their sockets");
+    let mut l = Link {
+        a,
+        b: Some(b),
+        port_a: 1,
+        port_b: 1,
+    };
+    rc_both_ways(&mut l, 16);
+    l.assert_clean();
+    assert_eq!(l.emu_a().socket_frames_unsent(1), 0);
+    // The far end unplugged: A's frames are lost (counted), B's socket
+    // file is gone.
+    l.emu_b().disconnect(1);
+    assert!(!sb.exists());
+    l.a.with_open(|hca, emu| {
+        let ctx = hca.open_context().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(4).unwrap();
+        let mut qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq).cap(qp_cap(4, 4, 1, 64)))
+            .unwrap();
+        hca_tests::verbs::ud_ready(&mut qp, 1, 0x11);
+        let me = Endpoint::of(&ctx, 1, qp.number().0, 0, 0);
+        let before = emu.socket_frames_unsent(1);
+        // To a MAC that is not the port's own, so the frame leaves the port.
+        let mut attr = hca_tests::verbs::path_to(&ctx, 1, &me, 64);
+        attr = attr.dmac([0x02, 0, 0, 0, 0, 0x99]);
+        let away = pd.create_ah(&attr).unwrap();
+        qp.post_send(
+            &SendWr::new(1, SendOp::Send)
+                .inline(b"into the void")
+                .flags(SendFlags::SIGNALED)
+                .ud(away.dest(0x99, 0x11)),
+        )
+        .unwrap();
+        assert_eq!(poll_ok(&cq).wr_id, 1, "UD completes at transmission");
+        let t0 = std::time::Instant::now();
+        while emu.socket_frames_unsent(1) == before && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(emu.socket_frames_unsent(1), before + 1);
+        drop((away, qp));
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_socket_that_cannot_be_bound_is_a_typed_error() {
+    let a = Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default());
+    let e = a
+        .emu()
+        .unwrap()
+        .cable_to_socket(
+            1,
+            std::path::Path::new("/nonexistent-dir/a.sock"),
+            std::path::Path::new("/nonexistent-dir/b.sock"),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, EmuError::Socket { path, .. } if path == "/nonexistent-dir/a.sock"),
+        "{e}"
+    );
+    // The port stays free.
+    a.emu().unwrap().plug_loopback(1).unwrap();
+}
