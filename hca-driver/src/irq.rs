@@ -50,7 +50,9 @@ pub struct InterruptStats {
     /// check or page request was due, or the wait timed out).
     pub idle_sleeps: u64,
     /// Polling steps of the driver's waits ([`Platform::relax`] or a short
-    /// delay between two looks at the device).
+    /// delay between two looks at the device). On interrupts, the command
+    /// waits of bring-up before the EQs exist poll, as does a command wait
+    /// while another thread is consuming the command EQ.
     pub polls: u64,
 }
 
@@ -59,7 +61,7 @@ impl fmt::Display for InterruptStats {
         match self.mode {
             WaitMode::Interrupts => write!(
                 f,
-                "interrupts ({} MSI-X vectors): {} wakeups by interrupt, {} sleeps to their limit, {} polling steps",
+                "interrupts ({} MSI-X vectors): {} wakeups by interrupt, {} sleeps to their limit, {} polling steps (commands before the EQs exist, or while another thread consumes the EQ)",
                 self.vectors, self.wakeups, self.idle_sleeps, self.polls
             ),
             WaitMode::Polling => write!(f, "polling: {} polling steps", self.polls),
