@@ -4,7 +4,7 @@
 //! in [`crate::shm`].
 //!
 //! Every entry point converts its C arguments, then asks [`crate::vfio`]
-//! (safe code) what to do, under [`guarded`]: a thread-local flag makes
+//! (safe code) what to do, under `guarded`: a thread-local flag makes
 //! every libc call the library itself makes (std's file system calls, the
 //! emulator's threads' work on this thread) go straight to the real
 //! function, and `catch_unwind` keeps a panic from crossing into C (the

@@ -535,8 +535,9 @@ fn a_doorbell_written_twice_with_the_same_value_is_delivered_twice() {
     for _ in 0..2 {
         bar_write64(bar, 0x5020, 0x1234_5678);
         bar_write32(bar, 0x5048, 0x2a);
-        // Longer than the bridge's sweep of unallocated UAR pages.
-        std::thread::sleep(Duration::from_millis(60));
+        // Longer than the bridge's sweep of unallocated UAR pages (1024
+        // polls of 50-160 µs).
+        std::thread::sleep(Duration::from_millis(400));
     }
     // SAFETY: ours; closing delivers the report.
     unsafe { libc::close(d) };
@@ -649,4 +650,59 @@ fn msix_eventfds_are_set_triggered_and_signalled_by_eq_interrupts() {
     let n = eventfd_read(e).unwrap_or(0);
     assert!(n > 0, "no interrupt on vector 0");
     drop(hca);
+}
+
+#[test]
+fn ports_are_wired_as_the_variable_says() {
+    const VAR: &str = "0000:00:10.0=cx4,loop;0000:00:11.0=cx4,group=7;\
+                       0000:00:12.0=cx4,ib,wire=0000:00:13.0;0000:00:13.0=cx4,ib";
+    if !in_child() {
+        let c = child("ports_are_wired_as_the_variable_says", VAR);
+        assert!(c.ok, "{}\n{}", c.stderr, c.report);
+        return;
+    }
+    use hca_driver::{LinkLayer, PortState};
+    let group = |bdf: &str| {
+        let g = fs::read_link(
+            Path::new("/sys/bus/pci/devices")
+                .join(bdf)
+                .join("iommu_group"),
+        )
+        .unwrap();
+        g.file_name().unwrap().to_string_lossy().into_owned()
+    };
+    assert_eq!(group("0000:00:10.0"), "100");
+    assert_eq!(group("0000:00:11.0"), "7");
+    assert_eq!(group("0000:00:13.0"), "103");
+    let open = |bdf: &str| {
+        let p = platform::vfio::VfioPlatform::open(bdf, platform::vfio::VfioOptions::default())
+            .unwrap();
+        hca_driver::Hca::open(p, hca_driver::Config::default())
+            .map_err(|f| f.error)
+            .unwrap()
+    };
+    let looped = open("0000:00:10.0");
+    let alone = open("0000:00:11.0");
+    let (ib_a, ib_b) = (open("0000:00:12.0"), open("0000:00:13.0"));
+    let port = |h: &hca_driver::Hca<platform::vfio::VfioPlatform>| {
+        let p = h.query_port(1).unwrap();
+        (p.state, p.link_layer)
+    };
+    assert_eq!(
+        port(&looped),
+        (PortState::Active, LinkLayer::Ethernet),
+        "loopback plug"
+    );
+    assert_eq!(port(&alone).0, PortState::Down, "no cable");
+    assert_eq!(
+        port(&ib_a),
+        (PortState::Active, LinkLayer::InfiniBand),
+        "cabled"
+    );
+    assert_eq!(
+        port(&ib_b),
+        (PortState::Active, LinkLayer::InfiniBand),
+        "cabled"
+    );
+    drop((looped, alone, ib_a, ib_b));
 }
