@@ -296,6 +296,11 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             "-d/--device does not apply to `hca {name}`, which runs on no device"
         )));
     }
+    if cli.poll && dev.is_none() {
+        return Err(ToolError::Usage(format!(
+            "--poll does not apply to `hca {name}`, which runs on no device"
+        )));
+    }
     if cli.dump_commands.is_some() && dump.is_none() {
         return Err(ToolError::Usage(format!(
             "--dump-commands does not apply to `hca {name}`, which runs no firmware command"

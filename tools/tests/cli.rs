@@ -896,6 +896,8 @@ fn poll_flag_switches_the_driver_to_polling() {
         let off = waits(args);
         assert!(off.contains("waits: polling: "), "{args:?}: {off}");
     }
+    let e = fails(&["list", "--poll"]);
+    assert!(e.contains("--poll does not apply to `hca list`"), "{e}");
     // Both sides of a pingpong with events sleep on interrupts.
     let pp = Command::new(env!("CARGO_BIN_EXE_hca"))
         .args(["pingpong", "rc", "--tcp-loopback", "-e", "-n", "20"])
