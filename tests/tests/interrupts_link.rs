@@ -81,6 +81,20 @@ fn cq_event_wakes_the_waiter<P: TestPlatform>(l: &mut Link<P>) {
             "no completion event woke its waiter: {}",
             hb.interrupt_stats()
         );
+        // A drain waits for the flush completions of the receives still
+        // posted by sleeping, not polling.
+        for k in 0..3 {
+            post_recv_sge(&mut qb, 100 + k, mrb.sge(0, 64).unwrap());
+        }
+        let s0 = hb.interrupt_stats();
+        let mut flushed = 0;
+        qb.drain(WAIT, |wc| {
+            assert_eq!(wc.status, WcStatus::WrFlushErr, "{wc:?}");
+            flushed += 1;
+        })
+        .unwrap();
+        assert_eq!(flushed, 3);
+        assert_eq!(delta(s0, hb.interrupt_stats()).2, 0, "the drain polled");
     }
     l.close(h);
 }

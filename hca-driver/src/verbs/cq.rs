@@ -316,6 +316,41 @@ impl<'a, P: Platform> Cq<'a, P> {
         }
     }
 
+    /// Prepares a sleep until this CQ's next completion, when the driver
+    /// runs on interrupts: reads the interrupt count of the completion EQ's
+    /// vector and makes sure a completion raises an event, with the user's
+    /// arm for any completion (whose event stays the user's) or, without a
+    /// user's arm, an arm of the driver's own (whose event
+    /// [`take_events`](Self::take_events) does not count). `None` while
+    /// polling, or under the user's solicited-only arm (which a completion
+    /// may not fire). The caller polls once more before it sleeps with
+    /// [`sleep`](Self::sleep).
+    pub(crate) fn arm_for_sleep(&self) -> Option<(u16, u64)> {
+        let hca = self.ctx.hca();
+        let v = hca.eq_vector(self.eqn)?;
+        let user = self.with(|i| i.arm.user);
+        if user == Some(true) {
+            return None;
+        }
+        let seen = hca.interrupt_seen(v)?;
+        if user.is_none() {
+            self.with(|i| {
+                i.arm.internal = true;
+                i.cq.arm(false);
+            });
+        }
+        Some((v, seen))
+    }
+
+    /// Sleeps on the interrupt of [`arm_for_sleep`](Self::arm_for_sleep)
+    /// until the deadline or the next health poll, then services the HCA
+    /// (consuming the EQs and re-arming them; the event stays counted for
+    /// [`take_events`](Self::take_events)).
+    pub(crate) fn sleep(&self, seen: (u16, u64), deadline: &Deadline) -> Result<()> {
+        self.idle(Some(seen), deadline)?;
+        service(self.ctx.hca())
+    }
+
     /// Between two looks at the device: sleeps on the interrupt `seen`
     /// (vector, count) until the deadline or the next health poll, or takes
     /// one polling step.
@@ -357,7 +392,6 @@ impl<'a, P: Platform> Cq<'a, P> {
         let hca = self.ctx.hca();
         let p = hca.platform();
         let deadline = Deadline::start(p, timeout);
-        let vector = hca.eq_vector(self.eqn);
         let mut spins = 0u32;
         loop {
             let n = self.poll(wc)?;
@@ -365,36 +399,15 @@ impl<'a, P: Platform> Cq<'a, P> {
                 return Ok(n);
             }
             deadline.check(p, Wait::Completion { cqn: self.cqn })?;
-            if let Some(v) = vector {
-                // Sleep only when a completion is sure to raise an event:
-                // armed by the user for any completion, or not armed by
-                // the user (then armed here). A user's solicited-only arm
-                // is left alone, and the wait polls.
-                let user = self.with(|i| i.arm.user);
-                let seen = match user {
-                    Some(true) => None,
-                    _ => hca.interrupt_seen(v),
-                };
-                if let Some(seen) = seen {
-                    if user.is_none() {
-                        // Arm, then look again: a completion written before
-                        // the arm is polled here, one after it raises the
-                        // event (which take_events will not hand out).
-                        self.with(|i| {
-                            i.arm.internal = true;
-                            i.cq.arm(false);
-                        });
-                        let n = self.poll(wc)?;
-                        if n > 0 {
-                            return Ok(n);
-                        }
-                    }
-                    self.idle(Some((v, seen)), &deadline)?;
-                    // Consumes the EQs (re-arming them); the event stays
-                    // counted for take_events.
-                    service(hca)?;
-                    continue;
+            if let Some(seen) = self.arm_for_sleep() {
+                // Look again: a completion written before the arm is
+                // polled here, one after it raises the event.
+                let n = self.poll(wc)?;
+                if n > 0 {
+                    return Ok(n);
                 }
+                self.sleep(seen, &deadline)?;
+                continue;
             }
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 {
