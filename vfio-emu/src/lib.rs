@@ -18,7 +18,9 @@
 //! `HCA_EMU_VFIO_REPORT=<file>` (the command log, IOMMU faults, internal
 //! errors and leaks of each function, appended when its device fd closes
 //! and at exit). A malformed variable is reported on stderr and presents
-//! nothing.
+//! nothing. `HCA_EMU_VFIO_TRACE=1` prints on stderr every VFIO ioctl, every
+//! store the bridge delivers, every MSI-X interrupt and, each second, each
+//! function's state.
 //!
 //! ## What the program sees
 //!

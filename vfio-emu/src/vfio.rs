@@ -167,7 +167,18 @@ impl Func {
         let m = msix.clone();
         emu.set_msix_sink(Some(Arc::new(move |v: u16| {
             let g = lock(&m);
-            if let Some(Some(fd)) = g.fds.get(usize::from(v)) {
+            let fd = g.fds.get(usize::from(v)).and_then(Option::as_ref);
+            if crate::bridge::trace() {
+                eprintln!(
+                    "hca-vfio-emu: MSI-X vector {v}: {}",
+                    if fd.is_some() {
+                        "eventfd signalled"
+                    } else {
+                        "no eventfd set"
+                    }
+                );
+            }
+            if let Some(fd) = fd {
                 sys::eventfd_signal(fd);
             }
         })));
