@@ -7,7 +7,10 @@
 //! barrier, and the slot's doorbell bit is rung. The driver then polls the
 //! ownership bit (polling mode) or the command completion EQ (event mode,
 //! once that EQ exists), with a timeout on the platform clock and a health
-//! check every [`Timeouts::health_check_in_wait`](crate::Timeouts).
+//! check every [`Timeouts::health_check_in_wait`](crate::Timeouts). In
+//! event mode on interrupts ([`WaitMode`](crate::WaitMode)) it sleeps on
+//! the command EQ's MSI-X vector between two looks at the EQ instead of
+//! spinning.
 //!
 //! Everything the device wrote is validated before it is used: the entry's
 //! token, delivery status, output length and output pointer (and signature
@@ -605,8 +608,16 @@ impl<P: Platform> Hca<P> {
         let mut spins = 0u32;
         let mut sleep = Duration::from_micros(1);
         loop {
+            let events = self.cmd.events_mode.load(Ordering::Acquire);
+            // On interrupts: the count before looking at the EQ, so that an
+            // EQE written after the look ends the sleep below.
+            let irq = match self.eqs.cmd.as_ref() {
+                Some(eq) if events => self.interrupt_seen(eq.vector).map(|s| (eq.vector, s)),
+                _ => None,
+            };
             let owned = self.entry_owned_by_fw(slot);
-            if self.cmd.events_mode.load(Ordering::Acquire) {
+            let mut eq_busy = false;
+            if events {
                 if self.cmd.completed.load(Ordering::Acquire) & bit != 0 {
                     self.cmd.completed.fetch_and(!bit, Ordering::AcqRel);
                     if !owned {
@@ -623,7 +634,7 @@ impl<P: Platform> Hca<P> {
                 }
                 if let Some(eq) = self.eqs.cmd.as_ref() {
                     // Errors are queued as events; this wait goes on.
-                    let _ = self.poll_eq(eq);
+                    eq_busy = self.try_poll_eq(eq).is_none();
                 }
                 if self.cmd.completed.load(Ordering::Acquire) & bit != 0 {
                     continue;
@@ -654,20 +665,50 @@ impl<P: Platform> Hca<P> {
                     after: waited,
                 });
             }
-            if now.saturating_sub(last_health) >= self.cfg.timeouts.health_check_in_wait {
+            let health = self.cfg.timeouts.health_check_in_wait;
+            if now.saturating_sub(last_health) >= health {
                 last_health = now;
                 self.probe_health()?;
-                if self.cmd.events_mode.load(Ordering::Acquire) {
+                if events {
                     // A command the firmware holds until it gets pages.
                     self.service_while_waiting();
                 }
             }
-            if spins < SPINS_BEFORE_SLEEP {
-                spins += 1;
-                self.p().relax();
-            } else {
-                self.p().delay(sleep);
-                sleep = (sleep * 2).min(MAX_POLL_SLEEP);
+            match irq {
+                // Another thread is consuming the EQ: it may be handling
+                // this command's completion right now; look again soon.
+                Some((vector, seen)) if !eq_busy => {
+                    // Sleep until the completion's interrupt, or until the
+                    // next health check, missing-event limit or timeout.
+                    let now = self.p().now();
+                    let mut slice = timeout
+                        .saturating_sub(now.saturating_sub(start))
+                        .min(health.saturating_sub(now.saturating_sub(last_health)));
+                    if let Some(since) = clear_since {
+                        slice = slice.min(
+                            self.cfg
+                                .timeouts
+                                .missing_completion_event
+                                .saturating_sub(now.saturating_sub(since)),
+                        );
+                    }
+                    if self.wait_interrupt(vector, seen, slice)? {
+                        // The asynchronous EQ shares the vector: page
+                        // requests the firmware may be holding this command
+                        // for.
+                        self.service_while_waiting();
+                    }
+                }
+                _ => {
+                    self.note_poll();
+                    if spins < SPINS_BEFORE_SLEEP {
+                        spins += 1;
+                        self.p().relax();
+                    } else {
+                        self.p().delay(sleep);
+                        sleep = (sleep * 2).min(MAX_POLL_SLEEP);
+                    }
+                }
             }
         }
     }

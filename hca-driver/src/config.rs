@@ -47,9 +47,30 @@ impl Default for Timeouts {
     }
 }
 
+/// How the driver waits for the device: command completions, completion
+/// events, and the CQ waits of the verbs API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WaitMode {
+    /// Sleep on MSI-X interrupts where the platform has them
+    /// ([`Platform::msix_vectors`](platform::Platform::msix_vectors) > 0):
+    /// the EQs get vectors, waits arm them and sleep in
+    /// [`Platform::wait_interrupt`](platform::Platform::wait_interrupt).
+    /// On a platform without interrupts (or if enabling them fails, with a
+    /// warning) the driver polls.
+    #[default]
+    Interrupts,
+    /// Poll: waits spin on the device's memory (with
+    /// [`Platform::relax`](platform::Platform::relax) and growing sleeps),
+    /// and no MSI-X vector is enabled.
+    Polling,
+}
+
 /// How to bring a device up.
 #[derive(Clone, Copy)]
 pub struct Config {
+    /// How waits wait: interrupts where the platform has them (the
+    /// default), or polling.
+    pub wait_mode: WaitMode,
     /// Timeouts.
     pub timeouts: Timeouts,
     /// log2 of the entries of the command completion EQ.
@@ -98,6 +119,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
+            wait_mode: WaitMode::default(),
             timeouts: Timeouts::default(),
             cmd_eq_log_size: 5,
             async_eq_log_size: 7,
@@ -118,6 +140,7 @@ impl Default for Config {
 impl core::fmt::Debug for Config {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Config")
+            .field("wait_mode", &self.wait_mode)
             .field("timeouts", &self.timeouts)
             .field("cmd_eq_log_size", &self.cmd_eq_log_size)
             .field("async_eq_log_size", &self.async_eq_log_size)

@@ -23,6 +23,12 @@ impl Deadline {
         }
     }
 
+    /// Time left until the limit (zero once it passed).
+    pub(crate) fn remaining<P: Platform>(&self, p: &P) -> Duration {
+        self.timeout
+            .saturating_sub(p.now().saturating_sub(self.start))
+    }
+
     /// [`Error::Timeout`] for `what` once `timeout` has passed since the
     /// start.
     pub(crate) fn check<P: Platform>(&self, p: &P, what: Wait) -> Result<()> {

@@ -4,9 +4,10 @@
 //!
 //! Three kinds of EQ: the command EQ (command completions, event 0x0a), the
 //! asynchronous EQ (page requests, port changes, CQ, QP, WQ and SRQ errors,
-//! internal errors) and the completion EQs (event 0x00). Nothing here needs
-//! interrupts: EQs are polled by [`Hca::poll_events`] (and the command EQ by
-//! command waits).
+//! internal errors) and the completion EQs (event 0x00). EQs are consumed
+//! by [`Hca::poll_events`] (and the command EQ by command waits); each has
+//! an MSI-X vector (`intr`, see the `irq` module) on which waits sleep when
+//! the driver runs on interrupts.
 
 use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
@@ -116,6 +117,8 @@ pub(crate) struct Eq {
     pub(crate) kind: EqKind,
     pub(crate) buf: DmaRegion,
     pub(crate) log_size: u8,
+    /// The MSI-X vector (`eqc.intr`).
+    pub(crate) vector: u16,
     ring: spin::Mutex<EqRing>,
 }
 
@@ -133,6 +136,11 @@ impl Eqs {
             .iter()
             .chain(self.async_eq.iter())
             .chain(self.comp.iter())
+    }
+
+    /// The EQ numbered `eqn`.
+    pub(crate) fn find(&self, eqn: u8) -> Option<&Eq> {
+        self.iter().find(|e| e.eqn == eqn)
     }
 }
 
@@ -169,10 +177,11 @@ impl<P: Platform> Hca<P> {
         for i in 0..entries {
             buf.write_u8(i * EQE_SIZE + EQE_OWNER_OFFSET, EQE_OWNER_INIT);
         }
+        let vector = self.vector_for(kind);
         let mut eqc = Eqc::new();
         eqc.set(Eqc::log_eq_size, log_size)?
             .set(Eqc::uar_page, uar.0)?
-            .set(Eqc::intr, 0)?
+            .set(Eqc::intr, vector as u8)?
             .set(Eqc::log_page_size, 0)?;
         let mut input = CreateEqIn::new();
         input.set(CreateEqIn::eq_context_entry, eqc)?;
@@ -209,10 +218,11 @@ impl<P: Platform> Hca<P> {
             kind,
             buf,
             log_size,
+            vector,
             ring: spin::Mutex::new(EqRing::new(log_size)),
         };
         self.eq_doorbell(&eq, 0, true);
-        log::debug!("EQ {eqn:#x} ({kind:?}, {entries} entries) created");
+        log::debug!("EQ {eqn:#x} ({kind:?}, {entries} entries, MSI-X vector {vector}) created");
         Ok(eq)
     }
 
@@ -236,9 +246,13 @@ impl<P: Platform> Hca<P> {
     /// [`AsyncEvent::InvalidEqe`], and the first is returned as
     /// [`Error::InvalidEqe`] after the whole batch.
     pub(crate) fn poll_eq(&self, eq: &Eq) -> Result<usize> {
-        let Some(mut ring) = eq.ring.try_lock() else {
-            return Ok(0);
-        };
+        self.try_poll_eq(eq).unwrap_or(Ok(0))
+    }
+
+    /// [`poll_eq`](Self::poll_eq), or `None` when another thread is
+    /// consuming the EQ right now (it will re-arm it).
+    pub(crate) fn try_poll_eq(&self, eq: &Eq) -> Option<Result<usize>> {
+        let mut ring = eq.ring.try_lock()?;
         let size = 1usize << eq.log_size;
         let mut first: Option<EqeError> = None;
         let mut n = 0;
@@ -267,10 +281,10 @@ impl<P: Platform> Hca<P> {
             self.eq_doorbell(eq, ring.ci(), true);
         }
         drop(ring);
-        match first {
+        Some(match first {
             Some(error) => Err(Error::InvalidEqe { eqn: eq.eqn, error }),
             None => Ok(n),
-        }
+        })
     }
 
     fn dispatch(&self, eq: &Eq, e: &Eqe) -> core::result::Result<(), EqeError> {

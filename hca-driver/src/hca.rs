@@ -34,6 +34,7 @@ use crate::events::EventRouter;
 use crate::fwpages::PageManager;
 use crate::health::{HealthMonitor, HealthReading};
 use crate::info::{CapPair, Caps, DeviceInfo, PciIds};
+use crate::irq::IrqState;
 use crate::types::Uarn;
 
 /// Most completion EQs.
@@ -216,6 +217,7 @@ pub struct Hca<P: Platform> {
     pub(crate) pending_pages: AtomicI64,
     pub(crate) internal_error_seen: AtomicBool,
     pub(crate) eqs: Eqs,
+    pub(crate) irq: IrqState,
     pub(crate) events: EventRouter,
     health: spin::Mutex<HealthMonitor>,
     dead: spin::Mutex<Option<DeadReason>>,
@@ -471,6 +473,7 @@ impl<P: Platform> Hca<P> {
             pending_pages: AtomicI64::new(0),
             internal_error_seen: AtomicBool::new(false),
             eqs: Eqs::default(),
+            irq: IrqState::default(),
             events: EventRouter::new(),
             health: spin::Mutex::new(HealthMonitor::default()),
             dead: spin::Mutex::new(None),
@@ -920,6 +923,7 @@ impl<P: Platform> Hca<P> {
     }
 
     fn create_eqs(&mut self) -> Result<()> {
+        self.setup_interrupts();
         let cmd = self.create_eq(EqKind::Command, self.cfg.cmd_eq_log_size)?;
         let eqn = cmd.eqn;
         self.eqs.cmd = Some(cmd);
@@ -979,6 +983,9 @@ impl<P: Platform> Hca<P> {
                     note(e, &mut first);
                 }
             }
+            if let Err(e) = self.teardown_interrupts() {
+                note(e, &mut first);
+            }
             if let Some(u) = self.uar.take() {
                 if let Err(e) = self.dealloc_uar_number(u) {
                     note(e, &mut first);
@@ -1018,6 +1025,9 @@ impl<P: Platform> Hca<P> {
             note(e, &mut first);
         }
         self.cmd.events_mode.store(false, Ordering::Release);
+        if let Err(e) = self.teardown_interrupts() {
+            note(e, &mut first);
+        }
         // Bus master off: no DMA from here on.
         if let Err(e) = pci_set_command(self.p(), 0, pci::COMMAND_BUS_MASTER) {
             note(e, &mut first);

@@ -25,6 +25,11 @@
 //! - Events: [`Hca::poll_events`] consumes the EQs; completion events are
 //!   counted per CQ and asynchronous events queued for their owners
 //!   ([`EventRouter`], [`AsyncEvent`]).
+//! - Interrupts: with [`WaitMode::Interrupts`] (the default) on a platform
+//!   with MSI-X ([`platform::Platform::msix_vectors`]), the EQs get vectors
+//!   and command waits and CQ waits sleep on them
+//!   ([`Hca::wait_interrupt`]); [`WaitMode::Polling`] polls. How the waits
+//!   went: [`Hca::interrupt_stats`] ([`InterruptStats`]).
 //! - Health: [`Hca::check_health`] (health counter, syndromes, device
 //!   gone); a dead device puts the driver in an error state in which every
 //!   command fails at once with [`Error::DeviceDead`].
@@ -147,6 +152,7 @@ mod fwpages;
 mod hca;
 mod health;
 mod info;
+mod irq;
 mod mailbox;
 mod pages;
 mod pas;
@@ -157,7 +163,7 @@ mod types;
 pub mod verbs;
 
 pub use cmd::{MAX_MESSAGE, Output};
-pub use config::{Config, Timeouts};
+pub use config::{Config, Timeouts, WaitMode};
 pub use eq::{ASYNC_EVENTS, EQ_UPDATE_EVERY, EqKind};
 pub use error::{DeadReason, EqeError, Error, Result, Wait};
 pub use events::{
@@ -171,6 +177,7 @@ pub use info::{
     CapMode, CapPair, Caps, DeviceInfo, ETH_FRAMING, ETH_PROTOCOLS, Guid, IbMtu, LinkLayer,
     MAX_LOG_PKEY_TABLE, MIN_PKEY_TABLE_SIZE, PciIds, PortInfo, PortState, eth_speed,
 };
+pub use irq::InterruptStats;
 pub use mailbox::MAX_MAILBOX_CHUNKS;
 pub use pages::MAX_PAGE_CHUNKS;
 pub use pas::{PAS_PAGE_SIZE, PageList};

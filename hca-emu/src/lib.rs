@@ -210,6 +210,7 @@ impl EmuHca {
     pub fn platform(&self) -> EmuPlatform {
         EmuPlatform {
             shared: self.shared.clone(),
+            msix: Arc::default(),
         }
     }
 
@@ -700,10 +701,45 @@ impl Drop for EmuHca {
 }
 
 /// The platform of an emulated HCA: DMA memory behind the simulated IOMMU,
-/// BAR0, PCI configuration space, the device's clock.
+/// BAR0, PCI configuration space, the device's clock, and MSI-X interrupts
+/// ([`EmuConfig::msix_vectors`] vectors, counted by the device as in
+/// [`EmuHca::interrupts`]).
+///
+/// Interrupt waits sleep on the device's condition variable in
+/// device-thread mode with the real clock; in stepping mode they run the
+/// device, and on the virtual clock they let it catch up and advance time
+/// as [`Platform::relax`] does, so a wait that times out ends. Each handle
+/// [`EmuHca::platform`] returns has its own MSI-X enable (its clones share
+/// it), as each process opening a VFIO device sets up its own eventfds.
 #[derive(Clone)]
 pub struct EmuPlatform {
     shared: Arc<Shared>,
+    msix: Arc<std::sync::Mutex<EmuMsix>>,
+}
+
+/// The MSI-X vectors a platform handle enabled: the device's interrupt
+/// counts at the enable, which its counts start from.
+#[derive(Default, Debug)]
+struct EmuMsix {
+    base: Vec<u64>,
+}
+
+impl EmuPlatform {
+    fn msix(&self) -> std::sync::MutexGuard<'_, EmuMsix> {
+        self.msix.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The base count of an enabled vector.
+    fn vector_base(&self, vector: u16) -> Result<u64, platform::Error> {
+        let m = self.msix();
+        m.base
+            .get(usize::from(vector))
+            .copied()
+            .ok_or(platform::Error::VectorNotEnabled {
+                vector,
+                enabled: m.base.len() as u16,
+            })
+    }
 }
 
 impl core::fmt::Debug for EmuPlatform {
@@ -816,6 +852,8 @@ impl Platform for EmuPlatform {
     }
 
     fn reset_function(&self) -> Result<(), platform::Error> {
+        // A reset function raises no interrupt until it is set up again.
+        self.msix().base.clear();
         let mut d = self.shared.lock();
         let held: Vec<u64> = std::mem::take(&mut d.fw.pages.held).into_iter().collect();
         let live = d.fw.objs.live();
@@ -830,6 +868,75 @@ impl Platform for EmuPlatform {
             Personality::ConnectX4 => "emulated ConnectX-4 (hca-emu)",
             Personality::ConnectX5 => "emulated ConnectX-5 (hca-emu)",
             Personality::ConnectX6Dx => "emulated ConnectX-6 Dx (hca-emu)",
+        }
+    }
+
+    fn msix_vectors(&self) -> u16 {
+        u16::from(self.shared.lock().cfg.msix_vectors)
+    }
+
+    fn enable_msix(&self, n: u16) -> Result<(), platform::Error> {
+        let available = self.msix_vectors();
+        if n == 0 || n > available {
+            return Err(platform::Error::TooManyVectors {
+                requested: n,
+                available,
+            });
+        }
+        let base = {
+            let d = self.shared.lock();
+            (0..n)
+                .map(|v| d.interrupts.get(&(v as u8)).copied().unwrap_or(0))
+                .collect()
+        };
+        self.msix().base = base;
+        Ok(())
+    }
+
+    fn disable_msix(&self) -> Result<(), platform::Error> {
+        self.msix().base.clear();
+        Ok(())
+    }
+
+    fn wait_interrupt(
+        &self,
+        vector: u16,
+        seen: u64,
+        timeout: Duration,
+    ) -> Result<u64, platform::Error> {
+        let base = self.vector_base(vector)?;
+        let v = vector as u8;
+        let count = |d: &device::Device| {
+            d.interrupts
+                .get(&v)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(base)
+        };
+        let shared = &self.shared;
+        if shared.clock == Clock::Real && shared.execution == Execution::DeviceThread {
+            let start = std::time::Instant::now();
+            let mut d = shared.lock();
+            loop {
+                let c = count(&d);
+                let left = timeout.saturating_sub(start.elapsed());
+                if c > seen || left.is_zero() {
+                    return Ok(c);
+                }
+                d = shared
+                    .cv
+                    .wait_timeout(d, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        let start = shared.now();
+        loop {
+            let c = count(&shared.lock());
+            if c > seen || shared.now().saturating_sub(start) >= timeout {
+                return Ok(c);
+            }
+            shared.relax();
         }
     }
 }

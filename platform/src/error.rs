@@ -86,6 +86,24 @@ pub enum Error {
         host: usize,
     },
 
+    /// More MSI-X vectors asked for than the function offers (or none).
+    #[error("cannot enable {requested} MSI-X vectors: the function offers {available}")]
+    TooManyVectors {
+        /// Vectors asked for.
+        requested: u16,
+        /// Vectors the function offers.
+        available: u16,
+    },
+
+    /// An interrupt wait on an MSI-X vector that is not enabled.
+    #[error("MSI-X vector {vector} is not enabled ({enabled} vectors are)")]
+    VectorNotEnabled {
+        /// The vector.
+        vector: u16,
+        /// How many vectors are enabled.
+        enabled: u16,
+    },
+
     /// A PCI address that is not `[dddd:]bb:dd.f`.
     #[cfg(feature = "vfio")]
     #[error("`{0}` is not a PCI address: expected dddd:bb:dd.f, e.g. 0000:02:00.0")]

@@ -138,7 +138,73 @@ pub trait Platform {
     }
 
     /// Resets the PCI function (FLR or the backend's equivalent).
+    ///
+    /// Interrupts enabled with [`enable_msix`](Self::enable_msix) are
+    /// disabled by a reset: enable them again afterwards.
     fn reset_function(&self) -> Result<(), Error>;
+
+    /// MSI-X vectors the function offers through this platform; 0 when the
+    /// platform delivers no interrupts (the default: a driver polls).
+    fn msix_vectors(&self) -> u16 {
+        0
+    }
+
+    /// Enables MSI-X vectors `0..n` (an EQ whose `intr` is one of them
+    /// then interrupts through it), replacing any previous enable.
+    /// Interrupt counts start at 0.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotSupported`] when the platform has no interrupts (the
+    /// default), [`Error::TooManyVectors`] when `n` is 0 or above
+    /// [`msix_vectors`](Self::msix_vectors), or what the backend's system
+    /// calls return.
+    fn enable_msix(&self, n: u16) -> Result<(), Error> {
+        let _ = n;
+        Err(Error::NotSupported("MSI-X interrupts"))
+    }
+
+    /// Disables the MSI-X vectors enabled by
+    /// [`enable_msix`](Self::enable_msix); a platform without interrupts,
+    /// or with none enabled, does nothing.
+    fn disable_msix(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// Waits for an interrupt of MSI-X vector `vector`.
+    ///
+    /// Each enabled vector counts its interrupts from 0 (at
+    /// [`enable_msix`](Self::enable_msix)); the count never goes back.
+    /// `seen` is the count the caller observed before it last looked at the
+    /// device (returned by an earlier call, or by
+    /// [`interrupt_count`](Self::interrupt_count)). The wait returns the
+    /// current count as soon as it is above `seen`, and at the latest once
+    /// `timeout` has passed on the platform clock (then the count may equal
+    /// `seen`). Interrupts are edges: one that fired after the caller read
+    /// `seen` and before the wait started ends the wait at once, so the
+    /// pattern "read the count, look at the EQ, re-arm it, wait with that
+    /// count" loses nothing. Several threads may wait on one vector; each
+    /// wakes. A wait may also return early without an interrupt (a
+    /// spurious wakeup): callers look at the device again either way.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotSupported`] without interrupts (the default),
+    /// [`Error::VectorNotEnabled`] for a vector not enabled.
+    fn wait_interrupt(&self, vector: u16, seen: u64, timeout: Duration) -> Result<u64, Error> {
+        let _ = (vector, seen, timeout);
+        Err(Error::NotSupported("MSI-X interrupts"))
+    }
+
+    /// The interrupt count of `vector` now, without waiting (see
+    /// [`wait_interrupt`](Self::wait_interrupt)).
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_interrupt`](Self::wait_interrupt).
+    fn interrupt_count(&self, vector: u16) -> Result<u64, Error> {
+        self.wait_interrupt(vector, u64::MAX, Duration::ZERO)
+    }
 
     /// A short description of the device for logs and errors
     /// (`vfio 0000:02:00.0`, `emulated ConnectX-4`).

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use firmware_cmds::Opcode;
-use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Hca};
+use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Hca, WaitMode};
 use hca_emu::{EmuConfig, EmuHca};
 use platform::Platform;
 use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
@@ -95,6 +95,8 @@ pub struct OpenOptions {
     /// Whether the emulator was asked for by name (`-d emu`) rather than
     /// chosen because no device was given (for the notice on stderr).
     pub emulator_asked: bool,
+    /// Interrupts (where the platform has them) or polling (`--poll`).
+    pub wait_mode: WaitMode,
 }
 
 /// What a command knows about the device it runs on.
@@ -256,11 +258,11 @@ pub fn run_hca<T: HcaTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Resu
     let r = match sel {
         Selection::Emulator => {
             let emu = emulator(opts.emulator_asked);
-            bring_up_and_run(emu.platform(), sel, recorder, task)
+            bring_up_and_run(emu.platform(), sel, recorder, opts.wait_mode, task)
         }
         Selection::Vfio(bdf) => {
             let p = VfioPlatform::open(bdf, vfio_options(opts))?;
-            bring_up_and_run(p, sel, recorder, task)
+            bring_up_and_run(p, sel, recorder, opts.wait_mode, task)
         }
         Selection::VfioPair(..) => Err(sel.one_device_only()),
     };
@@ -274,10 +276,11 @@ fn bring_up_and_run<P: Platform, T: HcaTask>(
     platform: P,
     sel: &Selection,
     recorder: &'static ToolRecorder,
+    wait_mode: WaitMode,
     task: T,
 ) -> Result<T::Output> {
     let dev = desc_of(&platform, sel);
-    let hca = open_hca(platform, &dev, Some(recorder))?;
+    let hca = open_hca(platform, &dev, Some(recorder), wait_mode)?;
     let result = task.run(&hca, &dev);
     finish(result, close_hca(hca, &dev))
 }
@@ -335,8 +338,8 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
             let (ea, eb) = emulated_pair(opts.emulator_asked)?;
             let da = desc_of(&ea.platform(), sel);
             let db = desc_of(&eb.platform(), sel);
-            let ha = open_hca(ea.platform(), &da, Some(recorder))?;
-            let hb = match open_hca(eb.platform(), &db, None) {
+            let ha = open_hca(ea.platform(), &da, Some(recorder), opts.wait_mode)?;
+            let hb = match open_hca(eb.platform(), &db, None, opts.wait_mode) {
                 Ok(h) => h,
                 Err(e) => {
                     let _ = close_hca(ha, &da);
@@ -356,7 +359,7 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
         Selection::Vfio(bdf) => {
             let p = VfioPlatform::open(bdf, vfio_options(opts))?;
             let d = desc_of(&p, sel);
-            let h = open_hca(p, &d, Some(recorder))?;
+            let h = open_hca(p, &d, Some(recorder), opts.wait_mode)?;
             let desc = PairDesc {
                 a: d.clone(),
                 two_hcas: false,
@@ -369,8 +372,8 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
             let pa = VfioPlatform::open(a, vfio_options(opts))?;
             let pb = VfioPlatform::open(b, vfio_options(opts))?;
             let (da, db) = (desc_of(&pa, sel), desc_of(&pb, sel));
-            let ha = open_hca(pa, &da, Some(recorder))?;
-            let hb = match open_hca(pb, &db, None) {
+            let ha = open_hca(pa, &da, Some(recorder), opts.wait_mode)?;
+            let hb = match open_hca(pb, &db, None, opts.wait_mode) {
                 Ok(h) => h,
                 Err(e) => {
                     let _ = close_hca(ha, &da);
@@ -403,12 +406,13 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
 pub fn with_emulated<R>(
     emu: &EmuHca,
     dump_commands: Option<&Path>,
+    wait_mode: WaitMode,
     f: impl FnOnce(&Hca<hca_emu::EmuPlatform>, &DeviceDesc) -> Result<R>,
 ) -> Result<R> {
     let recorder = ToolRecorder::leak(dump_commands)?;
     let p = emu.platform();
     let dev = desc_of(&p, &Selection::Emulator);
-    let r = open_hca(p, &dev, Some(recorder)).and_then(|hca| {
+    let r = open_hca(p, &dev, Some(recorder), wait_mode).and_then(|hca| {
         let result = f(&hca, &dev);
         finish(result, close_hca(hca, &dev))
     });
@@ -430,8 +434,10 @@ fn open_hca<P: Platform>(
     platform: P,
     dev: &DeviceDesc,
     recorder: Option<&'static ToolRecorder>,
+    wait_mode: WaitMode,
 ) -> Result<Hca<P>> {
     let cfg = Config {
+        wait_mode,
         recorder: recorder.map(|r| r as &'static dyn CommandRecorder),
         ..Config::default()
     };
@@ -454,6 +460,7 @@ fn open_hca<P: Platform>(
 
 /// Tears a device down.
 fn close_hca<P: Platform>(hca: Hca<P>, dev: &DeviceDesc) -> Result<()> {
+    log::info!("{}: waits: {}", dev.describe, hca.interrupt_stats());
     hca.close().map(drop).map_err(|f| ToolError::Teardown {
         device: dev.describe.clone(),
         source: f.error,

@@ -51,6 +51,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::device::{OpenOptions, Selection};
 use crate::error::{Result, ToolError};
+use hca_driver::WaitMode;
 
 /// The mlx5 driver's tool: devices, bring-up information, capabilities,
 /// health and command traces, on real ConnectX cards under VFIO or on the
@@ -75,6 +76,13 @@ pub struct Cli {
     /// form of Linux mlx5_core (readable with `hca trace FILE`).
     #[arg(long, value_name = "FILE")]
     dump_commands: Option<PathBuf>,
+
+    /// Poll the device instead of sleeping on its MSI-X interrupts
+    /// (command completions, CQ events of `pingpong -e`). Without it the
+    /// driver sleeps on interrupts where the platform has them (VFIO,
+    /// the emulator) and polls elsewhere.
+    #[arg(long, global = true)]
+    poll: bool,
 
     /// The sysfs root (for tests and containers).
     #[arg(
@@ -288,6 +296,11 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             "-d/--device does not apply to `hca {name}`, which runs on no device"
         )));
     }
+    if cli.poll && dev.is_none() {
+        return Err(ToolError::Usage(format!(
+            "--poll does not apply to `hca {name}`, which runs on no device"
+        )));
+    }
     if cli.dump_commands.is_some() && dump.is_none() {
         return Err(ToolError::Usage(format!(
             "--dump-commands does not apply to `hca {name}`, which runs no firmware command"
@@ -309,6 +322,11 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         dump_commands,
         sysfs_root: Some(cli.sysfs_root.clone()),
         emulator_asked: device.is_some(),
+        wait_mode: if cli.poll {
+            WaitMode::Polling
+        } else {
+            WaitMode::Interrupts
+        },
     };
     match &cli.command {
         Command::List { .. } => cmd::list::run(&cli.sysfs_root, json, out),

@@ -15,7 +15,7 @@ use hca_driver::verbs::{
     AccessFlags, AhAttr, Completion, Context, Cq, DmaBuf, Gid, Mr, Pd, Qp, QpAttr, QpCap,
     QpInitAttr, QpState, QpType, WcStatus,
 };
-use hca_driver::{Hca, IbMtu, LinkLayer, PortState};
+use hca_driver::{Eqn, Hca, IbMtu, LinkLayer, PortState};
 use platform::Platform;
 use serde::{Deserialize, Serialize};
 
@@ -409,6 +409,9 @@ pub struct Pacer<'h, P: Platform> {
     last_service: Instant,
     idle: u32,
     stall: Duration,
+    /// With [`sleep_on`](Self::sleep_on): the MSI-X vector idle passes
+    /// sleep on, and its interrupt count read before the current pass.
+    irq: Option<(u16, Option<u64>)>,
 }
 
 /// How often the loop services the HCAs.
@@ -424,6 +427,29 @@ impl<'h, P: Platform> Pacer<'h, P> {
             last_service: now,
             idle: 0,
             stall: STALL,
+            irq: None,
+        }
+    }
+
+    /// Makes idle passes sleep on the MSI-X interrupt of completion EQ
+    /// `eqn` instead of polling, when the loop drives one HCA and it runs
+    /// on interrupts; for loops that wait for CQ events (the CQ is armed
+    /// between passes), whose event then ends the sleep.
+    pub fn sleep_on(&mut self, eqn: Eqn) {
+        let Some(&h) = self.hcas.first() else { return };
+        if self.hcas.iter().any(|o| !std::ptr::eq(*o, h)) {
+            return;
+        }
+        if let Some(v) = h.eq_vector(eqn) {
+            self.irq = Some((v, h.interrupt_seen(v)));
+        }
+    }
+
+    /// Reads the interrupt count the next idle pass sleeps with (before the
+    /// loop's next look at the CQ).
+    fn snapshot(&mut self) {
+        if let (Some((v, seen)), Some(h)) = (self.irq.as_mut(), self.hcas.first()) {
+            *seen = h.interrupt_seen(*v);
         }
     }
 
@@ -432,6 +458,7 @@ impl<'h, P: Platform> Pacer<'h, P> {
     pub fn progress(&mut self) -> Result<()> {
         self.idle = 0;
         self.last_progress = Instant::now();
+        self.snapshot();
         self.service_now_and_then()
     }
 
@@ -452,6 +479,22 @@ impl<'h, P: Platform> Pacer<'h, P> {
     /// and fails with `what()` after [`STALL`] without progress.
     pub fn idle(&mut self, what: impl FnOnce() -> String) -> Result<()> {
         self.idle = self.idle.wrapping_add(1);
+        if let (Some((v, Some(seen))), Some(h)) = (self.irq, self.hcas.first()) {
+            // Sleep until the event's interrupt (counted before this pass
+            // looked at the CQ), or the next service.
+            h.wait_interrupt(v, seen, SERVICE_EVERY)
+                .map_err(|e| ToolError::driver("waiting for a completion interrupt", e))?;
+            self.snapshot();
+            self.service_now_and_then()?;
+            if self.last_progress.elapsed() > self.stall {
+                return Err(ToolError::Usage(format!(
+                    "no progress for {} s: {}",
+                    self.stall.as_secs(),
+                    what()
+                )));
+            }
+            return Ok(());
+        }
         if self.idle % 64 == 0 {
             self.service_now_and_then()?;
             if self.last_progress.elapsed() > self.stall {

@@ -15,7 +15,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
 use crate::hca::DmaUse;
 use crate::pas::PAS_PAGE_SIZE;
-use crate::types::Cqn;
+use crate::types::{Cqn, Eqn};
 use crate::verbs::context::Context;
 use crate::verbs::queue::{
     create_at, destroy_and_free, release_after_destroy, release_after_failure, service,
@@ -56,6 +56,18 @@ impl CqResolver for Resolver {
 struct Inner<M: platform::Mmio> {
     cq: verbs_core::Cq<M>,
     table: Resolver,
+    arm: ArmState,
+}
+
+/// Who armed the CQ for its next completion event.
+#[derive(Clone, Copy, Debug, Default)]
+struct ArmState {
+    /// The user ([`Cq::req_notify`]), with `solicited_only`; cleared when
+    /// an event is handed to the user.
+    user: Option<bool>,
+    /// [`Cq::poll_wait`], to sleep until a completion: the event of this
+    /// arm is the driver's own and is not handed to the user.
+    internal: bool,
 }
 
 /// A completion queue (`ibv_cq`). QPs borrow the CQs they complete to, so
@@ -66,6 +78,7 @@ pub struct Cq<'a, P: Platform> {
     obj: Option<crate::resources::Cq<'a, P>>,
     inner: spin::Mutex<Option<Inner<P::Mmio>>>,
     cqn: Cqn,
+    eqn: Eqn,
     cqe: u32,
 }
 
@@ -174,8 +187,10 @@ impl<'a, P: Platform> Context<'a, P> {
             inner: spin::Mutex::new(Some(Inner {
                 cq,
                 table: Resolver::default(),
+                arm: ArmState::default(),
             })),
             cqn,
+            eqn,
             cqe: (1u32 << layout.log_cq_size) - 1,
         })
     }
@@ -223,7 +238,22 @@ impl<'a, P: Platform> Cq<'a, P> {
     /// Requests a completion event for the next completion, or the next
     /// solicited one (`ibv_req_notify_cq`).
     pub fn req_notify(&self, solicited_only: bool) {
-        self.with(|i| i.cq.arm(solicited_only));
+        if self.with(|i| i.arm.internal) {
+            // An arm of poll_wait is outstanding: its event, if it came,
+            // is not the user's.
+            let hca = self.ctx.hca();
+            if let Err(e) = service(hca) {
+                log::debug!("{}: servicing before the arm: {e}", self.cqn);
+            }
+            self.take_raw();
+        }
+        self.with(|i| {
+            i.arm = ArmState {
+                user: Some(solicited_only),
+                internal: false,
+            };
+            i.cq.arm(solicited_only);
+        });
     }
 
     /// Takes the completion events that arrived for this CQ since the last
@@ -231,41 +261,128 @@ impl<'a, P: Platform> Cq<'a, P> {
     /// them (`ibv_ack_cq_events`).
     pub fn take_events(&self) -> Result<u64> {
         service(self.ctx.hca())?;
+        Ok(self.take_raw())
+    }
+
+    /// Takes the events counted for this CQ, advances the arm sequence
+    /// number for them, and returns those that are the user's (the event of
+    /// poll_wait's own arm is not).
+    fn take_raw(&self) -> u64 {
         let n = self
             .ctx
             .hca()
             .events()
             .take_completion_events(self.cqn)
             .unwrap_or(0);
-        if n > 0 {
-            // The arm sequence number advances once per event (2 bits).
-            self.with(|i| {
-                for _ in 0..n % 4 {
-                    i.cq.completion_event();
-                }
-            });
+        if n == 0 {
+            return 0;
         }
-        Ok(n)
+        // The arm sequence number advances once per event (2 bits).
+        self.with(|i| {
+            for _ in 0..n % 4 {
+                i.cq.completion_event();
+            }
+            let mine = u64::from(core::mem::take(&mut i.arm.internal));
+            i.arm.user = None;
+            n - mine.min(n)
+        })
+    }
+
+    /// The completion EQ this CQ reports to (`cqc.c_eqn`).
+    pub fn eqn(&self) -> Eqn {
+        self.eqn
     }
 
     /// Waits for a completion event (`ibv_get_cq_event`), servicing the HCA
     /// ([`Hca::service`](crate::Hca::service)) while it waits; returns how many arrived. Arm
     /// with [`req_notify`](Self::req_notify) first.
+    ///
+    /// When the driver runs on interrupts ([`WaitMode`](crate::WaitMode))
+    /// the wait sleeps on the MSI-X vector of the CQ's completion EQ between
+    /// two looks at the EQs; otherwise it polls.
     pub fn wait_event(&self, timeout: Duration) -> Result<u64> {
-        let p = self.ctx.hca().platform();
+        let hca = self.ctx.hca();
+        let p = hca.platform();
         let deadline = Deadline::start(p, timeout);
+        let vector = hca.eq_vector(self.eqn);
         loop {
+            let seen = vector.and_then(|v| hca.interrupt_seen(v).map(|s| (v, s)));
             let n = self.take_events()?;
             if n > 0 {
                 return Ok(n);
             }
             deadline.check(p, Wait::CompletionEvent { cqn: self.cqn })?;
-            p.relax();
+            self.idle(seen, &deadline)?;
         }
+    }
+
+    /// Prepares a sleep until this CQ's next completion, when the driver
+    /// runs on interrupts: reads the interrupt count of the completion EQ's
+    /// vector and makes sure a completion raises an event, with the user's
+    /// arm for any completion (whose event stays the user's) or, without a
+    /// user's arm, an arm of the driver's own (whose event
+    /// [`take_events`](Self::take_events) does not count). `None` while
+    /// polling, or under the user's solicited-only arm (which a completion
+    /// may not fire). The caller polls once more before it sleeps with
+    /// [`sleep`](Self::sleep).
+    pub(crate) fn arm_for_sleep(&self) -> Option<(u16, u64)> {
+        let hca = self.ctx.hca();
+        let v = hca.eq_vector(self.eqn)?;
+        let user = self.with(|i| i.arm.user);
+        if user == Some(true) {
+            return None;
+        }
+        let seen = hca.interrupt_seen(v)?;
+        if user.is_none() {
+            self.with(|i| {
+                i.arm.internal = true;
+                i.cq.arm(false);
+            });
+        }
+        Some((v, seen))
+    }
+
+    /// Sleeps on the interrupt of [`arm_for_sleep`](Self::arm_for_sleep)
+    /// until the deadline or the next health poll, then services the HCA
+    /// (consuming the EQs and re-arming them; the event stays counted for
+    /// [`take_events`](Self::take_events)).
+    pub(crate) fn sleep(&self, seen: (u16, u64), deadline: &Deadline) -> Result<()> {
+        self.idle(Some(seen), deadline)?;
+        service(self.ctx.hca())
+    }
+
+    /// Between two looks at the device: sleeps on the interrupt `seen`
+    /// (vector, count) until the deadline or the next health poll, or takes
+    /// one polling step.
+    fn idle(&self, seen: Option<(u16, u64)>, deadline: &Deadline) -> Result<()> {
+        let hca = self.ctx.hca();
+        match seen {
+            Some((vector, count)) => {
+                let slice = deadline
+                    .remaining(hca.platform())
+                    .min(hca.config().timeouts.health_poll);
+                hca.wait_interrupt(vector, count, slice)?;
+            }
+            None => {
+                hca.note_poll();
+                hca.platform().relax();
+            }
+        }
+        Ok(())
     }
 
     /// Polls until at least one completion is there or `timeout` passed,
     /// servicing the HCA meanwhile; returns how many were written.
+    ///
+    /// When the driver runs on interrupts ([`WaitMode`](crate::WaitMode)),
+    /// a poll that finds nothing sleeps on the completion EQ's MSI-X vector
+    /// until the completion's event: with the user's arm for any
+    /// completion ([`req_notify`](Self::req_notify)`(false)`) that event
+    /// stays the user's; without a user's arm the CQ is armed here, and
+    /// that event is the driver's own ([`take_events`](Self::take_events)
+    /// and [`wait_event`](Self::wait_event) do not count it). With a
+    /// solicited-only arm of the user, and when the driver polls, the wait
+    /// polls.
     ///
     /// The timeout is platform time: on the emulator's virtual clock, time
     /// runs on while its device is idle, so a wait for work that another
@@ -282,11 +399,21 @@ impl<'a, P: Platform> Cq<'a, P> {
                 return Ok(n);
             }
             deadline.check(p, Wait::Completion { cqn: self.cqn })?;
+            if let Some(seen) = self.arm_for_sleep() {
+                // Look again: a completion written before the arm is
+                // polled here, one after it raises the event.
+                let n = self.poll(wc)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                self.sleep(seen, &deadline)?;
+                continue;
+            }
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 {
                 service(hca)?;
             }
-            p.relax();
+            self.idle(None, &deadline)?;
         }
     }
 

@@ -1352,6 +1352,9 @@ impl<'a, P: Platform> Qp<'a, P> {
         let deadline = Deadline::start(p, timeout);
         let mut wc = [WorkCompletion::default(); 16];
         let mut spins = 0u32;
+        // On interrupts: the interrupt count read (and the CQs armed) before
+        // the current look, when both CQs report to one vector.
+        let mut armed: Option<(u16, u64)> = None;
         loop {
             let mut got = 0;
             let cqs: [Option<&Cq<'_, P>>; 2] = [
@@ -1380,13 +1383,34 @@ impl<'a, P: Platform> Qp<'a, P> {
                     recv: r,
                 },
             )?;
-            if got == 0 {
-                spins = spins.wrapping_add(1);
-                if spins % 64 == 0 {
-                    service(hca)?;
-                }
-                p.relax();
+            if got > 0 {
+                armed = None;
+                continue;
             }
+            if let Some(seen) = armed.take() {
+                // Nothing since the arm: sleep until a completion's event.
+                self.send_cq.sleep(seen, &deadline)?;
+                continue;
+            }
+            let send = self.send_cq.arm_for_sleep();
+            let recv = if self.same_cq() {
+                send
+            } else {
+                self.recv_cq.arm_for_sleep()
+            };
+            if let (Some(s), Some(r)) = (send, recv) {
+                if s.0 == r.0 {
+                    // Look once more, then sleep.
+                    armed = Some(s);
+                    continue;
+                }
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 {
+                service(hca)?;
+            }
+            hca.note_poll();
+            p.relax();
         }
     }
 

@@ -332,12 +332,16 @@ impl<'a, P: Platform> Srq<'a, P> {
         Ok(bits)
     }
 
-    /// Waits for the limit event, servicing the HCA.
+    /// Waits for the limit event, servicing the HCA. On interrupts
+    /// ([`WaitMode`](crate::WaitMode)) it sleeps on the asynchronous EQ's
+    /// MSI-X vector between two looks; otherwise it polls.
     pub fn wait_limit_event(&self, timeout: Duration) -> Result<()> {
         let hca = self.pd.context().hca();
         let p = hca.platform();
         let deadline = Deadline::start(p, timeout);
+        let vector = hca.control_eqns().1.and_then(|e| hca.eq_vector(e));
         loop {
+            let seen = vector.and_then(|v| hca.interrupt_seen(v).map(|s| (v, s)));
             service(hca)?;
             if self.take_limit_event() {
                 return Ok(());
@@ -349,7 +353,16 @@ impl<'a, P: Platform> Srq<'a, P> {
                     event_type: EVENT_TYPE_SRQ_RQ_LIMIT,
                 },
             )?;
-            p.relax();
+            match seen {
+                Some((v, s)) => {
+                    let slice = deadline.remaining(p).min(hca.config().timeouts.health_poll);
+                    hca.wait_interrupt(v, s, slice)?;
+                }
+                None => {
+                    hca.note_poll();
+                    p.relax();
+                }
+            }
         }
     }
 

@@ -35,8 +35,16 @@
 //! ([`VfioOptions::dma_mask_bits`]); allocations are carved out of chunks in
 //! 4 KiB pages, and a chunk whose last allocation is freed is unmapped from
 //! the IOMMU and returned to the system.
+//!
+//! Interrupts: the MSI-X vectors VFIO offers (`VFIO_DEVICE_GET_IRQ_INFO` on
+//! `VFIO_PCI_MSIX_IRQ_INDEX`) are enabled with one eventfd each
+//! ([`Platform::enable_msix`], see [`irq`]), and
+//! [`Platform::wait_interrupt`] sleeps on a vector's eventfd. They are
+//! disabled by [`Platform::disable_msix`], by a function reset and when the
+//! platform is dropped.
 
 pub mod iova;
+pub mod irq;
 pub mod memlock;
 pub mod sysfs;
 
@@ -59,8 +67,8 @@ use std::vec::Vec;
 use std::{format, vec};
 
 use vfio_bindings::bindings::vfio::{
-    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
-    VFIO_REGION_INFO_FLAG_WRITE,
+    VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
+    VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
 };
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
 
@@ -442,6 +450,7 @@ pub struct VfioPlatform {
     options: VfioOptions,
     epoch: Instant,
     tag: usize,
+    msix: irq::MsixVectors,
     device: VfioDevice,
     container: Arc<VfioContainer>,
 }
@@ -503,8 +512,16 @@ impl VfioPlatform {
             Some(name) => format!("vfio {bdf} ({name})"),
             None => format!("vfio {bdf}"),
         };
+        let msix = match device.get_irq_info(VFIO_PCI_MSIX_IRQ_INDEX) {
+            Some(i) if i.flags & VFIO_IRQ_INFO_EVENTFD != 0 => {
+                u16::try_from(i.count).unwrap_or(u16::MAX)
+            }
+            _ => 0,
+        };
+        log::debug!("vfio {bdf}: {msix} MSI-X vectors");
         let platform = Self {
             tag: Arc::as_ptr(&container).addr() ^ 0x7666_696f,
+            msix: irq::MsixVectors::new(msix),
             function,
             group,
             describe,
@@ -719,6 +736,9 @@ impl VfioPlatform {
 
 impl Drop for VfioPlatform {
     fn drop(&mut self) {
+        if let Err(e) = self.disable_msix() {
+            log::warn!("{}: disabling MSI-X: {e}", self.describe);
+        }
         let st = lock(&self.dma);
         for c in st.chunks.values() {
             // Regions are still out: their memory stays valid for the CPU
@@ -922,6 +942,11 @@ impl Platform for VfioPlatform {
                 source,
             });
         }
+        // A reset function raises no interrupt until its driver sets it up
+        // again: give the vectors back and close their eventfds.
+        if let Err(e) = self.disable_msix() {
+            log::warn!("{}: disabling MSI-X before the reset: {e}", self.describe);
+        }
         // The kernel restores the saved configuration space; make sure the
         // device can still be reached and do DMA.
         if self.options.bus_master {
@@ -932,6 +957,32 @@ impl Platform for VfioPlatform {
 
     fn describe(&self) -> &str {
         &self.describe
+    }
+
+    /// The count of `VFIO_DEVICE_GET_IRQ_INFO` on the MSI-X index when it
+    /// supports eventfds, read when the device was opened.
+    fn msix_vectors(&self) -> u16 {
+        self.msix.available()
+    }
+
+    fn enable_msix(&self, n: u16) -> Result<(), Error> {
+        let fd = self.device.as_raw_fd();
+        self.msix.enable(n, |set| irq::set_irqs(fd, set))?;
+        log::debug!("{}: {n} MSI-X vectors enabled (eventfds)", self.describe);
+        Ok(())
+    }
+
+    fn disable_msix(&self) -> Result<(), Error> {
+        let fd = self.device.as_raw_fd();
+        self.msix.disable(|set| irq::set_irqs(fd, set))
+    }
+
+    fn wait_interrupt(&self, vector: u16, seen: u64, timeout: Duration) -> Result<u64, Error> {
+        self.msix.wait(vector, seen, timeout)
+    }
+
+    fn interrupt_count(&self, vector: u16) -> Result<u64, Error> {
+        self.msix.vector(vector)?.count()
     }
 }
 

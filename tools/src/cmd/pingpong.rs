@@ -709,6 +709,11 @@ impl PairTask for Loopback<'_> {
                 let progress = Progress::start("pingpong");
                 let mut last = Instant::now();
                 let mut pacer = Pacer::new(&[a, b]);
+                if p.events {
+                    // Both sides on one HCA (one real function): sleep on
+                    // the client's completion vector (the CQs share it).
+                    pacer.sleep_on(sa.cq.eqn());
+                }
                 let start = Instant::now();
                 xa.post_send(sa, aha.as_ref())?;
                 xa.pending |= SEND_WRID;
@@ -885,6 +890,9 @@ impl HcaTask for Split<'_> {
             let progress = Progress::start("pingpong");
             let mut last = Instant::now();
             let mut pacer = Pacer::new(&[hca]);
+            if p.events {
+                pacer.sleep_on(s.cq.eqn());
+            }
             if client {
                 x.post_send(s, ah.as_ref())?;
                 x.pending |= SEND_WRID;
@@ -972,7 +980,7 @@ pub fn run(
                 port,
                 |listener| {
                     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-                    with_emulated(&eb, None, |h, d| {
+                    with_emulated(&eb, None, open.wait_mode, |h, d| {
                         Split {
                             p: p.clone(),
                             mode: Mode::Server { port },
@@ -985,18 +993,23 @@ pub fn run(
                 |port| {
                     // The client runs on this thread: its address lines go
                     // out as soon as they are known, as in client mode.
-                    with_emulated(&ea, open.dump_commands.as_deref(), |h, d| {
-                        Split {
-                            p: p.clone(),
-                            mode: Mode::Client {
-                                host: "127.0.0.1".into(),
-                                port,
-                            },
-                            listener: None,
-                            early: (!as_json).then_some(&mut *out),
-                        }
-                        .run(h, d)
-                    })
+                    with_emulated(
+                        &ea,
+                        open.dump_commands.as_deref(),
+                        open.wait_mode,
+                        |h, d| {
+                            Split {
+                                p: p.clone(),
+                                mode: Mode::Client {
+                                    host: "127.0.0.1".into(),
+                                    port,
+                                },
+                                listener: None,
+                                early: (!as_json).then_some(&mut *out),
+                            }
+                            .run(h, d)
+                        },
+                    )
                 },
             )?;
             if !as_json {

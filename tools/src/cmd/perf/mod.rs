@@ -1762,7 +1762,7 @@ pub fn run(
                 port,
                 move |listener| {
                     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-                    with_emulated(&eb, None, |h, d| {
+                    with_emulated(&eb, None, open.wait_mode, |h, d| {
                         Split {
                             spec: server_spec,
                             local: server_local,
@@ -1777,22 +1777,27 @@ pub fn run(
                     })
                 },
                 |port| {
-                    with_emulated(&ea, open.dump_commands.as_deref(), |h, d| {
-                        Split {
-                            spec,
-                            local,
-                            mode: Mode::Client {
-                                host: "127.0.0.1".into(),
-                                port,
-                            },
-                            listener: None,
-                            printer: Printer {
-                                out: co,
-                                json: as_json,
-                            },
-                        }
-                        .run(h, d)
-                    })
+                    with_emulated(
+                        &ea,
+                        open.dump_commands.as_deref(),
+                        open.wait_mode,
+                        |h, d| {
+                            Split {
+                                spec,
+                                local,
+                                mode: Mode::Client {
+                                    host: "127.0.0.1".into(),
+                                    port,
+                                },
+                                listener: None,
+                                printer: Printer {
+                                    out: co,
+                                    json: as_json,
+                                },
+                            }
+                            .run(h, d)
+                        },
+                    )
                 },
             )?;
             for l in String::from_utf8_lossy(&server_out).lines() {
