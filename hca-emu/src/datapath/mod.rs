@@ -263,6 +263,9 @@ pub(crate) struct QpInfo {
     pub(crate) remote_qpn: u32,
     /// Path MTU in bytes.
     pub(crate) mtu: u64,
+    /// The requester asks for an ACK (BTH AckReq) at least every
+    /// 2^`log_ack_req_freq` packets, and on the last of each message.
+    pub(crate) log_ack_req_freq: u8,
     pub(crate) q_key: u32,
     pub(crate) retry_count: u8,
     pub(crate) rnr_retry: u8,
@@ -308,6 +311,15 @@ pub(crate) struct Pending {
     pub(crate) failed: Option<u8>,
     /// Bytes for the CQE (READ length, 8 for atomics).
     pub(crate) byte_cnt: u32,
+    /// Packets of the message acknowledged (SEND/WRITE; a retransmission
+    /// starts after them) or, for a READ, response packets received.
+    pub(crate) acked: u32,
+    /// READ: the response packet the last READ request asked from (a
+    /// request sent again after a lost response asks for the rest only).
+    pub(crate) read_base: u32,
+    /// READ: the request was sent again after a response went missing;
+    /// later responses of the first request are not a new gap.
+    pub(crate) read_gap: bool,
 }
 
 impl Pending {
@@ -344,6 +356,12 @@ pub(crate) struct QpEngine {
     pub(crate) rq_ci: u16,
     pub(crate) nak_seq_sent: bool,
     pub(crate) atomics: VecDeque<(u32, u64)>,
+    /// The multi-packet message being received (RC, UC).
+    pub(crate) rx: Option<responder::RxMsg>,
+    /// UC: a receive WQE taken for a SEND that was lost on the way; the
+    /// next SEND uses it (IBA 9.8.4: nothing completes for a lost UC
+    /// message).
+    pub(crate) uc_spare: Option<responder::RecvWqe>,
     pub(crate) comm_est: bool,
     pub(crate) last_wqe_reached: bool,
 }
@@ -368,6 +386,8 @@ impl QpEngine {
             rq_ci: 0,
             nak_seq_sent: false,
             atomics: VecDeque::new(),
+            rx: None,
+            uc_spare: None,
             comm_est: false,
             last_wqe_reached: false,
         }
@@ -684,6 +704,7 @@ impl Device {
             port,
             remote_qpn: g("remote_qpn") as u32,
             mtu,
+            log_ack_req_freq: g("log_ack_req_freq") as u8,
             q_key: g("q_key") as u32,
             retry_count: g("retry_count") as u8,
             rnr_retry: g("rnr_retry") as u8,
@@ -726,6 +747,7 @@ impl Device {
             (QpState::Init, QpState::Rtr) => {
                 e.epsn = info.next_rcv_psn & 0xff_ffff;
                 e.msn = 0;
+                e.rx = None;
             }
             (QpState::Rtr, QpState::Rts) => {
                 e.next_psn = info.next_send_psn & 0xff_ffff;
