@@ -329,6 +329,8 @@ pub struct Attrs {
     pub log_sra: u32,
     pub log_rra: u32,
     pub qkey: u32,
+    /// RTR2RTS `log_ack_req_freq`: AckReq at least every 2^n packets.
+    pub log_ack_req_freq: u32,
 }
 
 impl Default for Attrs {
@@ -345,6 +347,7 @@ impl Default for Attrs {
             log_sra: 4,
             log_rra: 4,
             qkey: 0x1111_1111,
+            log_ack_req_freq: 0,
         }
     }
 }
@@ -653,6 +656,7 @@ impl Node {
     pub fn rtr2rts(&mut self, qp: &Qp, a: &Attrs) {
         let mut m = Raw::modify_input(0x504, qp.qpn);
         setf(&mut m, 0x38, 31, 27, u64::from(a.ack_timeout));
+        setf(&mut m, 0x88, 31, 28, u64::from(a.log_ack_req_freq));
         setf(&mut m, 0x88, 23, 21, u64::from(a.log_sra));
         setf(&mut m, 0x88, 18, 16, u64::from(a.retry_count));
         setf(&mut m, 0x88, 15, 13, u64::from(a.rnr_retry));
