@@ -495,3 +495,163 @@ fn uc_drops_a_message_with_a_lost_packet_and_takes_the_next() {
     a.finish();
     b.finish();
 }
+
+/// Linux `rdma_calc_flow_label` then `rdma_flow_label_to_udp_sport`,
+/// written here from their description.
+fn linux_sport(fl: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let fl = if fl == 0 {
+        let mut v = u64::from(lqpn) * u64::from(rqpn);
+        v ^= v >> 20;
+        v ^= v >> 40;
+        (v & 0xfffff) as u32
+    } else {
+        fl
+    };
+    (((fl & 0x3fff) ^ (fl >> 14)) | 0xc000) as u16
+}
+
+#[test]
+fn ip_and_udp_fields_come_from_the_path() {
+    for (udp_sport, flow_label) in [(0, 0), (0, 0x5a5a5), (0xd00d, 0)] {
+        let (mut a, mut b) = pair();
+        let at = Attrs {
+            hop_limit: 17,
+            tclass: 0x11,
+            dscp: 26,
+            ecn: 2,
+            udp_sport,
+            flow_label,
+            ..Attrs::default()
+        };
+        let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &at);
+        let seen_a = record(&a, 1);
+        let seen_b = record(&b, 1);
+        let src = a.mr(4096, 1, LW);
+        let dst = b.mr(4096, 0, LW);
+        b.post_recv(&mut qb, &[(dst.addr, 4096, dst.key)]);
+        a.post_send(&mut qa, &[Wr::new(op::SEND).sge(src.addr, 100, src.key)]);
+        a.wait(&mut ca, 1)[0].ok();
+        b.wait(&mut cb, 1)[0].ok();
+        for (seen, l, r) in [(seen_a, qa.qpn, qb.qpn), (seen_b, qb.qpn, qa.qpn)] {
+            for f in seen.lock().unwrap().iter() {
+                let ip = &f[14..34];
+                assert_eq!(ip[0], 0x45);
+                assert_eq!(ip[1], (26 << 2) | 2, "TOS: DSCP 26, ECN 2");
+                assert_eq!(ip[6] & 0xe0, 0x40, "DF");
+                assert_eq!(ip[8], 17, "TTL");
+                // The header checksum: the ones' complement sum is 0xffff.
+                let sum: u32 = ip
+                    .chunks(2)
+                    .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                    .sum();
+                let folded = (sum & 0xffff) + (sum >> 16);
+                assert_eq!(folded, 0xffff, "IPv4 header checksum");
+                let sport = u16::from_be_bytes([f[34], f[35]]);
+                let want = if udp_sport != 0 {
+                    udp_sport
+                } else {
+                    linux_sport(flow_label, l, r)
+                };
+                assert_eq!(sport, want, "UDP source port");
+                assert_eq!(u16::from_be_bytes([f[36], f[37]]), 4791);
+            }
+        }
+        a.finish();
+        b.finish();
+    }
+}
+
+/// The ICRC of a RoCE v2/IPv6 (`udp`) or RoCE v1 packet, `pkt` running
+/// from the IPv6 header or GRH to the end of the pad (Annexes A16/A17:
+/// traffic class, flow label, hop limit, UDP checksum, BTH byte 4 masked).
+fn icrc_ipv6_or_grh(pkt: &[u8], udp: bool) -> [u8; 4] {
+    let mut m = pkt.to_vec();
+    m[0] |= 0x0f;
+    for i in [1, 2, 3, 7] {
+        m[i] = 0xff;
+    }
+    let bth = if udp {
+        m[46] = 0xff;
+        m[47] = 0xff;
+        48
+    } else {
+        40
+    };
+    m[bth + 4] = 0xff;
+    let mut all = vec![0xffu8; 8];
+    all.extend_from_slice(&m);
+    (!crc32_bitwise(!0, &all)).to_le_bytes()
+}
+
+#[test]
+fn rc_over_roce_v2_ipv6_and_roce_v1_on_the_wire() {
+    for (version, l3) in [(2u32, 1u32), (0, 1)] {
+        let (mut a, mut b) = pair();
+        let g6 = |n: &Node| {
+            let mut g = [0u8; 16];
+            g[0] = 0xfe;
+            g[1] = 0x80;
+            g[15] = n.id;
+            g
+        };
+        let (ga, gb) = (g6(&a), g6(&b));
+        let (ma, mb) = (a.mac(1), b.mac(1));
+        a.set_gid(1, 1, ga, ma, version, l3);
+        b.set_gid(1, 1, gb, mb, version, l3);
+        let at = Attrs {
+            hop_limit: 5,
+            tclass: 0x48,
+            flow_label: 0xabcde,
+            dscp: 10,
+            ecn: 1,
+            ..Attrs::default()
+        };
+        let mut ca = a.cq(6);
+        let mut cb = b.cq(6);
+        let mut qa = a.qp(&QpSpec::new(0, &ca));
+        let mut qb = b.qp(&QpSpec::new(0, &cb));
+        let mut pa = a.path_to(&b, 1, qb.qpn, 1);
+        let mut pb = b.path_to(&a, 1, qa.qpn, 1);
+        pa.sgid_index = 1;
+        pa.rgid = gb;
+        pb.sgid_index = 1;
+        pb.rgid = ga;
+        a.connect(&mut qa, &pa, &at);
+        b.connect(&mut qb, &pb, &at);
+        let seen_a = record(&a, 1);
+        let msg: Vec<u8> = (0..3000u32).map(|i| (i % 241) as u8).collect();
+        let src = a.mr(4096, 0, LW);
+        let dst = b.mr(4096, 0, LW);
+        a.write(src.addr, &msg);
+        b.post_recv(&mut qb, &[(dst.addr, 4096, dst.key)]);
+        a.post_send(&mut qa, &[Wr::new(op::SEND).sge(src.addr, 3000, src.key)]);
+        a.wait(&mut ca, 1)[0].ok();
+        b.wait(&mut cb, 1)[0].ok();
+        assert_eq!(b.read(dst.addr, 3000), msg);
+        let frames = seen_a.lock().unwrap().clone();
+        assert_eq!(frames.len(), 3, "3000 bytes in 1024-byte packets");
+        let udp = version == 2;
+        for f in &frames {
+            let et = u16::from_be_bytes([f[12], f[13]]);
+            assert_eq!(et, if udp { 0x86dd } else { 0x8915 });
+            let h = &f[14..54];
+            let w = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+            let tc = (w >> 20) as u8;
+            // RoCE v2: DSCP and ECN of the path; RoCE v1: its tclass.
+            assert_eq!(tc, if udp { (10 << 2) | 1 } else { 0x48 });
+            assert_eq!(w & 0xf_ffff, 0xabcde, "flow label");
+            assert_eq!(h[7], 5, "hop limit");
+            assert_eq!(h[6], if udp { 17 } else { 0x1b }, "next header");
+            let paylen = usize::from(u16::from_be_bytes([h[4], h[5]]));
+            let pkt = &f[14..54 + paylen];
+            let n = pkt.len();
+            assert_eq!(icrc_ipv6_or_grh(&pkt[..n - 4], udp), pkt[n - 4..]);
+            if udp {
+                let sport = u16::from_be_bytes([f[54], f[55]]);
+                assert_eq!(sport, linux_sport(0xabcde, qa.qpn, qb.qpn));
+            }
+        }
+        a.finish();
+        b.finish();
+    }
+}

@@ -446,6 +446,24 @@ pub(crate) fn npkts(len: u64, mtu: u64) -> u32 {
     len.div_ceil(mtu.max(256)).clamp(1, 1 << 23) as u32
 }
 
+/// The RoCE v2 UDP source port of a flow: from its flow label, or when
+/// that is 0 from the QP numbers of both ends (Linux
+/// `rdma_calc_flow_label` and `rdma_flow_label_to_udp_sport`, which
+/// mlx5_ib and the other RoCE v2 drivers use: the low 14 bits of the
+/// label XOR its high 6, in 0xc000..=0xffff).
+pub(crate) fn udp_sport_for(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let fl = match flow_label & 0xf_ffff {
+        0 => {
+            let mut v = u64::from(lqpn) * u64::from(rqpn);
+            v ^= v >> 20;
+            v ^= v >> 40;
+            (v & 0xf_ffff) as u32
+        }
+        f => f,
+    };
+    ((fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14)) as u16 | 0xc000
+}
+
 /// `a <= b` in 24-bit PSN space.
 pub(crate) fn psn_le(a: u32, b: u32) -> bool {
     (b.wrapping_sub(a) & 0xff_ffff) < 0x80_0000
@@ -661,8 +679,9 @@ impl Device {
             m @ 1..=5 => 128u64 << m,
             _ => self.port_ib_mtu(port),
         };
+        let remote_qpn = g("remote_qpn") as u32;
         let sport = match a("udp_sport") as u16 {
-            0 => 0xc000 | (qpn as u16 & 0x3fff),
+            0 => udp_sport_for(a("flow_label") as u32, qpn, remote_qpn),
             s => s,
         };
         let route = if q.st == 2 {
@@ -680,6 +699,15 @@ impl Device {
                 a("hop_limit") as u8,
                 sport,
             )
+            .map(|mut r| {
+                // RoCE v2: the IP DSCP and ECN come from the path's `dscp`
+                // and `ecn` (Linux mlx5_ib sets dscp = traffic_class >> 2
+                // for RoCE v2 GIDs); the GRH of RoCE v1 carries `tclass`.
+                if r.ver != RoceVer::V1 {
+                    r.tclass = ((a("dscp") as u8 & 0x3f) << 2) | (a("ecn") as u8 & 3);
+                }
+                r
+            })
         };
         let atomic = t.get(
             &self.fw.caps.cur[&crate::personality::CAP_ATOMIC],
@@ -702,7 +730,7 @@ impl Device {
             pas: q.pas.clone(),
             dbr_addr: q.dbr_addr,
             port,
-            remote_qpn: g("remote_qpn") as u32,
+            remote_qpn,
             mtu,
             log_ack_req_freq: g("log_ack_req_freq") as u8,
             q_key: g("q_key") as u32,
@@ -1367,6 +1395,15 @@ mod tests {
         assert!(psn_le(5, 5) && psn_le(0xff_fffe, 2) && !psn_le(3, 2));
         assert_eq!(npkts(0, 1024), 1);
         assert_eq!(npkts(1025, 1024), 2);
+        // Linux rdma_flow_label_to_udp_sport (the values hca-driver's
+        // verbs tests check too).
+        assert_eq!(udp_sport_for(0x6_0002, 1, 2), 0xc01a);
+        assert_eq!(udp_sport_for(0xf_ff1e, 1, 2), 0xff21);
+        assert_eq!(udp_sport_for(0x5a5a5, 1, 2), 0xe5b3);
+        // Flow label 0: from the QPNs, the same at both ends.
+        assert_eq!(udp_sport_for(0, 0x12, 0x345), udp_sport_for(0, 0x345, 0x12));
+        let fl = (0x12u64 * 0x345) as u32; // no folding below 2^20
+        assert_eq!(udp_sport_for(0, 0x12, 0x345), udp_sport_for(fl, 0, 0));
         assert_eq!(ib_mtu_for(1500), 1024);
         assert_eq!(ib_mtu_for(9000), 4096);
     }

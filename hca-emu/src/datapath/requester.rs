@@ -1218,7 +1218,7 @@ impl Device {
                 if av.rlid != 0 {
                     av.rlid
                 } else {
-                    0xc000 | (qpn as u16 & 0x3fff)
+                    super::udp_sport_for(av.flow_label, qpn, av.dqpn)
                 },
             )
         }

@@ -331,6 +331,14 @@ pub struct Attrs {
     pub qkey: u32,
     /// RTR2RTS `log_ack_req_freq`: AckReq at least every 2^n packets.
     pub log_ack_req_freq: u32,
+    /// Address path: hop limit (TTL), traffic class, flow label, DSCP,
+    /// ECN, UDP source port (0: derived).
+    pub hop_limit: u8,
+    pub tclass: u8,
+    pub flow_label: u32,
+    pub dscp: u8,
+    pub ecn: u8,
+    pub udp_sport: u16,
 }
 
 impl Default for Attrs {
@@ -348,6 +356,12 @@ impl Default for Attrs {
             log_rra: 4,
             qkey: 0x1111_1111,
             log_ack_req_freq: 0,
+            hop_limit: 64,
+            tclass: 0,
+            flow_label: 0,
+            dscp: 0,
+            ecn: 0,
+            udp_sport: 0,
         }
     }
 }
@@ -634,7 +648,12 @@ impl Node {
             setf(&mut m, 0x2c, 23, 0, u64::from(p.remote_qpn));
             setf(&mut m, 0x34, 23, 23, 1); // grh
             setf(&mut m, 0x38, 23, 16, u64::from(p.sgid_index));
-            setf(&mut m, 0x38, 7, 0, 64);
+            setf(&mut m, 0x38, 7, 0, u64::from(a.hop_limit));
+            setf(&mut m, 0x3c, 27, 20, u64::from(a.tclass));
+            setf(&mut m, 0x3c, 19, 0, u64::from(a.flow_label));
+            setf(&mut m, 0x50, 23, 22, u64::from(a.ecn));
+            setf(&mut m, 0x50, 21, 16, u64::from(a.dscp));
+            setf(&mut m, 0x50, 15, 0, u64::from(a.udp_sport));
             m[0x40..0x50].copy_from_slice(&p.rgid);
             setf(&mut m, 0x54, 23, 16, u64::from(p.port));
             setf(
