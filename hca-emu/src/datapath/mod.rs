@@ -30,19 +30,36 @@
 //!   RDMA_READ, ATOMIC_CS, ATOMIC_FA; UC: NOP, SEND, SEND_IMM, RDMA_WRITE,
 //!   RDMA_WRITE_IMM; UD: NOP, SEND, SEND_IMM; raw SQ: NOP, SEND). Anything
 //!   else completes with a local QP operation error (syndrome 0x02).
-//! - **RC**: messages go out as RoCE frames on the QP's port; the responder
-//!   checks the PSN (duplicates are re-acknowledged, READs re-executed,
-//!   atomics answered from their saved result; a PSN ahead is NAKed once
-//!   with a sequence error), executes, and answers with ACK, NAK, RNR NAK,
-//!   READ response or atomic ACK. The requester completes WQEs in order
-//!   when they are acknowledged, retransmits on the ACK timeout (4.096 µs ×
-//!   2^`ack_timeout`, 0 = never) and on a sequence NAK, counting
+//! - **RC**: messages go out as RoCE packets on the QP's port, segmented
+//!   at the path MTU (`mtu` of INIT2RTR): SEND and RDMA WRITE as FIRST,
+//!   MIDDLE..., LAST of exactly one MTU (the last the rest), ONLY when
+//!   they fit; the RETH on the first packet of a WRITE, the immediate and
+//!   the solicited bit on the last; AckReq on the last packet and at least
+//!   every 2^`log_ack_req_freq` packets (RTR2RTS). The responder checks
+//!   each packet's PSN (duplicates are re-acknowledged when they ask,
+//!   READs re-executed, atomics answered from their saved result; a PSN
+//!   ahead is NAKed once with a sequence error), the opcode sequence and
+//!   the packet sizes (NAK invalid request), scatters each packet at its
+//!   offset, completes the receive on the last, ACKs when asked and at the
+//!   end of each message, and answers READs with responses segmented the
+//!   same way (FIRST/MIDDLE/LAST with the AETH on the first and the last,
+//!   or ONLY). The requester completes WQEs in order when they are
+//!   acknowledged, resends from the first unacknowledged packet (go back
+//!   N: from the NAKed PSN) on the ACK timeout (4.096 µs ×
+//!   2^`ack_timeout`, 0 = never) and on a sequence NAK, and asks a READ
+//!   again for the rest of its data when a response is missing, counting
 //!   `retry_count`; on an RNR NAK it waits the responder's `min_rnr_nak`
 //!   timer and retries, counting `rnr_retry` (7 = infinite). All timers run
 //!   on the device clock (virtual time by default).
+//! - Every RoCE packet carries its ICRC; a received packet whose ICRC does
+//!   not match is dropped ([`Drops::icrc`]) before anything else looks at
+//!   it.
 //! - **UC and UD** complete at transmission; the responder drops what it
 //!   cannot take (no receive WQE, Q_Key mismatch, bad rkey on UC) silently,
-//!   as on the wire.
+//!   as on the wire. UC messages are segmented like RC (no AckReq); a UC
+//!   message with a missing packet is dropped and its receive WQE serves
+//!   the next SEND (IBA 9.8, UC). UD messages are one packet, at most the port
+//!   MTU.
 //! - **Receive**: a SEND consumes the next WQE of the QP's RQ (receive
 //!   counter in word 0 of the doorbell record) or of its SRQ (following
 //!   the `next_wqe_index` links; SRQ limit event 0x14 when fewer WQEs than
@@ -79,10 +96,16 @@
 //!
 //! # Deviations from a real ConnectX
 //!
-//! - Messages are not segmented: one frame per message (PSNs advance as if
-//!   it were segmented by the path MTU); frames beyond 64 KiB carry 0 in
-//!   their 16-bit length fields; the ICRC is zero and not checked; no FCS.
-//!   One ACK per message, no credits, no congestion control.
+//! - No Ethernet FCS; no end-to-end credits (ACKs carry the "invalid
+//!   credit count" code), no congestion control (no CNPs, ECN not marked
+//!   by the wire), no APM.
+//! - ACK coalescing follows the requester's AckReq only: the responder
+//!   ACKs a packet that asks and the last packet of each message (a real
+//!   HCA may also ACK on its own timer).
+//! - A duplicate SEND/WRITE packet is acknowledged again only when it asks
+//!   for an ACK (IBA leaves the choice to the responder); a lost READ
+//!   response is asked again at once with a request for the rest (IBA
+//!   allows waiting for the ACK timeout too).
 //! - Not executed (local QP operation error): SEND_INVAL, LOCAL_INVAL, UMR,
 //!   masked atomics, LSO; no memory windows, XRC, DC, striding RQ, CQE
 //!   compression or scatter-to-CQE.
@@ -359,7 +382,7 @@ pub(crate) struct QpEngine {
     /// The multi-packet message being received (RC, UC).
     pub(crate) rx: Option<responder::RxMsg>,
     /// UC: a receive WQE taken for a SEND that was lost on the way; the
-    /// next SEND uses it (IBA 9.8.4: nothing completes for a lost UC
+    /// next SEND uses it (IBA 9.8: nothing completes for a lost UC
     /// message).
     pub(crate) uc_spare: Option<responder::RecvWqe>,
     pub(crate) comm_est: bool,

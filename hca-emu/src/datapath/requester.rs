@@ -415,7 +415,7 @@ impl Device {
     }
 
     /// Builds packet `k` of an RC/UC WQE's request message, at `psn`
-    /// (IBA 9.2, 9.4): a SEND or RDMA WRITE of more than one path MTU goes
+    /// (IBA 9.2, 9.7): a SEND or RDMA WRITE of more than one path MTU goes
     /// as FIRST, MIDDLE..., LAST packets of exactly one MTU of payload
     /// (the last one the rest), ONLY when it fits; the RETH on the first
     /// packet of a WRITE, the immediate on the last, the solicited event
@@ -954,7 +954,7 @@ impl Device {
         self.rc_arm_timer(qpn, true);
     }
 
-    /// A READ response packet (IBA 9.7.5.1.2): it must be the next one the
+    /// A READ response packet (IBA 9.7): it must be the next one the
     /// outstanding READ expects (its PSN and its place: FIRST, MIDDLE...,
     /// LAST, or ONLY, counted from the request last sent), carry one path
     /// MTU of data (the last one the rest); its data is written at its

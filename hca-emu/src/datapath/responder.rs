@@ -412,7 +412,7 @@ impl Device {
             ..Bth::default()
         };
         let mut hdr = Vec::with_capacity(4 + ext.len());
-        // READ_RESPONSE_MIDDLE carries no AETH (IBA 9.7.5.1.2).
+        // READ_RESPONSE_MIDDLE carries no AETH (IBA 9.2).
         if opcode != ib::READ_RESPONSE_MIDDLE {
             hdr.push(syndrome);
             hdr.extend_from_slice(&(msn & 0xff_ffff).to_be_bytes()[1..]);
@@ -485,7 +485,7 @@ impl Device {
                 | ib::WRITE_LAST
                 | ib::WRITE_LAST_IMM
         );
-        // IBA 9.7.5.1.3 / C9-92: a packet that continues a message needs
+        // IBA 9.7: a packet that continues a message needs
         // one in progress of its kind; a new request while one is in
         // progress is out of sequence: NAK invalid request.
         if continues != in_msg {
@@ -719,7 +719,7 @@ impl Device {
                 }
             }
             // A duplicate SEND or WRITE packet is acknowledged again
-            // (IBA 9.7.5.1.1) when it asks for an ACK (the last packet of
+            // (IBA 9.7) when it asks for an ACK (the last packet of
             // each message does): with the PSN of the last packet taken.
             _ if p.bth.ackreq || !continues_or_first(op) => {
                 let last = self
@@ -746,7 +746,7 @@ impl Device {
 
     /// Acknowledges everything up to `psn` when the requester asked
     /// (AckReq) or a message ended: ACKs are coalesced over the packets
-    /// between (IBA 9.7.5.1.1).
+    /// between (IBA 9.7).
     fn rc_ack(&mut self, info: &QpInfo, p: &Roce<'_>, last: bool) {
         if p.bth.ackreq || last {
             self.rc_reply(
@@ -760,7 +760,7 @@ impl Device {
         }
     }
 
-    /// A SEND packet at the expected PSN (IBA 9.7.5.1, 9.4.1): FIRST and
+    /// A SEND packet at the expected PSN (IBA 9.7): FIRST and
     /// ONLY take a receive WQE (RNR NAK when there is none), every packet
     /// scatters at its offset in it, LAST and ONLY complete it. FIRST and
     /// MIDDLE carry exactly one path MTU; LAST and ONLY at most one.
