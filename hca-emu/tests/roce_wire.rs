@@ -655,3 +655,109 @@ fn rc_over_roce_v2_ipv6_and_roce_v1_on_the_wire() {
         b.finish();
     }
 }
+
+#[test]
+fn packets_cross_scatter_gather_boundaries() {
+    let (mut a, mut b) = pair();
+    let at = Attrs::default();
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &at);
+    let msg: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 256) as u8).collect();
+    let src = a.mr(8192, 0, LW);
+    let dst = b.mr(8192, 0xee, LW | RR);
+    a.write(src.addr, &msg[..700]);
+    a.write(src.addr + 1000, &msg[700..2200]);
+    a.write(src.addr + 4000, &msg[2200..]);
+    // Gather 700 + 1500 + 800 bytes; scatter into 1000 + 100 + 1900.
+    b.post_recv(
+        &mut qb,
+        &[
+            (dst.addr, 1000, dst.key),
+            (dst.addr + 2000, 100, dst.key),
+            (dst.addr + 3000, 1900, dst.key),
+        ],
+    );
+    a.post_send(
+        &mut qa,
+        &[Wr::new(op::SEND)
+            .sge(src.addr, 700, src.key)
+            .sge(src.addr + 1000, 1500, src.key)
+            .sge(src.addr + 4000, 800, src.key)],
+    );
+    a.wait(&mut ca, 1)[0].ok();
+    assert_eq!(b.wait(&mut cb, 1)[0].byte_cnt, 3000);
+    let got = [
+        b.read(dst.addr, 1000),
+        b.read(dst.addr + 2000, 100),
+        b.read(dst.addr + 3000, 1900),
+    ]
+    .concat();
+    assert_eq!(got, msg);
+    assert_eq!(b.read(dst.addr + 1000, 1), [0xee]);
+    // READ it back into 1500 + 1500 bytes at other places.
+    a.post_send(
+        &mut qa,
+        &[Wr::new(op::READ)
+            .sge(src.addr + 5000, 1500, src.key)
+            .sge(src.addr + 100, 500, src.key)
+            .sge(src.addr + 7000, 1000, src.key)
+            .remote(dst.addr, dst.key)],
+    );
+    a.wait(&mut ca, 1)[0].ok();
+    let back = [
+        a.read(src.addr + 5000, 1500),
+        a.read(src.addr + 100, 500),
+        a.read(src.addr + 7000, 1000),
+    ]
+    .concat();
+    assert_eq!(back, b.read(dst.addr, 3000));
+    a.finish();
+    b.finish();
+}
+
+#[test]
+fn rnr_on_the_last_packet_of_a_write_with_immediate_resumes_there() {
+    let (mut a, mut b) = pair();
+    let at = Attrs::default();
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &at);
+    let seen_a = record(&a, 1);
+    let seen_b = record(&b, 1);
+    let src = a.mr(4 * MTU, 0x77, LW);
+    let dst = b.mr(4 * MTU, 0, LW | RW);
+    a.post_send(
+        &mut qa,
+        &[Wr::new(op::WRITE_IMM)
+            .sge(src.addr, (3 * MTU) as u32, src.key)
+            .remote(dst.addr, dst.key)
+            .imm(9)],
+    );
+    // No receive WQE for the immediate: the LAST packet is RNR NAKed.
+    b.quiet(&mut cb, std::time::Duration::from_micros(300));
+    b.post_recv(&mut qb, &[(dst.addr, 0, dst.key)]);
+    a.wait(&mut ca, 1)[0].ok();
+    let r = &b.wait(&mut cb, 1)[0];
+    r.ok();
+    assert_eq!((r.imm, r.byte_cnt as usize), (9, 3 * MTU));
+    assert_eq!(b.read(dst.addr, 3 * MTU), vec![0x77; 3 * MTU]);
+    let rnr: Vec<u32> = seen_b
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| pkt(f))
+        .filter(|p| p.op == 0x11 && p.body[0] >> 5 == 1)
+        .map(|p| p.psn - at.sq_psn)
+        .collect();
+    assert!(!rnr.is_empty() && rnr.iter().all(|&p| p == 2), "{rnr:?}");
+    // Only the LAST packet went again, once per RNR NAK.
+    let sent: Vec<(u8, u32)> = seen_a
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| pkt(f))
+        .map(|p| (p.op, p.psn - at.sq_psn))
+        .collect();
+    assert_eq!(sent[..3], [(0x06, 0), (0x07, 1), (0x09, 2)]);
+    assert!(sent[3..].iter().all(|&s| s == (0x09, 2)), "{sent:?}");
+    assert_eq!(sent.len(), 3 + rnr.len());
+    a.finish();
+    b.finish();
+}
