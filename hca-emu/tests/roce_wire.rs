@@ -761,3 +761,46 @@ fn rnr_on_the_last_packet_of_a_write_with_immediate_resumes_there() {
     a.finish();
     b.finish();
 }
+
+#[test]
+fn a_lost_last_packet_is_sent_again_after_the_coalesced_acks() {
+    let (mut a, mut b) = pair();
+    let at = Attrs {
+        log_ack_req_freq: 2,
+        ack_timeout: 8,
+        ..Attrs::default()
+    };
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 0, &at);
+    let seen_a = lose_once(&a, 1, 0x02, at.sq_psn + 9);
+    let seen_b = record(&b, 1);
+    let src = a.mr(16 * MTU, 0x3c, LW);
+    let dst = b.mr(16 * MTU, 0, LW);
+    b.post_recv(&mut qb, &[(dst.addr, (16 * MTU) as u32, dst.key)]);
+    a.post_send(
+        &mut qa,
+        &[Wr::new(op::SEND).sge(src.addr, (10 * MTU) as u32, src.key)],
+    );
+    a.wait(&mut ca, 1)[0].ok();
+    assert_eq!(b.wait(&mut cb, 1)[0].byte_cnt as usize, 10 * MTU);
+    assert_eq!(b.read(dst.addr, 10 * MTU), vec![0x3c; 10 * MTU]);
+    // ACKs for packets 3 and 7 arrived: after the ACK timeout A sends
+    // again from packet 8 (a duplicate, silently taken) and 9.
+    let psns: Vec<u32> = seen_a
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| pkt(f).psn - at.sq_psn)
+        .collect();
+    assert_eq!(psns, [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 9]);
+    let acks: Vec<(u8, u32)> = seen_b
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| pkt(f))
+        .map(|p| (p.body[0], p.psn - at.sq_psn))
+        .collect();
+    assert_eq!(acks, [(0x1f, 3), (0x1f, 7), (0x1f, 9)]);
+    assert_eq!(a.r.emu.datapath().retransmissions, 1);
+    a.finish();
+    b.finish();
+}
