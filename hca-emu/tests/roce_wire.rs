@@ -804,3 +804,38 @@ fn a_lost_last_packet_is_sent_again_after_the_coalesced_acks() {
     a.finish();
     b.finish();
 }
+
+#[test]
+fn uc_messages_are_segmented_without_ack_requests() {
+    let (mut a, mut b) = pair();
+    let at = Attrs::default();
+    let (mut qa, mut ca, mut qb, mut cb) = connected(&mut a, &mut b, 1, &at);
+    let seen_a = record(&a, 1);
+    let seen_b = record(&b, 1);
+    let src = a.mr(4 * MTU, 0x5e, LW);
+    let dst = b.mr(4 * MTU, 0, LW | RW);
+    b.post_recv(&mut qb, &[(dst.addr, 0, dst.key)]);
+    a.post_send(
+        &mut qa,
+        &[Wr::new(op::WRITE_IMM)
+            .sge(src.addr, (2 * MTU + 5) as u32, src.key)
+            .remote(dst.addr, dst.key)
+            .imm(3)],
+    );
+    a.wait(&mut ca, 1)[0].ok();
+    let r = &b.wait(&mut cb, 1)[0];
+    r.ok();
+    assert_eq!((r.imm, r.byte_cnt as usize), (3, 2 * MTU + 5));
+    assert_eq!(b.read(dst.addr, 2 * MTU + 5), vec![0x5e; 2 * MTU + 5]);
+    let sent: Vec<(u8, bool, u32)> = seen_a
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| pkt(f))
+        .map(|p| (p.op, p.ackreq, p.psn - at.sq_psn))
+        .collect();
+    assert_eq!(sent, [(0x26, false, 0), (0x27, false, 1), (0x29, false, 2)]);
+    assert!(seen_b.lock().unwrap().is_empty(), "UC sends no ACK");
+    a.finish();
+    b.finish();
+}
