@@ -433,8 +433,10 @@ impl Faults {
     /// whether the frame goes on (`false`: lost, counted in
     /// [`Drops::injected`](crate::Drops) and in the returned rule's
     /// [`hits`](Self::hits)). Replaces an earlier tap of the port;
-    /// [`untap_frames`](Self::untap_frames) removes it. `tap` runs while
-    /// the device is busy: it must not call into the emulator.
+    /// [`untap_frames`](Self::untap_frames) and [`clear`](Self::clear)
+    /// remove it. `tap` runs while the device is busy: it must not call
+    /// into the emulator. A frame it shortens below an Ethernet header is
+    /// counted in [`Drops::malformed`](crate::Drops) and not sent.
     pub fn tap_frames(
         &self,
         port: u8,
