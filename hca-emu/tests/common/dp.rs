@@ -329,6 +329,16 @@ pub struct Attrs {
     pub log_sra: u32,
     pub log_rra: u32,
     pub qkey: u32,
+    /// RTR2RTS `log_ack_req_freq`: AckReq at least every 2^n packets.
+    pub log_ack_req_freq: u32,
+    /// Address path: hop limit (TTL), traffic class, flow label, DSCP,
+    /// ECN, UDP source port (0: derived).
+    pub hop_limit: u8,
+    pub tclass: u8,
+    pub flow_label: u32,
+    pub dscp: u8,
+    pub ecn: u8,
+    pub udp_sport: u16,
 }
 
 impl Default for Attrs {
@@ -345,6 +355,13 @@ impl Default for Attrs {
             log_sra: 4,
             log_rra: 4,
             qkey: 0x1111_1111,
+            log_ack_req_freq: 0,
+            hop_limit: 64,
+            tclass: 0,
+            flow_label: 0,
+            dscp: 0,
+            ecn: 0,
+            udp_sport: 0,
         }
     }
 }
@@ -631,7 +648,12 @@ impl Node {
             setf(&mut m, 0x2c, 23, 0, u64::from(p.remote_qpn));
             setf(&mut m, 0x34, 23, 23, 1); // grh
             setf(&mut m, 0x38, 23, 16, u64::from(p.sgid_index));
-            setf(&mut m, 0x38, 7, 0, 64);
+            setf(&mut m, 0x38, 7, 0, u64::from(a.hop_limit));
+            setf(&mut m, 0x3c, 27, 20, u64::from(a.tclass));
+            setf(&mut m, 0x3c, 19, 0, u64::from(a.flow_label));
+            setf(&mut m, 0x50, 23, 22, u64::from(a.ecn));
+            setf(&mut m, 0x50, 21, 16, u64::from(a.dscp));
+            setf(&mut m, 0x50, 15, 0, u64::from(a.udp_sport));
             m[0x40..0x50].copy_from_slice(&p.rgid);
             setf(&mut m, 0x54, 23, 16, u64::from(p.port));
             setf(
@@ -653,6 +675,7 @@ impl Node {
     pub fn rtr2rts(&mut self, qp: &Qp, a: &Attrs) {
         let mut m = Raw::modify_input(0x504, qp.qpn);
         setf(&mut m, 0x38, 31, 27, u64::from(a.ack_timeout));
+        setf(&mut m, 0x88, 31, 28, u64::from(a.log_ack_req_freq));
         setf(&mut m, 0x88, 23, 21, u64::from(a.log_sra));
         setf(&mut m, 0x88, 18, 16, u64::from(a.retry_count));
         setf(&mut m, 0x88, 15, 13, u64::from(a.rnr_retry));
@@ -1009,8 +1032,8 @@ impl Node {
 
 /// A RoCE v2 (IPv4) frame from `src` (port 1, GID index 0) to `dst` with a
 /// BTH (`opcode`, `dqpn`, `psn`) and `body` after it, written from the RoCE
-/// v2 and IBA header layouts independently of the emulator; the ICRC is
-/// zero.
+/// v2 and IBA header layouts independently of the emulator, with its ICRC
+/// ([`icrc_v2_ipv4`]).
 pub fn roce_v2(src: &Node, dst: &Node, opcode: u8, dqpn: u32, psn: u32, body: &[u8]) -> Vec<u8> {
     let ib = 12 + body.len() + 4;
     let mut f = vec![0u8; 14 + 20 + 8];
@@ -1033,8 +1056,39 @@ pub fn roce_v2(src: &Node, dst: &Node, opcode: u8, dqpn: u32, psn: u32, body: &[
     bth[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
     f.extend_from_slice(&bth);
     f.extend_from_slice(body);
-    f.extend_from_slice(&[0; 4]);
+    let c = icrc_v2_ipv4(&f[14..]);
+    f.extend_from_slice(&c);
     f
+}
+
+/// Bitwise CRC-32 (Ethernet polynomial, reflected), continuing `c`.
+pub fn crc32_bitwise(mut c: u32, data: &[u8]) -> u32 {
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            let lsb = c & 1;
+            c >>= 1;
+            if lsb == 1 {
+                c ^= 0xedb8_8320;
+            }
+        }
+    }
+    c
+}
+
+/// The ICRC of a RoCE v2 over IPv4 packet, `pkt` running from the IPv4
+/// header to the end of the pad (RoCE Annex A17: 8 bytes of ones for the
+/// LRH; TOS, TTL, IP checksum, UDP checksum and BTH byte 4 set to ones),
+/// as the 4 bytes on the wire. Written here from the annex, independently
+/// of the emulator's implementation.
+pub fn icrc_v2_ipv4(pkt: &[u8]) -> [u8; 4] {
+    let mut m = pkt.to_vec();
+    for i in [1, 8, 10, 11, 26, 27, 28 + 4] {
+        m[i] = 0xff;
+    }
+    let mut all = vec![0xffu8; 8];
+    all.extend_from_slice(&m);
+    (!crc32_bitwise(!0, &all)).to_le_bytes()
 }
 
 /// Two HCAs connected port 1 to port 1.
