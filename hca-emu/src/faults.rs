@@ -131,6 +131,23 @@ impl OpcodeRule {
     }
 }
 
+/// A test's function on a port's transmitted frames: may change the frame;
+/// returns whether it goes on the wire.
+pub(crate) type TapFn = dyn FnMut(&mut Vec<u8>) -> bool + Send;
+
+/// A port's frame tap and its rule id.
+#[derive(Clone)]
+pub(crate) struct Tap {
+    pub(crate) id: FaultRule,
+    pub(crate) f: Arc<std::sync::Mutex<TapFn>>,
+}
+
+impl core::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Tap({:?})", self.id)
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FaultPlan {
     /// How `alloc_dma` fails, and the rule's id.
@@ -145,6 +162,8 @@ pub(crate) struct FaultPlan {
     pub(crate) cq_overrun: Vec<(u32, FaultRule)>,
     /// Packet loss by port.
     pub(crate) drop: std::collections::BTreeMap<u8, DropRule>,
+    /// Frame taps by port ([`Faults::tap_frames`]).
+    pub(crate) tap: std::collections::BTreeMap<u8, Tap>,
     /// How many times each rule took effect, by [`FaultRule`] id (kept
     /// across [`Faults::clear`], so ids stay unique).
     pub(crate) hits: Vec<u64>,
@@ -405,6 +424,35 @@ impl Faults {
             }
             id
         })
+    }
+
+    /// Calls `tap` with every frame `port` transmits, before the wire
+    /// (and the [`drop_packets`](Self::drop_packets) rule) takes it: a
+    /// test sees the frames exactly as the port puts them on the wire, may
+    /// change them (a corrupted byte, as on a noisy link), and returns
+    /// whether the frame goes on (`false`: lost, counted in
+    /// [`Drops::injected`](crate::Drops) and in the returned rule's
+    /// [`hits`](Self::hits)). Replaces an earlier tap of the port;
+    /// [`untap_frames`](Self::untap_frames) removes it. `tap` runs while
+    /// the device is busy: it must not call into the emulator.
+    pub fn tap_frames(
+        &self,
+        port: u8,
+        tap: impl FnMut(&mut Vec<u8>) -> bool + Send + 'static,
+    ) -> FaultRule {
+        self.with_result(|d| {
+            let id = d.faults.new_rule();
+            let f: Arc<std::sync::Mutex<TapFn>> = Arc::new(std::sync::Mutex::new(tap));
+            d.faults.tap.insert(port, Tap { id, f });
+            id
+        })
+    }
+
+    /// Removes the frame tap of `port` ([`tap_frames`](Self::tap_frames)).
+    pub fn untap_frames(&self, port: u8) {
+        self.with(|d| {
+            d.faults.tap.remove(&port);
+        });
     }
 
     /// Makes `alloc_dma` of the emulated platform fail with

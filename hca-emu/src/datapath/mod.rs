@@ -159,6 +159,10 @@ pub struct Drops {
     pub no_link: u64,
     /// Not parseable.
     pub malformed: u64,
+    /// RoCE packets whose ICRC (IBA 7.8.1, RoCE Annexes A16/A17) does not
+    /// match their contents: corrupted on the wire, dropped before any
+    /// transport check, as a real HCA does.
+    pub icrc: u64,
     /// Destination MAC or GID not this port's.
     pub not_for_us: u64,
     /// No QP with the destination QPN on this port, or a transport that
@@ -810,8 +814,23 @@ impl Device {
 
     /// Puts a frame on a port: injected drops, link state, internal
     /// loopback (destination MAC of the port itself), then the peer.
-    pub(crate) fn transmit(&mut self, port: u8, frame: Vec<u8>) {
+    pub(crate) fn transmit(&mut self, port: u8, mut frame: Vec<u8>) {
         self.datapath.frames_tx += 1;
+        if let Some(t) = self.faults.tap.get(&port).cloned() {
+            let keep = {
+                let mut f = t.f.lock().unwrap_or_else(|e| e.into_inner());
+                f(&mut frame)
+            };
+            if !keep {
+                self.faults.hit(t.id);
+                self.datapath.drops.injected += 1;
+                return;
+            }
+            if frame.len() < 14 {
+                self.datapath.drops.malformed += 1;
+                return;
+            }
+        }
         if self.drop_injected(port) {
             self.datapath.drops.injected += 1;
             return;
@@ -951,7 +970,13 @@ impl Device {
                 // the NIC vport's roce_en says (there is no Ethernet).
                 let roce_en =
                     self.fw.infiniband() || self.fw.ports.first().is_some_and(|p| p.roce_en);
-                if roce_en {
+                if roce_en && !p.icrc_ok {
+                    self.datapath.drops.icrc += 1;
+                    self.datapath.note(format!(
+                        "port {port}: RoCE packet to QPN {:#x} PSN {:#x} dropped: ICRC mismatch",
+                        p.bth.dqpn, p.bth.psn
+                    ));
+                } else if roce_en {
                     self.roce_receive(port, &p);
                 } else {
                     let vlan = p.vlan;

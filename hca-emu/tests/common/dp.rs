@@ -1009,8 +1009,8 @@ impl Node {
 
 /// A RoCE v2 (IPv4) frame from `src` (port 1, GID index 0) to `dst` with a
 /// BTH (`opcode`, `dqpn`, `psn`) and `body` after it, written from the RoCE
-/// v2 and IBA header layouts independently of the emulator; the ICRC is
-/// zero.
+/// v2 and IBA header layouts independently of the emulator, with its ICRC
+/// ([`icrc_v2_ipv4`]).
 pub fn roce_v2(src: &Node, dst: &Node, opcode: u8, dqpn: u32, psn: u32, body: &[u8]) -> Vec<u8> {
     let ib = 12 + body.len() + 4;
     let mut f = vec![0u8; 14 + 20 + 8];
@@ -1033,8 +1033,39 @@ pub fn roce_v2(src: &Node, dst: &Node, opcode: u8, dqpn: u32, psn: u32, body: &[
     bth[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
     f.extend_from_slice(&bth);
     f.extend_from_slice(body);
-    f.extend_from_slice(&[0; 4]);
+    let c = icrc_v2_ipv4(&f[14..]);
+    f.extend_from_slice(&c);
     f
+}
+
+/// Bitwise CRC-32 (Ethernet polynomial, reflected), continuing `c`.
+pub fn crc32_bitwise(mut c: u32, data: &[u8]) -> u32 {
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            let lsb = c & 1;
+            c >>= 1;
+            if lsb == 1 {
+                c ^= 0xedb8_8320;
+            }
+        }
+    }
+    c
+}
+
+/// The ICRC of a RoCE v2 over IPv4 packet, `pkt` running from the IPv4
+/// header to the end of the pad (RoCE Annex A17: 8 bytes of ones for the
+/// LRH; TOS, TTL, IP checksum, UDP checksum and BTH byte 4 set to ones),
+/// as the 4 bytes on the wire. Written here from the annex, independently
+/// of the emulator's implementation.
+pub fn icrc_v2_ipv4(pkt: &[u8]) -> [u8; 4] {
+    let mut m = pkt.to_vec();
+    for i in [1, 8, 10, 11, 26, 27, 28 + 4] {
+        m[i] = 0xff;
+    }
+    let mut all = vec![0xffu8; 8];
+    all.extend_from_slice(&m);
+    (!crc32_bitwise(!0, &all)).to_le_bytes()
 }
 
 /// Two HCAs connected port 1 to port 1.
