@@ -57,7 +57,9 @@ pub const SOCKET_MAX_FRAME: usize = 64 * 1024;
 /// form is `udp:LOCAL,PEER` (two socket addresses, `host:port`, IPv6 as
 /// `[addr]:port`; hosts are IP addresses, not names) or
 /// `unix:LOCAL,PEER` (two paths). The far end is cabled with the two
-/// swapped. See the [module docs](self) for the QEMU equivalent.
+/// swapped. The QEMU equivalent of `udp:A,B` is
+/// `-netdev dgram,id=n,local.type=inet,local.host=<B's host>,local.port=<B's port>,remote.type=inet,remote.host=<A's host>,remote.port=<A's port>`,
+/// of `unix:A,B` `-netdev dgram,id=n,local.type=unix,local.path=B,remote.type=unix,remote.path=A`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireSpec {
     /// UDP datagrams.
