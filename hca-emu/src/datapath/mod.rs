@@ -30,19 +30,36 @@
 //!   RDMA_READ, ATOMIC_CS, ATOMIC_FA; UC: NOP, SEND, SEND_IMM, RDMA_WRITE,
 //!   RDMA_WRITE_IMM; UD: NOP, SEND, SEND_IMM; raw SQ: NOP, SEND). Anything
 //!   else completes with a local QP operation error (syndrome 0x02).
-//! - **RC**: messages go out as RoCE frames on the QP's port; the responder
-//!   checks the PSN (duplicates are re-acknowledged, READs re-executed,
-//!   atomics answered from their saved result; a PSN ahead is NAKed once
-//!   with a sequence error), executes, and answers with ACK, NAK, RNR NAK,
-//!   READ response or atomic ACK. The requester completes WQEs in order
-//!   when they are acknowledged, retransmits on the ACK timeout (4.096 µs ×
-//!   2^`ack_timeout`, 0 = never) and on a sequence NAK, counting
+//! - **RC**: messages go out as RoCE packets on the QP's port, segmented
+//!   at the path MTU (`mtu` of INIT2RTR): SEND and RDMA WRITE as FIRST,
+//!   MIDDLE..., LAST of exactly one MTU (the last the rest), ONLY when
+//!   they fit; the RETH on the first packet of a WRITE, the immediate and
+//!   the solicited bit on the last; AckReq on the last packet and at least
+//!   every 2^`log_ack_req_freq` packets (RTR2RTS). The responder checks
+//!   each packet's PSN (duplicates are re-acknowledged when they ask,
+//!   READs re-executed, atomics answered from their saved result; a PSN
+//!   ahead is NAKed once with a sequence error), the opcode sequence and
+//!   the packet sizes (NAK invalid request), scatters each packet at its
+//!   offset, completes the receive on the last, ACKs when asked and at the
+//!   end of each message, and answers READs with responses segmented the
+//!   same way (FIRST/MIDDLE/LAST with the AETH on the first and the last,
+//!   or ONLY). The requester completes WQEs in order when they are
+//!   acknowledged, resends from the first unacknowledged packet (go back
+//!   N: from the NAKed PSN) on the ACK timeout (4.096 µs ×
+//!   2^`ack_timeout`, 0 = never) and on a sequence NAK, and asks a READ
+//!   again for the rest of its data when a response is missing, counting
 //!   `retry_count`; on an RNR NAK it waits the responder's `min_rnr_nak`
 //!   timer and retries, counting `rnr_retry` (7 = infinite). All timers run
 //!   on the device clock (virtual time by default).
+//! - Every RoCE packet carries its ICRC; a received packet whose ICRC does
+//!   not match is dropped ([`Drops::icrc`]) before anything else looks at
+//!   it.
 //! - **UC and UD** complete at transmission; the responder drops what it
 //!   cannot take (no receive WQE, Q_Key mismatch, bad rkey on UC) silently,
-//!   as on the wire.
+//!   as on the wire. UC messages are segmented like RC (no AckReq); a UC
+//!   message with a missing packet is dropped and its receive WQE serves
+//!   the next SEND (IBA 9.8, UC). UD messages are one packet, at most the port
+//!   MTU.
 //! - **Receive**: a SEND consumes the next WQE of the QP's RQ (receive
 //!   counter in word 0 of the doorbell record) or of its SRQ (following
 //!   the `next_wqe_index` links; SRQ limit event 0x14 when fewer WQEs than
@@ -79,10 +96,16 @@
 //!
 //! # Deviations from a real ConnectX
 //!
-//! - Messages are not segmented: one frame per message (PSNs advance as if
-//!   it were segmented by the path MTU); frames beyond 64 KiB carry 0 in
-//!   their 16-bit length fields; the ICRC is zero and not checked; no FCS.
-//!   One ACK per message, no credits, no congestion control.
+//! - No Ethernet FCS; no end-to-end credits (ACKs carry the "invalid
+//!   credit count" code), no congestion control (no CNPs, ECN not marked
+//!   by the wire), no APM.
+//! - ACK coalescing follows the requester's AckReq only: the responder
+//!   ACKs a packet that asks and the last packet of each message (a real
+//!   HCA may also ACK on its own timer).
+//! - A duplicate SEND/WRITE packet is acknowledged again only when it asks
+//!   for an ACK (IBA leaves the choice to the responder); a lost READ
+//!   response is asked again at once with a request for the rest (IBA
+//!   allows waiting for the ACK timeout too).
 //! - Not executed (local QP operation error): SEND_INVAL, LOCAL_INVAL, UMR,
 //!   masked atomics, LSO; no memory windows, XRC, DC, striding RQ, CQE
 //!   compression or scatter-to-CQE.
@@ -263,6 +286,9 @@ pub(crate) struct QpInfo {
     pub(crate) remote_qpn: u32,
     /// Path MTU in bytes.
     pub(crate) mtu: u64,
+    /// The requester asks for an ACK (BTH AckReq) at least every
+    /// 2^`log_ack_req_freq` packets, and on the last of each message.
+    pub(crate) log_ack_req_freq: u8,
     pub(crate) q_key: u32,
     pub(crate) retry_count: u8,
     pub(crate) rnr_retry: u8,
@@ -308,6 +334,15 @@ pub(crate) struct Pending {
     pub(crate) failed: Option<u8>,
     /// Bytes for the CQE (READ length, 8 for atomics).
     pub(crate) byte_cnt: u32,
+    /// Packets of the message acknowledged (SEND/WRITE; a retransmission
+    /// starts after them) or, for a READ, response packets received.
+    pub(crate) acked: u32,
+    /// READ: the response packet the last READ request asked from (a
+    /// request sent again after a lost response asks for the rest only).
+    pub(crate) read_base: u32,
+    /// READ: the request was sent again after a response went missing;
+    /// later responses of the first request are not a new gap.
+    pub(crate) read_gap: bool,
 }
 
 impl Pending {
@@ -344,6 +379,12 @@ pub(crate) struct QpEngine {
     pub(crate) rq_ci: u16,
     pub(crate) nak_seq_sent: bool,
     pub(crate) atomics: VecDeque<(u32, u64)>,
+    /// The multi-packet message being received (RC, UC).
+    pub(crate) rx: Option<responder::RxMsg>,
+    /// UC: a receive WQE taken for a SEND that was lost on the way; the
+    /// next SEND uses it (IBA 9.8: nothing completes for a lost UC
+    /// message).
+    pub(crate) uc_spare: Option<responder::RecvWqe>,
     pub(crate) comm_est: bool,
     pub(crate) last_wqe_reached: bool,
 }
@@ -368,6 +409,8 @@ impl QpEngine {
             rq_ci: 0,
             nak_seq_sent: false,
             atomics: VecDeque::new(),
+            rx: None,
+            uc_spare: None,
             comm_est: false,
             last_wqe_reached: false,
         }
@@ -424,6 +467,24 @@ pub(crate) struct Engine {
 /// Number of path-MTU packets a message of `len` bytes takes.
 pub(crate) fn npkts(len: u64, mtu: u64) -> u32 {
     len.div_ceil(mtu.max(256)).clamp(1, 1 << 23) as u32
+}
+
+/// The RoCE v2 UDP source port of a flow: from its flow label, or when
+/// that is 0 from the QP numbers of both ends (Linux
+/// `rdma_calc_flow_label` and `rdma_flow_label_to_udp_sport`, which
+/// mlx5_ib and the other RoCE v2 drivers use: the low 14 bits of the
+/// label XOR its high 6, in 0xc000..=0xffff).
+pub(crate) fn udp_sport_for(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let fl = match flow_label & 0xf_ffff {
+        0 => {
+            let mut v = u64::from(lqpn) * u64::from(rqpn);
+            v ^= v >> 20;
+            v ^= v >> 40;
+            (v & 0xf_ffff) as u32
+        }
+        f => f,
+    };
+    ((fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14)) as u16 | 0xc000
 }
 
 /// `a <= b` in 24-bit PSN space.
@@ -641,8 +702,9 @@ impl Device {
             m @ 1..=5 => 128u64 << m,
             _ => self.port_ib_mtu(port),
         };
+        let remote_qpn = g("remote_qpn") as u32;
         let sport = match a("udp_sport") as u16 {
-            0 => 0xc000 | (qpn as u16 & 0x3fff),
+            0 => udp_sport_for(a("flow_label") as u32, qpn, remote_qpn),
             s => s,
         };
         let route = if q.st == 2 {
@@ -660,6 +722,15 @@ impl Device {
                 a("hop_limit") as u8,
                 sport,
             )
+            .map(|mut r| {
+                // RoCE v2: the IP DSCP and ECN come from the path's `dscp`
+                // and `ecn` (Linux mlx5_ib sets dscp = traffic_class >> 2
+                // for RoCE v2 GIDs); the GRH of RoCE v1 carries `tclass`.
+                if r.ver != RoceVer::V1 {
+                    r.tclass = ((a("dscp") as u8 & 0x3f) << 2) | (a("ecn") as u8 & 3);
+                }
+                r
+            })
         };
         let atomic = t.get(
             &self.fw.caps.cur[&crate::personality::CAP_ATOMIC],
@@ -682,8 +753,9 @@ impl Device {
             pas: q.pas.clone(),
             dbr_addr: q.dbr_addr,
             port,
-            remote_qpn: g("remote_qpn") as u32,
+            remote_qpn,
             mtu,
+            log_ack_req_freq: g("log_ack_req_freq") as u8,
             q_key: g("q_key") as u32,
             retry_count: g("retry_count") as u8,
             rnr_retry: g("rnr_retry") as u8,
@@ -726,6 +798,7 @@ impl Device {
             (QpState::Init, QpState::Rtr) => {
                 e.epsn = info.next_rcv_psn & 0xff_ffff;
                 e.msn = 0;
+                e.rx = None;
             }
             (QpState::Rtr, QpState::Rts) => {
                 e.next_psn = info.next_send_psn & 0xff_ffff;
@@ -1345,6 +1418,15 @@ mod tests {
         assert!(psn_le(5, 5) && psn_le(0xff_fffe, 2) && !psn_le(3, 2));
         assert_eq!(npkts(0, 1024), 1);
         assert_eq!(npkts(1025, 1024), 2);
+        // Linux rdma_flow_label_to_udp_sport (the values hca-driver's
+        // verbs tests check too).
+        assert_eq!(udp_sport_for(0x6_0002, 1, 2), 0xc01a);
+        assert_eq!(udp_sport_for(0xf_ff1e, 1, 2), 0xff21);
+        assert_eq!(udp_sport_for(0x5a5a5, 1, 2), 0xe5b3);
+        // Flow label 0: from the QPNs, the same at both ends.
+        assert_eq!(udp_sport_for(0, 0x12, 0x345), udp_sport_for(0, 0x345, 0x12));
+        let fl = (0x12u64 * 0x345) as u32; // no folding below 2^20
+        assert_eq!(udp_sport_for(0, 0x12, 0x345), udp_sport_for(fl, 0, 0));
         assert_eq!(ib_mtu_for(1500), 1024);
         assert_eq!(ib_mtu_for(9000), 4096);
     }

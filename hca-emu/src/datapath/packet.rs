@@ -4,11 +4,27 @@
 //! the extended headers of the opcode), the payload padded to 4 bytes, and a
 //! 4-byte ICRC.
 //!
-//! Deviations from a real wire, documented: the ICRC is written as zero and
-//! not checked; messages are not segmented into path-MTU packets (one frame
-//! carries a whole message as an `*_ONLY` opcode, and PSNs advance by the
-//! number of packets the message would have taken); the Ethernet FCS is not
-//! carried. Frames shorter than 60 bytes are padded to 60 like a NIC does.
+//! As a ConnectX puts them on the wire:
+//!
+//! - the **ICRC** ([`icrc`]: IBA 7.8.1, RoCE Annex A16 for v1 and A17 for
+//!   v2) is computed on every packet built and checked on every packet
+//!   parsed ([`Roce::icrc_ok`]; the engine drops a mismatch and counts it in
+//!   [`Drops::icrc`](crate::Drops)); checked against a frame captured on a
+//!   ConnectX-4 Lx and against scapy's RoCE layer;
+//! - RC/UC messages are **segmented at the path MTU** by the requester and
+//!   READ responses by the responder (see the requester and responder), so
+//!   a packet carries at most one path MTU (4096 bytes) of payload;
+//! - the IP and UDP fields come from the path ([`Route`]): TTL/hop limit,
+//!   traffic class (RoCE v2: DSCP and ECN of the address path), flow label,
+//!   IPv4 DF and header checksum (identification 0), UDP source port (from
+//!   the path, or derived from the flow label or QP numbers as Linux's
+//!   `rdma_flow_label_to_udp_sport`), UDP destination port 4791, UDP
+//!   checksum 0 (Annex A17 allows it).
+//!
+//! Deviations: the Ethernet FCS is not carried (the wire is a byte
+//! pipe); frames shorter than 60 bytes are padded to 60 like a NIC does;
+//! a raw frame longer than 65535 bytes of IP payload (only a raw Ethernet
+//! SQ can send one) carries 0 in its 16-bit length fields.
 //!
 //! Everything here works on bytes that may come from anywhere (a raw
 //! Ethernet send queue can put any frame on the wire): parsing never
@@ -36,8 +52,7 @@ const ICRC: usize = 4;
 pub(crate) const BTH_LEN: usize = 12;
 
 /// InfiniBand transport opcodes (IBA 9.2, table 38): the transport in bits
-/// 7:5 (RC 0, UC 1, UD 3), the operation in bits 4:0. Multi-packet
-/// opcodes are listed for completeness; the engine sends `*_ONLY`.
+/// 7:5 (RC 0, UC 1, UD 3), the operation in bits 4:0.
 #[allow(dead_code)]
 pub(crate) mod op {
     pub const RC: u8 = 0x00;
@@ -221,9 +236,9 @@ pub(crate) fn build<E>(
         f[12..14].copy_from_slice(&ethertype.to_be_bytes());
     }
     let mut o = l2;
-    // Length fields that do not fit 16 bits (messages are not segmented)
-    // are written as 0, like an IPv6 jumbogram: the frame's end is the
-    // packet's end.
+    // Length fields that do not fit 16 bits (only a raw frame can be that
+    // long: RoCE packets carry at most one path MTU) are written as 0, like
+    // an IPv6 jumbogram: the frame's end is the packet's end.
     let fit = |n: usize| u16::try_from(n).unwrap_or(0);
     let udp_len = fit(8 + ib_len);
     match route.ver {

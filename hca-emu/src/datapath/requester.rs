@@ -246,6 +246,9 @@ impl Device {
                     done: true,
                     failed: Some(s),
                     byte_cnt: 0,
+                    acked: 0,
+                    read_base: 0,
+                    read_gap: false,
                 });
             }
             self.rc_complete(info.qpn);
@@ -305,31 +308,50 @@ impl Device {
         dst: &mut [u8],
         who: u32,
     ) -> Result<(), u8> {
+        self.gather_sg_at(pd, sg, 0, dst, who)
+    }
+
+    /// Gathers `dst.len()` bytes of a WQE's data from byte `skip` of the
+    /// message on (one packet of a segmented message).
+    pub(crate) fn gather_sg_at(
+        &mut self,
+        pd: u32,
+        sg: &[Sge],
+        mut skip: u64,
+        dst: &mut [u8],
+        who: u32,
+    ) -> Result<(), u8> {
         let mut o = 0usize;
         let mut chunks = Vec::new();
         for s in sg {
-            let n = s.len() as usize;
-            let Some(d) = dst.get_mut(o..o + n) else {
-                return Err(syn::LOCAL_LENGTH);
-            };
+            if o == dst.len() {
+                break;
+            }
+            let sl = s.len();
+            if skip >= sl {
+                skip -= sl;
+                continue;
+            }
+            let n = ((sl - skip) as usize).min(dst.len() - o);
+            let d = &mut dst[o..o + n];
             match s {
                 Sge::Inline(v) => {
-                    d.copy_from_slice(v);
-                    o += n;
+                    d.copy_from_slice(&v[skip as usize..skip as usize + n]);
                 }
-                Sge::Data { addr, len, lkey } => {
+                Sge::Data { addr, lkey, .. } => {
                     chunks.clear();
+                    let a = addr.wrapping_add(skip);
                     if let Err(e) = mem::translate(
                         &self.fw.objs,
                         *lkey,
                         pd,
-                        *addr,
-                        *len,
+                        a,
+                        n as u64,
                         Access::LocalRead,
                         &mut chunks,
                     ) {
                         self.datapath.note(format!(
-                            "QPN {who:#x}: gather lkey {lkey:#x} addr {addr:#x} len {len:#x}: {e}"
+                            "QPN {who:#x}: gather lkey {lkey:#x} addr {a:#x} len {n:#x}: {e}"
                         ));
                         return Err(syn::LOCAL_PROT);
                     }
@@ -337,9 +359,13 @@ impl Device {
                         format!("QPN {who:#x} gather (lkey {lkey:#x})")
                     })
                     .map_err(|()| syn::LOCAL_PROT)?;
-                    o += n;
                 }
             }
+            skip = 0;
+            o += n;
+        }
+        if o != dst.len() {
+            return Err(syn::LOCAL_LENGTH);
         }
         Ok(())
     }
@@ -388,62 +414,98 @@ impl Device {
         Ok(())
     }
 
-    /// Builds the request packet of an RC/UC WQE.
-    fn connected_frame(
+    /// Builds packet `k` of an RC/UC WQE's request message, at `psn`
+    /// (IBA 9.2, 9.7): a SEND or RDMA WRITE of more than one path MTU goes
+    /// as FIRST, MIDDLE..., LAST packets of exactly one MTU of payload
+    /// (the last one the rest), ONLY when it fits; the RETH on the first
+    /// packet of a WRITE, the immediate on the last, the solicited event
+    /// bit on the last; AckReq (RC) on the last packet and on every
+    /// 2^`log_ack_req_freq`-th. A READ request (`k` is the first response
+    /// packet it asks for: 0, or where a request sent again resumes) and
+    /// an atomic are one packet.
+    fn connected_packet(
         &mut self,
         info: &QpInfo,
         route: &Route,
         w: &SendWqe,
         psn: u32,
+        k: u32,
     ) -> Result<Vec<u8>, u8> {
-        let transport = if info.st == 0 { ib::RC } else { ib::UC };
+        let rc = info.st == 0;
+        let transport = if rc { ib::RC } else { ib::UC };
+        let len = w.len();
+        let mtu = info.mtu.max(256);
+        let n = npkts(len, mtu);
+        let last = k + 1 >= n;
+        let first = k == 0;
+        let imm = matches!(w.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
+        let op = match w.opcode {
+            opcode::SEND | opcode::SEND_IMM => match (first, last) {
+                (true, true) if imm => ib::SEND_ONLY_IMM,
+                (true, true) => ib::SEND_ONLY,
+                (true, false) => ib::SEND_FIRST,
+                (false, false) => ib::SEND_MIDDLE,
+                (false, true) if imm => ib::SEND_LAST_IMM,
+                (false, true) => ib::SEND_LAST,
+            },
+            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => match (first, last) {
+                (true, true) if imm => ib::WRITE_ONLY_IMM,
+                (true, true) => ib::WRITE_ONLY,
+                (true, false) => ib::WRITE_FIRST,
+                (false, false) => ib::WRITE_MIDDLE,
+                (false, true) if imm => ib::WRITE_LAST_IMM,
+                (false, true) => ib::WRITE_LAST,
+            },
+            _ => ib_opcode(transport, w) & 0x1f,
+        };
+        let freq = 1u32 << info.log_ack_req_freq.min(16);
         let bth = Bth {
-            opcode: ib_opcode(transport, w),
-            se: w.solicited()
+            opcode: transport | op,
+            se: last
+                && w.solicited()
                 && matches!(
                     w.opcode,
                     opcode::SEND | opcode::SEND_IMM | opcode::RDMA_WRITE_IMM
                 ),
             pkey: 0xffff,
             dqpn: info.remote_qpn,
-            ackreq: info.st == 0,
+            ackreq: rc && (last || (k + 1) % freq == 0 || w.is_read_or_atomic()),
             psn,
             ..Bth::default()
         };
-        let len = w.len();
         let mut ext = Vec::with_capacity(28);
-        let payload = match w.opcode {
-            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ => {
-                ext.extend_from_slice(&w.raddr.to_be_bytes());
+        let (off, plen) = match w.opcode {
+            opcode::RDMA_READ => {
+                let off = (u64::from(k) * mtu).min(len);
+                ext.extend_from_slice(&w.raddr.wrapping_add(off).to_be_bytes());
                 ext.extend_from_slice(&w.rkey.to_be_bytes());
-                ext.extend_from_slice(&(len as u32).to_be_bytes());
-                if w.opcode == opcode::RDMA_WRITE_IMM {
-                    ext.extend_from_slice(&w.imm.to_be_bytes());
-                }
-                w.opcode != opcode::RDMA_READ
+                ext.extend_from_slice(&((len - off) as u32).to_be_bytes());
+                (0, 0)
             }
             opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
                 ext.extend_from_slice(&w.raddr.to_be_bytes());
                 ext.extend_from_slice(&w.rkey.to_be_bytes());
                 ext.extend_from_slice(&w.swap_add.to_be_bytes());
                 ext.extend_from_slice(&w.compare.to_be_bytes());
-                false
+                (0, 0)
             }
-            opcode::SEND_IMM => {
-                ext.extend_from_slice(&w.imm.to_be_bytes());
-                true
+            _ => {
+                if first && matches!(w.opcode, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM) {
+                    ext.extend_from_slice(&w.raddr.to_be_bytes());
+                    ext.extend_from_slice(&w.rkey.to_be_bytes());
+                    ext.extend_from_slice(&(len as u32).to_be_bytes());
+                }
+                if last && imm {
+                    ext.extend_from_slice(&w.imm.to_be_bytes());
+                }
+                let off = u64::from(k) * mtu;
+                (off, len.saturating_sub(off).min(mtu))
             }
-            _ => true,
         };
         let pd = info.pd;
-        if payload {
-            self.precheck_sg(pd, &w.sg, info.qpn)?;
-            packet::build(route, &bth, &ext, len as usize, |p| {
-                self.gather_sg(pd, &w.sg, p, info.qpn)
-            })
-        } else {
-            packet::build(route, &bth, &ext, 0, |_| Ok(()))
-        }
+        packet::build(route, &bth, &ext, plen as usize, |p| {
+            self.gather_sg_at(pd, &w.sg, off, p, info.qpn)
+        })
     }
 
     /// Posts an RC WQE: sends it (or records why it fails) and keeps it
@@ -476,6 +538,9 @@ impl Device {
                 done: true,
                 failed: None,
                 byte_cnt: 0,
+                acked: 0,
+                read_base: 0,
+                read_gap: false,
             });
             self.rc_complete(qpn);
             return;
@@ -498,6 +563,9 @@ impl Device {
             done: false,
             failed: None,
             byte_cnt,
+            acked: 0,
+            read_base: 0,
+            read_gap: false,
         });
         let i = e.pending.len() - 1;
         self.rc_send_pending(info, i);
@@ -505,16 +573,17 @@ impl Device {
         self.rc_complete(qpn);
     }
 
-    /// Sends (or sends again) outstanding WQE `i`. A gather failure marks
-    /// it failed.
+    /// Sends (or sends again) outstanding WQE `i`: its packets from the
+    /// first one not acknowledged (go back N), or for a READ a request for
+    /// the responses not received yet. A gather failure marks it failed.
     fn rc_send_pending(&mut self, info: &QpInfo, i: usize) {
         let qpn = info.qpn;
-        let Some((w, psn)) = self
+        let Some((w, first_psn, npsn, acked)) = self
             .engine
             .qps
             .get(&qpn)
             .and_then(|e| e.pending.get(i))
-            .map(|p| (p.wqe.clone(), p.first_psn))
+            .map(|p| (p.wqe.clone(), p.first_psn, p.npsn, p.acked))
         else {
             return;
         };
@@ -522,18 +591,43 @@ impl Device {
             return;
         };
         let route = route.clone();
-        match self.connected_frame(info, &route, &w, psn) {
-            Ok(f) => self.transmit(info.port, f),
-            Err(s) => {
+        let mut r = self.precheck_sg(info.pd, &w.sg, qpn);
+        if r.is_ok() {
+            if w.is_read_or_atomic() {
                 if let Some(p) = self
                     .engine
                     .qps
                     .get_mut(&qpn)
                     .and_then(|e| e.pending.get_mut(i))
                 {
-                    p.failed = Some(s);
-                    p.done = true;
+                    p.read_base = acked;
                 }
+                let psn = first_psn.wrapping_add(acked) & 0xff_ffff;
+                r = self
+                    .connected_packet(info, &route, &w, psn, acked)
+                    .map(|f| self.transmit(info.port, f));
+            } else {
+                for k in acked..npsn.max(1) {
+                    let psn = first_psn.wrapping_add(k) & 0xff_ffff;
+                    match self.connected_packet(info, &route, &w, psn, k) {
+                        Ok(f) => self.transmit(info.port, f),
+                        Err(s) => {
+                            r = Err(s);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if let Err(s) = r {
+            if let Some(p) = self
+                .engine
+                .qps
+                .get_mut(&qpn)
+                .and_then(|e| e.pending.get_mut(i))
+            {
+                p.failed = Some(s);
+                p.done = true;
             }
         }
     }
@@ -671,8 +765,10 @@ impl Device {
     }
 
     /// Marks everything before `psn` (and up to `psn` if `inclusive`)
-    /// acknowledged, except READs and atomics, which need their responses.
-    /// Returns whether anything was newly acknowledged.
+    /// acknowledged, except READs and atomics, which need their responses;
+    /// a message acknowledged in part remembers how many of its packets
+    /// were (a retransmission starts after them). Returns whether anything
+    /// was newly acknowledged.
     fn rc_ack_through(&mut self, qpn: u32, psn: u32, inclusive: bool) -> bool {
         let Some(e) = self.engine.qps.get_mut(&qpn) else {
             return false;
@@ -688,7 +784,19 @@ impl Device {
             } else {
                 psn_le(last, psn) && last != psn
             };
-            if !covered || p.wqe.is_read_or_atomic() {
+            if p.wqe.is_read_or_atomic() {
+                break;
+            }
+            if !covered {
+                // Part of this message: packets first_psn..psn (inclusive
+                // or not) are acknowledged.
+                if psn_le(p.first_psn, psn) {
+                    let k = (psn.wrapping_sub(p.first_psn) & 0xff_ffff) + u32::from(inclusive);
+                    if k > p.acked {
+                        p.acked = k;
+                        progress = true;
+                    }
+                }
                 break;
             }
             p.done = true;
@@ -714,12 +822,17 @@ impl Device {
         }
         let psn = p.bth.psn;
         let body = p.body;
+        let op = p.bth.opcode & 0x1f;
+        if op == ib::READ_RESPONSE_MIDDLE {
+            self.rc_read_response(&info, psn, op, body);
+            self.qp_kick(qpn);
+            return;
+        }
         if body.len() < 4 {
             self.datapath.drops.malformed += 1;
             return;
         }
         let syndrome = body[0];
-        let op = p.bth.opcode & 0x1f;
         match op {
             ib::ACKNOWLEDGE => match syndrome >> 5 {
                 0 if self.rc_ack_through(qpn, psn, true) => {
@@ -733,8 +846,9 @@ impl Device {
                     let Some(e) = self.engine.qps.get_mut(&qpn) else {
                         return;
                     };
-                    let Some(i) = e.pending.iter().position(|x| !x.done && x.first_psn == psn)
-                    else {
+                    let Some(i) = e.pending.iter().position(|x| {
+                        !x.done && psn_le(x.first_psn, psn) && psn_le(psn, x.last_psn())
+                    }) else {
                         self.datapath.drops.stale += 1;
                         return;
                     };
@@ -777,15 +891,18 @@ impl Device {
                     self.datapath.drops.stale += 1;
                 }
             },
-            ib::READ_RESPONSE_ONLY | ib::ATOMIC_ACKNOWLEDGE => {
+            ib::READ_RESPONSE_FIRST | ib::READ_RESPONSE_LAST | ib::READ_RESPONSE_ONLY => {
+                if syndrome >> 5 != 0 {
+                    self.datapath.drops.malformed += 1;
+                    return;
+                }
+                self.rc_read_response(&info, psn, op, body);
+            }
+            ib::ATOMIC_ACKNOWLEDGE => {
                 let Some(e) = self.engine.qps.get(&qpn) else {
                     return;
                 };
-                let want = if op == ib::ATOMIC_ACKNOWLEDGE {
-                    [opcode::ATOMIC_CS, opcode::ATOMIC_FA].as_slice()
-                } else {
-                    [opcode::RDMA_READ].as_slice()
-                };
+                let want = [opcode::ATOMIC_CS, opcode::ATOMIC_FA];
                 let Some(i) = e
                     .pending
                     .iter()
@@ -795,41 +912,23 @@ impl Device {
                     return;
                 };
                 let w = e.pending[i].wqe.clone();
-                let data: Vec<u8> = if op == ib::ATOMIC_ACKNOWLEDGE {
-                    if body.len() < 12 {
-                        self.datapath.drops.malformed += 1;
-                        return;
-                    }
-                    let orig = packet::rd64(body, 4);
-                    if info.atomic_host_endian {
-                        orig.to_ne_bytes().to_vec()
-                    } else {
-                        orig.to_be_bytes().to_vec()
-                    }
+                if body.len() < 12 {
+                    self.datapath.drops.malformed += 1;
+                    return;
+                }
+                let orig = packet::rd64(body, 4);
+                let data = if info.atomic_host_endian {
+                    orig.to_ne_bytes()
                 } else {
-                    body[4..].to_vec()
+                    orig.to_be_bytes()
                 };
                 self.rc_ack_through(qpn, psn, false);
-                let r = if data.len() as u64 != w.len() {
+                let r = if w.len() != 8 {
                     Err(syn::BAD_RESP)
                 } else {
-                    self.scatter_local(info.pd, &w.sg, &data, qpn)
+                    self.scatter_local(info.pd, &w.sg, 0, &data, qpn)
                 };
-                if let Some(pp) = self
-                    .engine
-                    .qps
-                    .get_mut(&qpn)
-                    .and_then(|e| e.pending.get_mut(i))
-                {
-                    pp.done = true;
-                    pp.failed = r.err();
-                }
-                if let Some(e) = self.engine.qps.get_mut(&qpn) {
-                    e.retries_left = info.retry_count;
-                    e.rnr_left = info.rnr_retry;
-                }
-                self.rc_complete(qpn);
-                self.rc_arm_timer(qpn, true);
+                self.rc_response_done(&info, i, r);
             }
             _ => {
                 self.datapath.drops.stale += 1;
@@ -837,6 +936,124 @@ impl Device {
             }
         }
         self.qp_kick(qpn);
+    }
+
+    /// Outstanding READ or atomic `i` got its (last) response: it
+    /// completes (with `r`'s syndrome if the data could not be written).
+    fn rc_response_done(&mut self, info: &QpInfo, i: usize, r: Result<(), u8>) {
+        let qpn = info.qpn;
+        if let Some(e) = self.engine.qps.get_mut(&qpn) {
+            if let Some(pp) = e.pending.get_mut(i) {
+                pp.done = true;
+                pp.failed = r.err();
+            }
+            e.retries_left = info.retry_count;
+            e.rnr_left = info.rnr_retry;
+        }
+        self.rc_complete(qpn);
+        self.rc_arm_timer(qpn, true);
+    }
+
+    /// A READ response packet (IBA 9.7): it must be the next one the
+    /// outstanding READ expects (its PSN and its place: FIRST, MIDDLE...,
+    /// LAST, or ONLY, counted from the request last sent), carry one path
+    /// MTU of data (the last one the rest); its data is written at its
+    /// offset in the READ's scatter list, and the READ completes with the
+    /// last. A response with a PSN ahead (one was lost) is dropped and the
+    /// READ is asked again for the rest (counted as a retry); a duplicate
+    /// is dropped.
+    fn rc_read_response(&mut self, info: &QpInfo, psn: u32, op: u8, body: &[u8]) {
+        let qpn = info.qpn;
+        let Some(e) = self.engine.qps.get(&qpn) else {
+            return;
+        };
+        let Some(i) = e.pending.iter().position(|x| {
+            !x.done
+                && x.wqe.opcode == opcode::RDMA_READ
+                && psn_le(x.first_psn, psn)
+                && psn_le(psn, x.last_psn())
+        }) else {
+            self.datapath.drops.stale += 1;
+            return;
+        };
+        let pd = &e.pending[i];
+        let (w, first, n, got, base) = (
+            pd.wqe.clone(),
+            pd.first_psn,
+            pd.npsn.max(1),
+            pd.acked,
+            pd.read_base,
+        );
+        let k = psn.wrapping_sub(first) & 0xff_ffff;
+        if k != got {
+            self.datapath.drops.stale += 1;
+            if k > got {
+                self.datapath.note(format!(
+                    "QP {qpn:#x}: READ response PSN {psn:#x} while {:#x} is expected: asked again",
+                    first.wrapping_add(got) & 0xff_ffff
+                ));
+                if let Some(p) = self
+                    .engine
+                    .qps
+                    .get_mut(&qpn)
+                    .and_then(|e| e.pending.get_mut(i))
+                {
+                    // Asked once per gap.
+                    if p.read_gap {
+                        return;
+                    }
+                    p.read_gap = true;
+                }
+                self.rc_retry(qpn, "READ response sequence error");
+            }
+            return;
+        }
+        // Implicitly acknowledges the requests before the READ.
+        if k == base {
+            self.rc_ack_through(qpn, first, false);
+        }
+        let m = n - base.min(n - 1);
+        let j = k - base.min(k);
+        let want = if m == 1 {
+            ib::READ_RESPONSE_ONLY
+        } else if j == 0 {
+            ib::READ_RESPONSE_FIRST
+        } else if j + 1 == m {
+            ib::READ_RESPONSE_LAST
+        } else {
+            ib::READ_RESPONSE_MIDDLE
+        };
+        let mtu = info.mtu.max(256);
+        let len = w.len();
+        let off = u64::from(k) * mtu;
+        let data = if op == ib::READ_RESPONSE_MIDDLE {
+            body
+        } else {
+            &body[4..]
+        };
+        let expect_len = len.saturating_sub(off).min(mtu);
+        if op != want || data.len() as u64 != expect_len {
+            self.datapath.note(format!(
+                "QP {qpn:#x}: READ response opcode {op:#04x} with {} bytes at PSN {psn:#x}, expected opcode {want:#04x} with {expect_len}",
+                data.len()
+            ));
+            self.rc_response_done(info, i, Err(syn::BAD_RESP));
+            return;
+        }
+        let r = self.scatter_local(info.pd, &w.sg, off, data, qpn);
+        if let Some(e) = self.engine.qps.get_mut(&qpn) {
+            if let Some(p) = e.pending.get_mut(i) {
+                p.acked = k + 1;
+                p.read_gap = false;
+            }
+            e.retries_left = info.retry_count;
+            e.rnr_left = info.rnr_retry;
+        }
+        if r.is_err() || k + 1 == n {
+            self.rc_response_done(info, i, r);
+        } else {
+            self.rc_arm_timer(qpn, true);
+        }
     }
 
     /// The WQE at `psn` was NAKed with a fatal code.
@@ -858,38 +1075,55 @@ impl Device {
     }
 
     /// Writes response data (READ, atomic original value) into a WQE's
-    /// local scatter list (lkeys need local write).
-    fn scatter_local(&mut self, pd: u32, sg: &[Sge], data: &[u8], qpn: u32) -> Result<(), u8> {
+    /// local scatter list from byte `skip` of the message on (lkeys need
+    /// local write).
+    fn scatter_local(
+        &mut self,
+        pd: u32,
+        sg: &[Sge],
+        mut skip: u64,
+        data: &[u8],
+        qpn: u32,
+    ) -> Result<(), u8> {
         let mut o = 0usize;
         let mut chunks = Vec::new();
         for s in sg {
             let Sge::Data { addr, len, lkey } = s else {
                 return Err(syn::LOCAL_QP_OP);
             };
-            let n = *len as usize;
+            if o == data.len() {
+                break;
+            }
+            if skip >= *len {
+                skip -= *len;
+                continue;
+            }
+            let n = ((*len - skip) as usize).min(data.len() - o);
+            let a = addr.wrapping_add(skip);
             chunks.clear();
             if let Err(e) = mem::translate(
                 &self.fw.objs,
                 *lkey,
                 pd,
-                *addr,
-                *len,
+                a,
+                n as u64,
                 Access::LocalWrite,
                 &mut chunks,
             ) {
                 self.datapath.note(format!(
-                    "QP {qpn:#x}: response scatter lkey {lkey:#x} addr {addr:#x}: {e}"
+                    "QP {qpn:#x}: response scatter lkey {lkey:#x} addr {a:#x}: {e}"
                 ));
                 return Err(syn::LOCAL_PROT);
             }
-            let Some(src) = data.get(o..o + n) else {
-                return Err(syn::BAD_RESP);
-            };
-            mem::scatter(&mut self.iommu, &chunks, src, &|| {
+            mem::scatter(&mut self.iommu, &chunks, &data[o..o + n], &|| {
                 format!("QP {qpn:#x} response scatter (lkey {lkey:#x})")
             })
             .map_err(|()| syn::LOCAL_PROT)?;
+            skip = 0;
             o += n;
+        }
+        if o != data.len() {
+            return Err(syn::BAD_RESP);
         }
         Ok(())
     }
@@ -904,19 +1138,20 @@ impl Device {
             return;
         }
         let len = w.len();
-        let frame = if info.st == 2 {
-            self.ud_frame(info, &w)
+        let frames = if info.st == 2 {
+            self.ud_frame(info, &w).map(|f| vec![f])
         } else if len > info.max_msg {
             Err(syn::LOCAL_LENGTH)
         } else {
             match info.route.clone() {
                 Ok(route) => {
+                    let n = npkts(len, info.mtu);
                     let psn = self.engine.qps.get_mut(&qpn).map_or(0, |e| {
                         let p = e.next_psn;
-                        e.next_psn = p.wrapping_add(npkts(len, info.mtu)) & 0xff_ffff;
+                        e.next_psn = p.wrapping_add(n) & 0xff_ffff;
                         p
                     });
-                    self.connected_frame(info, &route, &w, psn)
+                    self.uc_packets(info, &route, &w, psn, n)
                 }
                 Err(r) => {
                     self.datapath.note(format!("QP {qpn:#x}: no route: {r}"));
@@ -924,9 +1159,11 @@ impl Device {
                 }
             }
         };
-        match frame {
-            Ok(f) => {
-                self.transmit(info.port, f);
+        match frames {
+            Ok(fs) => {
+                for f in fs {
+                    self.transmit(info.port, f);
+                }
                 if w.signaled() {
                     self.req_cqe(info, &w, 0);
                 }
@@ -936,6 +1173,21 @@ impl Device {
                 self.qp_error(qpn, true, None);
             }
         }
+    }
+
+    /// Builds the `n` packets of a UC message from `psn` on.
+    fn uc_packets(
+        &mut self,
+        info: &QpInfo,
+        route: &Route,
+        w: &SendWqe,
+        psn: u32,
+        n: u32,
+    ) -> Result<Vec<Vec<u8>>, u8> {
+        self.precheck_sg(info.pd, &w.sg, info.qpn)?;
+        (0..n)
+            .map(|k| self.connected_packet(info, route, w, psn.wrapping_add(k) & 0xff_ffff, k))
+            .collect()
     }
 
     /// Builds a UD packet from the WQE's address vector.
@@ -966,7 +1218,7 @@ impl Device {
                 if av.rlid != 0 {
                     av.rlid
                 } else {
-                    0xc000 | (qpn as u16 & 0x3fff)
+                    super::udp_sport_for(av.flow_label, qpn, av.dqpn)
                 },
             )
         }

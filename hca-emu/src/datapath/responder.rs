@@ -19,8 +19,22 @@ mod ev {
     pub const SRQ_LIMIT: u8 = 0x14;
 }
 
+/// A multi-packet message being received on an RC or UC QP.
+#[derive(Clone, Debug)]
+pub(crate) enum RxMsg {
+    /// A SEND: its receive WQE and the bytes scattered so far.
+    Send { rw: RecvWqe, off: u64 },
+    /// An RDMA WRITE: its RETH and the bytes written so far.
+    Write {
+        va: u64,
+        rkey: u32,
+        len: u64,
+        off: u64,
+    },
+}
+
 /// A consumed receive WQE.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct RecvWqe {
     /// CQE `wqe_counter`: the RQ counter, or the SRQ WQE index.
     pub(crate) counter: u16,
@@ -231,21 +245,6 @@ impl Device {
 
     /// Scatters `parts` into a receive WQE. Errors are CQE syndromes.
     fn scatter_recv(&mut self, rw: &RecvWqe, parts: &[&[u8]], qpn: u32) -> Result<u32, u8> {
-        if rw.bad.is_some() {
-            return Err(syn::LOCAL_QP_OP);
-        }
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        let cap: u64 = rw
-            .sges
-            .iter()
-            .map(|s| s.len)
-            .fold(0u64, u64::saturating_add);
-        if total as u64 > cap {
-            self.datapath.note(format!(
-                "QP {qpn:#x}: message of {total} bytes does not fit the receive WQE ({cap} bytes)"
-            ));
-            return Err(syn::LOCAL_LENGTH);
-        }
         let joined;
         let data: &[u8] = if parts.len() == 1 {
             parts[0]
@@ -253,26 +252,59 @@ impl Device {
             joined = parts.concat();
             &joined
         };
+        self.scatter_recv_at(rw, 0, data, qpn)?;
+        Ok(data.len() as u32)
+    }
+
+    /// Scatters `data` into a receive WQE at byte `skip` of the message
+    /// (one packet of a multi-packet SEND). Errors are CQE syndromes.
+    fn scatter_recv_at(
+        &mut self,
+        rw: &RecvWqe,
+        mut skip: u64,
+        data: &[u8],
+        qpn: u32,
+    ) -> Result<(), u8> {
+        if rw.bad.is_some() {
+            return Err(syn::LOCAL_QP_OP);
+        }
+        let cap: u64 = rw
+            .sges
+            .iter()
+            .map(|s| s.len)
+            .fold(0u64, u64::saturating_add);
+        let end = skip + data.len() as u64;
+        if end > cap {
+            self.datapath.note(format!(
+                "QP {qpn:#x}: message of {end} bytes or more does not fit the receive WQE ({cap} bytes)"
+            ));
+            return Err(syn::LOCAL_LENGTH);
+        }
         let mut o = 0usize;
         let mut chunks = Vec::new();
         for s in &rw.sges {
             if o == data.len() {
                 break;
             }
-            let n = (data.len() - o).min(s.len as usize);
+            if skip >= s.len {
+                skip -= s.len;
+                continue;
+            }
+            let n = ((s.len - skip) as usize).min(data.len() - o);
+            let a = s.addr.wrapping_add(skip);
             chunks.clear();
             if let Err(e) = mem::translate(
                 &self.fw.objs,
                 s.lkey,
                 rw.pd,
-                s.addr,
+                a,
                 n as u64,
                 Access::LocalWrite,
                 &mut chunks,
             ) {
                 self.datapath.note(format!(
-                    "QP {qpn:#x}: receive scatter lkey {:#x} addr {:#x}: {e}",
-                    s.lkey, s.addr
+                    "QP {qpn:#x}: receive scatter lkey {:#x} addr {a:#x}: {e}",
+                    s.lkey
                 ));
                 return Err(syn::LOCAL_PROT);
             }
@@ -281,9 +313,10 @@ impl Device {
                 format!("QP {qpn:#x} receive scatter (lkey {lkey:#x})")
             })
             .map_err(|()| syn::LOCAL_PROT)?;
+            skip = 0;
             o += n;
         }
-        Ok(total as u32)
+        Ok(())
     }
 
     /// A responder CQE.
@@ -379,8 +412,11 @@ impl Device {
             ..Bth::default()
         };
         let mut hdr = Vec::with_capacity(4 + ext.len());
-        hdr.push(syndrome);
-        hdr.extend_from_slice(&(msn & 0xff_ffff).to_be_bytes()[1..]);
+        // READ_RESPONSE_MIDDLE carries no AETH (IBA 9.2).
+        if opcode != ib::READ_RESPONSE_MIDDLE {
+            hdr.push(syndrome);
+            hdr.extend_from_slice(&(msn & 0xff_ffff).to_be_bytes()[1..]);
+        }
         hdr.extend_from_slice(ext);
         let qpn = info.qpn;
         let frame = match data {
@@ -439,99 +475,40 @@ impl Device {
         e.nak_seq_sent = false;
         let op = p.bth.opcode & 0x1f;
         let body = p.body;
+        let in_msg = e.rx.is_some();
+        let continues = matches!(
+            op,
+            ib::SEND_MIDDLE
+                | ib::SEND_LAST
+                | ib::SEND_LAST_IMM
+                | ib::WRITE_MIDDLE
+                | ib::WRITE_LAST
+                | ib::WRITE_LAST_IMM
+        );
+        // IBA 9.7: a packet that continues a message needs
+        // one in progress of its kind; a new request while one is in
+        // progress is out of sequence: NAK invalid request.
+        if continues != in_msg {
+            return self.rc_nak(
+                info,
+                psn,
+                NAK_INVALID,
+                format!("opcode {op:#04x} out of sequence"),
+            );
+        }
         match op {
-            ib::SEND_ONLY | ib::SEND_ONLY_IMM => {
-                let Some((imm, payload)) = send_only(op, body) else {
-                    return self.rc_nak(info, psn, NAK_INVALID, "short SEND with immediate".into());
-                };
-                let Some(rw) = self.take_recv(info) else {
-                    return self.rc_rnr(info, psn);
-                };
-                match self.scatter_recv(&rw, &[payload], qpn) {
-                    Ok(n) => {
-                        self.rc_advance(qpn, npkts(payload.len() as u64, info.mtu));
-                        self.connected_cqe(info, &rw, p, n, imm);
-                        self.rc_ack(info, psn, payload.len() as u64);
-                    }
-                    Err(s) => {
-                        self.resp_err_cqe(info, &rw, s);
-                        let nak = if s == syn::LOCAL_LENGTH {
-                            NAK_INVALID
-                        } else {
-                            NAK_OP
-                        };
-                        self.rc_nak(
-                            info,
-                            psn,
-                            nak,
-                            format!("receive failed with syndrome {s:#04x}"),
-                        );
-                    }
-                }
-            }
-            ib::WRITE_ONLY | ib::WRITE_ONLY_IMM => {
-                let need = if op == ib::WRITE_ONLY_IMM { 20 } else { 16 };
-                if body.len() < need {
-                    return self.rc_nak(info, psn, NAK_INVALID, "short RDMA WRITE".into());
-                }
-                let (va, rkey, dmalen) = packet::reth(body);
-                let imm = (op == ib::WRITE_ONLY_IMM).then(|| packet::rd32(body, 16));
-                let payload = &body[need..];
-                if payload.len() != dmalen as usize {
-                    return self.rc_nak(
-                        info,
-                        psn,
-                        NAK_INVALID,
-                        "RETH length differs from the payload".into(),
-                    );
-                }
-                if !info.rwe {
-                    return self.rc_nak(
-                        info,
-                        psn,
-                        NAK_INVALID,
-                        "remote write not enabled on the QP".into(),
-                    );
-                }
-                if imm.is_some() && !self.recv_ready(info) {
-                    return self.rc_rnr(info, psn);
-                }
-                let mut chunks = Vec::new();
-                if let Err(e) = mem::translate(
-                    &self.fw.objs,
-                    rkey,
-                    info.pd,
-                    va,
-                    u64::from(dmalen),
-                    Access::RemoteWrite,
-                    &mut chunks,
-                ) {
-                    return self.rc_nak(
-                        info,
-                        psn,
-                        NAK_ACCESS,
-                        format!("RDMA WRITE rkey {rkey:#x} va {va:#x} len {dmalen:#x}: {e}"),
-                    );
-                }
-                if mem::scatter(&mut self.iommu, &chunks, payload, &|| {
-                    format!("QP {qpn:#x} RDMA WRITE (rkey {rkey:#x})")
-                })
-                .is_err()
-                {
-                    return self.rc_nak(info, psn, NAK_OP, "RDMA WRITE target not mapped".into());
-                }
-                self.rc_advance(qpn, npkts(payload.len() as u64, info.mtu));
-                if let Some(imm) = imm {
-                    if let Some(rw) = self.take_recv(info) {
-                        if rw.bad.is_some() {
-                            self.resp_err_cqe(info, &rw, syn::LOCAL_QP_OP);
-                            return self.rc_nak(info, psn, NAK_OP, "bad receive WQE".into());
-                        }
-                        self.write_imm_cqe(info, &rw, p, dmalen, imm);
-                    }
-                }
-                self.rc_ack(info, psn, payload.len() as u64);
-            }
+            ib::SEND_FIRST
+            | ib::SEND_MIDDLE
+            | ib::SEND_LAST
+            | ib::SEND_LAST_IMM
+            | ib::SEND_ONLY
+            | ib::SEND_ONLY_IMM => self.rc_send_packet(info, p, op),
+            ib::WRITE_FIRST
+            | ib::WRITE_MIDDLE
+            | ib::WRITE_LAST
+            | ib::WRITE_LAST_IMM
+            | ib::WRITE_ONLY
+            | ib::WRITE_ONLY_IMM => self.rc_write_packet(info, p, op),
             ib::READ_REQUEST => {
                 if body.len() < 16 {
                     return self.rc_nak(info, psn, NAK_INVALID, "short RDMA READ request".into());
@@ -544,11 +521,13 @@ impl Device {
                         "remote read not enabled on the QP".into(),
                     );
                 }
-                match self.read_response(info, body, psn) {
-                    Ok(len) => {
-                        self.rc_advance(qpn, npkts(len, info.mtu));
+                let len = u64::from(packet::reth(body).2);
+                self.rc_advance(qpn, npkts(len, info.mtu), true);
+                if let Err(why) = self.read_response(info, body, psn) {
+                    if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                        e.epsn = psn;
                     }
-                    Err(why) => self.rc_nak(info, psn, NAK_ACCESS, why),
+                    self.rc_nak(info, psn, NAK_ACCESS, why);
                 }
             }
             ib::COMPARE_SWAP | ib::FETCH_ADD => {
@@ -602,7 +581,7 @@ impl Device {
                     }
                     e.atomics.push_back((psn, orig));
                 }
-                self.rc_advance(qpn, 1);
+                self.rc_advance(qpn, 1, true);
                 self.rc_reply(
                     info,
                     ib::ATOMIC_ACKNOWLEDGE,
@@ -683,14 +662,29 @@ impl Device {
             self.precheck_chunks(&chunks, &format!("QP {:#x} RDMA READ response", info.qpn))
                 .map_err(|()| "RDMA READ source not mapped".to_string())?;
         }
-        self.rc_reply(
-            info,
-            ib::READ_RESPONSE_ONLY,
-            psn,
-            aeth::ACK,
-            &[],
-            Reply::Memory(chunks, len as usize),
-        );
+        // Segmented at the path MTU: FIRST, MIDDLE..., LAST (AETH on the
+        // first and the last), or ONLY; PSNs from the request's on.
+        let mtu = info.mtu.max(256);
+        let n = npkts(len, mtu);
+        for k in 0..n {
+            let off = u64::from(k) * mtu;
+            let plen = len.saturating_sub(off).min(mtu) as usize;
+            let op = match (k == 0, k + 1 == n) {
+                (true, true) => ib::READ_RESPONSE_ONLY,
+                (true, false) => ib::READ_RESPONSE_FIRST,
+                (false, true) => ib::READ_RESPONSE_LAST,
+                (false, false) => ib::READ_RESPONSE_MIDDLE,
+            };
+            let part = chunk_range(&chunks, off as usize, plen);
+            self.rc_reply(
+                info,
+                op,
+                psn.wrapping_add(k) & 0xff_ffff,
+                aeth::ACK,
+                &[],
+                Reply::Memory(part, plen),
+            );
+        }
         Ok(len)
     }
 
@@ -701,7 +695,8 @@ impl Device {
         let psn = p.bth.psn;
         match op {
             ib::READ_REQUEST if p.body.len() >= 16 && info.rre => {
-                if self.read_response(info, p.body, psn).is_err() {
+                let r = self.read_response(info, p.body, psn);
+                if r.is_err() {
                     self.datapath.drops.stale += 1;
                 }
             }
@@ -723,7 +718,10 @@ impl Device {
                     None => self.datapath.drops.stale += 1,
                 }
             }
-            _ => {
+            // A duplicate SEND or WRITE packet is acknowledged again
+            // (IBA 9.7) when it asks for an ACK (the last packet of
+            // each message does): with the PSN of the last packet taken.
+            _ if p.bth.ackreq || !continues_or_first(op) => {
                 let last = self
                     .engine
                     .qps
@@ -731,19 +729,245 @@ impl Device {
                     .map_or(0, |e| e.epsn.wrapping_sub(1) & 0xff_ffff);
                 self.rc_reply(info, ib::ACKNOWLEDGE, last, aeth::ACK, &[], Reply::None);
             }
+            _ => {}
         }
     }
 
-    fn rc_advance(&mut self, qpn: u32, n: u32) {
+    /// The expected PSN moves on by `n` packets; `msg_done`: a message
+    /// ended (the MSN counts it).
+    fn rc_advance(&mut self, qpn: u32, n: u32, msg_done: bool) {
         if let Some(e) = self.engine.qps.get_mut(&qpn) {
             e.epsn = e.epsn.wrapping_add(n) & 0xff_ffff;
-            e.msn = e.msn.wrapping_add(1) & 0xff_ffff;
+            if msg_done {
+                e.msn = e.msn.wrapping_add(1) & 0xff_ffff;
+            }
         }
     }
 
-    fn rc_ack(&mut self, info: &QpInfo, psn: u32, len: u64) {
-        let last = psn.wrapping_add(npkts(len, info.mtu) - 1) & 0xff_ffff;
-        self.rc_reply(info, ib::ACKNOWLEDGE, last, aeth::ACK, &[], Reply::None);
+    /// Acknowledges everything up to `psn` when the requester asked
+    /// (AckReq) or a message ended: ACKs are coalesced over the packets
+    /// between (IBA 9.7).
+    fn rc_ack(&mut self, info: &QpInfo, p: &Roce<'_>, last: bool) {
+        if p.bth.ackreq || last {
+            self.rc_reply(
+                info,
+                ib::ACKNOWLEDGE,
+                p.bth.psn,
+                aeth::ACK,
+                &[],
+                Reply::None,
+            );
+        }
+    }
+
+    /// A SEND packet at the expected PSN (IBA 9.7): FIRST and
+    /// ONLY take a receive WQE (RNR NAK when there is none), every packet
+    /// scatters at its offset in it, LAST and ONLY complete it. FIRST and
+    /// MIDDLE carry exactly one path MTU; LAST and ONLY at most one.
+    fn rc_send_packet(&mut self, info: &QpInfo, p: &Roce<'_>, op: u8) {
+        let qpn = info.qpn;
+        let psn = p.bth.psn;
+        let imm_op = matches!(op, ib::SEND_LAST_IMM | ib::SEND_ONLY_IMM);
+        let Some((imm, payload)) = send_only(imm_op, p.body) else {
+            return self.rc_nak(info, psn, NAK_INVALID, "short SEND with immediate".into());
+        };
+        let mtu = info.mtu.max(256);
+        let full = matches!(op, ib::SEND_FIRST | ib::SEND_MIDDLE);
+        let len = payload.len() as u64;
+        if (full && len != mtu) || len > mtu {
+            return self.rc_nak(
+                info,
+                psn,
+                NAK_INVALID,
+                format!("SEND packet of {len} bytes with a path MTU of {mtu}"),
+            );
+        }
+        let (rw, off) = if matches!(op, ib::SEND_FIRST | ib::SEND_ONLY | ib::SEND_ONLY_IMM) {
+            let Some(rw) = self.take_recv(info) else {
+                return self.rc_rnr(info, psn);
+            };
+            (rw, 0)
+        } else {
+            match self.engine.qps.get_mut(&qpn).and_then(|e| e.rx.take()) {
+                Some(RxMsg::Send { rw, off }) => (rw, off),
+                other => {
+                    if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                        e.rx = other;
+                    }
+                    return self.rc_nak(
+                        info,
+                        psn,
+                        NAK_INVALID,
+                        format!("SEND opcode {op:#04x} within an RDMA WRITE"),
+                    );
+                }
+            }
+        };
+        match self.scatter_recv_at(&rw, off, payload, qpn) {
+            Ok(()) => {
+                let last = !full;
+                self.rc_advance(qpn, 1, last);
+                if last {
+                    let total = (off + len) as u32;
+                    self.connected_cqe(info, &rw, p, total, imm);
+                } else if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                    e.rx = Some(RxMsg::Send { rw, off: off + len });
+                }
+                self.rc_ack(info, p, last);
+            }
+            Err(s) => {
+                self.resp_err_cqe(info, &rw, s);
+                let nak = if s == syn::LOCAL_LENGTH {
+                    NAK_INVALID
+                } else {
+                    NAK_OP
+                };
+                self.rc_nak(
+                    info,
+                    psn,
+                    nak,
+                    format!("receive failed with syndrome {s:#04x}"),
+                );
+            }
+        }
+    }
+
+    /// An RDMA WRITE packet at the expected PSN: FIRST and ONLY carry the
+    /// RETH, checked for the whole DMA length (rkey, rights, bounds); every
+    /// packet is written at its offset; LAST_IMM and ONLY_IMM consume a
+    /// receive WQE for the immediate (RNR NAK when there is none: the
+    /// packet is taken again when it is sent again).
+    fn rc_write_packet(&mut self, info: &QpInfo, p: &Roce<'_>, op: u8) {
+        let qpn = info.qpn;
+        let psn = p.bth.psn;
+        let body = p.body;
+        let has_reth = matches!(op, ib::WRITE_FIRST | ib::WRITE_ONLY | ib::WRITE_ONLY_IMM);
+        let has_imm = matches!(op, ib::WRITE_LAST_IMM | ib::WRITE_ONLY_IMM);
+        let need = if has_reth { 16 } else { 0 } + if has_imm { 4 } else { 0 };
+        if body.len() < need {
+            return self.rc_nak(info, psn, NAK_INVALID, "short RDMA WRITE".into());
+        }
+        let payload = &body[need..];
+        let len = payload.len() as u64;
+        let mtu = info.mtu.max(256);
+        let full = matches!(op, ib::WRITE_FIRST | ib::WRITE_MIDDLE);
+        let imm = has_imm.then(|| packet::rd32(body, need - 4));
+        let (va, rkey, dmalen, off) = if has_reth {
+            let (va, rkey, dmalen) = packet::reth(body);
+            let dmalen = u64::from(dmalen);
+            let bad_len = if full {
+                len != mtu || dmalen <= mtu
+            } else {
+                len != dmalen
+            };
+            if bad_len {
+                return self.rc_nak(
+                    info,
+                    psn,
+                    NAK_INVALID,
+                    "RETH length differs from the payload".into(),
+                );
+            }
+            if !info.rwe {
+                return self.rc_nak(
+                    info,
+                    psn,
+                    NAK_INVALID,
+                    "remote write not enabled on the QP".into(),
+                );
+            }
+            let mut chunks = Vec::new();
+            if let Err(e) = mem::translate(
+                &self.fw.objs,
+                rkey,
+                info.pd,
+                va,
+                dmalen,
+                Access::RemoteWrite,
+                &mut chunks,
+            ) {
+                return self.rc_nak(
+                    info,
+                    psn,
+                    NAK_ACCESS,
+                    format!("RDMA WRITE rkey {rkey:#x} va {va:#x} len {dmalen:#x}: {e}"),
+                );
+            }
+            (va, rkey, dmalen, 0)
+        } else {
+            let Some(RxMsg::Write {
+                va,
+                rkey,
+                len: dmalen,
+                off,
+            }) = self.engine.qps.get(&qpn).and_then(|e| e.rx.clone())
+            else {
+                return self.rc_nak(
+                    info,
+                    psn,
+                    NAK_INVALID,
+                    format!("RDMA WRITE opcode {op:#04x} within a SEND"),
+                );
+            };
+            let ok = if full {
+                len == mtu && off + len < dmalen
+            } else {
+                off + len == dmalen && len <= mtu
+            };
+            if !ok {
+                return self.rc_nak(
+                    info,
+                    psn,
+                    NAK_INVALID,
+                    format!("RDMA WRITE packet of {len} bytes at {off} of {dmalen}"),
+                );
+            }
+            (va, rkey, dmalen, off)
+        };
+        if imm.is_some() && !self.recv_ready(info) {
+            return self.rc_rnr(info, psn);
+        }
+        if len > 0 {
+            let mut chunks = Vec::new();
+            let a = va.wrapping_add(off);
+            let r = mem::translate(
+                &self.fw.objs,
+                rkey,
+                info.pd,
+                a,
+                len,
+                Access::RemoteWrite,
+                &mut chunks,
+            );
+            if r.is_err()
+                || mem::scatter(&mut self.iommu, &chunks, payload, &|| {
+                    format!("QP {qpn:#x} RDMA WRITE (rkey {rkey:#x})")
+                })
+                .is_err()
+            {
+                return self.rc_nak(info, psn, NAK_OP, "RDMA WRITE target not mapped".into());
+            }
+        }
+        let last = !full;
+        self.rc_advance(qpn, 1, last);
+        if let Some(e) = self.engine.qps.get_mut(&qpn) {
+            e.rx = (!last).then_some(RxMsg::Write {
+                va,
+                rkey,
+                len: dmalen,
+                off: off + len,
+            });
+        }
+        if let Some(imm) = imm {
+            if let Some(rw) = self.take_recv(info) {
+                if rw.bad.is_some() {
+                    self.resp_err_cqe(info, &rw, syn::LOCAL_QP_OP);
+                    return self.rc_nak(info, psn, NAK_OP, "bad receive WQE".into());
+                }
+                self.write_imm_cqe(info, &rw, p, dmalen as u32, imm);
+            }
+        }
+        self.rc_ack(info, p, last);
     }
 
     fn rc_rnr(&mut self, info: &QpInfo, psn: u32) {
@@ -759,44 +983,156 @@ impl Device {
         );
     }
 
-    /// A UC request: PSNs resynchronise on every message; what cannot be
-    /// taken is dropped silently.
+    /// A UC request (IBA 9.8): a packet with a PSN other than the
+    /// expected one ends the message in progress (lost: nothing completes,
+    /// a SEND's receive WQE is kept for the next SEND); FIRST and ONLY
+    /// start a message at any PSN; MIDDLE and LAST without a message in
+    /// progress are dropped. What cannot be taken is dropped silently.
     fn uc_request(&mut self, info: &QpInfo, p: &Roce<'_>) {
         let qpn = info.qpn;
         let op = p.bth.opcode & 0x1f;
+        let psn = p.bth.psn;
+        let Some(e) = self.engine.qps.get_mut(&qpn) else {
+            return;
+        };
+        let starts = matches!(
+            op,
+            ib::SEND_FIRST
+                | ib::SEND_ONLY
+                | ib::SEND_ONLY_IMM
+                | ib::WRITE_FIRST
+                | ib::WRITE_ONLY
+                | ib::WRITE_ONLY_IMM
+        );
+        if psn != e.epsn || starts {
+            if let Some(RxMsg::Send { rw, .. }) = e.rx.take() {
+                e.uc_spare = Some(rw);
+            }
+        }
+        e.epsn = psn.wrapping_add(1) & 0xff_ffff;
+        let rx = e.rx.take();
+        let mtu = info.mtu.max(256);
         let body = p.body;
         match op {
-            ib::SEND_ONLY | ib::SEND_ONLY_IMM => {
-                let Some((imm, payload)) = send_only(op, body) else {
+            ib::SEND_FIRST
+            | ib::SEND_MIDDLE
+            | ib::SEND_LAST
+            | ib::SEND_LAST_IMM
+            | ib::SEND_ONLY
+            | ib::SEND_ONLY_IMM => {
+                let imm_op = matches!(op, ib::SEND_LAST_IMM | ib::SEND_ONLY_IMM);
+                let Some((imm, payload)) = send_only(imm_op, body) else {
                     self.datapath.drops.malformed += 1;
                     return;
                 };
-                let Some(rw) = self.take_recv(info) else {
-                    self.datapath.drops.no_receive += 1;
+                let full = matches!(op, ib::SEND_FIRST | ib::SEND_MIDDLE);
+                let len = payload.len() as u64;
+                if (full && len != mtu) || len > mtu {
+                    self.datapath.drops.malformed += 1;
                     return;
+                }
+                let (rw, off) = if starts {
+                    let spare = self
+                        .engine
+                        .qps
+                        .get_mut(&qpn)
+                        .and_then(|e| e.uc_spare.take());
+                    match spare.or_else(|| self.take_recv(info)) {
+                        Some(rw) => (rw, 0),
+                        None => {
+                            self.datapath.drops.no_receive += 1;
+                            return;
+                        }
+                    }
+                } else {
+                    match rx {
+                        Some(RxMsg::Send { rw, off }) => (rw, off),
+                        _ => {
+                            self.datapath.drops.stale += 1;
+                            return;
+                        }
+                    }
                 };
-                self.uc_psn(qpn, p.bth.psn, payload.len() as u64, info.mtu);
-                match self.scatter_recv(&rw, &[payload], qpn) {
-                    Ok(n) => self.connected_cqe(info, &rw, p, n, imm),
+                match self.scatter_recv_at(&rw, off, payload, qpn) {
+                    Ok(()) if full => {
+                        if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                            e.rx = Some(RxMsg::Send { rw, off: off + len });
+                        }
+                    }
+                    Ok(()) => self.connected_cqe(info, &rw, p, (off + len) as u32, imm),
                     Err(s) => {
                         self.resp_err_cqe(info, &rw, s);
                         self.qp_error(qpn, false, None);
                     }
                 }
             }
-            ib::WRITE_ONLY | ib::WRITE_ONLY_IMM => {
-                let need = if op == ib::WRITE_ONLY_IMM { 20 } else { 16 };
+            ib::WRITE_FIRST
+            | ib::WRITE_MIDDLE
+            | ib::WRITE_LAST
+            | ib::WRITE_LAST_IMM
+            | ib::WRITE_ONLY
+            | ib::WRITE_ONLY_IMM => {
+                let has_reth = starts;
+                let has_imm = matches!(op, ib::WRITE_LAST_IMM | ib::WRITE_ONLY_IMM);
+                let need = if has_reth { 16 } else { 0 } + if has_imm { 4 } else { 0 };
                 if body.len() < need {
                     self.datapath.drops.malformed += 1;
                     return;
                 }
-                let (va, rkey, dmalen) = packet::reth(body);
                 let payload = &body[need..];
-                if payload.len() != dmalen as usize || !info.rwe {
-                    self.datapath.drops.uc_access += 1;
-                    return;
-                }
-                if op == ib::WRITE_ONLY_IMM && !self.recv_ready(info) {
+                let len = payload.len() as u64;
+                let full = matches!(op, ib::WRITE_FIRST | ib::WRITE_MIDDLE);
+                let (va, rkey, dmalen, off) = if has_reth {
+                    let (va, rkey, dmalen) = packet::reth(body);
+                    let dmalen = u64::from(dmalen);
+                    let ok = if full {
+                        len == mtu && dmalen > mtu
+                    } else {
+                        len == dmalen
+                    };
+                    if !ok || !info.rwe {
+                        self.datapath.drops.uc_access += 1;
+                        return;
+                    }
+                    let mut chunks = Vec::new();
+                    if mem::translate(
+                        &self.fw.objs,
+                        rkey,
+                        info.pd,
+                        va,
+                        dmalen,
+                        Access::RemoteWrite,
+                        &mut chunks,
+                    )
+                    .is_err()
+                    {
+                        self.datapath.drops.uc_access += 1;
+                        return;
+                    }
+                    (va, rkey, dmalen, 0)
+                } else {
+                    let Some(RxMsg::Write {
+                        va,
+                        rkey,
+                        len: dmalen,
+                        off,
+                    }) = rx
+                    else {
+                        self.datapath.drops.stale += 1;
+                        return;
+                    };
+                    let ok = if full {
+                        len == mtu && off + len < dmalen
+                    } else {
+                        off + len == dmalen && len <= mtu
+                    };
+                    if !ok {
+                        self.datapath.drops.malformed += 1;
+                        return;
+                    }
+                    (va, rkey, dmalen, off)
+                };
+                if has_imm && !self.recv_ready(info) {
                     self.datapath.drops.no_receive += 1;
                     return;
                 }
@@ -805,8 +1141,8 @@ impl Device {
                     &self.fw.objs,
                     rkey,
                     info.pd,
-                    va,
-                    u64::from(dmalen),
+                    va.wrapping_add(off),
+                    len,
                     Access::RemoteWrite,
                     &mut chunks,
                 )
@@ -819,21 +1155,23 @@ impl Device {
                     self.datapath.drops.uc_access += 1;
                     return;
                 }
-                self.uc_psn(qpn, p.bth.psn, payload.len() as u64, info.mtu);
-                if op == ib::WRITE_ONLY_IMM {
+                if full {
+                    if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                        e.rx = Some(RxMsg::Write {
+                            va,
+                            rkey,
+                            len: dmalen,
+                            off: off + len,
+                        });
+                    }
+                } else if has_imm {
                     if let Some(rw) = self.take_recv(info) {
-                        let imm = packet::rd32(body, 16);
-                        self.write_imm_cqe(info, &rw, p, dmalen, imm);
+                        let imm = packet::rd32(body, need - 4);
+                        self.write_imm_cqe(info, &rw, p, dmalen as u32, imm);
                     }
                 }
             }
             _ => self.datapath.drops.malformed += 1,
-        }
-    }
-
-    fn uc_psn(&mut self, qpn: u32, psn: u32, len: u64, mtu: u64) {
-        if let Some(e) = self.engine.qps.get_mut(&qpn) {
-            e.epsn = psn.wrapping_add(npkts(len, mtu)) & 0xff_ffff;
         }
     }
 
@@ -901,13 +1239,41 @@ fn send_opcode(imm: bool) -> u8 {
     }
 }
 
-/// The immediate (ImmDt) and payload of a SEND_ONLY or SEND_ONLY_IMM
+/// The immediate (ImmDt, when `imm`) and payload of a SEND packet's
 /// body; `None` when the ImmDt is cut short.
-fn send_only(op: u8, body: &[u8]) -> Option<(Option<u32>, &[u8])> {
-    if op != ib::SEND_ONLY_IMM {
+fn send_only(imm: bool, body: &[u8]) -> Option<(Option<u32>, &[u8])> {
+    if !imm {
         return Some((None, body));
     }
     (body.len() >= 4).then(|| (Some(packet::rd32(body, 0)), &body[4..]))
+}
+
+/// Whether a request opcode is the FIRST or a MIDDLE packet of a message
+/// (not its end).
+fn continues_or_first(op: u8) -> bool {
+    matches!(
+        op,
+        ib::SEND_FIRST | ib::SEND_MIDDLE | ib::WRITE_FIRST | ib::WRITE_MIDDLE
+    )
+}
+
+/// The part `off..off + n` of a list of IOVA chunks.
+fn chunk_range(chunks: &[(u64, usize)], mut off: usize, mut n: usize) -> Vec<(u64, usize)> {
+    let mut out = Vec::new();
+    for &(a, l) in chunks {
+        if n == 0 {
+            break;
+        }
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let take = (l - off).min(n);
+        out.push((a + off as u64, take));
+        n -= take;
+        off = 0;
+    }
+    out
 }
 
 /// Data of a response packet.

@@ -227,6 +227,7 @@ fn fields_set(opcode: u16, st: u8) -> Fields {
                 "rnr_retry",
                 "log_sra_max",
                 "primary_address_path.ack_timeout",
+                "log_ack_req_freq",
             ],
             &[ACCESS[0], ACCESS[1], ACCESS[2], RNR, QKEY],
         ),

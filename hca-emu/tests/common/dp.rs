@@ -329,6 +329,16 @@ pub struct Attrs {
     pub log_sra: u32,
     pub log_rra: u32,
     pub qkey: u32,
+    /// RTR2RTS `log_ack_req_freq`: AckReq at least every 2^n packets.
+    pub log_ack_req_freq: u32,
+    /// Address path: hop limit (TTL), traffic class, flow label, DSCP,
+    /// ECN, UDP source port (0: derived).
+    pub hop_limit: u8,
+    pub tclass: u8,
+    pub flow_label: u32,
+    pub dscp: u8,
+    pub ecn: u8,
+    pub udp_sport: u16,
 }
 
 impl Default for Attrs {
@@ -345,6 +355,13 @@ impl Default for Attrs {
             log_sra: 4,
             log_rra: 4,
             qkey: 0x1111_1111,
+            log_ack_req_freq: 0,
+            hop_limit: 64,
+            tclass: 0,
+            flow_label: 0,
+            dscp: 0,
+            ecn: 0,
+            udp_sport: 0,
         }
     }
 }
@@ -631,7 +648,12 @@ impl Node {
             setf(&mut m, 0x2c, 23, 0, u64::from(p.remote_qpn));
             setf(&mut m, 0x34, 23, 23, 1); // grh
             setf(&mut m, 0x38, 23, 16, u64::from(p.sgid_index));
-            setf(&mut m, 0x38, 7, 0, 64);
+            setf(&mut m, 0x38, 7, 0, u64::from(a.hop_limit));
+            setf(&mut m, 0x3c, 27, 20, u64::from(a.tclass));
+            setf(&mut m, 0x3c, 19, 0, u64::from(a.flow_label));
+            setf(&mut m, 0x50, 23, 22, u64::from(a.ecn));
+            setf(&mut m, 0x50, 21, 16, u64::from(a.dscp));
+            setf(&mut m, 0x50, 15, 0, u64::from(a.udp_sport));
             m[0x40..0x50].copy_from_slice(&p.rgid);
             setf(&mut m, 0x54, 23, 16, u64::from(p.port));
             setf(
@@ -653,6 +675,7 @@ impl Node {
     pub fn rtr2rts(&mut self, qp: &Qp, a: &Attrs) {
         let mut m = Raw::modify_input(0x504, qp.qpn);
         setf(&mut m, 0x38, 31, 27, u64::from(a.ack_timeout));
+        setf(&mut m, 0x88, 31, 28, u64::from(a.log_ack_req_freq));
         setf(&mut m, 0x88, 23, 21, u64::from(a.log_sra));
         setf(&mut m, 0x88, 18, 16, u64::from(a.retry_count));
         setf(&mut m, 0x88, 15, 13, u64::from(a.rnr_retry));
