@@ -20,7 +20,8 @@
 //!
 //! The socket wire is an unreliable link, like a real one: a frame the
 //! far end cannot take now (no socket bound at the peer address yet, its
-//! receive queue full) is dropped and counted in
+//! receive queue still full after a short wait, a UDP datagram lost) is
+//! dropped and counted in
 //! [`Drops::no_link`](crate::Drops::no_link); RC recovers by retransmission.
 //! Each process has its own device clock, so a socket cable is meant for
 //! [`Clock::Real`](crate::Clock::Real): on a virtual clock the far end's
@@ -275,8 +276,11 @@ enum Sock {
     Unix {
         /// Bound at the local path; the receiving thread blocks on it.
         sock: UnixDatagram,
-        /// Unbound and non-blocking: a frame the far end cannot take now
-        /// is dropped rather than stalling the device.
+        /// Unbound, with a short send timeout: a full queue at the far
+        /// end (Linux queues only `net.unix.max_dgram_qlen`, 10 by default,
+        /// datagrams) holds the sender back until its receiving thread
+        /// drains it, as a link's flow control would; a far end that does
+        /// not drain it within the timeout loses the frame.
         sender: UnixDatagram,
     },
     /// Bound at the local address; frames leave from it too (as QEMU's
@@ -296,6 +300,12 @@ pub(crate) struct SocketWire {
     /// Frames the far end did not take (absent, or its queue full).
     pub(crate) unsent: AtomicU64,
 }
+
+/// How long a send may wait for room at the far end (Unix) or in the
+/// local socket buffer (UDP) before the frame is dropped. Short: the
+/// device is locked while it sends, and two processes sending to each
+/// other with both queues full wait on each other until it expires.
+const SEND_WAIT: Duration = Duration::from_millis(20);
 
 /// How long the receiving thread blocks before it looks at its stop flag.
 const RECV_POLL: Duration = Duration::from_millis(50);
@@ -321,13 +331,13 @@ impl SocketWire {
                 let sock = UnixDatagram::bind(local)?;
                 sock.set_read_timeout(Some(RECV_POLL))?;
                 let sender = UnixDatagram::unbound()?;
-                sender.set_nonblocking(true)?;
+                sender.set_write_timeout(Some(SEND_WAIT))?;
                 Sock::Unix { sock, sender }
             }
             WireSpec::Udp { local, .. } => {
                 let sock = UdpSocket::bind(local)?;
                 sock.set_read_timeout(Some(RECV_POLL))?;
-                sock.set_write_timeout(Some(Duration::from_millis(5)))?;
+                sock.set_write_timeout(Some(SEND_WAIT))?;
                 Sock::Udp(sock)
             }
         };

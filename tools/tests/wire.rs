@@ -182,17 +182,15 @@ fn the_wire_may_come_from_the_environment() {
 
 #[test]
 fn perf_between_two_processes_over_a_wire() {
-    for (test, size) in [
-        ("write-bw", "8192"),
-        ("read-lat", "8192"),
-        ("send-bw", "8192"),
-        ("atomic-bw", "8"),
+    // Messages many MTUs long (segmented on the wire), on both kinds of
+    // wire.
+    for (test, size, wires) in [
+        ("write-bw", "65536", unix_wire("perf-write")),
+        ("read-lat", "8192", udp_wire()),
+        ("send-bw", "8192", unix_wire("perf-send")),
+        ("atomic-bw", "8", udp_wire()),
     ] {
-        let (_, c, _) = pair(
-            &["perf", test, "-n", "20", "-s", size],
-            &udp_wire(),
-            Via::Option,
-        );
+        let (_, c, _) = pair(&["perf", test, "-n", "20", "-s", size], &wires, Via::Option);
         let out = text(&c.stdout);
         assert!(out.contains("#bytes"), "{test}: {out}");
     }
@@ -286,17 +284,48 @@ fn pcap_in_one_process_and_with_tcp_loopback() {
     let d = scratch("pcap1");
     let f = d.join("a.pcap");
     for mode in [None, Some("--tcp-loopback")] {
-        let mut args = vec!["pingpong", "rc", "-n", "5", "--pcap", f.to_str().unwrap()];
+        let mut args = vec![
+            "pingpong",
+            "rc",
+            "-n",
+            "5",
+            "-s",
+            "4096",
+            "-m",
+            "1024",
+            "--pcap",
+            f.to_str().unwrap(),
+        ];
         args.extend(mode);
         let o = hca(&args);
-        assert!(o.status.success(), "{}", text(&o.stderr));
-        // RC: five sends each way, each acknowledged.
-        assert!(
-            text(&o.stderr).contains("a.pcap: 20 frames"),
-            "{mode:?}: {}",
-            text(&o.stderr)
-        );
-        assert!(std::fs::read(&f).unwrap().len() > 24);
+        let err = text(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        // The count said on stderr is the count in the file.
+        let said: usize = err
+            .lines()
+            .find_map(|l| l.split("a.pcap: ").nth(1))
+            .and_then(|r| r.strip_suffix(" frames"))
+            .unwrap_or_else(|| panic!("{mode:?}: no count: {err}"))
+            .parse()
+            .unwrap();
+        let b = std::fs::read(&f).unwrap();
+        let (mut at, mut n, mut data) = (24, 0, 0);
+        while at < b.len() {
+            let caplen = u32::from_ne_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+            // RoCE v2 over IPv6: the BTH opcode behind 14 + 40 + 8 bytes;
+            // RC SEND FIRST/MIDDLE/LAST are 0x00..0x02.
+            if b[at + 16 + 62] <= 0x02 {
+                data += 1;
+            }
+            at += 16 + caplen;
+            n += 1;
+        }
+        assert_eq!(at, b.len());
+        assert_eq!(n, said, "{mode:?}");
+        // Five 4096-byte messages each way at MTU 1024: 40 data packets,
+        // and acknowledgements besides.
+        assert_eq!(data, 40, "{mode:?}");
+        assert!(n > data, "{mode:?}");
     }
     let _ = std::fs::remove_dir_all(&d);
 }
