@@ -173,6 +173,8 @@ pub(crate) struct Device {
     pub(crate) datapath: Datapath,
     pub(crate) interrupts: BTreeMap<u8, u64>,
     pub(crate) peers: crate::wire::Peers,
+    /// The ports' packet capture taps ([`crate::EmuHca::capture`]).
+    pub(crate) taps: crate::wire::Taps,
     /// The transport engine's state.
     pub(crate) engine: Engine,
     /// This device's own shared state (to recognise itself as a peer).
@@ -229,6 +231,7 @@ impl Device {
             datapath: Datapath::default(),
             interrupts: BTreeMap::new(),
             peers: Default::default(),
+            taps: Default::default(),
             engine: Engine::default(),
             me,
             inflight,
@@ -434,6 +437,7 @@ impl Device {
                 bytes,
                 flight,
             }) => {
+                self.taps.see(port, crate::wire::Direction::In, &bytes);
                 self.receive_frame(port, bytes);
                 if let Some(f) = flight {
                     self.engine.held.push(f);
@@ -713,11 +717,30 @@ impl Shared {
         }
         let out = std::mem::take(&mut d.engine.outbox);
         let held = std::mem::take(&mut d.engine.held);
+        if d.taps.any() {
+            tap_outgoing(&d, &out);
+        }
         drop(d);
         self.cv.notify_all();
         deliver(out);
         drop(held);
         (self.lock(), ran)
+    }
+}
+
+/// Shows the frames going to other HCAs to the taps of the ports they
+/// leave by (the port cabled to that HCA's port).
+fn tap_outgoing(d: &Device, out: &[Outgoing]) {
+    for (peer, pport, bytes, _) in out {
+        let local = d.peers.iter().find_map(|(p, w)| match w {
+            crate::wire::Peer::Port { hca, port } if Weak::ptr_eq(hca, peer) && port == pport => {
+                Some(*p)
+            }
+            _ => None,
+        });
+        if let Some(p) = local {
+            d.taps.see(p, crate::wire::Direction::Out, bytes);
+        }
     }
 }
 

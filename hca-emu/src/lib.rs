@@ -27,8 +27,10 @@
 //!   (`type Mmio = EmuBar`).
 //! - [`connect`]: the virtual wire between ports (RoCE v1/v2 frames);
 //!   [`EmuHca::plug_loopback`] for a loopback plug and
-//!   [`EmuHca::cable_to_socket`] for a wire to another process (a Unix
-//!   datagram socket, one frame per datagram).
+//!   [`EmuHca::cable_to`] for a wire to another process or a QEMU guest
+//!   (a UDP or Unix datagram socket, one frame per datagram, as QEMU's
+//!   `-netdev dgram`: [`WireSpec`]); [`EmuHca::capture`] taps a port's
+//!   frames (both directions) for a packet capture.
 //! - The transport engine executes posted WQEs and writes CQEs (RC, UC,
 //!   UD, raw Ethernet): see [`datapath`] (what executes, CQE fields, deviations), [`Datapath`] for
 //!   its counters and drop reasons, [`cqe_syndrome`] for the error
@@ -95,7 +97,7 @@ pub use device::CommandRecord;
 pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
 pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Umem, Wq, buf_addr};
 pub use iommu::{DmaMapError, FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
-pub use wire::SOCKET_MAX_FRAME;
+pub use wire::{Direction, FrameTap, SOCKET_MAX_FRAME, WireSpec, WireSpecError};
 
 use device::{BAR_SIZE, Device, Event, Shared};
 use platform::{Be32, Be64, DmaRegion, Mmio, Platform};
@@ -122,7 +124,7 @@ pub enum EmuError {
     /// The socket of a socket wire could not be set up.
     #[error("socket wire at {path}: {error}")]
     Socket {
-        /// The local socket path.
+        /// The local socket path or address.
         path: String,
         /// What the OS said.
         error: String,
@@ -526,29 +528,67 @@ impl EmuHca {
         Ok(())
     }
 
-    /// Cables a port to a Unix datagram socket: the socket is bound at
-    /// `local` (a stale socket file there is replaced) and every frame the
-    /// port sends goes, one frame per datagram, to the socket bound at
-    /// `peer`, normally the far end of another process's emulated HCA
-    /// cabled the same way with the two paths swapped. The link comes up
-    /// at once (if its PAOS admin status is up); frames sent while nothing
-    /// is bound at `peer` are lost, as on an unplugged far end. See the
-    /// `wire` notes in the crate docs: meant for [`Clock::Real`].
+    /// Cables a port to a datagram socket wire ([`WireSpec`]): the socket
+    /// is bound at the local end (a stale Unix socket file there is
+    /// replaced) and every frame the port sends goes, one frame per
+    /// datagram, to the peer end: another process's emulated HCA cabled
+    /// with [`WireSpec::far_end`], or a QEMU guest's NIC on
+    /// `-netdev dgram` (see the `wire` notes in the crate docs). The link
+    /// comes up at once (if its PAOS admin status is up); frames sent while
+    /// nothing is bound at the peer are lost, as on an unplugged far end.
+    /// Meant for [`Clock::Real`].
+    pub fn cable_to(&self, port: u8, spec: &WireSpec) -> Result<(), EmuError> {
+        self.check_port(port)?;
+        let taps = self.shared.lock().taps.clone();
+        let w = wire::SocketWire::open(Arc::downgrade(&self.shared), taps, port, spec).map_err(
+            |e| EmuError::Socket {
+                path: spec.local_name(),
+                error: e.to_string(),
+            },
+        )?;
+        self.set_peer(port, Some(wire::Peer::Socket(w)));
+        Ok(())
+    }
+
+    /// Cables a port to a Unix datagram socket bound at `local`, sending to
+    /// `peer`: [`cable_to`](Self::cable_to) with [`WireSpec::Unix`].
     pub fn cable_to_socket(
         &self,
         port: u8,
         local: &std::path::Path,
         peer: &std::path::Path,
     ) -> Result<(), EmuError> {
-        self.check_port(port)?;
-        let w = wire::SocketWire::open(Arc::downgrade(&self.shared), port, local, peer).map_err(
-            |e| EmuError::Socket {
-                path: local.display().to_string(),
-                error: e.to_string(),
+        self.cable_to(
+            port,
+            &WireSpec::Unix {
+                local: local.to_path_buf(),
+                peer: peer.to_path_buf(),
             },
-        )?;
-        self.set_peer(port, Some(wire::Peer::Socket(w)));
+        )
+    }
+
+    /// Taps a port: `tap` is called with every frame the port puts on its
+    /// cable ([`Direction::Out`]) and every frame that comes in on it
+    /// ([`Direction::In`]), whatever the cable (another emulated port, a
+    /// socket wire). A frame that never left the port (to its own MAC
+    /// address, through a loopback plug, to another port of the same HCA)
+    /// is seen once, coming in. Frames an injected fault drops
+    /// ([`Faults::drop_packets`]) or a down link never sends are not seen.
+    /// Replaces an earlier tap of the port; the tap stays through cable
+    /// changes until [`stop_capture`](Self::stop_capture).
+    pub fn capture(&self, port: u8, tap: FrameTap) -> Result<(), EmuError> {
+        let d = self.shared.lock();
+        let n = d.fw.ports.len() as u8;
+        if port == 0 || port > n {
+            return Err(EmuError::NoSuchPort { port, ports: n });
+        }
+        d.taps.set(port, Some(tap));
         Ok(())
+    }
+
+    /// Removes a port's tap (the [`FrameTap`] is dropped).
+    pub fn stop_capture(&self, port: u8) {
+        self.shared.lock().taps.set(port, None);
     }
 
     /// Frames a port's socket wire could not hand to the far end (nothing

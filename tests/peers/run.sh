@@ -14,6 +14,12 @@
 #   vfio_hca   the `hca` tool and the hardware variants of hca-tests,
 #              built with platform::vfio, against emulated functions
 #              presented the same way.
+#   pcap       `hca --pcap` captures of pingpong rc/uc/ud and perf
+#              write/read/send/atomic, below and above the MTU, judged by
+#              tshark (Debian's tshark): every frame RoCE, no malformed
+#              packet, no expert info of severity warning or error; and
+#              the ICRC of every frame checked by tests/peers/roce_icrc.py
+#              (tshark's InfiniBand dissector does not check it).
 #   all        every suite above.
 #
 # Environment: PEERS_OUT (default target/peers) keeps logs and the
@@ -264,15 +270,118 @@ for line in sys.stdin:
     done <"$list"
 }
 
+# --- pcap ----------------------------------------------------------------
+
+# tshark, installed without the wireshark-common question (whether
+# non-root users may capture: no).
+need_tshark() {
+    command -v tshark >/dev/null 2>&1 && return 0
+    if [ "${PEERS_NO_INSTALL:-0}" != 1 ]; then
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        echo "wireshark-common wireshark-common/install-setuid boolean false" |
+            $sudo debconf-set-selections 2>/dev/null
+    fi
+    need_packages tshark && command -v tshark >/dev/null 2>&1
+}
+
+# Frames of a capture matching a display filter.
+tshark_count() {
+    tshark -r "$1" -Y "$2" -T fields -e frame.number 2>/dev/null | grep -c .
+}
+
+# Captures `hca ARGS --pcap` into $OUT/pcap/NAME.pcap and judges it.
+pcap_case() {
+    local name=$1
+    shift
+    local f=$OUT/pcap/$name.pcap log=$OUT/pcap/$name.log
+    if ! timeout 300 "$HCA" "$@" --pcap "$f" >"$log" 2>&1; then
+        fail "pcap $name" "hca $* failed (see $log)"
+        tail -5 "$log" >&2
+        return
+    fi
+    local total notroce malformed expert long why=()
+    total=$(tshark_count "$f" "frame")
+    notroce=$(tshark_count "$f" '!(infiniband && (udp.port == 4791 || eth.type == 0x8915))')
+    malformed=$(tshark_count "$f" "_ws.malformed")
+    # Severity warning is 0x00600000, error 0x00800000.
+    expert=$(tshark_count "$f" "_ws.expert.severity >= 0x00600000")
+    # Path MTU 1024: a packet carries at most 1024 payload bytes behind at
+    # most 106 bytes of headers (Ethernet 14, IPv6 40, UDP 8, BTH 12,
+    # AtomicETH 28, ICRC 4); a longer frame is a message not segmented.
+    long=$(tshark_count "$f" "frame.len > 1130")
+    tshark -r "$f" -q -z expert,warn >"$OUT/pcap/$name.expert" 2>/dev/null
+    [ "$total" -gt 0 ] || why+=("no frame captured")
+    [ "$notroce" -eq 0 ] || why+=("$notroce of $total frames not RoCE")
+    [ "$malformed" -eq 0 ] || why+=("$malformed malformed")
+    [ "$long" -eq 0 ] || why+=("$long frames longer than a 1024-byte MTU packet (not segmented)")
+    if [ "$expert" -ne 0 ] || grep -qE '^(Errors|Warns) \(' "$OUT/pcap/$name.expert"; then
+        why+=("expert info: $(grep -E '^ +[0-9]+ ' "$OUT/pcap/$name.expert" | sed 's/  */ /g' | sort -u | head -3 | paste -sd';' -)")
+    fi
+    if ! /usr/bin/env python3 "$ROOT/tests/peers/roce_icrc.py" "$f" >"$OUT/pcap/$name.icrc" 2>&1; then
+        why+=("ICRC: $(tail -1 "$OUT/pcap/$name.icrc")")
+    fi
+    if [ ${#why[@]} -eq 0 ]; then
+        pass "pcap $name ($total frames)"
+    else
+        fail "pcap $name" "$(printf '%s; ' "${why[@]}")(see $OUT/pcap/$name.*)"
+    fi
+}
+
+suite_pcap() {
+    say "== pcap: hca captures judged by tshark, ICRC checked independently"
+    need_tshark || { fail pcap "cannot install tshark"; return; }
+    command -v python3 >/dev/null 2>&1 || { fail pcap "python3 is missing"; return; }
+    cargo build -q -p hca-tools || { fail build "cargo build -p hca-tools"; return; }
+    mkdir -p "$OUT/pcap"
+    # The emulated port's MTU is 1024 (perf's default path MTU; pingpong
+    # is given -m 1024): sizes below it and several MTUs long.
+    local t
+    for t in rc uc; do
+        pcap_case "pingpong-$t-small" pingpong "$t" -m 1024 -s 512 -n 20 -c
+        pcap_case "pingpong-$t-large" pingpong "$t" -m 1024 -s 8192 -n 20 -c
+    done
+    # A UD message fits in one packet: below and at the MTU.
+    pcap_case pingpong-ud-small pingpong ud -s 64 -n 20 -c
+    pcap_case pingpong-ud-mtu pingpong ud -s 1024 -n 20 -c
+    # RoCE v1 (GID index 0: EtherType 0x8915).
+    pcap_case pingpong-rc-roce-v1 pingpong rc -g 0 -m 1024 -s 512 -n 20 -c
+    # Through TCP, as two processes exchange.
+    pcap_case pingpong-rc-tcp-loopback pingpong rc -s 4096 -n 20 --tcp-loopback
+    for t in write-bw read-bw send-bw; do
+        pcap_case "perf-$t-small" perf "$t" -s 512 -n 20
+        pcap_case "perf-$t-large" perf "$t" -s 8192 -n 20
+    done
+    pcap_case perf-read-lat-large perf read-lat -s 4096 -n 20
+    pcap_case perf-send-bw-ud perf send-bw -c UD -s 1024 -n 20
+    pcap_case perf-atomic-bw-faa perf atomic-bw -n 20
+    pcap_case perf-atomic-bw-cas perf atomic-bw -A CMP_AND_SWAP -n 20
+    # The ICRC check can fail: one payload byte of the last frame of a
+    # capture flipped must be caught.
+    local src=$OUT/pcap/pingpong-rc-small.pcap bad=$OUT/pcap/corrupted.pcap
+    if [ -s "$src" ]; then
+        python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-8] ^= 0x55; open(sys.argv[2], "wb").write(b)' "$src" "$bad"
+        if python3 "$ROOT/tests/peers/roce_icrc.py" "$bad" >"$OUT/pcap/corrupted.icrc" 2>&1; then
+            fail "pcap icrc-check-catches-corruption" "a flipped byte passed (see $OUT/pcap/corrupted.icrc)"
+        else
+            pass "pcap icrc-check-catches-corruption"
+        fi
+    else
+        fail "pcap icrc-check-catches-corruption" "no capture to corrupt"
+    fi
+}
+
 case "${1:-}" in
     mlx5_vfio) suite_mlx5_vfio ;;
     vfio_hca) suite_vfio_hca ;;
+    pcap) suite_pcap ;;
     all)
         suite_vfio_hca
         suite_mlx5_vfio
+        suite_pcap
         ;;
     *)
-        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|all"
+        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|pcap|all"
         exit 2
         ;;
 esac

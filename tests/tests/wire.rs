@@ -215,3 +215,118 @@ fn a_socket_that_cannot_be_bound_is_a_typed_error() {
     // The port stays free.
     a.emu().unwrap().plug_loopback(1).unwrap();
 }
+
+/// Frames a tap saw, by direction.
+#[derive(Default)]
+struct Seen {
+    out: Vec<Vec<u8>>,
+    inn: Vec<Vec<u8>>,
+}
+
+fn tap(emu: &hca_emu::EmuHca, port: u8) -> std::sync::Arc<std::sync::Mutex<Seen>> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let s = seen.clone();
+    emu.capture(
+        port,
+        std::sync::Arc::new(move |p: u8, dir: hca_emu::Direction, f: &[u8]| {
+            assert_eq!(p, port);
+            let mut g = s.lock().unwrap();
+            match dir {
+                hca_emu::Direction::Out => g.out.push(f.to_vec()),
+                hca_emu::Direction::In => g.inn.push(f.to_vec()),
+            }
+        }),
+    )
+    .unwrap();
+    seen
+}
+
+/// What A sent is what B received and the other way round, frame for
+/// frame; A's frames carry A's MAC as source, B's as destination.
+fn taps_agree(a: &Seen, b: &Seen) {
+    assert!(!a.out.is_empty() && !a.inn.is_empty());
+    assert_eq!(a.out, b.inn, "A's frames out are B's frames in");
+    assert_eq!(b.out, a.inn, "B's frames out are A's frames in");
+    let mac_a = &a.out[0][6..12];
+    assert!(a.out.iter().all(|f| &f[6..12] == mac_a));
+    assert!(a.inn.iter().all(|f| &f[0..6] == mac_a));
+}
+
+#[test]
+fn a_udp_wire_carries_rc_and_taps_see_every_frame_both_ways() {
+    let (ua, ub) = (
+        std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+        std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+    );
+    let (pa, pb) = (ua.local_addr().unwrap(), ub.local_addr().unwrap());
+    drop((ua, ub));
+    let spec: hca_emu::WireSpec = format!("udp:{pa},{pb}").parse().unwrap();
+    let real = EmuConfig {
+        clock: Clock::Real,
+        ..EmuConfig::default()
+    };
+    let a = Bench::<EmuPlatform>::emulated(real.clone(), Config::default());
+    let b = Bench::<EmuPlatform>::emulated(EmuConfig { seed: 78, ..real }, Config::default());
+    a.emu().unwrap().cable_to(1, &spec).unwrap();
+    b.emu().unwrap().cable_to(1, &spec.far_end()).unwrap();
+    let (sa, sb) = (tap(a.emu().unwrap(), 1), tap(b.emu().unwrap(), 1));
+    // A tap on a port the HCA does not have is an error.
+    assert!(matches!(
+        a.emu()
+            .unwrap()
+            .capture(3, std::sync::Arc::new(|_, _, _| {})),
+        Err(EmuError::NoSuchPort { port: 3, .. })
+    ));
+    let mut l = Link {
+        a,
+        b: Some(b),
+        port_a: 1,
+        port_b: 1,
+    };
+    rc_both_ways(&mut l, 8);
+    l.assert_clean();
+    assert_eq!(l.emu_a().socket_frames_unsent(1), 0);
+    l.emu_a().stop_capture(1);
+    l.emu_b().stop_capture(1);
+    taps_agree(&sa.lock().unwrap(), &sb.lock().unwrap());
+    // A UDP port in use is a typed error naming the address.
+    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let c = Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default());
+    let e = c
+        .emu()
+        .unwrap()
+        .cable_to(
+            1,
+            &format!("udp:{},127.0.0.1:9", busy.local_addr().unwrap())
+                .parse()
+                .unwrap(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, EmuError::Socket { path, .. } if *path == busy.local_addr().unwrap().to_string()),
+        "{e}"
+    );
+}
+
+#[test]
+fn taps_see_the_frames_between_two_hcas_of_one_process() {
+    let a = Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default());
+    let b = Bench::<EmuPlatform>::emulated(
+        EmuConfig {
+            seed: 79,
+            ..EmuConfig::default()
+        },
+        Config::default(),
+    );
+    hca_emu::connect(a.emu().unwrap(), 1, b.emu().unwrap(), 1).unwrap();
+    let (sa, sb) = (tap(a.emu().unwrap(), 1), tap(b.emu().unwrap(), 1));
+    let mut l = Link {
+        a,
+        b: Some(b),
+        port_a: 1,
+        port_b: 1,
+    };
+    rc_both_ways(&mut l, 8);
+    l.assert_clean();
+    taps_agree(&sa.lock().unwrap(), &sb.lock().unwrap());
+}

@@ -11,6 +11,14 @@
 //! and runs through [`run_pair`] (two emulated HCAs cabled together, or
 //! one real function for both sides); [`with_emulated`] brings up one HCA
 //! of an emulated pair on a thread of its own (`--tcp-loopback`).
+//!
+//! On the emulator, `--wire SPEC` (or `HCA_EMU_WIRE`) cables port 1 of
+//! this process's emulated HCA to a datagram socket wire
+//! ([`hca_emu::WireSpec`]: `udp:LOCAL,PEER` or `unix:LOCAL,PEER`), so
+//! that a server and a client in two `hca` processes (or an `hca` process
+//! and a QEMU guest on `-netdev dgram`) reach each other; `--pcap FILE`
+//! writes every frame of port 1 (side A's in one process) into a pcap
+//! file ([`crate::capture`]).
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -21,10 +29,11 @@ use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use firmware_cmds::Opcode;
 use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Hca, WaitMode};
-use hca_emu::{EmuConfig, EmuHca};
+use hca_emu::{Clock, EmuConfig, EmuHca, WireSpec};
 use platform::Platform;
 use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
 
+use crate::capture::Capture;
 use crate::error::{Result, ToolError};
 use crate::progress::{self, Progress};
 
@@ -97,6 +106,43 @@ pub struct OpenOptions {
     pub emulator_asked: bool,
     /// Interrupts (where the platform has them) or polling (`--poll`).
     pub wait_mode: WaitMode,
+    /// On the emulator: cable port 1 of this process's emulated HCA to
+    /// this socket wire (`--wire`, `HCA_EMU_WIRE`).
+    pub wire: Option<WireSpec>,
+    /// On the emulator: capture port 1's frames into this pcap file
+    /// (`--pcap`).
+    pub pcap: Option<PathBuf>,
+}
+
+/// The port the emulator's wire and capture are on.
+pub const WIRE_PORT: u8 = 1;
+
+impl OpenOptions {
+    /// The error for `--wire`/`--pcap` given for a real device.
+    fn emulator_only(&self) -> Result<()> {
+        if self.wire.is_some() {
+            return Err(ToolError::Usage(
+                "--wire (or HCA_EMU_WIRE) cables the emulated HCA: it does not apply to a device given with -d".into(),
+            ));
+        }
+        if self.pcap.is_some() {
+            return Err(ToolError::Usage(
+                "--pcap captures the emulated HCA's wire: it does not apply to a device given with -d".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The error for `--wire` in a mode that runs both sides in this
+    /// process.
+    fn no_wire_for_pair(&self) -> Result<()> {
+        match &self.wire {
+            Some(w) => Err(ToolError::Usage(format!(
+                "--wire {w} (or HCA_EMU_WIRE): both sides run in this process, cabled to each other; the wire is for one side per process (--server, or a server host)"
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// What a command knows about the device it runs on.
@@ -232,16 +278,66 @@ pub fn emulator_notice(asked: bool, what: &str) -> String {
     }
 }
 
-/// Builds the emulated ConnectX-4 and says so on stderr.
-fn emulator(asked: bool) -> EmuHca {
-    eprintln!(
-        "{}",
-        emulator_notice(
-            asked,
-            "the emulated ConnectX-4 (hca-emu, firmware 14.12.1220)"
-        )
-    );
-    EmuHca::new(EmuConfig::default())
+/// A seed for an emulated HCA on a wire: from the wire's local end, so
+/// that the two processes on one wire get different MAC addresses and
+/// GIDs.
+fn wire_seed(w: &WireSpec) -> u64 {
+    // FNV-1a.
+    w.local_name()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+        ^ EmuConfig::default().seed
+}
+
+/// Builds the emulated ConnectX-4 and says so on stderr; with a wire, on
+/// the real-time clock with port 1 cabled to it; with `--pcap`, port 1
+/// captured.
+fn emulator(opts: &OpenOptions) -> Result<(EmuHca, Option<Capture>)> {
+    let what = "the emulated ConnectX-4 (hca-emu, firmware 14.12.1220)";
+    let emu = match &opts.wire {
+        None => {
+            eprintln!("{}", emulator_notice(opts.emulator_asked, what));
+            EmuHca::new(EmuConfig::default())
+        }
+        Some(w) => {
+            eprintln!(
+                "{}",
+                emulator_notice(
+                    opts.emulator_asked,
+                    &format!("{what}, port {WIRE_PORT} on the wire {w}")
+                )
+            );
+            let emu = EmuHca::new(EmuConfig {
+                clock: Clock::Real,
+                seed: wire_seed(w),
+                ..EmuConfig::default()
+            });
+            emu.cable_to(WIRE_PORT, w)
+                .map_err(|e| ToolError::Usage(format!("--wire {w}: {e}")))?;
+            emu
+        }
+    };
+    let cap = start_capture(&emu, opts)?;
+    Ok((emu, cap))
+}
+
+/// Starts `--pcap` on port 1 of `emu`, if asked.
+fn start_capture(emu: &EmuHca, opts: &OpenOptions) -> Result<Option<Capture>> {
+    opts.pcap
+        .as_deref()
+        .map(|p| Capture::start(emu, WIRE_PORT, p))
+        .transpose()
+}
+
+/// Ends a capture started on `emu` (if any), keeping the command's error
+/// first.
+pub fn end_capture<T>(cap: Option<Capture>, emu: &EmuHca, r: Result<T>) -> Result<T> {
+    let done = cap.map(|c| c.finish(emu)).transpose();
+    let out = r?;
+    done?;
+    Ok(out)
 }
 
 fn vfio_options(opts: &OpenOptions) -> VfioOptions {
@@ -257,10 +353,12 @@ pub fn run_hca<T: HcaTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Resu
     let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
     let r = match sel {
         Selection::Emulator => {
-            let emu = emulator(opts.emulator_asked);
-            bring_up_and_run(emu.platform(), sel, recorder, opts.wait_mode, task)
+            let (emu, cap) = emulator(opts)?;
+            let r = bring_up_and_run(emu.platform(), sel, recorder, opts.wait_mode, task);
+            end_capture(cap, &emu, r)
         }
         Selection::Vfio(bdf) => {
+            opts.emulator_only()?;
             let p = VfioPlatform::open(bdf, vfio_options(opts))?;
             bring_up_and_run(p, sel, recorder, opts.wait_mode, task)
         }
@@ -308,12 +406,14 @@ pub struct PairDesc {
 }
 
 /// Builds two emulated ConnectX-4s cabled port 1 to port 1 and says so on
-/// stderr.
-pub fn emulated_pair(asked: bool) -> Result<(EmuHca, EmuHca)> {
+/// stderr; with `--pcap`, side A's port 1 captured. A `--wire` is an
+/// error here: both sides are in this process.
+pub fn emulated_pair(opts: &OpenOptions) -> Result<(EmuHca, EmuHca, Option<Capture>)> {
+    opts.no_wire_for_pair()?;
     eprintln!(
         "{}",
         emulator_notice(
-            asked,
+            opts.emulator_asked,
             "two emulated ConnectX-4s (hca-emu, firmware 14.12.1220) cabled port 1 to port 1"
         )
     );
@@ -324,7 +424,8 @@ pub fn emulated_pair(asked: bool) -> Result<(EmuHca, EmuHca)> {
     });
     hca_emu::connect(&a, 1, &b, 1)
         .map_err(|e| ToolError::Usage(format!("cabling the two emulated HCAs together: {e}")))?;
-    Ok((a, b))
+    let cap = start_capture(&a, opts)?;
+    Ok((a, b, cap))
 }
 
 /// Opens both sides of a pair command: on the emulator two emulated HCAs
@@ -335,28 +436,12 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
     let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
     let r = match sel {
         Selection::Emulator => {
-            let (ea, eb) = emulated_pair(opts.emulator_asked)?;
-            let da = desc_of(&ea.platform(), sel);
-            let db = desc_of(&eb.platform(), sel);
-            let ha = open_hca(ea.platform(), &da, Some(recorder), opts.wait_mode)?;
-            let hb = match open_hca(eb.platform(), &db, None, opts.wait_mode) {
-                Ok(h) => h,
-                Err(e) => {
-                    let _ = close_hca(ha, &da);
-                    return Err(e);
-                }
-            };
-            let desc = PairDesc {
-                a: da.clone(),
-                two_hcas: true,
-                link: "two emulated HCAs, port 1 cabled to port 1".to_string(),
-            };
-            let result = task.run(&ha, &hb, &desc);
-            let cb = close_hca(hb, &db);
-            let ca = close_hca(ha, &da);
-            finish(result, ca.and(cb))
+            let (ea, eb, cap) = emulated_pair(opts)?;
+            let r = run_emulated_pair(&ea, &eb, sel, recorder, opts.wait_mode, task);
+            end_capture(cap, &ea, r)
         }
         Selection::Vfio(bdf) => {
+            opts.emulator_only()?;
             let p = VfioPlatform::open(bdf, vfio_options(opts))?;
             let d = desc_of(&p, sel);
             let h = open_hca(p, &d, Some(recorder), opts.wait_mode)?;
@@ -369,6 +454,7 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
             finish(result, close_hca(h, &d))
         }
         Selection::VfioPair(a, b) => {
+            opts.emulator_only()?;
             let pa = VfioPlatform::open(a, vfio_options(opts))?;
             let pb = VfioPlatform::open(b, vfio_options(opts))?;
             let (da, db) = (desc_of(&pa, sel), desc_of(&pb, sel));
@@ -398,6 +484,35 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
     let out = r?;
     flushed?;
     Ok(out)
+}
+
+fn run_emulated_pair<T: PairTask>(
+    ea: &EmuHca,
+    eb: &EmuHca,
+    sel: &Selection,
+    recorder: &'static ToolRecorder,
+    wait_mode: WaitMode,
+    task: T,
+) -> Result<T::Output> {
+    let da = desc_of(&ea.platform(), sel);
+    let db = desc_of(&eb.platform(), sel);
+    let ha = open_hca(ea.platform(), &da, Some(recorder), wait_mode)?;
+    let hb = match open_hca(eb.platform(), &db, None, wait_mode) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = close_hca(ha, &da);
+            return Err(e);
+        }
+    };
+    let desc = PairDesc {
+        a: da.clone(),
+        two_hcas: true,
+        link: "two emulated HCAs, port 1 cabled to port 1".to_string(),
+    };
+    let result = task.run(&ha, &hb, &desc);
+    let cb = close_hca(hb, &db);
+    let ca = close_hca(ha, &da);
+    finish(result, ca.and(cb))
 }
 
 /// Brings up an emulated HCA the caller built (one of a cabled pair, in a
@@ -489,15 +604,17 @@ pub fn run_platform<T: PlatformTask>(
 ) -> Result<T::Output> {
     match sel {
         Selection::Emulator => {
-            let emu = emulator(opts.emulator_asked);
+            let (emu, cap) = emulator(opts)?;
             let p = emu.platform();
             let dev = DeviceDesc {
                 selection: sel.clone(),
                 describe: p.describe().to_string(),
             };
-            task.run(&p, &dev)
+            let r = task.run(&p, &dev);
+            end_capture(cap, &emu, r)
         }
         Selection::Vfio(bdf) => {
+            opts.emulator_only()?;
             // Memory space on, bus master off: only registers are read.
             let o = vfio_options(opts).bus_master(false).planned_dma_bytes(0);
             let p = VfioPlatform::open(bdf, o)?;

@@ -19,11 +19,17 @@
 //! hexdump form `hca trace` reads. Errors are one line on stderr and a
 //! non-zero exit code.
 //!
+//! On the emulator, `--wire udp:LOCAL,PEER` or `--wire unix:LOCAL,PEER`
+//! (or the environment variable `HCA_EMU_WIRE`) cables port 1 of the
+//! emulated HCA to a datagram socket, one Ethernet frame per datagram, as
+//! QEMU's `-netdev dgram`; `--pcap FILE` writes every frame of port 1
+//! into a pcap file.
+//!
 //! pingpong and perf run both sides in this process by default; `--server`
 //! (or `-p PORT`) and a server host run them as a server and a client that
-//! meet over TCP; `--tcp-loopback` runs a server and a client on two
-//! threads, each with its own emulated HCA (two `hca` processes on the
-//! emulator cannot reach each other: each has an emulated HCA of its own).
+//! meet over TCP (on the emulator: two `hca` processes, each with
+//! `--wire`, the two ends swapped); `--tcp-loopback` runs a server and a
+//! client on two threads, each with its own emulated HCA.
 //!
 //! Layout of the crate: [`device`] (device selection, bring-up, teardown,
 //! the command recorder, progress), [`output`] (tables, JSON), [`decode`]
@@ -34,6 +40,7 @@
 
 #![forbid(unsafe_code)]
 
+mod capture;
 mod cmd;
 mod decode;
 mod device;
@@ -83,6 +90,19 @@ pub struct Cli {
     /// the emulator) and polls elsewhere.
     #[arg(long, global = true)]
     poll: bool,
+    /// For the commands on a device (also taken after the command): on the
+    /// emulator, cable port 1 to a datagram socket wire, udp:LOCAL,PEER
+    /// (e.g. udp:127.0.0.1:5000,127.0.0.1:5001) or unix:LOCAL,PEER (two
+    /// socket paths), as QEMU's -netdev dgram; the other process takes the
+    /// two ends swapped. Default: the environment variable HCA_EMU_WIRE.
+    #[arg(long, value_name = "SPEC")]
+    wire: Option<String>,
+
+    /// For the commands on a device (also taken after the command): on the
+    /// emulator, write every frame of port 1 (both directions) into FILE,
+    /// a pcap capture (Ethernet, nanosecond timestamps).
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
 
     /// The sysfs root (for tests and containers).
     #[arg(
@@ -106,6 +126,24 @@ struct DeviceOpt {
     /// cabled together), or `emu` for the emulated ConnectX-4 (the default).
     #[arg(short = 'd', long = "device", value_name = "BDF|emu")]
     device: Option<String>,
+}
+
+/// `--wire` and `--pcap`, for the commands that run on a device.
+#[derive(Debug, Args)]
+struct EmuOpt {
+    /// On the emulator: cable port 1 to a datagram socket wire,
+    /// udp:LOCAL,PEER (e.g. udp:127.0.0.1:5000,127.0.0.1:5001) or
+    /// unix:LOCAL,PEER (two socket paths), one Ethernet frame per
+    /// datagram as QEMU's -netdev dgram; the other process takes the two
+    /// ends swapped. Default: the environment variable HCA_EMU_WIRE.
+    #[arg(long, value_name = "SPEC")]
+    wire: Option<String>,
+
+    /// On the emulator: write every frame of port 1 (both directions, as
+    /// seen at the port) into FILE, a pcap capture (Ethernet, nanosecond
+    /// timestamps).
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
 }
 
 /// `--dump-commands`, for the commands that run firmware commands.
@@ -163,6 +201,8 @@ enum Command {
         #[command(flatten)]
         dev: DeviceOpt,
         #[command(flatten)]
+        emu: EmuOpt,
+        #[command(flatten)]
         dump: DumpOpt,
         #[command(flatten)]
         out: JsonOpt,
@@ -173,6 +213,8 @@ enum Command {
         args: cmd::caps::CapsArgs,
         #[command(flatten)]
         dev: DeviceOpt,
+        #[command(flatten)]
+        emu: EmuOpt,
         #[command(flatten)]
         dump: DumpOpt,
         #[command(flatten)]
@@ -185,6 +227,8 @@ enum Command {
         args: cmd::health::HealthArgs,
         #[command(flatten)]
         dev: DeviceOpt,
+        #[command(flatten)]
+        emu: EmuOpt,
         #[command(flatten)]
         out: JsonOpt,
     },
@@ -204,6 +248,8 @@ enum Command {
         #[command(flatten)]
         dev: DeviceOpt,
         #[command(flatten)]
+        emu: EmuOpt,
+        #[command(flatten)]
         dump: DumpOpt,
         #[command(flatten)]
         out: JsonOpt,
@@ -216,6 +262,8 @@ enum Command {
         args: cmd::perf::PerfArgs,
         #[command(flatten)]
         dev: DeviceOpt,
+        #[command(flatten)]
+        emu: EmuOpt,
         #[command(flatten)]
         dump: DumpOpt,
         #[command(flatten)]
@@ -237,6 +285,21 @@ impl Command {
             | Command::Caps { dev, dump, out, .. }
             | Command::Pingpong { dev, dump, out, .. }
             | Command::Perf { dev, dump, out, .. } => (Some(dev), Some(dump), out.json),
+        }
+    }
+
+    /// The command's own `--wire` and `--pcap`, where it takes them.
+    fn own_emu(&self) -> Option<&EmuOpt> {
+        match self {
+            Command::List { .. }
+            | Command::Bind { .. }
+            | Command::Unbind { .. }
+            | Command::Trace { .. } => None,
+            Command::Health { emu, .. }
+            | Command::Info { emu, .. }
+            | Command::Caps { emu, .. }
+            | Command::Pingpong { emu, .. }
+            | Command::Perf { emu, .. } => Some(emu),
         }
     }
 
@@ -316,6 +379,27 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         dump.and_then(|d| d.dump_commands.clone()),
         "--dump-commands",
     )?;
+    let emu = cli.command.own_emu();
+    if emu.is_none() && (cli.wire.is_some() || cli.pcap.is_some()) {
+        return Err(ToolError::Usage(format!(
+            "--wire and --pcap do not apply to `hca {name}`, which runs on no device"
+        )));
+    }
+    let wire = either(cli.wire.clone(), emu.and_then(|e| e.wire.clone()), "--wire")?;
+    let pcap = either(cli.pcap.clone(), emu.and_then(|e| e.pcap.clone()), "--pcap")?;
+    let wire = match wire {
+        Some(w) => Some(w),
+        None if emu.is_some() => std::env::var("HCA_EMU_WIRE")
+            .ok()
+            .filter(|w| !w.trim().is_empty()),
+        None => None,
+    };
+    let wire = wire
+        .map(|w| {
+            w.parse::<hca_emu::WireSpec>()
+                .map_err(|e| ToolError::Usage(format!("--wire/HCA_EMU_WIRE: {e}")))
+        })
+        .transpose()?;
     let json = cli.json || own_json;
     let sel = || Selection::parse(device.as_deref());
     let open = OpenOptions {
@@ -327,6 +411,8 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         } else {
             WaitMode::Interrupts
         },
+        wire,
+        pcap,
     };
     match &cli.command {
         Command::List { .. } => cmd::list::run(&cli.sysfs_root, json, out),

@@ -3,11 +3,12 @@
 //! and synchronise over, and the line-based JSON control channel perf
 //! uses on it.
 //!
-//! On the emulator every `hca` process has an emulated HCA of its own,
-//! and two processes cannot share a wire: their ports stay down. So a
-//! server and a client on the emulator meet over TCP only in one process
-//! (`--tcp-loopback`: two threads, each with its own emulated HCA, the two
-//! cabled together); between processes they need real HCAs.
+//! On the emulator every `hca` process has an emulated HCA of its own:
+//! a server and a client in two processes reach each other when both are
+//! cabled to one socket wire (`--wire` or `HCA_EMU_WIRE`, the two ends
+//! swapped; see [`crate::device`]); `--tcp-loopback` runs both in one
+//! process (two threads, each with its own emulated HCA, the two cabled
+//! together).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -135,7 +136,7 @@ impl Mode {
 pub fn emulator_down_hint(mode: &Mode) -> &'static str {
     match mode {
         Mode::Server { .. } | Mode::Client { .. } => {
-            " (an emulated HCA's port is up only when it is cabled to another emulated HCA in the same process: two `hca` processes on the emulator cannot reach each other; run both sides in one process with --tcp-loopback, or use real HCAs with -d)"
+            " (an emulated HCA's port is up only when it is cabled: give both processes a wire, e.g. --wire udp:127.0.0.1:5000,127.0.0.1:5001 here and --wire udp:127.0.0.1:5001,127.0.0.1:5000 in the other (or HCA_EMU_WIRE), or run both sides in one process with --tcp-loopback, or use real HCAs with -d)"
         }
         _ => "",
     }

@@ -1,8 +1,9 @@
 //! `hca pingpong` and `hca perf` end to end on the emulator: the lines of
 //! ibv_*_pingpong and the tables of perftest, parsed and checked for sane
 //! numbers; -a, -D, --json; the server and the client meeting over TCP
-//! (two threads of one process with --tcp-loopback, since two processes
-//! on the emulator cannot share a wire, and two processes, which say so);
+//! (two threads of one process with --tcp-loopback; two processes without
+//! a wire, which say so; two processes on a socket wire are in
+//! tests/wire.rs);
 //! and every bad argument (one error line, non-zero exit, no panic).
 
 mod common;
@@ -531,9 +532,9 @@ fn perf_server_and_client_over_tcp() {
 }
 
 #[test]
-fn perf_and_pingpong_between_two_emulator_processes_say_they_cannot() {
-    // Each process has its own emulated HCA, whose port is down: the
-    // server says so (and how to run both sides) before it listens.
+fn perf_and_pingpong_between_two_emulator_processes_without_a_wire_say_so() {
+    // Each process has its own emulated HCA, whose port is down without a
+    // wire: the server says so (and how to cable it) before it listens.
     let port = free_port().to_string();
     for args in [
         vec!["perf", "write-bw", "--server", "-p", &port],
@@ -541,10 +542,8 @@ fn perf_and_pingpong_between_two_emulator_processes_say_they_cannot() {
     ] {
         let e = fails(&args);
         assert!(e.contains("PORT_DOWN"), "{e}");
-        assert!(
-            e.contains("two `hca` processes on the emulator cannot reach each other"),
-            "{e}"
-        );
+        assert!(e.contains("--wire udp:"), "{e}");
+        assert!(e.contains("HCA_EMU_WIRE"), "{e}");
         assert!(e.contains("--tcp-loopback"), "{e}");
     }
 }

@@ -975,8 +975,8 @@ pub fn run(
                     "--tcp-loopback runs on the emulator only (on real HCAs run a server and a client)".into(),
                 ));
             }
-            let (ea, eb) = crate::device::emulated_pair(open.emulator_asked)?;
-            let (server, client) = peer::tcp_loopback(
+            let (ea, eb, cap) = crate::device::emulated_pair(open)?;
+            let r = peer::tcp_loopback(
                 port,
                 |listener| {
                     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -1011,7 +1011,8 @@ pub fn run(
                         },
                     )
                 },
-            )?;
+            );
+            let (server, client) = crate::device::end_capture(cap, &ea, r)?;
             if !as_json {
                 let mut e = Vec::new();
                 server.write(&mut e, false)?;

@@ -11,6 +11,7 @@ pub fn hca(args: &[&str]) -> Output {
         .args(args)
         .env_remove("RUST_LOG")
         .env_remove("RUST_BACKTRACE")
+        .env_remove("HCA_EMU_WIRE")
         .output()
         .expect("run hca")
 }

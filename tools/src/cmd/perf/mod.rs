@@ -19,9 +19,10 @@
 //!   process, each with its own emulated HCA (the two cabled together),
 //!   meeting over TCP on 127.0.0.1 exactly as two processes do.
 //!
-//! On the emulator two `hca` processes cannot reach each other (each has
-//! its own emulated HCA, whose port is down without a cable); a server or
-//! client there says so.
+//! On the emulator each `hca` process has its own emulated HCA, whose
+//! port is down without a cable: a server and a client in two processes
+//! each take `--wire` (or `HCA_EMU_WIRE`) with the two ends swapped; one
+//! without a wire says so.
 //!
 //! Latencies are perftest's: the interval between consecutive posts of
 //! the client (one round trip each), halved for WRITE and SEND (a round
@@ -1751,14 +1752,14 @@ pub fn run(
                     "--tcp-loopback runs on the emulator only (on real HCAs run a server and a client)".into(),
                 ));
             }
-            let (ea, eb) = crate::device::emulated_pair(open.emulator_asked)?;
+            let (ea, eb, cap) = crate::device::emulated_pair(open)?;
             let mut server_out = Vec::new();
             let mut client_out = Vec::new();
             let server_spec = spec.clone();
             let server_local = local.clone();
             let so = &mut server_out;
             let co = &mut client_out;
-            peer::tcp_loopback(
+            let r = peer::tcp_loopback(
                 port,
                 move |listener| {
                     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -1799,7 +1800,8 @@ pub fn run(
                         },
                     )
                 },
-            )?;
+            );
+            crate::device::end_capture(cap, &ea, r)?;
             for l in String::from_utf8_lossy(&server_out).lines() {
                 eprintln!("[server] {l}");
             }
