@@ -48,8 +48,7 @@ use std::time::Duration;
 use crate::device::{Event, Shared};
 
 /// Largest frame carried on a socket wire (an Ethernet jumbo frame and
-/// then some; the emulator's own frames carry a whole message, so this is
-/// also the largest message a socket wire carries). A UDP wire carries at
+/// then some; RoCE packets carry at most one path MTU). A UDP wire carries at
 /// most 65507 bytes (IPv4) in a datagram; a larger frame is dropped and
 /// counted.
 pub const SOCKET_MAX_FRAME: usize = 64 * 1024;
