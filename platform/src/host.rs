@@ -115,32 +115,28 @@ impl HostBlock {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<*mut u8, Error> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len() => {
-                // SAFETY: `offset <= len` of the allocation.
-                Ok(unsafe { self.ptr.as_ptr().add(offset) })
-            }
-            _ => Err(Error::InvalidArgument("access outside the DMA block")),
-        }
+        range_ptr(
+            self.ptr,
+            self.len(),
+            offset,
+            len,
+            "access outside the DMA block",
+        )
     }
 
     /// Copies bytes out of the block (the device reading memory).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
         let p = self.check(offset, dst.len())?;
-        for (i, d) in dst.iter_mut().enumerate() {
-            // SAFETY: `p .. p + dst.len()` is inside the allocation (checked).
-            *d = unsafe { p.add(i).read_volatile() };
-        }
+        // SAFETY: `p .. p + dst.len()` is inside the allocation (checked).
+        unsafe { copy_out(p, dst) };
         Ok(())
     }
 
     /// Copies bytes into the block (the device writing memory).
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
         let p = self.check(offset, src.len())?;
-        for (i, &s) in src.iter().enumerate() {
-            // SAFETY: `p .. p + src.len()` is inside the allocation (checked).
-            unsafe { p.add(i).write_volatile(s) };
-        }
+        // SAFETY: `p .. p + src.len()` is inside the allocation (checked).
+        unsafe { copy_in(p, src) };
         Ok(())
     }
 
@@ -265,35 +261,72 @@ impl HostWindow {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<*mut u8, Error> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => {
-                // SAFETY: `offset <= len` of the window.
-                Ok(unsafe { self.ptr.as_ptr().add(offset) })
-            }
-            _ => Err(Error::InvalidArgument("access outside the host window")),
-        }
+        range_ptr(
+            self.ptr,
+            self.len,
+            offset,
+            len,
+            "access outside the host window",
+        )
     }
 
     /// Copies bytes out of the window (the device reading memory).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
         let p = self.check(offset, dst.len())?;
-        for (i, d) in dst.iter_mut().enumerate() {
-            // SAFETY: `p .. p + dst.len()` is inside the window (checked),
-            // which is valid memory by the contract of `new`.
-            *d = unsafe { p.add(i).read_volatile() };
-        }
+        // SAFETY: `p .. p + dst.len()` is inside the window (checked),
+        // which is valid memory by the contract of `new`.
+        unsafe { copy_out(p, dst) };
         Ok(())
     }
 
     /// Copies bytes into the window (the device writing memory).
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
         let p = self.check(offset, src.len())?;
-        for (i, &s) in src.iter().enumerate() {
-            // SAFETY: `p .. p + src.len()` is inside the window (checked),
-            // which is valid memory by the contract of `new`.
-            unsafe { p.add(i).write_volatile(s) };
-        }
+        // SAFETY: `p .. p + src.len()` is inside the window (checked),
+        // which is valid memory by the contract of `new`.
+        unsafe { copy_in(p, src) };
         Ok(())
+    }
+}
+
+/// The address of `offset .. offset + len` in memory of `size` bytes at
+/// `base`, or `outside` when the range does not fit.
+fn range_ptr(
+    base: NonNull<u8>,
+    size: usize,
+    offset: usize,
+    len: usize,
+    outside: &'static str,
+) -> Result<*mut u8, Error> {
+    match offset.checked_add(len) {
+        // In bounds, so the wrapping add does not wrap.
+        Some(end) if end <= size => Ok(base.as_ptr().wrapping_add(offset)),
+        _ => Err(Error::InvalidArgument(outside)),
+    }
+}
+
+/// Copies `dst.len()` bytes from `p` with byte-wise volatile loads (the
+/// device may write the memory at any time).
+///
+/// # Safety
+///
+/// `p .. p + dst.len()` must be valid for reads.
+unsafe fn copy_out(p: *const u8, dst: &mut [u8]) {
+    for (i, d) in dst.iter_mut().enumerate() {
+        // SAFETY: `p + i` is inside the range the caller vouches for.
+        *d = unsafe { p.add(i).read_volatile() };
+    }
+}
+
+/// Copies `src` to `p` with byte-wise volatile stores.
+///
+/// # Safety
+///
+/// `p .. p + src.len()` must be valid for writes.
+unsafe fn copy_in(p: *mut u8, src: &[u8]) {
+    for (i, &s) in src.iter().enumerate() {
+        // SAFETY: `p + i` is inside the range the caller vouches for.
+        unsafe { p.add(i).write_volatile(s) };
     }
 }
 

@@ -437,7 +437,14 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
     let r = match sel {
         Selection::Emulator => {
             let (ea, eb, cap) = emulated_pair(opts)?;
-            let r = run_emulated_pair(&ea, &eb, sel, recorder, opts.wait_mode, task);
+            let r = run_two(
+                (ea.platform(), eb.platform()),
+                sel,
+                "two emulated HCAs, port 1 cabled to port 1".to_string(),
+                recorder,
+                opts.wait_mode,
+                task,
+            );
             end_capture(cap, &ea, r)
         }
         Selection::Vfio(bdf) => {
@@ -457,27 +464,12 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
             opts.emulator_only()?;
             let pa = VfioPlatform::open(a, vfio_options(opts))?;
             let pb = VfioPlatform::open(b, vfio_options(opts))?;
-            let (da, db) = (desc_of(&pa, sel), desc_of(&pb, sel));
-            let ha = open_hca(pa, &da, Some(recorder), opts.wait_mode)?;
-            let hb = match open_hca(pb, &db, None, opts.wait_mode) {
-                Ok(h) => h,
-                Err(e) => {
-                    let _ = close_hca(ha, &da);
-                    return Err(e);
-                }
-            };
-            let desc = PairDesc {
-                a: da.clone(),
-                two_hcas: true,
-                link: format!(
-                    "{a} and {b} ({} and {}), their ports cabled together",
-                    da.describe, db.describe
-                ),
-            };
-            let result = task.run(&ha, &hb, &desc);
-            let cb = close_hca(hb, &db);
-            let ca = close_hca(ha, &da);
-            finish(result, ca.and(cb))
+            let link = format!(
+                "{a} and {b} ({} and {}), their ports cabled together",
+                pa.describe(),
+                pb.describe()
+            );
+            run_two((pa, pb), sel, link, recorder, opts.wait_mode, task)
         }
     };
     let flushed = recorder.finish();
@@ -486,18 +478,19 @@ pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Re
     Ok(out)
 }
 
-fn run_emulated_pair<T: PairTask>(
-    ea: &EmuHca,
-    eb: &EmuHca,
+/// Brings up two HCAs (side A records the commands), runs a pair task on
+/// them, tears both down.
+fn run_two<P: Platform, T: PairTask>(
+    (pa, pb): (P, P),
     sel: &Selection,
+    link: String,
     recorder: &'static ToolRecorder,
     wait_mode: WaitMode,
     task: T,
 ) -> Result<T::Output> {
-    let da = desc_of(&ea.platform(), sel);
-    let db = desc_of(&eb.platform(), sel);
-    let ha = open_hca(ea.platform(), &da, Some(recorder), wait_mode)?;
-    let hb = match open_hca(eb.platform(), &db, None, wait_mode) {
+    let (da, db) = (desc_of(&pa, sel), desc_of(&pb, sel));
+    let ha = open_hca(pa, &da, Some(recorder), wait_mode)?;
+    let hb = match open_hca(pb, &db, None, wait_mode) {
         Ok(h) => h,
         Err(e) => {
             let _ = close_hca(ha, &da);
@@ -507,7 +500,7 @@ fn run_emulated_pair<T: PairTask>(
     let desc = PairDesc {
         a: da.clone(),
         two_hcas: true,
-        link: "two emulated HCAs, port 1 cabled to port 1".to_string(),
+        link,
     };
     let result = task.run(&ha, &hb, &desc);
     let cb = close_hca(hb, &db);

@@ -595,6 +595,18 @@ pub unsafe extern "C" fn munmap(a: *mut c_void, l: size_t) -> c_int {
     unsafe { real_munmap(a, l) }
 }
 
+/// What an intercepted read or write returns: the byte count, or -1 with
+/// `errno` set; `None` when the descriptor is not one of ours.
+fn io_answer(r: Option<Result<usize, i32>>) -> Option<ssize_t> {
+    match r? {
+        Ok(k) => Some(k as ssize_t),
+        Err(e) => {
+            set_errno(e);
+            Some(-1)
+        }
+    }
+}
+
 macro_rules! pread_entry {
     ($name:ident, $real:ident) => {
         /// Intercepted: config space and BAR0 of a device fd.
@@ -610,13 +622,8 @@ macro_rules! pread_entry {
                     let buf = unsafe { std::slice::from_raw_parts_mut(b.cast::<u8>(), n) };
                     state_if_built()?.pread(fd, buf, o)
                 });
-                match r {
-                    Some(Ok(k)) => return k as ssize_t,
-                    Some(Err(e)) => {
-                        set_errno(e);
-                        return -1;
-                    }
-                    None => {}
+                if let Some(v) = io_answer(r) {
+                    return v;
                 }
             }
             // SAFETY: forwarding.
@@ -675,13 +682,8 @@ macro_rules! pwrite_entry {
                     let buf = unsafe { std::slice::from_raw_parts(b.cast::<u8>(), n) };
                     state_if_built()?.pwrite(fd, buf, o)
                 });
-                match r {
-                    Some(Ok(k)) => return k as ssize_t,
-                    Some(Err(e)) => {
-                        set_errno(e);
-                        return -1;
-                    }
-                    None => {}
+                if let Some(v) = io_answer(r) {
+                    return v;
                 }
             }
             // SAFETY: forwarding.
