@@ -20,6 +20,11 @@
 #              packet, no expert info of severity warning or error; and
 #              the ICRC of every frame checked by tests/peers/roce_icrc.py
 #              (tshark's InfiniBand dissector does not check it).
+#   rxe        Linux Soft-RoCE (rdma_rxe) in a QEMU guest (tests/qemu/rxe.sh)
+#              on a -netdev dgram wire cabled to `hca --wire`: hca
+#              pingpong rc/uc/ud against Debian's ibv_rc/uc/ud_pingpong -c,
+#              each side as server and as client, below and several MTUs
+#              above the path MTU; each side checks what it received.
 #   all        every suite above.
 #
 # Environment: PEERS_OUT (default target/peers) keeps logs and the
@@ -382,17 +387,45 @@ suite_pcap() {
     fi
 }
 
+# --- rxe -----------------------------------------------------------------
+
+suite_rxe() {
+    say "== rxe: Linux Soft-RoCE in a QEMU guest against hca on the dgram wire"
+    need_packages qemu-system-x86 cpio busybox-static ibverbs-utils ibverbs-providers perftest iproute2 ||
+        { fail rxe "cannot install the packages of tests/qemu/rxe.sh"; return; }
+    local log=$OUT/rxe.log
+    timeout 900 "$ROOT/tests/qemu/rxe.sh" >"$log" 2>&1
+    local rc=$?
+    local n=0 name verdict rest
+    while read -r _ name verdict rest; do
+        n=$((n + 1))
+        if [ "$verdict" = PASS ]; then
+            pass "rxe $name"
+        else
+            fail "rxe $name" "$rest (see $log)"
+        fi
+    done < <(grep '^RXE: ' "$log")
+    if [ $n -eq 0 ]; then
+        fail rxe "no case ran (exit $rc); see $log"
+        tail -20 "$log" >&2
+    elif [ $rc -ne 0 ] && [ $FAILED -eq 0 ]; then
+        fail rxe "tests/qemu/rxe.sh exited $rc (see $log)"
+    fi
+}
+
 case "${1:-}" in
     mlx5_vfio) suite_mlx5_vfio ;;
+    rxe) suite_rxe ;;
     vfio_hca) suite_vfio_hca ;;
     pcap) suite_pcap ;;
     all)
         suite_vfio_hca
         suite_mlx5_vfio
         suite_pcap
+        suite_rxe
         ;;
     *)
-        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|pcap|all"
+        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|pcap|rxe|all"
         exit 2
         ;;
 esac

@@ -329,6 +329,9 @@ struct Exchange {
     remote_qpn: u32,
     remote_tag: u8,
     my_tag: u8,
+    /// The message content of ibv_*_pingpong (across TCP, where the peer
+    /// may be one): see [`Exchange::pattern`].
+    ibv_content: bool,
 }
 
 impl Exchange {
@@ -347,8 +350,31 @@ impl Exchange {
     }
 
     /// The byte `i` of message `k` a side with `tag` sends.
-    fn pattern(tag: u8, k: u32, i: usize) -> u8 {
-        (k as u8).wrapping_add(i as u8).wrapping_mul(31) ^ tag
+    /// Byte `i` of message `k` sent by the side with `tag`.
+    fn pattern_of(&self, tag: u8, k: u32, i: usize) -> u8 {
+        Self::pattern(self.ibv_content, tag, k, i)
+    }
+
+    /// Byte `i` of message `k` sent by the side with `tag`, in the
+    /// content of ibv_*_pingpong if `ibv`.
+    fn pattern(ibv: bool, tag: u8, k: u32, i: usize) -> u8 {
+        if ibv {
+            Self::ibv_pattern(i)
+        } else {
+            (k as u8).wrapping_add(i as u8).wrapping_mul(31) ^ tag
+        }
+    }
+
+    /// What ibv_rc/uc/ud_pingpong -c puts in a message (rdma-core
+    /// libibverbs/examples): its buffer is filled with 0x7b, the client
+    /// writes `i / page_size % sizeof(char)`, that is 0, at the start of
+    /// every page of the message, and the server checks those bytes (and
+    /// echoes the buffer it receives into). A peer over TCP may be one of
+    /// those programs, so both sides of a TCP exchange send exactly this
+    /// and check every byte of what they receive against it. The page
+    /// size is 4096 (x86_64, aarch64 with 4 KiB pages).
+    fn ibv_pattern(i: usize) -> u8 {
+        if i % 4096 == 0 { 0 } else { 0x7b }
     }
 
     fn post_recvs<P: Platform>(&mut self, s: &mut Side<'_, P>, n: u32) -> Result<u32> {
@@ -383,8 +409,9 @@ impl Exchange {
         if self.check {
             let k = self.scnt;
             if self.inline {
+                let (ibv, tag) = (self.ibv_content, self.my_tag);
                 for (i, b) in self.msg.iter_mut().enumerate() {
-                    *b = Self::pattern(self.my_tag, k, i);
+                    *b = Self::pattern(ibv, tag, k, i);
                 }
             } else {
                 // Into the buffer a chunk at a time: no copy of the message.
@@ -392,7 +419,7 @@ impl Exchange {
                 for at in (0..self.size).step_by(CHUNK) {
                     let n = CHUNK.min(self.size - at);
                     for (j, b) in chunk[..n].iter_mut().enumerate() {
-                        *b = Self::pattern(self.my_tag, k, at + j);
+                        *b = self.pattern_of(self.my_tag, k, at + j);
                     }
                     s.buf
                         .write(self.send_offset() + at, &chunk[..n])
@@ -486,13 +513,14 @@ impl Exchange {
             s.buf
                 .read(base + at, &mut got[..n])
                 .map_err(|e| ToolError::driver("reading the message", e))?;
-            if let Some(j) = (0..n).find(|&j| got[j] != Self::pattern(self.remote_tag, k, at + j)) {
+            if let Some(j) = (0..n).find(|&j| got[j] != self.pattern_of(self.remote_tag, k, at + j))
+            {
                 return Err(ToolError::Usage(format!(
                     "{}: message {k} differs at byte {}: {:#04x}, expected {:#04x}",
                     s.name,
                     at + j,
                     got[j],
-                    Self::pattern(self.remote_tag, k, at + j)
+                    self.pattern_of(self.remote_tag, k, at + j)
                 )));
             }
         }
@@ -540,6 +568,7 @@ fn prepare<P: Platform>(
     size: u32,
     port: &PortView,
     client: bool,
+    ibv_content: bool,
 ) -> Result<(Exchange, Endpoint)> {
     to_init(&mut s.qps[0], p.ib_port, AccessFlags::NONE)
         .map_err(|e| ToolError::driver(format!("{}: modifying the QP to INIT", s.name), e))?;
@@ -569,6 +598,7 @@ fn prepare<P: Platform>(
         remote_qpn: 0,
         my_tag: if client { 0x5a } else { 0xa5 },
         remote_tag: if client { 0xa5 } else { 0x5a },
+        ibv_content,
     };
     x.routs = x.post_recvs(s, p.rx_depth)?;
     if x.routs < p.rx_depth {
@@ -700,8 +730,8 @@ impl PairTask for Loopback<'_> {
         with_side(a, "client", &spec, |sa| {
             with_side(b, "server", &spec, |sb| {
                 let pb = port_view(sb.ctx, "server", port_b, p.gid_index, "")?;
-                let (mut xa, ea) = prepare(sa, p, size, &pa, true)?;
-                let (mut xb, eb) = prepare(sb, p, size, &pb, false)?;
+                let (mut xa, ea) = prepare(sa, p, size, &pa, true, false)?;
+                let (mut xb, eb) = prepare(sb, p, size, &pb, false, false)?;
                 early_line(early, "local address: ", &ea)?;
                 early_line(early, "remote address:", &eb)?;
                 let aha = connect(sa, &mut xa, p, &pa, &ea, &eb)?;
@@ -840,7 +870,7 @@ impl HcaTask for Split<'_> {
         let size = p.size_for(port.active_mtu)?;
         let spec = p.side_spec(size);
         with_side(hca, who, &spec, |s| {
-            let (mut x, me) = prepare(s, p, size, &port, client)?;
+            let (mut x, me) = prepare(s, p, size, &port, client, true)?;
             early_line(print_to, "local address: ", &me)?;
             // The exchange of the examples: the connection closes after it.
             let (remote, ah) = match early {
@@ -1028,6 +1058,29 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_exchanges_carry_the_content_of_ibv_pingpong() {
+        // 0 at the start of every 4096-byte page, 0x7b elsewhere, whatever
+        // the side and the message number.
+        for (tag, k) in [(0x5a, 0), (0xa5, 7)] {
+            let m: Vec<u8> = (0..9000)
+                .map(|i| Exchange::pattern(true, tag, k, i))
+                .collect();
+            for (i, b) in m.iter().enumerate() {
+                assert_eq!(*b, if i % 4096 == 0 { 0 } else { 0x7b }, "byte {i}");
+            }
+        }
+        // In one process the two sides and the messages differ.
+        assert_ne!(
+            Exchange::pattern(false, 0x5a, 0, 3),
+            Exchange::pattern(false, 0xa5, 0, 3)
+        );
+        assert_ne!(
+            Exchange::pattern(false, 0x5a, 0, 3),
+            Exchange::pattern(false, 0x5a, 1, 3)
+        );
+    }
 
     #[test]
     fn wire_format_is_the_examples() {
