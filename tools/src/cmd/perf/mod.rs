@@ -33,6 +33,8 @@
 //! later completion.
 
 mod engine;
+#[allow(dead_code)] // Used by the perftest-compatible server and client (next step).
+pub mod perftest;
 pub mod report;
 
 use std::io::Write;
