@@ -25,6 +25,7 @@ use std::io::{Read, Write};
 use hca_driver::IbMtu;
 
 use crate::error::{Result, ToolError};
+use crate::rdma::Endpoint;
 
 /// The version this side announces (Debian bookworm's perftest).
 pub const VERSION: &str = "6.06";
@@ -152,6 +153,33 @@ impl Dest {
             gid,
             srqn: hex(want - 1, "the SRQ number", 0xffff_ffff)? as u32,
         })
+    }
+
+    /// The destination perftest sends for one of this tool's QPs (always
+    /// with the GID: the emulated port is Ethernet).
+    pub fn from_endpoint(e: &Endpoint, out_reads: u8) -> Self {
+        Dest {
+            lid: e.lid,
+            out_reads: out_reads.into(),
+            qpn: e.qpn,
+            psn: e.psn,
+            rkey: e.rkey,
+            vaddr: e.addr,
+            gid: Some(e.gid),
+            srqn: 0,
+        }
+    }
+
+    /// The peer's QP as this tool connects to it.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            lid: self.lid,
+            qpn: self.qpn,
+            psn: self.psn,
+            gid: self.gid.unwrap_or([0; 16]),
+            rkey: self.rkey,
+            addr: self.vaddr,
+        }
     }
 
     /// Whether the GID is an IPv4-mapped address (`::ffff:a.b.c.d`).
@@ -412,6 +440,17 @@ fe:80:00:00:00:00:00:00:02:11:22:ff:fe:33:44:55:00000000:\0";
             &b"0000:0010:000011:abcdef:12345678:0000555500001000:00000000\0"[..]
         );
         assert_eq!(Dest::decode(&b, false).unwrap(), d);
+    }
+
+    #[test]
+    fn dests_map_to_endpoints() {
+        let e = dest().endpoint();
+        assert_eq!(
+            (e.qpn, e.psn, e.rkey, e.addr),
+            (0x11, 0xabcdef, 0x1234_5678, 0x5555_0000_1000)
+        );
+        assert_eq!(e.gid, gid());
+        assert_eq!(Dest::from_endpoint(&e, 16), dest());
     }
 
     #[test]
