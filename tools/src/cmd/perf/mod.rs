@@ -33,7 +33,6 @@
 //! later completion.
 
 mod engine;
-#[allow(dead_code)] // Used by the perftest-compatible server and client (next step).
 pub mod perftest;
 pub mod report;
 
@@ -158,6 +157,13 @@ pub struct PerfArgs {
     /// Do not compute the peak bandwidth (report 0).
     #[arg(short = 'N', long = "noPeak", alias = "no-peak")]
     no_peak: bool,
+
+    /// Speak perftest's own TCP exchange (its socket mode, not rdma_cm)
+    /// instead of this tool's, so that the peer can be perftest
+    /// (`ib_write_bw` ...) with the same test and options; one size (-s),
+    /// no -a or -D. With --server, --client or --tcp-loopback.
+    #[arg(long = "perftest")]
+    perftest: bool,
 }
 
 /// The operation a test measures.
@@ -1192,6 +1198,8 @@ fn probe_port<P: Platform>(
 struct Local {
     ib_port: u8,
     gid_index: Option<u8>,
+    /// Speak perftest's exchange (`--perftest`).
+    perftest: bool,
 }
 
 // ---- both sides in this process ----------------------------------------------
@@ -1351,6 +1359,10 @@ impl HcaTask for Split<'_> {
             Mode::Client { host, port } => {
                 // An unreachable server is the first thing to know.
                 let stream = peer::connect(host, *port)?;
+                if local.perftest {
+                    let port = probe_port(hca, "client", local.ib_port, local.gid_index, hint)?;
+                    return perftest::run_side(&spec, true, stream, hca, dev, &port, &mut printer);
+                }
                 let mut ctl = Control::new(stream, "server")?;
                 let r = run_client(spec, &local, hca, dev, hint, &mut ctl, &mut printer);
                 if let Err(e) = &r {
@@ -1364,6 +1376,9 @@ impl HcaTask for Split<'_> {
                     .ok_or_else(|| ToolError::Usage("the server has no TCP listener".into()))?;
                 let stream = peer::accept(&listener)?;
                 drop(listener);
+                if local.perftest {
+                    return perftest::run_side(&spec, false, stream, hca, dev, &port, &mut printer);
+                }
                 let mut ctl = Control::new(stream, "client")?;
                 let r = run_server(&spec, hca, dev, &port, &mut ctl, &mut printer);
                 if let Err(e) = &r {
@@ -1707,11 +1722,18 @@ pub fn run(
     let local = Local {
         ib_port: a.conn.ib_port,
         gid_index: a.gid_index,
+        perftest: a.perftest,
     };
     if a.conn.ib_port == 0 {
         return Err(ToolError::Usage("-i 0: ports are numbered from 1".into()));
     }
     let mode = a.conn.mode()?;
+    if a.perftest && matches!(mode, Mode::Loopback) {
+        return Err(ToolError::Usage(
+            "--perftest is the exchange with a peer: give --server, --client or --tcp-loopback"
+                .into(),
+        ));
+    }
     match mode {
         Mode::Loopback => run_pair(
             sel,

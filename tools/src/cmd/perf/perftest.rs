@@ -27,6 +27,8 @@ use hca_driver::IbMtu;
 use crate::error::{Result, ToolError};
 use crate::rdma::Endpoint;
 
+use super::report;
+
 /// The version this side announces (Debian bookworm's perftest).
 pub const VERSION: &str = "6.06";
 /// Size of the version field (perftest's `MAX_VERSION`).
@@ -237,22 +239,12 @@ fn leading_number(s: &str) -> Option<f64> {
 pub struct Exchange<S> {
     s: S,
     client: bool,
-    peer_version: Option<String>,
 }
 
 impl<S: Read + Write> Exchange<S> {
     /// Wraps a connected socket; `client`: this side connected.
     pub fn new(s: S, client: bool) -> Self {
-        Exchange {
-            s,
-            client,
-            peer_version: None,
-        }
-    }
-
-    /// The peer's version, once exchanged.
-    pub fn peer_version(&self) -> Option<&str> {
-        self.peer_version.as_deref()
+        Exchange { s, client }
     }
 
     /// The socket.
@@ -261,12 +253,42 @@ impl<S: Read + Write> Exchange<S> {
     }
 
     fn read(&mut self, n: usize, what: &str) -> Result<Vec<u8>> {
+        self.read_serviced(n, what, &mut || Ok(()))
+    }
+
+    /// Reads `n` bytes; while the socket's read timeout expires with
+    /// nothing, runs `idle` (servicing the HCA) and keeps what came.
+    fn read_serviced(
+        &mut self,
+        n: usize,
+        what: &str,
+        idle: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Vec<u8>> {
         let mut v = vec![0u8; n];
-        self.s.read_exact(&mut v).map_err(|e| {
-            bad(format!(
-                "reading the peer's {what} ({n} bytes): {e} (is the peer perftest, in socket mode?)"
-            ))
-        })?;
+        let mut got = 0;
+        while got < n {
+            match self.s.read(&mut v[got..]) {
+                Ok(0) => {
+                    return Err(bad(format!(
+                        "the peer closed the connection after {got} of the {n} bytes of its {what} \
+                         (is the peer perftest, in socket mode, with the same test and options?)"
+                    )));
+                }
+                Ok(k) => got += k,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    idle()?
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(bad(format!("reading the peer's {what} ({n} bytes): {e}")));
+                }
+            }
+        }
         Ok(v)
     }
 
@@ -305,7 +327,6 @@ impl<S: Read + Write> Exchange<S> {
             }
             None => return Err(bad(format!("the peer's version {v:?} is not a number"))),
         }
-        self.peer_version = Some(v.clone());
         Ok(v)
     }
 
@@ -348,8 +369,25 @@ impl<S: Read + Write> Exchange<S> {
 
     /// Exchanges one destination (a QP's, or the hand shake).
     pub fn hand_shake(&mut self, mine: &Dest) -> Result<Dest> {
+        self.hand_shake_serviced(mine, &mut || Ok(()))
+    }
+
+    /// [`Exchange::hand_shake`], running `idle` while the peer's part is
+    /// awaited (set a read timeout on the socket for it to run).
+    pub fn hand_shake_serviced(
+        &mut self,
+        mine: &Dest,
+        idle: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Dest> {
         let b = mine.encode()?;
-        let r = self.xchg(&b, b.len(), "destination")?;
+        let r = if self.client {
+            self.write(&b, "destination")?;
+            self.read_serviced(b.len(), "destination", idle)?
+        } else {
+            let r = self.read_serviced(b.len(), "destination", idle)?;
+            self.write(&b, "destination")?;
+            r
+        };
         let d = Dest::decode(&r, mine.gid.is_some())?;
         if mine.gid.is_some() && mine.v4_mapped() != d.v4_mapped() {
             return Err(bad(
@@ -388,11 +426,159 @@ impl<S: Read + Write> Exchange<S> {
         Ok(o)
     }
 
-    /// Closes as perftest does: a hand shake, then `"done\0"`.
-    pub fn close(mut self, mine: &Dest) -> Result<()> {
-        self.hand_shake(mine)?;
+    /// Closes as perftest does: a hand shake (serviced, as in
+    /// [`Exchange::hand_shake_serviced`]), then `"done\0"`.
+    pub fn close(mut self, mine: &Dest, idle: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        self.hand_shake_serviced(mine, idle)?;
         self.write(b"done\0", "closing word")
     }
+}
+
+// ---- hca perf as a perftest server or client ------------------------------
+
+/// How long the serviced waits block on the socket between HCA services.
+const SERVICE_TICK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Runs one side of a test against perftest (or another `hca perf
+/// --perftest`): the exchange as perftest does it, one message size, then
+/// the bandwidth reports (bandwidth tests) and perftest's close.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_side<P: platform::Platform>(
+    spec: &super::Spec,
+    client: bool,
+    stream: std::net::TcpStream,
+    hca: &hca_driver::Hca<P>,
+    dev: &crate::device::DeviceDesc,
+    port: &crate::rdma::PortView,
+    printer: &mut super::Printer<'_>,
+) -> Result<()> {
+    use super::{Engine, Peer, PerfReport, connect_all, inline_for, local_endpoints, min_mtu};
+    use report::{BwRow, Row};
+    let mut spec = spec.clone();
+    if spec.sizes.len() != 1 || spec.duration.is_some() {
+        return Err(ToolError::Usage(
+            "--perftest runs one message size for a number of iterations (no -a, no -D)".into(),
+        ));
+    }
+    let who = if client { "client" } else { "server" };
+    let mut x = Exchange::new(stream, client);
+    x.versions()?;
+    x.sys_data(4096, 64)?;
+    let mtu = spec.fit(port)?;
+    let mtu = x.mtu(mtu)?;
+    let mtu = min_mtu(mtu, spec.mtu.max(256));
+    spec.mtu = mtu.bytes();
+    let my_reads = spec.out_reads(&[hca])?;
+    let lay = spec.layout();
+    let sspec = spec.side_spec();
+    super::with_side(hca, who, &sspec, |s| {
+        let me = local_endpoints(s, port, &spec, lay)?;
+        let mut remote = Vec::with_capacity(me.len());
+        let mut peer_reads = u16::MAX;
+        for e in &me {
+            let d = x.hand_shake(&Dest::from_endpoint(e, my_reads))?;
+            peer_reads = peer_reads.min(d.out_reads);
+            remote.push(d.endpoint());
+        }
+        let out_reads = u16::from(my_reads).min(peer_reads.max(1)) as u8;
+        let conn = spec.conn_params(mtu, out_reads);
+        let ahs = connect_all(s, port, &me, &remote, &conn)?;
+        let sync = Dest::from_endpoint(&me[0], my_reads);
+        // perftest's hand shake after the QPs reach RTR.
+        x.hand_shake(&sync)?;
+        x.get_mut()
+            .set_read_timeout(Some(SERVICE_TICK))
+            .map_err(|e| bad(format!("setting the socket's read timeout: {e}")))?;
+        let inline = s.qps[0].cap().max_inline_data.min(spec.inline);
+        let mut rep = PerfReport::new(
+            &spec,
+            who,
+            dev.selection.hca_id(),
+            "Ethernet".to_string(),
+            port,
+            out_reads,
+            inline,
+        );
+        rep.local = me.clone();
+        rep.remote = remote.clone();
+        rep.atomics(&spec, hca);
+        printer.head(&rep)?;
+        let peer = Peer {
+            remote: &remote,
+            ahs: &ahs,
+            layout: lay,
+        };
+        let size = spec.sizes[0];
+        let inline = inline_for(s, &spec, size);
+        let mut e = Engine::new(
+            &spec,
+            client,
+            size,
+            s,
+            lay,
+            inline,
+            std::time::Instant::now(),
+        )?;
+        let mut pacer = crate::rdma::Pacer::new(&[hca]);
+        while !e.done() && !matches!(e, Engine::Idle { .. }) {
+            if e.step(s, &peer)? {
+                pacer.progress()?;
+                continue;
+            }
+            pacer.idle(|| {
+                format!(
+                    "{} {size} B: {who} at {} (is the perftest peer still running?)",
+                    spec.test,
+                    e.progress().0
+                )
+            })?;
+        }
+        let mut service = || {
+            hca.service()
+                .map(|_| ())
+                .map_err(|e| ToolError::driver("servicing the HCA", e))
+        };
+        if spec.bw {
+            // The passive side waits here for the active side's end.
+            x.hand_shake_serviced(&sync, &mut service)?;
+            let mine = match e.row(&spec, size) {
+                Row::Bw(r) => r,
+                Row::Lat(_) => BwRow {
+                    bytes: size,
+                    iterations: 0,
+                    bw_peak: 0.0,
+                    bw_average: 0.0,
+                    msg_rate_mpps: 0.0,
+                },
+            };
+            let theirs = x.bw_report(&BwReport {
+                size,
+                iters: mine.iterations,
+                bw_peak: mine.bw_peak,
+                bw_avg: mine.bw_average,
+                msg_rate: mine.msg_rate_mpps,
+            })?;
+            // The side that moved the data reports; a SEND receiver its own.
+            let row = if client || matches!(e, Engine::BwRecv(_)) {
+                mine
+            } else {
+                BwRow {
+                    bytes: theirs.size,
+                    iterations: theirs.iters,
+                    bw_peak: theirs.bw_peak,
+                    bw_average: theirs.bw_avg,
+                    msg_rate_mpps: theirs.msg_rate,
+                }
+            };
+            printer.row(&mut rep, Row::Bw(row))?;
+        } else if client {
+            printer.row(&mut rep, e.row(&spec, size))?;
+        }
+        // perftest's close: a hand shake (the passive latency side waits
+        // in it), then "done".
+        x.close(&sync, &mut service)?;
+        printer.tail(&rep)
+    })
 }
 
 #[cfg(test)]
@@ -537,7 +723,7 @@ fe:80:00:00:00:00:00:00:02:11:22:ff:fe:33:44:55:00000000:\0";
         assert_eq!(rem.bw_peak, 100.5);
         assert_eq!(rem.bw_avg, 99.25);
         assert_eq!(rem.msg_rate, 1.5);
-        x.close(&me).unwrap();
+        x.close(&me, &mut || Ok(())).unwrap();
         let got = srv.join().unwrap();
         assert_eq!(&got[0][..5], b"6.06\0");
         assert_eq!(got[1], 64i32.to_be_bytes());
