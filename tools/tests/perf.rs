@@ -743,3 +743,27 @@ fn pingpong_over_tcp_loopback_prints_addresses_first() {
     assert!(lines[1].starts_with("  remote address: LID"), "{lines:?}");
     assert!(running, "the address lines came only at the end");
 }
+
+#[test]
+fn perf_perftest_exchange_refuses_what_it_cannot_do() {
+    // No peer to talk to.
+    let e = fails(&["perf", "write-bw", "--perftest"]);
+    assert!(e.contains("--perftest"), "{e}");
+    // One size per run, as perftest's default.
+    let e = fails(&["perf", "write-bw", "--perftest", "--tcp-loopback", "-a"]);
+    assert!(e.contains("-a"), "{e}");
+    // And --tcp-loopback runs it end to end.
+    let out = ok(&[
+        "perf",
+        "read-bw",
+        "--perftest",
+        "--tcp-loopback",
+        "-n",
+        "20",
+        "-s",
+        "4096",
+    ]);
+    let rows = table(&out, BW);
+    assert_eq!(rows.len(), 1, "{out}");
+    check_bw_row(&rows[0], 4096.0, 20.0);
+}

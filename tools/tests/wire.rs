@@ -392,3 +392,172 @@ fn a_cabled_port_is_up_on_its_own() {
     let v = common::json(&text(&o.stdout));
     assert_eq!(v["ports"][0]["state"], "PORT_ACTIVE", "{v}");
 }
+
+/// The numbers of the result row (the line after the `#bytes` header).
+fn result_row(out: &str) -> Vec<f64> {
+    let mut lines = out.lines();
+    lines
+        .find(|l| l.trim_start().starts_with("#bytes"))
+        .unwrap_or_else(|| panic!("no result table: {out}"));
+    lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or_else(|_| panic!("row {f:?}: {out}")))
+        .collect()
+}
+
+#[test]
+fn perf_with_perftests_exchange_between_two_processes_over_a_wire() {
+    // Sizes many MTUs long (-m 1024), every kind of test.
+    for (test, size) in [
+        ("write-bw", "8192"),
+        ("read-lat", "8192"),
+        ("send-bw", "8192"),
+        ("atomic-bw", "8"),
+    ] {
+        let args = [
+            "perf",
+            test,
+            "--perftest",
+            "-n",
+            "20",
+            "-s",
+            size,
+            "-m",
+            "1024",
+        ];
+        let (s, c, _) = pair(&args, &udp_wire(), Via::Option);
+        let (so, co) = (text(&s.stdout), text(&c.stdout));
+        let r = result_row(&co);
+        assert_eq!(r[0], size.parse::<f64>().unwrap(), "{co}");
+        assert_eq!(r[1], 20.0, "{co}");
+        assert!(r[2..].iter().all(|v| *v > 0.0), "{co}");
+        if test.ends_with("bw") {
+            // The server prints the client's report (the SEND receiver its
+            // own): same size and iterations.
+            let sr = result_row(&so);
+            assert_eq!(sr[..2], r[..2], "{so}\n{co}");
+        }
+    }
+}
+
+/// A perftest destination as perftest's sprintf writes it.
+fn perftest_dest(qpn: u32) -> Vec<u8> {
+    let mut m = format!(
+        "0000:0010:{qpn:06x}:00abcd:00001234:00007f0000001000:\
+         fe:80:00:00:00:00:00:00:02:00:00:ff:fe:00:00:02:00000000:"
+    )
+    .into_bytes();
+    m.push(0);
+    assert_eq!(m.len(), 108);
+    m
+}
+
+/// Checks that `b` is a destination as perftest parses it: 23 hex fields
+/// of perftest's widths, a trailing colon and NUL. Returns the QPN.
+fn parse_dest(b: &[u8]) -> u32 {
+    assert_eq!(b.len(), 108);
+    assert_eq!(&b[106..], b":\0", "{}", text(b));
+    let t = std::str::from_utf8(&b[..106]).unwrap();
+    let f: Vec<&str> = t.split(':').collect();
+    let widths = [4, 4, 6, 6, 8, 16];
+    assert_eq!(f.len(), 23, "{t}");
+    for (i, x) in f.iter().enumerate() {
+        let w = widths
+            .get(i)
+            .copied()
+            .unwrap_or(if i == 22 { 8 } else { 2 });
+        assert_eq!(x.len(), w, "field {i} of {t}");
+        assert!(
+            x.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+            "{t}"
+        );
+    }
+    // RoCE: a GID is there (fe80:: link-local on the emulated port).
+    assert_eq!(&f[6..8], ["fe", "80"], "{t}");
+    u32::from_str_radix(f[2], 16).unwrap()
+}
+
+#[test]
+fn perf_server_talks_to_a_client_that_speaks_perftests_bytes() {
+    use std::io::{Read, Write};
+    let wires = udp_wire();
+    let port = free_tcp_port().to_string();
+    let (server, rx) = start_server(
+        &[
+            "perf",
+            "write-bw",
+            "--perftest",
+            "-s",
+            "4096",
+            "-n",
+            "10",
+            "--server",
+            "-p",
+            &port,
+        ],
+        &wires.0,
+        Via::Option,
+    );
+    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    // perftest's client writes first, then reads the same size.
+    let mut xchg = |mine: &[u8], n: usize| -> Vec<u8> {
+        s.write_all(mine).unwrap();
+        let mut b = vec![0u8; n];
+        s.read_exact(&mut b).unwrap();
+        b
+    };
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(b"6.06");
+    let rv = xchg(&v, 16);
+    assert_eq!(&rv[..5], b"6.06\0");
+    assert_eq!(xchg(&4096i32.to_be_bytes(), 4), 4096i32.to_be_bytes());
+    assert_eq!(
+        i32::from_be_bytes(xchg(&64i32.to_be_bytes(), 4).try_into().unwrap()),
+        64
+    );
+    // MTU 1024 (ibv_mtu 3): the server takes the smaller.
+    let m = xchg(b"3\0", 2);
+    assert!(
+        m[0].is_ascii_digit() && (b'1'..=b'5').contains(&m[0]) && m[1] == 0,
+        "{m:?}"
+    );
+    let qpn = parse_dest(&xchg(&perftest_dest(0xabc), 108));
+    // After RTR, then the client's end of the test.
+    assert_eq!(parse_dest(&xchg(&perftest_dest(0xabc), 108)), qpn);
+    assert_eq!(parse_dest(&xchg(&perftest_dest(0xabc), 108)), qpn);
+    // The reports: size, iterations, peak, average, message rate.
+    let mut theirs = Vec::new();
+    for v in [
+        4096u64,
+        10,
+        123.5f64.to_bits(),
+        120.25f64.to_bits(),
+        0.5f64.to_bits(),
+    ] {
+        theirs.push(u64::from_be_bytes(
+            xchg(&v.to_be_bytes(), 8).try_into().unwrap(),
+        ));
+    }
+    assert_eq!(theirs[0], 4096);
+    // The close: a hand shake, then "done".
+    parse_dest(&xchg(&perftest_dest(0xabc), 108));
+    s.write_all(b"done\0").unwrap();
+    let mut done = [0u8; 5];
+    s.read_exact(&mut done).unwrap();
+    assert_eq!(&done, b"done\0");
+    let o = server.wait_with_output().unwrap();
+    let err: String = rx.try_iter().collect::<Vec<_>>().join("\n");
+    assert!(o.status.success(), "{err}");
+    let out = text(&o.stdout);
+    // The server shows the fake client's QP and prints its report.
+    assert!(
+        out.contains("remote address: LID 0000 QPN 0x0abc PSN 0xabcd"),
+        "{out}"
+    );
+    let r = result_row(&out);
+    assert_eq!(r, vec![4096.0, 10.0, 123.5, 120.25, 0.5], "{out}");
+}
