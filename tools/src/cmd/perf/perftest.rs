@@ -436,6 +436,37 @@ impl<S: Read + Write> Exchange<S> {
 
 // ---- hca perf as a perftest server or client ------------------------------
 
+/// The order of perftest's exchange for a test (perftest 4.5/6.x, one
+/// size, half duplex), after the versions, system data and MTU: each side
+/// exchanges its QPs, connects, exchanges them again and hand shakes once
+/// more before the test (with the receives posted); latency tests other
+/// than SEND start with one more hand shake, SEND tests hand shake right
+/// after connecting.
+struct Plan {
+    /// A hand shake before the QPs (write/read/atomic latency).
+    one_first: bool,
+    /// A hand shake right after connecting (SEND tests).
+    one_after_connect: bool,
+    /// A hand shake and the bandwidth reports after the test
+    /// (write/read/atomic bandwidth).
+    reports: bool,
+    /// perftest's close (every test but write latency, whose sides just
+    /// exit).
+    close: bool,
+}
+
+impl Plan {
+    fn of(verb: super::Verb, bw: bool) -> Self {
+        use super::Verb;
+        Plan {
+            one_first: !bw && verb != Verb::Send,
+            one_after_connect: verb == Verb::Send,
+            reports: bw && verb != Verb::Send,
+            close: bw || verb != Verb::Write,
+        }
+    }
+}
+
 /// How long the serviced waits block on the socket between HCA services.
 const SERVICE_TICK: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -473,19 +504,32 @@ pub(super) fn run_side<P: platform::Platform>(
     let sspec = spec.side_spec();
     super::with_side(hca, who, &sspec, |s| {
         let me = local_endpoints(s, port, &spec, lay)?;
-        let mut remote = Vec::with_capacity(me.len());
-        let mut peer_reads = u16::MAX;
-        for e in &me {
-            let d = x.hand_shake(&Dest::from_endpoint(e, my_reads))?;
-            peer_reads = peer_reads.min(d.out_reads);
-            remote.push(d.endpoint());
+        let sync = Dest::from_endpoint(&me[0], my_reads);
+        let mine: Vec<Dest> = me
+            .iter()
+            .map(|e| Dest::from_endpoint(e, my_reads))
+            .collect();
+        let plan = Plan::of(spec.verb, spec.bw);
+        // Before connecting: the peer's QPs.
+        let mut remote: Vec<Dest> = Vec::with_capacity(me.len());
+        if plan.one_first {
+            x.hand_shake(&sync)?;
         }
+        for d in &mine {
+            remote.push(x.hand_shake(d)?);
+        }
+        let peer_reads = remote.iter().map(|d| d.out_reads).min().unwrap_or(1);
         let out_reads = u16::from(my_reads).min(peer_reads.max(1)) as u8;
+        let remote: Vec<Endpoint> = remote.iter().map(Dest::endpoint).collect();
         let conn = spec.conn_params(mtu, out_reads);
         let ahs = connect_all(s, port, &me, &remote, &conn)?;
-        let sync = Dest::from_endpoint(&me[0], my_reads);
-        // perftest's hand shake after the QPs reach RTR.
-        x.hand_shake(&sync)?;
+        // After connecting: (SEND tests: one hand shake, then) the QPs again.
+        if plan.one_after_connect {
+            x.hand_shake(&sync)?;
+        }
+        for d in &mine {
+            x.hand_shake(d)?;
+        }
         x.get_mut()
             .set_read_timeout(Some(SERVICE_TICK))
             .map_err(|e| bad(format!("setting the socket's read timeout: {e}")))?;
@@ -510,6 +554,7 @@ pub(super) fn run_side<P: platform::Platform>(
         };
         let size = spec.sizes[0];
         let inline = inline_for(s, &spec, size);
+        // Receives are posted here, before the last hand shake.
         let mut e = Engine::new(
             &spec,
             client,
@@ -519,6 +564,12 @@ pub(super) fn run_side<P: platform::Platform>(
             inline,
             std::time::Instant::now(),
         )?;
+        let mut service = || {
+            hca.service()
+                .map(|_| ())
+                .map_err(|e| ToolError::driver("servicing the HCA", e))
+        };
+        x.hand_shake_serviced(&sync, &mut service)?;
         let mut pacer = crate::rdma::Pacer::new(&[hca]);
         while !e.done() && !matches!(e, Engine::Idle { .. }) {
             if e.step(s, &peer)? {
@@ -538,7 +589,7 @@ pub(super) fn run_side<P: platform::Platform>(
                 .map(|_| ())
                 .map_err(|e| ToolError::driver("servicing the HCA", e))
         };
-        if spec.bw {
+        if plan.reports {
             // The passive side waits here for the active side's end.
             x.hand_shake_serviced(&sync, &mut service)?;
             let mine = match e.row(&spec, size) {
@@ -558,8 +609,8 @@ pub(super) fn run_side<P: platform::Platform>(
                 bw_avg: mine.bw_average,
                 msg_rate: mine.msg_rate_mpps,
             })?;
-            // The side that moved the data reports; a SEND receiver its own.
-            let row = if client || matches!(e, Engine::BwRecv(_)) {
+            // The side that moved the data reports it.
+            let row = if client {
                 mine
             } else {
                 BwRow {
@@ -571,12 +622,15 @@ pub(super) fn run_side<P: platform::Platform>(
                 }
             };
             printer.row(&mut rep, Row::Bw(row))?;
-        } else if client {
+        } else if client || !matches!(e, Engine::Idle { .. }) {
+            // SEND bandwidth: each side its own; latency: the sides that ran.
             printer.row(&mut rep, e.row(&spec, size))?;
         }
-        // perftest's close: a hand shake (the passive latency side waits
-        // in it), then "done".
-        x.close(&sync, &mut service)?;
+        if plan.close {
+            // perftest's close: a hand shake (the passive latency side
+            // waits in it), then "done".
+            x.close(&sync, &mut service)?;
+        }
         printer.tail(&rep)
     })
 }
