@@ -29,7 +29,8 @@ MODULES="drivers/net/ethernet/intel/e1000/e1000.ko crypto/crc32_generic.ko
 net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/infiniband/core/ib_core.ko
 drivers/infiniband/core/ib_uverbs.ko drivers/infiniband/sw/rxe/rdma_rxe.ko"
 # Programs for the guest; their shared libraries are found with ldd.
-PROGRAMS="ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_devinfo rdma ip"
+PROGRAMS="ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_devinfo rdma ip
+ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw"
 
 say() { printf '[qemu-rxe] %s\n' "$*" >&2; }
 die() { say "FAIL: $*"; exit 1; }
@@ -196,8 +197,19 @@ result() { # name verdict detail
 }
 while read -r name server tr size iters; do
     case $name in ''|'#'*) continue ;; esac
-    args=(pingpong "$tr" --wire "$WIRE" -g 1 -s "$size" -n "$iters" -c)
-    [ "$tr" = ud ] || args+=(-m 1024)
+    case $tr in
+        rc|uc|ud)
+            kind=pingpong peer="ibv_${tr}_pingpong"
+            args=(pingpong "$tr" --wire "$WIRE" -g 1 -s "$size" -n "$iters" -c)
+            [ "$tr" = ud ] || args+=(-m 1024)
+            ;;
+        *)
+            # hca perf with perftest's exchange (--perftest) against
+            # perftest's ib_* program of the test.
+            kind=perf peer="perftest $tr"
+            args=(perf "$tr" --perftest --wire "$WIRE" -x 1 -s "$size" -n "$iters" -m 1024)
+            ;;
+    esac
     hlog=$HLOG/$name.log
     : > "$hlog"
     hrc=1
@@ -236,8 +248,14 @@ while read -r name server tr size iters; do
     rm -f "$hlog.try"
     wait_line "RXE-GUEST $name " || true
     guest=$(grep "^RXE-GUEST $name " "$LOG" | tail -n1 | tr -d '\r' | cut -d' ' -f3-)
+    # hca perf: its result row for the size (the passive side of a
+    # latency test prints none).
+    if [ "$hrc" = 0 ] && [ "$kind" = perf ] && ! { [ "$server" = host ] && [ "$tr" = read-lat ]; } &&
+       ! grep -qE "^ *$size +[0-9]+ +.*[1-9]" "$hlog"; then
+        hrc="0 but no result row"
+    fi
     if [ "$hrc" = 0 ] && [ "${guest%% *}" = PASS ]; then
-        result "$name" PASS "(hca $tr, ibv_${tr}_pingpong server: $server; -s $size -n $iters -c)"
+        result "$name" PASS "(hca $kind $tr, $peer server: $server; -s $size -n $iters)"
     else
         result "$name" FAIL "hca exit $hrc ($(tail -n1 "$hlog")); guest: ${guest:-no result} ($(grep "^RXE-OUT $name:" "$LOG" | tail -n2 | tr -d '\r' | cut -d: -f2- | paste -sd';' -))"
     fi

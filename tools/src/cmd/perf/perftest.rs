@@ -494,14 +494,20 @@ pub(super) fn run_side<P: platform::Platform>(
     let who = if client { "client" } else { "server" };
     let mut x = Exchange::new(stream, client);
     x.versions()?;
-    x.sys_data(4096, 64)?;
+    // perftest's cycle buffer is a page; a perftest peer moves its remote
+    // address through one of the agreed size (both take the larger) from
+    // the address given, so each QP's region here is at least that long.
+    let (cycle, _) = x.sys_data(4096, 64)?;
     let mtu = spec.fit(port)?;
     let mtu = x.mtu(mtu)?;
     let mtu = min_mtu(mtu, spec.mtu.max(256));
     spec.mtu = mtu.bytes();
     let my_reads = spec.out_reads(&[hca])?;
-    let lay = spec.layout();
-    let sspec = spec.side_spec();
+    let lay = super::Layout {
+        slot: spec.layout().slot.max(cycle as usize).next_multiple_of(64),
+    };
+    let mut sspec = spec.side_spec();
+    sspec.buf_len = 2 * spec.qps as usize * lay.slot;
     super::with_side(hca, who, &sspec, |s| {
         let me = local_endpoints(s, port, &spec, lay)?;
         let sync = Dest::from_endpoint(&me[0], my_reads);
@@ -622,8 +628,9 @@ pub(super) fn run_side<P: platform::Platform>(
                 }
             };
             printer.row(&mut rep, Row::Bw(row))?;
-        } else if client || !matches!(e, Engine::Idle { .. }) {
-            // SEND bandwidth: each side its own; latency: the sides that ran.
+        } else if client || matches!(e, Engine::BwRecv(_)) {
+            // SEND bandwidth: each side its own; latency: the client, which
+            // timed it.
             printer.row(&mut rep, e.row(&spec, size))?;
         }
         if plan.close {
