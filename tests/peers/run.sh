@@ -22,9 +22,12 @@
 #              (tshark's InfiniBand dissector does not check it).
 #   rxe        Linux Soft-RoCE (rdma_rxe) in a QEMU guest (tests/qemu/rxe.sh)
 #              on a -netdev dgram wire cabled to `hca --wire`: hca
-#              pingpong rc/uc/ud against Debian's ibv_rc/uc/ud_pingpong -c,
-#              each side as server and as client, below and several MTUs
-#              above the path MTU; each side checks what it received.
+#              pingpong rc/uc/ud against Debian's ibv_rc/uc/ud_pingpong -c
+#              and hca perf --perftest write-bw/read-lat/send-bw/atomic-bw
+#              against perftest's ib_write_bw/ib_read_lat/ib_send_bw/
+#              ib_atomic_bw, each side as server and as client, below and
+#              several MTUs above the path MTU; each side checks what it
+#              received (perftest and hca perf: exit 0 and a result row).
 #   all        every suite above.
 #
 # Environment: PEERS_OUT (default target/peers) keeps logs and the
