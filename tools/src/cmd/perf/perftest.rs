@@ -11,7 +11,7 @@
 //! 3. MTU (peer version >= 5.1): the `ibv_mtu` enum value as decimal text,
 //!    2 bytes (`"3\0"`) from peer version 5.31 on; both take the smaller;
 //! 4. per QP, the destination (`pingpong_dest`): LID, outstanding reads,
-//!    QPN, PSN, rkey, vaddr, [GID,] SRQ number as colon-separated
+//!    QPN, PSN, rkey, vaddr, the GID (when used), the SRQ number as colon-separated
 //!    zero-padded hex text with a trailing NUL, 108 bytes with the GID
 //!    (always on RoCE), 59 without;
 //! 5. a hand shake (one more destination exchange) before the test and
