@@ -248,10 +248,10 @@ while read -r name server tr size iters; do
     rm -f "$hlog.try"
     wait_line "RXE-GUEST $name " || true
     guest=$(grep "^RXE-GUEST $name " "$LOG" | tail -n1 | tr -d '\r' | cut -d' ' -f3-)
-    # hca perf: its result row for the size (the passive side of a
-    # latency test prints none).
+    # hca perf: its result row for the size and all the iterations (the
+    # passive side of a latency test prints none).
     if [ "$hrc" = 0 ] && [ "$kind" = perf ] && ! { [ "$server" = host ] && [ "$tr" = read-lat ]; } &&
-       ! grep -qE "^ *$size +[0-9]+ +.*[1-9]" "$hlog"; then
+       ! grep -qE "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$hlog"; then
         hrc="0 but no result row"
     fi
     if [ "$hrc" = 0 ] && [ "${guest%% *}" = PASS ]; then
