@@ -37,55 +37,16 @@ die() { say "FAIL: $*"; exit 1; }
 start=$(date +%s)
 mkdir -p "$CACHE"
 
-SUDO=""
-[ "$(id -u)" = 0 ] || SUDO=sudo
-updated=""
-apt_update() {
-    if [ -z "$updated" ]; then
-        say "apt-get update"
-        $SUDO apt-get update -qq
-        updated=1
-    fi
-}
+# shellcheck source=tests/qemu/common.sh
+. tests/qemu/common.sh
 
 # 1. Host packages.
-missing=()
-for p in qemu-system-x86 cpio busybox-static ibverbs-utils ibverbs-providers perftest iproute2; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    apt_update
-    say "installing ${missing[*]}"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+need_host_packages qemu-system-x86 cpio busybox-static ibverbs-utils ibverbs-providers perftest iproute2
 BUSYBOX=$(command -v busybox)
 
 # 2. A Debian kernel (cached; the same cache as run.sh).
-deb=$(ls "$CACHE"/linux-image-*.deb 2>/dev/null | head -n1 || true)
-if [ -n "${QEMU_KERNEL_PKG:-}" ] && [[ "$deb" != *"/${QEMU_KERNEL_PKG}_"* ]]; then
-    deb=""
-fi
-if [ -z "$deb" ]; then
-    apt_update
-    pkg=${QEMU_KERNEL_PKG:-$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')}
-    [ -n "$pkg" ] || die "no linux-image package found (apt-cache depends linux-image-amd64)"
-    say "downloading $pkg"
-    rm -f "$CACHE"/linux-image-*.deb
-    (cd "$CACHE" && apt-get download -qq "$pkg" 2>&1 | grep -v "couldn't be accessed by user '_apt'" || true)
-    deb=$(ls "$CACHE"/linux-image-*.deb 2>/dev/null | head -n1 || true)
-    [ -n "$deb" ] || die "apt-get download $pkg produced no package"
-fi
-KDIR=$BUILD/kernel
-if [ "$(cat "$KDIR/.from" 2>/dev/null || true)" != "$deb" ]; then
-    say "unpacking $(basename "$deb")"
-    rm -rf "$KDIR"
-    mkdir -p "$KDIR"
-    dpkg -x "$deb" "$KDIR"
-    echo "$deb" > "$KDIR/.from"
-fi
-VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* | head -n1)
-KVER=$(ls "$KDIR/lib/modules" | head -n1)
-MODDIR=$KDIR/lib/modules/$KVER/kernel
+fetch_kernel
+deb=$DEB
 
 # 3. The host side.
 say "building hca"
