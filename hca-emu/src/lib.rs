@@ -550,23 +550,6 @@ impl EmuHca {
         Ok(())
     }
 
-    /// Cables a port to a Unix datagram socket bound at `local`, sending to
-    /// `peer`: [`cable_to`](Self::cable_to) with [`WireSpec::Unix`].
-    pub fn cable_to_socket(
-        &self,
-        port: u8,
-        local: &std::path::Path,
-        peer: &std::path::Path,
-    ) -> Result<(), EmuError> {
-        self.cable_to(
-            port,
-            &WireSpec::Unix {
-                local: local.to_path_buf(),
-                peer: peer.to_path_buf(),
-            },
-        )
-    }
-
     /// Taps a port: `tap` is called with every frame the port puts on its
     /// cable ([`Direction::Out`]) and every frame that comes in on it
     /// ([`Direction::In`]), whatever the cable (another emulated port, a

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode};
 use hca_driver::{Config, PortState};
-use hca_emu::{Clock, EmuConfig, EmuError, EmuPlatform};
+use hca_emu::{Clock, EmuConfig, EmuError, EmuPlatform, WireSpec};
 use hca_tests::verbs::{Endpoint, RcParams, connect, poll_ok, post_recv_sge, qp_cap};
 use hca_tests::{Bench, Link};
 
@@ -148,8 +148,12 @@ fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
     };
     let a = Bench::<EmuPlatform>::emulated(real.clone(), Config::default());
     let b = Bench::<EmuPlatform>::emulated(EmuConfig { seed: 77, ..real }, Config::default());
-    a.emu().unwrap().cable_to_socket(1, &sa, &sb).unwrap();
-    b.emu().unwrap().cable_to_socket(1, &sb, &sa).unwrap();
+    let ab = WireSpec::Unix {
+        local: sa.clone(),
+        peer: sb.clone(),
+    };
+    a.emu().unwrap().cable_to(1, &ab).unwrap();
+    b.emu().unwrap().cable_to(1, &ab.far_end()).unwrap();
     assert!(sa.exists() && sb.exists(), "both ends bound their sockets");
     let mut l = Link {
         a,
@@ -202,10 +206,12 @@ fn a_socket_that_cannot_be_bound_is_a_typed_error() {
     let e = a
         .emu()
         .unwrap()
-        .cable_to_socket(
+        .cable_to(
             1,
-            std::path::Path::new("/nonexistent-dir/a.sock"),
-            std::path::Path::new("/nonexistent-dir/b.sock"),
+            &WireSpec::Unix {
+                local: "/nonexistent-dir/a.sock".into(),
+                peer: "/nonexistent-dir/b.sock".into(),
+            },
         )
         .unwrap_err();
     assert!(
@@ -260,7 +266,7 @@ fn a_udp_wire_carries_rc_and_taps_see_every_frame_both_ways() {
     );
     let (pa, pb) = (ua.local_addr().unwrap(), ub.local_addr().unwrap());
     drop((ua, ub));
-    let spec: hca_emu::WireSpec = format!("udp:{pa},{pb}").parse().unwrap();
+    let spec: WireSpec = format!("udp:{pa},{pb}").parse().unwrap();
     let real = EmuConfig {
         clock: Clock::Real,
         ..EmuConfig::default()

@@ -1093,10 +1093,13 @@ fn wire(specs: &[FunctionSpec], funcs: &[Arc<Func>]) {
     for (s, f) in specs.iter().zip(funcs) {
         let r = match &s.wire {
             Wire::Loopback => f.emu.plug_loopback(1),
-            Wire::Socket { local, peer } => {
-                f.emu
-                    .cable_to_socket(1, std::path::Path::new(local), std::path::Path::new(peer))
-            }
+            Wire::Socket { local, peer } => f.emu.cable_to(
+                1,
+                &hca_emu::WireSpec::Unix {
+                    local: local.into(),
+                    peer: peer.into(),
+                },
+            ),
             Wire::None | Wire::To(_) => Ok(()),
         };
         if let Err(e) = r {
