@@ -33,9 +33,10 @@
 //! - Health: [`Hca::check_health`] (health counter, syndromes, device
 //!   gone); a dead device puts the driver in an error state in which every
 //!   command fails at once with [`Error::DeviceDead`].
-//! - Device information ([`DeviceInfo`], [`Caps`], [`PortInfo`]) and RAII
-//!   resources with typed numbers ([`Uar`], [`Pd`], [`TransportDomain`],
-//!   [`Cq`], [`Qp`], [`Srq`], [`Mkey`]).
+//! - Device information ([`DeviceInfo`], [`Caps`], [`PortInfo`]) and raw
+//!   firmware objects as RAII handles with typed numbers ([`fw`]:
+//!   [`fw::Uar`], [`fw::Pd`], [`fw::TransportDomain`], [`fw::Cq`],
+//!   [`fw::Qp`], [`fw::Srq`], [`fw::Mkey`]).
 //!
 //! ```
 //! use hca_driver::{Config, Hca};
@@ -57,64 +58,104 @@
 //!
 //! [`verbs`] is what a libibverbs user expects, over this control plane
 //! and `verbs-core`'s data path: contexts, PDs, memory regions, CQs, RC,
-//! UC and UD QPs, SRQs, address handles. Two emulated ConnectX-4s on a
-//! virtual wire, an RC connection between them, a SEND and an RDMA WRITE:
+//! UC and UD QPs, SRQs, address handles. Each object holds handles of its
+//! parents (with `std`: `Arc`s; see [`verbs::Share`]), so an application
+//! keeps them in its own structs and moves them between threads.
+//!
+//! Two emulated ConnectX-4s on a virtual wire; each side keeps its HCA,
+//! PD, CQs, a registered buffer and an RC QP in one struct. A QP is moved
+//! to another thread, which posts a SEND and an RDMA WRITE there, while
+//! the main thread polls the CQs:
 //!
 //! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
 //! use hca_driver::verbs::*;
 //! use hca_driver::{Config, Hca, IbMtu};
-//! use hca_emu::{EmuConfig, EmuHca};
-//! use std::time::Duration;
+//! use hca_emu::{EmuConfig, EmuHca, EmuPlatform};
+//!
+//! /// Everything one side needs, kept together.
+//! struct Side {
+//!     hca: Arc<Hca<EmuPlatform>>,
+//!     ctx: Arc<Context<EmuPlatform>>,
+//!     send_cq: Arc<Cq<EmuPlatform>>,
+//!     recv_cq: Arc<Cq<EmuPlatform>>,
+//!     buf: Arc<DmaBuf<EmuPlatform>>,
+//!     mr: Mr<EmuPlatform>,
+//!     qp: Qp<EmuPlatform>,
+//! }
+//!
+//! const ACCESS: AccessFlags = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
+//!
+//! impl Side {
+//!     fn new(emu: &EmuHca) -> hca_driver::Result<Side> {
+//!         let hca = Arc::new(Hca::open(emu.platform(), Config::default())?);
+//!         let ctx = Arc::new(Context::open(&hca)?);
+//!         let pd = Arc::new(Pd::alloc(&ctx)?);
+//!         let send_cq = Arc::new(Cq::create(&ctx, 16)?);
+//!         let recv_cq = Arc::new(Cq::create(&ctx, 16)?);
+//!         let buf = Arc::new(DmaBuf::alloc(&hca, 4096)?);
+//!         let mr = Mr::register(&pd, &buf, ACCESS)?;
+//!         // The QP holds the PD and both CQs: `pd` may go out of scope.
+//!         let qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &send_cq, &recv_cq))?;
+//!         Ok(Side { hca, ctx, send_cq, recv_cq, buf, mr, qp })
+//!     }
+//!
+//!     /// INIT, RTR, RTS towards the peer's QP number and GID (RoCE).
+//!     fn connect(&mut self, remote_qpn: u32, dgid: Gid) -> hca_driver::Result<()> {
+//!         self.qp.modify(&QpAttr::new().state(QpState::Init).port(1).pkey_index(0).access(ACCESS))?;
+//!         self.qp.modify(&QpAttr::new().state(QpState::Rtr).path_mtu(IbMtu::Mtu1024)
+//!             .dest_qp_num(remote_qpn).rq_psn(0).max_dest_rd_atomic(1).min_rnr_timer(12)
+//!             .ah(AhAttr::roce(1, dgid, DEFAULT_GID_INDEX)))?;
+//!         self.qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(0).timeout(14)
+//!             .retry_cnt(7).rnr_retry(7).max_rd_atomic(1))
+//!     }
+//! }
 //!
 //! let ea = EmuHca::new(EmuConfig::default());
 //! let eb = EmuHca::new(EmuConfig { seed: 2, ..EmuConfig::default() });
 //! hca_emu::connect(&ea, 1, &eb, 1).unwrap();
-//! let ha = Hca::open(ea.platform(), Config::default())?;
-//! let hb = Hca::open(eb.platform(), Config::default())?;
-//! {
-//!     // Each side: context, PD, CQ, a registered buffer, an RC QP.
-//!     let (ca, cb) = (ha.open_context()?, hb.open_context()?);
-//!     let (pda, pdb) = (ca.alloc_pd()?, cb.alloc_pd()?);
-//!     let (cqa, cqb) = (ca.create_cq(16)?, cb.create_cq(16)?);
-//!     let (bufa, bufb) = (ha.alloc_buf(4096)?, hb.alloc_buf(4096)?);
-//!     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-//!     let (mra, mrb) = (pda.reg_mr(&bufa, access)?, pdb.reg_mr(&bufb, access)?);
-//!     let mut qpa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa, &cqa))?;
-//!     let mut qpb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb, &cqb))?;
+//! let (mut a, mut b) = (Side::new(&ea)?, Side::new(&eb)?);
+//! let (gida, gidb) = (a.ctx.query_gid(1, 0)?, b.ctx.query_gid(1, 0)?);
+//! let (qpna, qpnb) = (a.qp.number().0, b.qp.number().0);
+//! a.connect(qpnb, gidb)?;
+//! b.connect(qpna, gida)?;
+//! b.qp.post_recv(&RecvWr { wr_id: 1, sgl: &[b.mr.sge(0, 64)?] })?;
 //!
-//!     // What the sides exchange: QP numbers and GIDs (RoCE).
-//!     let (qpna, qpnb) = (qpa.number().0, qpb.number().0);
-//!     let (gida, gidb) = (ca.query_gid(1, 0)?, cb.query_gid(1, 0)?);
-//!     let connect = |qp: &mut Qp<'_, _>, remote_qpn, dgid| -> hca_driver::Result<()> {
-//!         qp.modify(&QpAttr::new().state(QpState::Init).port(1).pkey_index(0).access(access))?;
-//!         qp.modify(&QpAttr::new().state(QpState::Rtr).path_mtu(IbMtu::Mtu1024)
-//!             .dest_qp_num(remote_qpn).rq_psn(0).max_dest_rd_atomic(1).min_rnr_timer(12)
-//!             .ah(AhAttr::roce(1, dgid, DEFAULT_GID_INDEX)))?;
-//!         qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(0).timeout(14)
-//!             .retry_cnt(7).rnr_retry(7).max_rd_atomic(1))
-//!     };
-//!     connect(&mut qpa, qpnb, gidb)?;
-//!     connect(&mut qpb, qpna, gida)?;
+//! // The QP (with the handles it holds) moves to another thread, posts
+//! // there, and comes back; the CQs are polled here meanwhile.
+//! a.buf.write(0, b"hello")?;
+//! let (sge, remote, rkey) = (a.mr.sge(0, 5)?, b.mr.addr() + 100, b.mr.rkey());
+//! let mut qp = a.qp;
+//! let poster = std::thread::spawn(move || -> hca_driver::Result<Qp<EmuPlatform>> {
+//!     qp.post_send(&SendWr::new(2, SendOp::Send).sgl(&[sge]).flags(SendFlags::SIGNALED))?;
+//!     qp.post_rdma_write(3, SendFlags::SIGNALED, remote, rkey, sge)?;
+//!     Ok(qp)
+//! });
+//! a.qp = poster.join().unwrap()?;
+//! let mut wc = [WorkCompletion::default(); 2];
+//! b.recv_cq.poll_wait(&mut wc, Duration::from_secs(5))?;
+//! assert_eq!((wc[0].wr_id, wc[0].status, wc[0].byte_len), (1, WcStatus::Success, 5));
+//! let mut done = 0;
+//! while done < 2 {
+//!     done += a.send_cq.poll_wait(&mut wc[done..], Duration::from_secs(5))?;
+//! }
+//! assert_eq!((wc[0].opcode, wc[1].opcode), (WcOpcode::Send, WcOpcode::RdmaWrite));
+//! let mut got = [0u8; 5];
+//! b.buf.read(100, &mut got)?;
+//! assert_eq!(&got, b"hello");
 //!
-//!     // A SEND into a posted receive.
-//!     qpb.post_recv(&RecvWr { wr_id: 1, sgl: &[mrb.sge(0, 64)?] })?;
-//!     bufa.write(0, b"hello")?;
-//!     qpa.post_send(&SendWr::new(2, SendOp::Send).sgl(&[mra.sge(0, 5)?]).flags(SendFlags::SIGNALED))?;
-//!     let mut wc = [WorkCompletion::default(); 1];
-//!     cqb.poll_wait(&mut wc, Duration::from_secs(5))?;
-//!     assert_eq!((wc[0].wr_id, wc[0].status, wc[0].byte_len), (1, WcStatus::Success, 5));
-//!     cqa.poll_wait(&mut wc, Duration::from_secs(5))?;
-//!     assert_eq!(wc[0].opcode, WcOpcode::Send);
+//! // A CQ a QP still holds cannot be destroyed: `try_destroy` says so
+//! // (and the CQ lives on with the QP).
+//! let err = Cq::try_destroy(a.send_cq.clone()).unwrap_err();
+//! assert!(matches!(err, hca_driver::Error::InUse { .. }));
 //!
-//!     // An RDMA WRITE to the peer's address and rkey.
-//!     qpa.post_rdma_write(3, SendFlags::SIGNALED, mrb.addr() + 100, mrb.rkey().0, mra.sge(0, 5)?)?;
-//!     cqa.poll_wait(&mut wc, Duration::from_secs(5))?;
-//!     let mut got = [0u8; 5];
-//!     bufb.read(100, &mut got)?;
-//!     assert_eq!(&got, b"hello");
-//! } // everything destroyed here, children before parents
-//! ha.close()?;
-//! hb.close()?;
+//! // Children first, parents last: dropping a side drops its QP, MR, CQs,
+//! // buffer and context; then each HCA is closed through its last handle.
+//! let (ha, hb) = (a.hca.clone(), b.hca.clone());
+//! drop((a, b));
+//! Arc::into_inner(ha).expect("the last handle").close()?;
+//! Arc::into_inner(hb).expect("the last handle").close()?;
 //! ea.assert_clean();
 //! eb.assert_clean();
 //! # Ok::<(), hca_driver::Error>(())
@@ -139,6 +180,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 mod bits;
 mod cmd;
 mod config;
@@ -148,6 +192,7 @@ mod error;
 mod events;
 #[cfg(fuzzing)]
 pub mod fuzzing;
+pub mod fw;
 mod fwpages;
 mod hca;
 mod health;
@@ -158,7 +203,6 @@ mod pages;
 mod pas;
 mod query;
 mod record;
-mod resources;
 mod types;
 pub mod verbs;
 
@@ -182,9 +226,5 @@ pub use mailbox::MAX_MAILBOX_CHUNKS;
 pub use pages::MAX_PAGE_CHUNKS;
 pub use pas::{PAS_PAGE_SIZE, PageList};
 pub use record::{CommandRecorder, DumpRecorder, Exchange, LogRecorder, Outcome};
-pub use resources::{
-    Cq, CqObj, FwObject, Mkey, MkeyObj, Object, Pd, PdObj, Qp, QpObj, Srq, SrqObj, TdObj,
-    TransportDomain, Uar, UarObj,
-};
 pub use types::{Cqn, Eqn, Lkey, MkeyIndex, Pdn, Qpn, Rkey, Srqn, Tdn, Uarn};
 pub use verbs::DmaBuf;

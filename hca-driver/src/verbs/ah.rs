@@ -13,6 +13,7 @@ use crate::info::LinkLayer;
 use crate::verbs::attr::{Gid, RoceVersion};
 use crate::verbs::context::Context;
 use crate::verbs::pd::Pd;
+use crate::verbs::share::{DefaultShare, Handle, Share};
 
 /// Address attributes (`struct ibv_ah_attr`), plus the destination MAC of
 /// a RoCE path when it cannot be derived from the destination GID.
@@ -133,7 +134,7 @@ pub(crate) enum Resolved {
     },
 }
 
-impl<P: Platform> Context<'_, P> {
+impl<P: Platform + 'static, S: Share> Context<P, S> {
     /// Checks an address against the port and resolves what RoCE needs.
     pub(crate) fn resolve(&self, a: &AhAttr) -> Result<Resolved> {
         self.check_port(a.port_num)?;
@@ -239,23 +240,23 @@ pub(crate) fn fill_ads(
 }
 
 /// An address handle (`ibv_ah`) for UD sends: the 48-byte address vector
-/// rdma-core's `mlx5_create_ah` builds. Borrows its PD.
-pub struct Ah<'a, P: Platform> {
-    pd: &'a Pd<'a, P>,
+/// rdma-core's `mlx5_create_ah` builds. Holds a handle of its PD.
+pub struct Ah<P: Platform + 'static, S: Share = DefaultShare> {
+    pd: S::Ref<Pd<P, S>>,
     av: AddressVector,
     attr: AhAttr,
 }
 
-impl<P: Platform> fmt::Debug for Ah<'_, P> {
+impl<P: Platform + 'static, S: Share> fmt::Debug for Ah<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "AH {:?} ({:?})", self.attr, self.av)
     }
 }
 
-impl<'a, P: Platform> Pd<'a, P> {
-    /// Creates an address handle (`ibv_create_ah`).
-    pub fn create_ah<'b>(&'b self, attr: &AhAttr) -> Result<Ah<'b, P>> {
-        let ctx = self.context();
+impl<P: Platform + 'static, S: Share> Ah<P, S> {
+    /// Creates an address handle (`ibv_create_ah`) in the PD behind `pd`.
+    pub fn create(pd: &impl Handle<Pd<P, S>, Share = S>, attr: &AhAttr) -> Result<Self> {
+        let ctx = pd.context();
         let r = ctx.resolve(attr)?;
         let link = match r {
             Resolved::Ib => PortLinkLayer::Infiniband,
@@ -275,14 +276,12 @@ impl<'a, P: Platform> Pd<'a, P> {
         };
         let av = AddressVector::from_ah_attr(&va, link).map_err(Error::AddressHandle)?;
         Ok(Ah {
-            pd: self,
+            pd: pd.clone().into_ref(),
             av,
             attr: *attr,
         })
     }
-}
 
-impl<'a, P: Platform> Ah<'a, P> {
     /// The address vector.
     pub fn av(&self) -> &AddressVector {
         &self.av
@@ -293,9 +292,9 @@ impl<'a, P: Platform> Ah<'a, P> {
         &self.attr
     }
 
-    /// The PD.
-    pub fn pd(&self) -> &'a Pd<'a, P> {
-        self.pd
+    /// The PD's handle.
+    pub fn pd(&self) -> &S::Ref<Pd<P, S>> {
+        &self.pd
     }
 
     /// A UD destination through this handle (`wr.ud`).

@@ -6,6 +6,7 @@ use platform::{DmaRegion, Platform};
 
 use crate::error::{Error, Result};
 use crate::hca::{DmaUse, Hca};
+use crate::verbs::share::{DefaultShare, Handle, Share};
 
 /// Alignment of a [`DmaBuf`] (a page, so that any access mode fits).
 pub const DMA_BUF_ALIGN: usize = 4096;
@@ -16,30 +17,32 @@ pub const DMA_BUF_ALIGN: usize = 4096;
 /// Its bytes are only ever copied in and out (the device may write them at
 /// any time, so no reference into them exists). Addresses the device uses
 /// (SGEs, RDMA remote addresses) are bus addresses: [`iova`](Self::iova)
-/// plus an offset ([`addr`](Self::addr)). A memory region borrows the
-/// buffer, so the buffer outlives every key that names it.
-pub struct DmaBuf<'a, P: Platform> {
-    hca: &'a Hca<P>,
+/// plus an offset ([`addr`](Self::addr)). A memory region holds a handle
+/// of the buffer, so the buffer outlives every key that names it; the
+/// buffer holds a handle of its HCA.
+pub struct DmaBuf<P: Platform + 'static, S: Share = DefaultShare> {
+    hca: S::Ref<Hca<P>>,
     region: Option<DmaRegion>,
     len: usize,
 }
 
-impl<P: Platform> fmt::Debug for DmaBuf<'_, P> {
+impl<P: Platform + 'static, S: Share> fmt::Debug for DmaBuf<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "DmaBuf({:#x}, {} bytes)", self.iova(), self.len)
     }
 }
 
-impl<P: Platform> Hca<P> {
-    /// Allocates a zeroed, page-aligned data buffer of `len` bytes.
-    pub fn alloc_buf(&self, len: usize) -> Result<DmaBuf<'_, P>> {
+impl<P: Platform + 'static, S: Share> DmaBuf<P, S> {
+    /// Allocates a zeroed, page-aligned data buffer of `len` bytes on the
+    /// HCA behind `hca`.
+    pub fn alloc(hca: &impl Handle<Hca<P>, Share = S>, len: usize) -> Result<Self> {
         if len == 0 {
             return Err(Error::InvalidArgument {
                 arg: "len",
                 reason: "a buffer has at least one byte",
             });
         }
-        let region = self.dma_alloc(
+        let region = hca.dma_alloc(
             len,
             DMA_BUF_ALIGN,
             DmaUse::Buffers,
@@ -47,14 +50,12 @@ impl<P: Platform> Hca<P> {
         )?;
         // The backend may round up; the buffer is what was asked for.
         Ok(DmaBuf {
-            hca: self,
+            hca: hca.clone().into_ref(),
             region: Some(region),
             len,
         })
     }
-}
 
-impl<'a, P: Platform> DmaBuf<'a, P> {
     fn region(&self) -> &DmaRegion {
         self.region
             .as_ref()
@@ -82,9 +83,9 @@ impl<'a, P: Platform> DmaBuf<'a, P> {
         Ok(self.iova() + offset as u64)
     }
 
-    /// The HCA the buffer belongs to.
-    pub fn hca(&self) -> &'a Hca<P> {
-        self.hca
+    /// The handle of the HCA the buffer belongs to.
+    pub fn hca(&self) -> &S::Ref<Hca<P>> {
+        &self.hca
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<()> {
@@ -132,7 +133,7 @@ impl<'a, P: Platform> DmaBuf<'a, P> {
     }
 }
 
-impl<P: Platform> Drop for DmaBuf<'_, P> {
+impl<P: Platform + 'static, S: Share> Drop for DmaBuf<P, S> {
     fn drop(&mut self) {
         if let Some(r) = self.region.take() {
             self.hca.dma_free(r, DmaUse::Buffers);

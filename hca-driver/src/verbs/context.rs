@@ -17,13 +17,15 @@ use firmware_cmds::caps::CmdHcaCap;
 
 use crate::bits;
 use crate::error::{Error, Result};
+use crate::fw::{Object, UarObj};
 use crate::hca::Hca;
 use crate::info::LinkLayer;
-use crate::resources::Uar;
 use crate::verbs::attr::{DeviceAttr, Gid, GidEntry, PortAttr, RoceVersion};
+use crate::verbs::capacity::{Capacities, MAX_CONTEXT_QPS};
+use crate::verbs::share::{DefaultShare, Handle, Share};
 
-/// Most QPs one context has at a time (user indices for CQE version 1).
-pub const MAX_CONTEXT_QPS: usize = 1024;
+/// A raw firmware object held through a verbs family's HCA handle.
+pub(crate) type FwObj<P, S, K> = Object<<S as Share>::Ref<Hca<P>>, K>;
 /// The RoCE v2 GID index [`Context::open`] programs on every Ethernet
 /// port: the link-local GID of the port's MAC, RoCE v2.
 ///
@@ -48,18 +50,20 @@ pub const DEFAULT_PKEY: u16 = firmware_cmds::vport::DEFAULT_PKEY;
 /// port: `roce_en` in the NIC vport context (MODIFY_NIC_VPORT_CONTEXT)
 /// first, then (SET_ROCE_ADDRESS) the link-local GID of the port's MAC as
 /// RoCE v1 at [`ROCE_V1_GID_INDEX`] and RoCE v2 at [`DEFAULT_GID_INDEX`],
-/// as Linux lays out the table. Everything created from it borrows it.
-pub struct Context<'a, P: Platform> {
-    hca: &'a Hca<P>,
-    uar: Uar<'a, P>,
+/// as Linux lays out the table. It holds a handle of the HCA; what is
+/// created from it holds a handle of it.
+pub struct Context<P: Platform + 'static, S: Share = DefaultShare> {
+    hca: S::Ref<Hca<P>>,
+    uar: FwObj<P, S, UarObj>,
     attr: DeviceAttr,
     limits: DeviceLimits,
+    caps: Capacities,
     uidx: spin::Mutex<[u64; MAX_CONTEXT_QPS / 64]>,
     mkey_variant: AtomicU8,
     sport: AtomicU16,
 }
 
-impl<P: Platform> fmt::Debug for Context<'_, P> {
+impl<P: Platform + 'static, S: Share> fmt::Debug for Context<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
             .field("uar", &self.uar.number())
@@ -67,18 +71,13 @@ impl<P: Platform> fmt::Debug for Context<'_, P> {
     }
 }
 
-impl<P: Platform> Hca<P> {
-    /// Opens a verbs context (`ibv_open_device`); see [`Context`].
-    pub fn open_context(&self) -> Result<Context<'_, P>> {
-        Context::open(self)
-    }
-}
-
-impl<'a, P: Platform> Context<'a, P> {
-    /// Opens a context: ALLOC_UAR, then the RoCE setup of every Ethernet
-    /// port whose MAC address is known.
-    pub fn open(hca: &'a Hca<P>) -> Result<Self> {
-        let uar = hca.alloc_uar()?;
+impl<P: Platform + 'static, S: Share> Context<P, S> {
+    /// Opens a context (`ibv_open_device`) on the HCA behind `hca`:
+    /// ALLOC_UAR, then the RoCE setup of every Ethernet port whose MAC
+    /// address is known.
+    pub fn open(hca: &impl Handle<Hca<P>, Share = S>) -> Result<Self> {
+        let hca: S::Ref<Hca<P>> = hca.clone().into_ref();
+        let uar = hca.alloc_uar()?.rehome(hca.clone());
         let info = hca.info();
         let g = info.caps.general();
         let attr = DeviceAttr::from_info(info);
@@ -92,10 +91,11 @@ impl<'a, P: Platform> Context<'a, P> {
             max_recv_wr: max_wqe,
         };
         let ctx = Context {
-            hca,
+            hca: hca.clone(),
             uar,
             attr,
             limits,
+            caps: Capacities::from_caps(&info.caps),
             uidx: spin::Mutex::new([0; MAX_CONTEXT_QPS / 64]),
             // A fixed start: keys differ between contexts only by index.
             mkey_variant: AtomicU8::new(0x5a),
@@ -130,14 +130,19 @@ impl<'a, P: Platform> Context<'a, P> {
         Ok(ctx)
     }
 
-    /// The HCA.
-    pub fn hca(&self) -> &'a Hca<P> {
-        self.hca
+    /// The HCA's handle.
+    pub fn hca(&self) -> &S::Ref<Hca<P>> {
+        &self.hca
     }
 
     /// The context's UAR page.
-    pub fn uar(&self) -> &Uar<'a, P> {
+    pub fn uar(&self) -> &FwObj<P, S, UarObj> {
         &self.uar
+    }
+
+    /// The capacities of the context's tables (sized from the device caps).
+    pub fn capacities(&self) -> &Capacities {
+        &self.caps
     }
 
     /// Device attributes (`ibv_query_device`).
@@ -321,9 +326,10 @@ impl<'a, P: Platform> Context<'a, P> {
     /// A free user index (the QPC `user_index` CQEs carry).
     pub(crate) fn alloc_user_index(&self) -> Result<u32> {
         let mut b = self.uidx.lock();
-        let i = bits::first_clear(&*b, 0, MAX_CONTEXT_QPS).ok_or(Error::CapacityExceeded {
+        let cap = self.caps.qps;
+        let i = bits::first_clear(&*b, 0, cap).ok_or(Error::CapacityExceeded {
             what: "the context's QP user indices",
-            capacity: MAX_CONTEXT_QPS,
+            capacity: cap,
         })?;
         bits::put(&mut *b, i, true);
         Ok(i as u32)

@@ -13,30 +13,112 @@ use verbs_core::{
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
+use crate::fw::CqObj;
 use crate::hca::DmaUse;
 use crate::pas::PAS_PAGE_SIZE;
 use crate::types::{Cqn, Eqn};
-use crate::verbs::context::Context;
+use crate::verbs::capacity::{Bounded, MAX_CONTEXT_QPS};
+use crate::verbs::context::{Context, FwObj};
 use crate::verbs::queue::{
     create_at, destroy_and_free, release_after_destroy, release_after_failure, service,
 };
+use crate::verbs::share::{DefaultShare, Handle, Share};
 
-/// Most QPs one CQ serves at a time.
-pub const MAX_QPS_PER_CQ: usize = 64;
+/// No QP under this user index (in [`Resolver::slot`]).
+const NO_SLOT: u16 = u16::MAX;
 
-/// The completion handles of the QPs a CQ serves, by user index.
-#[derive(Debug, Default)]
+/// The completion handles of the QPs a CQ serves, found by user index in
+/// O(1): user indices are allocated densely by the context (below its
+/// [`Capacities::qps`](crate::verbs::Capacities::qps)), and `slot[uidx]`
+/// is the position of the QP's handle in `entries`.
+///
+/// The CQE-version-0 path ([`CqResolver::by_qpn`], CQEs naming the QP by
+/// number) and the SRQ path ([`CqResolver::srq_by_srqn`], receive CQEs of a
+/// QP whose handle is gone) scan `entries`: O(QPs on the CQ).
+#[derive(Debug)]
 pub(crate) struct Resolver {
-    entries: heapless::Vec<(u32, QpCompletions), MAX_QPS_PER_CQ>,
+    #[cfg(feature = "alloc")]
+    slot: alloc::vec::Vec<u16>,
+    #[cfg(not(feature = "alloc"))]
+    slot: [u16; MAX_CONTEXT_QPS],
+    /// (user index, handle).
+    entries: Bounded<(u32, QpCompletions), MAX_CONTEXT_QPS>,
+}
+
+impl Resolver {
+    /// A resolver for user indices below `cap`.
+    fn new(cap: usize) -> Self {
+        let cap = cap.min(MAX_CONTEXT_QPS);
+        Self {
+            #[cfg(feature = "alloc")]
+            slot: alloc::vec![NO_SLOT; cap],
+            #[cfg(not(feature = "alloc"))]
+            slot: [NO_SLOT; MAX_CONTEXT_QPS],
+            entries: Bounded::new(cap),
+        }
+    }
+
+    #[inline]
+    fn position(&self, uidx: u32) -> Option<usize> {
+        match self.slot.get(uidx as usize) {
+            Some(&p) if p != NO_SLOT => Some(usize::from(p)),
+            _ => None,
+        }
+    }
+
+    /// Registers `h` under `uidx`.
+    fn insert(&mut self, uidx: u32, h: QpCompletions) -> Result<()> {
+        let capacity = self.entries.capacity();
+        if uidx as usize >= capacity {
+            return Err(Error::CapacityExceeded {
+                what: "the CQ's table of QPs (user index)",
+                capacity,
+            });
+        }
+        if self.position(uidx).is_some() {
+            return Err(Error::InvalidArgument {
+                arg: "user_index",
+                reason: "already registered with this CQ",
+            });
+        }
+        let pos = self.entries.len();
+        self.entries
+            .push((uidx, h))
+            .map_err(|_| Error::CapacityExceeded {
+                what: "the CQ's table of QPs",
+                capacity,
+            })?;
+        // `pos < capacity <= MAX_CONTEXT_QPS <= u16::MAX`.
+        self.slot[uidx as usize] = pos as u16;
+        Ok(())
+    }
+
+    /// Unregisters the handle under `uidx`.
+    fn remove(&mut self, uidx: u32) -> Option<QpCompletions> {
+        let pos = self.position(uidx)?;
+        self.slot[uidx as usize] = NO_SLOT;
+        let (_, h) = self.entries.swap_remove(pos);
+        if let Some(&(moved, _)) = self.entries.as_slice().get(pos) {
+            self.slot[moved as usize] = pos as u16;
+        }
+        Some(h)
+    }
+
+    fn get(&self, uidx: u32) -> Option<&QpCompletions> {
+        self.position(uidx)
+            .and_then(|p| self.entries.as_slice().get(p))
+            .map(|(_, h)| h)
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
 }
 
 impl CqResolver for Resolver {
     #[inline]
     fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions> {
-        self.entries
-            .iter()
-            .find(|(u, _)| *u == uidx)
-            .map(|(_, h)| h)
+        self.get(uidx)
     }
 
     fn by_qpn(&self, qpn: u32) -> Option<&QpCompletions> {
@@ -70,37 +152,46 @@ struct ArmState {
     internal: bool,
 }
 
-/// A completion queue (`ibv_cq`). QPs borrow the CQs they complete to, so
-/// a CQ outlives them. Polling takes `&self` (a spin lock guards the
-/// consumer side), so one CQ may be polled from any thread.
-pub struct Cq<'a, P: Platform> {
-    ctx: &'a Context<'a, P>,
-    obj: Option<crate::resources::Cq<'a, P>>,
+/// A completion queue (`ibv_cq`). QPs hold handles of the CQs they
+/// complete to, so a CQ outlives them. Polling takes `&self` (a spin lock
+/// guards the consumer side), so one CQ may be polled from any thread.
+/// It serves up to [`Capacities::qps`](crate::verbs::Capacities::qps) QPs
+/// (every QP of its context) and finds a completion's QP by its user
+/// index in O(1).
+pub struct Cq<P: Platform + 'static, S: Share = DefaultShare> {
+    ctx: S::Ref<Context<P, S>>,
+    obj: Option<FwObj<P, S, CqObj>>,
     inner: spin::Mutex<Option<Inner<P::Mmio>>>,
     cqn: Cqn,
     eqn: Eqn,
     cqe: u32,
 }
 
-impl<P: Platform> fmt::Debug for Cq<'_, P> {
+impl<P: Platform + 'static, S: Share> fmt::Debug for Cq<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({} entries)", self.cqn, self.cqe)
     }
 }
 
-impl<'a, P: Platform> Context<'a, P> {
+impl<P: Platform + 'static, S: Share> Cq<P, S> {
     /// Creates a CQ of at least `cqe` entries on completion vector 0
-    /// (`ibv_create_cq`); [`Cq::cqe`] tells how many it has (rounded like
-    /// libibverbs: `2^n - 1`).
-    pub fn create_cq(&'a self, cqe: u32) -> Result<Cq<'a, P>> {
-        self.create_cq_on(cqe, 0)
+    /// (`ibv_create_cq`) in the context behind `ctx`; [`Cq::cqe`] tells how
+    /// many it has (rounded like libibverbs: `2^n - 1`).
+    pub fn create(ctx: &impl Handle<Context<P, S>, Share = S>, cqe: u32) -> Result<Self> {
+        Self::create_on(ctx, cqe, 0)
     }
 
     /// Creates a CQ whose completion events go to completion EQ
     /// `comp_vector` (modulo the number of completion EQs).
-    pub fn create_cq_on(&'a self, cqe: u32, comp_vector: u32) -> Result<Cq<'a, P>> {
-        let hca = self.hca();
-        if cqe == 0 || cqe > self.query_device().max_cqe {
+    pub fn create_on(
+        ctx: &impl Handle<Context<P, S>, Share = S>,
+        cqe: u32,
+        comp_vector: u32,
+    ) -> Result<Self> {
+        let ctx: S::Ref<Context<P, S>> = ctx.clone().into_ref();
+        let this: &Context<P, S> = &ctx;
+        let hca = this.hca();
+        if cqe == 0 || cqe > this.query_device().max_cqe {
             return Err(Error::InvalidAttribute {
                 attr: "cqe",
                 value: u64::from(cqe),
@@ -119,14 +210,14 @@ impl<'a, P: Platform> Context<'a, P> {
             DmaUse::Queues,
             "allocating a CQ",
         )?;
-        let mmio = match self.map_bar() {
+        let mmio = match this.map_bar() {
             Ok(m) => m,
             Err(e) => {
                 hca.dma_free(region, DmaUse::Queues);
                 return Err(e);
             }
         };
-        let version = if self.query_device().cqe_version == 1 {
+        let version = if this.query_device().cqe_version == 1 {
             CqeVersion::V1
         } else {
             CqeVersion::V0
@@ -138,7 +229,7 @@ impl<'a, P: Platform> Context<'a, P> {
             cqn: 0,
             layout,
             version,
-            uar_page_offset: self.uar_offset(),
+            uar_page_offset: this.uar_offset(),
         };
         let mut cq = match verbs_core::Cq::new(region, mmio, &cfg) {
             Ok(c) => c,
@@ -152,7 +243,7 @@ impl<'a, P: Platform> Context<'a, P> {
             let cqc = Cqc::new()
                 .with(Cqc::cqe_sz, CQE_SZ_64)?
                 .with(Cqc::log_cq_size, layout.log_cq_size)?
-                .with(Cqc::uar_page, self.uar().number().0)?
+                .with(Cqc::uar_page, this.uar().number().0)?
                 .with(Cqc::c_eqn, eqn.0)?
                 .with(Cqc::log_page_size, 0)?
                 .with(Cqc::dbr_addr, iova + layout.dbr_offset as u64)?;
@@ -166,7 +257,7 @@ impl<'a, P: Platform> Context<'a, P> {
             }
         };
         let obj = match create_at(iova, layout.ring_bytes, &input, |p| hca.create_cq(p)) {
-            Ok(o) => o,
+            Ok(o) => o.rehome(hca.clone()),
             Err(e) => {
                 release_after_failure(hca, cq.into_parts().region, &e);
                 return Err(e);
@@ -181,22 +272,21 @@ impl<'a, P: Platform> Context<'a, P> {
                 Error::DataPath(e),
             ));
         }
+        let qps = this.capacities().qps;
         Ok(Cq {
-            ctx: self,
             obj: Some(obj),
             inner: spin::Mutex::new(Some(Inner {
                 cq,
-                table: Resolver::default(),
+                table: Resolver::new(qps),
                 arm: ArmState::default(),
             })),
             cqn,
             eqn,
             cqe: (1u32 << layout.log_cq_size) - 1,
+            ctx,
         })
     }
-}
 
-impl<'a, P: Platform> Cq<'a, P> {
     /// The CQ number.
     pub fn number(&self) -> Cqn {
         self.cqn
@@ -207,9 +297,9 @@ impl<'a, P: Platform> Cq<'a, P> {
         self.cqe
     }
 
-    /// The context.
-    pub fn context(&self) -> &'a Context<'a, P> {
-        self.ctx
+    /// The context's handle.
+    pub fn context(&self) -> &S::Ref<Context<P, S>> {
+        &self.ctx
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Inner<P::Mmio>) -> R) -> R {
@@ -420,21 +510,7 @@ impl<'a, P: Platform> Cq<'a, P> {
     /// Registers a QP's completion handle under its user index (a refused
     /// handle is dropped, which releases it).
     pub(crate) fn attach(&self, uidx: u32, h: QpCompletions) -> Result<()> {
-        self.with(|i| {
-            if i.table.entries.iter().any(|(u, _)| *u == uidx) {
-                return Err(Error::InvalidArgument {
-                    arg: "user_index",
-                    reason: "already registered with this CQ",
-                });
-            }
-            i.table
-                .entries
-                .push((uidx, h))
-                .map_err(|_| Error::CapacityExceeded {
-                    what: "the CQ's QP table",
-                    capacity: MAX_QPS_PER_CQ,
-                })
-        })
+        self.with(|i| i.table.insert(uidx, h))
     }
 
     /// Removes the CQEs of the QP registered under user index `uidx` that
@@ -445,15 +521,22 @@ impl<'a, P: Platform> Cq<'a, P> {
     /// registered under `uidx`.
     pub(crate) fn clean_and_detach(&self, uidx: u32) -> Option<(QpCompletions, CqClean)> {
         self.with(|i| {
-            let k = i.table.entries.iter().position(|(u, _)| *u == uidx)?;
-            let report = i.cq.clean_qp(uidx, &i.table.entries[k].1);
-            Some((i.table.entries.swap_remove(k).1, report))
+            let report = i.cq.clean_qp(uidx, i.table.get(uidx)?);
+            Some((i.table.remove(uidx)?, report))
         })
     }
 
     /// QPs the CQ serves now.
     pub fn users(&self) -> usize {
-        self.with(|i| i.table.entries.len())
+        self.with(|i| i.table.len())
+    }
+
+    /// Destroys the CQ behind its last handle (see [`destroy`](Self::destroy));
+    /// while QPs (or other holders) still hold handles of it, drops this
+    /// handle and returns [`Error::InUse`]: the CQ is then destroyed when
+    /// the last handle drops.
+    pub fn try_destroy(this: impl Handle<Self, Share = S>) -> Result<()> {
+        crate::verbs::share::destroy_last::<S, Self>(this.into_ref(), "the CQ", Self::destroy)
     }
 
     /// Destroys the CQ (DESTROY_CQ) and frees its memory. Refused while a
@@ -487,7 +570,7 @@ impl<'a, P: Platform> Cq<'a, P> {
     }
 }
 
-impl<P: Platform> Drop for Cq<'_, P> {
+impl<P: Platform + 'static, S: Share> Drop for Cq<P, S> {
     fn drop(&mut self) {
         if let Err(e) = self.teardown() {
             log::error!("destroying {}: {e}", self.cqn);

@@ -5,65 +5,101 @@
 //!
 //! | libibverbs | here |
 //! |---|---|
-//! | `ibv_open_device` | [`Hca::open_context`](crate::Hca::open_context) → [`Context`] |
+//! | `ibv_open_device` | [`Context::open`] → [`Context`] |
 //! | `ibv_query_device` / `_port` / `_gid` / `_pkey` | [`Context::query_device`], [`Context::query_port`], [`Context::query_gid`], [`Context::query_pkey`] |
-//! | `ibv_alloc_pd` | [`Context::alloc_pd`] → [`Pd`] |
-//! | `ibv_reg_mr` | [`Hca::alloc_buf`](crate::Hca::alloc_buf) → [`DmaBuf`], [`Pd::reg_mr`] → [`Mr`] (lkey, rkey) |
-//! | `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event` | [`Context::create_cq`] → [`Cq`], [`Cq::poll`], [`Cq::req_notify`], [`Cq::wait_event`] |
-//! | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp` | [`Pd::create_qp`] with [`QpInitAttr`] → [`Qp`], [`Qp::modify`] with [`QpAttr`], [`Qp::query`] |
-//! | `ibv_post_send`, `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_send_list`], [`Qp::batch`], [`Qp::post_recv`] (work requests are verbs-core's [`SendWr`], [`RecvWr`]) |
-//! | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`Pd::create_srq`] → [`Srq`], [`Srq::post_recv`], [`Srq::arm_limit`] |
-//! | `ibv_create_ah` | [`Pd::create_ah`] → [`Ah`] |
+//! | `ibv_alloc_pd` | [`Pd::alloc`] → [`Pd`] |
+//! | `ibv_reg_mr` | [`DmaBuf::alloc`] → [`DmaBuf`], [`Mr::register`] → [`Mr`] (lkey, rkey) |
+//! | `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event` | [`Cq::create`] → [`Cq`], [`Cq::poll`], [`Cq::req_notify`], [`Cq::wait_event`] |
+//! | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp` | [`Qp::create`] with [`QpInitAttr`] → [`Qp`], [`Qp::modify`] with [`QpAttr`], [`Qp::query`] |
+//! | `ibv_post_send`, `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_send_list`], [`Qp::post_send_sge`], [`Qp::batch`], [`Qp::post_recv`] (work requests are verbs-core's [`SendWr`], [`RecvWr`]) |
+//! | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`Srq::create`] → [`Srq`], [`Srq::post_recv`], [`Srq::arm_limit`] |
+//! | `ibv_create_ah` | [`Ah::create`] → [`Ah`] |
 //! | `ibv_get_async_event` | per object: [`Qp::take_events`], [`Srq::take_events`]; all of them: [`Hca::events`](crate::Hca::events)`().pop()` |
+//!
+//! One name per operation on every type: `post_send(&SendWr)`,
+//! `post_send_sge`, `post_rdma_write`, `post_rdma_read` on [`Qp`] and on
+//! its [`SendBatch`]; `post_recv(&RecvWr)` and `post_recv_list` on [`Qp`]
+//! and [`Srq`]. Keys are typed ([`Lkey`](crate::Lkey),
+//! [`Rkey`](crate::Rkey)) where the API takes one.
 //!
 //! ## Ownership
 //!
-//! Every object borrows its parents: the [`Hca`](crate::Hca) outlives the
-//! context, the context its PDs and CQs, a PD its memory regions, QPs, SRQs
-//! and address handles, a memory region its buffer, a QP its CQs and SRQ.
-//! So nothing can be destroyed while something uses it, and the HCA cannot
-//! be closed while any of them exists. Each has an explicit
-//! `destroy(self) -> Result` (or [`Mr::deregister`]) and destroys itself
-//! when dropped, logging a failure. Memory the device may still write
-//! after a failed destroy is kept until the HCA is closed (or leaked),
-//! never freed under the device.
+//! Every object holds handles of its parents: a context holds the
+//! [`Hca`](crate::Hca), a PD and a CQ their context, a memory region its
+//! PD and its buffer, a QP its PD, its CQs and its SRQ, an SRQ and an
+//! address handle their PD. So nothing is destroyed while something uses
+//! it, and the objects can be kept in the user's structs and sent to other
+//! threads (they are `Send` and `Sync` when the platform is; posting to a
+//! QP takes `&mut self`, polling a CQ `&self`).
 //!
-//! A CQ cannot be destroyed while a QP completes to it:
+//! The handles are those of a [`Share`] family, the type parameter `S` of
+//! every verbs type: [`ArcShare`] (`Arc`, feature `alloc`, on with `std`,
+//! and then the default) or [`StaticShare`] (`&'static`, for bare metal
+//! without a heap: the caller keeps parents in statics). Every object is
+//! created by an associated function of its type from its parents'
+//! handles, e.g. `Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq))`,
+//! and comes back as an owned value, which the caller wraps in a handle
+//! when it is to be a parent.
 //!
-//! ```compile_fail,E0505
+//! An object the user owns outright has an explicit `destroy(self) ->
+//! Result` (or [`Mr::deregister`]); every object also destroys itself when
+//! dropped, logging a failure. A shared CQ or SRQ is destroyed with
+//! [`Cq::try_destroy`] / [`Srq::try_destroy`] on its handle, which report
+//! [`Error::InUse`](crate::Error::InUse) while a QP still holds it. Memory
+//! the device may still write after a failed destroy is kept until the
+//! HCA is closed (or leaked), never freed under the device.
+//!
+//! A CQ cannot be destroyed outright while a QP holds it (it is shared,
+//! and `destroy` needs the object itself):
+//!
+//! ```compile_fail,E0507
+//! # use std::sync::Arc;
 //! # use hca_driver::verbs::*;
 //! # let emu = hca_emu::EmuHca::new(Default::default());
-//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
-//! let ctx = hca.open_context().unwrap();
-//! let pd = ctx.alloc_pd().unwrap();
-//! let cq = ctx.create_cq(16).unwrap();
-//! let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
-//! cq.destroy().unwrap(); // `cq` is borrowed by `qp`
+//! # let hca = Arc::new(hca_driver::Hca::open(emu.platform(), Default::default()).unwrap());
+//! let ctx = Arc::new(Context::open(&hca).unwrap());
+//! let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+//! let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+//! let qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
+//! cq.destroy().unwrap(); // `cq` is shared: cannot move out of an `Arc`
 //! drop(qp);
 //! ```
 //!
-//! nor a buffer freed while a memory region covers it, nor the HCA closed
-//! while a context is open:
+//! and through its handle it is refused at run time while the QP lives,
+//! then destroyed once the QP is gone:
 //!
-//! ```compile_fail,E0505
+//! ```
+//! # use std::sync::Arc;
 //! # use hca_driver::verbs::*;
 //! # let emu = hca_emu::EmuHca::new(Default::default());
-//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
-//! let ctx = hca.open_context().unwrap();
-//! let pd = ctx.alloc_pd().unwrap();
-//! let buf = hca.alloc_buf(4096).unwrap();
-//! let mr = pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE).unwrap();
-//! drop(buf); // `buf` is borrowed by `mr`
-//! drop(mr);
+//! # let hca = Arc::new(hca_driver::Hca::open(emu.platform(), Default::default()).unwrap());
+//! let ctx = Arc::new(Context::open(&hca)?);
+//! let pd = Arc::new(Pd::alloc(&ctx)?);
+//! let cq = Arc::new(Cq::create(&ctx, 16)?);
+//! let qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq))?;
+//! let e = Cq::try_destroy(cq.clone()).unwrap_err();
+//! assert!(matches!(e, hca_driver::Error::InUse { what: "the CQ", .. }));
+//! drop(qp);
+//! Cq::try_destroy(cq)?; // the last handle: DESTROY_CQ
+//! # Ok::<(), hca_driver::Error>(())
 //! ```
 //!
-//! ```compile_fail,E0505
+//! Nor can the HCA be closed while a context holds it (closing takes the
+//! HCA itself, which is shared):
+//!
+//! ```compile_fail,E0507
+//! # use std::sync::Arc;
 //! # let emu = hca_emu::EmuHca::new(Default::default());
-//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
-//! let ctx = hca.open_context().unwrap();
-//! hca.close().unwrap(); // `hca` is borrowed by `ctx`
+//! # let hca = Arc::new(hca_driver::Hca::open(emu.platform(), Default::default()).unwrap());
+//! let ctx = hca_driver::verbs::Context::open(&hca).unwrap();
+//! hca.close().unwrap(); // `hca` is shared: cannot move out of an `Arc`
 //! drop(ctx);
 //! ```
+//!
+//! Capacities (QPs per context, which is also QPs per CQ; memory regions
+//! per PD) are held in one place, [`Capacities`], sized from the device's
+//! capabilities; a CQ finds the QP of a completion by its user index in
+//! O(1).
 //!
 //! ## Addresses
 //!
@@ -115,12 +151,14 @@
 mod ah;
 mod attr;
 mod buf;
+mod capacity;
 mod context;
 mod cq;
 mod modify;
 mod pd;
 mod qp;
 mod queue;
+mod share;
 mod srq;
 
 pub use ah::{Ah, AhAttr};
@@ -129,11 +167,15 @@ pub use attr::{
     eth_oper_width_speed, eth_width_speed, ib_width_from_ptys, linux_atomic_cap, speed, width,
 };
 pub use buf::{DMA_BUF_ALIGN, DmaBuf};
-pub use context::{Context, DEFAULT_GID_INDEX, DEFAULT_PKEY, MAX_CONTEXT_QPS, ROCE_V1_GID_INDEX};
-pub use cq::{Cq, MAX_QPS_PER_CQ};
+pub use capacity::{Capacities, MAX_CONTEXT_QPS, MAX_MRS_PER_PD};
+pub use context::{Context, DEFAULT_GID_INDEX, DEFAULT_PKEY, ROCE_V1_GID_INDEX};
+pub use cq::Cq;
 pub use modify::{PathMigState, QpAttr, QpAttrMask, QpState, qp_type_name, transition_masks};
-pub use pd::{AccessFlags, MAX_MRS_PER_PD, Mr, MrMode, Pd};
+pub use pd::{AccessFlags, Mr, MrMode, Pd};
 pub use qp::{DRAIN_WR_ID, Qp, QpCap, QpInitAttr, SendBatch, SgeCheck, WrError};
+#[cfg(feature = "alloc")]
+pub use share::ArcShare;
+pub use share::{DefaultShare, Handle, Share, StaticShare};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 
 /// Writes the set bits of `bits` as their names joined with ` | `, then

@@ -9,14 +9,13 @@ use firmware_cmds::mkey::{CreateMkeyIn, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
 use platform::Platform;
 
 use crate::error::{Error, Result};
+use crate::fw::{MkeyObj, PdObj};
 use crate::pas::{PAS_PAGE_SIZE, PageList};
-use crate::resources::Mkey;
 use crate::types::{Lkey, Pdn, Rkey};
 use crate::verbs::buf::DmaBuf;
-use crate::verbs::context::Context;
-
-/// Most memory regions one PD has at a time.
-pub const MAX_MRS_PER_PD: usize = 64;
+use crate::verbs::capacity::{Bounded, MAX_MRS_PER_PD};
+use crate::verbs::context::{Context, FwObj};
+use crate::verbs::share::{DefaultShare, Handle, Share};
 
 /// `MLX5_IB_MTT_READ | MLX5_IB_MTT_WRITE`: the low bits of an MTT entry.
 const MTT_PRESENT: u64 = 3;
@@ -107,54 +106,69 @@ impl MrEntry {
 }
 
 /// A protection domain (`ibv_pd`, ALLOC_PD): memory regions, QPs, SRQs and
-/// address handles are created in it and borrow it.
-pub struct Pd<'a, P: Platform> {
-    ctx: &'a Context<'a, P>,
-    obj: crate::resources::Pd<'a, P>,
-    mrs: spin::Mutex<heapless::Vec<MrEntry, MAX_MRS_PER_PD>>,
+/// address handles are created in it and hold a handle of it.
+///
+/// Its table of memory regions holds
+/// [`Capacities::mrs_per_pd`](crate::verbs::Capacities::mrs_per_pd)
+/// entries; a key is looked up by a scan of the table, after a one-entry
+/// cache per QP and SRQ (work requests mostly reuse a key).
+pub struct Pd<P: Platform + 'static, S: Share = DefaultShare> {
+    ctx: S::Ref<Context<P, S>>,
+    obj: FwObj<P, S, PdObj>,
+    mrs: spin::Mutex<Bounded<MrEntry, MAX_MRS_PER_PD>>,
     /// Bumped at every deregistration: a QP's cached key check is valid
     /// only for the generation it was made in.
     generation: AtomicU32,
 }
 
-impl<P: Platform> fmt::Debug for Pd<'_, P> {
+impl<P: Platform + 'static, S: Share> fmt::Debug for Pd<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.obj.number())
     }
 }
 
-impl<'a, P: Platform> Context<'a, P> {
-    /// Allocates a protection domain (`ibv_alloc_pd`).
-    pub fn alloc_pd(&'a self) -> Result<Pd<'a, P>> {
+impl<P: Platform + 'static, S: Share> Pd<P, S> {
+    /// Allocates a protection domain (`ibv_alloc_pd`) in the context
+    /// behind `ctx`.
+    pub fn alloc(ctx: &impl Handle<Context<P, S>, Share = S>) -> Result<Self> {
+        let ctx: S::Ref<Context<P, S>> = ctx.clone().into_ref();
+        let hca = ctx.hca().clone();
+        let obj = hca.alloc_pd()?.rehome(hca.clone());
+        let cap = ctx.capacities().mrs_per_pd;
         Ok(Pd {
-            ctx: self,
-            obj: self.hca().alloc_pd()?,
-            mrs: spin::Mutex::new(heapless::Vec::new()),
+            ctx,
+            obj,
+            mrs: spin::Mutex::new(Bounded::new(cap)),
             generation: AtomicU32::new(0),
         })
     }
-}
 
-impl<'a, P: Platform> Pd<'a, P> {
     /// The PD number.
     pub fn number(&self) -> Pdn {
         self.obj.number()
     }
 
-    /// The context.
-    pub fn context(&self) -> &'a Context<'a, P> {
-        self.ctx
+    /// The context's handle.
+    pub fn context(&self) -> &S::Ref<Context<P, S>> {
+        &self.ctx
     }
 
-    /// Deallocates the PD (DEALLOC_PD). Everything created in it has been
-    /// dropped (they borrow it).
+    /// Deallocates the PD (DEALLOC_PD). Everything created in it is gone
+    /// (they hold handles of it).
     pub fn destroy(self) -> Result<()> {
         self.obj.destroy()
     }
+}
 
-    /// Registers a whole buffer (`ibv_reg_mr`).
-    pub fn reg_mr<'b>(&'b self, buf: &'b DmaBuf<'_, P>, access: AccessFlags) -> Result<Mr<'b, P>> {
-        self.reg_mr_range(buf, 0, buf.len(), access, MrMode::Mtt)
+impl<P: Platform + 'static, S: Share> Mr<P, S> {
+    /// Registers a whole buffer (`ibv_reg_mr`) in the PD behind `pd`.
+    pub fn register(
+        pd: &impl Handle<Pd<P, S>, Share = S>,
+        buf: &impl Handle<DmaBuf<P, S>, Share = S>,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        let len = buf.len();
+        Self::register_range(pd, buf, 0, len, access, MrMode::Mtt)
     }
 
     /// Registers `len` bytes of a buffer from `offset` with a translation
@@ -163,16 +177,17 @@ impl<'a, P: Platform> Pd<'a, P> {
     /// Refused like libibverbs does: remote write or remote atomic without
     /// local write, an empty range, a range outside the buffer, a buffer of
     /// another HCA.
-    pub fn reg_mr_range<'b>(
-        &'b self,
-        buf: &'b DmaBuf<'_, P>,
+    pub fn register_range(
+        pd: &impl Handle<Pd<P, S>, Share = S>,
+        buf: &impl Handle<DmaBuf<P, S>, Share = S>,
         offset: usize,
         len: usize,
         access: AccessFlags,
         mode: MrMode,
-    ) -> Result<Mr<'b, P>> {
-        let hca = self.ctx.hca();
-        if !core::ptr::eq(buf.hca(), hca) {
+    ) -> Result<Self> {
+        let this: &Pd<P, S> = pd;
+        let hca = this.ctx.hca();
+        if !core::ptr::eq::<crate::Hca<P>>(&**buf.hca(), &**hca) {
             return Err(Error::InvalidArgument {
                 arg: "buf",
                 reason: "the buffer belongs to another HCA",
@@ -208,13 +223,14 @@ impl<'a, P: Platform> Pd<'a, P> {
                 reason: "the range is outside the buffer",
             });
         }
-        if self.mrs.lock().is_full() {
+        let capacity = this.mrs.lock().capacity();
+        if this.mrs.lock().is_full() {
             return Err(Error::CapacityExceeded {
                 what: "the PD's memory region table",
-                capacity: MAX_MRS_PER_PD,
+                capacity,
             });
         }
-        let variant = self.ctx.next_mkey_variant();
+        let variant = this.ctx.next_mkey_variant();
         let mut mkc = Mkc::new();
         mkc.set(Mkc::lr, true)?
             .set(Mkc::lw, access.contains(AccessFlags::LOCAL_WRITE))?
@@ -223,7 +239,7 @@ impl<'a, P: Platform> Pd<'a, P> {
             .set(Mkc::a, access.contains(AccessFlags::REMOTE_ATOMIC))?
             .set(Mkc::qpn, MKC_QPN_ANY)?
             .set(Mkc::mkey_7_0, variant)?
-            .set(Mkc::pd, self.number().0)?
+            .set(Mkc::pd, this.number().0)?
             .set(Mkc::start_addr, start)?
             .set(Mkc::len, len as u64)?;
         let ps = PAS_PAGE_SIZE as u64;
@@ -258,7 +274,7 @@ impl<'a, P: Platform> Pd<'a, P> {
         let list = PageList::contiguous(&head, first_page, PAS_PAGE_SIZE, pages)
             .with_flags(MTT_PRESENT)
             .in_octowords();
-        let mkey = hca.create_mkey(&list)?;
+        let mkey = hca.create_mkey(&list)?.rehome(hca.clone());
         let key = firmware_cmds::mkey::mkey_from_index(mkey.number().0, variant);
         let entry = MrEntry {
             lkey: key,
@@ -266,25 +282,27 @@ impl<'a, P: Platform> Pd<'a, P> {
             len: len as u64,
             access,
         };
-        if self.mrs.lock().push(entry).is_err() {
+        if this.mrs.lock().push(entry).is_err() {
             // Another thread filled the table meanwhile: the drop of
             // `mkey` destroys the key.
             return Err(Error::CapacityExceeded {
                 what: "the PD's memory region table",
-                capacity: MAX_MRS_PER_PD,
+                capacity,
             });
         }
         Ok(Mr {
-            pd: self,
+            pd: pd.clone().into_ref(),
             mkey: Some(mkey),
             lkey: Lkey(key),
             addr: start,
             len,
             access,
-            _buf: core::marker::PhantomData,
+            buf: buf.clone().into_ref(),
         })
     }
+}
 
+impl<P: Platform + 'static, S: Share> Pd<P, S> {
     /// The registered region an lkey names, if any.
     pub(crate) fn lookup(&self, lkey: u32) -> Option<MrEntry> {
         self.mrs.lock().iter().find(|e| e.lkey == lkey).copied()
@@ -310,18 +328,19 @@ impl<'a, P: Platform> Pd<'a, P> {
 }
 
 /// A memory region (`ibv_mr`): a memory key over a buffer range, with its
-/// lkey and rkey. Borrows its PD and its buffer; deregistered when dropped.
-pub struct Mr<'a, P: Platform> {
-    pd: &'a Pd<'a, P>,
-    mkey: Option<Mkey<'a, P>>,
+/// lkey and rkey. Holds handles of its PD and its buffer; deregistered
+/// when dropped.
+pub struct Mr<P: Platform + 'static, S: Share = DefaultShare> {
+    pd: S::Ref<Pd<P, S>>,
+    mkey: Option<FwObj<P, S, MkeyObj>>,
     lkey: Lkey,
     addr: u64,
     len: usize,
     access: AccessFlags,
-    _buf: core::marker::PhantomData<&'a ()>,
+    buf: S::Ref<DmaBuf<P, S>>,
 }
 
-impl<P: Platform> fmt::Debug for Mr<'_, P> {
+impl<P: Platform + 'static, S: Share> fmt::Debug for Mr<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -331,7 +350,7 @@ impl<P: Platform> fmt::Debug for Mr<'_, P> {
     }
 }
 
-impl<'a, P: Platform> Mr<'a, P> {
+impl<P: Platform + 'static, S: Share> Mr<P, S> {
     /// The local key.
     pub fn lkey(&self) -> Lkey {
         self.lkey
@@ -363,9 +382,14 @@ impl<'a, P: Platform> Mr<'a, P> {
         self.access
     }
 
-    /// The PD.
-    pub fn pd(&self) -> &'a Pd<'a, P> {
-        self.pd
+    /// The PD's handle.
+    pub fn pd(&self) -> &S::Ref<Pd<P, S>> {
+        &self.pd
+    }
+
+    /// The buffer's handle.
+    pub fn buf(&self) -> &S::Ref<DmaBuf<P, S>> {
+        &self.buf
     }
 
     /// An SGE over `len` bytes at `offset` of the region.
@@ -400,7 +424,7 @@ impl<'a, P: Platform> Mr<'a, P> {
     }
 }
 
-impl<P: Platform> Drop for Mr<'_, P> {
+impl<P: Platform + 'static, S: Share> Drop for Mr<P, S> {
     fn drop(&mut self) {
         if let Err(e) = self.dereg() {
             log::error!("deregistering {}: {e}", self.lkey);

@@ -73,9 +73,9 @@ pub(crate) fn release_after_destroy<P: Platform>(hca: &Hca<P>, r: DmaRegion, des
 
 /// Destroys a firmware object whose memory is `region` after a failed
 /// setup and releases the region ([`release_after_destroy`]); returns `e`.
-pub(crate) fn destroy_and_free<P: Platform, K: crate::resources::FwObject>(
+pub(crate) fn destroy_and_free<P: Platform, H: crate::fw::HcaRef, K: crate::fw::FwObject>(
     hca: &Hca<P>,
-    obj: crate::resources::Object<'_, P, K>,
+    obj: crate::fw::Object<H, K>,
     region: DmaRegion,
     e: Error,
 ) -> Error {

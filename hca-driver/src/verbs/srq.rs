@@ -21,16 +21,19 @@ use verbs_core::{RecvWr, SrqCompletions, SrqGeometry, SrqLayout};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
 use crate::events::QueueId;
+use crate::fw::SrqObj;
 use crate::hca::DmaUse;
 use crate::pas::PAS_PAGE_SIZE;
 use crate::types::Srqn;
+use crate::verbs::context::FwObj;
 use crate::verbs::cq::Cq;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp::{KeyCache, SgeCheck, check_recv_list, rejected};
 use crate::verbs::queue::{create_on_region, destroy_and_free, release_after_destroy, service};
+use crate::verbs::share::{DefaultShare, Handle, Share};
 
 /// What an SRQ is created with (`struct ibv_srq_init_attr`).
-pub struct SrqInitAttr<'a, P: Platform> {
+pub struct SrqInitAttr<P: Platform + 'static, S: Share = DefaultShare> {
     /// Outstanding receive work requests.
     pub max_wr: u32,
     /// SGEs per work request.
@@ -40,20 +43,21 @@ pub struct SrqInitAttr<'a, P: Platform> {
     /// A CQ named in the SRQ context (`srqc.cqn`; completions go to each
     /// QP's receive CQ regardless). Linux names a CQ of its own here;
     /// `None` leaves the field 0.
-    pub cq: Option<&'a Cq<'a, P>>,
+    pub cq: Option<S::Ref<Cq<P, S>>>,
     /// How posted work requests are checked.
     pub sge_check: SgeCheck,
 }
 
-impl<P: Platform> Clone for SrqInitAttr<'_, P> {
+impl<P: Platform + 'static, S: Share> Clone for SrqInitAttr<P, S> {
     fn clone(&self) -> Self {
-        *self
+        Self {
+            cq: self.cq.clone(),
+            ..*self
+        }
     }
 }
 
-impl<P: Platform> Copy for SrqInitAttr<'_, P> {}
-
-impl<'a, P: Platform> SrqInitAttr<'a, P> {
+impl<P: Platform + 'static, S: Share> SrqInitAttr<P, S> {
     /// `max_wr` work requests of `max_sge` SGEs, no limit, checked SGEs.
     pub fn new(max_wr: u32, max_sge: u32) -> Self {
         Self {
@@ -63,6 +67,12 @@ impl<'a, P: Platform> SrqInitAttr<'a, P> {
             cq: None,
             sge_check: SgeCheck::Full,
         }
+    }
+
+    /// Names `cq` in the SRQ context.
+    pub fn cq(mut self, cq: &impl Handle<Cq<P, S>, Share = S>) -> Self {
+        self.cq = Some(cq.clone().into_ref());
+        self
     }
 }
 
@@ -82,11 +92,11 @@ struct Checked {
     cache: KeyCache,
 }
 
-/// A shared receive queue (`ibv_srq`). QPs using it borrow it; posting
-/// takes `&self` (a spin lock serializes posters).
-pub struct Srq<'a, P: Platform> {
-    pd: &'a Pd<'a, P>,
-    obj: Option<crate::resources::Srq<'a, P>>,
+/// A shared receive queue (`ibv_srq`). QPs using it hold handles of it;
+/// posting takes `&self` (a spin lock serializes posters).
+pub struct Srq<P: Platform + 'static, S: Share = DefaultShare> {
+    pd: S::Ref<Pd<P, S>>,
+    obj: Option<FwObj<P, S, SrqObj>>,
     dp: spin::Mutex<Option<Checked>>,
     srqn: Srqn,
     attr: spin::Mutex<SrqAttr>,
@@ -96,17 +106,18 @@ pub struct Srq<'a, P: Platform> {
     events: AtomicU64,
 }
 
-impl<P: Platform> fmt::Debug for Srq<'_, P> {
+impl<P: Platform + 'static, S: Share> fmt::Debug for Srq<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.srqn)
     }
 }
 
-impl<'a, P: Platform> Pd<'a, P> {
-    /// Creates a shared receive queue (`ibv_create_srq`); arms the limit
-    /// when `srq_limit` is not 0.
-    pub fn create_srq<'b>(&'b self, init: &SrqInitAttr<'b, P>) -> Result<Srq<'b, P>> {
-        let ctx = self.context();
+impl<P: Platform + 'static, S: Share> Srq<P, S> {
+    /// Creates a shared receive queue (`ibv_create_srq`) in the PD behind
+    /// `pd`; arms the limit when `srq_limit` is not 0.
+    pub fn create(pd: &impl Handle<Pd<P, S>, Share = S>, init: &SrqInitAttr<P, S>) -> Result<Self> {
+        let pd: S::Ref<Pd<P, S>> = pd.clone().into_ref();
+        let ctx = pd.context();
         let hca = ctx.hca();
         let dev = ctx.query_device();
         if init.max_wr == 0 || init.max_wr > dev.max_srq_wr {
@@ -147,7 +158,7 @@ impl<'a, P: Platform> Pd<'a, P> {
             let input = (|| -> Result<CreateRmpIn> {
                 let wq = Wq::new()
                     .with(Wq::wq_type, WQ_TYPE_LINKED_LIST)?
-                    .with(Wq::pd, self.number().0)?
+                    .with(Wq::pd, pd.number().0)?
                     .with(Wq::dbr_addr, dbr_addr)?
                     .with(Wq::log_wq_stride, g.wqe_shift)?
                     .with(Wq::log_wq_pg_sz, 0)?
@@ -157,19 +168,23 @@ impl<'a, P: Platform> Pd<'a, P> {
                     .with(Rmpc::wq, wq)?;
                 Ok(CreateRmpIn::new().with(CreateRmpIn::ctx, rmpc)?)
             })();
-            create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_rmp(p))?
+            let (o, r) =
+                create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_rmp(p))?;
+            (o.rehome(hca.clone()), r)
         } else {
             let input = (|| -> Result<CreateSrqIn> {
                 let srqc = Srqc::new()
                     .with(Srqc::log_srq_size, log_size)?
                     .with(Srqc::log_rq_stride, g.wqe_shift - 4)?
-                    .with(Srqc::pd, self.number().0)?
-                    .with(Srqc::cqn, init.cq.map_or(0, |c| c.number().0))?
+                    .with(Srqc::pd, pd.number().0)?
+                    .with(Srqc::cqn, init.cq.as_ref().map_or(0, |c| c.number().0))?
                     .with(Srqc::log_page_size, 0)?
                     .with(Srqc::dbr_addr, dbr_addr)?;
                 Ok(CreateSrqIn::new().with(CreateSrqIn::srq_context_entry, srqc)?)
             })();
-            create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_srq(p))?
+            let (o, r) =
+                create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_srq(p))?;
+            (o.rehome(hca.clone()), r)
         };
         let srqn = obj.number();
         // The device reads nothing before the doorbell record counts a
@@ -179,7 +194,6 @@ impl<'a, P: Platform> Pd<'a, P> {
             Err((e, region)) => return Err(destroy_and_free(hca, obj, region, Error::DataPath(e))),
         };
         let s = Srq {
-            pd: self,
             obj: Some(obj),
             dp: spin::Mutex::new(Some(Checked {
                 srq,
@@ -193,23 +207,22 @@ impl<'a, P: Platform> Pd<'a, P> {
             }),
             sge_check: init.sge_check,
             events: AtomicU64::new(0),
+            pd,
         };
         if init.srq_limit > 0 {
             s.arm_limit(init.srq_limit)?;
         }
         Ok(s)
     }
-}
 
-impl<'a, P: Platform> Srq<'a, P> {
     /// The SRQ number.
     pub fn number(&self) -> Srqn {
         self.srqn
     }
 
-    /// The PD.
-    pub fn pd(&self) -> &'a Pd<'a, P> {
-        self.pd
+    /// The PD's handle.
+    pub fn pd(&self) -> &S::Ref<Pd<P, S>> {
+        &self.pd
     }
 
     /// The attributes (`ibv_query_srq`, from the driver's view: the limit is
@@ -232,7 +245,7 @@ impl<'a, P: Platform> Srq<'a, P> {
     /// Posts a list with one doorbell-record update; on a rejected request
     /// the ones before it are posted and the error names its index.
     pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        let pd = self.pd;
+        let pd: &Pd<P, S> = &self.pd;
         let check = self.sge_check;
         self.with(|c| {
             let (n, refused) = check_recv_list(pd, &mut c.cache, check, wrs);
@@ -371,6 +384,13 @@ impl<'a, P: Platform> Srq<'a, P> {
         self.with(|c| c.srq.completions())
     }
 
+    /// Destroys the SRQ behind its last handle; while QPs (or other
+    /// holders) still hold handles of it, drops this handle and returns
+    /// [`Error::InUse`] (it is destroyed when the last handle drops).
+    pub fn try_destroy(this: impl Handle<Self, Share = S>) -> Result<()> {
+        crate::verbs::share::destroy_last::<S, Self>(this.into_ref(), "the SRQ", Self::destroy)
+    }
+
     /// Destroys the SRQ (DESTROY_SRQ, or DESTROY_RMP at ISSI 1) and frees
     /// its memory.
     pub fn destroy(mut self) -> Result<()> {
@@ -401,7 +421,7 @@ impl<'a, P: Platform> Srq<'a, P> {
     }
 }
 
-impl<P: Platform> Drop for Srq<'_, P> {
+impl<P: Platform + 'static, S: Share> Drop for Srq<P, S> {
     fn drop(&mut self) {
         if let Err(e) = self.teardown() {
             log::error!("destroying {}: {e}", self.srqn);

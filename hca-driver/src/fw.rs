@@ -1,14 +1,18 @@
-//! Firmware objects as RAII handles: UAR, protection domain, transport
+//! Raw firmware objects as RAII handles: UAR, protection domain, transport
 //! domain, and the CQ, QP, SRQ and memory key the verbs layer creates
-//! through typed commands.
+//! through typed commands. (The verbs objects of [`crate::verbs`] are
+//! built on these; this module is for driving the firmware directly.)
 //!
-//! A handle borrows the [`Hca`], so the HCA cannot be closed while it
-//! exists, and holds the typed object number. [`Object::destroy`] runs the
+//! An [`Object`] holds a handle of the [`Hca`] ([`HcaRef`]: a reference,
+//! as the `Hca::alloc_*`/`create_*` functions give, or an owned handle
+//! such as an `Arc<Hca>`), so the HCA cannot be closed while it exists,
+//! and the typed object number. [`Object::destroy`] runs the
 //! destroy command and returns its result; dropping a handle does the same
 //! and logs a failure. The memory a CQ, QP or SRQ lives in belongs to the
 //! caller and must outlive the handle (destroy first, then free).
 
 use core::fmt;
+use core::ops::Deref;
 
 use firmware_cmds::Opcode;
 use firmware_cmds::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
@@ -39,20 +43,37 @@ pub trait FwObject {
     fn destroy<P: Platform>(hca: &Hca<P>, n: Self::Number) -> Result<()>;
 }
 
-/// A live firmware object.
-pub struct Object<'a, P: Platform, K: FwObject> {
-    hca: &'a Hca<P>,
+/// A handle of an [`Hca`]: `&Hca<P>`, `Arc<Hca<P>>`, `&'static Hca<P>`...
+pub trait HcaRef: Deref<Target = Hca<Self::Platform>> {
+    /// The platform of the HCA.
+    type Platform: Platform;
+}
+
+impl<P: Platform, T: Deref<Target = Hca<P>>> HcaRef for T {
+    type Platform = P;
+}
+
+/// A live firmware object of kind `K` on the HCA behind `H`.
+pub struct Object<H: HcaRef, K: FwObject> {
+    hca: H,
     number: K::Number,
     live: bool,
 }
 
-impl<'a, P: Platform, K: FwObject> Object<'a, P, K> {
-    pub(crate) fn new(hca: &'a Hca<P>, number: K::Number) -> Self {
+impl<H: HcaRef, K: FwObject> Object<H, K> {
+    pub(crate) fn new(hca: H, number: K::Number) -> Self {
         Self {
             hca,
             number,
             live: true,
         }
+    }
+
+    /// The same object, held through another handle of the same HCA.
+    pub(crate) fn rehome<H2: HcaRef<Platform = H::Platform>>(mut self, hca: H2) -> Object<H2, K> {
+        debug_assert!(core::ptr::eq(&*hca, &*self.hca));
+        self.live = false;
+        Object::new(hca, self.number)
     }
 
     /// The object number.
@@ -61,28 +82,28 @@ impl<'a, P: Platform, K: FwObject> Object<'a, P, K> {
     }
 
     /// The HCA it belongs to.
-    pub fn hca(&self) -> &'a Hca<P> {
-        self.hca
+    pub fn hca(&self) -> &H {
+        &self.hca
     }
 
     /// Destroys the object now and reports the result.
     pub fn destroy(mut self) -> Result<()> {
         self.live = false;
-        K::destroy(self.hca, self.number)
+        K::destroy(&*self.hca, self.number)
     }
 }
 
-impl<P: Platform, K: FwObject> Drop for Object<'_, P, K> {
+impl<H: HcaRef, K: FwObject> Drop for Object<H, K> {
     fn drop(&mut self) {
         if self.live {
-            if let Err(e) = K::destroy(self.hca, self.number) {
+            if let Err(e) = K::destroy(&*self.hca, self.number) {
                 log::error!("destroying {} {}: {e}", K::NAME, self.number);
             }
         }
     }
 }
 
-impl<P: Platform, K: FwObject> fmt::Debug for Object<'_, P, K> {
+impl<H: HcaRef, K: FwObject> fmt::Debug for Object<H, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.number)
     }
@@ -111,22 +132,22 @@ pub enum SrqObj {}
 pub enum MkeyObj {}
 
 /// A UAR page (ALLOC_UAR / DEALLOC_UAR).
-pub type Uar<'a, P> = Object<'a, P, UarObj>;
+pub type Uar<'a, P> = Object<&'a Hca<P>, UarObj>;
 /// A protection domain (ALLOC_PD / DEALLOC_PD).
-pub type Pd<'a, P> = Object<'a, P, PdObj>;
+pub type Pd<'a, P> = Object<&'a Hca<P>, PdObj>;
 /// A transport domain (ALLOC_TRANSPORT_DOMAIN / DEALLOC_TRANSPORT_DOMAIN).
-pub type TransportDomain<'a, P> = Object<'a, P, TdObj>;
+pub type TransportDomain<'a, P> = Object<&'a Hca<P>, TdObj>;
 /// A completion queue (CREATE_CQ / DESTROY_CQ), registered for events.
-pub type Cq<'a, P> = Object<'a, P, CqObj>;
+pub type Cq<'a, P> = Object<&'a Hca<P>, CqObj>;
 /// A queue pair (CREATE_QP / DESTROY_QP), registered for events.
-pub type Qp<'a, P> = Object<'a, P, QpObj>;
+pub type Qp<'a, P> = Object<&'a Hca<P>, QpObj>;
 /// A shared receive queue, registered for events: at ISSI 0 an SRQ
 /// (CREATE_SRQ / DESTROY_SRQ), at ISSI 1 a receive memory pool (CREATE_RMP
 /// / DESTROY_RMP) whose number serves as the SRQ number, as Linux's
 /// `create_srq_split` / `destroy_srq_split` choose.
-pub type Srq<'a, P> = Object<'a, P, SrqObj>;
+pub type Srq<'a, P> = Object<&'a Hca<P>, SrqObj>;
 /// A memory key (CREATE_MKEY / DESTROY_MKEY).
-pub type Mkey<'a, P> = Object<'a, P, MkeyObj>;
+pub type Mkey<'a, P> = Object<&'a Hca<P>, MkeyObj>;
 
 impl FwObject for UarObj {
     type Number = Uarn;
@@ -202,7 +223,7 @@ impl FwObject for MkeyObj {
     }
 }
 
-impl<'a, P: Platform> Object<'a, P, UarObj> {
+impl<H: HcaRef> Object<H, UarObj> {
     /// Byte offset of the UAR page in BAR0 (checked against the BAR size
     /// when allocated).
     pub fn offset(&self) -> usize {
@@ -349,12 +370,12 @@ impl<P: Platform> Hca<P> {
     /// object that exists ([`duplicate`]).
     fn register_created<'a, K: FwObject>(
         &self,
-        obj: Object<'a, P, K>,
+        obj: Object<&'a Hca<P>, K>,
         registered: Result<()>,
         opcode: Opcode,
         field: &'static str,
         n: u32,
-    ) -> Result<Object<'a, P, K>> {
+    ) -> Result<Object<&'a Hca<P>, K>> {
         match registered {
             Ok(()) => Ok(obj),
             Err(Error::InvalidArgument { .. }) => Err(duplicate(obj, opcode, field, u64::from(n))),
@@ -367,8 +388,8 @@ impl<P: Platform> Hca<P> {
 /// The firmware answered with the number of an object that already
 /// exists: destroying "it" would destroy the other one, so the handle is
 /// forgotten (the firmware's bookkeeping is wrong anyway).
-fn duplicate<P: Platform, K: FwObject>(
-    mut obj: Object<'_, P, K>,
+fn duplicate<H: HcaRef, K: FwObject>(
+    mut obj: Object<H, K>,
     opcode: Opcode,
     field: &'static str,
     value: u64,

@@ -1,0 +1,315 @@
+//! Creating a QP: the init attributes, CREATE_QP over verbs-core's queues.
+
+use super::*;
+
+/// What a QP is created with (`struct ibv_qp_init_attr`).
+pub struct QpInitAttr<P: Platform + 'static, S: Share = DefaultShare> {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// The CQ of send completions.
+    pub send_cq: S::Ref<Cq<P, S>>,
+    /// The CQ of receive completions (may be `send_cq`).
+    pub recv_cq: S::Ref<Cq<P, S>>,
+    /// Receive through a shared receive queue (`max_recv_wr` is then 0).
+    pub srq: Option<S::Ref<Srq<P, S>>>,
+    /// Capabilities asked for.
+    pub cap: QpCap,
+    /// Every send work request is signaled (`sq_sig_all`).
+    pub sq_sig_all: bool,
+    /// How posted work requests are checked.
+    pub sge_check: SgeCheck,
+    /// Give the QP a UAR page of its own and copy single inline sends to
+    /// its BlueFlame register; otherwise it rings the context's UAR with
+    /// 8-byte doorbells (which QPs can share). The copies are made only
+    /// where the platform maps the BAR write-combining
+    /// ([`Platform::bar_write_combining`]); through an uncached mapping
+    /// (vfio) the QP rings its own UAR's doorbell only.
+    pub blueflame: bool,
+}
+
+impl<P: Platform + 'static, S: Share> Clone for QpInitAttr<P, S> {
+    fn clone(&self) -> Self {
+        Self {
+            send_cq: self.send_cq.clone(),
+            recv_cq: self.recv_cq.clone(),
+            srq: self.srq.clone(),
+            ..*self
+        }
+    }
+}
+
+impl<P: Platform + 'static, S: Share> QpInitAttr<P, S> {
+    /// A QP of `qp_type` on these CQs with room for 16 send and 16 receive
+    /// work requests of one SGE, checked SGEs, no inline data.
+    pub fn new(
+        qp_type: QpType,
+        send_cq: &impl Handle<Cq<P, S>, Share = S>,
+        recv_cq: &impl Handle<Cq<P, S>, Share = S>,
+    ) -> Self {
+        Self {
+            qp_type,
+            send_cq: send_cq.clone().into_ref(),
+            recv_cq: recv_cq.clone().into_ref(),
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+            sge_check: SgeCheck::Full,
+            blueflame: false,
+        }
+    }
+
+    /// Sets the capabilities.
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// Receives through `srq`.
+    pub fn srq(mut self, srq: &impl Handle<Srq<P, S>, Share = S>) -> Self {
+        self.srq = Some(srq.clone().into_ref());
+        self
+    }
+
+    /// Sets `sq_sig_all`.
+    pub fn sq_sig_all(mut self, all: bool) -> Self {
+        self.sq_sig_all = all;
+        self
+    }
+
+    /// Sets the SGE checks.
+    pub fn sge_check(mut self, c: SgeCheck) -> Self {
+        self.sge_check = c;
+        self
+    }
+
+    /// Asks for a UAR page of its own and BlueFlame.
+    pub fn blueflame(mut self, bf: bool) -> Self {
+        self.blueflame = bf;
+        self
+    }
+}
+
+impl<P: Platform + 'static, S: Share> Qp<P, S> {
+    /// Creates a queue pair (`ibv_create_qp`) in the PD behind `pd`, in the
+    /// RESET state; its [`cap`](Qp::cap) says what it got. The QP holds
+    /// handles of its PD, its CQs and its SRQ.
+    pub fn create(pd: &impl Handle<Pd<P, S>, Share = S>, init: &QpInitAttr<P, S>) -> Result<Self> {
+        let this: &Pd<P, S> = pd;
+        let ctx: &Context<P, S> = this.context();
+        let hca = ctx.hca();
+        let dev = *ctx.query_device();
+        let t = init.qp_type;
+        if !matches!(t, QpType::Rc | QpType::Uc | QpType::Ud) {
+            return Err(Error::Unsupported(
+                "raw packet QPs (the Ethernet SQ/RQ objects serve raw traffic)",
+            ));
+        }
+        let same = |c: &Cq<P, S>| core::ptr::eq::<Context<P, S>>(&**c.context(), ctx);
+        if !same(&init.send_cq) || !same(&init.recv_cq) {
+            return Err(Error::InvalidArgument {
+                arg: "send_cq/recv_cq",
+                reason: "the CQs belong to another context",
+            });
+        }
+        if let Some(s) = &init.srq {
+            if !core::ptr::eq::<Context<P, S>>(&**s.pd().context(), ctx) {
+                return Err(Error::InvalidArgument {
+                    arg: "srq",
+                    reason: "the SRQ belongs to another context",
+                });
+            }
+        }
+        let c = &init.cap;
+        for (attr, v, max) in [
+            ("cap.max_send_wr", c.max_send_wr, dev.max_qp_wr),
+            ("cap.max_recv_wr", c.max_recv_wr, dev.max_qp_wr),
+            ("cap.max_send_sge", c.max_send_sge, dev.max_send_sge),
+            ("cap.max_recv_sge", c.max_recv_sge, dev.max_recv_sge),
+        ] {
+            if v > max {
+                return Err(Error::InvalidAttribute {
+                    attr,
+                    value: u64::from(v),
+                    reason: "above the device's limit",
+                });
+            }
+        }
+        let with_srq = init.srq.is_some();
+        let caps = QpCaps {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: if with_srq { 0 } else { c.max_recv_wr },
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: if with_srq { 0 } else { c.max_recv_sge },
+            max_inline_data: c.max_inline_data,
+            send_ops: None,
+        };
+        let geometry = QpGeometry::new(t, &caps, ctx.limits()).map_err(Error::DataPath)?;
+        let layout = geometry.layout;
+        let uidx = ctx.alloc_user_index()?;
+        let own_uar = if init.blueflame {
+            match hca.alloc_uar() {
+                Ok(u) => Some(u.rehome(hca.clone())),
+                Err(e) => {
+                    ctx.free_user_index(uidx);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let (uar_number, uar_offset) = match &own_uar {
+            Some(u) => (u.number(), u.offset()),
+            None => (ctx.uar().number(), ctx.uar_offset()),
+        };
+        let fail = |e: Error, own_uar: Option<FwObj<P, S, UarObj>>| {
+            drop(own_uar);
+            ctx.free_user_index(uidx);
+            e
+        };
+        let region = match hca.dma_alloc(
+            layout.total_bytes,
+            PAS_PAGE_SIZE,
+            DmaUse::Queues,
+            "allocating a QP",
+        ) {
+            Ok(r) => r,
+            Err(e) => return Err(fail(e, own_uar)),
+        };
+        // Timestamp format: free-running where the RoCE caps offer it,
+        // else the device's default (Linux's get_qp_ts_format); a device in
+        // real-time clock mode refuses free-running.
+        let ts_format = default_ts_format(
+            hca.caps()
+                .roce
+                .as_ref()
+                .map_or(TIMESTAMP_FORMAT_CAP_FREE_RUNNING, |r| {
+                    r.cur.get(RoceCap::qp_ts_format)
+                }),
+        );
+        let input = (|| -> Result<CreateQpIn> {
+            let mut qpc = Qpc::new();
+            qpc.set(
+                Qpc::st,
+                match t {
+                    QpType::Rc => QP_ST_RC,
+                    QpType::Uc => QP_ST_UC,
+                    _ => QP_ST_UD,
+                },
+            )?
+            .set(Qpc::pm_state, QP_PM_MIGRATED)?
+            .set(Qpc::pd, this.number().0)?
+            .set(Qpc::uar_page, uar_number.0)?
+            // The user index is a field of CQE version 1 only; at version
+            // 0 Linux leaves it 0 (CQEs then name the QP by number).
+            .set(
+                Qpc::user_index,
+                if ctx.query_device().cqe_version == 1 {
+                    uidx
+                } else {
+                    0
+                },
+            )?
+            .set(Qpc::log_page_size, 0)?
+            .set(Qpc::ts_format, ts_format)?
+            .set(Qpc::cqn_snd, init.send_cq.number().0)?
+            .set(Qpc::cqn_rcv, init.recv_cq.number().0)?
+            .set(Qpc::dbr_addr, region.iova() + layout.dbr_offset as u64)?;
+            match &geometry.sq {
+                Some(sq) => qpc.set(Qpc::log_sq_size, sq.log_sq_size())?,
+                None => qpc.set(Qpc::no_sq, true)?,
+            };
+            match (&geometry.rq, &init.srq) {
+                (_, Some(s)) => qpc
+                    .set(Qpc::rq_type, RQ_TYPE_SRQ_RQ)?
+                    .set(Qpc::srqn_rmpn_xrqn, s.number().0)?,
+                (Some(rq), None) => qpc
+                    .set(Qpc::rq_type, RQ_TYPE_NON_ZERO_RQ)?
+                    .set(Qpc::log_rq_size, rq.log_rq_size())?
+                    .set(Qpc::log_rq_stride, rq.log_rq_stride())?,
+                (None, None) => qpc.set(Qpc::rq_type, RQ_TYPE_ZERO_LEN_RQ)?,
+            };
+            if t == QpType::Ud {
+                qpc.set(Qpc::mtu, UD_MTU)?
+                    .set(Qpc::log_msg_max, UD_LOG_MSG_MAX)?;
+            }
+            Ok(CreateQpIn::new().with(CreateQpIn::qpc, qpc)?)
+        })();
+        let (obj, region) =
+            match create_on_region(hca, region, layout.ring_bytes, input, |p| hca.create_qp(p)) {
+                Ok((o, r)) => (o.rehome(hca.clone()), r),
+                Err(e) => return Err(fail(e, own_uar)),
+            };
+        let qpn = obj.number();
+        let general = hca.caps().general();
+        // Two halves of `2^log_bf_reg_size` bytes, inside the UAR page.
+        let room = (hca.uar_page_size() - firmware_cmds::uar::UAR_BF_OFFSET) / 2;
+        let half = ((1usize << general.get(CmdHcaCap::log_bf_reg_size).min(16)) / 2).min(room);
+        let bf = BfConfig {
+            reg_offset: uar_offset + firmware_cmds::uar::UAR_BF_OFFSET,
+            buf_size: half.max(64),
+            // BlueFlame copies only through a write-combining mapping; on
+            // an uncached one (vfio) doorbells only, as rdma-core does.
+            blueflame: own_uar.is_some()
+                && general.get(CmdHcaCap::bf)
+                && hca.platform().bar_write_combining(0),
+            prefer_bf: false,
+        };
+        let cfg = QpConfig {
+            qp_type: t,
+            qpn: qpn.0,
+            geometry,
+            atomics: t == QpType::Rc && dev.atomic_ops,
+            sq_sig_all: init.sq_sig_all,
+            eth_min_inline: 0,
+        };
+        let mmio = match ctx.map_bar() {
+            Ok(m) => m,
+            Err(e) => return Err(fail(destroy_and_free(hca, obj, region, e), own_uar)),
+        };
+        let dp = match verbs_core::Qp::new(region, Some((mmio, bf)), &cfg) {
+            Ok(d) => d,
+            Err((e, parts)) => {
+                let e = destroy_and_free(hca, obj, parts.region, Error::DataPath(e));
+                return Err(fail(e, own_uar));
+            }
+        };
+        let cap = QpCap {
+            max_send_wr: geometry.sq.map_or(0, |s| s.max_post),
+            max_recv_wr: geometry.rq.map_or(0, |r| r.max_post),
+            max_send_sge: geometry.sq.map_or(0, |s| s.max_gs),
+            max_recv_sge: geometry.rq.map_or(0, |r| r.max_gs),
+            max_inline_data: geometry.sq.map_or(0, |s| s.max_inline_data),
+        };
+        let mut qp = Qp {
+            pd: pd.clone().into_ref(),
+            send_cq: init.send_cq.clone(),
+            recv_cq: init.recv_cq.clone(),
+            srq: init.srq.clone(),
+            obj: Some(obj),
+            own_uar,
+            dp: Some(dp),
+            orphan: None,
+            cfg,
+            bf,
+            qp_type: t,
+            qpn,
+            uidx,
+            state: QpState::Reset,
+            port: 0,
+            pkey_index: 0,
+            dest_qpn: 0,
+            cap,
+            sge_check: init.sge_check,
+            cache: KeyCache::default(),
+        };
+        // On failure the drop of `qp` destroys everything.
+        qp.attach()?;
+        Ok(qp)
+    }
+}

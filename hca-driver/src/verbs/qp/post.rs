@@ -1,0 +1,293 @@
+//! Posting to a QP: send and receive work requests, checked before they
+//! reach the device, and batches rung with one doorbell.
+
+use super::*;
+use crate::types::Rkey;
+
+impl<P: Platform + 'static, S: Share> Qp<P, S> {
+    // ---- posting ----------------------------------------------------------
+
+    #[inline]
+    fn send_state(&self) -> core::result::Result<(), WrError> {
+        if self.state.can_post_send() {
+            Ok(())
+        } else {
+            Err(WrError::WrongState {
+                queue: "send queue",
+                state: self.state,
+            })
+        }
+    }
+
+    #[inline]
+    fn check_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), WrError> {
+        self.send_state()?;
+        if self.sge_check == SgeCheck::Full {
+            check_send_sges(&self.pd, &mut self.cache, wr)?;
+        }
+        Ok(())
+    }
+
+    /// Checks and posts a work request of one SGE through verbs-core's
+    /// one-SGE fast path.
+    #[inline]
+    fn post_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
+        self.send_state()
+            .and_then(|()| {
+                check_single_sge(
+                    &self.pd,
+                    &mut self.cache,
+                    self.sge_check,
+                    &sge,
+                    local_needs(&op),
+                )
+            })
+            .and_then(|()| {
+                self.sq()?
+                    .post_sge(wr_id, op, flags, sge)
+                    .map_err(WrError::DataPath)
+            })
+            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+    }
+
+    #[inline]
+    fn sq(&mut self) -> core::result::Result<&mut verbs_core::SendQueue<P::Mmio>, WrError> {
+        self.dp()?.sq().map_err(WrError::DataPath)
+    }
+
+    /// Posts one send work request (`ibv_post_send`): SEND,
+    /// SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), RDMA_READ, the atomics, with a
+    /// gather list or inline data, signaled or not, fenced, solicited; UD
+    /// with a destination ([`Ah::dest`](crate::verbs::Ah::dest)). Refused
+    /// with [`Error::InvalidWorkRequest`] before anything is written when
+    /// the state, a key, the queue space or the request's shape is wrong.
+    #[inline]
+    pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        self.check_send(wr)
+            .and_then(|()| self.sq()?.post(wr).map_err(WrError::DataPath))
+            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+    }
+
+    /// Posts a list of send work requests with one doorbell. On a
+    /// rejected request the ones before it are posted (and rung) and the
+    /// error names its index.
+    pub fn post_send_list(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        let mut b = self.batch()?;
+        for wr in wrs {
+            b.post_send(wr)?;
+        }
+        b.ring();
+        Ok(())
+    }
+
+    /// Starts a batch of send work requests rung with one doorbell when the
+    /// batch is rung or dropped (the `ibv_wr_start` / `ibv_wr_complete`
+    /// pattern).
+    pub fn batch(&mut self) -> Result<SendBatch<'_, P, S>> {
+        self.send_state()
+            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
+        let check = self.sge_check;
+        let Qp { dp, cache, pd, .. } = self;
+        let pd: &Pd<P, S> = pd;
+        let sq = data_path(dp)
+            .and_then(|d| d.sq().map_err(WrError::DataPath))
+            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
+        Ok(SendBatch {
+            b: sq.batch(),
+            pd,
+            cache,
+            check,
+            n: 0,
+        })
+    }
+
+    /// Posts an RDMA WRITE of one SGE (verbs-core's one-SGE fast path).
+    #[inline]
+    pub fn post_rdma_write(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: Rkey,
+        sge: Sge,
+    ) -> Result<()> {
+        let rkey = rkey.0;
+        self.post_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
+    }
+
+    /// Posts an RDMA READ into one SGE (the one-SGE fast path).
+    #[inline]
+    pub fn post_rdma_read(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: Rkey,
+        sge: Sge,
+    ) -> Result<()> {
+        let rkey = rkey.0;
+        self.post_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
+    }
+
+    /// Posts a SEND of one SGE (the one-SGE fast path; not for UD, which
+    /// needs a destination: use [`post_send`](Self::post_send)).
+    #[inline]
+    pub fn post_send_sge(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<()> {
+        self.post_sge(wr_id, SendOp::Send, flags, sge)
+    }
+
+    /// Posts one receive work request (`ibv_post_recv`).
+    #[inline]
+    pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        self.post_recv_list(core::slice::from_ref(wr))
+    }
+
+    /// Posts receive work requests with one doorbell-record update; on a
+    /// rejected request the ones before it are posted.
+    pub fn post_recv_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if !self.state.can_post_recv() {
+            return Err(Error::InvalidWorkRequest {
+                index: 0,
+                reason: WrError::WrongState {
+                    queue: "receive queue",
+                    state: self.state,
+                },
+            });
+        }
+        if self.srq.is_some() {
+            return Err(rejected(
+                0,
+                verbs_core::Error::NoSuchQueue("receive queue (it receives through an SRQ)"),
+            ));
+        }
+        let (n, refused) = check_recv_list(&self.pd, &mut self.cache, self.sge_check, wrs);
+        let rq = self
+            .dp()
+            .and_then(|d| d.rq().map_err(WrError::DataPath))
+            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
+        if n > 0 {
+            rq.post_list(&wrs[..n])
+                .map_err(|e| rejected(e.posted, e.error))?;
+        }
+        refused
+    }
+
+    /// Work requests posted and not yet completed: (send, receive). The
+    /// receive count is 0 for a QP on an SRQ (see
+    /// [`Srq::outstanding`]). An unsignaled request counts until a later
+    /// completion retires it.
+    pub fn outstanding(&mut self) -> (u32, u32) {
+        match self.dp.as_mut() {
+            Some(d) => {
+                let (sq, rq) = d.queues();
+                (
+                    sq.map_or(0, |q| q.outstanding()),
+                    rq.map_or(0, |q| q.outstanding()),
+                )
+            }
+            None => (0, 0),
+        }
+    }
+}
+
+/// Send work requests written and not yet rung; see [`Qp::batch`]. Each
+/// request is checked like [`Qp::post_send`]; a rejected one writes
+/// nothing and the batch stays usable. Rung once, at
+/// [`ring`](Self::ring) or when dropped.
+pub struct SendBatch<'q, P: Platform + 'static, S: Share = DefaultShare> {
+    b: verbs_core::SendBatch<'q, P::Mmio>,
+    pd: &'q Pd<P, S>,
+    cache: &'q mut KeyCache,
+    check: SgeCheck,
+    n: usize,
+}
+
+impl<P: Platform + 'static, S: Share> fmt::Debug for SendBatch<'_, P, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SendBatch({} pushed)", self.n)
+    }
+}
+
+impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
+    fn fail(&self, reason: WrError) -> Error {
+        Error::InvalidWorkRequest {
+            index: self.n,
+            reason,
+        }
+    }
+
+    /// Checks and writes one work request (as [`Qp::post_send`]).
+    #[inline]
+    pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        if self.check == SgeCheck::Full {
+            check_send_sges(self.pd, self.cache, wr).map_err(|r| self.fail(r))?;
+        }
+        self.b
+            .push(wr)
+            .map_err(|e| self.fail(WrError::DataPath(e)))?;
+        self.n += 1;
+        Ok(())
+    }
+
+    /// Checks and writes a work request of one SGE through verbs-core's
+    /// one-SGE fast path.
+    #[inline]
+    fn push_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
+        check_single_sge(self.pd, self.cache, self.check, &sge, local_needs(&op))
+            .map_err(|r| self.fail(r))?;
+        self.b
+            .post_sge(wr_id, op, flags, sge)
+            .map_err(|e| self.fail(WrError::DataPath(e)))?;
+        self.n += 1;
+        Ok(())
+    }
+
+    /// Checks and writes an RDMA WRITE of one SGE.
+    #[inline]
+    pub fn post_rdma_write(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: Rkey,
+        sge: Sge,
+    ) -> Result<()> {
+        let rkey = rkey.0;
+        self.push_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
+    }
+
+    /// Checks and writes an RDMA READ into one SGE.
+    #[inline]
+    pub fn post_rdma_read(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: Rkey,
+        sge: Sge,
+    ) -> Result<()> {
+        let rkey = rkey.0;
+        self.push_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
+    }
+
+    /// Checks and writes a SEND of one SGE (as [`Qp::post_send_sge`]).
+    #[inline]
+    pub fn post_send_sge(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<()> {
+        self.push_sge(wr_id, SendOp::Send, flags, sge)
+    }
+
+    /// Work requests in the batch.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Rings the doorbell once for everything pushed.
+    pub fn ring(self) {
+        self.b.ring();
+    }
+}
