@@ -34,7 +34,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use hca_driver;
 pub use hca_emu;
@@ -62,7 +62,7 @@ pub fn init_logging() {
 }
 
 /// A platform the scenarios run on.
-pub trait TestPlatform: Platform + Sized {
+pub trait TestPlatform: Platform + 'static + Sized {
     /// Panics with a readable report unless the device and the memory are
     /// clean after the HCA was closed.
     fn assert_clean(bench: &Bench<Self>);
@@ -129,7 +129,7 @@ impl Bench<EmuPlatform> {
     /// HCA and checks the bench is clean ([`assert_clean`](Self::assert_clean));
     /// panics on any failure. Returns what `f` returned.
     #[track_caller]
-    pub fn with_open<R>(&mut self, f: impl FnOnce(&Hca<EmuPlatform>, &EmuHca) -> R) -> R {
+    pub fn with_open<R>(&mut self, f: impl FnOnce(&Arc<Hca<EmuPlatform>>, &EmuHca) -> R) -> R {
         let hca = self.open();
         let r = f(&hca, self.emu().expect("emulated"));
         self.close(hca);
@@ -162,9 +162,10 @@ impl<P: TestPlatform> Bench<P> {
         self.emu.is_none()
     }
 
-    /// Opens the HCA with [`config`](Self::config); panics on failure.
+    /// Opens the HCA with [`config`](Self::config), shared (verbs objects
+    /// hold handles of it); panics on failure.
     #[track_caller]
-    pub fn open(&mut self) -> Hca<P> {
+    pub fn open(&mut self) -> Arc<Hca<P>> {
         match self.try_open() {
             Ok(h) => h,
             Err(e) => panic!("bring-up failed: {e}"),
@@ -172,13 +173,13 @@ impl<P: TestPlatform> Bench<P> {
     }
 
     /// Opens the HCA; on failure the platform comes back to the bench.
-    pub fn try_open(&mut self) -> Result<Hca<P>, Error> {
+    pub fn try_open(&mut self) -> Result<Arc<Hca<P>>, Error> {
         let p = self
             .platform
             .take()
             .expect("the platform is with the bench (the HCA is closed)");
         match Hca::open(p, self.config) {
-            Ok(h) => Ok(h),
+            Ok(h) => Ok(Arc::new(h)),
             Err(f) => {
                 self.platform = Some(f.platform);
                 Err(f.error)
@@ -188,14 +189,24 @@ impl<P: TestPlatform> Bench<P> {
 
     /// Closes the HCA; panics on failure.
     #[track_caller]
-    pub fn close(&mut self, hca: Hca<P>) {
+    pub fn close(&mut self, hca: Arc<Hca<P>>) {
         if let Err(e) = self.try_close(hca) {
             panic!("teardown failed: {e}");
         }
     }
 
-    /// Closes the HCA; the platform comes back to the bench either way.
-    pub fn try_close(&mut self, hca: Hca<P>) -> Result<(), Error> {
+    /// Closes the HCA (its last handle: every verbs object is gone); the
+    /// platform comes back to the bench either way.
+    pub fn try_close(&mut self, hca: Arc<Hca<P>>) -> Result<(), Error> {
+        let hca = match Arc::try_unwrap(hca) {
+            Ok(h) => h,
+            Err(h) => {
+                return Err(Error::InUse {
+                    what: "the HCA",
+                    users: (Arc::strong_count(&h) - 1) as u32,
+                });
+            }
+        };
         match hca.close() {
             Ok(p) => {
                 self.platform = Some(p);
@@ -292,14 +303,14 @@ macro_rules! scenarios {
 /// share one HCA (hardware with one function).
 pub struct Hcas<P: Platform> {
     /// Side A.
-    pub a: Hca<P>,
+    pub a: Arc<Hca<P>>,
     /// Side B, when it is another HCA.
-    pub b: Option<Hca<P>>,
+    pub b: Option<Arc<Hca<P>>>,
 }
 
 impl<P: Platform> Hcas<P> {
     /// Side B's HCA (side A's when they share one).
-    pub fn b(&self) -> &Hca<P> {
+    pub fn b(&self) -> &Arc<Hca<P>> {
         self.b.as_ref().unwrap_or(&self.a)
     }
 }

@@ -8,7 +8,7 @@ use hca_driver::verbs::{
     AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, Gid, Qp, QpAttr, QpCap, QpState, RecvWr,
     Sge, WcStatus, WorkCompletion,
 };
-use hca_driver::{IbMtu, LinkLayer};
+use hca_driver::{IbMtu, LinkLayer, Rkey};
 use platform::Platform;
 
 /// How long a scenario waits for a completion or an event (device time:
@@ -43,13 +43,19 @@ pub struct Endpoint {
     /// Address of the buffer the peer may access.
     pub addr: u64,
     /// Its rkey.
-    pub rkey: u32,
+    pub rkey: Rkey,
 }
 
 impl Endpoint {
     /// The endpoint of QP `qpn` on `port` of `ctx`'s HCA.
     #[track_caller]
-    pub fn of<P: Platform>(ctx: &Context<'_, P>, port: u8, qpn: u32, addr: u64, rkey: u32) -> Self {
+    pub fn of<P: Platform + 'static>(
+        ctx: &Context<P>,
+        port: u8,
+        qpn: u32,
+        addr: u64,
+        rkey: Rkey,
+    ) -> Self {
         let attr = ctx.query_port(port).expect("query_port");
         let gid = if attr.link_layer == LinkLayer::Ethernet {
             ctx.query_gid(port, u16::from(DEFAULT_GID_INDEX))
@@ -120,8 +126,8 @@ impl Default for RcParams {
 /// The path from a local port to a remote endpoint: by GID on Ethernet,
 /// by LID on InfiniBand.
 #[track_caller]
-pub fn path_to<P: Platform>(
-    ctx: &Context<'_, P>,
+pub fn path_to<P: Platform + 'static>(
+    ctx: &Context<P>,
     port: u8,
     remote: &Endpoint,
     hop_limit: u8,
@@ -139,7 +145,7 @@ pub fn path_to<P: Platform>(
 
 /// RESET -> INIT of a connected QP (`modify_qp_to_init`).
 #[track_caller]
-pub fn to_init<P: Platform>(qp: &mut Qp<'_, P>, port: u8, access: AccessFlags) {
+pub fn to_init<P: Platform + 'static>(qp: &mut Qp<P>, port: u8, access: AccessFlags) {
     qp.modify(
         &QpAttr::new()
             .state(QpState::Init)
@@ -152,7 +158,7 @@ pub fn to_init<P: Platform>(qp: &mut Qp<'_, P>, port: u8, access: AccessFlags) {
 
 /// INIT -> RTR of a connected QP (`modify_qp_to_rtr`).
 #[track_caller]
-pub fn to_rtr<P: Platform>(qp: &mut Qp<'_, P>, path: AhAttr, remote_qpn: u32, p: &RcParams) {
+pub fn to_rtr<P: Platform + 'static>(qp: &mut Qp<P>, path: AhAttr, remote_qpn: u32, p: &RcParams) {
     let mut a = QpAttr::new()
         .state(QpState::Rtr)
         .path_mtu(p.mtu)
@@ -169,7 +175,7 @@ pub fn to_rtr<P: Platform>(qp: &mut Qp<'_, P>, path: AhAttr, remote_qpn: u32, p:
 
 /// RTR -> RTS of a connected QP (`modify_qp_to_rts`).
 #[track_caller]
-pub fn to_rts<P: Platform>(qp: &mut Qp<'_, P>, p: &RcParams) {
+pub fn to_rts<P: Platform + 'static>(qp: &mut Qp<P>, p: &RcParams) {
     let mut a = QpAttr::new().state(QpState::Rts).sq_psn(p.sq_psn);
     if qp.qp_type() == hca_driver::verbs::QpType::Rc {
         a = a
@@ -183,9 +189,9 @@ pub fn to_rts<P: Platform>(qp: &mut Qp<'_, P>, p: &RcParams) {
 
 /// RESET -> INIT -> RTR -> RTS of an RC or UC QP towards `remote`.
 #[track_caller]
-pub fn connect<P: Platform>(
-    ctx: &Context<'_, P>,
-    qp: &mut Qp<'_, P>,
+pub fn connect<P: Platform + 'static>(
+    ctx: &Context<P>,
+    qp: &mut Qp<P>,
     port: u8,
     remote: &Endpoint,
     p: &RcParams,
@@ -198,16 +204,16 @@ pub fn connect<P: Platform>(
 
 /// Connects two RC (or UC) QPs to each other with `p`: `a` (context, port,
 /// QP) towards `b` and `b` towards `a`. The third argument is the buffer
-/// address and rkey of side B's endpoint (`(0, 0)` when unused); side A's
+/// address and rkey of side B's endpoint (`(0, Rkey(0))` when unused); side A's
 /// endpoint has none. Returns the two endpoints.
 #[track_caller]
-pub fn connect_pair<P: Platform>(
-    (ca, pa, qa): (&Context<'_, P>, u8, &mut Qp<'_, P>),
-    (cb, pb, qb): (&Context<'_, P>, u8, &mut Qp<'_, P>),
-    (addr, rkey): (u64, u32),
+pub fn connect_pair<P: Platform + 'static>(
+    (ca, pa, qa): (&Context<P>, u8, &mut Qp<P>),
+    (cb, pb, qb): (&Context<P>, u8, &mut Qp<P>),
+    (addr, rkey): (u64, Rkey),
     p: &RcParams,
 ) -> (Endpoint, Endpoint) {
-    let ea = Endpoint::of(ca, pa, qa.number().0, 0, 0);
+    let ea = Endpoint::of(ca, pa, qa.number().0, 0, Rkey(0));
     let eb = Endpoint::of(cb, pb, qb.number().0, addr, rkey);
     connect(ca, qa, pa, &eb, p);
     connect(cb, qb, pb, &ea, p);
@@ -216,7 +222,7 @@ pub fn connect_pair<P: Platform>(
 
 /// RESET -> INIT -> RTR -> RTS of a UD QP on `port` with Q_Key `qkey`.
 #[track_caller]
-pub fn ud_ready<P: Platform>(qp: &mut Qp<'_, P>, port: u8, qkey: u32) {
+pub fn ud_ready<P: Platform + 'static>(qp: &mut Qp<P>, port: u8, qkey: u32) {
     qp.modify(
         &QpAttr::new()
             .state(QpState::Init)
@@ -234,7 +240,7 @@ pub fn ud_ready<P: Platform>(qp: &mut Qp<'_, P>, port: u8, qkey: u32) {
 /// Posts one receive work request of one SGE (`ibv_post_recv`); panics
 /// when it is refused.
 #[track_caller]
-pub fn post_recv_sge<P: Platform>(qp: &mut Qp<'_, P>, wr_id: u64, sge: Sge) {
+pub fn post_recv_sge<P: Platform + 'static>(qp: &mut Qp<P>, wr_id: u64, sge: Sge) {
     if let Err(e) = qp.post_recv(&RecvWr { wr_id, sgl: &[sge] }) {
         panic!("{qp:?}: post_recv of {wr_id:#x}: {e}");
     }
@@ -243,7 +249,7 @@ pub fn post_recv_sge<P: Platform>(qp: &mut Qp<'_, P>, wr_id: u64, sge: Sge) {
 /// Polls `cq` until `n` completions arrived; panics with what came after
 /// [`WAIT`] of device time.
 #[track_caller]
-pub fn poll_n<P: Platform>(cq: &Cq<'_, P>, n: usize) -> Vec<WorkCompletion> {
+pub fn poll_n<P: Platform + 'static>(cq: &Cq<P>, n: usize) -> Vec<WorkCompletion> {
     let mut v = Vec::with_capacity(n);
     let mut wc = [WorkCompletion::default(); 16];
     while v.len() < n {
@@ -258,7 +264,7 @@ pub fn poll_n<P: Platform>(cq: &Cq<'_, P>, n: usize) -> Vec<WorkCompletion> {
 
 /// Polls one completion and checks it succeeded.
 #[track_caller]
-pub fn poll_ok<P: Platform>(cq: &Cq<'_, P>) -> WorkCompletion {
+pub fn poll_ok<P: Platform + 'static>(cq: &Cq<P>) -> WorkCompletion {
     let wc = poll_n(cq, 1)[0];
     assert_eq!(wc.status, WcStatus::Success, "{wc:?}: {}", wc.status);
     wc
@@ -266,7 +272,7 @@ pub fn poll_ok<P: Platform>(cq: &Cq<'_, P>) -> WorkCompletion {
 
 /// Lets `d` of device time pass and checks no completion arrived.
 #[track_caller]
-pub fn assert_quiet<P: Platform>(cq: &Cq<'_, P>, d: Duration) {
+pub fn assert_quiet<P: Platform + 'static>(cq: &Cq<P>, d: Duration) {
     cq.context().hca().platform().delay(d);
     let mut wc = [WorkCompletion::default(); 1];
     let n = cq.poll(&mut wc).expect("poll");

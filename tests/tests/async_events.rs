@@ -14,11 +14,14 @@ use firmware_cmds::eth::{
 };
 use firmware_cmds::init_seg::HealthSyndrome;
 use firmware_cmds::{CmdStatus, Opcode};
+use hca_driver::verbs::Qp;
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpState, QpType, SrqInitAttr, WcStatus};
+use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd, Srq};
 use hca_driver::{AsyncEvent, Config, DeadReason, Error, Hca, Qpn, QueueId};
 use hca_emu::{EmuConfig, EmuPlatform, ObjKind};
 use hca_tests::Bench;
 use hca_tests::verbs::{poll_n, post_recv_sge, to_init};
+use std::sync::Arc;
 
 fn bench() -> Bench<EmuPlatform> {
     Bench::emulated(EmuConfig::default(), Config::default())
@@ -37,11 +40,11 @@ fn bit(t: u8) -> u64 {
 #[test]
 fn qp_work_queue_errors_reach_the_qp_and_the_event_queue() {
     bench().with_open(|hca, emu| {
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
-        let buf = hca.alloc_buf(4096).unwrap();
-        let mr = pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE).unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+        let buf = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
+        let mr = Mr::register(&pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
         for (i, event) in [
             EVENT_TYPE_WQ_CATAS_ERROR,
             EVENT_TYPE_WQ_INVAL_REQ_ERROR,
@@ -50,9 +53,7 @@ fn qp_work_queue_errors_reach_the_qp_and_the_event_queue() {
         .into_iter()
         .enumerate()
         {
-            let mut qp = pd
-                .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
-                .unwrap();
+            let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
             to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
             post_recv_sge(&mut qp, 100 + i as u64, mr.sge(0, 64).unwrap());
             drain(hca);
@@ -88,13 +89,11 @@ fn qp_work_queue_errors_reach_the_qp_and_the_event_queue() {
 #[test]
 fn qp_events_that_do_not_change_the_state() {
     bench().with_open(|hca, emu| {
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
-        let srq = pd.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
-        let mut qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).srq(&srq))
-            .unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+        let srq = Arc::new(Srq::create(&pd, &SrqInitAttr::new(16, 1)).unwrap());
+        let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq).srq(&srq)).unwrap();
         to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
         drain(hca);
         let qpn = qp.number().0;
@@ -124,9 +123,9 @@ fn qp_events_that_do_not_change_the_state() {
 #[test]
 fn srq_catastrophic_error_and_limit_reach_the_srq() {
     bench().with_open(|hca, emu| {
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let srq = pd.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let srq = Arc::new(Srq::create(&pd, &SrqInitAttr::new(16, 1)).unwrap());
         srq.arm_limit(4).unwrap();
         drain(hca);
         let srqn = srq.number();
@@ -173,7 +172,7 @@ fn srq_catastrophic_error_and_limit_reach_the_srq() {
             other => panic!("arming an SRQ in error: {other:?}"),
         }
         // take_events also takes a limit event (and disarms).
-        let srq = pd.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
+        let srq = Arc::new(Srq::create(&pd, &SrqInitAttr::new(16, 1)).unwrap());
         let srqn = srq.number();
         srq.arm_limit(2).unwrap();
         emu.faults()
@@ -187,11 +186,11 @@ fn srq_catastrophic_error_and_limit_reach_the_srq() {
 #[test]
 fn raw_rq_work_queue_error_reaches_the_event_queue() {
     bench().with_open(|hca, emu| {
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
-        let ring = hca.alloc_buf(4096).unwrap();
-        let dbr = hca.alloc_buf(64).unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+        let ring = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
+        let dbr = Arc::new(DmaBuf::alloc(hca, 64).unwrap());
         // CREATE_RQ: a cyclic WQ of 64 WQEs of 64 bytes, one page.
         let wq = Wq::new()
             .with(Wq::wq_type, WQ_TYPE_CYCLIC)

@@ -8,6 +8,9 @@
 //! any store beyond a BlueFlame register's doorbell word and fails
 //! `assert_clean`.
 
+use hca_driver::verbs::{Context, Cq, DmaBuf, Pd};
+use hca_driver::verbs::{Mr, Qp};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hca_driver::Config;
@@ -24,27 +27,41 @@ fn inline_sends(l: &mut Link<EmuPlatform>, count: usize) -> Vec<(usize, u8)> {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let bb = h.b().alloc_buf(8192).unwrap();
-        let mb = pdb
-            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-            .unwrap();
-        let mut qa = pda
-            .create_qp(
-                &QpInitAttr::new(QpType::Rc, &cqa, &cqa)
-                    .cap(qp_cap(32, 1, 1, 128))
-                    .blueflame(true),
-            )
-            .unwrap();
-        let mut qb = pdb
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cqb, &cqb).cap(qp_cap(1, 32, 1, 0)))
-            .unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
+        let mb = Mr::register(
+            &pdb,
+            &bb,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::Rc, &cqa, &cqa)
+                .cap(qp_cap(32, 1, 1, 128))
+                .blueflame(true),
+        )
+        .unwrap();
+        let mut qb = Qp::create(
+            &pdb,
+            &QpInitAttr::new(QpType::Rc, &cqb, &cqb).cap(qp_cap(1, 32, 1, 0)),
+        )
+        .unwrap();
         connect_pair(
             (&ca, pa, &mut qa),
             (&cb, pb, &mut qb),
-            (mb.addr(), mb.rkey().0),
+            (mb.addr(), mb.rkey()),
             &RcParams::default(),
         );
         for i in 0..count {

@@ -10,11 +10,14 @@ use firmware_cmds::Opcode;
 use firmware_cmds::caps::{CMDIF_CHECKSUM_DISABLED, CMDIF_CHECKSUM_ENABLED, CmdHcaCap};
 use firmware_cmds::cmdq::xor8;
 use firmware_cmds::trace::{ParseOptions, TraceCommand, parse, parse_with};
+use hca_driver::verbs::Qp;
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpState, QpType};
+use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd};
 use hca_driver::{CapMode, Config, DumpRecorder, Error, Hca};
 use hca_emu::{EmuConfig, EmuPlatform, OutputCorruption};
 use hca_tests::Bench;
 use hca_tests::verbs::to_init;
+use std::sync::Arc;
 
 fn config(checksum: bool, recorder: Option<&'static DumpRecorder<String>>) -> Config {
     Config {
@@ -27,15 +30,13 @@ fn config(checksum: bool, recorder: Option<&'static DumpRecorder<String>>) -> Co
 /// Some work after bring-up: a context, a PD, a buffer, an MR, a CQ, an RC
 /// QP taken to INIT (MANAGE_PAGES-sized inputs are not needed: CREATE_CQ
 /// and CREATE_QP have input mailboxes, QUERY_QP output ones).
-fn workload(hca: &Hca<EmuPlatform>) {
-    let ctx = hca.open_context().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let buf = hca.alloc_buf(8192).unwrap();
-    let _mr = pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE).unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let mut qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
-        .unwrap();
+fn workload(hca: &Arc<Hca<EmuPlatform>>) {
+    let ctx = Arc::new(Context::open(hca).unwrap());
+    let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+    let buf = Arc::new(DmaBuf::alloc(hca, 8192).unwrap());
+    let _mr = Mr::register(&pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
+    let cq = Arc::new(Cq::create(&ctx, 64).unwrap());
+    let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
     to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
     qp.query().unwrap();
     assert_eq!(qp.state(), QpState::Init);

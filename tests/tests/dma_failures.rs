@@ -5,9 +5,11 @@
 //! afterwards.
 
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SrqInitAttr};
+use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd, Qp, Srq};
 use hca_driver::{Config, Error, Hca};
 use hca_emu::{DmaFailure, EmuConfig, EmuHca, EmuPlatform, ObjKind};
 use hca_tests::{Bench, page_request};
+use std::sync::Arc;
 
 fn bench() -> Bench<EmuPlatform> {
     Bench::emulated(EmuConfig::default(), Config::default())
@@ -95,9 +97,9 @@ fn every_bring_up_allocation_failing_is_named_and_unwound() {
 /// `k`, on one open HCA: each failure is a typed allocation error, the
 /// driver's DMA accounting and the firmware's objects are back where they
 /// were, and creating it without the fault still works.
-fn each_allocation_of<F>(hca: &Hca<EmuPlatform>, emu: &EmuHca, what: &str, create: F)
+fn each_allocation_of<F>(hca: &Arc<Hca<EmuPlatform>>, emu: &EmuHca, what: &str, create: F)
 where
-    F: Fn(&Hca<EmuPlatform>) -> Result<(), Error>,
+    F: Fn(&Arc<Hca<EmuPlatform>>) -> Result<(), Error>,
 {
     let before = allocs(emu);
     create(hca).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -123,28 +125,28 @@ where
 #[test]
 fn resource_creation_with_failing_allocations_unwinds() {
     bench().with_open(|hca, emu| {
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(64).unwrap();
-        let srq = pd.create_srq(&SrqInitAttr::new(64, 1)).unwrap();
-        each_allocation_of(hca, emu, "alloc_buf", |h| h.alloc_buf(3 * 4096).map(drop));
-        each_allocation_of(hca, emu, "create_cq", |_| ctx.create_cq(256).map(drop));
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 64).unwrap());
+        let srq = Arc::new(Srq::create(&pd, &SrqInitAttr::new(64, 1)).unwrap());
+        each_allocation_of(hca, emu, "alloc_buf", |h| {
+            DmaBuf::alloc(h, 3 * 4096).map(drop)
+        });
+        each_allocation_of(hca, emu, "create_cq", |_| Cq::create(&ctx, 256).map(drop));
         each_allocation_of(hca, emu, "create_srq", |_| {
-            pd.create_srq(&SrqInitAttr::new(256, 2)).map(drop)
+            Srq::create(&pd, &SrqInitAttr::new(256, 2)).map(drop)
         });
         each_allocation_of(hca, emu, "create_qp", |_| {
-            pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
-                .map(drop)
+            Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).map(drop)
         });
         each_allocation_of(hca, emu, "create_qp on an SRQ", |_| {
-            pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq).srq(&srq))
-                .map(drop)
+            Qp::create(&pd, &QpInitAttr::new(QpType::Ud, &cq, &cq).srq(&srq)).map(drop)
         });
         // A memory region needs no DMA memory of its own: registering one
         // while every allocation fails works.
-        let buf = hca.alloc_buf(4096).unwrap();
+        let buf = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
         emu.faults().fail_dma(DmaFailure::After(0));
-        pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE).unwrap();
+        Mr::register(&pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
         emu.faults().fail_dma(DmaFailure::None);
     });
 }

@@ -4,6 +4,7 @@
 //! its configured timeout (on virtual time, so the tests are fast), and
 //! leaks no DMA memory and no firmware pages.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use firmware_cmds::Opcode;
@@ -57,7 +58,7 @@ fn steps(log: &[CommandRecord]) -> Vec<(u16, u16, u32)> {
 /// and closes the device once more and checks it again: the device
 /// survived what the test did to it.
 #[track_caller]
-fn close_clean_and_reopen(b: &mut Bench<EmuPlatform>, hca: hca_driver::Hca<EmuPlatform>) {
+fn close_clean_and_reopen(b: &mut Bench<EmuPlatform>, hca: Arc<hca_driver::Hca<EmuPlatform>>) {
     b.close(hca);
     b.assert_clean();
     let hca = b.open();

@@ -5,9 +5,11 @@
 
 use firmware_cmds::Opcode;
 use hca_driver::Config;
+use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd, Qp, Srq};
 use hca_driver::verbs::{RecvWr, SrqInitAttr};
 use hca_emu::{EmuConfig, IssiSupport};
 use hca_tests::Bench;
+use std::sync::Arc;
 
 /// Opens an HCA whose firmware answers QUERY_ISSI as `issi` says, creates,
 /// posts to, arms and destroys an SRQ; returns the ISSI in effect and the
@@ -15,14 +17,12 @@ use hca_tests::Bench;
 fn srq_commands(issi: IssiSupport) -> (u16, Vec<Opcode>) {
     let mut b = Bench::emulated(EmuConfig::default().with_issi(issi), Config::default());
     b.with_open(|hca, emu| {
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let buf = hca.alloc_buf(4096).unwrap();
-        let mr = pd
-            .reg_mr(&buf, hca_driver::verbs::AccessFlags::LOCAL_WRITE)
-            .unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let buf = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
+        let mr = Mr::register(&pd, &buf, hca_driver::verbs::AccessFlags::LOCAL_WRITE).unwrap();
         let before = emu.command_log().len();
-        let srq = pd.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
+        let srq = Arc::new(Srq::create(&pd, &SrqInitAttr::new(16, 1)).unwrap());
         srq.post_recv(&RecvWr {
             wr_id: 7,
             sgl: &[mr.sge(0, 64).unwrap()],
@@ -31,7 +31,7 @@ fn srq_commands(issi: IssiSupport) -> (u16, Vec<Opcode>) {
         srq.arm_limit(4).unwrap();
         assert_eq!(emu.srq(srq.number().0).unwrap().lwm, 4);
         assert_eq!(srq.outstanding(), 1);
-        srq.destroy().unwrap();
+        Srq::try_destroy(srq).unwrap();
         let ops = emu.command_log()[before..]
             .iter()
             .map(|c| Opcode(c.opcode))
@@ -98,23 +98,35 @@ fn at_cqe_version_0_qps_have_no_user_index() {
     let mut l = Link::emulated(EmuConfig::default().with_cqe_version(0), Config::default());
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
         assert_eq!(ca.query_device().cqe_version, 0);
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&cb, 16).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let attr = |cq| QpInitAttr::new(QpType::Rc, cq, cq).cap(qp_cap(4, 4, 1, 0));
-        let mut qa = pda.create_qp(&attr(&cqa)).unwrap();
-        let mut qb = pdb.create_qp(&attr(&cqb)).unwrap();
+        let mut qa = Qp::create(&pda, &attr(&cqa)).unwrap();
+        let mut qb = Qp::create(&pdb, &attr(&cqb)).unwrap();
         for (emu, qp) in [(l.emu_a(), qa.number().0), (l.emu_b(), qb.number().0)] {
             let ctx = &emu.qp(qp).unwrap().ctx;
             // qpc.user_index: bits 23:0 of the context's dword 0x10.
             assert_eq!(&ctx[0x11..0x14], &[0, 0, 0], "user_index of {qp:#x}");
         }
-        let ea = Endpoint::of(&ca, 1, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, 1, qb.number().0, 0, 0);
+        let ea = Endpoint::of(&ca, 1, qa.number().0, 0, hca_driver::Rkey(0));
+        let eb = Endpoint::of(&cb, 1, qb.number().0, 0, hca_driver::Rkey(0));
         let p = RcParams::default();
         connect(&ca, &mut qa, 1, &eb, &p);
         connect(&cb, &mut qb, 1, &ea, &p);

@@ -6,6 +6,8 @@
 //! real device (`HCA_PCI=<bdf>`, through the vfio backend's eventfds); the
 //! CQ-event scenario on a link is in `interrupts_link.rs`.
 
+use hca_driver::verbs::{Context, Cq};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hca_driver::{Config, Error, Hca, InterruptStats, Wait, WaitMode};
@@ -172,8 +174,8 @@ fn a_cq_wait_with_nothing_to_come_times_out_after_sleeping() {
         let what = format!("{:?}/{:?}", cfg.clock, cfg.execution);
         let mut b = Bench::emulated(cfg, Config::default());
         b.with_open(|hca, _| {
-            let ctx = hca.open_context().unwrap();
-            let cq = ctx.create_cq(4).unwrap();
+            let ctx = Arc::new(Context::open(hca).unwrap());
+            let cq = Arc::new(Cq::create(&ctx, 4).unwrap());
             cq.req_notify(false);
             let s0 = hca.interrupt_stats();
             match cq.wait_event(Duration::from_millis(30)) {
@@ -303,13 +305,13 @@ fn a_platform_without_interrupts_is_polled() {
     ));
     assert!(p.disable_msix().is_ok());
     // Interrupts asked for (the default), none there: the driver polls.
-    let hca = Hca::open(p, Config::default()).unwrap();
+    let hca = Arc::new(Hca::open(p, Config::default()).unwrap());
     let s0 = hca.interrupt_stats();
     assert_eq!((s0.mode, s0.vectors), (WaitMode::Polling, 0), "{s0}");
     run_commands(&hca);
     {
-        let ctx = hca.open_context().unwrap();
-        let cq = ctx.create_cq(4).unwrap();
+        let ctx = Arc::new(Context::open(&hca).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 4).unwrap());
         assert_eq!(hca.eq_vector(cq.eqn()), None);
         cq.req_notify(false);
         assert!(matches!(
@@ -321,7 +323,10 @@ fn a_platform_without_interrupts_is_polled() {
     let (wakeups, idle, polls) = delta(s0, s1);
     assert_eq!((wakeups, idle), (0, 0));
     assert!(polls >= COMMANDS, "{s1}");
-    hca.close().unwrap();
+    Arc::into_inner(hca)
+        .expect("the last handle")
+        .close()
+        .unwrap();
     emu.assert_clean();
 }
 

@@ -7,8 +7,10 @@ use hca_driver::InterruptStats;
 use hca_driver::verbs::{
     AccessFlags, QpCap, QpInitAttr, QpType, SendOp, SendWr, WcOpcode, WcStatus,
 };
+use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd, Qp};
 use hca_tests::verbs::{RcParams, WAIT, connect_pair, poll_ok, post_recv_sge};
 use hca_tests::{Link, TestPlatform, link_scenarios};
+use std::sync::Arc;
 
 fn delta(a: InterruptStats, b: InterruptStats) -> (u64, u64, u64) {
     (
@@ -25,14 +27,26 @@ fn cq_event_wakes_the_waiter<P: TestPlatform>(l: &mut Link<P>) {
     let h = l.open();
     {
         let (ha, hb) = (&h.a, h.b());
-        let (ca, cb) = (ha.open_context().unwrap(), hb.open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(8).unwrap(), cb.create_cq(8).unwrap());
-        let (bufa, bufb) = (ha.alloc_buf(4096).unwrap(), hb.alloc_buf(4096).unwrap());
+        let (ca, cb) = (
+            Arc::new(Context::open(ha).unwrap()),
+            Arc::new(Context::open(hb).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 8).unwrap()),
+            Arc::new(Cq::create(&cb, 8).unwrap()),
+        );
+        let (bufa, bufb) = (
+            Arc::new(DmaBuf::alloc(ha, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(hb, 4096).unwrap()),
+        );
         let access = AccessFlags::LOCAL_WRITE;
         let (mra, mrb) = (
-            pda.reg_mr(&bufa, access).unwrap(),
-            pdb.reg_mr(&bufb, access).unwrap(),
+            Mr::register(&pda, &bufa, access).unwrap(),
+            Mr::register(&pdb, &bufb, access).unwrap(),
         );
         let cap = QpCap {
             max_send_wr: 4,
@@ -46,12 +60,12 @@ fn cq_event_wakes_the_waiter<P: TestPlatform>(l: &mut Link<P>) {
                 .cap(cap)
                 .sq_sig_all(true)
         };
-        let mut qa = pda.create_qp(&attr(&cqa)).unwrap();
-        let mut qb = pdb.create_qp(&attr(&cqb)).unwrap();
+        let mut qa = Qp::create(&pda, &attr(&cqa)).unwrap();
+        let mut qb = Qp::create(&pdb, &attr(&cqb)).unwrap();
         connect_pair(
             (&ca, pa, &mut qa),
             (&cb, pb, &mut qb),
-            (0, 0),
+            (0, hca_driver::Rkey(0)),
             &RcParams::default(),
         );
         let vector = hb.eq_vector(cqb.eqn()).expect("on interrupts");

@@ -3,15 +3,17 @@
 //! translates them, LID, GID 0, the P_Key table) on an emulated ConnectX-4
 //! with Ethernet and with InfiniBand ports.
 
+use hca_driver::verbs::Context;
 use hca_driver::verbs::{DEFAULT_PKEY, PortAttr, speed, width};
 use hca_driver::{Config, Error, LinkLayer, PortState};
 use hca_emu::{EmuConfig, EmuPlatform, connect};
 use hca_tests::Bench;
+use std::sync::Arc;
 
 #[test]
 fn ethernet_p_keys() {
     Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default()).with_open(|hca, _| {
-        let ctx = hca.open_context().unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
         // ibv_query_pkey on a RoCE port: one P_Key, as mlx5_ib reports.
         assert_eq!(ctx.query_pkey(1, 0).unwrap(), DEFAULT_PKEY);
         assert!(matches!(
@@ -65,7 +67,7 @@ fn ethernet_port_width_and_speed_follow_ptys() {
     connect(a.emu().unwrap(), 1, b.emu().unwrap(), 1).unwrap();
     let (ha, hb) = (a.open(), b.open());
     {
-        let ctx = ha.open_context().unwrap();
+        let ctx = Arc::new(Context::open(&ha).unwrap());
         let p = ctx.query_port(1).unwrap();
         // The emulated port runs 100GBASE-CR4 (PTYS bit 20): 4X EDR, as
         // mlx5_ib translates it, and 100 Gb/s.
@@ -101,7 +103,7 @@ fn infiniband_ports_p_keys_width_and_lid() {
     let ha = a.open();
     assert_eq!(ha.caps().link_layer(), LinkLayer::InfiniBand);
     {
-        let ctx = ha.open_context().unwrap();
+        let ctx = Arc::new(Context::open(&ha).unwrap());
         // No cable: down, no LID; PTYS width 0 reads as Linux's default 4X.
         let p = ctx.query_port(1).unwrap();
         assert_eq!(
@@ -142,7 +144,7 @@ fn infiniband_ports_p_keys_width_and_lid() {
     connect(a.emu().unwrap(), 1, b.emu().unwrap(), 1).unwrap();
     let hb = b.open();
     {
-        let ctx = ha.open_context().unwrap();
+        let ctx = Arc::new(Context::open(&ha).unwrap());
         let p = ctx.query_port(1).unwrap();
         assert_eq!(
             ib_port(&p),

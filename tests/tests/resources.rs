@@ -5,6 +5,7 @@ use firmware_cmds::caps::{CAP_GENERAL, CmdHcaCap};
 use firmware_cmds::cq::{Cqc, CreateCqIn};
 use firmware_cmds::mkey::{CreateMkeyIn, MKC_ACCESS_MODE_PA, Mkc};
 use firmware_cmds::uar::UAR_CQ_DOORBELL_OFFSET;
+use hca_driver::verbs::Context;
 use hca_driver::{AsyncEvent, CapMode, Hca, LinkLayer, PageList, PortState};
 use hca_emu::{EmuConfig, EmuHca};
 use hca_tests::{Bench, TestPlatform};
@@ -128,7 +129,8 @@ fn commands_from_many_threads<P: TestPlatform + Sync>(b: &mut Bench<P>)
 where
     P::Mmio: Sync,
 {
-    let hca = b.open();
+    let shared = b.open();
+    let hca: &Hca<P> = &shared;
     std::thread::scope(|s| {
         for _ in 0..8 {
             s.spawn(|| {
@@ -148,7 +150,7 @@ where
         });
     });
     assert_eq!(hca.page_stats().uncertain, 0);
-    b.close(hca);
+    b.close(shared);
 }
 
 hca_tests::scenarios!(
@@ -243,8 +245,7 @@ fn completion_and_cq_error_events_reach_their_cq() {
         let mem = CqMem::new(hca.platform());
         let eqn = hca.comp_eqns().next().unwrap();
         let input = mem.input(uar.number().0, eqn.0);
-        let cq = hca
-            .create_cq(&PageList::of_region(&input, &mem.buf))
+        let cq = hca.create_cq(&PageList::of_region(&input, &mem.buf))
             .unwrap();
         let cqn = cq.number();
         // An armed CQ raises one completion event for its next CQE.
@@ -271,8 +272,7 @@ fn completion_and_cq_error_events_reach_their_cq() {
         );
         assert_eq!(hca.events().cq_counts(cqn).unwrap().errors, 1);
         // A completion event for a CQ nobody registered is an invalid EQE.
-        let other = hca
-            .create_cq(&PageList::of_region(&input, &mem.buf))
+        let other = hca.create_cq(&PageList::of_region(&input, &mem.buf))
             .unwrap();
         let other_n = other.number();
         assert!(hca.events().unregister_cq(other_n));
@@ -374,7 +374,7 @@ fn gids_come_from_the_roce_address_table() {
     Bench::emulated(EmuConfig::default(), hca_driver::Config::default()).with_open(|hca, _| {
         // Bring-up does not read the RoCE address table (Linux never does).
         assert_eq!(hca.info().ports[0].gid0, None);
-        hca.open_context().unwrap().enable_roce().unwrap();
+        Context::open(hca).unwrap().enable_roce().unwrap();
         let mut gid = [0u8; 16];
         gid[..2].copy_from_slice(&[0xfe, 0x80]);
         gid[8..].copy_from_slice(&[0x7e, 0xfe, 0x90, 0xff, 0xfe, 0x12, 0x34, 0x56]);

@@ -6,10 +6,13 @@ use firmware_cmds::Opcode;
 use firmware_cmds::cmdq::CmdQueueEntry;
 use firmware_cmds::mailbox::CmdIfBox;
 use firmware_cmds::trace::{self, TraceCommand};
+use hca_driver::verbs::Qp;
+use hca_driver::verbs::{Context, Cq, Pd};
 use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Outcome};
 use hca_emu::EmuConfig;
 use hca_tests::Bench;
 use hca_tests::verbs::to_init;
+use std::sync::Arc;
 
 /// The bring-up of a real-page-count emulated ConnectX-4, recorded.
 fn recorded_bring_up(rec: &'static DumpRecorder<String>) -> (Vec<TraceCommand>, usize) {
@@ -210,12 +213,10 @@ fn qp_transitions_are_recorded_with_their_own_layouts() {
     let mut b = Bench::emulated(EmuConfig::default(), cfg);
     let hca = b.open();
     {
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
-        let mut qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
-            .unwrap();
+        let ctx = Arc::new(Context::open(&hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+        let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
         to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
         qp.modify(&QpAttr::new().state(QpState::Init).pkey_index(0))
             .unwrap();

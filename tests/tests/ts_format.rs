@@ -7,6 +7,8 @@
 //! (`EmuConfig::real_time_clock`, capability 1) refuses free-running, and
 //! the driver's QPs carry 1 (default) there and work end to end.
 
+use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd, Qp};
+use std::sync::Arc;
 use std::time::Duration;
 
 use firmware_cmds::caps::{CAP_ROCE, TIMESTAMP_FORMAT_DEFAULT, TIMESTAMP_FORMAT_FREE_RUNNING};
@@ -34,12 +36,12 @@ fn qp_ts_on(emu: EmuConfig) -> (u64, u8) {
             .caps()
             .get(CAP_ROCE, "qp_ts_format", CapMode::Current)
             .unwrap();
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
         let mut got = Vec::new();
         for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
-            let qp = pd.create_qp(&QpInitAttr::new(t, &cq, &cq)).unwrap();
+            let qp = Qp::create(&pd, &QpInitAttr::new(t, &cq, &cq)).unwrap();
             got.push(ts_format(emu, qp.number().0));
         }
         assert!(got.windows(2).all(|w| w[0] == w[1]), "{got:?}");
@@ -75,17 +77,30 @@ fn rc_traffic_on_real_time_clock_devices() {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-        let bb = h.b().alloc_buf(4096).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
-        let mut qa = pda
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cqa, &cqa).cap(qp_cap(4, 1, 1, 64)))
-            .unwrap();
-        let mut qb = pdb
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cqb, &cqb).cap(qp_cap(1, 4, 1, 0)))
-            .unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&cb, 16).unwrap()),
+        );
+        let bb = Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap());
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::Rc, &cqa, &cqa).cap(qp_cap(4, 1, 1, 64)),
+        )
+        .unwrap();
+        let mut qb = Qp::create(
+            &pdb,
+            &QpInitAttr::new(QpType::Rc, &cqb, &cqb).cap(qp_cap(1, 4, 1, 0)),
+        )
+        .unwrap();
         assert_eq!(
             ts_format(l.emu_a(), qa.number().0),
             TIMESTAMP_FORMAT_DEFAULT
@@ -93,7 +108,7 @@ fn rc_traffic_on_real_time_clock_devices() {
         connect_pair(
             (&ca, pa, &mut qa),
             (&cb, pb, &mut qb),
-            (mb.addr(), mb.rkey().0),
+            (mb.addr(), mb.rkey()),
             &RcParams::default(),
         );
         post_recv_sge(&mut qb, 7, mb.sge(0, 64).unwrap());

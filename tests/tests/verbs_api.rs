@@ -10,12 +10,14 @@ use hca_driver::verbs::{
     GidEntry, MrMode, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr,
     RoceVersion, SendFlags, SendOp, SendWr, SrqInitAttr, WrError,
 };
+use hca_driver::verbs::{Ah, Context, DmaBuf, Mr, Srq};
 use hca_driver::{Error, IbMtu, LinkLayer};
 use hca_tests::verbs::{
     Endpoint, RcParams, connect, path_to, poll_n, poll_ok, post_recv_sge, qp_cap,
 };
 use hca_tests::{Bench, Link, TestPlatform};
 use platform::Platform;
+use std::sync::Arc;
 
 /// `r` is refused with [`Error::InvalidAttribute`] naming `attr` and the
 /// refused `value`.
@@ -43,7 +45,7 @@ fn refused_arg<T>(r: Result<T, Error>, arg: &str) {
 fn device_and_port_attributes<P: TestPlatform>(b: &mut Bench<P>) {
     let hca = b.open();
     {
-        let ctx = hca.open_context().unwrap();
+        let ctx = Arc::new(Context::open(&hca).unwrap());
         let d = *ctx.query_device();
         let info = hca.info();
         assert_eq!(d.fw_ver, info.fw_version);
@@ -156,23 +158,27 @@ fn device_and_port_attributes<P: TestPlatform>(b: &mut Bench<P>) {
 fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
     let hca = b.open();
     {
-        let ctx = hca.open_context().unwrap();
+        let ctx = Arc::new(Context::open(&hca).unwrap());
         let d = *ctx.query_device();
         // CQs round like libibverbs: 2^n - 1 entries.
         for (ask, got) in [(1, 1), (100, 127), (255, 255), (256, 511)] {
-            assert_eq!(ctx.create_cq(ask).unwrap().cqe(), got, "cqe {ask}");
+            assert_eq!(
+                Arc::new(Cq::create(&ctx, ask).unwrap()).cqe(),
+                got,
+                "cqe {ask}"
+            );
         }
         assert!(matches!(
-            ctx.create_cq(0),
+            Cq::create(&ctx, 0),
             Err(Error::InvalidAttribute { attr: "cqe", .. })
         ));
         refused_attr(
-            ctx.create_cq(d.max_cqe + 1),
+            Cq::create(&ctx, d.max_cqe + 1),
             "cqe",
             u64::from(d.max_cqe + 1),
         );
-        let cq = ctx.create_cq(64).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
+        let cq = Arc::new(Cq::create(&ctx, 64).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
         assert!(hca.dma_usage().queues > 0);
         // QP caps: what rdma-core's mlx5 provider gives for the same
         // request, worked out by hand from its sizing rules (not from
@@ -186,9 +192,7 @@ fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
         // WQE is roundup_pow2(3 * 16) = 64 bytes, wq_size =
         // roundup_pow2(20) * 64, max_post = 32, max_gs = 64 / 16 = 4.
         let c = qp_cap(10, 20, 3, 100);
-        let qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(c))
-            .unwrap();
+        let qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq).cap(c)).unwrap();
         let got = qp.cap();
         assert_eq!(
             (
@@ -224,53 +228,58 @@ fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
                 "cap.max_recv_sge",
             ),
         ] {
-            match pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(bad)) {
+            match Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq).cap(bad)) {
                 Err(Error::InvalidAttribute { attr: a, .. }) => assert_eq!(a, attr),
                 r => panic!("{attr}: {:?}", r.map(|q| q.number())),
             }
         }
         assert!(matches!(
-            pd.create_qp(&QpInitAttr::new(QpType::RawPacket, &cq, &cq)),
+            Qp::create(&pd, &QpInitAttr::new(QpType::RawPacket, &cq, &cq)),
             Err(Error::Unsupported(_))
         ));
         // An SRQ of 100 holds 127.
-        let srq = pd.create_srq(&SrqInitAttr::new(100, 2)).unwrap();
+        let srq = Arc::new(Srq::create(&pd, &SrqInitAttr::new(100, 2)).unwrap());
         // A WQE of 16 + 2 * 16 bytes rounds to 64: room for 3 SGEs.
         assert_eq!(
             (srq.attr().max_wr, srq.attr().max_sge, srq.attr().srq_limit),
             (127, 3, 0)
         );
-        refused_attr(pd.create_srq(&SrqInitAttr::new(0, 1)), "max_wr", 0);
+        refused_attr(Srq::create(&pd, &SrqInitAttr::new(0, 1)), "max_wr", 0);
         refused_attr(srq.arm_limit(128), "srq_limit", 128);
         // Memory regions.
-        let buf = hca.alloc_buf(10_000).unwrap();
+        let buf = Arc::new(DmaBuf::alloc(&hca, 10_000).unwrap());
         assert!(hca.dma_usage().buffers >= 10_000);
-        let mr = pd
-            .reg_mr(&buf, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
-            .unwrap();
+        let mr = Mr::register(
+            &pd,
+            &buf,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        )
+        .unwrap();
         assert_eq!(mr.lkey().0, mr.rkey().0);
         assert_eq!((mr.addr(), mr.len()), (buf.iova(), 10_000));
         refused_arg(mr.sge(9_990, 11), "offset");
         assert_eq!(mr.sge(9_990, 10).unwrap().addr, buf.iova() + 9_990);
-        let pa = pd
-            .reg_mr_range(&buf, 100, 5000, AccessFlags::NONE, MrMode::Pa)
-            .unwrap();
+        let pa = Mr::register_range(&pd, &buf, 100, 5000, AccessFlags::NONE, MrMode::Pa).unwrap();
         assert_eq!(pa.addr(), buf.iova() + 100);
         assert_eq!(pd.mr_count(), 2);
         assert!(matches!(
-            pd.reg_mr(&buf, AccessFlags::REMOTE_WRITE),
+            Mr::register(&pd, &buf, AccessFlags::REMOTE_WRITE),
             Err(Error::InvalidAttribute { attr: "access", .. })
         ));
         assert!(matches!(
-            pd.reg_mr(&buf, AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ),
+            Mr::register(
+                &pd,
+                &buf,
+                AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ
+            ),
             Err(Error::InvalidAttribute { attr: "access", .. })
         ));
         refused_arg(
-            pd.reg_mr_range(&buf, 9_000, 1_001, AccessFlags::NONE, MrMode::Mtt),
+            Mr::register_range(&pd, &buf, 9_000, 1_001, AccessFlags::NONE, MrMode::Mtt),
             "len",
         );
         refused_arg(
-            pd.reg_mr_range(&buf, 0, 0, AccessFlags::NONE, MrMode::Mtt),
+            Mr::register_range(&pd, &buf, 0, 0, AccessFlags::NONE, MrMode::Mtt),
             "len",
         );
         pa.deregister().unwrap();
@@ -285,36 +294,36 @@ fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
         let port = 1;
         if ctx.query_port(port).unwrap().link_layer == LinkLayer::Ethernet {
             assert!(matches!(
-                pd.create_ah(&AhAttr::new()).map(|_| ()),
+                Ah::create(&pd, &AhAttr::new()).map(|_| ()),
                 Err(Error::InvalidAttribute {
                     attr: "port_num",
                     ..
                 })
             ));
             assert!(matches!(
-                pd.create_ah(&AhAttr::ib(port, 3)).map(|_| ()),
+                Ah::create(&pd, &AhAttr::ib(port, 3)).map(|_| ()),
                 Err(Error::AddressHandle(_))
             ));
             let v4 = AhAttr::roce(port, Gid::from_ipv4([10, 0, 0, 2]), DEFAULT_GID_INDEX);
             assert!(matches!(
-                pd.create_ah(&v4).map(|_| ()),
+                Ah::create(&pd, &v4).map(|_| ()),
                 Err(Error::InvalidAttribute {
                     attr: "ah_attr.dmac",
                     ..
                 })
             ));
-            let ah = pd.create_ah(&v4.dmac([2, 0, 0, 0, 0, 2])).unwrap();
+            let ah = Ah::create(&pd, &v4.dmac([2, 0, 0, 0, 0, 2])).unwrap();
             assert_eq!(&ah.av().0[20..26], &[2, 0, 0, 0, 0, 2]);
             let mut empty = AhAttr::roce(port, Gid::link_local_from_mac([2, 0, 0, 0, 0, 2]), 77);
             assert!(matches!(
-                pd.create_ah(&empty).map(|_| ()),
+                Ah::create(&pd, &empty).map(|_| ()),
                 Err(Error::InvalidAttribute {
                     attr: "ah_attr.grh.sgid_index",
                     ..
                 })
             ));
             empty.grh.as_mut().unwrap().sgid_index = 0;
-            let ll = pd.create_ah(&empty).unwrap();
+            let ll = Ah::create(&pd, &empty).unwrap();
             assert_eq!(
                 &ll.av().0[20..26],
                 &[2, 0, 0, 0, 0, 2],
@@ -322,7 +331,7 @@ fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
             );
         }
         drop(qp);
-        srq.destroy().unwrap();
+        Srq::try_destroy(srq).unwrap();
         mr.deregister().unwrap();
         drop(buf);
         assert_eq!(hca.dma_usage().buffers, 0);
@@ -342,7 +351,7 @@ fn transition_commands<P: TestPlatform>(b: &Bench<P>) -> Option<usize> {
 }
 
 #[track_caller]
-fn refused<P: TestPlatform>(b: &Bench<P>, qp: &mut Qp<'_, P>, a: &QpAttr) -> Error {
+fn refused<P: TestPlatform>(b: &Bench<P>, qp: &mut Qp<P>, a: &QpAttr) -> Error {
     let before_state = qp.state();
     let before = transition_commands(b);
     let e = qp.modify(a).expect_err("the modify must be refused");
@@ -359,10 +368,10 @@ fn wrong_attribute_masks<P: TestPlatform>(b: &mut Bench<P>) {
     use QpAttrMask as M;
     let hca = b.open();
     {
-        let ctx = hca.open_context().unwrap();
-        let cq = ctx.create_cq(16).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let new = |t| pd.create_qp(&QpInitAttr::new(t, &cq, &cq)).unwrap();
+        let ctx = Arc::new(Context::open(&hca).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let new = |t| Qp::create(&pd, &QpInitAttr::new(t, &cq, &cq)).unwrap();
         let mut rc = new(QpType::Rc);
         let init = QpAttr::new()
             .state(QpState::Init)
@@ -438,7 +447,7 @@ fn wrong_attribute_masks<P: TestPlatform>(b: &mut Bench<P>) {
             AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE
         );
         // INIT -> RTR: the RC requirements.
-        let me = Endpoint::of(&ctx, 1, rc.number().0, 0, 0);
+        let me = Endpoint::of(&ctx, 1, rc.number().0, 0, hca_driver::Rkey(0));
         let path = path_to(&ctx, 1, &me, 64);
         let rtr = QpAttr::new()
             .state(QpState::Rtr)
@@ -616,9 +625,8 @@ fn rejected(r: hca_driver::Result<()>) -> (usize, WrError) {
     }
 }
 
-fn qp_on<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>, t: QpType) -> Qp<'a, P> {
-    pd.create_qp(&QpInitAttr::new(t, cq, cq).cap(qp_cap(8, 8, 2, 32)))
-        .unwrap()
+fn qp_on<P: Platform + 'static>(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>, t: QpType) -> Qp<P> {
+    Qp::create(pd, &QpInitAttr::new(t, cq, cq).cap(qp_cap(8, 8, 2, 32))).unwrap()
 }
 
 fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
@@ -626,23 +634,41 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let other_pd = ca.alloc_pd().unwrap();
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(8192).unwrap());
-        let ma = pda
-            .reg_mr_range(&ba, 0, 4096, AccessFlags::LOCAL_WRITE, MrMode::Mtt)
-            .unwrap();
-        let ro = pda
-            .reg_mr_range(&ba, 4096, 2048, AccessFlags::NONE, MrMode::Mtt)
-            .unwrap();
-        let foreign = other_pd
-            .reg_mr_range(&ba, 6144, 2048, AccessFlags::LOCAL_WRITE, MrMode::Mtt)
-            .unwrap();
-        let mb = pdb
-            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-            .unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let other_pd = Arc::new(Pd::alloc(&ca).unwrap());
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap()),
+        );
+        let ma =
+            Mr::register_range(&pda, &ba, 0, 4096, AccessFlags::LOCAL_WRITE, MrMode::Mtt).unwrap();
+        let ro = Mr::register_range(&pda, &ba, 4096, 2048, AccessFlags::NONE, MrMode::Mtt).unwrap();
+        let foreign = Mr::register_range(
+            &other_pd,
+            &ba,
+            6144,
+            2048,
+            AccessFlags::LOCAL_WRITE,
+            MrMode::Mtt,
+        )
+        .unwrap();
+        let mb = Mr::register(
+            &pdb,
+            &bb,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
         let mut qa = qp_on(&pda, &cqa, QpType::Rc);
         let mut qb = qp_on(&pdb, &cqb, QpType::Rc);
         let good = ma.sge(0, 8).unwrap();
@@ -671,8 +697,8 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
                 state: QpState::Reset
             }
         );
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, hca_driver::Rkey(0));
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey());
         let p = RcParams {
             rnr_retry: 7,
             ..RcParams::default()
@@ -735,7 +761,7 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
             1,
             SendOp::RdmaRead {
                 remote_addr: eb.addr,
-                rkey: eb.rkey,
+                rkey: eb.rkey.0,
             },
         )
         .sgl(&ro_sge);
@@ -782,7 +808,7 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
                     1,
                     SendOp::AtomicFetchAdd {
                         remote_addr: eb.addr + 4,
-                        rkey: eb.rkey,
+                        rkey: eb.rkey.0,
                         add: 1,
                     },
                 )
@@ -826,9 +852,8 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
         poll_n(&cqb, 2);
 
         // A deregistered region's key is unknown at once.
-        let gone = pda
-            .reg_mr_range(&ba, 2048, 64, AccessFlags::LOCAL_WRITE, MrMode::Mtt)
-            .unwrap();
+        let gone =
+            Mr::register_range(&pda, &ba, 2048, 64, AccessFlags::LOCAL_WRITE, MrMode::Mtt).unwrap();
         let s = gone.sge(0, 8).unwrap();
         qa.post_send(
             &SendWr::new(20, SendOp::Send)

@@ -5,7 +5,9 @@
 //! -> RTS, and the SRQ WQEs a reset QP's receive completions consumed go
 //! back to the SRQ.
 
+use hca_driver::verbs::{Context, Srq};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hca_driver::Error;
@@ -24,23 +26,31 @@ const SETTLE: Duration = Duration::from_millis(5);
 
 /// An RC QP on `cq` (both directions) with room for 8 sends and 8
 /// receives.
-fn rc<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>) -> Qp<'a, P> {
-    pd.create_qp(&QpInitAttr::new(QpType::Rc, cq, cq).cap(qp_cap(8, 8, 1, 64)))
-        .unwrap()
+fn rc<P: Platform + 'static>(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>) -> Qp<P> {
+    Qp::create(
+        pd,
+        &QpInitAttr::new(QpType::Rc, cq, cq).cap(qp_cap(8, 8, 1, 64)),
+    )
+    .unwrap()
 }
 
 /// Connects `a` (on side A) and `b` (on side B) to each other.
-fn pair<P: Platform>(
-    (ca, pa): (&hca_driver::verbs::Context<'_, P>, u8),
-    a: &mut Qp<'_, P>,
-    (cb, pb): (&hca_driver::verbs::Context<'_, P>, u8),
-    b: &mut Qp<'_, P>,
+fn pair<P: Platform + 'static>(
+    (ca, pa): (&hca_driver::verbs::Context<P>, u8),
+    a: &mut Qp<P>,
+    (cb, pb): (&hca_driver::verbs::Context<P>, u8),
+    b: &mut Qp<P>,
 ) {
-    connect_pair((ca, pa, a), (cb, pb, b), (0, 0), &RcParams::default());
+    connect_pair(
+        (ca, pa, a),
+        (cb, pb, b),
+        (0, hca_driver::Rkey(0)),
+        &RcParams::default(),
+    );
 }
 
 /// A signaled inline send of `msg` with `wr_id`.
-fn send<P: Platform>(qp: &mut Qp<'_, P>, wr_id: u64, msg: &[u8]) {
+fn send<P: Platform + 'static>(qp: &mut Qp<P>, wr_id: u64, msg: &[u8]) {
     qp.post_send(
         &SendWr::new(wr_id, SendOp::Send)
             .inline(msg)
@@ -50,7 +60,7 @@ fn send<P: Platform>(qp: &mut Qp<'_, P>, wr_id: u64, msg: &[u8]) {
 }
 
 /// A receive of 64 bytes at `slot * 64` of `mr`.
-fn recv<P: Platform>(qp: &mut Qp<'_, P>, mr: &Mr<'_, P>, wr_id: u64, slot: usize) {
+fn recv<P: Platform + 'static>(qp: &mut Qp<P>, mr: &Mr<P>, wr_id: u64, slot: usize) {
     post_recv_sge(qp, wr_id, mr.sge(64 * slot, 64).unwrap());
 }
 
@@ -73,11 +83,11 @@ fn expect(wc: &[WorkCompletion], qpn: u32, want: &[(u64, WcOpcode)]) {
 /// receives 2 from it, interleaved with the other's, and none of it is
 /// polled on side A (side B's completions are checked). Side A's CQ then
 /// holds 4 completions of each QP ([`left_for`]).
-fn traffic_unpolled<P: Platform>(
-    a: [&mut Qp<'_, P>; 2],
-    b: [&mut Qp<'_, P>; 2],
-    (ma, mb): (&Mr<'_, P>, &Mr<'_, P>),
-    cqb: &Cq<'_, P>,
+fn traffic_unpolled<P: Platform + 'static>(
+    a: [&mut Qp<P>; 2],
+    b: [&mut Qp<P>; 2],
+    (ma, mb): (&Mr<P>, &Mr<P>),
+    cqb: &Arc<Cq<P>>,
     base: u64,
 ) {
     let [a1, a2] = a;
@@ -118,7 +128,7 @@ fn left_for(i: u64, base: u64) -> Vec<(u64, WcOpcode)> {
 /// receive and a send of the QP complete in either order), then that
 /// nothing else is there.
 #[track_caller]
-fn only_these<P: Platform>(cq: &Cq<'_, P>, qpn: u32, i: u64, base: u64) {
+fn only_these<P: Platform + 'static>(cq: &Arc<Cq<P>>, qpn: u32, i: u64, base: u64) {
     let wc = poll_n(cq, 4);
     let want = left_for(i, base);
     for op in [WcOpcode::Recv, WcOpcode::Send] {
@@ -136,9 +146,9 @@ fn only_these<P: Platform>(cq: &Cq<'_, P>, qpn: u32, i: u64, base: u64) {
 /// One exchange on a connected pair: `qa` receives `msg` from `qb` into
 /// slot `slot` of `ma`, and sends one back; checks side A's completions and
 /// the data.
-fn exchange<P: Platform>(
-    (qa, ma, ba, cqa): (&mut Qp<'_, P>, &Mr<'_, P>, &DmaBuf<'_, P>, &Cq<'_, P>),
-    (qb, mb, cqb): (&mut Qp<'_, P>, &Mr<'_, P>, &Cq<'_, P>),
+fn exchange<P: Platform + 'static>(
+    (qa, ma, ba, cqa): (&mut Qp<P>, &Mr<P>, &DmaBuf<P>, &Cq<P>),
+    (qb, mb, cqb): (&mut Qp<P>, &Mr<P>, &Cq<P>),
     slot: usize,
     msg: &[u8],
 ) {
@@ -168,12 +178,24 @@ fn reset_removes_its_completions_from_a_shared_cq<P: TestPlatform>(l: &mut Link<
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let (mut a1, mut a2) = (rc(&pda, &cqa), rc(&pda, &cqa));
         let (mut b1, mut b2) = (rc(&pdb, &cqb), rc(&pdb, &cqb));
         pair((&ca, pa), &mut a1, (&cb, pb), &mut b1);
@@ -229,12 +251,24 @@ fn destroy_removes_its_completions_from_a_shared_cq<P: TestPlatform>(l: &mut Lin
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let (mut a1, mut a2) = (rc(&pda, &cqa), rc(&pda, &cqa));
         let (mut b1, mut b2) = (rc(&pdb, &cqb), rc(&pdb, &cqb));
         pair((&ca, pa), &mut a1, (&cb, pb), &mut b1);
@@ -280,17 +314,27 @@ fn srq_qp_reset_returns_its_srq_wqes<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let bb = h.b().alloc_buf(8192).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
-        let srq = pdb.create_srq(&SrqInitAttr::new(8, 1)).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let srq = Arc::new(Srq::create(&pdb, &SrqInitAttr::new(8, 1)).unwrap());
         let depth = srq.attr().max_wr;
         assert!(depth >= 8 && 64 * (depth as usize + 6) <= 8192, "{depth}");
         // Two SRQ QPs of side B share its CQ.
         let srq_qp = || {
-            pdb.create_qp(
+            Qp::create(
+                &pdb,
                 &QpInitAttr::new(QpType::Rc, &cqb, &cqb)
                     .cap(qp_cap(1, 0, 1, 0))
                     .srq(&srq),
@@ -299,8 +343,11 @@ fn srq_qp_reset_returns_its_srq_wqes<P: TestPlatform>(l: &mut Link<P>) {
         };
         let (mut s1, mut s2) = (srq_qp(), srq_qp());
         let sender = || {
-            pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa, &cqa).cap(qp_cap(8, 0, 1, 64)))
-                .unwrap()
+            Qp::create(
+                &pda,
+                &QpInitAttr::new(QpType::Rc, &cqa, &cqa).cap(qp_cap(8, 0, 1, 64)),
+            )
+            .unwrap()
         };
         let (mut a1, mut a2) = (sender(), sender());
         pair((&ca, pa), &mut a1, (&cb, pb), &mut s1);
@@ -387,7 +434,7 @@ fn srq_qp_reset_returns_its_srq_wqes<P: TestPlatform>(l: &mut Link<P>) {
         }
         assert_eq!(srq.outstanding(), 0);
         drop((s1, s2, a1, a2));
-        srq.destroy().unwrap();
+        Srq::try_destroy(srq).unwrap();
     }
     l.close(h);
 }

@@ -3,7 +3,9 @@
 //! limit event, inline sends, unsignaled batches on one doorbell,
 //! completion events, UC, scatter/gather and fences.
 
+use hca_driver::verbs::{Ah, Context, DmaBuf, Mr, Srq};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hca_driver::verbs::{
@@ -20,29 +22,41 @@ use platform::Platform;
 const QKEY: u32 = 0x1111_1111;
 
 /// A QP of `t` on `cq` with `c`.
-fn qp<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>, t: QpType, c: QpCap) -> Qp<'a, P> {
-    pd.create_qp(&QpInitAttr::new(t, cq, cq).cap(c)).unwrap()
+fn qp<P: Platform + 'static>(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>, t: QpType, c: QpCap) -> Qp<P> {
+    Qp::create(pd, &QpInitAttr::new(t, cq, cq).cap(c)).unwrap()
 }
 
 fn ud_ping_pong<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(8192).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Ud, qp_cap(16, 16, 1, 64));
         let mut qb = qp(&pdb, &cqb, QpType::Ud, qp_cap(16, 16, 1, 64));
         assert!(qa.cap().max_inline_data >= 64);
         ud_ready(&mut qa, pa, QKEY);
         ud_ready(&mut qb, pb, QKEY);
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, 0, 0);
-        let to_b = pda.create_ah(&path_to(&ca, pa, &eb, 64)).unwrap();
-        let to_a = pdb.create_ah(&path_to(&cb, pb, &ea, 64)).unwrap();
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, hca_driver::Rkey(0));
+        let eb = Endpoint::of(&cb, pb, qb.number().0, 0, hca_driver::Rkey(0));
+        let to_b = Ah::create(&pda, &path_to(&ca, pa, &eb, 64)).unwrap();
+        let to_a = Ah::create(&pdb, &path_to(&cb, pb, &ea, 64)).unwrap();
         for round in 0..20u32 {
             let ping = format!("ping {round:03}");
             let pong = format!("pong {round:03} from {:#x}", qb.number().0);
@@ -123,16 +137,28 @@ fn rc_with_immediate_data<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::ALL).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::ALL).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&cb, 16).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::ALL).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::ALL).unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(16, 16, 2, 0));
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(16, 16, 2, 0));
-        let ea = Endpoint::of(&ca, pa, qa.number().0, ma.addr(), ma.rkey().0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let ea = Endpoint::of(&ca, pa, qa.number().0, ma.addr(), ma.rkey());
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey());
         let p = RcParams {
             access: AccessFlags::ALL,
             ..RcParams::default()
@@ -169,7 +195,7 @@ fn rc_with_immediate_data<P: TestPlatform>(l: &mut Link<P>) {
                 2,
                 SendOp::RdmaWriteWithImm {
                     remote_addr: eb.addr + 2048,
-                    rkey: eb.rkey,
+                    rkey: eb.rkey.0,
                     imm: 0x0102_0304,
                 },
             )
@@ -194,18 +220,30 @@ fn atomics<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
         let dev = *ca.query_device();
         if !dev.atomic_ops {
             eprintln!("skipped: the device has no 8-byte atomics");
             return;
         }
         let order = cb.query_device().atomic_byte_order;
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(256).unwrap(), cb.create_cq(16).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::ALL).unwrap();
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 256).unwrap()),
+            Arc::new(Cq::create(&cb, 16).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::ALL).unwrap();
         let p = RcParams {
             access: AccessFlags::ALL,
             max_rd_atomic: dev.max_qp_init_rd_atom.min(16) as u8,
@@ -223,15 +261,15 @@ fn atomics<P: TestPlatform>(l: &mut Link<P>) {
             qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0)),
         ];
         for (qa, qb) in qas.iter_mut().zip(qbs.iter_mut()) {
-            let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-            let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+            let ea = Endpoint::of(&ca, pa, qa.number().0, 0, hca_driver::Rkey(0));
+            let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey());
             connect(&ca, qa, pa, &eb, &p);
             connect(&cb, qb, pb, &ea, &p);
         }
         let start = 1_000_000u64;
         bb.write(0, &order.encode(start)).unwrap();
         let counter = mb.addr();
-        let rkey = mb.rkey().0;
+        let rkey = mb.rkey();
         let n = 50u64;
         let mut sum = 0;
         let mut slot = 0usize;
@@ -241,12 +279,12 @@ fn atomics<P: TestPlatform>(l: &mut Link<P>) {
                 for i in 0..n / 2 {
                     let add = 1 + i + 100 * k as u64 + 1000 * round;
                     sum += add;
-                    b.push(
+                    b.post_send(
                         &SendWr::new(
                             slot as u64,
                             SendOp::AtomicFetchAdd {
                                 remote_addr: counter,
-                                rkey,
+                                rkey: rkey.0,
                                 add,
                             },
                         )
@@ -293,7 +331,7 @@ fn atomics<P: TestPlatform>(l: &mut Link<P>) {
                     900 + i as u64,
                     SendOp::AtomicCmpSwp {
                         remote_addr: counter,
-                        rkey,
+                        rkey: rkey.0,
                         compare,
                         swap,
                     },
@@ -319,19 +357,29 @@ fn srq_shared_by_several_qps<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let bb = h.b().alloc_buf(8192).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
-        let srq = pdb.create_srq(&SrqInitAttr::new(16, 1)).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let srq = Arc::new(Srq::create(&pdb, &SrqInitAttr::new(16, 1)).unwrap());
         assert!(srq.attr().max_wr >= 16);
         let mut qas: Vec<_> = (0..3)
             .map(|_| qp(&pda, &cqa, QpType::Rc, qp_cap(8, 0, 1, 32)))
             .collect();
         let mut qbs: Vec<_> = (0..3)
             .map(|_| {
-                pdb.create_qp(
+                Qp::create(
+                    &pdb,
                     &QpInitAttr::new(QpType::Rc, &cqb, &cqb)
                         .cap(qp_cap(1, 0, 1, 0))
                         .srq(&srq),
@@ -348,8 +396,8 @@ fn srq_shared_by_several_qps<P: TestPlatform>(l: &mut Link<P>) {
             ..RcParams::default()
         };
         for (qa, qb) in qas.iter_mut().zip(qbs.iter_mut()) {
-            let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-            let eb = Endpoint::of(&cb, pb, qb.number().0, 0, 0);
+            let ea = Endpoint::of(&ca, pa, qa.number().0, 0, hca_driver::Rkey(0));
+            let eb = Endpoint::of(&cb, pb, qb.number().0, 0, hca_driver::Rkey(0));
             connect(&ca, qa, pa, &eb, &p);
             connect(&cb, qb, pb, &ea, &p);
         }
@@ -368,7 +416,7 @@ fn srq_shared_by_several_qps<P: TestPlatform>(l: &mut Link<P>) {
         srq.arm_limit(4).unwrap();
         assert_eq!(srq.attr().srq_limit, 4);
         // 7 sends leave 5: no limit event yet.
-        let send = |qa: &mut Qp<'_, P>, tag: u8, id: u64| {
+        let send = |qa: &mut Qp<P>, tag: u8, id: u64| {
             qa.post_send(
                 &SendWr::new(id, SendOp::Send)
                     .inline(&[tag; 24])
@@ -411,7 +459,7 @@ fn srq_shared_by_several_qps<P: TestPlatform>(l: &mut Link<P>) {
         assert_eq!(poll_ok(&cqb).qp_num, qbs[2].number().0);
         poll_ok(&cqa);
         drop(qbs);
-        srq.destroy().unwrap();
+        Srq::try_destroy(srq).unwrap();
     }
     l.close(h);
 }
@@ -420,27 +468,39 @@ fn inline_sends<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let bb = h.b().alloc_buf(8192).unwrap();
-        let mb = pdb
-            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-            .unwrap();
-        let mut qa = pda
-            .create_qp(
-                &QpInitAttr::new(QpType::Rc, &cqa, &cqa)
-                    .cap(qp_cap(32, 1, 1, 200))
-                    .blueflame(true),
-            )
-            .unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
+        let mb = Mr::register(
+            &pdb,
+            &bb,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::Rc, &cqa, &cqa)
+                .cap(qp_cap(32, 1, 1, 200))
+                .blueflame(true),
+        )
+        .unwrap();
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 32, 1, 0));
         let max = qa.cap().max_inline_data;
         assert!(max >= 200, "{:?}", qa.cap());
         let (_, eb) = connect_pair(
             (&ca, pa, &mut qa),
             (&cb, pb, &mut qb),
-            (mb.addr(), mb.rkey().0),
+            (mb.addr(), mb.rkey()),
             &RcParams::default(),
         );
         let sizes = [1usize, 12, 16, 28, 44, 60, 64, 100, max as usize];
@@ -466,7 +526,7 @@ fn inline_sends<P: TestPlatform>(l: &mut Link<P>) {
                 77,
                 SendOp::RdmaWrite {
                     remote_addr: eb.addr + 6000,
-                    rkey: eb.rkey,
+                    rkey: eb.rkey.0,
                 },
             )
             .inline(b"inline write")
@@ -496,23 +556,35 @@ fn unsignaled_batches<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(8).unwrap());
-        let (ba, bb) = (
-            h.a.alloc_buf(16384).unwrap(),
-            h.b().alloc_buf(16384).unwrap(),
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
         );
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb
-            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-            .unwrap();
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 8).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 16384).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 16384).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(
+            &pdb,
+            &bb,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(64, 1, 1, 0));
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0));
         let (_, eb) = connect_pair(
             (&ca, pa, &mut qa),
             (&cb, pb, &mut qb),
-            (mb.addr(), mb.rkey().0),
+            (mb.addr(), mb.rkey()),
             &RcParams::default(),
         );
         for i in 0..16384 / 64 {
@@ -565,7 +637,7 @@ fn unsignaled_batches<P: TestPlatform>(l: &mut Link<P>) {
                     100 + k as u64,
                     SendOp::RdmaWrite {
                         remote_addr: eb.addr + 64 * (32 + k as u64),
-                        rkey: eb.rkey,
+                        rkey: eb.rkey.0,
                     },
                 )
                 .sgl(std::slice::from_ref(s))
@@ -604,17 +676,26 @@ fn completion_events<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-        let bb = h.b().alloc_buf(4096).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&cb, 16).unwrap()),
+        );
+        let bb = Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap());
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(8, 1, 1, 32));
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 8, 1, 0));
         connect_pair(
             (&ca, pa, &mut qa),
             (&cb, pb, &mut qb),
-            (0, 0),
+            (0, hca_driver::Rkey(0)),
             &RcParams::default(),
         );
         for i in 0..4 {
@@ -674,18 +755,33 @@ fn uc_writes_and_sends<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb
-            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-            .unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&cb, 16).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(
+            &pdb,
+            &bb,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Uc, qp_cap(8, 8, 1, 0));
         let mut qb = qp(&pdb, &cqb, QpType::Uc, qp_cap(8, 8, 1, 0));
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, hca_driver::Rkey(0));
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey());
         let p = RcParams {
             access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
             ..RcParams::default()
@@ -698,7 +794,7 @@ fn uc_writes_and_sends<P: TestPlatform>(l: &mut Link<P>) {
                 1,
                 SendOp::RdmaWrite {
                     remote_addr: eb.addr + 1000,
-                    rkey: eb.rkey,
+                    rkey: eb.rkey.0,
                 },
             )
             .sgl(&[ma.sge(0, 600).unwrap()])
@@ -733,7 +829,7 @@ fn uc_writes_and_sends<P: TestPlatform>(l: &mut Link<P>) {
                     3,
                     SendOp::RdmaRead {
                         remote_addr: eb.addr,
-                        rkey: eb.rkey,
+                        rkey: eb.rkey.0,
                     },
                 )
                 .sgl(&[ma.sge(0, 8).unwrap()]),
@@ -752,36 +848,48 @@ fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(8192).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&cb, 16).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
         // Two regions on B: receives scatter across both.
-        let mb1 = pdb
-            .reg_mr_range(
-                &bb,
-                0,
-                4096,
-                AccessFlags::ALL,
-                hca_driver::verbs::MrMode::Mtt,
-            )
-            .unwrap();
-        let mb2 = pdb
-            .reg_mr_range(
-                &bb,
-                4096,
-                4096,
-                AccessFlags::ALL,
-                hca_driver::verbs::MrMode::Pa,
-            )
-            .unwrap();
+        let mb1 = Mr::register_range(
+            &pdb,
+            &bb,
+            0,
+            4096,
+            AccessFlags::ALL,
+            hca_driver::verbs::MrMode::Mtt,
+        )
+        .unwrap();
+        let mb2 = Mr::register_range(
+            &pdb,
+            &bb,
+            4096,
+            4096,
+            AccessFlags::ALL,
+            hca_driver::verbs::MrMode::Pa,
+        )
+        .unwrap();
         assert_ne!(mb1.lkey(), mb2.lkey());
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(8, 1, 4, 0));
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 8, 4, 0));
         assert!(qa.cap().max_send_sge >= 4 && qb.cap().max_recv_sge >= 4);
-        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb2.addr(), mb2.rkey().0);
+        let ea = Endpoint::of(&ca, pa, qa.number().0, 0, hca_driver::Rkey(0));
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb2.addr(), mb2.rkey());
         let p = RcParams {
             access: AccessFlags::ALL,
             ..RcParams::default()
@@ -825,7 +933,7 @@ fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
                 10,
                 SendOp::RdmaRead {
                     remote_addr: eb.addr + 2000,
-                    rkey: eb.rkey,
+                    rkey: eb.rkey.0,
                 },
             )
             .sgl(&[ma.sge(4096, 21).unwrap()]),
@@ -833,7 +941,7 @@ fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
                 11,
                 SendOp::RdmaWrite {
                     remote_addr: eb.addr + 3000,
-                    rkey: eb.rkey,
+                    rkey: eb.rkey.0,
                 },
             )
             .sgl(&[ma.sge(4096, 21).unwrap()])
@@ -849,30 +957,42 @@ fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
 }
 
 /// One thread posts, another polls the CQ: a QP is `Send`, a CQ `Sync`.
-fn posting_and_polling_on_two_threads<P: TestPlatform + Sync>(l: &mut Link<P>)
+fn posting_and_polling_on_two_threads<P: TestPlatform + Send + Sync>(l: &mut Link<P>)
 where
     P::Mmio: Send + Sync,
 {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(256).unwrap(), cb.create_cq(8).unwrap());
-        let (ba, bb) = (
-            h.a.alloc_buf(4096).unwrap(),
-            h.b().alloc_buf(1 << 16).unwrap(),
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
         );
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb
-            .reg_mr(&bb, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-            .unwrap();
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 256).unwrap()),
+            Arc::new(Cq::create(&cb, 8).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 1 << 16).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(
+            &pdb,
+            &bb,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(32, 1, 1, 0));
         let mut qb = qp(&pdb, &cqb, QpType::Rc, qp_cap(1, 1, 1, 0));
         let (_, eb) = connect_pair(
             (&ca, pa, &mut qa),
             (&cb, pb, &mut qb),
-            (mb.addr(), mb.rkey().0),
+            (mb.addr(), mb.rkey()),
             &RcParams::default(),
         );
         const N: u64 = 1000;
@@ -954,7 +1074,10 @@ fn separate_cqs_and_ipv4_gids<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
         let (porta, portb) = (ca.query_port(pa).unwrap(), cb.query_port(pb).unwrap());
         if porta.link_layer != hca_driver::LinkLayer::Ethernet {
             eprintln!("skipped: RoCE only");
@@ -972,18 +1095,34 @@ fn separate_cqs_and_ipv4_gids<P: TestPlatform>(l: &mut Link<P>) {
         };
         ca.set_gid(pa, 1, &entry(ga, maca)).unwrap();
         cb.set_gid(pb, 2, &entry(gb, macb)).unwrap();
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (sa, ra) = (ca.create_cq(8).unwrap(), ca.create_cq(8).unwrap());
-        let (sb, rb) = (cb.create_cq(8).unwrap(), cb.create_cq(8).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
-        let mut qa = pda
-            .create_qp(&QpInitAttr::new(QpType::Rc, &sa, &ra).cap(qp_cap(4, 4, 1, 16)))
-            .unwrap();
-        let mut qb = pdb
-            .create_qp(&QpInitAttr::new(QpType::Rc, &sb, &rb).cap(qp_cap(4, 4, 1, 16)))
-            .unwrap();
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (sa, ra) = (
+            Arc::new(Cq::create(&ca, 8).unwrap()),
+            Arc::new(Cq::create(&ca, 8).unwrap()),
+        );
+        let (sb, rb) = (
+            Arc::new(Cq::create(&cb, 8).unwrap()),
+            Arc::new(Cq::create(&cb, 8).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::Rc, &sa, &ra).cap(qp_cap(4, 4, 1, 16)),
+        )
+        .unwrap();
+        let mut qb = Qp::create(
+            &pdb,
+            &QpInitAttr::new(QpType::Rc, &sb, &rb).cap(qp_cap(4, 4, 1, 16)),
+        )
+        .unwrap();
         let p = RcParams::default();
         let path = |port, dgid, sgid_index, dmac| {
             let mut a = AhAttr::roce(port, dgid, sgid_index).dmac(dmac);

@@ -4,6 +4,8 @@
 //! exceeded, WR flushed, transport retry exceeded (emulated packet loss);
 //! the error state, the drain helper, SQE recovery and reuse after reset.
 
+use hca_driver::verbs::{Ah, Context, DmaBuf, Mr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hca_driver::verbs::{
@@ -19,8 +21,9 @@ use hca_tests::{Link, TestPlatform};
 use platform::Platform;
 
 /// An RC or UC QP without SGE checks (the device sees every key).
-fn raw_qp<'a, P: Platform>(pd: &'a Pd<'a, P>, cq: &'a Cq<'a, P>, t: QpType) -> Qp<'a, P> {
-    pd.create_qp(
+fn raw_qp<P: Platform + 'static>(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>, t: QpType) -> Qp<P> {
+    Qp::create(
+        pd,
         &QpInitAttr::new(t, cq, cq)
             .cap(qp_cap(16, 16, 2, 32))
             .sge_check(SgeCheck::Off),
@@ -53,37 +56,43 @@ fn status(w: &WorkCompletion, s: WcStatus, text: &str) {
 macro_rules! rc_pair {
     ($l:expr, $h:expr, $params_a:expr, $params_b:expr, |$ca:ident, $qa:ident, $cqa:ident, $qb:ident, $cqb:ident, $ma:ident, $mb:ident, $ro:ident, $bb:ident| $body:block) => {{
         let (pa, pb) = ($l.port_a, $l.port_b);
-        let $ca = $h.a.open_context().unwrap();
-        let cb = $h.b().open_context().unwrap();
-        let (pda, pdb) = ($ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let ($cqa, $cqb) = ($ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let (ba, $bb) = (
-            $h.a.alloc_buf(8192).unwrap(),
-            $h.b().alloc_buf(8192).unwrap(),
+        let $ca = Arc::new(Context::open(&$h.a).unwrap());
+        let cb = Arc::new(Context::open($h.b()).unwrap());
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&$ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
         );
-        let $ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let $mb = pdb
-            .reg_mr_range(
-                &$bb,
-                0,
-                4096,
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-                Default::default(),
-            )
-            .unwrap();
-        let $ro = pdb
-            .reg_mr_range(
-                &$bb,
-                4096,
-                4096,
-                AccessFlags::REMOTE_READ,
-                Default::default(),
-            )
-            .unwrap();
+        let ($cqa, $cqb) = (
+            Arc::new(Cq::create(&$ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let (ba, $bb) = (
+            Arc::new(DmaBuf::alloc(&$h.a, 8192).unwrap()),
+            Arc::new(DmaBuf::alloc($h.b(), 8192).unwrap()),
+        );
+        let $ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let $mb = Mr::register_range(
+            &pdb,
+            &$bb,
+            0,
+            4096,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            Default::default(),
+        )
+        .unwrap();
+        let $ro = Mr::register_range(
+            &pdb,
+            &$bb,
+            4096,
+            4096,
+            AccessFlags::REMOTE_READ,
+            Default::default(),
+        )
+        .unwrap();
         let mut $qa = raw_qp(&pda, &$cqa, QpType::Rc);
         let mut $qb = raw_qp(&pdb, &$cqb, QpType::Rc);
-        let ea = Endpoint::of(&$ca, pa, $qa.number().0, 0, 0);
-        let eb = Endpoint::of(&cb, pb, $qb.number().0, $mb.addr(), $mb.rkey().0);
+        let ea = Endpoint::of(&$ca, pa, $qa.number().0, 0, hca_driver::Rkey(0));
+        let eb = Endpoint::of(&cb, pb, $qb.number().0, $mb.addr(), $mb.rkey());
         connect(&$ca, &mut $qa, pa, &eb, &$params_a);
         connect(&cb, &mut $qb, pb, &ea, &$params_b);
         $body
@@ -256,15 +265,15 @@ fn remote_access_error<P: TestPlatform>(l: &mut Link<P>) {
             |ca, qa, cqa, qb, cqb, ma, mb, ro, bb| {
                 let _ = (&ca, &qb, &cqb, &ro, &bb);
                 let (addr, rkey) = match case {
-                    0 => (mb.addr() + 4090, mb.rkey().0),
-                    _ => (mb.addr(), mb.rkey().0 ^ 0x100),
+                    0 => (mb.addr() + 4090, mb.rkey()),
+                    _ => (mb.addr(), hca_driver::Rkey(mb.rkey().0 ^ 0x100)),
                 };
                 qa.post_send(
                     &SendWr::new(
                         2,
                         SendOp::RdmaWrite {
                             remote_addr: addr,
-                            rkey,
+                            rkey: rkey.0,
                         },
                     )
                     .sgl(&[ma.sge(0, 8).unwrap()])
@@ -421,16 +430,16 @@ fn drain_reset_and_reuse<P: TestPlatform>(l: &mut Link<P>) {
             qa.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
             qb.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
             assert_eq!(qa.query().unwrap().qp_state, QpState::Reset);
-            let ea = Endpoint::of(&ca, l.port_a, qa.number().0, 0, 0);
-            let cb = qb.pd().context();
-            let eb = Endpoint::of(cb, l.port_b, qb.number().0, 0, 0);
+            let ea = Endpoint::of(&ca, l.port_a, qa.number().0, 0, hca_driver::Rkey(0));
+            let cb = qb.pd().context().clone();
+            let eb = Endpoint::of(&cb, l.port_b, qb.number().0, 0, hca_driver::Rkey(0));
             let p = RcParams {
                 sq_psn: 0x100,
                 rq_psn: 0x100,
                 ..quick()
             };
             connect(&ca, &mut qa, l.port_a, &eb, &p);
-            connect(cb, &mut qb, l.port_b, &ea, &p);
+            connect(&cb, &mut qb, l.port_b, &ea, &p);
             post_recv_sge(&mut qb, 300, mb.sge(0, 64).unwrap());
             qa.post_send(
                 &SendWr::new(9, SendOp::Send)
@@ -454,18 +463,30 @@ fn ud_send_queue_error_and_recovery<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(4096).unwrap(), h.b().alloc_buf(4096).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&cb, 16).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = raw_qp(&pda, &cqa, QpType::Ud);
         let mut qb = raw_qp(&pdb, &cqb, QpType::Ud);
         ud_ready(&mut qa, pa, 7);
         ud_ready(&mut qb, pb, 7);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, 0, 0);
-        let ah = pda.create_ah(&path_to(&ca, pa, &eb, 64)).unwrap();
+        let eb = Endpoint::of(&cb, pb, qb.number().0, 0, hca_driver::Rkey(0));
+        let ah = Ah::create(&pda, &path_to(&ca, pa, &eb, 64)).unwrap();
         let mut bad = ma.sge(0, 8).unwrap();
         bad.lkey ^= 0x0100_0000;
         qa.post_send(

@@ -5,13 +5,16 @@
 //! RTS, the server SENDs its message, the client RDMA READs the server's
 //! buffer and RDMA WRITEs into it; each step verified byte for byte.
 
+use hca_driver::verbs::Qp;
 use hca_driver::verbs::{
     AccessFlags, QpCap, QpInitAttr, QpState, QpType, SendOp, SendWr, WcOpcode, WcStatus,
 };
+use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd};
 use hca_tests::verbs::{
     Endpoint, RcParams, path_to, poll_ok, post_recv_sge, to_init, to_rtr, to_rts,
 };
 use hca_tests::{Link, TestPlatform};
+use std::sync::Arc;
 
 /// The example's messages.
 const MSG: &str = "SEND operation ";
@@ -40,20 +43,20 @@ fn rdma_rc_example<P: TestPlatform>(l: &mut Link<P>) {
         let (hs, hc) = (&h.a, h.b());
         // resources_create: contexts, buffers, PDs, CQs of one entry,
         // memory regions, RC QPs of one work request each way.
-        let sctx = hs.open_context().unwrap();
-        let cctx = hc.open_context().unwrap();
-        let sbuf = hs.alloc_buf(MSG_SIZE).unwrap();
-        let cbuf = hc.alloc_buf(MSG_SIZE).unwrap();
+        let sctx = Arc::new(Context::open(hs).unwrap());
+        let cctx = Arc::new(Context::open(hc).unwrap());
+        let sbuf = Arc::new(DmaBuf::alloc(hs, MSG_SIZE).unwrap());
+        let cbuf = Arc::new(DmaBuf::alloc(hc, MSG_SIZE).unwrap());
         sbuf.write(0, &with_nul(MSG)).unwrap();
-        let spd = sctx.alloc_pd().unwrap();
-        let cpd = cctx.alloc_pd().unwrap();
-        let scq = sctx.create_cq(1).unwrap();
-        let ccq = cctx.create_cq(1).unwrap();
+        let spd = Arc::new(Pd::alloc(&sctx).unwrap());
+        let cpd = Arc::new(Pd::alloc(&cctx).unwrap());
+        let scq = Arc::new(Cq::create(&sctx, 1).unwrap());
+        let ccq = Arc::new(Cq::create(&cctx, 1).unwrap());
         assert_eq!(scq.cqe(), 1);
         let mr_flags =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        let smr = spd.reg_mr(&sbuf, mr_flags).unwrap();
-        let cmr = cpd.reg_mr(&cbuf, mr_flags).unwrap();
+        let smr = Mr::register(&spd, &sbuf, mr_flags).unwrap();
+        let cmr = Mr::register(&cpd, &cbuf, mr_flags).unwrap();
         let cap = QpCap {
             max_send_wr: 1,
             max_recv_wr: 1,
@@ -61,26 +64,26 @@ fn rdma_rc_example<P: TestPlatform>(l: &mut Link<P>) {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let mut sqp = spd
-            .create_qp(
-                &QpInitAttr::new(QpType::Rc, &scq, &scq)
-                    .cap(cap)
-                    .sq_sig_all(true),
-            )
-            .unwrap();
-        let mut cqp = cpd
-            .create_qp(
-                &QpInitAttr::new(QpType::Rc, &ccq, &ccq)
-                    .cap(cap)
-                    .sq_sig_all(true),
-            )
-            .unwrap();
+        let mut sqp = Qp::create(
+            &spd,
+            &QpInitAttr::new(QpType::Rc, &scq, &scq)
+                .cap(cap)
+                .sq_sig_all(true),
+        )
+        .unwrap();
+        let mut cqp = Qp::create(
+            &cpd,
+            &QpInitAttr::new(QpType::Rc, &ccq, &ccq)
+                .cap(cap)
+                .sq_sig_all(true),
+        )
+        .unwrap();
         assert!(sqp.cap().max_send_wr >= 1 && sqp.cap().max_recv_wr >= 1);
         assert_eq!(sqp.state(), QpState::Reset);
 
         // connect_qp: exchange address, rkey, QP number, LID, GID.
-        let s_ep = Endpoint::of(&sctx, port_s, sqp.number().0, smr.addr(), smr.rkey().0);
-        let c_ep = Endpoint::of(&cctx, port_c, cqp.number().0, cmr.addr(), cmr.rkey().0);
+        let s_ep = Endpoint::of(&sctx, port_s, sqp.number().0, smr.addr(), smr.rkey());
+        let c_ep = Endpoint::of(&cctx, port_c, cqp.number().0, cmr.addr(), cmr.rkey());
         let p = RcParams::default();
         to_init(&mut sqp, port_s, p.access);
         to_init(&mut cqp, port_c, p.access);
@@ -134,7 +137,7 @@ fn rdma_rc_example<P: TestPlatform>(l: &mut Link<P>) {
                 0x4ead,
                 SendOp::RdmaRead {
                     remote_addr: s_ep.addr,
-                    rkey: s_ep.rkey,
+                    rkey: s_ep.rkey.0,
                 },
             )
             .sgl(&[csge]),
@@ -160,7 +163,7 @@ fn rdma_rc_example<P: TestPlatform>(l: &mut Link<P>) {
                 0x3717e,
                 SendOp::RdmaWrite {
                     remote_addr: s_ep.addr,
-                    rkey: s_ep.rkey,
+                    rkey: s_ep.rkey.0,
                 },
             )
             .sgl(&[csge]),
@@ -182,10 +185,17 @@ fn rdma_rc_example<P: TestPlatform>(l: &mut Link<P>) {
         smr.deregister().unwrap();
         cmr.deregister().unwrap();
         drop((sbuf, cbuf));
-        scq.destroy().unwrap();
-        ccq.destroy().unwrap();
-        spd.destroy().unwrap();
-        cpd.destroy().unwrap();
+        // The QPs and regions are gone, so these are the last handles.
+        Cq::try_destroy(scq).unwrap();
+        Cq::try_destroy(ccq).unwrap();
+        Arc::into_inner(spd)
+            .expect("the last handle")
+            .destroy()
+            .unwrap();
+        Arc::into_inner(cpd)
+            .expect("the last handle")
+            .destroy()
+            .unwrap();
     }
     l.close(h);
 }

@@ -3,7 +3,9 @@
 //! and a Unix datagram socket (the wire between two processes' emulated
 //! HCAs, here two HCAs of this process that only share the socket).
 
+use hca_driver::verbs::{Ah, Context, Cq, DmaBuf, Mr, Pd, Qp};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode};
@@ -18,18 +20,30 @@ fn rc_both_ways(l: &mut Link<EmuPlatform>, rounds: u32) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (h.a.open_context().unwrap(), h.b().open_context().unwrap());
+        let (ca, cb) = (
+            Arc::new(Context::open(&h.a).unwrap()),
+            Arc::new(Context::open(h.b()).unwrap()),
+        );
         assert_eq!(ca.query_port(pa).unwrap().state, PortState::Active);
-        let (pda, pdb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-        let (cqa, cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
-        let (ba, bb) = (h.a.alloc_buf(8192).unwrap(), h.b().alloc_buf(8192).unwrap());
-        let ma = pda.reg_mr(&ba, AccessFlags::ALL).unwrap();
-        let mb = pdb.reg_mr(&bb, AccessFlags::ALL).unwrap();
+        let (pda, pdb) = (
+            Arc::new(Pd::alloc(&ca).unwrap()),
+            Arc::new(Pd::alloc(&cb).unwrap()),
+        );
+        let (cqa, cqb) = (
+            Arc::new(Cq::create(&ca, 64).unwrap()),
+            Arc::new(Cq::create(&cb, 64).unwrap()),
+        );
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::ALL).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::ALL).unwrap();
         let rc = |cq| QpInitAttr::new(QpType::Rc, cq, cq).cap(qp_cap(16, 16, 1, 64));
-        let mut qa = pda.create_qp(&rc(&cqa)).unwrap();
-        let mut qb = pdb.create_qp(&rc(&cqb)).unwrap();
-        let ea = Endpoint::of(&ca, pa, qa.number().0, ma.addr(), ma.rkey().0);
-        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey().0);
+        let mut qa = Qp::create(&pda, &rc(&cqa)).unwrap();
+        let mut qb = Qp::create(&pdb, &rc(&cqb)).unwrap();
+        let ea = Endpoint::of(&ca, pa, qa.number().0, ma.addr(), ma.rkey());
+        let eb = Endpoint::of(&cb, pb, qb.number().0, mb.addr(), mb.rkey());
         let p = RcParams {
             access: AccessFlags::ALL,
             ..RcParams::default()
@@ -80,7 +94,7 @@ fn rc_both_ways(l: &mut Link<EmuPlatform>, rounds: u32) {
                 7,
                 SendOp::RdmaWrite {
                     remote_addr: eb.addr + 4096,
-                    rkey: eb.rkey,
+                    rkey: eb.rkey.0,
                 },
             )
             .sgl(&[ma.sge(4096, 23).unwrap()])
@@ -100,7 +114,7 @@ fn a_loopback_plug_brings_the_link_up_and_carries_two_qps_of_one_hca() {
     let mut a = Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default());
     // No cable: the port is down.
     a.with_open(|hca, _| {
-        let ctx = hca.open_context().unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
         assert_eq!(ctx.query_port(1).unwrap().state, PortState::Down);
     });
     let emu = a.emu().unwrap();
@@ -127,7 +141,7 @@ fn a_loopback_plug_brings_the_link_up_and_carries_two_qps_of_one_hca() {
     // Unplugged, the link is down again.
     l.a.emu().unwrap().disconnect(1);
     l.a.with_open(|hca, _| {
-        let ctx = hca.open_context().unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
         assert_eq!(ctx.query_port(1).unwrap().state, PortState::Down);
     });
 }
@@ -169,19 +183,21 @@ fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
     l.emu_b().disconnect(1);
     assert!(!sb.exists());
     l.a.with_open(|hca, emu| {
-        let ctx = hca.open_context().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(4).unwrap();
-        let mut qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq).cap(qp_cap(4, 4, 1, 64)))
-            .unwrap();
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 4).unwrap());
+        let mut qp = Qp::create(
+            &pd,
+            &QpInitAttr::new(QpType::Ud, &cq, &cq).cap(qp_cap(4, 4, 1, 64)),
+        )
+        .unwrap();
         hca_tests::verbs::ud_ready(&mut qp, 1, 0x11);
-        let me = Endpoint::of(&ctx, 1, qp.number().0, 0, 0);
+        let me = Endpoint::of(&ctx, 1, qp.number().0, 0, hca_driver::Rkey(0));
         let before = emu.socket_frames_unsent(1);
         // To a MAC that is not the port's own, so the frame leaves the port.
         let mut attr = hca_tests::verbs::path_to(&ctx, 1, &me, 64);
         attr = attr.dmac([0x02, 0, 0, 0, 0, 0x99]);
-        let away = pd.create_ah(&attr).unwrap();
+        let away = Ah::create(&pd, &attr).unwrap();
         qp.post_send(
             &SendWr::new(1, SendOp::Send)
                 .inline(b"into the void")
