@@ -204,8 +204,10 @@ impl<P> From<Failure<P>> for Error {
 /// and device information.
 ///
 /// Every method takes `&self` and may be called from several threads;
-/// resources borrow the `Hca` ([`Pd`](crate::Pd), [`Cq`](crate::Cq)...), so
-/// it cannot be closed while one exists. [`Hca::close`] tears the device
+/// raw firmware objects borrow the `Hca` ([`fw::Pd`](crate::fw::Pd),
+/// [`fw::Cq`](crate::fw::Cq)...) and verbs objects hold a handle of it
+/// (e.g. an `Arc<Hca>`, see [`verbs::Share`](crate::verbs::Share)), so it
+/// cannot be closed while one exists. [`Hca::close`] tears the device
 /// down in PRM order and hands the platform back; dropping an `Hca` does the
 /// same, logging errors.
 pub struct Hca<P: Platform> {

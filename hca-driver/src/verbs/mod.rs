@@ -33,7 +33,7 @@
 //! QP takes `&mut self`, polling a CQ `&self`).
 //!
 //! The handles are those of a [`Share`] family, the type parameter `S` of
-//! every verbs type: [`ArcShare`] (`Arc`, feature `alloc`, on with `std`,
+//! every verbs type: `ArcShare` (`Arc`, feature `alloc`, on with `std`,
 //! and then the default) or [`StaticShare`] (`&'static`, for bare metal
 //! without a heap: the caller keeps parents in statics). Every object is
 //! created by an associated function of its type from its parents'

@@ -6,7 +6,7 @@
 //! moved to another thread, and a parent cannot go while a child uses it.
 //! The handle type is chosen once per program by a [`Share`] family:
 //!
-//! - [`ArcShare`] (feature `alloc`, on with `std`): `Arc<T>`. A parent is
+//! - `ArcShare` (feature `alloc`, on with `std`): `Arc<T>`. A parent is
 //!   destroyed when its last handle drops; [`Share::try_unwrap`] is
 //!   `Arc::try_unwrap`.
 //! - [`StaticShare`]: `&'static T`, for bare metal without a heap. The
@@ -92,11 +92,11 @@ impl<T: 'static> Handle<T> for alloc::sync::Arc<T> {
     }
 }
 
-/// The family the verbs types use when none is named: [`ArcShare`] with
+/// The family the verbs types use when none is named: `ArcShare` with
 /// the `alloc` feature, [`StaticShare`] without.
 #[cfg(feature = "alloc")]
 pub type DefaultShare = ArcShare;
-/// The family the verbs types use when none is named: [`ArcShare`] with
+/// The family the verbs types use when none is named: `ArcShare` with
 /// the `alloc` feature, [`StaticShare`] without.
 #[cfg(not(feature = "alloc"))]
 pub type DefaultShare = StaticShare;
