@@ -57,11 +57,10 @@ mod spec;
 
 use std::io::Write;
 
-use crate::device::{HcaTask, OpenOptions, Selection, run_hca, run_pair, with_emulated};
+use crate::device::{Device, DevicePair, OpenOptions, Selection};
 use crate::error::{Result, ToolError};
 use crate::peer::{self, Mode};
 pub use arguments::PerfArgs;
-use local::Loopback;
 use remote::Split;
 use report::Printer;
 
@@ -75,41 +74,38 @@ pub fn run(
 ) -> Result<()> {
     let (spec, local, mode) = a.validate()?;
     match mode {
-        Mode::Loopback => run_pair(
-            sel,
-            open,
-            Loopback {
-                spec,
-                local,
-                printer: Printer { out, json: as_json },
-            },
-        ),
+        Mode::Loopback => {
+            let pair = DevicePair::open(sel, open)?;
+            let mut printer = Printer { out, json: as_json };
+            let r = local::run(&spec, &local, &mut printer, &pair);
+            pair.finish(r)
+        }
         Mode::Server { port } => {
             // Listen first: a port in use is known before any bring-up.
             let listener = peer::listen(port)?;
-            run_hca(
-                sel,
-                open,
-                Split {
-                    spec,
-                    local,
-                    mode: Mode::Server { port },
-                    listener: Some(listener),
-                    printer: Printer { out, json: as_json },
-                },
-            )
+            let side = Split {
+                spec,
+                local,
+                mode: Mode::Server { port },
+                listener: Some(listener),
+                printer: Printer { out, json: as_json },
+            };
+            let dev = Device::open(sel, open)?;
+            let r = remote::run(side, &dev);
+            dev.finish(r)
         }
-        Mode::Client { .. } => run_hca(
-            sel,
-            open,
-            Split {
+        Mode::Client { .. } => {
+            let side = Split {
                 spec,
                 local,
                 mode,
                 listener: None,
                 printer: Printer { out, json: as_json },
-            },
-        ),
+            };
+            let dev = Device::open(sel, open)?;
+            let r = remote::run(side, &dev);
+            dev.finish(r)
+        }
         Mode::TcpLoopback { port } => {
             if *sel != Selection::Emulator {
                 return Err(ToolError::Usage(
@@ -127,42 +123,38 @@ pub fn run(
                 port,
                 move |listener| {
                     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-                    with_emulated(&eb, None, open.wait_mode, |h, d| {
-                        Split {
-                            spec: server_spec,
-                            local: server_local,
-                            mode: Mode::Server { port },
-                            listener: Some(listener),
-                            printer: Printer {
-                                out: so,
-                                json: false,
-                            },
-                        }
-                        .run(h, d)
-                    })
+                    let side = Split {
+                        spec: server_spec,
+                        local: server_local,
+                        mode: Mode::Server { port },
+                        listener: Some(listener),
+                        printer: Printer {
+                            out: so,
+                            json: false,
+                        },
+                    };
+                    let dev = Device::open_emulated(&eb, None, open.wait_mode)?;
+                    let r = remote::run(side, &dev);
+                    dev.finish(r)
                 },
                 |port| {
-                    with_emulated(
-                        &ea,
-                        open.dump_commands.as_deref(),
-                        open.wait_mode,
-                        |h, d| {
-                            Split {
-                                spec,
-                                local,
-                                mode: Mode::Client {
-                                    host: "127.0.0.1".into(),
-                                    port,
-                                },
-                                listener: None,
-                                printer: Printer {
-                                    out: co,
-                                    json: as_json,
-                                },
-                            }
-                            .run(h, d)
+                    let side = Split {
+                        spec,
+                        local,
+                        mode: Mode::Client {
+                            host: "127.0.0.1".into(),
+                            port,
                         },
-                    )
+                        listener: None,
+                        printer: Printer {
+                            out: co,
+                            json: as_json,
+                        },
+                    };
+                    let dev =
+                        Device::open_emulated(&ea, open.dump_commands.as_deref(), open.wait_mode)?;
+                    let r = remote::run(side, &dev);
+                    dev.finish(r)
                 },
             );
             crate::device::end_capture(cap, &ea, r)?;

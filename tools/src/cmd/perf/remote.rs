@@ -14,12 +14,13 @@ use super::protocol::{ClientMsg, PROTOCOL, ServerMsg, min_mtu};
 use super::report::{PerfReport, Printer};
 use super::side::{Engine, connect_all, inline_for, local_endpoints, probe_port, progress_text};
 use super::spec::{Conn, Spec};
-use crate::device::{DeviceDesc, HcaTask, Selection};
+use crate::device::{Device, DeviceDesc, Selection};
 use crate::error::{Result, ToolError};
 use crate::peer::{self, Control, EXCHANGE_TIMEOUT, Mode};
 use crate::progress::{self, Progress};
 use crate::rdma::{Pacer, PortView, Side, with_side};
 
+/// One side of a test over the wire: what it runs, and where.
 pub(super) struct Split<'o> {
     /// This process's spec (the server runs the client's).
     pub(super) spec: Spec,
@@ -29,53 +30,52 @@ pub(super) struct Split<'o> {
     pub(super) printer: Printer<'o>,
 }
 
-impl HcaTask for Split<'_> {
-    type Output = ();
-
-    fn run<P: Platform>(self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<()> {
-        let Split {
-            spec,
-            local,
-            mode,
-            listener,
-            mut printer,
-        } = self;
-        let hint = if dev.selection == Selection::Emulator {
-            peer::emulator_down_hint(&mode)
-        } else {
-            ""
-        };
-        match &mode {
-            Mode::Client { host, port } => {
-                // An unreachable server is the first thing to know.
-                let stream = peer::connect(host, *port)?;
-                if local.perftest {
-                    let port = probe_port(hca, "client", local.ib_port, local.gid_index, hint)?;
-                    return perftest::run_side(&spec, true, stream, hca, dev, &port, &mut printer);
-                }
-                let mut ctl = Control::new(stream, "server")?;
-                let r = run_client(spec, &local, hca, dev, hint, &mut ctl, &mut printer);
-                if let Err(e) = &r {
-                    ctl.send_error(e);
-                }
-                r
+/// Runs this process's side of the test on `device`: the client, or the
+/// server on its listener.
+pub(super) fn run(side: Split<'_>, device: &Device) -> Result<()> {
+    let (hca, dev) = (device.hca(), device.desc());
+    let Split {
+        spec,
+        local,
+        mode,
+        listener,
+        mut printer,
+    } = side;
+    let hint = if dev.selection == Selection::Emulator {
+        peer::emulator_down_hint(&mode)
+    } else {
+        ""
+    };
+    match &mode {
+        Mode::Client { host, port } => {
+            // An unreachable server is the first thing to know.
+            let stream = peer::connect(host, *port)?;
+            if local.perftest {
+                let port = probe_port(hca, "client", local.ib_port, local.gid_index, hint)?;
+                return perftest::run_side(&spec, true, stream, hca, dev, &port, &mut printer);
             }
-            _ => {
-                let port = probe_port(hca, "server", local.ib_port, local.gid_index, hint)?;
-                let listener = listener
-                    .ok_or_else(|| ToolError::Usage("the server has no TCP listener".into()))?;
-                let stream = peer::accept(&listener)?;
-                drop(listener);
-                if local.perftest {
-                    return perftest::run_side(&spec, false, stream, hca, dev, &port, &mut printer);
-                }
-                let mut ctl = Control::new(stream, "client")?;
-                let r = run_server(&spec, hca, dev, &port, &mut ctl, &mut printer);
-                if let Err(e) = &r {
-                    ctl.send_error(e);
-                }
-                r
+            let mut ctl = Control::new(stream, "server")?;
+            let r = run_client(spec, &local, hca, dev, hint, &mut ctl, &mut printer);
+            if let Err(e) = &r {
+                ctl.send_error(e);
             }
+            r
+        }
+        _ => {
+            let port = probe_port(hca, "server", local.ib_port, local.gid_index, hint)?;
+            let listener = listener
+                .ok_or_else(|| ToolError::Usage("the server has no TCP listener".into()))?;
+            let stream = peer::accept(&listener)?;
+            drop(listener);
+            if local.perftest {
+                return perftest::run_side(&spec, false, stream, hca, dev, &port, &mut printer);
+            }
+            let mut ctl = Control::new(stream, "client")?;
+            let r = run_server(&spec, hca, dev, &port, &mut ctl, &mut printer);
+            if let Err(e) = &r {
+                ctl.send_error(e);
+            }
+            r
         }
     }
 }
