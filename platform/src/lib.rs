@@ -9,6 +9,9 @@
 //!   heap: the caller hands in a physically contiguous region and the BAR's
 //!   virtual address), the `vfio` backend (Linux userspace on a device bound to
 //!   `vfio-pci`, feature `vfio`), and by `hca-emu`, the emulated ConnectX.
+//! - [`Either`]: one of two platforms chosen at run time (a tool that
+//!   opens the emulated ConnectX or a VFIO function holds one concrete
+//!   `Hca<Either<..>>`), forwarding every call at the cost of one branch.
 //! - [`Mmio`]: aligned, bounds-checked, never-torn 32-bit register reads and
 //!   writes, the 64-bit doorbell store and the ordered BlueFlame copy.
 //! - [`DmaRegion`]: a block of DMA memory with its host address and IOVA,
@@ -44,6 +47,7 @@ extern crate std;
 pub mod bare_metal;
 pub mod barrier;
 mod dma;
+mod either;
 mod error;
 #[cfg(feature = "std")]
 pub mod host;
@@ -53,6 +57,7 @@ mod pages;
 pub mod vfio;
 
 pub use dma::DmaRegion;
+pub use either::Either;
 pub use error::Error;
 pub use firmware_cmds::endian::{Be16, Be32, Be64};
 pub use mmio::{Mmio, MmioWindow, Register64};

@@ -3,14 +3,26 @@
 //!
 //! `-d <bdf>` opens a PCI function bound to vfio-pci through
 //! `platform::vfio`; no `-d` (or `-d emu`) builds the emulated ConnectX-4 of
-//! `hca-emu` and says so on stderr. A command implements [`HcaTask`] (runs
-//! on a brought-up [`Hca`]) or [`PlatformTask`] (runs on the bare platform,
-//! before or without bring-up), and [`run_hca`] / [`run_platform`] take care
-//! of opening, the command recorder (`--dump-commands`), progress on a
-//! terminal, and teardown. A test with two sides implements [`PairTask`]
-//! and runs through [`run_pair`] (two emulated HCAs cabled together, or
-//! one real function for both sides); [`with_emulated`] brings up one HCA
-//! of an emulated pair on a thread of its own (`--tcp-loopback`).
+//! `hca-emu` and says so on stderr. Either way the device is one concrete
+//! type, [`ToolHca`] (an `Hca` over [`ToolPlatform`]), which a command
+//! holds in locals and structs like any other value:
+//!
+//! - [`Device::open`] brings the selected device up and returns it;
+//!   [`Device::finish`] tears it down and reports (the command's error
+//!   first, then the teardown's, the capture's and the command dump's).
+//!   It owns what the run needs besides the HCA: the emulated HCA, the
+//!   `--dump-commands` recorder (progress on a terminal too) and the
+//!   `--pcap` capture.
+//! - [`DevicePair::open`] opens both sides of a pair command (two emulated
+//!   HCAs cabled together, one real function for both sides, or two
+//!   functions `-d a,b`).
+//! - [`BareDevice::open`] opens the platform alone, without bring-up
+//!   (registers only).
+//! - [`Device::open_emulated`] brings up one HCA of an [`emulated_pair`] on
+//!   a thread of its own (`--tcp-loopback`).
+//!
+//! Dropped without `finish` (an early return), each tears down just the
+//! same and logs what failed.
 //!
 //! On the emulator, `--wire SPEC` (or `HCA_EMU_WIRE`) cables port 1 of
 //! this process's emulated HCA to a datagram socket wire
@@ -29,9 +41,9 @@ use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use firmware_cmds::Opcode;
 use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Hca, WaitMode};
-use hca_emu::{Clock, EmuConfig, EmuHca, WireSpec};
-use platform::Platform;
+use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, WireSpec};
 use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
+use platform::{Either, Platform};
 
 use crate::capture::Capture;
 use crate::error::{Result, ToolError};
@@ -155,22 +167,18 @@ pub struct DeviceDesc {
     pub describe: String,
 }
 
-/// A command that runs on a brought-up device.
-pub trait HcaTask {
-    /// What it returns.
-    type Output;
-    /// Runs on `hca`.
-    fn run<P: Platform>(self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<Self::Output>;
-}
+/// The platform every command runs on: the emulated ConnectX of `hca-emu`
+/// (`Left`) or a PCI function under VFIO (`Right`), chosen at run time and
+/// held in this one concrete type, so that an opened device is an ordinary
+/// value ([`ToolHca`]) a command keeps in locals and structs.
+///
+/// Every platform and register call, each doorbell included, pays one
+/// well-predicted branch on the variant ([`platform::Either`]); the
+/// data-path benchmarks are not in the tool and use the platform itself.
+pub type ToolPlatform = Either<EmuPlatform, VfioPlatform>;
 
-/// A command that runs on the platform alone (BAR0 registers), without
-/// bringing the device up.
-pub trait PlatformTask {
-    /// What it returns.
-    type Output;
-    /// Runs on `platform`.
-    fn run<P: Platform>(self, platform: &P, dev: &DeviceDesc) -> Result<Self::Output>;
-}
+/// A brought-up device of the tool.
+pub type ToolHca = Hca<ToolPlatform>;
 
 /// A `fmt::Write` into a buffered file that keeps the first I/O error.
 struct FileSink {
@@ -348,49 +356,159 @@ fn vfio_options(opts: &OpenOptions) -> VfioOptions {
     }
 }
 
-/// Opens the selected device, brings it up, runs `task`, tears it down.
-pub fn run_hca<T: HcaTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Result<T::Output> {
-    let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
-    let r = match sel {
-        Selection::Emulator => {
-            let (emu, cap) = emulator(opts)?;
-            let r = bring_up_and_run(emu.platform(), sel, recorder, opts.wait_mode, task);
-            end_capture(cap, &emu, r)
+/// What a device keeps besides its HCA(s): the emulated HCA(s) this
+/// process built for it, the `--pcap` capture of side A's port 1 and the
+/// `--dump-commands` recorder. Closed after the HCA(s): the capture ends
+/// and the dump is flushed, by [`close`](Self::close) or on drop.
+struct Backing {
+    /// The emulated HCA (side A's of a pair) the capture is on.
+    emu: Option<EmuHca>,
+    /// Side B's emulated HCA of a pair.
+    emu_b: Option<EmuHca>,
+    cap: Option<Capture>,
+    recorder: Option<&'static ToolRecorder>,
+}
+
+impl Backing {
+    /// Nothing yet but the recorder, if any.
+    fn new(recorder: Option<&'static ToolRecorder>) -> Self {
+        Backing {
+            emu: None,
+            emu_b: None,
+            cap: None,
+            recorder,
         }
-        Selection::Vfio(bdf) => {
-            opts.emulator_only()?;
-            let p = VfioPlatform::open(bdf, vfio_options(opts))?;
-            bring_up_and_run(p, sel, recorder, opts.wait_mode, task)
+    }
+
+    /// Ends the capture, then flushes the recorder; the capture's error
+    /// first. A second call does nothing.
+    fn close(&mut self) -> Result<()> {
+        let done = match (self.cap.take(), &self.emu) {
+            (Some(c), Some(emu)) => c.finish(emu).map(drop),
+            _ => Ok(()),
+        };
+        let flushed = self.recorder.take().map_or(Ok(()), |r| r.finish());
+        done?;
+        flushed
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::error!("{e}");
         }
-        Selection::VfioPair(..) => Err(sel.one_device_only()),
-    };
-    let flushed = recorder.finish();
+    }
+}
+
+/// The result of a command, then the teardown's and the backing's errors,
+/// in that order (a teardown error after a failed command is logged).
+fn conclude<T>(result: Result<T>, closed: Result<()>, backing: &mut Backing) -> Result<T> {
+    let r = finish(result, closed);
+    let after = backing.close();
     let out = r?;
-    flushed?;
+    after?;
     Ok(out)
 }
 
-fn bring_up_and_run<P: Platform, T: HcaTask>(
-    platform: P,
-    sel: &Selection,
-    recorder: &'static ToolRecorder,
-    wait_mode: WaitMode,
-    task: T,
-) -> Result<T::Output> {
-    let dev = desc_of(&platform, sel);
-    let hca = open_hca(platform, &dev, Some(recorder), wait_mode)?;
-    let result = task.run(&hca, &dev);
-    finish(result, close_hca(hca, &dev))
+/// A brought-up device (`-d <bdf>` or the emulator), held by a command
+/// for as long as it needs it.
+///
+/// [`finish`](Self::finish) tears it down and reports: the command's
+/// error first, then the teardown's, the `--pcap` capture's and the
+/// `--dump-commands` file's. Dropped without `finish` (an early return), it
+/// tears down just the same and logs what failed.
+pub struct Device {
+    // Declared first: dropped (torn down) before what backs it. Boxed:
+    // an `Hca` is tens of kilobytes, and the device moves.
+    hca: Box<ToolHca>,
+    desc: DeviceDesc,
+    backing: Backing,
 }
 
-/// A command that runs on two sides of a wire (perf and pingpong in one
-/// process): side A (the client) and side B (the server).
-pub trait PairTask {
-    /// What it returns.
-    type Output;
-    /// Runs on `a` and `b` (the same HCA when the device is one real
-    /// function: both sides then share it, on its ports).
-    fn run<P: Platform>(self, a: &Hca<P>, b: &Hca<P>, dev: &PairDesc) -> Result<Self::Output>;
+impl Device {
+    /// Opens the selected device and brings it up (a progress line on a
+    /// terminal; `--dump-commands` records from here). A pair (`-d a,b`)
+    /// is an error: the command runs on one device.
+    pub fn open(sel: &Selection, opts: &OpenOptions) -> Result<Device> {
+        let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
+        let mut backing = Backing::new(Some(recorder));
+        let platform = match sel {
+            Selection::Emulator => {
+                let (emu, cap) = emulator(opts)?;
+                let p = emu.platform();
+                backing.emu = Some(emu);
+                backing.cap = cap;
+                Either::Left(p)
+            }
+            Selection::Vfio(bdf) => {
+                opts.emulator_only()?;
+                Either::Right(VfioPlatform::open(bdf, vfio_options(opts))?)
+            }
+            Selection::VfioPair(..) => return Err(sel.one_device_only()),
+        };
+        Self::bring_up(platform, sel, recorder, opts.wait_mode, backing)
+    }
+
+    /// Brings up an emulated HCA the caller built (one of a cabled pair,
+    /// on a thread of its own: `--tcp-loopback`), which must outlive the
+    /// device. `dump_commands` records its command traffic.
+    pub fn open_emulated(
+        emu: &EmuHca,
+        dump_commands: Option<&Path>,
+        wait_mode: WaitMode,
+    ) -> Result<Device> {
+        let recorder = ToolRecorder::leak(dump_commands)?;
+        let backing = Backing::new(Some(recorder));
+        Self::bring_up(
+            Either::Left(emu.platform()),
+            &Selection::Emulator,
+            recorder,
+            wait_mode,
+            backing,
+        )
+    }
+
+    fn bring_up(
+        platform: ToolPlatform,
+        sel: &Selection,
+        recorder: &'static ToolRecorder,
+        wait_mode: WaitMode,
+        mut backing: Backing,
+    ) -> Result<Device> {
+        let desc = desc_of(&platform, sel);
+        match open_hca(platform, &desc, Some(recorder), wait_mode) {
+            Ok(hca) => Ok(Device { hca, desc, backing }),
+            Err(e) => {
+                // The capture and the dump of a failed bring-up are kept;
+                // the bring-up's error is the one reported.
+                let _ = backing.close();
+                Err(e)
+            }
+        }
+    }
+
+    /// The brought-up HCA.
+    pub fn hca(&self) -> &ToolHca {
+        &self.hca
+    }
+
+    /// What the command knows about the device.
+    pub fn desc(&self) -> &DeviceDesc {
+        &self.desc
+    }
+
+    /// Tears the device down and returns `result`, unless the command
+    /// succeeded and the teardown, the capture or the command dump failed.
+    pub fn finish<T>(self, result: Result<T>) -> Result<T> {
+        let Device {
+            hca,
+            desc,
+            mut backing,
+        } = self;
+        let closed = close_hca(*hca, &desc);
+        conclude(result, closed, &mut backing)
+    }
 }
 
 /// What a pair command knows about the devices it runs on.
@@ -428,106 +546,159 @@ pub fn emulated_pair(opts: &OpenOptions) -> Result<(EmuHca, EmuHca, Option<Captu
     Ok((a, b, cap))
 }
 
-/// Opens both sides of a pair command: on the emulator two emulated HCAs
-/// cabled together (side A records `--dump-commands`), on a PCI function
-/// that one function for both sides. Brings them up, runs `task`, tears
-/// them down.
-pub fn run_pair<T: PairTask>(sel: &Selection, opts: &OpenOptions, task: T) -> Result<T::Output> {
-    let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
-    let r = match sel {
-        Selection::Emulator => {
-            let (ea, eb, cap) = emulated_pair(opts)?;
-            let r = run_two(
-                (ea.platform(), eb.platform()),
-                sel,
-                "two emulated HCAs, port 1 cabled to port 1".to_string(),
-                recorder,
-                opts.wait_mode,
-                task,
-            );
-            end_capture(cap, &ea, r)
-        }
-        Selection::Vfio(bdf) => {
-            opts.emulator_only()?;
-            let p = VfioPlatform::open(bdf, vfio_options(opts))?;
-            let d = desc_of(&p, sel);
-            let h = open_hca(p, &d, Some(recorder), opts.wait_mode)?;
-            let desc = PairDesc {
-                a: d.clone(),
-                two_hcas: false,
-                link: format!("both sides on {} (its port(s) looped back)", d.describe),
-            };
-            let result = task.run(&h, &h, &desc);
-            finish(result, close_hca(h, &d))
-        }
-        Selection::VfioPair(a, b) => {
-            opts.emulator_only()?;
-            let pa = VfioPlatform::open(a, vfio_options(opts))?;
-            let pb = VfioPlatform::open(b, vfio_options(opts))?;
-            let link = format!(
-                "{a} and {b} ({} and {}), their ports cabled together",
-                pa.describe(),
-                pb.describe()
-            );
-            run_two((pa, pb), sel, link, recorder, opts.wait_mode, task)
-        }
-    };
-    let flushed = recorder.finish();
-    let out = r?;
-    flushed?;
-    Ok(out)
+/// The two sides of a pair command (perf and pingpong in one process),
+/// brought up: on the emulator two emulated HCAs cabled together (side A
+/// records `--dump-commands`), on a PCI function that one function for
+/// both sides, on two functions (`-d a,b`) one each.
+///
+/// [`finish`](Self::finish) tears both down (B, then A) and reports as
+/// [`Device::finish`]; dropped without it, it tears them down and logs
+/// what failed.
+pub struct DevicePair {
+    // Declared first: side B is torn down first, then side A, then what
+    // backs them.
+    b: Option<(Box<ToolHca>, DeviceDesc)>,
+    a: Box<ToolHca>,
+    desc: PairDesc,
+    backing: Backing,
 }
 
-/// Brings up two HCAs (side A records the commands), runs a pair task on
-/// them, tears both down.
-fn run_two<P: Platform, T: PairTask>(
-    (pa, pb): (P, P),
-    sel: &Selection,
-    link: String,
-    recorder: &'static ToolRecorder,
-    wait_mode: WaitMode,
-    task: T,
-) -> Result<T::Output> {
-    let (da, db) = (desc_of(&pa, sel), desc_of(&pb, sel));
-    let ha = open_hca(pa, &da, Some(recorder), wait_mode)?;
-    let hb = match open_hca(pb, &db, None, wait_mode) {
-        Ok(h) => h,
-        Err(e) => {
-            let _ = close_hca(ha, &da);
-            return Err(e);
+impl DevicePair {
+    /// Opens and brings up both sides of the selected device.
+    pub fn open(sel: &Selection, opts: &OpenOptions) -> Result<DevicePair> {
+        let recorder = ToolRecorder::leak(opts.dump_commands.as_deref())?;
+        let mut backing = Backing::new(Some(recorder));
+        match sel {
+            Selection::Emulator => {
+                let (ea, eb, cap) = emulated_pair(opts)?;
+                let platforms = (Either::Left(ea.platform()), Either::Left(eb.platform()));
+                backing.emu = Some(ea);
+                backing.emu_b = Some(eb);
+                backing.cap = cap;
+                Self::two(
+                    platforms,
+                    sel,
+                    "two emulated HCAs, port 1 cabled to port 1".to_string(),
+                    recorder,
+                    opts.wait_mode,
+                    backing,
+                )
+            }
+            Selection::Vfio(bdf) => {
+                opts.emulator_only()?;
+                let p = Either::Right(VfioPlatform::open(bdf, vfio_options(opts))?);
+                let d = desc_of(&p, sel);
+                let h = match open_hca(p, &d, Some(recorder), opts.wait_mode) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let _ = backing.close();
+                        return Err(e);
+                    }
+                };
+                let desc = PairDesc {
+                    a: d.clone(),
+                    two_hcas: false,
+                    link: format!("both sides on {} (its port(s) looped back)", d.describe),
+                };
+                Ok(DevicePair {
+                    b: None,
+                    a: h,
+                    desc,
+                    backing,
+                })
+            }
+            Selection::VfioPair(a, b) => {
+                opts.emulator_only()?;
+                let pa = VfioPlatform::open(a, vfio_options(opts))?;
+                let pb = VfioPlatform::open(b, vfio_options(opts))?;
+                let link = format!(
+                    "{a} and {b} ({} and {}), their ports cabled together",
+                    pa.describe(),
+                    pb.describe()
+                );
+                Self::two(
+                    (Either::Right(pa), Either::Right(pb)),
+                    sel,
+                    link,
+                    recorder,
+                    opts.wait_mode,
+                    backing,
+                )
+            }
         }
-    };
-    let desc = PairDesc {
-        a: da.clone(),
-        two_hcas: true,
-        link,
-    };
-    let result = task.run(&ha, &hb, &desc);
-    let cb = close_hca(hb, &db);
-    let ca = close_hca(ha, &da);
-    finish(result, ca.and(cb))
-}
+    }
 
-/// Brings up an emulated HCA the caller built (one of a cabled pair, in a
-/// thread of its own), runs `f` on it, tears it down. `dump_commands`
-/// records its command traffic.
-pub fn with_emulated<R>(
-    emu: &EmuHca,
-    dump_commands: Option<&Path>,
-    wait_mode: WaitMode,
-    f: impl FnOnce(&Hca<hca_emu::EmuPlatform>, &DeviceDesc) -> Result<R>,
-) -> Result<R> {
-    let recorder = ToolRecorder::leak(dump_commands)?;
-    let p = emu.platform();
-    let dev = desc_of(&p, &Selection::Emulator);
-    let r = open_hca(p, &dev, Some(recorder), wait_mode).and_then(|hca| {
-        let result = f(&hca, &dev);
-        finish(result, close_hca(hca, &dev))
-    });
-    let flushed = recorder.finish();
-    let out = r?;
-    flushed?;
-    Ok(out)
+    /// Brings up two HCAs (side A records the commands).
+    fn two(
+        (pa, pb): (ToolPlatform, ToolPlatform),
+        sel: &Selection,
+        link: String,
+        recorder: &'static ToolRecorder,
+        wait_mode: WaitMode,
+        mut backing: Backing,
+    ) -> Result<DevicePair> {
+        let (da, db) = (desc_of(&pa, sel), desc_of(&pb, sel));
+        let ha = match open_hca(pa, &da, Some(recorder), wait_mode) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = backing.close();
+                return Err(e);
+            }
+        };
+        let hb = match open_hca(pb, &db, None, wait_mode) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = close_hca(*ha, &da);
+                let _ = backing.close();
+                return Err(e);
+            }
+        };
+        let desc = PairDesc {
+            a: da,
+            two_hcas: true,
+            link,
+        };
+        Ok(DevicePair {
+            b: Some((hb, db)),
+            a: ha,
+            desc,
+            backing,
+        })
+    }
+
+    /// Side A's HCA (the client's).
+    pub fn a(&self) -> &ToolHca {
+        &self.a
+    }
+
+    /// Side B's HCA (the server's): side A's again when the device is one
+    /// real function (both sides then share it, on its ports).
+    pub fn b(&self) -> &ToolHca {
+        match &self.b {
+            Some((h, _)) => h,
+            None => &self.a,
+        }
+    }
+
+    /// What the command knows about the devices.
+    pub fn desc(&self) -> &PairDesc {
+        &self.desc
+    }
+
+    /// Tears both sides down and returns `result`, unless the command
+    /// succeeded and a teardown (side A's error first), the capture or the
+    /// command dump failed.
+    pub fn finish<T>(self, result: Result<T>) -> Result<T> {
+        let DevicePair {
+            b,
+            a,
+            desc,
+            mut backing,
+        } = self;
+        let cb = b.map_or(Ok(()), |(hb, db)| close_hca(*hb, &db));
+        let ca = close_hca(*a, &desc.a);
+        conclude(result, ca.and(cb), &mut backing)
+    }
 }
 
 fn desc_of<P: Platform>(p: &P, sel: &Selection) -> DeviceDesc {
@@ -537,13 +708,13 @@ fn desc_of<P: Platform>(p: &P, sel: &Selection) -> DeviceDesc {
     }
 }
 
-/// Brings a device up (with a progress line on a terminal).
+/// Brings a device up (with a progress line on a terminal); boxed at once.
 fn open_hca<P: Platform>(
     platform: P,
     dev: &DeviceDesc,
     recorder: Option<&'static ToolRecorder>,
     wait_mode: WaitMode,
-) -> Result<Hca<P>> {
+) -> Result<Box<Hca<P>>> {
     let cfg = Config {
         wait_mode,
         recorder: recorder.map(|r| r as &'static dyn CommandRecorder),
@@ -563,7 +734,7 @@ fn open_hca<P: Platform>(
         source: f.error,
     })?;
     log::info!("{}: {}", dev.describe, hca.bring_up_report());
-    Ok(hca)
+    Ok(Box::new(hca))
 }
 
 /// Tears a device down.
@@ -588,43 +759,80 @@ fn finish<T>(result: Result<T>, closed: Result<()>) -> Result<T> {
     }
 }
 
-/// Opens the selected device's platform only (no bring-up, no DMA) and
-/// runs `task` on it.
-pub fn run_platform<T: PlatformTask>(
-    sel: &Selection,
-    opts: &OpenOptions,
-    task: T,
-) -> Result<T::Output> {
-    match sel {
-        Selection::Emulator => {
-            let (emu, cap) = emulator(opts)?;
-            let p = emu.platform();
-            let dev = DeviceDesc {
-                selection: sel.clone(),
-                describe: p.describe().to_string(),
-            };
-            let r = task.run(&p, &dev);
-            end_capture(cap, &emu, r)
+/// The selected device's platform alone, opened without bringing the
+/// device up and without DMA (registers only: `hca health`).
+pub struct BareDevice {
+    // Declared first: closed before the emulator behind it.
+    platform: ToolPlatform,
+    desc: DeviceDesc,
+    backing: Backing,
+}
+
+impl BareDevice {
+    /// Opens the selected device's platform: on a PCI function, memory
+    /// space on and bus mastering off.
+    pub fn open(sel: &Selection, opts: &OpenOptions) -> Result<BareDevice> {
+        match sel {
+            Selection::Emulator => {
+                let (emu, cap) = emulator(opts)?;
+                let platform = Either::Left(emu.platform());
+                let desc = desc_of(&platform, sel);
+                Ok(BareDevice {
+                    platform,
+                    desc,
+                    backing: Backing {
+                        emu: Some(emu),
+                        emu_b: None,
+                        cap,
+                        recorder: None,
+                    },
+                })
+            }
+            Selection::Vfio(bdf) => {
+                opts.emulator_only()?;
+                // Memory space on, bus master off: only registers are read.
+                let o = vfio_options(opts).bus_master(false).planned_dma_bytes(0);
+                let p = VfioPlatform::open(bdf, o)?;
+                p.set_command(platform::pci::COMMAND_MEMORY, 0)?;
+                let platform = Either::Right(p);
+                let desc = desc_of(&platform, sel);
+                Ok(BareDevice {
+                    platform,
+                    desc,
+                    backing: Backing::new(None),
+                })
+            }
+            Selection::VfioPair(..) => Err(sel.one_device_only()),
         }
-        Selection::Vfio(bdf) => {
-            opts.emulator_only()?;
-            // Memory space on, bus master off: only registers are read.
-            let o = vfio_options(opts).bus_master(false).planned_dma_bytes(0);
-            let p = VfioPlatform::open(bdf, o)?;
-            p.set_command(platform::pci::COMMAND_MEMORY, 0)?;
-            let dev = DeviceDesc {
-                selection: sel.clone(),
-                describe: p.describe().to_string(),
-            };
-            task.run(&p, &dev)
-        }
-        Selection::VfioPair(..) => Err(sel.one_device_only()),
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &ToolPlatform {
+        &self.platform
+    }
+
+    /// What the command knows about the device.
+    pub fn desc(&self) -> &DeviceDesc {
+        &self.desc
+    }
+
+    /// Closes the platform and returns `result`, unless the command
+    /// succeeded and the capture failed.
+    pub fn finish<T>(self, result: Result<T>) -> Result<T> {
+        let BareDevice {
+            platform,
+            desc: _,
+            mut backing,
+        } = self;
+        drop(platform);
+        conclude(result, Ok(()), &mut backing)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use platform::Mmio;
 
     #[test]
     fn selections() {
@@ -647,15 +855,101 @@ mod tests {
         assert!(e.to_string().contains("must be two functions"), "{e}");
         let e = Selection::parse(Some("02:00.0,bogus")).unwrap_err();
         assert!(e.to_string().contains("not a PCI address"), "{e}");
-        let e = run_hca(&pair, &OpenOptions::default(), Nothing).unwrap_err();
+        let e = Device::open(&pair, &OpenOptions::default())
+            .err()
+            .expect("a pair opened as one device");
+        assert!(e.to_string().contains("runs on one device"), "{e}");
+        let e = BareDevice::open(&pair, &OpenOptions::default())
+            .err()
+            .expect("a pair opened as one platform");
         assert!(e.to_string().contains("runs on one device"), "{e}");
     }
 
-    struct Nothing;
-    impl HcaTask for Nothing {
-        type Output = ();
-        fn run<P: Platform>(self, _: &Hca<P>, _: &DeviceDesc) -> Result<()> {
-            Ok(())
+    /// A `--dump-commands` file of this test process.
+    fn dump_file(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hca-device-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d.join("commands.trace")
+    }
+
+    fn opcodes(dump: &Path) -> Vec<Opcode> {
+        crate::cmd::trace::load(dump)
+            .unwrap()
+            .iter()
+            .map(|c| c.opcode)
+            .collect()
+    }
+
+    fn dumping_to(dump: &Path) -> OpenOptions {
+        OpenOptions {
+            dump_commands: Some(dump.to_path_buf()),
+            emulator_asked: true,
+            ..OpenOptions::default()
         }
+    }
+
+    #[test]
+    fn a_device_is_held_as_a_value_and_reports_on_finish() {
+        let dump = dump_file("finish");
+        // An opened device kept in a struct, like any other value.
+        struct Held {
+            dev: Device,
+        }
+        let held = Held {
+            dev: Device::open(&Selection::Emulator, &dumping_to(&dump)).unwrap(),
+        };
+        assert_eq!(held.dev.desc().selection, Selection::Emulator);
+        assert!(held.dev.hca().platform().left().is_some());
+        assert!(held.dev.hca().open_context().is_ok());
+        // The command's error is the one reported; the device is torn down
+        // and the dump flushed all the same.
+        let e = held
+            .dev
+            .finish::<()>(Err(ToolError::Usage("the command failed".into())))
+            .unwrap_err();
+        assert_eq!(e.to_string(), "the command failed");
+        let ops = opcodes(&dump);
+        assert_eq!(ops.first(), Some(&Opcode::ENABLE_HCA));
+        assert_eq!(ops.last(), Some(&Opcode::DISABLE_HCA));
+    }
+
+    #[test]
+    fn a_device_dropped_without_finish_is_torn_down_and_its_dump_flushed() {
+        let dump = dump_file("drop");
+        let dev = Device::open(&Selection::Emulator, &dumping_to(&dump)).unwrap();
+        drop(dev);
+        let ops = opcodes(&dump);
+        assert_eq!(ops.first(), Some(&Opcode::ENABLE_HCA));
+        assert_eq!(ops.last(), Some(&Opcode::DISABLE_HCA));
+    }
+
+    #[test]
+    fn a_pair_on_the_emulator_is_two_hcas_cabled_together() {
+        let pair = DevicePair::open(&Selection::Emulator, &OpenOptions::default()).unwrap();
+        assert!(pair.desc().two_hcas);
+        assert!(!std::ptr::eq(pair.a(), pair.b()));
+        assert_eq!(pair.desc().a.selection, Selection::Emulator);
+        assert_eq!(pair.finish(Ok(7)).unwrap(), 7);
+        // A wire is for one side per process.
+        let wired = OpenOptions {
+            wire: Some("udp:127.0.0.1:0,127.0.0.1:9".parse().unwrap()),
+            ..OpenOptions::default()
+        };
+        let e = DevicePair::open(&Selection::Emulator, &wired)
+            .err()
+            .expect("a pair opened with a wire");
+        assert!(
+            e.to_string().contains("both sides run in this process"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_bare_device_reads_registers_without_bring_up() {
+        let dev = BareDevice::open(&Selection::Emulator, &OpenOptions::default()).unwrap();
+        let bar = dev.platform().map_bar(0).unwrap();
+        // The initialization segment's firmware revision: 14.12.1220.
+        assert_eq!(bar.read32(0).get() & 0xffff, 14);
+        assert_eq!(dev.finish(Ok(())).unwrap(), ());
     }
 }

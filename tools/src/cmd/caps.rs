@@ -9,13 +9,12 @@ use firmware_cmds::caps::{
     AtomicCaps, CmdHcaCap, FlowTableNicCap, PerProtocolNetworkingOffloadCaps, RoceCap,
 };
 use firmware_cmds::layout::Layout;
-use hca_driver::{CapMode, CapPair, Hca};
-use platform::Platform;
+use hca_driver::{CapMode, CapPair};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 
 use crate::decode::{self, Fields, Node};
-use crate::device::{DeviceDesc, HcaTask, OpenOptions, Selection, run_hca};
+use crate::device::{Device, OpenOptions, Selection, ToolHca};
 use crate::error::{Result, ToolError};
 use crate::output::{Table, json};
 
@@ -106,10 +105,9 @@ impl Caps {
     }
 }
 
-impl HcaTask for Caps {
-    type Output = CapsReport;
-
-    fn run<P: Platform>(self, hca: &Hca<P>, _dev: &DeviceDesc) -> Result<CapsReport> {
+impl Caps {
+    /// Reads the asked capability blocks of `hca`.
+    fn read(&self, hca: &ToolHca) -> Result<CapsReport> {
         let caps = hca.caps();
         let g = caps.general();
         let explicit = self.which != CapType::All;
@@ -177,14 +175,13 @@ pub fn run(
     } else {
         CapMode::Current
     };
-    let report = run_hca(
-        sel,
-        open,
-        Caps {
-            which: a.cap_type,
-            mode,
-        },
-    )?;
+    let caps = Caps {
+        which: a.cap_type,
+        mode,
+    };
+    let dev = Device::open(sel, open)?;
+    let r = caps.read(dev.hca());
+    let report = dev.finish(r)?;
     if as_json {
         json(out, &report)?;
         return Ok(ExitCode::SUCCESS);

@@ -19,7 +19,7 @@ use platform::{Mmio, Platform};
 use serde::{Serialize, Serializer};
 
 use crate::decode::{self, Fields, Node, TextStyle};
-use crate::device::{DeviceDesc, OpenOptions, PlatformTask, Selection, run_platform};
+use crate::device::{BareDevice, DeviceDesc, OpenOptions, Selection, ToolPlatform};
 use crate::error::Result;
 use crate::output::json;
 use crate::progress::Progress;
@@ -84,17 +84,10 @@ fn read_block<M: Mmio>(bar: &M, offset: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
-struct Health {
-    interval: Duration,
-}
-
-impl PlatformTask for Health {
-    type Output = HealthReport;
-
-    fn run<P: Platform>(self, p: &P, dev: &DeviceDesc) -> Result<HealthReport> {
-        let bar = p.map_bar(0)?;
-        Ok(read_health(p, &bar, dev, self.interval))
-    }
+/// Maps BAR0 of `p` and judges its health registers.
+fn health(p: &ToolPlatform, dev: &DeviceDesc, interval: Duration) -> Result<HealthReport> {
+    let bar = p.map_bar(0)?;
+    Ok(read_health(p, &bar, dev, interval))
 }
 
 /// Reads the registers and judges them.
@@ -231,10 +224,13 @@ pub fn run(
     as_json: bool,
     out: &mut dyn Write,
 ) -> Result<ExitCode> {
-    let task = Health {
-        interval: Duration::from_millis(a.interval),
-    };
-    let report = run_platform(sel, open, task)?;
+    let dev = BareDevice::open(sel, open)?;
+    let r = health(
+        dev.platform(),
+        dev.desc(),
+        Duration::from_millis(a.interval),
+    );
+    let report = dev.finish(r)?;
     if as_json {
         json(out, &report)?;
     } else {

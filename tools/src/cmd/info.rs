@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use clap::Args;
 use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
 use hca_driver::verbs::{AtomicByteOrder, Context, Gid, RoceVersion};
-use hca_driver::{Guid, Hca, IbMtu, LinkLayer, PortState};
+use hca_driver::{Guid, IbMtu, LinkLayer, PortState};
 use platform::Platform;
 use serde::Serialize;
 
 use crate::cmd::devattr::{self, Format};
-use crate::device::{DeviceDesc, HcaTask, OpenOptions, Selection, run_hca};
+use crate::device::{Device, DeviceDesc, OpenOptions, Selection, ToolHca};
 use crate::error::{Result, ToolError};
 use crate::output::json;
 
@@ -169,46 +169,38 @@ fn mtu_bytes(m: Option<IbMtu>) -> Option<u32> {
     m.map(IbMtu::bytes)
 }
 
-struct Info {
-    verbose: bool,
-}
-
-impl HcaTask for Info {
-    type Output = InfoReport;
-
-    fn run<P: Platform>(self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<InfoReport> {
-        // As ibv_devinfo: open a verbs context (which sets up RoCE and GID
-        // 0 on Ethernet ports, as the kernel does for libibverbs), then
-        // query the device, every port and its GIDs.
-        let ctx =
-            Context::open(hca).map_err(|e| ToolError::driver("opening a verbs context", e))?;
-        let info = hca.info();
-        let caps = hca.caps();
-        let d = ctx.query_device();
-        let mut ports = Vec::new();
-        for p in 1..=d.phys_port_cnt {
-            ports.push(port_report(&ctx, p, caps.link_layer(), self.verbose, dev)?);
-        }
-        let attributes = self.verbose.then(|| devattr::device_attrs(d, caps));
-        Ok(InfoReport {
-            hca_id: dev.selection.hca_id().to_string(),
-            device: dev.describe.clone(),
-            transport: "InfiniBand",
-            fw_ver: d.fw_ver.map(|v| v.to_string()).unwrap_or_default(),
-            node_guid: Guid(d.node_guid).to_string(),
-            sys_image_guid: Guid(d.sys_image_guid).to_string(),
-            vendor_id: d.vendor_id,
-            vendor_part_id: d.vendor_part_id,
-            hw_ver: d.hw_ver,
-            board_id: info.board_id().to_string(),
-            phys_port_cnt: d.phys_port_cnt,
-            atomic_cap: devattr::atomic_cap_str(devattr::atomic_cap_num(d.atomic_cap)),
-            atomic_byte_order: d.atomic_ops.then(|| byte_order_name(d.atomic_byte_order)),
-            attributes,
-            hca_core_clock_khz: self.verbose.then(|| devattr::hca_core_clock_khz(caps)),
-            ports,
-        })
+/// Queries the device, its ports and their GIDs, as `ibv_devinfo`.
+fn info(hca: &ToolHca, dev: &DeviceDesc, verbose: bool) -> Result<InfoReport> {
+    // As ibv_devinfo: open a verbs context (which sets up RoCE and GID
+    // 0 on Ethernet ports, as the kernel does for libibverbs), then
+    // query the device, every port and its GIDs.
+    let ctx = Context::open(hca).map_err(|e| ToolError::driver("opening a verbs context", e))?;
+    let info = hca.info();
+    let caps = hca.caps();
+    let d = ctx.query_device();
+    let mut ports = Vec::new();
+    for p in 1..=d.phys_port_cnt {
+        ports.push(port_report(&ctx, p, caps.link_layer(), verbose, dev)?);
     }
+    let attributes = verbose.then(|| devattr::device_attrs(d, caps));
+    Ok(InfoReport {
+        hca_id: dev.selection.hca_id().to_string(),
+        device: dev.describe.clone(),
+        transport: "InfiniBand",
+        fw_ver: d.fw_ver.map(|v| v.to_string()).unwrap_or_default(),
+        node_guid: Guid(d.node_guid).to_string(),
+        sys_image_guid: Guid(d.sys_image_guid).to_string(),
+        vendor_id: d.vendor_id,
+        vendor_part_id: d.vendor_part_id,
+        hw_ver: d.hw_ver,
+        board_id: info.board_id().to_string(),
+        phys_port_cnt: d.phys_port_cnt,
+        atomic_cap: devattr::atomic_cap_str(devattr::atomic_cap_num(d.atomic_cap)),
+        atomic_byte_order: d.atomic_ops.then(|| byte_order_name(d.atomic_byte_order)),
+        attributes,
+        hca_core_clock_khz: verbose.then(|| devattr::hca_core_clock_khz(caps)),
+        ports,
+    })
 }
 
 /// `host` or `big-endian`.
@@ -498,7 +490,9 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<ExitCode> {
     let verbose = a.verbose;
-    let report = run_hca(sel, open, Info { verbose })?;
+    let dev = Device::open(sel, open)?;
+    let r = info(dev.hca(), dev.desc(), verbose);
+    let report = dev.finish(r)?;
     if as_json {
         json(out, &report)?;
     } else {

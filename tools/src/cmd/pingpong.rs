@@ -17,17 +17,14 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use hca_driver::IbMtu;
 use hca_driver::verbs::{
     AccessFlags, Ah, Completion, QpCap, QpType, RecvWr, SendFlags, SendOp, SendWr,
 };
-use hca_driver::{Hca, IbMtu};
 use platform::Platform;
 use serde::Serialize;
 
-use crate::device::{
-    DeviceDesc, HcaTask, OpenOptions, PairDesc, PairTask, Selection, run_hca, run_pair,
-    with_emulated,
-};
+use crate::device::{Device, DevicePair, OpenOptions, Selection};
 use crate::error::{Result, ToolError};
 use crate::output::json;
 use crate::peer::{self, ConnectionArgs, EXCHANGE_TIMEOUT, Mode};
@@ -700,78 +697,72 @@ fn early_line(out: &mut Option<&mut dyn Write>, label: &str, e: &Endpoint) -> Re
     Ok(())
 }
 
-impl PairTask for Loopback<'_> {
-    type Output = PingpongReport;
-
-    fn run<P: Platform>(
-        mut self,
-        a: &Hca<P>,
-        b: &Hca<P>,
-        dev: &PairDesc,
-    ) -> Result<PingpongReport> {
-        let p = &self.p;
-        let early = &mut self.early;
-        let ctx_probe = a
-            .open_context()
-            .map_err(|e| ToolError::driver("client: opening a verbs context", e))?;
-        let pa = port_view(&ctx_probe, "client", p.ib_port, p.gid_index, "")?;
-        drop(ctx_probe);
-        let size = p.size_for(pa.active_mtu)?;
-        // Side B: the same port on another HCA, or port 2 of a two-port
-        // function, else the same port (looped back).
-        let port_b = if dev.two_hcas || a.caps().num_ports() < 2 {
-            p.ib_port
-        } else if p.ib_port == 1 {
-            2
-        } else {
-            1
-        };
-        let spec = p.side_spec(size);
-        with_side(a, "client", &spec, |sa| {
-            with_side(b, "server", &spec, |sb| {
-                let pb = port_view(sb.ctx, "server", port_b, p.gid_index, "")?;
-                let (mut xa, ea) = prepare(sa, p, size, &pa, true, false)?;
-                let (mut xb, eb) = prepare(sb, p, size, &pb, false, false)?;
-                early_line(early, "local address: ", &ea)?;
-                early_line(early, "remote address:", &eb)?;
-                let aha = connect(sa, &mut xa, p, &pa, &ea, &eb)?;
-                let ahb = connect(sb, &mut xb, p, &pb, &eb, &ea)?;
-                let progress = Progress::start("pingpong");
-                let mut last = Instant::now();
-                let mut pacer = Pacer::new(&[a, b]);
-                if p.events {
-                    // Both sides on one HCA (one real function): sleep on
-                    // the client's completion vector (the CQs share it).
-                    pacer.sleep_on(sa.cq.eqn());
+/// Runs both sides in this process: side A (the client) on `pair.a()`,
+/// side B (the server) on `pair.b()`.
+fn run_loopback(mut side: Loopback<'_>, pair: &DevicePair) -> Result<PingpongReport> {
+    let (a, b, dev) = (pair.a(), pair.b(), pair.desc());
+    let p = &side.p;
+    let early = &mut side.early;
+    let ctx_probe = a
+        .open_context()
+        .map_err(|e| ToolError::driver("client: opening a verbs context", e))?;
+    let pa = port_view(&ctx_probe, "client", p.ib_port, p.gid_index, "")?;
+    drop(ctx_probe);
+    let size = p.size_for(pa.active_mtu)?;
+    // Side B: the same port on another HCA, or port 2 of a two-port
+    // function, else the same port (looped back).
+    let port_b = if dev.two_hcas || a.caps().num_ports() < 2 {
+        p.ib_port
+    } else if p.ib_port == 1 {
+        2
+    } else {
+        1
+    };
+    let spec = p.side_spec(size);
+    with_side(a, "client", &spec, |sa| {
+        with_side(b, "server", &spec, |sb| {
+            let pb = port_view(sb.ctx, "server", port_b, p.gid_index, "")?;
+            let (mut xa, ea) = prepare(sa, p, size, &pa, true, false)?;
+            let (mut xb, eb) = prepare(sb, p, size, &pb, false, false)?;
+            early_line(early, "local address: ", &ea)?;
+            early_line(early, "remote address:", &eb)?;
+            let aha = connect(sa, &mut xa, p, &pa, &ea, &eb)?;
+            let ahb = connect(sb, &mut xb, p, &pb, &eb, &ea)?;
+            let progress = Progress::start("pingpong");
+            let mut last = Instant::now();
+            let mut pacer = Pacer::new(&[a, b]);
+            if p.events {
+                // Both sides on one HCA (one real function): sleep on
+                // the client's completion vector (the CQs share it).
+                pacer.sleep_on(sa.cq.eqn());
+            }
+            let start = Instant::now();
+            xa.post_send(sa, aha.as_ref())?;
+            xa.pending |= SEND_WRID;
+            let mut client_done = None;
+            while !(xa.done() && xb.done()) {
+                let ga = xa.step(sa, aha.as_ref())?;
+                if client_done.is_none() && xa.done() {
+                    client_done = Some(start.elapsed());
                 }
-                let start = Instant::now();
-                xa.post_send(sa, aha.as_ref())?;
-                xa.pending |= SEND_WRID;
-                let mut client_done = None;
-                while !(xa.done() && xb.done()) {
-                    let ga = xa.step(sa, aha.as_ref())?;
-                    if client_done.is_none() && xa.done() {
-                        client_done = Some(start.elapsed());
-                    }
-                    let gb = xb.step(sb, ahb.as_ref())?;
-                    if ga || gb {
-                        pacer.progress()?;
-                        progress_line(&progress, &xa, &mut last);
-                    } else {
-                        pacer.idle(|| {
-                            format!(
-                                "pingpong: the client sent {} and received {}, the server sent {} and received {} of {} messages",
-                                xa.scnt, xa.rcnt, xb.scnt, xb.rcnt, p.iters
-                            )
-                        })?;
-                    }
+                let gb = xb.step(sb, ahb.as_ref())?;
+                if ga || gb {
+                    pacer.progress()?;
+                    progress_line(&progress, &xa, &mut last);
+                } else {
+                    pacer.idle(|| {
+                        format!(
+                            "pingpong: the client sent {} and received {}, the server sent {} and received {} of {} messages",
+                            xa.scnt, xa.rcnt, xb.scnt, xb.rcnt, p.iters
+                        )
+                    })?;
                 }
-                let elapsed = client_done.unwrap_or_else(|| start.elapsed());
-                drop(progress);
-                Ok(report(p, "loopback", size, &ea, &eb, &xa, elapsed))
-            })
+            }
+            let elapsed = client_done.unwrap_or_else(|| start.elapsed());
+            drop(progress);
+            Ok(report(p, "loopback", size, &ea, &eb, &xa, elapsed))
         })
-    }
+    })
 }
 
 // ---- two processes --------------------------------------------------------
@@ -842,110 +833,108 @@ struct Split<'o> {
     early: Option<&'o mut dyn Write>,
 }
 
-impl HcaTask for Split<'_> {
-    type Output = PingpongReport;
-
-    fn run<P: Platform>(mut self, hca: &Hca<P>, dev: &DeviceDesc) -> Result<PingpongReport> {
-        let p = &self.p;
-        let print_to = &mut self.early;
-        let client = matches!(self.mode, Mode::Client { .. });
-        let who = if client { "client" } else { "server" };
-        let peer_name = if client { "server" } else { "client" };
-        let hint = if dev.selection == Selection::Emulator {
-            peer::emulator_down_hint(&self.mode)
-        } else {
-            ""
+/// Runs this process's side on `device`: the client, or the server on its
+/// listener.
+fn run_split(mut side: Split<'_>, device: &Device) -> Result<PingpongReport> {
+    let (hca, dev) = (device.hca(), device.desc());
+    let p = &side.p;
+    let print_to = &mut side.early;
+    let client = matches!(side.mode, Mode::Client { .. });
+    let who = if client { "client" } else { "server" };
+    let peer_name = if client { "server" } else { "client" };
+    let hint = if dev.selection == Selection::Emulator {
+        peer::emulator_down_hint(&side.mode)
+    } else {
+        ""
+    };
+    // A client reaches its server first (an unreachable server is the
+    // first thing to know), then looks at its port.
+    let early = match &side.mode {
+        Mode::Client { host, port } => Some(peer::connect(host, *port)?),
+        _ => None,
+    };
+    let ctx_probe = hca
+        .open_context()
+        .map_err(|e| ToolError::driver(format!("{who}: opening a verbs context"), e))?;
+    let port = port_view(&ctx_probe, who, p.ib_port, p.gid_index, hint)?;
+    drop(ctx_probe);
+    let size = p.size_for(port.active_mtu)?;
+    let spec = p.side_spec(size);
+    with_side(hca, who, &spec, |s| {
+        let (mut x, me) = prepare(s, p, size, &port, client, true)?;
+        early_line(print_to, "local address: ", &me)?;
+        // The exchange of the examples: the connection closes after it.
+        let (remote, ah) = match early {
+            Some(mut st) => {
+                st.write_all(&to_wire(&me)).map_err(|e| {
+                    ToolError::Usage(format!(
+                        "couldn't send the local address to the server: {e}"
+                    ))
+                })?;
+                let mut m = [0u8; WIRE_LEN];
+                read_exact(&mut st, &mut m, peer_name, "the remote address")?;
+                st.write_all(b"done\0")
+                    .map_err(|e| ToolError::Usage(format!("couldn't write to the server: {e}")))?;
+                drop(st);
+                let remote = from_wire(&m, peer_name)?;
+                let ah = connect(s, &mut x, p, &port, &me, &remote)?;
+                (remote, ah)
+            }
+            _ => {
+                let l = side
+                    .listener
+                    .as_ref()
+                    .ok_or_else(|| ToolError::Usage("the server has no TCP listener".into()))?;
+                let mut st = peer::accept(l)?;
+                let mut m = [0u8; WIRE_LEN];
+                read_exact(&mut st, &mut m, peer_name, "the remote address")?;
+                let remote = from_wire(&m, peer_name)?;
+                let ah = connect(s, &mut x, p, &port, &me, &remote)?;
+                st.write_all(&to_wire(&me)).map_err(|e| {
+                    ToolError::Usage(format!(
+                        "couldn't send the local address to the client: {e}"
+                    ))
+                })?;
+                let mut done = [0u8; 5];
+                read_exact(&mut st, &mut done, peer_name, "\"done\"")?;
+                if &done != b"done\0" {
+                    return Err(ToolError::Usage(format!(
+                        "the client sent {:?} instead of \"done\"",
+                        String::from_utf8_lossy(&done)
+                    )));
+                }
+                (remote, ah)
+            }
         };
-        // A client reaches its server first (an unreachable server is the
-        // first thing to know), then looks at its port.
-        let early = match &self.mode {
-            Mode::Client { host, port } => Some(peer::connect(host, *port)?),
-            _ => None,
-        };
-        let ctx_probe = hca
-            .open_context()
-            .map_err(|e| ToolError::driver(format!("{who}: opening a verbs context"), e))?;
-        let port = port_view(&ctx_probe, who, p.ib_port, p.gid_index, hint)?;
-        drop(ctx_probe);
-        let size = p.size_for(port.active_mtu)?;
-        let spec = p.side_spec(size);
-        with_side(hca, who, &spec, |s| {
-            let (mut x, me) = prepare(s, p, size, &port, client, true)?;
-            early_line(print_to, "local address: ", &me)?;
-            // The exchange of the examples: the connection closes after it.
-            let (remote, ah) = match early {
-                Some(mut st) => {
-                    st.write_all(&to_wire(&me)).map_err(|e| {
-                        ToolError::Usage(format!(
-                            "couldn't send the local address to the server: {e}"
-                        ))
-                    })?;
-                    let mut m = [0u8; WIRE_LEN];
-                    read_exact(&mut st, &mut m, peer_name, "the remote address")?;
-                    st.write_all(b"done\0").map_err(|e| {
-                        ToolError::Usage(format!("couldn't write to the server: {e}"))
-                    })?;
-                    drop(st);
-                    let remote = from_wire(&m, peer_name)?;
-                    let ah = connect(s, &mut x, p, &port, &me, &remote)?;
-                    (remote, ah)
-                }
-                _ => {
-                    let l = self
-                        .listener
-                        .as_ref()
-                        .ok_or_else(|| ToolError::Usage("the server has no TCP listener".into()))?;
-                    let mut st = peer::accept(l)?;
-                    let mut m = [0u8; WIRE_LEN];
-                    read_exact(&mut st, &mut m, peer_name, "the remote address")?;
-                    let remote = from_wire(&m, peer_name)?;
-                    let ah = connect(s, &mut x, p, &port, &me, &remote)?;
-                    st.write_all(&to_wire(&me)).map_err(|e| {
-                        ToolError::Usage(format!(
-                            "couldn't send the local address to the client: {e}"
-                        ))
-                    })?;
-                    let mut done = [0u8; 5];
-                    read_exact(&mut st, &mut done, peer_name, "\"done\"")?;
-                    if &done != b"done\0" {
-                        return Err(ToolError::Usage(format!(
-                            "the client sent {:?} instead of \"done\"",
-                            String::from_utf8_lossy(&done)
-                        )));
-                    }
-                    (remote, ah)
-                }
-            };
-            early_line(print_to, "remote address:", &remote)?;
-            let progress = Progress::start("pingpong");
-            let mut last = Instant::now();
-            let mut pacer = Pacer::new(&[hca]);
-            if p.events {
-                pacer.sleep_on(s.cq.eqn());
+        early_line(print_to, "remote address:", &remote)?;
+        let progress = Progress::start("pingpong");
+        let mut last = Instant::now();
+        let mut pacer = Pacer::new(&[hca]);
+        if p.events {
+            pacer.sleep_on(s.cq.eqn());
+        }
+        if client {
+            x.post_send(s, ah.as_ref())?;
+            x.pending |= SEND_WRID;
+        }
+        let start = Instant::now();
+        while !x.done() {
+            if x.step(s, ah.as_ref())? {
+                pacer.progress()?;
+                progress_line(&progress, &x, &mut last);
+            } else {
+                pacer.idle(|| {
+                    format!(
+                        "pingpong: sent {} and received {} of {} messages (is the {peer_name} still running?)",
+                        x.scnt, x.rcnt, p.iters
+                    )
+                })?;
             }
-            if client {
-                x.post_send(s, ah.as_ref())?;
-                x.pending |= SEND_WRID;
-            }
-            let start = Instant::now();
-            while !x.done() {
-                if x.step(s, ah.as_ref())? {
-                    pacer.progress()?;
-                    progress_line(&progress, &x, &mut last);
-                } else {
-                    pacer.idle(|| {
-                        format!(
-                            "pingpong: sent {} and received {} of {} messages (is the {peer_name} still running?)",
-                            x.scnt, x.rcnt, p.iters
-                        )
-                    })?;
-                }
-            }
-            let elapsed = start.elapsed();
-            drop(progress);
-            Ok(report(p, who, size, &me, &remote, &x, elapsed))
-        })
-    }
+        }
+        let elapsed = start.elapsed();
+        drop(progress);
+        Ok(report(p, who, size, &me, &remote, &x, elapsed))
+    })
 }
 
 /// Runs `hca pingpong`.
@@ -962,41 +951,38 @@ pub fn run(
     // the end; JSON: all at the end.
     match mode {
         Mode::Loopback => {
-            let r = run_pair(
-                sel,
-                open,
-                Loopback {
-                    p,
-                    early: (!as_json).then_some(&mut *out),
-                },
-            )?;
+            let side = Loopback {
+                p,
+                early: (!as_json).then_some(&mut *out),
+            };
+            let pair = DevicePair::open(sel, open)?;
+            let r = run_loopback(side, &pair);
+            let r = pair.finish(r)?;
             r.write_rest(out, as_json)
         }
         Mode::Server { port } => {
             let listener = peer::listen(port)?;
-            let r = run_hca(
-                sel,
-                open,
-                Split {
-                    p,
-                    mode: mode.clone(),
-                    listener: Some(listener),
-                    early: (!as_json).then_some(&mut *out),
-                },
-            )?;
+            let side = Split {
+                p,
+                mode: mode.clone(),
+                listener: Some(listener),
+                early: (!as_json).then_some(&mut *out),
+            };
+            let dev = Device::open(sel, open)?;
+            let r = run_split(side, &dev);
+            let r = dev.finish(r)?;
             r.write_rest(out, as_json)
         }
         Mode::Client { .. } => {
-            let r = run_hca(
-                sel,
-                open,
-                Split {
-                    p,
-                    mode,
-                    listener: None,
-                    early: (!as_json).then_some(&mut *out),
-                },
-            )?;
+            let side = Split {
+                p,
+                mode,
+                listener: None,
+                early: (!as_json).then_some(&mut *out),
+            };
+            let dev = Device::open(sel, open)?;
+            let r = run_split(side, &dev);
+            let r = dev.finish(r)?;
             r.write_rest(out, as_json)
         }
         Mode::TcpLoopback { port } => {
@@ -1010,36 +996,32 @@ pub fn run(
                 port,
                 |listener| {
                     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-                    with_emulated(&eb, None, open.wait_mode, |h, d| {
-                        Split {
-                            p: p.clone(),
-                            mode: Mode::Server { port },
-                            listener: Some(listener),
-                            early: None,
-                        }
-                        .run(h, d)
-                    })
+                    let side = Split {
+                        p: p.clone(),
+                        mode: Mode::Server { port },
+                        listener: Some(listener),
+                        early: None,
+                    };
+                    let dev = Device::open_emulated(&eb, None, open.wait_mode)?;
+                    let r = run_split(side, &dev);
+                    dev.finish(r)
                 },
                 |port| {
                     // The client runs on this thread: its address lines go
                     // out as soon as they are known, as in client mode.
-                    with_emulated(
-                        &ea,
-                        open.dump_commands.as_deref(),
-                        open.wait_mode,
-                        |h, d| {
-                            Split {
-                                p: p.clone(),
-                                mode: Mode::Client {
-                                    host: "127.0.0.1".into(),
-                                    port,
-                                },
-                                listener: None,
-                                early: (!as_json).then_some(&mut *out),
-                            }
-                            .run(h, d)
+                    let side = Split {
+                        p: p.clone(),
+                        mode: Mode::Client {
+                            host: "127.0.0.1".into(),
+                            port,
                         },
-                    )
+                        listener: None,
+                        early: (!as_json).then_some(&mut *out),
+                    };
+                    let dev =
+                        Device::open_emulated(&ea, open.dump_commands.as_deref(), open.wait_mode)?;
+                    let r = run_split(side, &dev);
+                    dev.finish(r)
                 },
             );
             let (server, client) = crate::device::end_capture(cap, &ea, r)?;

@@ -22,7 +22,7 @@ use hca_driver::verbs::{Ah, Completion, RecvWr, SendFlags, SendOp, SendWr, Sge};
 use platform::Platform;
 
 use super::report::BwSamples;
-use super::{AtomicKind, Verb};
+use super::spec::{AtomicKind, Verb};
 use crate::error::{Result, ToolError};
 use crate::rdma::{Endpoint, QKEY, Side, failed_completion};
 

@@ -456,8 +456,8 @@ struct Plan {
 }
 
 impl Plan {
-    fn of(verb: super::Verb, bw: bool) -> Self {
-        use super::Verb;
+    fn of(verb: super::spec::Verb, bw: bool) -> Self {
+        use super::spec::Verb;
         Plan {
             one_first: !bw && verb != Verb::Send,
             one_after_connect: verb == Verb::Send,
@@ -475,15 +475,18 @@ const SERVICE_TICK: std::time::Duration = std::time::Duration::from_millis(20);
 /// the bandwidth reports (bandwidth tests) and perftest's close.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_side<P: platform::Platform>(
-    spec: &super::Spec,
+    spec: &super::spec::Spec,
     client: bool,
     stream: std::net::TcpStream,
     hca: &hca_driver::Hca<P>,
     dev: &crate::device::DeviceDesc,
     port: &crate::rdma::PortView,
-    printer: &mut super::Printer<'_>,
+    printer: &mut super::report::Printer<'_>,
 ) -> Result<()> {
-    use super::{Engine, Peer, PerfReport, connect_all, inline_for, local_endpoints, min_mtu};
+    use super::engine::Peer;
+    use super::protocol::min_mtu;
+    use super::report::PerfReport;
+    use super::side::{Engine, connect_all, inline_for, local_endpoints};
     use report::{BwRow, Row};
     let mut spec = spec.clone();
     if spec.sizes.len() != 1 || spec.duration.is_some() {
@@ -503,12 +506,12 @@ pub(super) fn run_side<P: platform::Platform>(
     let mtu = min_mtu(mtu, spec.mtu.max(256));
     spec.mtu = mtu.bytes();
     let my_reads = spec.out_reads(&[hca])?;
-    let lay = super::Layout {
+    let lay = super::engine::Layout {
         slot: spec.layout().slot.max(cycle as usize).next_multiple_of(64),
     };
     let mut sspec = spec.side_spec();
     sspec.buf_len = 2 * spec.qps as usize * lay.slot;
-    super::with_side(hca, who, &sspec, |s| {
+    crate::rdma::with_side(hca, who, &sspec, |s| {
         let me = local_endpoints(s, port, &spec, lay)?;
         let sync = Dest::from_endpoint(&me[0], my_reads);
         let mine: Vec<Dest> = me

@@ -5,11 +5,17 @@
 //! perftest computes them.
 
 use std::fmt::Write as _;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
+use hca_driver::Hca;
+use platform::Platform;
 use serde::Serialize;
 
-use crate::rdma::Endpoint;
+use super::spec::{Spec, Verb};
+use crate::error::Result;
+use crate::output::json;
+use crate::rdma::{Endpoint, PortView};
 
 /// perftest's `RESULT_LINE`.
 pub const RESULT_LINE: &str =
@@ -341,6 +347,223 @@ pub fn address_lines(label: &str, e: &Endpoint, rdma: bool, with_gid: bool) -> S
         s.push_str(&g.join(":"));
     }
     s
+}
+
+/// What a perf run reports (text: perftest's layout; `--json`: this).
+#[derive(Debug, Serialize)]
+pub struct PerfReport {
+    /// The test (`write-bw`...).
+    pub test: String,
+    /// perftest's title (`RDMA_Write BW Test`).
+    pub title: String,
+    /// `loopback`, `server`, `client`.
+    pub role: &'static str,
+    /// The device (`emu`, or a PCI address).
+    pub device: String,
+    /// How the sides reach each other.
+    pub link: String,
+    /// RC, UC, UD.
+    pub connection: &'static str,
+    /// QPs.
+    pub qps: u32,
+    /// Outstanding work requests per QP.
+    pub tx_depth: u32,
+    /// Receives per QP (send tests).
+    pub rx_depth: Option<u32>,
+    /// CQ moderation (bandwidth tests).
+    pub cq_moderation: Option<u32>,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// `Ethernet` or `IB`.
+    pub link_type: &'static str,
+    /// Local GID index, when a GID is used.
+    pub gid_index: Option<u8>,
+    /// Inline bytes (write and send tests).
+    pub max_inline: Option<u32>,
+    /// Outstanding READs / atomics (read and atomic tests).
+    pub outstanding_reads: Option<u8>,
+    /// Atomic tests: the byte order of the 8-byte operands the device
+    /// applies (`host` or `big-endian`).
+    pub atomic_byte_order: Option<&'static str>,
+    /// This side's QPs.
+    pub local: Vec<Endpoint>,
+    /// The peer's QPs.
+    pub remote: Vec<Endpoint>,
+    /// Units of the results: `MiB/sec` or `Gb/sec` (bandwidth tests),
+    /// `usec` (latency tests).
+    pub units: &'static str,
+    /// One row per message size.
+    pub results: Vec<Row>,
+    #[serde(skip)]
+    gbits: bool,
+    #[serde(skip)]
+    rdma: bool,
+    #[serde(skip)]
+    with_gid: bool,
+    #[serde(skip)]
+    bw: bool,
+    #[serde(skip)]
+    duration: bool,
+}
+
+impl PerfReport {
+    pub(super) fn new(
+        spec: &Spec,
+        role: &'static str,
+        device: &str,
+        link: String,
+        port: &PortView,
+        out_reads: u8,
+        inline: u32,
+    ) -> Self {
+        let send = spec.verb == Verb::Send;
+        let rw = matches!(spec.verb, Verb::Read | Verb::Atomic);
+        Self {
+            test: spec.test.clone(),
+            title: spec.title(),
+            role,
+            device: device.to_string(),
+            link,
+            connection: spec.conn.name(),
+            qps: spec.qps,
+            tx_depth: spec.tx_depth,
+            rx_depth: send.then_some(spec.rx_depth),
+            cq_moderation: spec.bw.then_some(spec.cq_mod),
+            mtu: spec.mtu,
+            link_type: port.link_name(),
+            gid_index: port.gid_index,
+            max_inline: (!rw).then_some(inline),
+            outstanding_reads: rw.then_some(out_reads),
+            atomic_byte_order: None,
+            local: Vec::new(),
+            remote: Vec::new(),
+            units: spec.units(),
+            results: Vec::new(),
+            gbits: spec.gbits,
+            rdma: spec.verb != Verb::Send,
+            with_gid: port.gid_index.is_some(),
+            bw: spec.bw,
+            duration: spec.duration.is_some(),
+        }
+    }
+
+    /// Atomic tests: notes the byte order `hca` applies to atomics.
+    pub(super) fn atomics<P: Platform>(&mut self, spec: &Spec, hca: &Hca<P>) {
+        if spec.verb == Verb::Atomic {
+            let d = hca_driver::verbs::DeviceAttr::from_info(hca.info());
+            self.atomic_byte_order = d
+                .atomic_ops
+                .then(|| crate::cmd::info::byte_order_name(d.atomic_byte_order));
+        }
+    }
+
+    /// perftest's parameter header, address lines and table header.
+    fn write_head(&self, out: &mut dyn Write) -> Result<()> {
+        writeln!(out, "{RESULT_LINE}")?;
+        writeln!(out, "                    {}", self.title)?;
+        writeln!(
+            out,
+            " Dual-port       : OFF\t\tDevice         : {}",
+            self.device
+        )?;
+        writeln!(
+            out,
+            " Number of qps   : {}\t\tTransport type : IB",
+            self.qps
+        )?;
+        writeln!(
+            out,
+            " Connection type : {}\t\tUsing SRQ      : OFF",
+            self.connection
+        )?;
+        if self.role != "server" {
+            writeln!(out, " TX depth        : {}", self.tx_depth)?;
+        }
+        if let (Some(r), true) = (self.rx_depth, self.role != "client") {
+            writeln!(out, " RX depth        : {r}")?;
+        }
+        if let Some(m) = self.cq_moderation {
+            writeln!(out, " CQ Moderation   : {m}")?;
+        }
+        writeln!(out, " Mtu             : {}[B]", self.mtu)?;
+        writeln!(out, " Link type       : {}", self.link_type)?;
+        if let Some(g) = self.gid_index {
+            writeln!(out, " GID index       : {g}")?;
+        }
+        match (self.max_inline, self.outstanding_reads) {
+            (Some(i), _) => writeln!(out, " Max inline data : {i}[B]")?,
+            (None, Some(o)) => writeln!(out, " Outstand reads  : {o}")?,
+            _ => {}
+        }
+        if let Some(o) = self.atomic_byte_order {
+            writeln!(out, " Atomic operands : 8 bytes, {o} byte order")?;
+        }
+        writeln!(out, " rdma_cm QPs\t : OFF")?;
+        writeln!(out, " Data ex. method : {}", self.link)?;
+        writeln!(out, "{RESULT_LINE}")?;
+        for e in &self.local {
+            writeln!(
+                out,
+                "{}",
+                address_lines("local", e, self.rdma, self.with_gid)
+            )?;
+        }
+        for e in &self.remote {
+            writeln!(
+                out,
+                "{}",
+                address_lines("remote", e, self.rdma, self.with_gid)
+            )?;
+        }
+        writeln!(out, "{RESULT_LINE}")?;
+        let h = match (self.bw, self.gbits, self.duration) {
+            (true, false, _) => BW_HEADER,
+            (true, true, _) => BW_HEADER_G,
+            (false, _, false) => LAT_HEADER,
+            (false, _, true) => LAT_DUR_HEADER,
+        };
+        writeln!(out, "{h}")?;
+        Ok(())
+    }
+
+    fn write_tail(&self, out: &mut dyn Write) -> Result<()> {
+        writeln!(out, "{}", RESULT_LINE)?;
+        Ok(())
+    }
+}
+
+/// Prints as a run goes: the head, each row, the tail (text); the whole
+/// report at the end (JSON).
+pub(super) struct Printer<'o> {
+    pub(super) out: &'o mut dyn Write,
+    pub(super) json: bool,
+}
+
+impl Printer<'_> {
+    pub(super) fn head(&mut self, r: &PerfReport) -> Result<()> {
+        if !self.json {
+            r.write_head(self.out)?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn row(&mut self, r: &mut PerfReport, row: Row) -> Result<()> {
+        if !self.json {
+            writeln!(self.out, "{}", row.line(r.gbits))?;
+            self.out.flush()?;
+        }
+        r.results.push(row);
+        Ok(())
+    }
+
+    pub(super) fn tail(&mut self, r: &PerfReport) -> Result<()> {
+        if self.json {
+            json(self.out, r)
+        } else {
+            r.write_tail(self.out)
+        }
+    }
 }
 
 #[cfg(test)]
