@@ -28,13 +28,15 @@
 //! device threads and the posting thread compete for them. `hca perf`
 //! measures the same way with perftest's options and tables.
 
+use hca_driver::verbs::{Context, Pd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hca_driver::verbs::{
     AccessFlags, AhAttr, Completion, Cq, DmaBuf, Mr, Qp, QpAttr, QpCap, QpInitAttr, QpState,
     QpType, RecvWr, SendFlags, SendOp, SendWr,
 };
-use hca_driver::{Config, Hca, IbMtu};
+use hca_driver::{Config, Hca, IbMtu, Rkey};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform};
 use platform::Platform;
 
@@ -49,10 +51,10 @@ const STALL: Duration = Duration::from_secs(10);
 
 /// One side: a QP, its CQ, a buffer of two regions (target, source).
 struct End<'a> {
-    qp: Qp<'a, P>,
-    cq: &'a Cq<'a, P>,
-    buf: &'a DmaBuf<'a, P>,
-    mr: &'a Mr<'a, P>,
+    qp: Qp<P>,
+    cq: &'a Cq<P>,
+    buf: &'a DmaBuf<P>,
+    mr: &'a Mr<P>,
     slot: usize,
 }
 
@@ -73,7 +75,7 @@ impl Op {
     }
 }
 
-fn connect(qp: &mut Qp<'_, P>, remote_qpn: u32, dgid: [u8; 16]) -> Result<(), BoxError> {
+fn connect(qp: &mut Qp<P>, remote_qpn: u32, dgid: [u8; 16]) -> Result<(), BoxError> {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     qp.modify(
         &QpAttr::new()
@@ -104,7 +106,7 @@ fn connect(qp: &mut Qp<'_, P>, remote_qpn: u32, dgid: [u8; 16]) -> Result<(), Bo
     Ok(())
 }
 
-fn poll(cq: &Cq<'_, P>, wc: &mut [Completion]) -> Result<usize, BoxError> {
+fn poll(cq: &Cq<P>, wc: &mut [Completion]) -> Result<usize, BoxError> {
     let n = cq.poll(wc)?;
     for c in &wc[..n] {
         if !c.is_success() {
@@ -138,7 +140,7 @@ fn rate(
     size: usize,
 ) -> Result<f64, BoxError> {
     let rb = b.mr.addr();
-    let rkey = b.mr.rkey().0;
+    let rkey = b.mr.rkey();
     let src = a.mr.sge(a.slot, size as u32)?;
     let (mut posted, mut done, mut rposted, mut received) = (0u64, 0u64, 0u64, 0u64);
     let recv_sge = [b.mr.sge(0, size as u32)?];
@@ -177,7 +179,7 @@ fn rate(
                 match op {
                     Op::Write => batch.post_rdma_write(k, flags, rb, rkey, src)?,
                     Op::Read => batch.post_rdma_read(k, flags, rb, rkey, src)?,
-                    Op::Send => batch.post_send(k, flags, src)?,
+                    Op::Send => batch.post_send_sge(k, flags, src)?,
                 }
             }
             batch.ring();
@@ -260,7 +262,7 @@ fn latency<'a>(
         op: Op,
         from: &mut End<'_>,
         to_addr: u64,
-        rkey: u32,
+        rkey: Rkey,
         size: usize,
         k: u64,
     ) -> Result<(), BoxError> {
@@ -282,8 +284,8 @@ fn latency<'a>(
         }
         Ok(())
     }
-    let (ab, akey) = (a.mr.addr(), a.mr.rkey().0);
-    let (bb, bkey) = (b.mr.addr(), b.mr.rkey().0);
+    let (ab, akey) = (a.mr.addr(), a.mr.rkey());
+    let (bb, bkey) = (b.mr.addr(), b.mr.rkey());
     for k in 0..n {
         let t = Instant::now();
         let mut last = t;
@@ -343,17 +345,26 @@ fn main() -> Result<(), BoxError> {
         ..EmuConfig::default()
     });
     hca_emu::connect(&ea, 1, &eb, 1)?;
-    let ha = Hca::open(ea.platform(), Config::default()).map_err(|f| f.error)?;
-    let hb = Hca::open(eb.platform(), Config::default()).map_err(|f| f.error)?;
+    let ha = Arc::new(Hca::open(ea.platform(), Config::default()).map_err(|f| f.error)?);
+    let hb = Arc::new(Hca::open(eb.platform(), Config::default()).map_err(|f| f.error)?);
     {
-        let (ca, cb) = (ha.open_context()?, hb.open_context()?);
-        let (pa, pb) = (ca.alloc_pd()?, cb.alloc_pd()?);
-        let (qa, qb) = (ca.create_cq(1024)?, cb.create_cq(1024)?);
+        let (ca, cb) = (Arc::new(Context::open(&ha)?), Arc::new(Context::open(&hb)?));
+        let (pa, pb) = (Arc::new(Pd::alloc(&ca)?), Arc::new(Pd::alloc(&cb)?));
+        let (qa, qb) = (
+            Arc::new(Cq::create(&ca, 1024)?),
+            Arc::new(Cq::create(&cb, 1024)?),
+        );
         let slot = (size + 63) & !63;
-        let (ba, bb) = (ha.alloc_buf(2 * slot)?, hb.alloc_buf(2 * slot)?);
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&ha, 2 * slot)?),
+            Arc::new(DmaBuf::alloc(&hb, 2 * slot)?),
+        );
         let access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        let (ma, mb) = (pa.reg_mr(&ba, access)?, pb.reg_mr(&bb, access)?);
+        let (ma, mb) = (
+            Mr::register(&pa, &ba, access)?,
+            Mr::register(&pb, &bb, access)?,
+        );
         let cap = QpCap {
             max_send_wr: WINDOW as u32,
             max_recv_wr: RX_DEPTH as u32,
@@ -361,8 +372,8 @@ fn main() -> Result<(), BoxError> {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let qpa = pa.create_qp(&QpInitAttr::new(QpType::Rc, &qa, &qa).cap(cap))?;
-        let qpb = pb.create_qp(&QpInitAttr::new(QpType::Rc, &qb, &qb).cap(cap))?;
+        let qpa = Qp::create(&pa, &QpInitAttr::new(QpType::Rc, &qa, &qa).cap(cap))?;
+        let qpb = Qp::create(&pb, &QpInitAttr::new(QpType::Rc, &qb, &qb).cap(cap))?;
         let mut a = End {
             qp: qpa,
             cq: &qa,
@@ -410,7 +421,9 @@ fn main() -> Result<(), BoxError> {
             );
         }
     }
-    ha.close().map_err(|f| f.error)?;
-    hb.close().map_err(|f| f.error)?;
+    for h in [ha, hb] {
+        let h = Arc::into_inner(h).ok_or("the HCA is still shared")?;
+        h.close().map_err(|f| f.error)?;
+    }
     Ok(())
 }

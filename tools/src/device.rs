@@ -36,8 +36,8 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use firmware_cmds::Opcode;
 use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Hca, WaitMode};
@@ -419,9 +419,9 @@ fn conclude<T>(result: Result<T>, closed: Result<()>, backing: &mut Backing) -> 
 /// `--dump-commands` file's. Dropped without `finish` (an early return), it
 /// tears down just the same and logs what failed.
 pub struct Device {
-    // Declared first: dropped (torn down) before what backs it. Boxed:
-    // an `Hca` is tens of kilobytes, and the device moves.
-    hca: Box<ToolHca>,
+    // Declared first: dropped (torn down) before what backs it. Shared:
+    // verbs objects hold handles of it (and an `Hca` is tens of kilobytes).
+    hca: Arc<ToolHca>,
     desc: DeviceDesc,
     backing: Backing,
 }
@@ -489,7 +489,7 @@ impl Device {
     }
 
     /// The brought-up HCA.
-    pub fn hca(&self) -> &ToolHca {
+    pub fn hca(&self) -> &Arc<ToolHca> {
         &self.hca
     }
 
@@ -506,7 +506,7 @@ impl Device {
             desc,
             mut backing,
         } = self;
-        let closed = close_hca(*hca, &desc);
+        let closed = close_hca(hca, &desc);
         conclude(result, closed, &mut backing)
     }
 }
@@ -557,8 +557,8 @@ pub fn emulated_pair(opts: &OpenOptions) -> Result<(EmuHca, EmuHca, Option<Captu
 pub struct DevicePair {
     // Declared first: side B is torn down first, then side A, then what
     // backs them.
-    b: Option<(Box<ToolHca>, DeviceDesc)>,
-    a: Box<ToolHca>,
+    b: Option<(Arc<ToolHca>, DeviceDesc)>,
+    a: Arc<ToolHca>,
     desc: PairDesc,
     backing: Backing,
 }
@@ -648,7 +648,7 @@ impl DevicePair {
         let hb = match open_hca(pb, &db, None, wait_mode) {
             Ok(h) => h,
             Err(e) => {
-                let _ = close_hca(*ha, &da);
+                let _ = close_hca(ha, &da);
                 let _ = backing.close();
                 return Err(e);
             }
@@ -667,13 +667,13 @@ impl DevicePair {
     }
 
     /// Side A's HCA (the client's).
-    pub fn a(&self) -> &ToolHca {
+    pub fn a(&self) -> &Arc<ToolHca> {
         &self.a
     }
 
     /// Side B's HCA (the server's): side A's again when the device is one
     /// real function (both sides then share it, on its ports).
-    pub fn b(&self) -> &ToolHca {
+    pub fn b(&self) -> &Arc<ToolHca> {
         match &self.b {
             Some((h, _)) => h,
             None => &self.a,
@@ -695,8 +695,8 @@ impl DevicePair {
             desc,
             mut backing,
         } = self;
-        let cb = b.map_or(Ok(()), |(hb, db)| close_hca(*hb, &db));
-        let ca = close_hca(*a, &desc.a);
+        let cb = b.map_or(Ok(()), |(hb, db)| close_hca(hb, &db));
+        let ca = close_hca(a, &desc.a);
         conclude(result, ca.and(cb), &mut backing)
     }
 }
@@ -708,13 +708,13 @@ fn desc_of<P: Platform>(p: &P, sel: &Selection) -> DeviceDesc {
     }
 }
 
-/// Brings a device up (with a progress line on a terminal); boxed at once.
+/// Brings a device up (with a progress line on a terminal); shared at once (verbs objects hold handles of it).
 fn open_hca<P: Platform>(
     platform: P,
     dev: &DeviceDesc,
     recorder: Option<&'static ToolRecorder>,
     wait_mode: WaitMode,
-) -> Result<Box<Hca<P>>> {
+) -> Result<Arc<Hca<P>>> {
     let cfg = Config {
         wait_mode,
         recorder: recorder.map(|r| r as &'static dyn CommandRecorder),
@@ -734,11 +734,19 @@ fn open_hca<P: Platform>(
         source: f.error,
     })?;
     log::info!("{}: {}", dev.describe, hca.bring_up_report());
-    Ok(Box::new(hca))
+    Ok(Arc::new(hca))
 }
 
 /// Tears a device down.
-fn close_hca<P: Platform>(hca: Hca<P>, dev: &DeviceDesc) -> Result<()> {
+fn close_hca<P: Platform>(hca: Arc<Hca<P>>, dev: &DeviceDesc) -> Result<()> {
+    // The last handle: every verbs object of the command is gone.
+    let hca = Arc::try_unwrap(hca).map_err(|h| ToolError::Teardown {
+        device: dev.describe.clone(),
+        source: hca_driver::Error::InUse {
+            what: "the HCA",
+            users: u32::try_from(Arc::strong_count(&h) - 1).unwrap_or(u32::MAX),
+        },
+    })?;
     log::info!("{}: waits: {}", dev.describe, hca.interrupt_stats());
     hca.close().map(drop).map_err(|f| ToolError::Teardown {
         device: dev.describe.clone(),
@@ -832,6 +840,7 @@ impl BareDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hca_driver::verbs::Context;
     use platform::Mmio;
 
     #[test]
@@ -900,7 +909,7 @@ mod tests {
         };
         assert_eq!(held.dev.desc().selection, Selection::Emulator);
         assert!(held.dev.hca().platform().left().is_some());
-        assert!(held.dev.hca().open_context().is_ok());
+        assert!(Context::open(held.dev.hca()).is_ok());
         // The command's error is the one reported; the device is torn down
         // and the dump flushed all the same.
         let e = held

@@ -9,6 +9,7 @@
 //! has yet to post.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hca_driver::verbs::{
@@ -128,8 +129,8 @@ impl PortView {
 /// `gid_index`: the `-g` option; on Ethernet (RoCE needs a GID) it
 /// defaults to 0, on InfiniBand to none. `down_hint` is appended to the
 /// error when the port is not active.
-pub fn port_view<P: Platform>(
-    ctx: &Context<'_, P>,
+pub fn port_view<P: Platform + 'static>(
+    ctx: &Context<P>,
     who: &str,
     port: u8,
     gid_index: Option<u8>,
@@ -215,8 +216,8 @@ pub fn path_to(local: &PortView, remote: &Endpoint, hop_limit: u8) -> AhAttr {
 
 /// RESET -> INIT of a QP: port, P_Key index 0, and the access flags (RC,
 /// UC) or the Q_Key (UD).
-pub fn to_init<P: Platform>(
-    qp: &mut Qp<'_, P>,
+pub fn to_init<P: Platform + 'static>(
+    qp: &mut Qp<P>,
     port: u8,
     access: AccessFlags,
 ) -> hca_driver::Result<()> {
@@ -231,8 +232,8 @@ pub fn to_init<P: Platform>(
 
 /// INIT -> RTR -> RTS of an RC or UC QP towards `remote`, or of a UD QP
 /// (which needs no remote).
-pub fn to_rts<P: Platform>(
-    qp: &mut Qp<'_, P>,
+pub fn to_rts<P: Platform + 'static>(
+    qp: &mut Qp<P>,
     local: &PortView,
     remote: &Endpoint,
     my_psn: u32,
@@ -293,55 +294,52 @@ pub struct SideSpec {
 /// One side of a test: a verbs context on an HCA with a PD, one CQ for
 /// sends and receives of all its QPs, a buffer registered as one memory
 /// region, and the QPs (created in RESET).
-pub struct Side<'a, P: Platform> {
+pub struct Side<'a, P: Platform + 'static> {
     /// `client` or `server`, for messages.
     pub name: &'static str,
     /// The verbs context.
-    pub ctx: &'a Context<'a, P>,
+    pub ctx: &'a Arc<Context<P>>,
     /// The PD.
-    pub pd: &'a Pd<'a, P>,
+    pub pd: &'a Arc<Pd<P>>,
     /// The CQ.
-    pub cq: &'a Cq<'a, P>,
+    pub cq: &'a Arc<Cq<P>>,
     /// The data buffer.
-    pub buf: &'a DmaBuf<'a, P>,
+    pub buf: &'a Arc<DmaBuf<P>>,
     /// Its memory region.
-    pub mr: &'a Mr<'a, P>,
+    pub mr: &'a Mr<P>,
     /// The QPs.
-    pub qps: Vec<Qp<'a, P>>,
+    pub qps: Vec<Qp<P>>,
 }
 
 /// Creates one side's resources on `hca` and runs `f` with them; they are
 /// destroyed when `f` returns (children first).
-pub fn with_side<P: Platform, R>(
-    hca: &Hca<P>,
+pub fn with_side<P: Platform + 'static, R>(
+    hca: &Arc<Hca<P>>,
     name: &'static str,
     spec: &SideSpec,
     f: impl FnOnce(&mut Side<'_, P>) -> Result<R>,
 ) -> Result<R> {
     let what = |w: &str| format!("{name}: {w}");
-    let ctx = hca
-        .open_context()
-        .map_err(|e| ToolError::driver(what("opening a verbs context"), e))?;
-    let pd = ctx
-        .alloc_pd()
-        .map_err(|e| ToolError::driver(what("allocating a PD"), e))?;
+    let ctx = Arc::new(
+        Context::open(hca).map_err(|e| ToolError::driver(what("opening a verbs context"), e))?,
+    );
+    let pd = Arc::new(Pd::alloc(&ctx).map_err(|e| ToolError::driver(what("allocating a PD"), e))?);
     let max_cqe = ctx.query_device().max_cqe;
-    let cq = ctx.create_cq(spec.cqe.clamp(1, max_cqe)).map_err(|e| {
+    let cq = Arc::new(Cq::create(&ctx, spec.cqe.clamp(1, max_cqe)).map_err(|e| {
         ToolError::driver(what(&format!("creating a CQ of {} entries", spec.cqe)), e)
-    })?;
-    let buf = hca.alloc_buf(spec.buf_len).map_err(|e| {
+    })?);
+    let buf = Arc::new(DmaBuf::alloc(hca, spec.buf_len).map_err(|e| {
         ToolError::driver(
             what(&format!("allocating {} bytes of DMA memory", spec.buf_len)),
             e,
         )
-    })?;
-    let mr = pd
-        .reg_mr(&buf, spec.access)
+    })?);
+    let mr = Mr::register(&pd, &buf, spec.access)
         .map_err(|e| ToolError::driver(what("registering the buffer"), e))?;
     let mut qps = Vec::with_capacity(spec.qps);
     for _ in 0..spec.qps {
         let init = QpInitAttr::new(spec.qp_type, &cq, &cq).cap(spec.cap);
-        qps.push(pd.create_qp(&init).map_err(|e| {
+        qps.push(Qp::create(&pd, &init).map_err(|e| {
             ToolError::driver(
                 what(&format!(
                     "creating a {} QP ({} send / {} receive work requests, {} inline bytes)",
@@ -512,7 +510,7 @@ impl<'h, P: Platform> Pacer<'h, P> {
     }
 }
 
-impl<P: Platform> fmt::Debug for Pacer<'_, P> {
+impl<P: Platform + 'static> fmt::Debug for Pacer<'_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pacer").field("idle", &self.idle).finish()
     }

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Args;
 use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
@@ -170,7 +171,7 @@ fn mtu_bytes(m: Option<IbMtu>) -> Option<u32> {
 }
 
 /// Queries the device, its ports and their GIDs, as `ibv_devinfo`.
-fn info(hca: &ToolHca, dev: &DeviceDesc, verbose: bool) -> Result<InfoReport> {
+fn info(hca: &Arc<ToolHca>, dev: &DeviceDesc, verbose: bool) -> Result<InfoReport> {
     // As ibv_devinfo: open a verbs context (which sets up RoCE and GID
     // 0 on Ethernet ports, as the kernel does for libibverbs), then
     // query the device, every port and its GIDs.
@@ -236,8 +237,8 @@ fn down_reason(state: PortState, dev: &DeviceDesc) -> Option<String> {
     })
 }
 
-fn port_report<P: Platform>(
-    ctx: &Context<'_, P>,
+fn port_report<P: Platform + 'static>(
+    ctx: &Context<P>,
     port: u8,
     ll: LinkLayer,
     verbose: bool,

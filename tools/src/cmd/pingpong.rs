@@ -12,6 +12,7 @@
 //! `--tcp-loopback` runs a server and a client on two threads of this
 //! process, each with its own emulated HCA, meeting over TCP.
 
+use hca_driver::verbs::Context;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -374,7 +375,7 @@ impl Exchange {
         if i % 4096 == 0 { 0 } else { 0x7b }
     }
 
-    fn post_recvs<P: Platform>(&mut self, s: &mut Side<'_, P>, n: u32) -> Result<u32> {
+    fn post_recvs<P: Platform + 'static>(&mut self, s: &mut Side<'_, P>, n: u32) -> Result<u32> {
         let sge = [s
             .mr
             .sge(0, self.recv_len() as u32)
@@ -398,10 +399,10 @@ impl Exchange {
         Ok(n)
     }
 
-    fn post_send<P: Platform>(
+    fn post_send<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        ah: Option<&Ah<'_, P>>,
+        ah: Option<&Ah<P>>,
     ) -> Result<()> {
         if self.check {
             let k = self.scnt;
@@ -443,10 +444,10 @@ impl Exchange {
     }
 
     /// The examples' `parse_single_wc`.
-    fn completed<P: Platform>(
+    fn completed<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        ah: Option<&Ah<'_, P>>,
+        ah: Option<&Ah<P>>,
         c: &Completion,
     ) -> Result<()> {
         if !c.is_success() {
@@ -491,7 +492,11 @@ impl Exchange {
         Ok(())
     }
 
-    fn check_message<P: Platform>(&mut self, s: &mut Side<'_, P>, c: &Completion) -> Result<()> {
+    fn check_message<P: Platform + 'static>(
+        &mut self,
+        s: &mut Side<'_, P>,
+        c: &Completion,
+    ) -> Result<()> {
         let want_len = self.recv_len() as u32;
         if c.byte_len() != want_len {
             return Err(ToolError::Usage(format!(
@@ -527,7 +532,11 @@ impl Exchange {
 
     /// Polls (after an event with -e) and handles what completed; returns
     /// whether anything did.
-    fn step<P: Platform>(&mut self, s: &mut Side<'_, P>, ah: Option<&Ah<'_, P>>) -> Result<bool> {
+    fn step<P: Platform + 'static>(
+        &mut self,
+        s: &mut Side<'_, P>,
+        ah: Option<&Ah<P>>,
+    ) -> Result<bool> {
         if self.done() {
             return Ok(false);
         }
@@ -559,7 +568,7 @@ impl Exchange {
 }
 
 /// Prepares one side: its QP to INIT, `rx_depth` receives, its address.
-fn prepare<P: Platform>(
+fn prepare<P: Platform + 'static>(
     s: &mut Side<'_, P>,
     p: &Params,
     size: u32,
@@ -626,7 +635,7 @@ fn connect<'a, P: Platform>(
     port: &PortView,
     me: &Endpoint,
     remote: &Endpoint,
-) -> Result<Option<Ah<'a, P>>> {
+) -> Result<Option<Ah<P>>> {
     let conn = p.conn();
     to_rts(&mut s.qps[0], port, remote, me.psn, &conn)
         .map_err(|e| ToolError::driver(format!("{}: connecting the QP", s.name), e))?;
@@ -636,9 +645,7 @@ fn connect<'a, P: Platform>(
     }
     let mut attr = crate::rdma::path_to(port, remote, 1);
     attr.sl = p.sl;
-    let ah = s
-        .pd
-        .create_ah(&attr)
+    let ah = Ah::create(s.pd, &attr)
         .map_err(|e| ToolError::driver(format!("{}: creating the address handle", s.name), e))?;
     Ok(Some(ah))
 }
@@ -703,9 +710,8 @@ fn run_loopback(mut side: Loopback<'_>, pair: &DevicePair) -> Result<PingpongRep
     let (a, b, dev) = (pair.a(), pair.b(), pair.desc());
     let p = &side.p;
     let early = &mut side.early;
-    let ctx_probe = a
-        .open_context()
-        .map_err(|e| ToolError::driver("client: opening a verbs context", e))?;
+    let ctx_probe =
+        Context::open(a).map_err(|e| ToolError::driver("client: opening a verbs context", e))?;
     let pa = port_view(&ctx_probe, "client", p.ib_port, p.gid_index, "")?;
     drop(ctx_probe);
     let size = p.size_for(pa.active_mtu)?;
@@ -853,8 +859,7 @@ fn run_split(mut side: Split<'_>, device: &Device) -> Result<PingpongReport> {
         Mode::Client { host, port } => Some(peer::connect(host, *port)?),
         _ => None,
     };
-    let ctx_probe = hca
-        .open_context()
+    let ctx_probe = Context::open(hca)
         .map_err(|e| ToolError::driver(format!("{who}: opening a verbs context"), e))?;
     let port = port_view(&ctx_probe, who, p.ib_port, p.gid_index, hint)?;
     drop(ctx_probe);

@@ -442,6 +442,8 @@ mod tests {
     use firmware_cmds::cmdq::CmdQueueEntry;
     use firmware_cmds::mailbox::CmdIfBox;
     use firmware_cmds::trace::{parse, write_exchange};
+    use hca_driver::verbs::{Context, Cq};
+    use std::sync::Arc;
 
     /// A CREATE_QP that failed with bad parameter, and a command the
     /// registry does not declare.
@@ -478,11 +480,12 @@ mod tests {
             recorder: Some(rec as &'static dyn CommandRecorder),
             ..Config::default()
         };
-        let hca = Hca::open(emu.platform(), cfg).map_err(|f| f.error).unwrap();
-        let ctx = hca.open_context().unwrap();
+        let hca = Arc::new(Hca::open(emu.platform(), cfg).map_err(|f| f.error).unwrap());
+        let ctx = Arc::new(Context::open(&hca).unwrap());
         // CREATE_CQ has an input mailbox block.
-        drop(ctx.create_cq(64).unwrap());
+        drop(Cq::create(&ctx, 64).unwrap());
         drop(ctx);
+        let hca = Arc::into_inner(hca).expect("the last handle");
         hca.close().map_err(|f| f.error).unwrap();
         parse(&rec.with(|s| s.clone())).unwrap()
     }

@@ -15,7 +15,7 @@ const MIN_ITER: u64 = 5;
 /// perftest's most iterations (`MAX_ITER`).
 const MAX_ITER: u64 = 100_000_000;
 /// Most QPs (one CQ per side serves them all).
-const MAX_QPS: u32 = hca_driver::verbs::MAX_QPS_PER_CQ as u32;
+const MAX_QPS: u32 = hca_driver::verbs::MAX_CONTEXT_QPS as u32;
 
 /// Arguments of `hca perf`.
 #[derive(Debug, Args)]

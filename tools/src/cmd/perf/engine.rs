@@ -57,16 +57,16 @@ impl Layout {
 }
 
 /// What a test needs of its side besides the resources.
-pub struct Peer<'s, 'a, P: Platform> {
+pub struct Peer<'s, P: Platform + 'static> {
     /// The peer's QPs.
     pub remote: &'s [Endpoint],
     /// UD address handles towards them.
-    pub ahs: &'s [Ah<'a, P>],
+    pub ahs: &'s [Ah<P>],
     /// The buffer layout.
     pub layout: Layout,
 }
 
-fn sge<P: Platform>(s: &Side<'_, P>, offset: usize, len: usize) -> Result<Sge> {
+fn sge<P: Platform + 'static>(s: &Side<'_, P>, offset: usize, len: usize) -> Result<Sge> {
     s.mr.sge(offset, len as u32)
         .map_err(|e| ToolError::driver(format!("{}: describing the buffer", s.name), e))
 }
@@ -75,7 +75,7 @@ fn post_err(side: &str, what: &str, e: hca_driver::Error) -> ToolError {
     ToolError::driver(format!("{side}: posting {what}"), e)
 }
 
-fn poll<P: Platform>(s: &Side<'_, P>, wc: &mut [Completion]) -> Result<usize> {
+fn poll<P: Platform + 'static>(s: &Side<'_, P>, wc: &mut [Completion]) -> Result<usize> {
     s.cq.poll(wc)
         .map_err(|e| ToolError::driver(format!("{}: polling the CQ", s.name), e))
 }
@@ -184,10 +184,10 @@ impl BwSender {
     }
 
     /// Posts what the windows allow and polls the CQ.
-    pub fn step<P: Platform>(
+    pub fn step<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        peer: &Peer<'_, '_, P>,
+        peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
         let now = Instant::now();
@@ -258,10 +258,10 @@ impl BwSender {
         Ok(progressed)
     }
 
-    fn post_batch<P: Platform>(
+    fn post_batch<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        peer: &Peer<'_, '_, P>,
+        peer: &Peer<'_, P>,
         i: usize,
         n: u64,
     ) -> Result<()> {
@@ -291,7 +291,7 @@ impl BwSender {
                     SendFlags::NONE
                 };
                 let r = match self.verb {
-                    Verb::Write if self.inline => b.push(
+                    Verb::Write if self.inline => b.post_send(
                         &SendWr::new(
                             wr_id,
                             SendOp::RdmaWrite {
@@ -302,10 +302,14 @@ impl BwSender {
                         .inline(&self.msg)
                         .flags(flags),
                     ),
-                    Verb::Write => b.post_rdma_write(wr_id, flags, raddr, remote.rkey, local),
-                    Verb::Read => b.post_rdma_read(wr_id, flags, raddr, remote.rkey, local),
+                    Verb::Write => {
+                        b.post_rdma_write(wr_id, flags, raddr, hca_driver::Rkey(remote.rkey), local)
+                    }
+                    Verb::Read => {
+                        b.post_rdma_read(wr_id, flags, raddr, hca_driver::Rkey(remote.rkey), local)
+                    }
                     Verb::Send if peer.ahs.is_empty() && !self.inline => {
-                        b.post_send(wr_id, flags, local)
+                        b.post_send_sge(wr_id, flags, local)
                     }
                     Verb::Send => {
                         let l = [local];
@@ -318,7 +322,7 @@ impl BwSender {
                         if let Some(ah) = peer.ahs.get(i) {
                             wr = wr.ud(ah.dest(remote.qpn, QKEY));
                         }
-                        b.push(&wr)
+                        b.post_send(&wr)
                     }
                     Verb::Atomic => {
                         let op = match self.atomic {
@@ -334,7 +338,7 @@ impl BwSender {
                                 swap: 0,
                             },
                         };
-                        b.push(&SendWr::new(wr_id, op).sgl(&[local]).flags(flags))
+                        b.post_send(&SendWr::new(wr_id, op).sgl(&[local]).flags(flags))
                     }
                 };
                 r.map_err(|e| post_err(name, self.verb.wr_name(), e))?;
@@ -398,10 +402,10 @@ impl BwReceiver {
 
     /// Posts receives up to the depth (not beyond what is expected, in
     /// batches of a quarter of the depth) and polls the CQ.
-    pub fn step<P: Platform>(
+    pub fn step<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        peer: &Peer<'_, '_, P>,
+        peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
         let batch = (self.rx_depth / 4).max(1);
@@ -607,7 +611,7 @@ impl WriteLat {
     }
 
     /// Zeroes the target region (before the peer may write into it).
-    pub fn prepare<P: Platform>(&self, s: &Side<'_, P>, lay: Layout) -> Result<()> {
+    pub fn prepare<P: Platform + 'static>(&self, s: &Side<'_, P>, lay: Layout) -> Result<()> {
         s.buf
             .fill(lay.target(0), self.size, 0)
             .and_then(|()| s.buf.fill(lay.source(0), self.size, 0))
@@ -620,10 +624,10 @@ impl WriteLat {
     }
 
     /// Polls, checks the target region, posts the next WRITE.
-    pub fn step<P: Platform>(
+    pub fn step<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        peer: &Peer<'_, '_, P>,
+        peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
         let mut wc = [Completion::default(); 4];
@@ -679,7 +683,7 @@ impl WriteLat {
                     self.pp.scnt,
                     SendFlags::SIGNALED,
                     remote.addr,
-                    remote.rkey,
+                    hca_driver::Rkey(remote.rkey),
                     l,
                 )
             };
@@ -726,7 +730,12 @@ impl SendLat {
         }
     }
 
-    fn post_recvs<P: Platform>(&mut self, s: &mut Side<'_, P>, lay: Layout, n: u64) -> Result<()> {
+    fn post_recvs<P: Platform + 'static>(
+        &mut self,
+        s: &mut Side<'_, P>,
+        lay: Layout,
+        n: u64,
+    ) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
@@ -745,7 +754,11 @@ impl SendLat {
     }
 
     /// Posts the receives (before the peer may send).
-    pub fn prepare<P: Platform>(&mut self, s: &mut Side<'_, P>, lay: Layout) -> Result<()> {
+    pub fn prepare<P: Platform + 'static>(
+        &mut self,
+        s: &mut Side<'_, P>,
+        lay: Layout,
+    ) -> Result<()> {
         let n = match self.pp.until {
             Until::Iters(n) => self.rx_depth.min(n),
             Until::Deadline(_) => self.rx_depth,
@@ -759,10 +772,10 @@ impl SendLat {
     }
 
     /// Polls (receives are reposted at once), posts the next SEND.
-    pub fn step<P: Platform>(
+    pub fn step<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        peer: &Peer<'_, '_, P>,
+        peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
         let lay = peer.layout;
@@ -846,10 +859,10 @@ impl ReqLat {
     }
 
     /// Polls, posts the next request once the previous completed.
-    pub fn step<P: Platform>(
+    pub fn step<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        peer: &Peer<'_, '_, P>,
+        peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
         let mut wc = [Completion::default(); 4];
@@ -871,7 +884,13 @@ impl ReqLat {
             let id = self.pp.scnt;
             let r = if self.verb == Verb::Read {
                 let l = sge(s, lay.source(0), self.size)?;
-                s.qps[0].post_rdma_read(id, SendFlags::SIGNALED, remote.addr, remote.rkey, l)
+                s.qps[0].post_rdma_read(
+                    id,
+                    SendFlags::SIGNALED,
+                    remote.addr,
+                    hca_driver::Rkey(remote.rkey),
+                    l,
+                )
             } else {
                 let l = [sge(s, lay.source(0), 8)?];
                 let op = match self.atomic {

@@ -84,13 +84,13 @@ pub(super) fn run(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn loopback_size<P: Platform>(
+fn loopback_size<P: Platform + 'static>(
     spec: &Spec,
     size: u64,
     sa: &mut Side<'_, P>,
     sb: &mut Side<'_, P>,
-    peer_a: &Peer<'_, '_, P>,
-    peer_b: &Peer<'_, '_, P>,
+    peer_a: &Peer<'_, P>,
+    peer_b: &Peer<'_, P>,
     hcas: &[&Hca<P>],
 ) -> Result<Row> {
     let inline = inline_for(sa, spec, size);

@@ -474,11 +474,11 @@ const SERVICE_TICK: std::time::Duration = std::time::Duration::from_millis(20);
 /// --perftest`): the exchange as perftest does it, one message size, then
 /// the bandwidth reports (bandwidth tests) and perftest's close.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn run_side<P: platform::Platform>(
+pub(super) fn run_side<P: platform::Platform + 'static>(
     spec: &super::spec::Spec,
     client: bool,
     stream: std::net::TcpStream,
-    hca: &hca_driver::Hca<P>,
+    hca: &std::sync::Arc<hca_driver::Hca<P>>,
     dev: &crate::device::DeviceDesc,
     port: &crate::rdma::PortView,
     printer: &mut super::report::Printer<'_>,
@@ -505,7 +505,7 @@ pub(super) fn run_side<P: platform::Platform>(
     let mtu = x.mtu(mtu)?;
     let mtu = min_mtu(mtu, spec.mtu.max(256));
     spec.mtu = mtu.bytes();
-    let my_reads = spec.out_reads(&[hca])?;
+    let my_reads = spec.out_reads(&[&**hca])?;
     let lay = super::engine::Layout {
         slot: spec.layout().slot.max(cycle as usize).next_multiple_of(64),
     };

@@ -2,6 +2,7 @@
 //! wire, synchronised by this tool's exchange ([`super::protocol`]) or
 //! perftest's ([`super::perftest`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hca_driver::Hca;
@@ -80,10 +81,10 @@ pub(super) fn run(side: Split<'_>, device: &Device) -> Result<()> {
     }
 }
 
-fn run_client<P: Platform>(
+fn run_client<P: Platform + 'static>(
     mut spec: Spec,
     l: &Local,
-    hca: &Hca<P>,
+    hca: &Arc<Hca<P>>,
     dev: &DeviceDesc,
     hint: &str,
     ctl: &mut Control,
@@ -176,9 +177,9 @@ fn run_client<P: Platform>(
     })
 }
 
-fn run_server<P: Platform>(
+fn run_server<P: Platform + 'static>(
     own: &Spec,
-    hca: &Hca<P>,
+    hca: &Arc<Hca<P>>,
     dev: &DeviceDesc,
     port: &PortView,
     ctl: &mut Control,
@@ -306,11 +307,11 @@ const DROP_GRACE: Duration = Duration::from_millis(500);
 /// client's `done` (what it sent), which ends a passive side's part.
 /// Returns whether the peer's `done` was taken.
 #[allow(clippy::too_many_arguments)]
-fn drive<P: Platform>(
+fn drive<P: Platform + 'static>(
     spec: &Spec,
     size: u64,
     s: &mut Side<'_, P>,
-    peer: &Peer<'_, '_, P>,
+    peer: &Peer<'_, P>,
     e: &mut Engine,
     hca: &Hca<P>,
     ctl: &mut Control,

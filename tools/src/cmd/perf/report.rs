@@ -448,7 +448,7 @@ impl PerfReport {
     }
 
     /// Atomic tests: notes the byte order `hca` applies to atomics.
-    pub(super) fn atomics<P: Platform>(&mut self, spec: &Spec, hca: &Hca<P>) {
+    pub(super) fn atomics<P: Platform + 'static>(&mut self, spec: &Spec, hca: &Hca<P>) {
         if spec.verb == Verb::Atomic {
             let d = hca_driver::verbs::DeviceAttr::from_info(hca.info());
             self.atomic_byte_order = d

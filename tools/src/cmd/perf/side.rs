@@ -2,6 +2,8 @@
 //! connected to the peer's) and its engine for one message size, which
 //! the loopback, client, server and perftest drivers step.
 
+use hca_driver::verbs::Context;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hca_driver::Hca;
@@ -32,7 +34,7 @@ pub(super) enum Engine {
 }
 
 impl Engine {
-    pub(super) fn new<P: Platform>(
+    pub(super) fn new<P: Platform + 'static>(
         spec: &Spec,
         client: bool,
         size: u64,
@@ -91,10 +93,10 @@ impl Engine {
         })
     }
 
-    pub(super) fn step<P: Platform>(
+    pub(super) fn step<P: Platform + 'static>(
         &mut self,
         s: &mut Side<'_, P>,
-        peer: &Peer<'_, '_, P>,
+        peer: &Peer<'_, P>,
     ) -> Result<bool> {
         match self {
             Engine::BwSend(e) => e.step(s, peer),
@@ -218,7 +220,7 @@ pub(super) fn progress_text(spec: &Spec, size: u64, e: &Engine) -> String {
 }
 
 /// Moves the QPs to INIT and describes them.
-pub(super) fn local_endpoints<P: Platform>(
+pub(super) fn local_endpoints<P: Platform + 'static>(
     s: &mut Side<'_, P>,
     port: &PortView,
     spec: &Spec,
@@ -248,7 +250,7 @@ pub(super) fn connect_all<'a, P: Platform>(
     me: &[Endpoint],
     remote: &[Endpoint],
     p: &ConnParams,
-) -> Result<Vec<Ah<'a, P>>> {
+) -> Result<Vec<Ah<P>>> {
     if remote.len() != s.qps.len() {
         return Err(ToolError::Usage(format!(
             "{}: the peer has {} QPs, this side {}",
@@ -262,11 +264,9 @@ pub(super) fn connect_all<'a, P: Platform>(
         to_rts(&mut s.qps[i], port, &remote[i], me[i].psn, p)
             .map_err(|e| ToolError::driver(format!("{}: connecting QP {i}", s.name), e))?;
         if s.qps[i].qp_type() == QpType::Ud {
-            let ah =
-                s.pd.create_ah(&path_to(port, &remote[i], p.hop_limit))
-                    .map_err(|e| {
-                        ToolError::driver(format!("{}: creating an address handle", s.name), e)
-                    })?;
+            let ah = Ah::create(s.pd, &path_to(port, &remote[i], p.hop_limit)).map_err(|e| {
+                ToolError::driver(format!("{}: creating an address handle", s.name), e)
+            })?;
             ahs.push(ah);
         }
     }
@@ -274,7 +274,7 @@ pub(super) fn connect_all<'a, P: Platform>(
 }
 
 /// Whether sends on these QPs go inline at this size.
-pub(super) fn inline_for<P: Platform>(s: &Side<'_, P>, spec: &Spec, size: u64) -> bool {
+pub(super) fn inline_for<P: Platform + 'static>(s: &Side<'_, P>, spec: &Spec, size: u64) -> bool {
     matches!(spec.verb, Verb::Write | Verb::Send)
         && spec.inline > 0
         && size <= u64::from(spec.inline)
@@ -283,15 +283,14 @@ pub(super) fn inline_for<P: Platform>(s: &Side<'_, P>, spec: &Spec, size: u64) -
             .all(|q| u64::from(q.cap().max_inline_data) >= size)
 }
 
-pub(super) fn probe_port<P: Platform>(
-    hca: &Hca<P>,
+pub(super) fn probe_port<P: Platform + 'static>(
+    hca: &Arc<Hca<P>>,
     who: &str,
     port: u8,
     gid: Option<u8>,
     hint: &str,
 ) -> Result<PortView> {
-    let ctx = hca
-        .open_context()
+    let ctx = Context::open(hca)
         .map_err(|e| ToolError::driver(format!("{who}: opening a verbs context"), e))?;
     port_view(&ctx, who, port, gid, hint)
 }

@@ -203,7 +203,7 @@ impl Spec {
     }
 
     /// The outstanding READ / atomic depth on these devices.
-    pub(super) fn out_reads<P: Platform>(&self, hcas: &[&Hca<P>]) -> Result<u8> {
+    pub(super) fn out_reads<P: Platform + 'static>(&self, hcas: &[&Hca<P>]) -> Result<u8> {
         if !matches!(self.verb, Verb::Read | Verb::Atomic) {
             return Ok(1);
         }
