@@ -19,9 +19,8 @@ use crate::types::{Cqn, Qpn, Srqn};
 /// Most CQs the router tracks.
 pub const MAX_CQS: usize = 256;
 /// Most QP/RQ/SQ/SRQ numbers the router tracks: at least a verbs
-/// context's QPs ([`MAX_CONTEXT_QPS`](crate::verbs::MAX_CONTEXT_QPS)) plus
-/// as many SRQs.
-pub const MAX_QUEUES: usize = 2048;
+/// context's QPs ([`MAX_CONTEXT_QPS`](crate::verbs::MAX_CONTEXT_QPS)).
+pub const MAX_QUEUES: usize = 512;
 /// Most undelivered asynchronous events; older events are kept, newer ones
 /// counted in [`EventRouter::dropped`].
 pub const EVENT_QUEUE_LEN: usize = 64;

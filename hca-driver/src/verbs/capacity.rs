@@ -5,7 +5,7 @@
 //!
 //! | what | from the caps | ceiling with `alloc` | ceiling without |
 //! |---|---|---|---|
-//! | QPs of a context (user indices; a CQ serves all of them) | `2^log_max_qp` | 1024 | 256 |
+//! | QPs of a context (user indices; a CQ serves all of them) | `2^log_max_qp` | 512 | 256 |
 //! | memory regions of a PD | `2^log_max_mkey` | 4096 | 256 |
 //! | CQs with events (the HCA's event registry) | `2^log_max_cq` | [`MAX_CQS`] | [`MAX_CQS`] |
 //!
@@ -14,7 +14,10 @@
 //! ceiling (a CQ holds an index of [`MAX_CONTEXT_QPS`] entries and room
 //! for that many QP completion handles, so a CQ can serve every QP of its
 //! context). The HCA's registry of queues with events ([`MAX_QUEUES`])
-//! holds at least a context's QPs plus as many SRQs.
+//! holds at least a context's QPs; it lives inline in the `Hca` (no heap),
+//! which is why the QP ceiling is not higher: each entry costs the `Hca`
+//! about 40 bytes. A QP or SRQ beyond the registry is refused with
+//! [`Error::CapacityExceeded`](crate::Error::CapacityExceeded).
 
 use firmware_cmds::caps::CmdHcaCap;
 
@@ -23,7 +26,7 @@ use crate::info::Caps;
 
 /// Ceiling of the QPs one context has at a time (its user indices).
 #[cfg(feature = "alloc")]
-pub const MAX_CONTEXT_QPS: usize = 1024;
+pub const MAX_CONTEXT_QPS: usize = 512;
 /// Ceiling of the QPs one context has at a time (its user indices).
 #[cfg(not(feature = "alloc"))]
 pub const MAX_CONTEXT_QPS: usize = 256;
@@ -35,7 +38,7 @@ pub const MAX_MRS_PER_PD: usize = 4096;
 #[cfg(not(feature = "alloc"))]
 pub const MAX_MRS_PER_PD: usize = 256;
 
-const _: () = assert!(MAX_QUEUES >= 2 * MAX_CONTEXT_QPS);
+const _: () = assert!(MAX_QUEUES >= MAX_CONTEXT_QPS);
 const _: () = assert!(MAX_CONTEXT_QPS <= u16::MAX as usize);
 
 /// The capacities of a context's tables, fixed when it opens.
