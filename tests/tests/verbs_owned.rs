@@ -288,6 +288,57 @@ fn one_cq_dispatches_many_qps<P: TestPlatform>(b: &mut Bench<P>) {
     b.close(hca);
 }
 
+/// The bare-metal family: parents held by `&'static` handles (here leaked
+/// boxes stand for the caller's statics). The objects work the same; a
+/// static object is never destroyed, which `try_destroy` says.
+#[test]
+fn static_handles() {
+    use hca_driver::verbs::StaticShare;
+    type E = hca_emu::EmuPlatform;
+    let emu: &'static hca_emu::EmuHca =
+        Box::leak(Box::new(hca_emu::EmuHca::new(Default::default())));
+    let hca: &'static Hca<E> = Box::leak(Box::new(
+        Hca::open(emu.platform(), Default::default())
+            .map_err(|f| f.error)
+            .unwrap(),
+    ));
+    let ctx: &'static Context<E, StaticShare> = Box::leak(Box::new(Context::open(&hca).unwrap()));
+    let pd: &'static Pd<E, StaticShare> = Box::leak(Box::new(Pd::alloc(&ctx).unwrap()));
+    let cq: &'static Cq<E, StaticShare> = Box::leak(Box::new(Cq::create(&ctx, 16).unwrap()));
+    let buf: &'static DmaBuf<E, StaticShare> =
+        Box::leak(Box::new(DmaBuf::alloc(&hca, 4096).unwrap()));
+    let mr = Mr::register(&pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
+    qp.modify(
+        &QpAttr::new()
+            .state(QpState::Init)
+            .port(1)
+            .pkey_index(0)
+            .access(AccessFlags::LOCAL_WRITE),
+    )
+    .unwrap();
+    qp.post_recv(&RecvWr {
+        wr_id: 5,
+        sgl: &[mr.sge(0, 16).unwrap()],
+    })
+    .unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    let w = poll_ok_or_flush(cq);
+    assert_eq!((w.wr_id, w.status), (5, WcStatus::WrFlushErr));
+    // A QP is owned outright: destroyed explicitly.
+    qp.destroy().unwrap();
+    assert!(matches!(Cq::try_destroy(cq), Err(Error::Unsupported(_))));
+    assert_eq!(cq.users(), 0);
+}
+
+/// One completion, whatever its status.
+fn poll_ok_or_flush<P: TestPlatform, S: hca_driver::verbs::Share>(cq: &Cq<P, S>) -> WorkCompletion {
+    let mut wc = [WorkCompletion::default(); 1];
+    let n = cq.poll_wait(&mut wc, Duration::from_secs(5)).unwrap();
+    assert_eq!(n, 1);
+    wc[0]
+}
+
 hca_tests::scenarios!(
     destroy_order_is_enforced,
     user_indices_at_capacity_and_reused,
