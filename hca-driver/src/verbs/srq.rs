@@ -41,8 +41,8 @@ pub struct SrqInitAttr<P: Platform + 'static, S: Share = DefaultShare> {
     /// Limit event threshold (0: not armed); see [`Srq::arm_limit`].
     pub srq_limit: u32,
     /// A CQ named in the SRQ context (`srqc.cqn`; completions go to each
-    /// QP's receive CQ regardless). Linux names a CQ of its own here;
-    /// `None` leaves the field 0.
+    /// QP's receive CQ regardless); the SRQ holds it. Linux names a CQ of
+    /// its own here; `None` leaves the field 0.
     pub cq: Option<S::Ref<Cq<P, S>>>,
     /// How posted work requests are checked.
     pub sge_check: SgeCheck,
@@ -104,6 +104,8 @@ pub struct Srq<P: Platform + 'static, S: Share = DefaultShare> {
     /// Event types taken from the router and not yet handed out (bit `n` =
     /// event type `n`).
     events: AtomicU64,
+    /// The CQ named in the SRQ context, kept alive while the SRQ is.
+    _cq: Option<S::Ref<Cq<P, S>>>,
 }
 
 impl<P: Platform + 'static, S: Share> fmt::Debug for Srq<P, S> {
@@ -208,6 +210,7 @@ impl<P: Platform + 'static, S: Share> Srq<P, S> {
             sge_check: init.sge_check,
             events: AtomicU64::new(0),
             pd,
+            _cq: init.cq.clone(),
         };
         if init.srq_limit > 0 {
             s.arm_limit(init.srq_limit)?;
