@@ -9,8 +9,9 @@
 //! | memory regions of a PD | `2^log_max_mkey` | 4096 | 256 |
 //! | CQs with events (the HCA's event registry) | `2^log_max_cq` | [`MAX_CQS`] | [`MAX_CQS`] |
 //!
-//! With `alloc` the tables are heap vectors allocated at their capacity
-//! when the object is created; without, they are inline arrays of the
+//! With `alloc` the tables are heap vectors that grow up to their
+//! capacity (a CQ's index by user index is allocated whole: 2 bytes per
+//! QP of the context); without, they are inline arrays of the
 //! ceiling (a CQ holds an index of [`MAX_CONTEXT_QPS`] entries and room
 //! for that many QP completion handles, so a CQ can serve every QP of its
 //! context). The HCA's registry of queues with events ([`MAX_QUEUES`])
@@ -88,8 +89,9 @@ impl<T, const N: usize> Bounded<T, N> {
     /// An empty vector for `cap` items (at most `N`).
     pub(crate) fn new(cap: usize) -> Self {
         let cap = cap.min(N);
+        // Grown as items come (a PD's 4096 regions would be 128 KB).
         #[cfg(feature = "alloc")]
-        let items = alloc::vec::Vec::with_capacity(cap);
+        let items = alloc::vec::Vec::new();
         #[cfg(not(feature = "alloc"))]
         let items = heapless::Vec::new();
         Self { items, cap }
