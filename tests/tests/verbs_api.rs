@@ -282,7 +282,7 @@ fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
             Mr::register_range(&pd, &buf, 0, 0, AccessFlags::NONE, MrMode::Mtt),
             "len",
         );
-        pa.deregister().unwrap();
+        pa.destroy().unwrap();
         assert_eq!(pd.mr_count(), 1);
         // Buffers copy in and out, bounds checked.
         buf.write(9_996, b"tail").unwrap();
@@ -332,7 +332,7 @@ fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
         }
         drop(qp);
         Srq::try_destroy(srq).unwrap();
-        mr.deregister().unwrap();
+        mr.destroy().unwrap();
         drop(buf);
         assert_eq!(hca.dma_usage().buffers, 0);
     }
@@ -863,7 +863,7 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
         .unwrap();
         poll_ok(&cqa);
         poll_ok(&cqb);
-        gone.deregister().unwrap();
+        gone.destroy().unwrap();
         let (_, r) = rejected(qa.post_send(&SendWr::new(21, SendOp::Send).sgl(&[s])));
         assert_eq!(
             r,

@@ -151,6 +151,17 @@ fn destroy_order_is_enforced<P: TestPlatform>(b: &mut Bench<P>) {
                 ..
             })
         ));
+        assert!(matches!(
+            Pd::try_destroy(pd.clone()),
+            Err(Error::InUse { what: "the PD", .. })
+        ));
+        assert!(matches!(
+            Context::try_destroy(ctx.clone()),
+            Err(Error::InUse {
+                what: "the context",
+                ..
+            })
+        ));
         // The PD, the CQ and the context stay alive without the user's
         // handles: the QP (and the region) hold them.
         let pdn = pd.number();

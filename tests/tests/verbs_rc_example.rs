@@ -182,8 +182,8 @@ fn rdma_rc_example<P: TestPlatform>(l: &mut Link<P>) {
         // resources_destroy, in the example's order.
         sqp.destroy().unwrap();
         cqp.destroy().unwrap();
-        smr.deregister().unwrap();
-        cmr.deregister().unwrap();
+        smr.destroy().unwrap();
+        cmr.destroy().unwrap();
         drop((sbuf, cbuf));
         // The QPs and regions are gone, so these are the last handles.
         Cq::try_destroy(scq).unwrap();

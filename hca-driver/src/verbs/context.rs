@@ -130,6 +130,19 @@ impl<P: Platform + 'static, S: Share> Context<P, S> {
         Ok(ctx)
     }
 
+    /// Closes the context (DEALLOC_UAR of its UAR page). Everything
+    /// created from it is gone (they hold handles of it).
+    pub fn destroy(self) -> Result<()> {
+        self.uar.destroy()
+    }
+
+    /// Closes the context behind its last handle; while PDs or CQs still
+    /// hold it, drops this handle and returns [`Error::InUse`] (it is
+    /// closed when the last handle drops).
+    pub fn try_destroy(this: impl Handle<Self, Share = S>) -> Result<()> {
+        crate::verbs::share::destroy_last::<S, Self>(this.into_ref(), "the context", Self::destroy)
+    }
+
     /// The HCA's handle.
     pub fn hca(&self) -> &S::Ref<Hca<P>> {
         &self.hca

@@ -42,10 +42,12 @@
 //! when it is to be a parent.
 //!
 //! An object the user owns outright has an explicit `destroy(self) ->
-//! Result` (or [`Mr::deregister`]); every object also destroys itself when
-//! dropped, logging a failure. A shared CQ or SRQ is destroyed with
-//! [`Cq::try_destroy`] / [`Srq::try_destroy`] on its handle, which report
-//! [`Error::InUse`](crate::Error::InUse) while a QP still holds it. Memory
+//! Result` ([`Mr::destroy`] is `ibv_dereg_mr`); every object also destroys
+//! itself when dropped, logging a failure. A shared context, PD, CQ or SRQ
+//! is destroyed with `try_destroy` on its handle ([`Context::try_destroy`],
+//! [`Pd::try_destroy`], [`Cq::try_destroy`], [`Srq::try_destroy`]), which
+//! reports [`Error::InUse`](crate::Error::InUse) while a child still holds
+//! it. Memory
 //! the device may still write after a failed destroy is kept until the
 //! HCA is closed (or leaked), never freed under the device.
 //!

@@ -158,6 +158,13 @@ impl<P: Platform + 'static, S: Share> Pd<P, S> {
     pub fn destroy(self) -> Result<()> {
         self.obj.destroy()
     }
+
+    /// Deallocates the PD behind its last handle; while regions, QPs, SRQs
+    /// or address handles still hold it, drops this handle and returns
+    /// [`Error::InUse`] (it is deallocated when the last handle drops).
+    pub fn try_destroy(this: impl Handle<Self, Share = S>) -> Result<()> {
+        crate::verbs::share::destroy_last::<S, Self>(this.into_ref(), "the PD", Self::destroy)
+    }
 }
 
 impl<P: Platform + 'static, S: Share> Mr<P, S> {
@@ -409,7 +416,7 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
 
     /// Deregisters the region (`ibv_dereg_mr`): the key leaves the PD's
     /// table, then DESTROY_MKEY.
-    pub fn deregister(mut self) -> Result<()> {
+    pub fn destroy(mut self) -> Result<()> {
         self.dereg()
     }
 
