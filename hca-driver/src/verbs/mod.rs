@@ -47,9 +47,15 @@
 //! is destroyed with `try_destroy` on its handle ([`Context::try_destroy`],
 //! [`Pd::try_destroy`], [`Cq::try_destroy`], [`Srq::try_destroy`]), which
 //! reports [`Error::InUse`](crate::Error::InUse) while a child still holds
-//! it. Memory
-//! the device may still write after a failed destroy is kept until the
-//! HCA is closed (or leaked), never freed under the device.
+//! it. Memory the device may still write after a failed destroy is kept
+//! until the HCA is closed (or leaked), never freed under the device.
+//!
+//! Why this design: a QP names four parents of different types, so one
+//! type parameter choosing the ownership scheme for all of them (a family
+//! with a generic associated type) keeps the types short and consistent;
+//! `Arc` is what a `std` program wants, and `&'static` is the only owned
+//! handle a heapless bare-metal image has (objects live in statics, set
+//! up once, e.g. with `spin::Once`).
 //!
 //! A CQ cannot be destroyed outright while a QP holds it (it is shared,
 //! and `destroy` needs the object itself):
