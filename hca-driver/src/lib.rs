@@ -1,6 +1,8 @@
 //! # hca-driver: the mlx5 control plane
 //!
-//! `#![no_std]`, no heap. Takes a ConnectX from power-on to a ready HCA and
+//! `#![no_std]`, no heap needed (the `alloc` feature, on with `std`, adds
+//! `Arc` handles for the verbs objects and heap tables sized from the
+//! device caps; see [`verbs`]). Takes a ConnectX from power-on to a ready HCA and
 //! back through the firmware command interface alone, on any
 //! [`platform::Platform`]: the emulated ConnectX of `hca-emu`, Linux
 //! userspace under VFIO, bare metal.
