@@ -54,7 +54,7 @@ pub mod vfio;
 
 pub use dma::DmaRegion;
 pub use error::Error;
-pub use firmware_cmds::endian::{Be16, Be32, Be64};
+pub use hca_endian::{Be16, Be32, Be64};
 pub use mmio::{Mmio, MmioWindow, Register64};
 
 use core::time::Duration;
