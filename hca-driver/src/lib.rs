@@ -156,6 +156,7 @@ mod irq;
 mod mailbox;
 mod pages;
 mod pas;
+pub mod pci;
 mod query;
 mod record;
 mod resources;

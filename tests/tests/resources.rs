@@ -15,7 +15,7 @@ fn device_info_is_complete<P: TestPlatform>(b: &mut Bench<P>) {
     let info = hca.info();
     assert!(info.fw_version.is_some());
     assert_eq!(info.cmdif_rev, 5);
-    assert_eq!(info.pci.vendor_id, platform::pci::MELLANOX_VENDOR_ID);
+    assert_eq!(info.pci.vendor_id, hca_driver::pci::MELLANOX_VENDOR_ID);
     assert!(info.pci.product().is_some(), "{:?}", info.pci);
     assert!(!info.board_id().is_empty());
     assert_ne!(info.node_guid, 0);
