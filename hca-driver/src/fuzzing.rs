@@ -119,7 +119,7 @@ pub fn command_answer(
         )
     })();
     let mut p = pool.lock();
-    p.release(&outb);
+    p.release(outb);
     p.drain(free);
     r
 }
