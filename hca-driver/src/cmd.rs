@@ -404,26 +404,19 @@ pub(crate) fn out_len_for<L: Layout>() -> usize {
     L::SIZE.max(INLINE_SIZE)
 }
 
+/// The command executor. Crate-internal: every command the driver builds
+/// carries only addresses of memory it allocated itself. Callers outside
+/// the crate reach these through [`RawHca`](crate::RawHca), whose
+/// constructor is `unsafe`.
 impl<P: Platform> Hca<P> {
     /// Runs a command whose output is the fixed layout `C::Output`.
-    ///
-    /// ```
-    /// use firmware_cmds::pd::{AllocPdIn, AllocPdOut, DeallocPdIn};
-    /// # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
-    /// # let hca = hca_driver::Hca::open(emu.platform(), Default::default())?;
-    /// let out = hca.exec(&AllocPdIn::new())?;
-    /// let pd = out.get(AllocPdOut::pd);
-    /// hca.exec(&DeallocPdIn::new().with(DeallocPdIn::pd, pd)?)?;
-    /// # hca.close()?;
-    /// # Ok::<(), hca_driver::Error>(())
-    /// ```
-    pub fn exec<C: Command>(&self, input: &C) -> Result<C::Output> {
+    pub(crate) fn exec<C: Command>(&self, input: &C) -> Result<C::Output> {
         self.exec_read(input, out_len_for::<C::Output>(), |o| o.decode())
     }
 
     /// Runs a command whose input ends in a flexible array (`pas`, MTT
     /// entries...): `head` followed by `items`.
-    pub fn exec_with_items<C: Command, T: ArrayItem>(
+    pub(crate) fn exec_with_items<C: Command, T: ArrayItem>(
         &self,
         head: &C,
         items: &[T],
@@ -438,7 +431,7 @@ impl<P: Platform> Hca<P> {
     /// Runs a command with any encoded input (see
     /// [`firmware_cmds::command::Encode`], e.g. [`PageList`](crate::PageList))
     /// and a fixed output layout.
-    pub fn exec_encoded<O: Layout, E: Encode + ?Sized>(&self, input: &E) -> Result<O> {
+    pub(crate) fn exec_encoded<O: Layout, E: Encode + ?Sized>(&self, input: &E) -> Result<O> {
         self.exec_read(input, out_len_for::<O>(), |o| o.decode())
     }
 
@@ -450,7 +443,7 @@ impl<P: Platform> Hca<P> {
     /// [`Error::Timeout`] naming the command; [`Error::Delivery`],
     /// [`Error::MalformedAnswer`], [`Error::InvalidAnswer`] for answers the
     /// device got wrong; [`Error::Command`] when the command failed.
-    pub fn exec_read<E: Encode + ?Sized, R>(
+    pub(crate) fn exec_read<E: Encode + ?Sized, R>(
         &self,
         input: &E,
         out_len: usize,

@@ -526,11 +526,6 @@ impl<P: Platform> Hca<P> {
         self.p()
     }
 
-    /// BAR0 (initialization segment, UAR pages).
-    pub fn bar(&self) -> &P::Mmio {
-        &self.bar
-    }
-
     /// The configuration the device was opened with.
     pub fn config(&self) -> &Config {
         &self.cfg

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
-use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
+use firmware_cmds::vport::HcaVportContext;
 use hca_driver::verbs::{AtomicByteOrder, Context, Gid, RoceVersion};
 use hca_driver::{Guid, Hca, IbMtu, LinkLayer, PortState};
 use platform::Platform;
@@ -258,13 +258,10 @@ fn port_report<P: Platform>(
     // InfiniBand: the subnet manager's view from the HCA vport context;
     // on Ethernet these are all 0.
     let vport = if ll == LinkLayer::InfiniBand {
-        let q = QueryHcaVportContextIn::new()
-            .with(QueryHcaVportContextIn::port_num, port)
-            .map_err(|e| ToolError::driver("QUERY_HCA_VPORT_CONTEXT", e.into()))?;
-        let out: QueryHcaVportContextOut = hca
-            .exec(&q)
+        let ctx = hca
+            .hca_vport_context(port)
             .map_err(|e| ToolError::driver(format!("port {port}: QUERY_HCA_VPORT_CONTEXT"), e))?;
-        Some(out.get(QueryHcaVportContextOut::hca_vport_context))
+        Some(ctx)
     } else {
         None
     };
