@@ -1,46 +1,6 @@
-//! Raw access to the device: any firmware command, the BAR registers, and
-//! firmware objects built from caller-supplied contexts and page lists.
-//!
-//! Each of these can make the device read or write memory at an address the
-//! caller chose: a command's page list, context (`dbr_addr`, MTT entries) or
-//! mailbox-free inline fields, a doorbell or command-queue register write.
-//! Under VFIO the IOMMU confines the device to what was mapped for it, but
-//! on bare metal (`platform::bare_metal`) nothing does: the device would
-//! write over whatever memory the address names, which safe Rust must not
-//! be able to cause. So the way in is one `unsafe` call,
-//! [`Hca::raw`], whose obligations cover everything done through the
-//! [`RawHca`] it returns; the verbs API and the rest of [`Hca`] only ever
-//! hand the device memory the driver allocated itself.
-//!
-//! ```
-//! use firmware_cmds::pd::{AllocPdIn, AllocPdOut, DeallocPdIn};
-//! # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
-//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default())?;
-//! // SAFETY: ALLOC_PD and DEALLOC_PD name no memory; nothing else is done
-//! // through `raw`.
-//! let raw = unsafe { hca.raw() };
-//! let out = raw.exec(&AllocPdIn::new())?;
-//! let pd = out.get(AllocPdOut::pd);
-//! raw.exec(&DeallocPdIn::new().with(DeallocPdIn::pd, pd)?)?;
-//! # hca.close()?;
-//! # Ok::<(), hca_driver::Error>(())
-//! ```
-//!
-//! Without `unsafe` there is no way in:
-//!
-//! ```compile_fail,E0133
-//! use firmware_cmds::pd::AllocPdIn;
-//! # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
-//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
-//! hca.raw().exec(&AllocPdIn::new()).unwrap();
-//! ```
-//!
-//! ```compile_fail,E0624
-//! use firmware_cmds::pd::AllocPdIn;
-//! # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
-//! # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
-//! hca.exec(&AllocPdIn::new()).unwrap(); // private: crate-internal
-//! ```
+//! Raw access to the device ([`RawHca`]): any firmware command, the BAR
+//! registers, firmware objects from caller-supplied contexts and page
+//! lists.
 
 use firmware_cmds::command::{ArrayItem, Command, Encode};
 use firmware_cmds::cq::CreateCqIn;
@@ -57,8 +17,49 @@ use crate::hca::Hca;
 use crate::pas::PageList;
 use crate::resources::{Cq, Mkey, Qp, Srq};
 
-/// Raw access to an [`Hca`]: see the [module documentation](self) and
-/// [`Hca::raw`].
+/// Raw access to the device: any firmware command, the BAR registers, and
+/// firmware objects built from caller-supplied contexts and page lists.
+///
+/// Each of these can make the device read or write memory at an address the
+/// caller chose: a command's page list or context (`dbr_addr`, MTT
+/// entries), a doorbell or command-queue register write.
+/// Under VFIO the IOMMU confines the device to what was mapped for it, but
+/// on bare metal (`platform::bare_metal`) nothing does: the device would
+/// write over whatever memory the address names, which safe Rust must not
+/// be able to cause. So the way in is one `unsafe` call,
+/// [`Hca::raw`], whose obligations cover everything done through the
+/// [`RawHca`] it returns; the verbs API and the rest of [`Hca`] only ever
+/// hand the device memory the driver allocated itself.
+///
+/// ```
+/// use firmware_cmds::pd::{AllocPdIn, AllocPdOut, DeallocPdIn};
+/// # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
+/// # let hca = hca_driver::Hca::open(emu.platform(), Default::default())?;
+/// // SAFETY: ALLOC_PD and DEALLOC_PD name no memory; nothing else is done
+/// // through `raw`.
+/// let raw = unsafe { hca.raw() };
+/// let out = raw.exec(&AllocPdIn::new())?;
+/// let pd = out.get(AllocPdOut::pd);
+/// raw.exec(&DeallocPdIn::new().with(DeallocPdIn::pd, pd)?)?;
+/// # hca.close()?;
+/// # Ok::<(), hca_driver::Error>(())
+/// ```
+///
+/// Without `unsafe` there is no way in:
+///
+/// ```compile_fail,E0133
+/// use firmware_cmds::pd::AllocPdIn;
+/// # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
+/// # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
+/// hca.raw().exec(&AllocPdIn::new()).unwrap();
+/// ```
+///
+/// ```compile_fail,E0624
+/// use firmware_cmds::pd::AllocPdIn;
+/// # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
+/// # let hca = hca_driver::Hca::open(emu.platform(), Default::default()).unwrap();
+/// hca.exec(&AllocPdIn::new()).unwrap(); // private: crate-internal
+/// ```
 pub struct RawHca<'a, P: Platform> {
     hca: &'a Hca<P>,
 }
