@@ -55,7 +55,11 @@ pub mod layout;
 
 pub mod cmdq;
 pub mod command;
-pub mod endian;
+/// Aligned big-endian integers (`Be16`, `Be32`, `Be64`), from the leaf
+/// crate `hca-endian` that `platform` shares.
+pub mod endian {
+    pub use hca_endian::{Be16, Be32, Be64};
+}
 mod error;
 pub mod mailbox;
 pub mod opcode;

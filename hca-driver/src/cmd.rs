@@ -17,9 +17,13 @@
 //! while `cmdif_checksum` is on), every output block's number, token, next
 //! pointer (and signatures), then the command status and syndrome.
 //!
-//! A command that does not complete leaves its slot and mailboxes "stuck":
-//! they are not reused until the firmware gives the entry back, and freed
-//! only once the device is quiesced.
+//! A command in flight is an [`InFlight`] value: it holds its slot and,
+//! once allocated, its input and output mailbox chains, and gives all of
+//! them back when it is dropped, on every path (success, failure, an
+//! answer refused). A command that does not complete is marked stuck
+//! instead: its slot and mailboxes are not reused until the firmware gives
+//! the entry back (the device may still write the output mailboxes), and
+//! freed only once the device is quiesced.
 //!
 //! Several threads may run commands at once, each in its own slot (`&self`
 //! everywhere; spin locks guard the slot mask and the mailbox pool and are
@@ -28,8 +32,10 @@
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use core::time::Duration;
 
-use firmware_cmds::cmdq::{CmdQueueEntry, ENTRY_SIZE, INLINE_SIZE, MAX_SLOTS, STATUS_WORD_OFFSET};
-use firmware_cmds::command::{ArrayItem, Command, Encode, WithArray, input_header};
+use firmware_cmds::cmdq::{
+    CmdQueueEntry, ENTRY_SIZE, EntryStatusWord, INLINE_SIZE, MAX_SLOTS, STATUS_WORD_OFFSET,
+};
+use firmware_cmds::command::{ArrayItem, Command, Encode, WithArray, input_header, output_header};
 use firmware_cmds::init_seg::CMD_DBELL_OFFSET;
 use firmware_cmds::layout::Layout;
 use firmware_cmds::mailbox::{
@@ -141,11 +147,114 @@ impl CmdState {
         let mut pool = self.pool.lock();
         for s in st.iter_mut() {
             if let Some((i, o)) = s.take() {
-                pool.release(&i);
-                pool.release(&o);
+                pool.release(i);
+                pool.release(o);
             }
         }
         self.stuck_mask.store(0, Ordering::Release);
+    }
+
+    /// Gives a slot back: free for the next command, no longer in flight.
+    fn release_slot(&self, slot: u8) {
+        self.in_flight.fetch_and(!(1 << slot), Ordering::AcqRel);
+        self.completed.fetch_and(!(1 << slot), Ordering::AcqRel);
+        *self.free.lock() |= 1 << slot;
+    }
+
+    /// Slots and mailbox blocks as they are now, for tests that count
+    /// what a command left behind.
+    #[cfg(test)]
+    pub(crate) fn census(&self) -> Census {
+        Census {
+            free_slots: self.free.lock().count_ones(),
+            in_flight: self.in_flight.load(Ordering::Acquire),
+            stuck: self.stuck_mask.load(Ordering::Acquire),
+            parked_chains: self.stuck.lock().iter().flatten().count(),
+            used_blocks: self.pool.lock().used_blocks(),
+        }
+    }
+}
+
+/// What [`CmdState::census`] counts.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Census {
+    /// Slots free for the next command.
+    pub(crate) free_slots: u32,
+    /// Mask of the slots whose command is posted and not given back.
+    pub(crate) in_flight: u32,
+    /// Mask of the stuck slots.
+    pub(crate) stuck: u32,
+    /// Stuck commands whose mailbox chains are parked.
+    pub(crate) parked_chains: usize,
+    /// Mailbox blocks in use.
+    pub(crate) used_blocks: usize,
+}
+
+/// A command between taking its slot and its end: the slot and the
+/// command's mailbox chains (empty until allocated).
+///
+/// Dropping it releases the chains to the pool and the slot, whatever path
+/// the command took. [`mark_stuck`](Self::mark_stuck) is for a command the
+/// device never completed: the device may still write its output mailboxes
+/// (and read the input), so the chains are parked in the stuck table and
+/// the slot stays taken until the firmware gives the entry back
+/// ([`Hca::reclaim_stuck`]) or the device is quiesced
+/// ([`CmdState::take_stuck`]).
+struct InFlight<'h> {
+    cmd: &'h CmdState,
+    slot: u8,
+    input: Chain,
+    output: Chain,
+    stuck: bool,
+}
+
+impl<'h> InFlight<'h> {
+    /// Holds `slot` (taken from the free mask by the caller).
+    fn new(cmd: &'h CmdState, slot: u8) -> Self {
+        Self {
+            cmd,
+            slot,
+            input: Chain::default(),
+            output: Chain::default(),
+            stuck: false,
+        }
+    }
+
+    /// Keeps the command's mailbox chains: they are released (or parked)
+    /// with the slot.
+    fn hold_chains(&mut self, (input, output): (Chain, Chain)) {
+        debug_assert!(self.input.len() == 0 && self.output.len() == 0);
+        self.input = input;
+        self.output = output;
+    }
+
+    /// The command never completed: on drop, park the chains and keep the
+    /// slot.
+    fn mark_stuck(mut self) {
+        self.stuck = true;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let input = core::mem::take(&mut self.input);
+        let output = core::mem::take(&mut self.output);
+        if self.stuck {
+            // The firmware may still own the entry and write the output
+            // mailboxes: keep both until it gives the entry back.
+            self.cmd.stuck.lock()[usize::from(self.slot)] = Some((input, output));
+            self.cmd
+                .stuck_mask
+                .fetch_or(1 << self.slot, Ordering::AcqRel);
+            return;
+        }
+        {
+            let mut pool = self.cmd.pool.lock();
+            pool.release(input);
+            pool.release(output);
+        }
+        self.cmd.release_slot(self.slot);
     }
 }
 
@@ -154,7 +263,8 @@ impl CmdState {
 pub struct Output<'a> {
     opcode: Opcode,
     op_mod: u16,
-    entry: [u8; ENTRY_SIZE],
+    /// `command_output_inline_data`: the first 16 output bytes.
+    inline: [u8; INLINE_SIZE],
     len: usize,
     chain: &'a Chain,
     pool: &'a spin::Mutex<MailboxPool>,
@@ -199,7 +309,7 @@ impl Output<'_> {
         let mut done = 0;
         if offset < INLINE_SIZE {
             let n = (INLINE_SIZE - offset).min(dst.len());
-            dst[..n].copy_from_slice(&self.entry[0x20 + offset..0x20 + offset + n]);
+            dst[..n].copy_from_slice(&self.inline[offset..offset + n]);
             done = n;
         }
         if done < dst.len() {
@@ -294,26 +404,19 @@ pub(crate) fn out_len_for<L: Layout>() -> usize {
     L::SIZE.max(INLINE_SIZE)
 }
 
+/// The command executor. Crate-internal: every command the driver builds
+/// carries only addresses of memory it allocated itself. Callers outside
+/// the crate reach these through [`RawHca`](crate::RawHca), whose
+/// constructor is `unsafe`.
 impl<P: Platform> Hca<P> {
     /// Runs a command whose output is the fixed layout `C::Output`.
-    ///
-    /// ```
-    /// use firmware_cmds::pd::{AllocPdIn, AllocPdOut, DeallocPdIn};
-    /// # let emu = hca_emu::EmuHca::new(hca_emu::EmuConfig::default());
-    /// # let hca = hca_driver::Hca::open(emu.platform(), Default::default())?;
-    /// let out = hca.exec(&AllocPdIn::new())?;
-    /// let pd = out.get(AllocPdOut::pd);
-    /// hca.exec(&DeallocPdIn::new().with(DeallocPdIn::pd, pd)?)?;
-    /// # hca.close()?;
-    /// # Ok::<(), hca_driver::Error>(())
-    /// ```
-    pub fn exec<C: Command>(&self, input: &C) -> Result<C::Output> {
+    pub(crate) fn exec<C: Command>(&self, input: &C) -> Result<C::Output> {
         self.exec_read(input, out_len_for::<C::Output>(), |o| o.decode())
     }
 
     /// Runs a command whose input ends in a flexible array (`pas`, MTT
     /// entries...): `head` followed by `items`.
-    pub fn exec_with_items<C: Command, T: ArrayItem>(
+    pub(crate) fn exec_with_items<C: Command, T: ArrayItem>(
         &self,
         head: &C,
         items: &[T],
@@ -328,7 +431,7 @@ impl<P: Platform> Hca<P> {
     /// Runs a command with any encoded input (see
     /// [`firmware_cmds::command::Encode`], e.g. [`PageList`](crate::PageList))
     /// and a fixed output layout.
-    pub fn exec_encoded<O: Layout, E: Encode + ?Sized>(&self, input: &E) -> Result<O> {
+    pub(crate) fn exec_encoded<O: Layout, E: Encode + ?Sized>(&self, input: &E) -> Result<O> {
         self.exec_read(input, out_len_for::<O>(), |o| o.decode())
     }
 
@@ -340,7 +443,7 @@ impl<P: Platform> Hca<P> {
     /// [`Error::Timeout`] naming the command; [`Error::Delivery`],
     /// [`Error::MalformedAnswer`], [`Error::InvalidAnswer`] for answers the
     /// device got wrong; [`Error::Command`] when the command failed.
-    pub fn exec_read<E: Encode + ?Sized, R>(
+    pub(crate) fn exec_read<E: Encode + ?Sized, R>(
         &self,
         input: &E,
         out_len: usize,
@@ -363,57 +466,32 @@ impl<P: Platform> Hca<P> {
                 reason: "a command output is 16 bytes to 4 MiB long",
             });
         }
-        let slot = self.acquire_slot()?;
+        // Every early return below drops `cmd`, which gives back the
+        // mailboxes and the slot.
+        let mut cmd = self.acquire_slot()?;
         let token = self.cmd.next_token();
         let chain = InputChain::new(input, token, self.cmd.sign_inputs.load(Ordering::Relaxed));
-        let (inb, outb) = match self.alloc_chains(chain.num_blocks(), blocks_for(out_len)) {
-            Ok(c) => c,
+        cmd.hold_chains(self.alloc_chains(chain.num_blocks(), blocks_for(out_len))?);
+        let entry = self.prepare(token, &chain, out_len, &cmd.input, &cmd.output)?;
+        let answered = match self.post_and_wait(&cmd, token, opcode, op_mod, &entry) {
+            Ok(answered) => answered,
             Err(e) => {
-                self.release_slot(slot);
+                cmd.mark_stuck();
                 return Err(e);
             }
         };
-        let entry = match self.prepare(token, &chain, out_len, &inb, &outb) {
-            Ok(e) => e,
-            Err(e) => {
-                let mut pool = self.cmd.pool.lock();
-                pool.release(&inb);
-                pool.release(&outb);
-                drop(pool);
-                self.release_slot(slot);
-                return Err(e);
-            }
-        };
-        let r = self.post_and_wait(slot, token, opcode, op_mod, &entry, &inb, &outb);
-        match r {
-            Ok(entry) => {
-                let checksum = self.cmd.check_signatures.load(Ordering::Relaxed);
-                let result = answer(
-                    &self.cmd.pool,
-                    checksum,
-                    opcode,
-                    op_mod,
-                    token,
-                    &entry,
-                    out_len,
-                    &outb,
-                    read,
-                );
-                let mut pool = self.cmd.pool.lock();
-                pool.release(&inb);
-                pool.release(&outb);
-                drop(pool);
-                self.release_slot(slot);
-                result
-            }
-            Err(e) => {
-                // The firmware may still own the entry and write the output
-                // mailboxes: keep both until it gives the entry back.
-                self.cmd.stuck.lock()[slot as usize] = Some((inb, outb));
-                self.cmd.stuck_mask.fetch_or(1 << slot, Ordering::AcqRel);
-                Err(e)
-            }
-        }
+        let checksum = self.cmd.check_signatures.load(Ordering::Relaxed);
+        answer(
+            &self.cmd.pool,
+            checksum,
+            opcode,
+            op_mod,
+            token,
+            &answered,
+            out_len,
+            &cmd.output,
+            read,
+        )
     }
 
     fn alloc_chains(&self, n_in: usize, n_out: usize) -> Result<(Chain, Chain)> {
@@ -441,7 +519,7 @@ impl<P: Platform> Hca<P> {
         match pool.alloc(n_out, &mut grow) {
             Ok(outb) => Ok((inb, outb)),
             Err(e) => {
-                pool.release(&inb);
+                pool.release(inb);
                 Err(map(e))
             }
         }
@@ -449,7 +527,7 @@ impl<P: Platform> Hca<P> {
 
     /// Takes a free slot, waiting (with the command timeout) when all are
     /// busy.
-    fn acquire_slot(&self) -> Result<u8> {
+    fn acquire_slot(&self) -> Result<InFlight<'_>> {
         let deadline = Deadline::start(self.p(), self.cfg.timeouts.command);
         loop {
             if self.cmd.stuck_mask.load(Ordering::Acquire) != 0 {
@@ -460,7 +538,7 @@ impl<P: Platform> Hca<P> {
                 if *f != 0 {
                     let s = f.trailing_zeros();
                     *f &= !(1 << s);
-                    return Ok(s as u8);
+                    return Ok(InFlight::new(&self.cmd, s as u8));
                 }
             }
             self.check_alive()?;
@@ -469,36 +547,33 @@ impl<P: Platform> Hca<P> {
         }
     }
 
-    fn release_slot(&self, slot: u8) {
-        self.cmd.in_flight.fetch_and(!(1 << slot), Ordering::AcqRel);
-        self.cmd.completed.fetch_and(!(1 << slot), Ordering::AcqRel);
-        *self.cmd.free.lock() |= 1 << slot;
-    }
-
     /// Frees stuck slots whose entry the firmware has given back.
     pub(crate) fn reclaim_stuck(&self) {
         let mask = self.cmd.stuck_mask.load(Ordering::Acquire);
         for slot in 0..self.cmd.slots {
-            if mask & (1 << slot) == 0 || self.entry_owned_by_fw(slot as u8) {
+            let slot = slot as u8;
+            if mask & (1 << slot) == 0 || self.entry_owned_by_fw(slot) {
                 continue;
             }
-            let chains = self.cmd.stuck.lock()[slot as usize].take();
-            if let Some((i, o)) = chains {
-                let mut pool = self.cmd.pool.lock();
-                pool.release(&i);
-                pool.release(&o);
-            }
+            // Only the thread that takes the parked chains frees the slot.
+            let Some(chains) = self.cmd.stuck.lock()[usize::from(slot)].take() else {
+                continue;
+            };
             self.cmd
                 .stuck_mask
                 .fetch_and(!(1 << slot), Ordering::AcqRel);
             log::debug!("command slot {slot} came back from the firmware late; reusing it");
-            self.release_slot(slot as u8);
+            let mut late = InFlight::new(&self.cmd, slot);
+            late.hold_chains(chains);
+            drop(late);
         }
     }
 
+    /// The entry's `ownership` bit, read with the whole status word in one
+    /// aligned load.
     fn entry_owned_by_fw(&self, slot: u8) -> bool {
         let off = usize::from(slot) * self.cmd.stride;
-        self.cmd.queue().read_u8(off + STATUS_WORD_OFFSET + 3) & 1 == 1
+        EntryStatusWord::from_bits(self.cmd.queue().read32(off + STATUS_WORD_OFFSET)).ownership()
     }
 
     /// Writes the mailbox blocks and builds the entry (nothing reaches the
@@ -538,28 +613,22 @@ impl<P: Platform> Hca<P> {
         )?)
     }
 
-    /// Writes the entry (ownership last), rings the doorbell, waits.
-    /// Returns the answered entry.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes the entry (its status word, with the ownership bit, last),
+    /// rings the doorbell, waits. Returns the answered entry.
     fn post_and_wait(
         &self,
-        slot: u8,
+        cmd: &InFlight<'_>,
         token: u8,
         opcode: Opcode,
         op_mod: u16,
         entry: &CmdQueueEntry,
-        inb: &Chain,
-        outb: &Chain,
     ) -> Result<CmdQueueEntry> {
+        let slot = cmd.slot;
         let q = self.cmd.queue();
         let off = usize::from(slot) * self.cmd.stride;
-        let e = entry.as_bytes();
-        q.write_bytes(off, &e[..STATUS_WORD_OFFSET]);
+        q.write_bytes(off, &entry.as_bytes()[..STATUS_WORD_OFFSET]);
         udma_to_device_barrier();
-        q.write32(
-            off + STATUS_WORD_OFFSET,
-            Be32::from_bytes([e[0x3c], e[0x3d], e[0x3e], e[0x3f]]),
-        );
+        q.write32(off + STATUS_WORD_OFFSET, entry.status_word().into_bits());
         let bit = 1u32 << slot;
         self.cmd.completed.fetch_and(!bit, Ordering::AcqRel);
         self.cmd.in_flight.fetch_or(bit, Ordering::AcqRel);
@@ -588,8 +657,8 @@ impl<P: Platform> Hca<P> {
             elapsed,
             entry,
             waited.is_ok().then_some(&answered),
-            inb,
-            outb,
+            &cmd.input,
+            &cmd.output,
         );
         waited.map(|()| answered)
     }
@@ -728,11 +797,11 @@ impl<P: Platform> Hca<P> {
     ) {
         let outcome = match output {
             Some(o) => {
-                let b = o.as_bytes();
+                let (status, syndrome) = entry_output_header(o);
                 Outcome::Answered {
                     delivery: o.delivery_status(),
-                    status: CmdStatus(b[0x20]),
-                    syndrome: u32::from_be_bytes([b[0x24], b[0x25], b[0x26], b[0x27]]),
+                    status,
+                    syndrome,
                 }
             }
             None => Outcome::TimedOut,
@@ -854,24 +923,235 @@ pub(crate) fn answer<R>(
         }
         oc.finish().map_err(malformed)?;
     }
-    let b = entry.as_bytes();
-    let status = CmdStatus(b[0x20]);
+    let (status, syndrome) = entry_output_header(entry);
     if !status.is_ok() {
         return Err(Error::Command(CmdError {
             opcode,
             op_mod,
             status,
-            syndrome: u32::from_be_bytes([b[0x24], b[0x25], b[0x26], b[0x27]]),
+            syndrome,
         }));
     }
-    let mut inline = [0u8; ENTRY_SIZE];
-    inline.copy_from_slice(b);
     read(&Output {
         opcode,
         op_mod,
-        entry: inline,
+        inline: entry.get(CmdQueueEntry::command_output_inline_data),
         len: out_len,
         chain: outb,
         pool,
     })
+}
+
+/// `status` and `syndrome` of the output header, which travels in the
+/// entry's `command_output_inline_data`.
+fn entry_output_header(entry: &CmdQueueEntry) -> (CmdStatus, u32) {
+    let inline = entry.get(CmdQueueEntry::command_output_inline_data);
+    // 16 inline bytes always hold the 8-byte header.
+    output_header(&inline).unwrap_or((CmdStatus(inline[0]), 0))
+}
+
+#[cfg(test)]
+mod tests {
+    //! What a command leaves behind, counted in the driver's own
+    //! bookkeeping (slot masks, the stuck table, mailbox blocks in use) on
+    //! each way a command can end.
+
+    use core::time::Duration;
+
+    use firmware_cmds::caps::QueryHcaCapIn;
+    use firmware_cmds::pd::AllocPdIn;
+    use hca_emu::{DmaFailure, EmuConfig, EmuHca, EmuPlatform, OutputCorruption};
+
+    use super::*;
+    use crate::Config;
+
+    /// 16 inline bytes and 200 8-byte items: 1,600 mailbox bytes, four
+    /// 512-byte input blocks.
+    const ITEMS: [u64; 200] = [0; 200];
+    /// QUERY_HCA_CAP's output, 0x1010 bytes: eight output blocks.
+    const OUT_LEN: usize = 0x1010;
+    /// The blocks of one such command.
+    const BLOCKS: usize = 4 + 8;
+
+    fn open() -> (EmuHca, Hca<EmuPlatform>) {
+        let emu = EmuHca::new(EmuConfig::default());
+        let mut cfg = Config::default();
+        // Virtual time: the test does not wait for it.
+        cfg.timeouts.command = Duration::from_secs(3);
+        cfg.timeouts.teardown = Duration::from_secs(3);
+        let hca = Hca::open(emu.platform(), cfg).unwrap();
+        (emu, hca)
+    }
+
+    /// ALLOC_PD with a long input and a long output: mailboxes both ways.
+    fn padded_alloc_pd(hca: &Hca<EmuPlatform>) -> Result<usize> {
+        hca.exec_read(&WithArray::new(&AllocPdIn::new(), &ITEMS), OUT_LEN, |o| {
+            Ok(o.len())
+        })
+    }
+
+    fn idle(hca: &Hca<EmuPlatform>) -> Census {
+        Census {
+            free_slots: hca.cmd.slots,
+            in_flight: 0,
+            stuck: 0,
+            parked_chains: 0,
+            used_blocks: 0,
+        }
+    }
+
+    fn close(emu: &EmuHca, hca: Hca<EmuPlatform>) {
+        hca.close().unwrap();
+        emu.assert_clean();
+    }
+
+    #[test]
+    fn the_sizes_of_the_test_command_are_what_the_counts_assume() {
+        let head = AllocPdIn::new();
+        let input = WithArray::new(&head, &ITEMS);
+        let chain = InputChain::new(&input, 1, true);
+        assert_eq!(chain.num_blocks() + blocks_for(OUT_LEN), BLOCKS);
+    }
+
+    #[test]
+    fn a_completed_command_gives_back_its_slot_and_mailboxes() {
+        let (emu, hca) = open();
+        assert_eq!(hca.cmd.census(), idle(&hca));
+        hca.exec(&QueryHcaCapIn::new()).unwrap();
+        assert_eq!(hca.cmd.census(), idle(&hca));
+        close(&emu, hca);
+    }
+
+    #[test]
+    fn a_failed_command_gives_back_its_slot_and_mailboxes() {
+        let (emu, hca) = open();
+        let rule = emu
+            .faults()
+            .fail_opcode(Opcode::ALLOC_PD.0, CmdStatus::BAD_PARAM.0, 0x1234);
+        let e = padded_alloc_pd(&hca).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Command(CmdError {
+                    opcode: Opcode::ALLOC_PD,
+                    status: CmdStatus::BAD_PARAM,
+                    syndrome: 0x1234,
+                    ..
+                })
+            ),
+            "{e}"
+        );
+        assert_eq!(emu.faults().hits(rule), 1);
+        assert_eq!(hca.cmd.census(), idle(&hca));
+        emu.faults().clear();
+        close(&emu, hca);
+    }
+
+    #[test]
+    fn a_refused_answer_gives_back_its_slot_and_mailboxes() {
+        let (emu, hca) = open();
+        let rule = emu.faults().corrupt_output(
+            Some(Opcode::QUERY_HCA_CAP.0),
+            1,
+            OutputCorruption::BlockNumber,
+        );
+        let e = hca.exec(&QueryHcaCapIn::new()).unwrap_err();
+        assert!(matches!(e, Error::MalformedAnswer { .. }), "{e}");
+        assert_eq!(emu.faults().hits(rule), 1);
+        assert_eq!(hca.cmd.census(), idle(&hca));
+        close(&emu, hca);
+    }
+
+    #[test]
+    fn a_command_without_mailbox_memory_gives_back_its_slot() {
+        let (emu, hca) = open();
+        // The pool has grown to what bring-up needed; a command longer
+        // than that needs a new chunk, and every DMA allocation fails.
+        let free = hca.cmd.pool.lock().free_blocks();
+        let items = [0u64; 4096];
+        assert!(blocks_for(16 + 8 * items.len()) > free);
+        let executed = hca.commands_executed();
+        let rule = emu.faults().fail_dma(DmaFailure::After(0));
+        let e = hca
+            .exec_read(&WithArray::new(&AllocPdIn::new(), &items), OUT_LEN, |o| {
+                Ok(o.len())
+            })
+            .unwrap_err();
+        emu.faults().fail_dma(DmaFailure::None);
+        assert!(emu.faults().hits(rule) >= 1, "{e}");
+        assert_eq!(hca.commands_executed(), executed, "nothing was posted");
+        assert_eq!(hca.cmd.census(), idle(&hca));
+        assert_eq!(hca.cmd.pool.lock().free_blocks(), free);
+        close(&emu, hca);
+    }
+
+    #[test]
+    fn a_stuck_command_keeps_its_slot_and_mailboxes_until_the_entry_comes_back() {
+        let (emu, hca) = open();
+        let rule = emu
+            .faults()
+            .command_never_completes(Some(Opcode::ALLOC_PD.0), 1);
+        let e = padded_alloc_pd(&hca).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Timeout {
+                    what: Wait::Command {
+                        opcode: Opcode::ALLOC_PD,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(emu.faults().hits(rule), 1);
+        let stuck = hca.cmd.census();
+        assert_eq!(stuck.stuck.count_ones(), 1, "{stuck:?}");
+        let slot = stuck.stuck.trailing_zeros() as u8;
+        assert_eq!(
+            stuck,
+            Census {
+                free_slots: hca.cmd.slots - 1,
+                in_flight: 1 << slot,
+                stuck: 1 << slot,
+                parked_chains: 1,
+                used_blocks: BLOCKS,
+            }
+        );
+        assert!(hca.entry_owned_by_fw(slot));
+
+        // Other commands run in the other slots, and end clean; the stuck
+        // slot stays stuck while the firmware owns its entry.
+        let pd = hca.alloc_pd().unwrap();
+        pd.destroy().unwrap();
+        assert_eq!(hca.cmd.census(), stuck);
+
+        // The firmware hands the entry back late (written here as the
+        // device would: the status word with the ownership bit clear).
+        let off = usize::from(slot) * hca.cmd.stride;
+        let q = hca.cmd.queue();
+        let word = EntryStatusWord::from_bits(q.read32(off + STATUS_WORD_OFFSET));
+        q.write32(
+            off + STATUS_WORD_OFFSET,
+            word.with_ownership(false).into_bits(),
+        );
+        // The next command takes the slot back, with its mailboxes.
+        let pd = hca.alloc_pd().unwrap();
+        pd.destroy().unwrap();
+        assert_eq!(hca.cmd.census(), idle(&hca));
+        close(&emu, hca);
+    }
+
+    #[test]
+    fn a_stuck_command_is_freed_at_close() {
+        let (emu, hca) = open();
+        emu.faults()
+            .command_never_completes(Some(Opcode::ALLOC_PD.0), 1);
+        padded_alloc_pd(&hca).unwrap_err();
+        assert_eq!(hca.cmd.census().used_blocks, BLOCKS);
+        // Close quiesces the device (a stuck slot forces a function reset)
+        // before the parked mailboxes are freed: nothing leaks.
+        close(&emu, hca);
+    }
 }

@@ -16,7 +16,7 @@ use firmware_cmds::caps::{CAPABILITY_OFFSET, CmdHcaCap};
 use firmware_cmds::cmdq::{CmdQueueEntry, ENTRY_SIZE, INLINE_SIZE};
 use firmware_cmds::command::input_header;
 use firmware_cmds::eq::{EQE_SIZE, Eqe};
-use firmware_cmds::init_seg::{HEALTH_BUFFER_OFFSET, HEALTH_COUNTER_OFFSET};
+use firmware_cmds::init_seg::HEALTH_COUNTER_OFFSET;
 use firmware_cmds::layout::Layout;
 use firmware_cmds::mailbox::{CmdIfBox, MAILBOX_BLOCK_SIZE, blocks_for};
 use platform::{Be32, Be64, DmaRegion, Mmio};
@@ -119,7 +119,7 @@ pub fn command_answer(
         )
     })();
     let mut p = pool.lock();
-    p.release(&outb);
+    p.release(outb);
     p.drain(free);
     r
 }
@@ -250,8 +250,8 @@ impl Mmio for HealthWords {
     }
     fn read32(&self, offset: usize) -> Be32 {
         Be32::new(match offset {
-            o if o == HEALTH_BUFFER_OFFSET + 0x30 => self.0[0],
-            o if o == HEALTH_BUFFER_OFFSET + 0x3c => self.0[1],
+            crate::health::FW_VERSION_OFFSET => self.0[0],
+            crate::health::SYNDROME_DWORD_OFFSET => self.0[1],
             HEALTH_COUNTER_OFFSET => self.0[2],
             _ => 0,
         })
@@ -271,7 +271,7 @@ pub fn health_polls(words: &[u8], step_ms: u16, period_ms: u16) -> Result<u64> {
     for (i, w) in words.chunks_exact(12).enumerate() {
         let word = |k: usize| u32::from_be_bytes([w[k], w[k + 1], w[k + 2], w[k + 3]]);
         let bar = HealthWords([word(0), word(4), word(8)]);
-        let r: HealthReading = crate::hca::read_health(&bar);
+        let r: HealthReading = crate::health::read_health(&bar);
         let now = Duration::from_millis(i as u64 * u64::from(step_ms));
         if let Err(d) = monitor.observe(now, &r, period) {
             return Err(Error::DeviceDead(d));

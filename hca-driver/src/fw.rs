@@ -288,7 +288,7 @@ impl<P: Platform> Hca<P> {
 
     /// CREATE_CQ with the caller's context and buffer pages; the CQ is
     /// registered for completion and error events.
-    pub fn create_cq(&self, pages: &PageList<'_, CreateCqIn>) -> Result<Cq<'_, P>> {
+    pub(crate) fn create_cq(&self, pages: &PageList<'_, CreateCqIn>) -> Result<Cq<'_, P>> {
         let out: CreateCqOut = self.exec_encoded(pages)?;
         let cqn = Cqn(out.get(CreateCqOut::cqn));
         let cq = Object::new(self, cqn);
@@ -304,7 +304,7 @@ impl<P: Platform> Hca<P> {
 
     /// CREATE_QP with the caller's context and buffer pages; the QP is
     /// registered for events.
-    pub fn create_qp(&self, pages: &PageList<'_, CreateQpIn>) -> Result<Qp<'_, P>> {
+    pub(crate) fn create_qp(&self, pages: &PageList<'_, CreateQpIn>) -> Result<Qp<'_, P>> {
         let out: CreateQpOut = self.exec_encoded(pages)?;
         let qpn = Qpn(out.get(CreateQpOut::qpn));
         let qp = Object::new(self, qpn);
@@ -327,7 +327,7 @@ impl<P: Platform> Hca<P> {
 
     /// CREATE_SRQ (ISSI 0) with the caller's context and buffer pages; the
     /// SRQ is registered for events.
-    pub fn create_srq(&self, pages: &PageList<'_, CreateSrqIn>) -> Result<Srq<'_, P>> {
+    pub(crate) fn create_srq(&self, pages: &PageList<'_, CreateSrqIn>) -> Result<Srq<'_, P>> {
         let out: CreateSrqOut = self.exec_encoded(pages)?;
         self.register_srq(
             Srqn(out.get(CreateSrqOut::srqn)),
@@ -340,7 +340,7 @@ impl<P: Platform> Hca<P> {
     /// (`ctx.wq.pas`); the RMP is registered for events under its number,
     /// which the SRQ events (`SRQ_RQ_LIMIT`, SRQ catastrophic error) and
     /// `qpc.srqn_rmpn_xrqn` carry.
-    pub fn create_rmp(&self, pages: &PageList<'_, CreateRmpIn>) -> Result<Srq<'_, P>> {
+    pub(crate) fn create_rmp(&self, pages: &PageList<'_, CreateRmpIn>) -> Result<Srq<'_, P>> {
         let out: CreateRmpOut = self.exec_encoded(pages)?;
         self.register_srq(
             Srqn(out.get(CreateRmpOut::rmpn)),
@@ -357,7 +357,7 @@ impl<P: Platform> Hca<P> {
 
     /// CREATE_MKEY with the caller's memory key context and MTT (page
     /// addresses with the access bits, as 64-bit entries).
-    pub fn create_mkey(&self, mtt: &PageList<'_, CreateMkeyIn>) -> Result<Mkey<'_, P>> {
+    pub(crate) fn create_mkey(&self, mtt: &PageList<'_, CreateMkeyIn>) -> Result<Mkey<'_, P>> {
         let out: CreateMkeyOut = self.exec_encoded(mtt)?;
         Ok(Object::new(
             self,

@@ -20,8 +20,7 @@ use firmware_cmds::hca::{
 };
 use firmware_cmds::init_seg::{
     CMDIF_REV, CMDIF_REV_FW_SUB_OFFSET, CMDQ_ADDR_H_OFFSET, CMDQ_ADDR_L_SZ_OFFSET, CmdifRevFwSub,
-    CmdqAddrLSz, FW_REV_OFFSET, FwVersion, HEALTH_BUFFER_OFFSET, HEALTH_COUNTER_OFFSET,
-    HealthSyndrome, INITIALIZING_OFFSET, Initializing, NIC_IFC_FULL_DRIVER,
+    CmdqAddrLSz, FW_REV_OFFSET, FwVersion, INITIALIZING_OFFSET, Initializing, NIC_IFC_FULL_DRIVER,
 };
 use platform::{DmaRegion, Mmio, Platform, pci};
 
@@ -32,7 +31,7 @@ use crate::eq::{Eq, EqKind, Eqs};
 use crate::error::{DeadReason, Error, Result, Wait};
 use crate::events::EventRouter;
 use crate::fwpages::PageManager;
-use crate::health::{HealthMonitor, HealthReading};
+use crate::health::{HealthMonitor, HealthReading, read_health};
 use crate::info::{CapPair, Caps, DeviceInfo, PciIds};
 use crate::irq::IrqState;
 use crate::types::Uarn;
@@ -306,16 +305,6 @@ fn pci_set_command<P: Platform>(p: &P, set: u16, clear: u16) -> Result<()> {
         })
 }
 
-pub(crate) fn read_health<M: Mmio>(bar: &M) -> HealthReading {
-    let w = bar.read32(HEALTH_BUFFER_OFFSET + 0x3c).get();
-    HealthReading {
-        fw_version: bar.read32(HEALTH_BUFFER_OFFSET + 0x30).get(),
-        syndrome: HealthSyndrome((w >> 16) as u8),
-        ext_synd: w as u16,
-        counter: bar.read32(HEALTH_COUNTER_OFFSET).get() & 0xff_ffff,
-    }
-}
-
 /// Polls `initializing` until it clears, and nothing else, as Linux
 /// (`wait_fw_init`) and rdma-core's VFIO provider do: neither the health
 /// buffer nor an all-ones read ends the wait early. A function coming back
@@ -539,11 +528,6 @@ impl<P: Platform> Hca<P> {
         self.p()
     }
 
-    /// BAR0 (initialization segment, UAR pages).
-    pub fn bar(&self) -> &P::Mmio {
-        &self.bar
-    }
-
     /// The configuration the device was opened with.
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -642,6 +626,7 @@ impl<P: Platform> Hca<P> {
             );
             *d = Some(r);
             self.dead_flag.store(true, Ordering::Release);
+            crate::health::log_fatal_health(&self.bar, &r);
         }
         Error::DeviceDead(d.unwrap_or(r))
     }

@@ -34,7 +34,7 @@ pub struct PciIds {
 impl PciIds {
     /// The product name of the device ID (`ConnectX-4`...).
     pub fn product(&self) -> Option<&'static str> {
-        platform::pci::mlx5_device_name(self.device_id)
+        crate::pci::mlx5_device_name(self.device_id)
     }
 }
 

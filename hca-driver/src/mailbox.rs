@@ -32,7 +32,10 @@ pub(crate) struct Run {
 }
 
 /// The blocks of one mailbox chain, in chain order.
-#[derive(Clone, Debug, Default)]
+///
+/// Not `Clone`: [`MailboxPool::release`] takes the chain by value, so a
+/// chain's blocks go back to the pool at most once.
+#[derive(Debug, Default)]
 pub(crate) struct Chain {
     runs: heapless::Vec<Run, MAX_CHAIN_RUNS>,
     len: usize,
@@ -151,14 +154,20 @@ impl MailboxPool {
             break;
         }
         if need > 0 {
-            self.release(&chain);
+            self.release(chain);
             return Err(PoolError::TooManyRuns);
         }
         Ok(chain)
     }
 
+    /// Blocks handed out in chains and not yet released.
+    #[cfg(test)]
+    pub(crate) fn used_blocks(&self) -> usize {
+        self.chunks.iter().flatten().map(|c| c.used_count).sum()
+    }
+
     /// Returns a chain's blocks.
-    pub(crate) fn release(&mut self, chain: &Chain) {
+    pub(crate) fn release(&mut self, chain: Chain) {
         for r in &chain.runs {
             let Some(c) = self.chunks[usize::from(r.chunk)].as_mut() else {
                 debug_assert!(false, "chain names a chunk that is gone");
@@ -298,6 +307,7 @@ mod tests {
         let mut grow = |n| l.grow(n);
         let a = pool.alloc(3, &mut grow).unwrap();
         assert_eq!(pool.free_blocks(), CHUNK_MIN_BLOCKS - 3);
+        assert_eq!(pool.used_blocks(), 3);
         // The trace's MANAGE_PAGES: 202 blocks.
         let big = pool.alloc(202, &mut grow).unwrap();
         assert_eq!(big.len(), 202);
@@ -309,8 +319,8 @@ mod tests {
                 assert!(seen.insert(iova), "block handed out twice");
             }
         }
-        pool.release(&big);
-        pool.release(&a);
+        pool.release(big);
+        pool.release(a);
         assert_eq!(l.outstanding(), 2);
         let mut freed = Vec::new();
         pool.trim(1, &mut |r| freed.push(r));
@@ -336,30 +346,30 @@ mod tests {
             pool.alloc(1, &mut grow),
             Err(PoolError::Grow("no more memory"))
         ));
-        pool.release(&a);
+        pool.release(a);
         // A checkerboard of single free blocks: a chain needs one run per
         // block.
         let singles: Vec<Chain> = (0..16).map(|_| pool.alloc(1, &mut grow).unwrap()).collect();
-        for (i, c) in singles.iter().enumerate() {
+        for (i, c) in singles.into_iter().enumerate() {
             if i % 2 == 0 {
                 pool.release(c);
             }
         }
         let eight = pool.alloc(8, &mut grow).unwrap();
         assert_eq!(eight.runs.len(), 8);
-        pool.release(&eight);
+        pool.release(eight);
         let l2 = Lender::new(64);
         let mut big_pool = MailboxPool::new();
         let mut grow2 = |n| l2.grow(n);
         let all = big_pool.alloc(128, &mut grow2).unwrap();
         assert_eq!(all.runs.len(), 1);
         let per: Vec<Chain> = {
-            big_pool.release(&all);
+            big_pool.release(all);
             (0..128)
                 .map(|_| big_pool.alloc(1, &mut grow2).unwrap())
                 .collect()
         };
-        for (i, c) in per.iter().enumerate() {
+        for (i, c) in per.into_iter().enumerate() {
             if i % 2 == 0 {
                 big_pool.release(c);
             }

@@ -236,6 +236,14 @@ impl<P: Platform> Hca<P> {
         Ok(out.get(QueryNicVportContextOut::nic_vport_context))
     }
 
+    /// QUERY_HCA_VPORT_CONTEXT of `port` (InfiniBand: the subnet
+    /// manager's view, `sm_lid`, `lmc`, port GUID...).
+    pub fn hca_vport_context(&self, port: u8) -> Result<HcaVportContext> {
+        let q = QueryHcaVportContextIn::new().with(QueryHcaVportContextIn::port_num, port)?;
+        let out: QueryHcaVportContextOut = self.exec(&q)?;
+        Ok(out.get(QueryHcaVportContextOut::hca_vport_context))
+    }
+
     /// QUERY_VPORT_STATE of this function's vport: whether it is up.
     pub fn vport_up(&self) -> Result<bool> {
         let out: QueryVportStateOut = self.exec(&QueryVportStateIn::new())?;

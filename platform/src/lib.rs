@@ -59,7 +59,7 @@ pub mod vfio;
 pub use dma::DmaRegion;
 pub use either::Either;
 pub use error::Error;
-pub use firmware_cmds::endian::{Be16, Be32, Be64};
+pub use hca_endian::{Be16, Be32, Be64};
 pub use mmio::{Mmio, MmioWindow, Register64};
 
 use core::time::Duration;
@@ -217,6 +217,9 @@ pub trait Platform {
 }
 
 /// PCI configuration space offsets and bits used by the driver.
+///
+/// The table of mlx5 device IDs and product names is the driver's
+/// business: `hca_driver::pci`.
 pub mod pci {
     /// Vendor ID (16 bits).
     pub const VENDOR_ID: u16 = 0x00;
@@ -234,36 +237,4 @@ pub mod pci {
     pub const SUBSYSTEM_VENDOR_ID: u16 = 0x2c;
     /// Subsystem ID (16 bits).
     pub const SUBSYSTEM_ID: u16 = 0x2e;
-    /// Mellanox / NVIDIA networking vendor ID.
-    pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
-
-    /// The mlx5 devices (vendor [`MELLANOX_VENDOR_ID`]): PCI device ID and
-    /// product name, ConnectX-4 and later and BlueField.
-    pub const MLX5_DEVICES: &[(u16, &str)] = &[
-        (0x1013, "ConnectX-4"),
-        (0x1014, "ConnectX-4 VF"),
-        (0x1015, "ConnectX-4 Lx"),
-        (0x1016, "ConnectX-4 Lx VF"),
-        (0x1017, "ConnectX-5"),
-        (0x1018, "ConnectX-5 VF"),
-        (0x1019, "ConnectX-5 Ex"),
-        (0x101a, "ConnectX-5 Ex VF"),
-        (0x101b, "ConnectX-6"),
-        (0x101c, "ConnectX-6 VF"),
-        (0x101d, "ConnectX-6 Dx"),
-        (0x101e, "ConnectX VF"),
-        (0x101f, "ConnectX-6 Lx"),
-        (0x1021, "ConnectX-7"),
-        (0x1023, "ConnectX-8"),
-        (0xa2d6, "BlueField-2"),
-        (0xa2dc, "BlueField-3"),
-    ];
-
-    /// The product name of an mlx5 device ID, if it is one.
-    pub fn mlx5_device_name(device_id: u16) -> Option<&'static str> {
-        MLX5_DEVICES
-            .iter()
-            .find(|(id, _)| *id == device_id)
-            .map(|(_, name)| *name)
-    }
 }

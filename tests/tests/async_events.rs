@@ -209,7 +209,11 @@ fn raw_rq_work_queue_error_reaches_the_event_queue() {
             .with(Rqc::wq, wq)
             .unwrap();
         let create = CreateRqIn::new().with(CreateRqIn::ctx, rqc).unwrap();
-        let out: CreateRqOut = hca.exec_with_items(&create, &[ring.iova()]).unwrap();
+        // SAFETY: the RQ's ring and doorbell record (`dbr_addr`) are DMA
+        // regions allocated from this HCA's platform, freed only after
+        // DESTROY_RQ below.
+        let raw = unsafe { hca.raw() };
+        let out: CreateRqOut = raw.exec_with_items(&create, &[ring.iova()]).unwrap();
         let rqn = out.get(CreateRqOut::rqn);
         // A control-plane user registers its RQ for events.
         hca.events().register_queue(QueueId::Rq(rqn)).unwrap();
@@ -232,7 +236,7 @@ fn raw_rq_work_queue_error_reaches_the_event_queue() {
             Some(bit(EVENT_TYPE_WQ_CATAS_ERROR))
         );
         assert_eq!(emu.wq(ObjKind::Rq, rqn).unwrap().state, WQ_STATE_ERR);
-        hca.exec(&DestroyRqIn::new().with(DestroyRqIn::rqn, rqn).unwrap())
+        raw.exec(&DestroyRqIn::new().with(DestroyRqIn::rqn, rqn).unwrap())
             .unwrap();
         assert!(hca.events().unregister_queue(QueueId::Rq(rqn)));
     });

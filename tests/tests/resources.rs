@@ -16,7 +16,7 @@ fn device_info_is_complete<P: TestPlatform>(b: &mut Bench<P>) {
     let info = hca.info();
     assert!(info.fw_version.is_some());
     assert_eq!(info.cmdif_rev, 5);
-    assert_eq!(info.pci.vendor_id, platform::pci::MELLANOX_VENDOR_ID);
+    assert_eq!(info.pci.vendor_id, hca_driver::pci::MELLANOX_VENDOR_ID);
     assert!(info.pci.product().is_some(), "{:?}", info.pci);
     assert!(!info.board_id().is_empty());
     assert_ne!(info.node_guid, 0);
@@ -82,7 +82,12 @@ fn resources_come_and_go<P: TestPlatform>(b: &mut Bench<P>) {
     let hca = b.open();
     for _ in 0..2 {
         let uar = hca.alloc_uar().unwrap();
-        assert!(uar.offset() >= 0x4000 && uar.offset() < hca.bar().len());
+        // SAFETY: nothing is written through the raw handle here; the CQ
+        // below lives in a DMA region of this platform, freed after the
+        // CQ is destroyed, and the MKEY (PA mode, no translation) is never
+        // used for a transfer.
+        let raw = unsafe { hca.raw() };
+        assert!(uar.offset() >= 0x4000 && uar.offset() < raw.bar().len());
         let pd = hca.alloc_pd().unwrap();
         let pd2 = hca.alloc_pd().unwrap();
         assert_ne!(pd.number(), pd2.number());
@@ -103,11 +108,11 @@ fn resources_come_and_go<P: TestPlatform>(b: &mut Bench<P>) {
         let mk_in = CreateMkeyIn::new()
             .with(CreateMkeyIn::memory_key_mkey_entry, mkc)
             .unwrap();
-        let mkey = hca.create_mkey(&PageList::list(&mk_in, &[])).unwrap();
+        let mkey = raw.create_mkey(&PageList::list(&mk_in, &[])).unwrap();
         let mem = CqMem::new(hca.platform());
         let eqn = hca.comp_eqns().next().unwrap();
         let input = mem.input(uar.number().0, eqn.0);
-        let cq = hca
+        let cq = raw
             .create_cq(&PageList::of_region(&input, &mem.buf))
             .unwrap();
         assert!(hca.events().cq_counts(cq.number()).is_some());
@@ -232,7 +237,11 @@ fn port_changes_update_the_port_state() {
 /// Arms a CQ for the next completion (CQ doorbell at UAR + 0x20).
 fn arm_cq<P: Platform>(hca: &Hca<P>, uar_offset: usize, cqn: u32) {
     let arm_word: u64 = 0; // sn 0, cmd 0 (next completion), ci 0
-    hca.bar().write64(
+    // SAFETY: the CQ doorbell of a CQ whose ring and doorbell record are
+    // DMA regions of this platform (the callers' CqMem), alive until after
+    // the CQ is destroyed.
+    let raw = unsafe { hca.raw() };
+    raw.bar().write64(
         uar_offset + UAR_CQ_DOORBELL_OFFSET,
         Be64::new((arm_word << 32) | u64::from(cqn)),
     );
@@ -245,7 +254,11 @@ fn completion_and_cq_error_events_reach_their_cq() {
         let mem = CqMem::new(hca.platform());
         let eqn = hca.comp_eqns().next().unwrap();
         let input = mem.input(uar.number().0, eqn.0);
-        let cq = hca.create_cq(&PageList::of_region(&input, &mem.buf))
+        // SAFETY: both CQs below live in `mem`, DMA regions of this
+        // platform freed only after both CQs are destroyed.
+        let raw = unsafe { hca.raw() };
+        let cq = raw
+            .create_cq(&PageList::of_region(&input, &mem.buf))
             .unwrap();
         let cqn = cq.number();
         // An armed CQ raises one completion event for its next CQE.
@@ -272,7 +285,8 @@ fn completion_and_cq_error_events_reach_their_cq() {
         );
         assert_eq!(hca.events().cq_counts(cqn).unwrap().errors, 1);
         // A completion event for a CQ nobody registered is an invalid EQE.
-        let other = hca.create_cq(&PageList::of_region(&input, &mem.buf))
+        let other = raw
+            .create_cq(&PageList::of_region(&input, &mem.buf))
             .unwrap();
         let other_n = other.number();
         assert!(hca.events().unregister_cq(other_n));
@@ -387,12 +401,13 @@ fn gids_come_from_the_roce_address_table() {
             .unwrap()
             .with(SetRoceAddressIn::roce_address, addr)
             .unwrap();
-        hca.exec(&set).unwrap();
+        // SAFETY: SET_ROCE_ADDRESS names no memory.
+        unsafe { hca.raw() }.exec(&set).unwrap();
         assert_eq!(hca.query_gid(1, 0).unwrap(), gid);
     });
 }
 
-/// The typed helpers a verbs layer builds on: a command with a flexible
+/// The typed helpers of raw command execution: a command with a flexible
 /// array in (`exec_with_items`), one with a flexible array out
 /// (`exec_read` + `Output::read_array`), and plain `exec`.
 #[test]
@@ -405,10 +420,14 @@ fn typed_command_helpers() {
     let mem = CqMem::new(hca.platform());
     let eqn = hca.comp_eqns().next().unwrap();
     let input = mem.input(uar.number().0, eqn.0);
-    let out: CreateCqOut = hca.exec_with_items(&input, &[mem.buf.iova()]).unwrap();
+    // SAFETY: the CQ lives in `mem`, DMA regions of this platform freed
+    // after DESTROY_CQ; the MANAGE_PAGES below takes pages (none) back
+    // and gives none.
+    let raw = unsafe { hca.raw() };
+    let out: CreateCqOut = raw.exec_with_items(&input, &[mem.buf.iova()]).unwrap();
     let cqn = out.get(CreateCqOut::cqn);
     assert!(b.emu().unwrap().cq(cqn).is_some());
-    hca.exec(&DestroyCqIn::new().with(DestroyCqIn::cqn, cqn).unwrap())
+    raw.exec(&DestroyCqIn::new().with(DestroyCqIn::cqn, cqn).unwrap())
         .unwrap();
     assert!(b.emu().unwrap().cq(cqn).is_none());
     // A take of zero pages answers an empty list; the reader sees it.
@@ -417,7 +436,7 @@ fn typed_command_helpers() {
         .unwrap()
         .with(ManagePagesIn::input_num_entries, 4)
         .unwrap();
-    let n = hca
+    let n = raw
         .exec_read(&take, ManagePagesOut::SIZE + 32, |o| {
             let h: ManagePagesOut = o.decode()?;
             let k = h.get(ManagePagesOut::output_num_entries) as usize;

@@ -162,7 +162,7 @@ impl OpenOptions {
 pub struct DeviceDesc {
     /// The selection.
     pub selection: Selection,
-    /// The platform's description (`vfio 0000:02:00.0 (ConnectX-4)`,
+    /// The platform's description (`vfio 0000:02:00.0 (15b3:1013)`,
     /// `emulated ConnectX-4`).
     pub describe: String,
 }

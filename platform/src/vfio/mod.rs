@@ -8,8 +8,9 @@
 //! ```no_run
 //! use platform::{Platform, vfio::{Sysfs, VfioOptions, VfioPlatform}};
 //! let sysfs = Sysfs::default();
-//! for f in sysfs.list_mlx5()? {
-//!     println!("{} {} driver {:?}", f.bdf, f.name.unwrap_or("?"), f.driver);
+//! // Mellanox functions; which device IDs are mlx5 is `hca_driver::pci`.
+//! for f in sysfs.list_by_id(0x15b3, None)? {
+//!     println!("{} {:04x} driver {:?}", f.bdf, f.device, f.driver);
 //! }
 //! sysfs.bind_vfio("0000:02:00.0")?;
 //! let hca = VfioPlatform::open("0000:02:00.0", VfioOptions::default())?;
@@ -508,10 +509,10 @@ impl VfioPlatform {
             iommu.ranges,
             iommu.page_sizes
         );
-        let describe = match function.name {
-            Some(name) => format!("vfio {bdf} ({name})"),
-            None => format!("vfio {bdf}"),
-        };
+        let describe = format!(
+            "vfio {bdf} ({:04x}:{:04x})",
+            function.vendor, function.device
+        );
         let msix = match device.get_irq_info(VFIO_PCI_MSIX_IRQ_INDEX) {
             Some(i) if i.flags & VFIO_IRQ_INFO_EVENTFD != 0 => {
                 u16::try_from(i.count).unwrap_or(u16::MAX)

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use crate::Error;
-use crate::pci::{MELLANOX_VENDOR_ID, mlx5_device_name};
 
 /// The driver the vfio backend needs.
 pub const VFIO_PCI: &str = "vfio-pci";
@@ -29,9 +28,6 @@ pub struct PciFunction {
     pub device: u16,
     /// Class code (24 bits).
     pub class: u32,
-    /// Product name for mlx5 functions (`ConnectX-4`, ...), from the device
-    /// ID table of [`pci::MLX5_DEVICES`](crate::pci::MLX5_DEVICES).
-    pub name: Option<&'static str>,
     /// The bound driver, if any.
     pub driver: Option<String>,
     /// The IOMMU group, if the IOMMU is on.
@@ -39,12 +35,6 @@ pub struct PciFunction {
 }
 
 impl PciFunction {
-    /// Whether the function is an mlx5 device (ConnectX-4 or later,
-    /// BlueField).
-    pub fn is_mlx5(&self) -> bool {
-        self.vendor == MELLANOX_VENDOR_ID && self.name.is_some()
-    }
-
     /// Whether it is bound to vfio-pci (or a vendor variant of it, such as
     /// mlx5_vfio_pci).
     pub fn is_vfio_bound(&self) -> bool {
@@ -177,11 +167,6 @@ impl Sysfs {
         let vendor = read_hex(&dir.join("vendor"))? as u16;
         let device = read_hex(&dir.join("device"))? as u16;
         let class = read_hex(&dir.join("class")).unwrap_or(0);
-        let name = if vendor == MELLANOX_VENDOR_ID {
-            mlx5_device_name(device)
-        } else {
-            None
-        };
         let iommu_group = link_name(&dir.join("iommu_group")).and_then(|g| g.parse().ok());
         Ok(PciFunction {
             driver: link_name(&dir.join("driver")),
@@ -189,7 +174,6 @@ impl Sysfs {
             vendor,
             device,
             class,
-            name,
             iommu_group,
         })
     }
@@ -213,16 +197,6 @@ impl Sysfs {
         }
         out.sort_by(|a, b| a.bdf.cmp(&b.bdf));
         Ok(out)
-    }
-
-    /// Every mlx5 function (vendor 0x15b3, the ConnectX-4 and later and
-    /// BlueField device IDs), with its driver binding and IOMMU group.
-    pub fn list_mlx5(&self) -> Result<Vec<PciFunction>, Error> {
-        Ok(self
-            .list_all()?
-            .into_iter()
-            .filter(PciFunction::is_mlx5)
-            .collect())
     }
 
     /// Every function with this vendor ID and, if given, device ID.
@@ -485,34 +459,27 @@ mod tests {
 
     #[test]
     #[cfg_attr(miri, ignore = "Miri cannot run a sysfs tree in a temporary directory")]
-    fn discovery_lists_mlx5_functions_with_names_drivers_and_groups() {
+    fn discovery_lists_functions_with_ids_drivers_and_groups() {
         let (_fake, sys) = tree();
-        let all = sys.list_mlx5().unwrap();
+        let all = sys.list_by_id(0x15b3, None).unwrap();
         let summary: Vec<_> = all
             .iter()
-            .map(|f| {
-                (
-                    f.bdf.as_str(),
-                    f.name.unwrap(),
-                    f.driver.as_deref(),
-                    f.iommu_group,
-                )
-            })
+            .map(|f| (f.bdf.as_str(), f.device, f.driver.as_deref(), f.iommu_group))
             .collect();
+        // Which IDs are mlx5 devices is hca_driver::pci's table.
         assert_eq!(
             summary,
             [
-                ("0000:02:00.0", "ConnectX-4", Some("mlx5_core"), Some(12)),
-                ("0000:02:00.1", "ConnectX-4", Some("mlx5_core"), Some(12)),
-                ("0000:03:00.0", "ConnectX-5", Some("vfio-pci"), Some(13)),
-                ("0000:04:00.0", "ConnectX-6 Dx", None, Some(14)),
-                ("0000:06:00.0", "ConnectX-5 Ex", Some("vfio-pci"), Some(16)),
-                ("0000:07:00.0", "ConnectX-7", Some("vfio-pci"), Some(17)),
-                ("0000:07:00.1", "ConnectX-7", None, Some(17)),
+                ("0000:02:00.0", 0x1013, Some("mlx5_core"), Some(12)),
+                ("0000:02:00.1", 0x1013, Some("mlx5_core"), Some(12)),
+                ("0000:03:00.0", 0x1017, Some("vfio-pci"), Some(13)),
+                ("0000:04:00.0", 0x101d, None, Some(14)),
+                ("0000:05:00.0", 0xcafe, None, Some(15)),
+                ("0000:06:00.0", 0x1019, Some("vfio-pci"), Some(16)),
+                ("0000:07:00.0", 0x1021, Some("vfio-pci"), Some(17)),
+                ("0000:07:00.1", 0x1021, None, Some(17)),
             ]
         );
-        // An unknown Mellanox device ID is not an mlx5 function.
-        assert!(!sys.function("0000:05:00.0").unwrap().is_mlx5());
         let edu = sys.list_by_id(0x1234, Some(0x11e8)).unwrap();
         assert_eq!(edu.len(), 1);
         assert_eq!(

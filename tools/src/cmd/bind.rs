@@ -211,7 +211,7 @@ pub fn bind(
     let sysfs = Sysfs::new(sysfs_root);
     let bdf = normalize_bdf(&a.bdf)?;
     let before = sysfs.function(&bdf)?;
-    if !before.is_mlx5() && !a.force {
+    if !hca_driver::pci::is_mlx5(before.vendor, before.device) && !a.force {
         return Err(ToolError::Usage(format!(
             "{bdf} ({:04x}:{:04x}) is not an mlx5 device (ConnectX-4 or later); pass --force to bind it anyway",
             before.vendor, before.device
@@ -269,7 +269,11 @@ fn write_change(
 ) -> Result<ExitCode> {
     let report = BindReport {
         bdf: after.bdf,
-        name: after.name,
+        name: if after.vendor == hca_driver::pci::MELLANOX_VENDOR_ID {
+            hca_driver::pci::mlx5_device_name(after.device)
+        } else {
+            None
+        },
         driver_before: before.driver,
         driver_after: after.driver,
         iommu_group: after.iommu_group,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use firmware_cmds::vport::{HcaVportContext, QueryHcaVportContextIn, QueryHcaVportContextOut};
+use firmware_cmds::vport::HcaVportContext;
 use hca_driver::verbs::{AtomicByteOrder, Context, Gid, RoceVersion};
 use hca_driver::{Guid, IbMtu, LinkLayer, PortState};
 use platform::Platform;
@@ -251,13 +251,10 @@ fn port_report<P: Platform + 'static>(
     // InfiniBand: the subnet manager's view from the HCA vport context;
     // on Ethernet these are all 0.
     let vport = if ll == LinkLayer::InfiniBand {
-        let q = QueryHcaVportContextIn::new()
-            .with(QueryHcaVportContextIn::port_num, port)
-            .map_err(|e| ToolError::driver("QUERY_HCA_VPORT_CONTEXT", e.into()))?;
-        let out: QueryHcaVportContextOut = hca
-            .exec(&q)
+        let ctx = hca
+            .hca_vport_context(port)
             .map_err(|e| ToolError::driver(format!("port {port}: QUERY_HCA_VPORT_CONTEXT"), e))?;
-        Some(out.get(QueryHcaVportContextOut::hca_vport_context))
+        Some(ctx)
     } else {
         None
     };

@@ -35,7 +35,7 @@ impl From<&PciFunction> for ListEntry {
             bdf: f.bdf.clone(),
             vendor_id: format!("{:04x}", f.vendor),
             device_id: format!("{:04x}", f.device),
-            name: f.name,
+            name: hca_driver::pci::mlx5_device_name(f.device),
             driver: f.driver.clone(),
             vfio: f.is_vfio_bound(),
             iommu_group: f.iommu_group,
@@ -47,7 +47,11 @@ impl From<&PciFunction> for ListEntry {
 pub fn run(sysfs_root: &Path, as_json: bool, out: &mut dyn Write) -> Result<ExitCode> {
     let sysfs = Sysfs::new(sysfs_root);
     let functions = if sysfs_root.join("bus/pci/devices").exists() {
-        sysfs.list_mlx5()?
+        sysfs
+            .list_all()?
+            .into_iter()
+            .filter(|f| hca_driver::pci::is_mlx5(f.vendor, f.device))
+            .collect()
     } else {
         // No PCI bus in sysfs (a container without /sys/bus/pci): no device.
         log::debug!("{} has no bus/pci/devices", sysfs_root.display());

@@ -1,4 +1,4 @@
-//! Aligned big-endian integers.
+//! # hca-endian: aligned big-endian integers
 //!
 //! Every multi-byte field the ConnectX reads or writes is big-endian. The types
 //! here hold a value in device byte order in a naturally aligned integer, so a
@@ -6,6 +6,20 @@
 //! `zerocopy::byteorder::U32<BigEndian>`, which is a byte array and is read one
 //! byte at a time). Use them for registers, doorbell words and any word the
 //! device may read while the host writes it.
+//!
+//! A leaf crate (no dependencies) so that both `firmware-cmds` (PRM layouts)
+//! and `platform` (registers, DMA memory) use the same types without one
+//! depending on the other; they re-export them as `firmware_cmds::endian`
+//! and `platform::{Be16, Be32, Be64}`.
+//!
+//! ```
+//! use hca_endian::Be32;
+//! let w = Be32::new(0x0102_0304);
+//! assert_eq!(w.to_raw().to_ne_bytes(), [1, 2, 3, 4]);
+//! assert_eq!(w.get(), 0x0102_0304);
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
 
 use core::fmt;
 
