@@ -49,13 +49,14 @@ mod error;
 pub mod host;
 mod mmio;
 mod pages;
+pub mod ring;
 #[cfg(all(feature = "vfio", target_os = "linux"))]
 pub mod vfio;
 
 pub use dma::DmaRegion;
 pub use error::Error;
 pub use firmware_cmds::endian::{Be16, Be32, Be64};
-pub use mmio::{Mmio, MmioWindow, Register64};
+pub use mmio::{BlueFlame, Mmio, MmioWindow, Register64};
 
 use core::time::Duration;
 

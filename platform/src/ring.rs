@@ -1,0 +1,783 @@
+//! Queue memory: the rings a device reads and writes, their doorbell record
+//! and the host-only bookkeeping after them, in one [`DmaRegion`], with
+//! every access in bounds by construction.
+//!
+//! A data path (work queues, completion queues, shared receive queues)
+//! turns ring indices and offsets into addresses millions of times per
+//! second, some of them derived from what the device wrote (a CQE's
+//! `wqe_counter`). [`QueueMem`] makes that safe code:
+//!
+//! - It owns the region and splits it once, at construction, into a
+//!   **device part** `0 .. host_offset` (rings and the doorbell record:
+//!   volatile accesses only, never a reference) and a **host part**
+//!   `host_offset .. len` (bookkeeping the device is never told about:
+//!   atomics only, handed out as `&AtomicU*` tied to `&self`). The first 8
+//!   bytes of the host part are the platform's own view counter.
+//! - Views are made by checked constructors ([`QueueMem::ring`],
+//!   [`QueueMem::table`], [`QueueMem::doorbell_record`]): offset aligned,
+//!   inside the right part, a power-of-two size. After that no access needs
+//!   a check: a [`Ring`] masks every byte offset with `bytes - 1` (and the
+//!   access width's alignment), a [`HostTable`] masks every index with
+//!   `count - 1`, a [`Block64`] masks every in-block offset with a
+//!   constant (free for constant offsets). No safe call sequence can reach
+//!   outside the region or make a misaligned access, whatever the
+//!   arguments; a wrong offset lands on the wrong (in-bounds) byte.
+//!
+//! # Why views are counted
+//!
+//! A queue's bookkeeping is shared: the completion side (a CQ's handle on a
+//! QP, which may live on another thread) reads and advances counters the
+//! posting side writes. Borrowing (`&'a QueueMem`) would force every handle
+//! to borrow its queue, which is exactly the borrow chain drivers cannot
+//! store in a struct. So every view is a *counted* handle instead, like an
+//! `Arc` without a heap: making or cloning a view increments a counter that
+//! lives in the region itself (the first 8 bytes of the host part),
+//! dropping it decrements, and [`QueueMem::into_region`] — the only way to
+//! get the region back and free it — refuses while any view is alive. If
+//! the `QueueMem` is dropped instead, the region is leaked (a dropped
+//! [`DmaRegion`] is never freed), so a view that outlives it still points
+//! at valid memory, counter included. Forgetting a view leaks the region
+//! the same way. Nothing a caller can do with safe code frees the memory
+//! under a view; the cost is paid at view creation and drop, never per
+//! access.
+//!
+//! ```
+//! # #[cfg(feature = "std")] {
+//! use core::sync::atomic::{AtomicU64, Ordering};
+//! use platform::host::HostBlock;
+//! use platform::ring::QueueMem;
+//!
+//! let block = HostBlock::new(4096, 4096)?;
+//! // A 1 KiB ring at 0, its doorbell record at 1024, bookkeeping from 1088.
+//! let mut mem = QueueMem::new(block.lend(0x10_0000, 0)?, 1088).map_err(|(e, _)| e)?;
+//! let ring = mem.ring(0, 1024)?;
+//! let dbr = mem.doorbell_record(1024)?;
+//! let wr_ids = mem.table::<AtomicU64>(1152, 16)?;
+//! ring.w64(64 * 17 + 8, 7u64.to_be()); // masked: slot 1 of 16 (1 KiB ring)
+//! assert_eq!(u64::from_be(ring.block64(64).r64(8)), 7);
+//! wr_ids.get(3).store(42, Ordering::Relaxed);
+//! assert_eq!(wr_ids.get(16 + 3).load(Ordering::Relaxed), 42); // masked index
+//! dbr.write32(0, 5u32.to_be());
+//! // While views live the region cannot be taken back.
+//! let mem = mem.into_region().unwrap_err();
+//! drop((ring, dbr, wr_ids));
+//! block.reclaim(mem.into_region().map_err(|_| "views alive")?).unwrap();
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::{DmaRegion, Error};
+
+/// Bytes at the start of the host part the platform keeps for its view
+/// counter.
+pub const COUNTER_BYTES: usize = 8;
+
+/// A queue's DMA region, split into a device part and a host part, from
+/// which bounds-safe views are made (see the [module docs](self)).
+pub struct QueueMem {
+    region: DmaRegion,
+    host_offset: usize,
+    counter: Counter,
+    /// The byte ranges of the host tables made so far: a new one may not
+    /// overlap them (two tables of different cell sizes over the same bytes
+    /// would make racing mixed-size atomic accesses possible).
+    tables: [(usize, usize); MAX_TABLES],
+    n_tables: usize,
+}
+
+/// How many host tables one [`QueueMem`] can hand out.
+pub const MAX_TABLES: usize = 8;
+
+/// The view counter in the region (8 bytes at the start of the host part).
+struct Counter(NonNull<AtomicUsize>);
+
+// SAFETY: the counter is an atomic in memory that stays valid as long as any
+// holder exists (see the module docs); atomics may be used from any thread.
+unsafe impl Send for Counter {}
+// SAFETY: as above.
+unsafe impl Sync for Counter {}
+
+impl Counter {
+    #[inline(always)]
+    fn get(&self) -> &AtomicUsize {
+        // SAFETY: the pointer is 8-byte aligned, inside the host part of a
+        // region that is only freed through `QueueMem::into_region`, which
+        // refuses while any view (holder of a `Counter` copy) lives, and the
+        // location is only ever accessed atomically.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// A new holder: increments the count.
+    fn acquire(&self) -> Counter {
+        let old = self.get().fetch_add(1, Ordering::Relaxed);
+        // Like `Arc`: the count cannot be allowed to wrap (a wrapped count
+        // would let the region go while views live).
+        if old >= usize::MAX / 2 {
+            self.get().fetch_sub(1, Ordering::Relaxed);
+            panic!("queue memory view count overflow");
+        }
+        Counter(self.0)
+    }
+}
+
+impl fmt::Debug for QueueMem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueMem")
+            .field("region", &self.region)
+            .field("host_offset", &self.host_offset)
+            .field("views", &self.views())
+            .finish()
+    }
+}
+
+/// Releases one view.
+struct ViewRef(Counter);
+
+impl Drop for ViewRef {
+    fn drop(&mut self) {
+        // Release: everything this view did happens before the region is
+        // handed back (`into_region` loads with acquire).
+        self.0.get().fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl ViewRef {
+    fn clone_ref(&self) -> Self {
+        ViewRef(self.0.acquire())
+    }
+}
+
+fn bad(what: &'static str) -> Error {
+    Error::InvalidArgument(what)
+}
+
+impl QueueMem {
+    /// Takes ownership of `region`: bytes `0 .. host_offset` are the device
+    /// part, `host_offset .. len` the host part, whose first
+    /// [`COUNTER_BYTES`] hold the view counter (set to 0 here).
+    ///
+    /// Fails (and gives the region back) unless the region's host address
+    /// is 64-byte aligned, `host_offset` is a multiple of 8 and
+    /// `host_offset + COUNTER_BYTES <= len`.
+    pub fn new(region: DmaRegion, host_offset: usize) -> Result<Self, (Error, DmaRegion)> {
+        if region.host_ptr().as_ptr() as usize % 64 != 0 {
+            return Err((bad("queue memory must be 64-byte aligned"), region));
+        }
+        let fits = host_offset
+            .checked_add(COUNTER_BYTES)
+            .is_some_and(|e| e <= region.len());
+        if host_offset % 8 != 0 || !fits {
+            return Err((
+                bad("queue memory host part must be 8-byte aligned with room for its counter"),
+                region,
+            ));
+        }
+        // SAFETY: `host_offset + 8 <= len` (checked), inside the region.
+        let p = unsafe { region.host_ptr().as_ptr().add(host_offset) };
+        // SAFETY: `p` is 8-byte aligned (base 64-aligned, offset multiple of
+        // 8) and valid for 8 bytes; the region's memory is valid for writes
+        // and nobody else uses these bytes (views never cover them).
+        unsafe { p.cast::<AtomicUsize>().write(AtomicUsize::new(0)) };
+        // SAFETY: derived from the region's non-null pointer plus an
+        // in-bounds offset.
+        let counter = Counter(unsafe { NonNull::new_unchecked(p.cast()) });
+        Ok(Self {
+            region,
+            host_offset,
+            counter,
+            tables: [(0, 0); MAX_TABLES],
+            n_tables: 0,
+        })
+    }
+
+    /// The region (for its IOVA, page list and volatile copies).
+    pub fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+
+    /// Where the host part starts.
+    pub fn host_offset(&self) -> usize {
+        self.host_offset
+    }
+
+    /// Views alive (rings, tables, doorbell records, their clones).
+    pub fn views(&self) -> usize {
+        self.counter.get().load(Ordering::Acquire)
+    }
+
+    /// Gives the region back, if no view is alive (else `Err(self)`).
+    #[allow(clippy::result_large_err)] // no heap to box it into
+    pub fn into_region(self) -> Result<DmaRegion, Self> {
+        if self.views() != 0 {
+            return Err(self);
+        }
+        Ok(self.region)
+    }
+
+    /// Checks that `offset .. offset + bytes` lies in the device part
+    /// (`host == false`) or in the host part after the counter.
+    fn check(&self, offset: usize, bytes: usize, host: bool) -> Result<NonNull<u8>, Error> {
+        let end = offset.checked_add(bytes).ok_or(bad("view overflows"))?;
+        let ok = if host {
+            offset >= self.host_offset + COUNTER_BYTES && end <= self.region.len()
+        } else {
+            end <= self.host_offset
+        };
+        if !ok {
+            return Err(bad(if host {
+                "host table outside the host part of queue memory"
+            } else {
+                "ring or doorbell record outside the device part of queue memory"
+            }));
+        }
+        // SAFETY: `offset + bytes <= len` (checked), inside the allocation;
+        // the result is derived from a non-null pointer.
+        Ok(unsafe { NonNull::new_unchecked(self.region.host_ptr().as_ptr().add(offset)) })
+    }
+
+    /// A ring of `bytes` bytes at `offset` of the device part: `bytes` a
+    /// power of two of at least 64, `offset` a multiple of 8.
+    pub fn ring(&mut self, offset: usize, bytes: usize) -> Result<Ring, Error> {
+        if !bytes.is_power_of_two() || bytes < 64 || offset % 8 != 0 {
+            return Err(bad(
+                "ring size must be a power of two of at least 64 bytes, 8-byte aligned",
+            ));
+        }
+        let base = self.check(offset, bytes, false)?;
+        Ok(Ring {
+            base,
+            mask: bytes - 1,
+            _ref: ViewRef(self.counter.acquire()),
+        })
+    }
+
+    /// The 8-byte doorbell record at `offset` (a multiple of 8) of the
+    /// device part.
+    pub fn doorbell_record(&mut self, offset: usize) -> Result<DoorbellRecord, Error> {
+        if offset % 8 != 0 {
+            return Err(bad("doorbell record must be 8-byte aligned"));
+        }
+        let base = self.check(offset, 8, false)?;
+        Ok(DoorbellRecord {
+            base,
+            _ref: ViewRef(self.counter.acquire()),
+        })
+    }
+
+    /// A table of `count` (a power of two) host-only cells of type `T` at
+    /// `offset` (aligned to `T`) of the host part, not overlapping a table
+    /// made before (at most [`MAX_TABLES`]). The cells hold whatever the
+    /// memory held (any bit pattern is a valid atomic): initialise them.
+    pub fn table<T: HostCell>(
+        &mut self,
+        offset: usize,
+        count: usize,
+    ) -> Result<HostTable<T>, Error> {
+        if !count.is_power_of_two() || offset % T::ALIGN != 0 || count > u32::MAX as usize {
+            return Err(bad(
+                "host table count must be a power of two and its offset aligned",
+            ));
+        }
+        let bytes = count
+            .checked_mul(core::mem::size_of::<T>())
+            .ok_or(bad("host table overflows"))?;
+        let base = self.check(offset, bytes, true)?;
+        let end = offset + bytes;
+        if self.tables[..self.n_tables]
+            .iter()
+            .any(|&(s, e)| offset < e && s < end)
+        {
+            return Err(bad("host table overlaps another"));
+        }
+        let Some(slot) = self.tables.get_mut(self.n_tables) else {
+            return Err(bad("too many host tables in one queue memory"));
+        };
+        *slot = (offset, end);
+        self.n_tables += 1;
+        Ok(HostTable {
+            base: base.cast(),
+            mask: (count - 1) as u32,
+            _ref: ViewRef(self.counter.acquire()),
+        })
+    }
+}
+
+/// A ring in the device part: `bytes` (a power of two, at least 64) of
+/// device-visible memory, read and written with single volatile accesses.
+///
+/// Every byte offset is masked with `bytes - 1` and aligned down to the
+/// access width, so every access is inside the ring and aligned. A counted
+/// view (see the [module docs](self)); `Clone` makes another.
+pub struct Ring {
+    base: NonNull<u8>,
+    /// `bytes - 1`.
+    mask: usize,
+    _ref: ViewRef,
+}
+
+// SAFETY: a ring is a handle on device-visible memory that is only accessed
+// by single volatile loads and stores, like a register window; the memory
+// outlives the view (counted, see the module docs).
+unsafe impl Send for Ring {}
+// SAFETY: as above; `&self` methods only perform volatile accesses.
+unsafe impl Sync for Ring {}
+
+impl fmt::Debug for Ring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ring({:#x} bytes)", self.mask + 1)
+    }
+}
+
+impl Clone for Ring {
+    fn clone(&self) -> Self {
+        Self {
+            base: self.base,
+            mask: self.mask,
+            _ref: self._ref.clone_ref(),
+        }
+    }
+}
+
+macro_rules! volatile_rw {
+    ($(#[$rd:meta])* $r:ident, $(#[$wd:meta])* $w:ident, $t:ty) => {
+        $(#[$rd])*
+        #[inline(always)]
+        pub fn $r(&self, off: usize) -> $t {
+            let p = self.at(off, core::mem::size_of::<$t>()).cast::<$t>();
+            // SAFETY: `at` gives an address inside the view, aligned to the
+            // width; the memory is valid for volatile reads while the view
+            // lives (counted view, module docs).
+            unsafe { p.read_volatile() }
+        }
+        $(#[$wd])*
+        #[inline(always)]
+        pub fn $w(&self, off: usize, v: $t) {
+            let p = self.at(off, core::mem::size_of::<$t>()).cast::<$t>();
+            // SAFETY: as for the read: in bounds, aligned, valid for
+            // volatile writes while the view lives.
+            unsafe { p.write_volatile(v) }
+        }
+    };
+}
+
+impl Ring {
+    #[inline(always)]
+    fn at(&self, off: usize, width: usize) -> *mut u8 {
+        let o = off & self.mask & !(width - 1);
+        // SAFETY: `o <= mask < bytes`: inside the ring.
+        unsafe { self.base.as_ptr().add(o) }
+    }
+
+    /// Ring size in bytes.
+    #[inline(always)]
+    pub fn bytes(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// The 64-byte block holding byte `off` (masked into the ring): a CQE,
+    /// a WQEBB.
+    #[inline(always)]
+    pub fn block64(&self, off: usize) -> Block64<'_> {
+        let o = off & self.mask & !63;
+        Block64 {
+            // SAFETY: `o + 64 <= bytes` (`bytes` is a power of two of at
+            // least 64 and `o` a multiple of 64 below it).
+            p: unsafe { self.base.as_ptr().add(o) },
+            _l: PhantomData,
+        }
+    }
+
+    volatile_rw!(
+        /// Reads the byte at `off` (masked).
+        r8,
+        /// Writes the byte at `off` (masked).
+        w8,
+        u8
+    );
+    volatile_rw!(
+        /// Reads the raw (memory-order) u16 at `off` (masked, aligned down).
+        r16,
+        /// Writes a raw u16 at `off` (masked, aligned down).
+        w16,
+        u16
+    );
+    volatile_rw!(
+        /// Reads the raw u32 at `off` (masked, aligned down).
+        r32,
+        /// Writes a raw u32 at `off` (masked, aligned down).
+        w32,
+        u32
+    );
+    volatile_rw!(
+        /// Reads the raw u64 at `off` (masked, aligned down).
+        r64,
+        /// Writes a raw u64 at `off` (masked, aligned down): one store.
+        w64,
+        u64
+    );
+}
+
+/// One 64-byte block of a [`Ring`] (a CQE, a WQEBB), borrowed from it.
+/// In-block offsets are masked with a constant (63, aligned down to the
+/// width): free for constant offsets.
+#[derive(Clone, Copy)]
+pub struct Block64<'a> {
+    p: *mut u8,
+    _l: PhantomData<&'a Ring>,
+}
+
+impl fmt::Debug for Block64<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Block64")
+    }
+}
+
+impl Block64<'_> {
+    #[inline(always)]
+    fn at(&self, off: usize, width: usize) -> *mut u8 {
+        // SAFETY: `off & 63 < 64`: inside the block, which is inside the
+        // ring (see `Ring::block64`).
+        unsafe { self.p.add(off & 63 & !(width - 1)) }
+    }
+
+    volatile_rw!(
+        /// Reads the byte at `off` (masked to the block).
+        r8,
+        /// Writes the byte at `off` (masked to the block).
+        w8,
+        u8
+    );
+    volatile_rw!(
+        /// Reads the raw u16 at `off` (masked, aligned down).
+        r16,
+        /// Writes a raw u16 at `off` (masked, aligned down).
+        w16,
+        u16
+    );
+    volatile_rw!(
+        /// Reads the raw u32 at `off` (masked, aligned down).
+        r32,
+        /// Writes a raw u32 at `off` (masked, aligned down).
+        w32,
+        u32
+    );
+    volatile_rw!(
+        /// Reads the raw u64 at `off` (masked, aligned down).
+        r64,
+        /// Writes a raw u64 at `off` (masked, aligned down).
+        w64,
+        u64
+    );
+}
+
+/// The 8-byte doorbell record of a queue (the device reads it): two
+/// big-endian words (a QP's receive and send counters, a CQ's consumer
+/// index and arm word), written with single volatile stores.
+pub struct DoorbellRecord {
+    base: NonNull<u8>,
+    _ref: ViewRef,
+}
+
+// SAFETY: as for `Ring`.
+unsafe impl Send for DoorbellRecord {}
+// SAFETY: as for `Ring`.
+unsafe impl Sync for DoorbellRecord {}
+
+impl fmt::Debug for DoorbellRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DoorbellRecord")
+    }
+}
+
+impl DoorbellRecord {
+    #[inline(always)]
+    fn word(&self, word: usize) -> *mut u32 {
+        // SAFETY: `(word & 1) * 4` is 0 or 4: inside the 8-byte record and
+        // 4-byte aligned (the record is 8-byte aligned).
+        unsafe { self.base.as_ptr().add((word & 1) * 4).cast() }
+    }
+
+    /// Writes word `word` (0 or 1; masked) as the raw (memory-order) `v`.
+    #[inline(always)]
+    pub fn write32(&self, word: usize, v: u32) {
+        // SAFETY: in bounds and aligned (see `word`), valid for volatile
+        // writes while the view lives.
+        unsafe { self.word(word).write_volatile(v) }
+    }
+
+    /// Reads word `word` (0 or 1; masked), raw.
+    #[inline(always)]
+    pub fn read32(&self, word: usize) -> u32 {
+        // SAFETY: as in `write32`, for reads.
+        unsafe { self.word(word).read_volatile() }
+    }
+
+    /// Writes both words with one store (raw).
+    #[inline(always)]
+    pub fn write64(&self, v: u64) {
+        // SAFETY: the record is 8 bytes, 8-byte aligned (checked when made).
+        unsafe { self.base.as_ptr().cast::<u64>().write_volatile(v) }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A host-only cell type a [`HostTable`] can hold: atomics (any bit pattern
+/// is a valid value, every access is atomic) and arrays of them.
+pub trait HostCell: sealed::Sealed + Sync {
+    /// Alignment the table's offset must have.
+    const ALIGN: usize;
+}
+
+macro_rules! host_cell {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl HostCell for $t {
+            const ALIGN: usize = core::mem::align_of::<$t>();
+        }
+    )*};
+}
+host_cell!(
+    AtomicU8,
+    AtomicU16,
+    AtomicU32,
+    AtomicU64,
+    [AtomicU32; 16],
+    [AtomicU64; 2]
+);
+
+/// A table of `count` (a power of two) host-only cells in the host part of
+/// a [`QueueMem`]: `wr_id`s, posted lengths, counters. The device is never
+/// given its address. Indices are masked with `count - 1`; the cells are
+/// handed out as references tied to `&self`. A counted view (see the
+/// [module docs](self)); `Clone` makes another.
+pub struct HostTable<T: HostCell> {
+    base: NonNull<T>,
+    mask: u32,
+    _ref: ViewRef,
+}
+
+// SAFETY: the cells are atomics (`HostCell` is sealed to atomic types), so
+// shared access from any thread is sound; the memory outlives the view
+// (counted, module docs).
+unsafe impl<T: HostCell> Send for HostTable<T> {}
+// SAFETY: as above.
+unsafe impl<T: HostCell> Sync for HostTable<T> {}
+
+impl<T: HostCell> fmt::Debug for HostTable<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "HostTable<{}>({} cells)",
+            core::any::type_name::<T>(),
+            self.mask as u64 + 1
+        )
+    }
+}
+
+impl<T: HostCell> Clone for HostTable<T> {
+    fn clone(&self) -> Self {
+        Self {
+            base: self.base,
+            mask: self.mask,
+            _ref: self._ref.clone_ref(),
+        }
+    }
+}
+
+impl<T: HostCell> HostTable<T> {
+    /// Cell `idx` (masked with `count - 1`).
+    #[inline(always)]
+    pub fn get(&self, idx: u32) -> &T {
+        // SAFETY: `idx & mask < count`: inside the table, aligned (the
+        // table's offset is aligned to `T`, the region base to 64); the
+        // cells are atomics (valid for any initialised bytes, and DMA memory
+        // is initialised: `DmaRegion` reads any byte), only ever accessed
+        // atomically and with this cell size (tables do not overlap, rings
+        // are in the device part); the reference lives no longer than
+        // `&self`, and the memory outlives the view.
+        unsafe { &*self.base.as_ptr().add((idx & self.mask) as usize) }
+    }
+
+    /// Cell 0 (a table of one cell holds a header).
+    #[inline(always)]
+    pub fn first(&self) -> &T {
+        // SAFETY: as in `get`, for index 0 (a table has at least one cell).
+        unsafe { self.base.as_ref() }
+    }
+
+    /// Number of cells.
+    #[inline(always)]
+    pub fn count(&self) -> u32 {
+        self.mask.wrapping_add(1)
+    }
+
+    /// `count - 1`.
+    #[inline(always)]
+    pub fn mask(&self) -> u32 {
+        self.mask
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec;
+
+    use super::*;
+
+    /// A 64-byte aligned buffer of `n` 64-byte blocks, and a region on it.
+    #[repr(align(64))]
+    #[derive(Clone, Copy)]
+    struct Blk(#[allow(dead_code)] [u8; 64]);
+
+    fn region(buf: &mut [Blk]) -> DmaRegion {
+        let len = buf.len() * 64;
+        // SAFETY: `buf` outlives the region in every test (reclaimed by
+        // `into_region` or leaked) and is only accessed through it.
+        unsafe {
+            DmaRegion::from_raw_parts(NonNull::new(buf.as_mut_ptr().cast()).unwrap(), 0, len, 0)
+        }
+    }
+
+    #[test]
+    fn views_are_checked_once_and_masked_after() {
+        let mut buf = vec![Blk([0; 64]); 8];
+        let mut mem = QueueMem::new(region(&mut buf), 256 + 64).unwrap();
+        let ring = mem.ring(0, 256).unwrap();
+        let dbr = mem.doorbell_record(256).unwrap();
+        let t = mem.table::<AtomicU32>(384, 16).unwrap();
+        let hdr = mem.table::<[AtomicU32; 16]>(448, 1).unwrap();
+        assert_eq!(mem.views(), 4);
+        // Byte offsets wrap at the ring size and align down.
+        ring.w64(256 + 8, 0x1122_3344_5566_7788);
+        assert_eq!(ring.r64(8), 0x1122_3344_5566_7788);
+        ring.w32(13, 7);
+        assert_eq!(ring.r32(12), 7);
+        ring.w16(usize::MAX, 9);
+        assert_eq!(ring.r16(254), 9);
+        ring.w8(usize::MAX, 3);
+        assert_eq!(ring.r8(255), 3);
+        // Blocks: masked to 64 bytes inside the ring.
+        let b = ring.block64(64 + 5);
+        b.w64(64 + 16, 42);
+        assert_eq!(ring.r64(64 + 16), 42);
+        assert_eq!(b.r64(16), 42);
+        b.w8(0x3f, 0xf0);
+        assert_eq!(ring.block64(256 + 64).r8(0x3f), 0xf0);
+        // The doorbell record: two words.
+        dbr.write32(1, 0xabcd);
+        dbr.write32(2, 0x1234); // word 0
+        assert_eq!((dbr.read32(0), dbr.read32(1)), (0x1234, 0xabcd));
+        dbr.write64(0);
+        assert_eq!(dbr.read32(1), 0);
+        // Tables: masked indices.
+        assert_eq!(t.get(5).load(Ordering::Relaxed), 0);
+        t.get(16 + 5).store(11, Ordering::Relaxed);
+        assert_eq!(t.get(5).load(Ordering::Relaxed), 11);
+        assert_eq!((t.count(), t.mask()), (16, 15));
+        hdr.first()[15].store(1, Ordering::Relaxed);
+        assert_eq!(hdr.get(7)[15].load(Ordering::Relaxed), 1);
+        // Nothing wrote the counter or outside the views.
+        assert_eq!(mem.views(), 4);
+        assert!(buf_untouched_outside(&mem));
+        let mem = mem.into_region().unwrap_err();
+        let t2 = t.clone();
+        drop((ring, dbr, t, hdr));
+        assert_eq!(mem.views(), 1);
+        let mem = mem.into_region().unwrap_err();
+        assert_eq!(t2.get(5).load(Ordering::Relaxed), 11);
+        drop(t2);
+        mem.into_region().unwrap();
+    }
+
+    fn buf_untouched_outside(mem: &QueueMem) -> bool {
+        // Bytes 264..320 (after the doorbell record, before the host part)
+        // and 320+8..384 (after the counter) were never written.
+        let r = mem.region();
+        (264..320).chain(328..384).all(|i| r.read_u8(i) == 0)
+    }
+
+    #[test]
+    fn bad_views_are_refused() {
+        let mut buf = vec![Blk([0; 64]); 8];
+        let mut mem = QueueMem::new(region(&mut buf), 256).unwrap();
+        // Not a power of two, too small, misaligned, into the host part.
+        assert!(mem.ring(0, 192).is_err());
+        assert!(mem.ring(0, 32).is_err());
+        assert!(mem.ring(4, 64).is_err());
+        assert!(mem.ring(128, 256).is_err());
+        assert!(mem.ring(usize::MAX - 63, 64).is_err());
+        assert!(mem.doorbell_record(256).is_err());
+        assert!(mem.doorbell_record(4).is_err());
+        // Tables: over the counter, past the end, misaligned, odd count.
+        assert!(mem.table::<AtomicU64>(256, 1).is_err());
+        assert!(mem.table::<AtomicU64>(264, 32).is_err());
+        assert!(mem.table::<AtomicU64>(268, 1).is_err());
+        assert!(mem.table::<AtomicU64>(264, 3).is_err());
+        assert!(mem.table::<AtomicU64>(usize::MAX - 7, 1).is_err());
+        assert!(mem.table::<AtomicU16>(264, 1 << 31).is_err());
+        let t = mem.table::<AtomicU8>(511, 1).unwrap();
+        // Overlapping tables are refused, whatever their cell type.
+        assert!(mem.table::<AtomicU64>(504, 2).is_err());
+        assert!(mem.table::<AtomicU8>(511, 1).is_err());
+        let more: std::vec::Vec<_> = (0..7)
+            .map(|i| mem.table::<AtomicU64>(264 + 8 * i, 1).unwrap())
+            .collect();
+        assert!(mem.table::<AtomicU64>(400, 1).is_err(), "a ninth table");
+        assert_eq!(mem.views(), 8);
+        drop((t, more));
+    }
+
+    #[test]
+    fn bad_regions_are_refused() {
+        let mut buf = vec![Blk([0; 64]); 2];
+        let r = region(&mut buf);
+        let (_, r) = QueueMem::new(r, 124).unwrap_err();
+        let (_, r) = QueueMem::new(r, 121).unwrap_err();
+        let mem = QueueMem::new(r, 120).unwrap();
+        let r = mem.into_region().unwrap();
+        // A misaligned base.
+        // SAFETY: inside `buf`, which outlives the region.
+        let off = unsafe {
+            DmaRegion::from_raw_parts(
+                NonNull::new(r.host_ptr().as_ptr().add(8)).unwrap(),
+                0,
+                64,
+                0,
+            )
+        };
+        assert!(QueueMem::new(off, 0).is_err());
+    }
+
+    #[test]
+    fn views_outlive_a_dropped_queue_memory() {
+        // Dropping the QueueMem leaks the region: the view stays valid.
+        let buf = std::boxed::Box::leak(vec![Blk([0; 64]); 4].into_boxed_slice());
+        let mut mem = QueueMem::new(region(buf), 128).unwrap();
+        let t = mem.table::<AtomicU64>(136, 1).unwrap();
+        let ring = mem.ring(0, 128).unwrap();
+        #[allow(clippy::drop_non_drop)]
+        drop(mem);
+        t.first().store(5, Ordering::Relaxed);
+        ring.w64(0, 1);
+        assert_eq!(t.first().load(Ordering::Relaxed), 5);
+        assert_eq!(ring.clone().r64(0), 1);
+    }
+
+    #[test]
+    fn views_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<QueueMem>();
+        check::<Ring>();
+        check::<DoorbellRecord>();
+        check::<HostTable<AtomicU64>>();
+    }
+}
