@@ -477,7 +477,8 @@ impl Block64<'_> {
 
 /// The 8-byte doorbell record of a queue (the device reads it): two
 /// big-endian words (a QP's receive and send counters, a CQ's consumer
-/// index and arm word), written with single volatile stores.
+/// index and arm word), written with single volatile stores. A counted
+/// view (see the [module docs](self)); `Clone` makes another.
 pub struct DoorbellRecord {
     base: NonNull<u8>,
     _ref: ViewRef,
@@ -491,6 +492,15 @@ unsafe impl Sync for DoorbellRecord {}
 impl fmt::Debug for DoorbellRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("DoorbellRecord")
+    }
+}
+
+impl Clone for DoorbellRecord {
+    fn clone(&self) -> Self {
+        Self {
+            base: self.base,
+            _ref: self._ref.clone_ref(),
+        }
     }
 }
 
@@ -760,8 +770,9 @@ mod tests {
     #[test]
     fn views_outlive_a_dropped_queue_memory() {
         // Dropping the QueueMem leaks the region: the view stays valid.
-        let buf = std::boxed::Box::leak(vec![Blk([0; 64]); 4].into_boxed_slice());
-        let mut mem = QueueMem::new(region(buf), 128).unwrap();
+        // (The buffer outlives the views, as a leaked region would.)
+        let mut buf = vec![Blk([0; 64]); 4];
+        let mut mem = QueueMem::new(region(&mut buf), 128).unwrap();
         let t = mem.table::<AtomicU64>(136, 1).unwrap();
         let ring = mem.ring(0, 128).unwrap();
         #[allow(clippy::drop_non_drop)]

@@ -92,7 +92,7 @@ use std::time::{Duration, Instant};
 
 use harness::{Harness, Uar, Write, rdma_write, write_args};
 use verbs_core::{
-    Completion, Cq, CqPoller, CqTable, Error, PollError, PostError, SendError, SendQueue, SendWr,
+    Completion, Cq, CqTable, Error, PollError, PostError, SendError, SendOp, SendQueue, SendWr,
     Sge, WorkCompletion,
 };
 
@@ -106,7 +106,7 @@ fn op_post1(
     rkey: u32,
     sge: Sge,
 ) -> Result<(), SendError> {
-    sq.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge)
+    sq.post_send_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
 }
 
 #[inline(never)]
@@ -114,13 +114,21 @@ fn op_post1(
 fn op_post32(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), SendError> {
     let mut b = sq.batch();
     for w in wrs {
-        b.wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
+        b.post_send_sge(
+            w.wr_id,
+            SendOp::RdmaWrite {
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+            },
+            w.flags,
+            w.sge,
+        )?;
     }
     b.ring();
     Ok(())
 }
 
-/// `op_post1` with the full error type (`post_rdma_write`): the 32-byte
+/// `op_post1` returning the full `Error` (`?` converts): the 32-byte
 /// `Result` comes back through memory.
 #[inline(never)]
 #[unsafe(no_mangle)]
@@ -132,49 +140,35 @@ fn op_post1_err(
     rkey: u32,
     sge: Sge,
 ) -> Result<(), Error> {
-    sq.post_rdma_write(wr_id, flags, remote_addr, rkey, sge)
+    Ok(sq.post_send_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)?)
 }
 
-/// `op_post32` with the full error type (`SendBatch::post_rdma_write`).
+/// `op_post32` returning the full `Error` (`?` converts).
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn op_post32_err(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), Error> {
     let mut b = sq.batch();
     for w in wrs {
-        b.post_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
+        b.post_send_sge(
+            w.wr_id,
+            SendOp::RdmaWrite {
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+            },
+            w.flags,
+            w.sge,
+        )?;
     }
     b.ring();
     Ok(())
 }
 
-/// One CQE through a polling session (`CqPoller::poll_one_into`), which
-/// remembers the queue of the CQE before; the session is made once, outside.
+/// One CQE through `Cq::poll_one` into a caller's `Completion` (the
+/// queue looked up every time).
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_poll1(
-    p: &mut CqPoller<'_, Uar, CqTable<8>>,
-    out: &mut Completion,
-) -> Result<bool, PollError> {
-    p.poll_one_into(out)
-}
-
-/// One CQE through `Cq::poll_one_into` (the queue looked up every time).
-#[inline(never)]
-#[unsafe(no_mangle)]
-fn op_poll1_into(
-    cq: &mut Cq<Uar>,
-    table: &CqTable<8>,
-    out: &mut Completion,
-) -> Result<bool, PollError> {
-    cq.poll_one_into(table, out)
-}
-
-/// One CQE through `Cq::poll_one` (`Result<Option<Completion>, Error>`, 40
-/// bytes through memory).
-#[inline(never)]
-#[unsafe(no_mangle)]
-fn op_poll1_one(cq: &mut Cq<Uar>, table: &CqTable<8>) -> Result<Option<Completion>, Error> {
-    cq.poll_one(table)
+fn op_poll1(cq: &mut Cq<Uar>, table: &CqTable<8>, out: &mut Completion) -> Result<bool, PollError> {
+    cq.poll_one(table, out)
 }
 
 #[inline(never)]
@@ -208,20 +202,27 @@ fn op_post1_inline(sq: &mut SendQueue<Uar>, w: &Write, count: u64) -> Result<(),
             addr: w.sge.addr + 64 * i,
             ..w.sge
         };
-        sq.wr_rdma_write(w.wr_id + i, w.flags, w.remote_addr + 64 * i, w.rkey, sge)?;
+        sq.post_send_sge(
+            w.wr_id + i,
+            SendOp::RdmaWrite {
+                remote_addr: w.remote_addr + 64 * i,
+                rkey: w.rkey,
+            },
+            w.flags,
+            sge,
+        )?;
     }
     Ok(())
 }
 
-/// `count` single polls in one call (the CQEs are there), through a
-/// session.
+/// `count` single polls in one call (the CQEs are there).
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_poll1_inline(p: &mut CqPoller<'_, Uar, CqTable<8>>, count: u64) -> Result<u64, PollError> {
+fn op_poll1_inline(cq: &mut Cq<Uar>, table: &CqTable<8>, count: u64) -> Result<u64, PollError> {
     let mut sum = 0;
     let mut c = Completion::default();
     for _ in 0..count {
-        if p.poll_one_into(&mut c)? {
+        if cq.poll_one(table, &mut c)? {
             sum += c.wr_id();
         }
     }
@@ -231,13 +232,13 @@ fn op_poll1_inline(p: &mut CqPoller<'_, Uar, CqTable<8>>, count: u64) -> Result<
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn op_post1_wr(sq: &mut SendQueue<Uar>, wr: &SendWr<'_>) -> Result<(), Error> {
-    sq.post(wr)
+    sq.post_send(wr)
 }
 
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn op_post32_wr(sq: &mut SendQueue<Uar>, wrs: &[SendWr<'_>; 32]) -> Result<(), PostError> {
-    sq.post_list(wrs)
+    sq.post_send_list(wrs)
 }
 
 #[inline(never)]
@@ -314,7 +315,7 @@ fn run_poll(
         let cqes = polls as u32 * per;
         let sq = h.qp.sq().unwrap();
         let first = sq.cur_post();
-        sq.post_list(&wrs[..cqes as usize]).expect("post");
+        sq.post_send_list(&wrs[..cqes as usize]).expect("post");
         for i in 0..cqes {
             h.device_complete(first.wrapping_add(i) as u16);
         }
@@ -342,7 +343,7 @@ fn run_poll_chunks(n: u64, mut poll: impl FnMut(&mut Cq<Uar>, &CqTable<8>, u32))
         let k = (n - done).min(u64::from(CHUNK)) as u32;
         let sq = h.qp.sq().unwrap();
         let first = sq.cur_post();
-        sq.post_list(&wrs[..k as usize]).expect("post");
+        sq.post_send_list(&wrs[..k as usize]).expect("post");
         for i in 0..k {
             h.device_complete(first.wrapping_add(i) as u16);
         }
@@ -399,7 +400,7 @@ fn main() {
             )
             .expect("post")
         });
-        report("post1_err:", "per post (post_rdma_write, Error)", dt, n);
+        report("post1_err:", "per post (post_send_sge, into Error)", dt, n);
     }
     if run("post1_inline") {
         let w = write_args(0);
@@ -428,7 +429,7 @@ fn main() {
         let dt = run_post32(n, |sq| op_post32_err(sq, black_box(&wrs)).expect("post"));
         report(
             "post32_err:",
-            "per WQE (SendBatch::post_rdma_write)",
+            "per WQE (SendBatch::post_send_sge, into Error)",
             dt,
             32 * n,
         );
@@ -436,36 +437,11 @@ fn main() {
     if run("poll1") {
         let mut c = Completion::default();
         let dt = run_poll_chunks(n, |cq, t, k| {
-            let mut p = cq.poller(t);
             for _ in 0..k {
-                assert!(op_poll1(&mut p, black_box(&mut c)).expect("poll"));
+                assert!(op_poll1(cq, t, black_box(&mut c)).expect("poll"));
             }
         });
-        report(
-            "poll1:",
-            "per poll of 1 CQE (CqPoller::poll_one_into)",
-            dt,
-            n,
-        );
-    }
-    if run("poll1_into") {
-        let mut c = Completion::default();
-        let dt = run_poll(n, 1, |cq, t| {
-            usize::from(op_poll1_into(cq, t, black_box(&mut c)).expect("poll"))
-        });
-        report(
-            "poll1_into:",
-            "per poll of 1 CQE (Cq::poll_one_into)",
-            dt,
-            n,
-        );
-    }
-    if run("poll1_one") {
-        let dt = run_poll(n, 1, |cq, t| {
-            let c = op_poll1_one(cq, t).expect("poll");
-            black_box(c).map_or(0, |_| 1)
-        });
-        report("poll1_one:", "per poll of 1 CQE (Cq::poll_one)", dt, n);
+        report("poll1:", "per poll of 1 CQE (Cq::poll_one)", dt, n);
     }
     if run("poll1_slice") {
         let mut wc = [Completion::default(); 1];
@@ -475,18 +451,12 @@ fn main() {
         report("poll1_slice:", "per poll of 1 CQE (poll, 1 slot)", dt, n);
     }
     if run("poll1_inline") {
-        // 256 CQEs written (untimed), then taken by 256 single polls of a
-        // session in one op call.
+        // 256 CQEs written (untimed), then taken by 256 single polls in one
+        // op call.
         let dt = run_poll_chunks(n, |cq, t, k| {
-            let mut p = cq.poller(t);
-            black_box(op_poll1_inline(&mut p, black_box(u64::from(k))).expect("poll"));
+            black_box(op_poll1_inline(cq, t, black_box(u64::from(k))).expect("poll"));
         });
-        report(
-            "poll1_inline:",
-            "per poll (session, inlined into a loop)",
-            dt,
-            n,
-        );
+        report("poll1_inline:", "per poll (inlined into a loop)", dt, n);
     }
     if run("poll32") {
         let mut wc = [Completion::default(); 32];

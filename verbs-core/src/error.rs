@@ -5,6 +5,18 @@ use core::num::NonZeroU64;
 
 use crate::wqe::Opcode;
 
+impl From<platform::Error> for Error {
+    fn from(e: platform::Error) -> Self {
+        match e {
+            platform::Error::InvalidArgument(what) => Self::QueueMemory(what),
+            platform::Error::MmioOutOfRange { offset, width, len } => {
+                Self::UarOutOfRange { offset, width, len }
+            }
+            _ => Self::QueueMemory("platform error"),
+        }
+    }
+}
+
 /// Everything the data path can refuse or detect.
 ///
 /// Work-request errors are returned *before* anything of the rejected work
@@ -46,6 +58,12 @@ pub enum Error {
         /// Window length.
         len: usize,
     },
+
+    /// The platform refused a view of the queue's memory (a ring, table or
+    /// doorbell record outside its part of the region, misaligned, or not
+    /// a power of two in size).
+    #[error("queue memory: {0}")]
+    QueueMemory(&'static str),
 
     // ---- work requests -----------------------------------------------------
     /// The send or receive queue has no room for the work request

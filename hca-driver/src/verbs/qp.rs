@@ -809,8 +809,8 @@ impl<'a, P: Platform> Qp<'a, P> {
             })
             .and_then(|()| {
                 self.sq()?
-                    .post_sge(wr_id, op, flags, sge)
-                    .map_err(WrError::DataPath)
+                    .post_send_sge(wr_id, op, flags, sge)
+                    .map_err(|e| WrError::DataPath(e.into()))
             })
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
     }
@@ -829,7 +829,7 @@ impl<'a, P: Platform> Qp<'a, P> {
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
         self.check_send(wr)
-            .and_then(|()| self.sq()?.post(wr).map_err(WrError::DataPath))
+            .and_then(|()| self.sq()?.post_send(wr).map_err(WrError::DataPath))
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
     }
 
@@ -929,7 +929,7 @@ impl<'a, P: Platform> Qp<'a, P> {
             .and_then(|d| d.rq().map_err(WrError::DataPath))
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
         if n > 0 {
-            rq.post_list(&wrs[..n])
+            rq.post_recv_list(&wrs[..n])
                 .map_err(|e| rejected(e.posted, e.error))?;
         }
         refused
@@ -1333,7 +1333,7 @@ impl<'a, P: Platform> Qp<'a, P> {
             let (sq, rq) = d.queues();
             if let Some(sq) = sq {
                 let nop = SendWr::new(DRAIN_WR_ID, SendOp::Nop).flags(SendFlags::SIGNALED);
-                if let Err(e) = sq.post(&nop) {
+                if let Err(e) = sq.post_send(&nop) {
                     log::debug!("QP {qpn:#x} drain: no NOP marker ({e})");
                 }
             }
@@ -1342,7 +1342,7 @@ impl<'a, P: Platform> Qp<'a, P> {
                     wr_id: DRAIN_WR_ID,
                     sgl: &[],
                 };
-                if let Err(e) = rq.post(&r) {
+                if let Err(e) = rq.post_recv(&r) {
                     log::debug!("QP {qpn:#x} drain: no receive marker ({e})");
                 }
             }
@@ -1526,7 +1526,7 @@ impl<'q, P: Platform> SendBatch<'q, P> {
             check_send_sges(self.pd, self.cache, wr).map_err(|r| self.fail(r))?;
         }
         self.b
-            .push(wr)
+            .post_send(wr)
             .map_err(|e| self.fail(WrError::DataPath(e)))?;
         self.n += 1;
         Ok(())
@@ -1539,8 +1539,8 @@ impl<'q, P: Platform> SendBatch<'q, P> {
         check_single_sge(self.pd, self.cache, self.check, &sge, local_needs(&op))
             .map_err(|r| self.fail(r))?;
         self.b
-            .post_sge(wr_id, op, flags, sge)
-            .map_err(|e| self.fail(WrError::DataPath(e)))?;
+            .post_send_sge(wr_id, op, flags, sge)
+            .map_err(|e| self.fail(WrError::DataPath(e.into())))?;
         self.n += 1;
         Ok(())
     }
