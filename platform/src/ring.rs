@@ -256,6 +256,44 @@ impl QueueMem {
         })
     }
 
+    /// A ring of `count` (a power of two, at most 2^26) 64-byte slots at
+    /// `ring_offset` (a multiple of 8) of the device part, with a header of
+    /// type `H` at `host_offset` of the host part followed by a table of
+    /// `count` cells of type `T` (both aligned; together, like a
+    /// [`table`](Self::table), not overlapping another table).
+    pub fn slot_ring<T: HostCell, H: HostCell>(
+        &mut self,
+        ring_offset: usize,
+        host_offset: usize,
+        count: usize,
+    ) -> Result<SlotRing<T, H>, Error> {
+        let hsize = core::mem::size_of::<H>();
+        if !count.is_power_of_two()
+            || count > 1 << 26
+            || ring_offset % 8 != 0
+            || host_offset % H::ALIGN != 0
+            || hsize % T::ALIGN != 0
+        {
+            return Err(bad(
+                "slot ring count must be a power of two of at most 2^26, its parts aligned",
+            ));
+        }
+        let ring = self.check(ring_offset, count << 6, false)?;
+        let bytes = count * core::mem::size_of::<T>() + hsize;
+        let base = self.register(host_offset, bytes)?;
+        // SAFETY: `hsize < bytes`, inside the range just checked.
+        let cells = unsafe { NonNull::new_unchecked(base.as_ptr().add(hsize)) };
+        let mask = (count - 1) as u32;
+        Ok(SlotRing {
+            ring,
+            host: cells.cast(),
+            _h: PhantomData,
+            mask,
+            mask8: (mask as usize) << 3,
+            _ref: ViewRef(self.counter.acquire()),
+        })
+    }
+
     /// The 8-byte doorbell record at `offset` (a multiple of 8) of the
     /// device part.
     pub fn doorbell_record(&mut self, offset: usize) -> Result<DoorbellRecord, Error> {
@@ -286,6 +324,17 @@ impl QueueMem {
         let bytes = count
             .checked_mul(core::mem::size_of::<T>())
             .ok_or(bad("host table overflows"))?;
+        let base = self.register(offset, bytes)?;
+        Ok(HostTable {
+            base: base.cast(),
+            mask: (count - 1) as u32,
+            _ref: ViewRef(self.counter.acquire()),
+        })
+    }
+
+    /// Checks that `offset .. offset + bytes` lies in the host part after
+    /// the counter and overlaps no table made before, and records it.
+    fn register(&mut self, offset: usize, bytes: usize) -> Result<NonNull<u8>, Error> {
         let base = self.check(offset, bytes, true)?;
         let end = offset + bytes;
         if self.tables[..self.n_tables]
@@ -299,11 +348,7 @@ impl QueueMem {
         };
         *slot = (offset, end);
         self.n_tables += 1;
-        Ok(HostTable {
-            base: base.cast(),
-            mask: (count - 1) as u32,
-            _ref: ViewRef(self.counter.acquire()),
-        })
+        Ok(base)
     }
 }
 
@@ -417,6 +462,165 @@ impl Ring {
         /// Reads the raw u64 at `off` (masked, aligned down).
         r64,
         /// Writes a raw u64 at `off` (masked, aligned down): one store.
+        w64,
+        u64
+    );
+}
+
+/// A ring of `count` 64-byte slots in the device part (a send queue's
+/// WQEBBs) and, in the host part, a header of type `H` (the queue's
+/// counters) followed by a table of `count` host-only cells of type `T`
+/// that parallels the ring (each slot's `wr_id` and bookkeeping): one
+/// index, masked once with `count - 1`, addresses both
+/// ([`slot`](Self::slot)), and the header is at a constant offset from the
+/// cells. A counted view (see the [module docs](self)); `Clone` makes
+/// another.
+pub struct SlotRing<T: HostCell, H: HostCell> {
+    ring: NonNull<u8>,
+    /// The first cell; the header is the `size_of::<H>()` bytes before it.
+    host: NonNull<T>,
+    _h: PhantomData<H>,
+    /// `count - 1`.
+    mask: u32,
+    /// `(count - 1) * 8`: the slot times 8 scales to both the block (x 8)
+    /// and, for cells of 8 or 16 bytes, the cell (x 1, x 2) in one
+    /// addressing mode each.
+    mask8: usize,
+    _ref: ViewRef,
+}
+
+// SAFETY: the ring part is only accessed by volatile loads and stores, the
+// host part holds atomics (`HostCell` is sealed to atomic types); the
+// memory outlives the view (counted, module docs).
+unsafe impl<T: HostCell, H: HostCell> Send for SlotRing<T, H> {}
+// SAFETY: as above.
+unsafe impl<T: HostCell, H: HostCell> Sync for SlotRing<T, H> {}
+
+impl<T: HostCell, H: HostCell> fmt::Debug for SlotRing<T, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SlotRing({} slots)", self.mask as u64 + 1)
+    }
+}
+
+impl<T: HostCell, H: HostCell> Clone for SlotRing<T, H> {
+    fn clone(&self) -> Self {
+        Self {
+            ring: self.ring,
+            host: self.host,
+            _h: PhantomData,
+            mask: self.mask,
+            mask8: self.mask8,
+            _ref: self._ref.clone_ref(),
+        }
+    }
+}
+
+impl<T: HostCell, H: HostCell> SlotRing<T, H> {
+    /// Slot `i` (masked with `count - 1`): its 64-byte block and its host
+    /// cell.
+    #[inline(always)]
+    pub fn slot(&self, i: u32) -> (Block64<'_>, &T) {
+        // The slot times 8, masked: `m8 = 8 m` with `m < count`.
+        let m8 = ((i as usize) << 3) & self.mask8;
+        // SAFETY: `m < count`: the block `ring + 64 m .. + 64` is inside the
+        // ring (`count * 64` bytes, checked when made), the cell at byte
+        // `m * size_of::<T>()` of the table inside it (`count` cells,
+        // aligned, atomics only, accessed only with this cell type: tables
+        // do not overlap); both live as long as the view.
+        unsafe {
+            (
+                Block64 {
+                    p: self.ring.as_ptr().add(m8 * 8),
+                    _l: PhantomData,
+                },
+                &*self
+                    .host
+                    .as_ptr()
+                    .cast::<u8>()
+                    .add(m8 * core::mem::size_of::<T>() / 8)
+                    .cast::<T>(),
+            )
+        }
+    }
+
+    /// The header.
+    #[inline(always)]
+    pub fn header(&self) -> &H {
+        // SAFETY: the header is the `size_of::<H>()` bytes before the first
+        // cell, inside the table's range (checked when made), aligned to
+        // `H` (checked), atomics only, accessed only as `H`.
+        unsafe {
+            &*self
+                .host
+                .as_ptr()
+                .cast::<u8>()
+                .sub(core::mem::size_of::<H>())
+                .cast::<H>()
+        }
+    }
+
+    /// The 64-byte block of slot `i` (masked).
+    #[inline(always)]
+    pub fn block(&self, i: u32) -> Block64<'_> {
+        self.slot(i).0
+    }
+
+    /// The host cell of slot `i` (masked).
+    #[inline(always)]
+    pub fn entry(&self, i: u32) -> &T {
+        self.slot(i).1
+    }
+
+    /// Number of slots.
+    #[inline(always)]
+    pub fn count(&self) -> u32 {
+        self.mask.wrapping_add(1)
+    }
+
+    /// `count - 1`.
+    #[inline(always)]
+    pub fn mask(&self) -> u32 {
+        self.mask
+    }
+
+    /// Ring size in bytes (`count * 64`).
+    #[inline(always)]
+    pub fn bytes(&self) -> usize {
+        (self.mask as usize + 1) << 6
+    }
+
+    #[inline(always)]
+    fn at(&self, off: usize, width: usize) -> *mut u8 {
+        let o = off & (self.bytes() - 1) & !(width - 1);
+        // SAFETY: `o < count * 64`: inside the ring.
+        unsafe { self.ring.as_ptr().add(o) }
+    }
+
+    volatile_rw!(
+        /// Reads the ring byte at `off` (masked to the ring).
+        r8,
+        /// Writes the ring byte at `off` (masked to the ring).
+        w8,
+        u8
+    );
+    volatile_rw!(
+        /// Reads the raw u16 at ring byte `off` (masked, aligned down).
+        r16,
+        /// Writes a raw u16 at ring byte `off` (masked, aligned down).
+        w16,
+        u16
+    );
+    volatile_rw!(
+        /// Reads the raw u32 at ring byte `off` (masked, aligned down).
+        r32,
+        /// Writes a raw u32 at ring byte `off` (masked, aligned down).
+        w32,
+        u32
+    );
+    volatile_rw!(
+        /// Reads the raw u64 at ring byte `off` (masked, aligned down).
+        r64,
+        /// Writes a raw u64 at ring byte `off` (masked, aligned down).
         w64,
         u64
     );
@@ -559,6 +763,7 @@ host_cell!(
     AtomicU16,
     AtomicU32,
     AtomicU64,
+    [AtomicU32; 8],
     [AtomicU32; 16],
     [AtomicU64; 2]
 );
@@ -716,6 +921,36 @@ mod tests {
     }
 
     #[test]
+    fn slot_rings_share_one_masked_index() {
+        let mut buf = vec![Blk([0; 64]); 8];
+        let mut mem = QueueMem::new(region(&mut buf), 256).unwrap();
+        let s = mem.slot_ring::<[AtomicU64; 2], [AtomicU32; 16]>(0, 264, 4).unwrap();
+        s.header()[15].store(3, Ordering::Relaxed);
+        assert_eq!(mem.region().read_u8(264 + 60), 3);
+        let (b, e) = s.slot(4 + 2);
+        b.w64(8, 5);
+        e[1].store(9, Ordering::Relaxed);
+        assert_eq!(s.r64(2 * 64 + 8), 5);
+        assert_eq!(mem.region().read_u8(264 + 64 + 2 * 16 + 8), 9);
+        assert_eq!(s.r64(6 * 64 + 8), 5, "byte offsets wrap at the ring");
+        assert_eq!(s.entry(2)[1].load(Ordering::Relaxed), 9);
+        assert_eq!(s.block(u32::MAX - 1).r64(8), 5);
+        assert_eq!((s.count(), s.mask(), s.bytes()), (4, 3, 256));
+        // The table is a table: nothing may overlap it.
+        assert!(mem.table::<AtomicU8>(264, 1).is_err());
+        assert!(mem.table::<AtomicU8>(264 + 127, 1).is_err());
+        assert!(mem.table::<AtomicU8>(264 + 128, 1).is_ok());
+        assert!(mem.slot_ring::<AtomicU64, AtomicU64>(0, 400, 3).is_err());
+        assert!(mem.slot_ring::<AtomicU64, AtomicU64>(64, 400, 4).is_err(), "ring into the host part");
+        assert!(mem.slot_ring::<AtomicU64, AtomicU8>(0, 400, 4).is_err(), "misaligned cells");
+        assert!(mem.slot_ring::<AtomicU64, AtomicU64>(0, 480, 4).is_err(), "past the end");
+        let s2 = s.clone();
+        assert_eq!(mem.views(), 2);
+        drop((s, s2));
+        mem.into_region().unwrap();
+    }
+
+    #[test]
     fn bad_views_are_refused() {
         let mut buf = vec![Blk([0; 64]); 8];
         let mut mem = QueueMem::new(region(&mut buf), 256).unwrap();
@@ -786,6 +1021,7 @@ mod tests {
     #[test]
     fn views_are_send_and_sync() {
         fn check<T: Send + Sync>() {}
+        check::<SlotRing<[AtomicU64; 2], [AtomicU32; 16]>>();
         check::<QueueMem>();
         check::<Ring>();
         check::<DoorbellRecord>();

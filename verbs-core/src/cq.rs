@@ -43,10 +43,8 @@ use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
 use platform::ring::{Block64, DoorbellRecord, HostTable, QueueMem, Ring};
 
-use crate::mem::{Hdr, check_region, hdr};
-use crate::qp::{
-    HANDLE_SQ, META_HANDLES, META_RQ_HEAD, META_RQ_TAIL, META_SQ_HEAD, META_SQ_TAIL, SqEntry,
-};
+use crate::mem::{QpHdr, SqRing, check_region, hdr, sq_hdr};
+use crate::qp::{HANDLE_SQ, META_HANDLES, META_RQ_HEAD, META_RQ_TAIL, META_SQ_HEAD, META_SQ_TAIL};
 use crate::sizing::CqLayout;
 use crate::srq::SrqCompletions;
 use crate::uar::{CQ_DOORBELL, check_cq_doorbell};
@@ -213,23 +211,23 @@ pub struct QpCompletions {
     /// `HANDLE_SQ` and/or `HANDLE_RQ`: the sides this handle retires.
     flags: u32,
     /// The QP's bookkeeping header (head and tail counters, handle flags).
-    hdr: HostTable<Hdr>,
+    hdr: HostTable<QpHdr>,
     /// For the requester fast path: the CQE's `sop_drop_qpn` dword as it
     /// sits in memory, masked with [`KEY24`], that names this QP, if the
     /// handle retires the send queue; `u32::MAX` (no masked dword is)
     /// otherwise. One compare checks both.
     sq_key: u32,
     /// The send table, if the handle retires the send queue.
-    sq: Option<HostTable<SqEntry>>,
+    sq: Option<SqRing>,
     rq: RecvSide,
 }
 
 impl QpCompletions {
     pub(crate) fn new(
         qpn: u32,
-        hdr: HostTable<Hdr>,
+        hdr: HostTable<QpHdr>,
         flags: u32,
-        sq: Option<HostTable<SqEntry>>,
+        sq: Option<SqRing>,
         rq: RecvSide,
     ) -> Self {
         debug_assert_eq!(sq.is_some(), flags & HANDLE_SQ != 0);
@@ -272,7 +270,7 @@ impl QpCompletions {
     /// The send table, if the handle retires the send queue and the CQE's
     /// masked `sop_drop_qpn` dword `kq` names this QP.
     #[inline(always)]
-    fn send_table(&self, kq: u32) -> Option<&HostTable<SqEntry>> {
+    fn send_table(&self, kq: u32) -> Option<&SqRing> {
         if self.sq_key != kq {
             return None;
         }
@@ -417,8 +415,7 @@ static REQ_FAST: [u64; 256] = {
 /// `u = last - wqe_head < room` (all wrapping), and retiring up to it
 /// (tail = wqe_head + 1) leaves `room = u`.
 struct Run<'a> {
-    hdr: &'a HostTable<Hdr>,
-    table: &'a HostTable<SqEntry>,
+    table: &'a SqRing,
     last: u32,
     room: u32,
 }
@@ -435,7 +432,7 @@ impl Run<'_> {
         // goes to the general path, which reports the error.)
         // wqe_counter is bits 31:16 of the big-endian 8 bytes; the table
         // masks it.
-        let e = self.table.get(u32::from((u64::from_be(t) >> 16) as u16));
+        let e = self.table.entry(u32::from((u64::from_be(t) >> 16) as u16));
         let wqe_head = e[1].load(Ordering::Relaxed) as u32;
         let u = self.last.wrapping_sub(wqe_head);
         if u >= self.room {
@@ -468,7 +465,7 @@ impl Run<'_> {
     /// Stores the queue's tail (release: the poster may reuse the slots).
     #[inline(always)]
     fn store_tail(&self) {
-        hdr(self.hdr, META_SQ_TAIL).store(
+        sq_hdr(self.table, META_SQ_TAIL).store(
             self.last.wrapping_add(1).wrapping_sub(self.room),
             Ordering::Release,
         );
@@ -909,11 +906,11 @@ impl<M: Mmio> Cq<M> {
                 if let Some(table) = h.send_table(raw_sop_qpn(t) & KEY24)
                     && (w2 as i64) >= 0
                 {
-                    let e = table.get(u32::from((u64::from_be(t) >> 16) as u16));
+                    let e = table.entry(u32::from((u64::from_be(t) >> 16) as u16));
                     out.w1w2(Completion::word1_raw(0, raw_sop_qpn(t)), w2);
-                    let tail_a = hdr(&h.hdr, META_SQ_TAIL);
+                    let tail_a = sq_hdr(table, META_SQ_TAIL);
                     let tail = tail_a.load(Ordering::Relaxed);
-                    let head = hdr(&h.hdr, META_SQ_HEAD).load(Ordering::Acquire);
+                    let head = sq_hdr(table, META_SQ_HEAD).load(Ordering::Acquire);
                     let wqe_head = e[1].load(Ordering::Relaxed) as u32;
                     // The WQE is outstanding.
                     if wqe_head.wrapping_sub(tail) < head.wrapping_sub(tail) {
@@ -1029,13 +1026,12 @@ impl<M: Mmio> Cq<M> {
         }?;
         // It retires the send queue and the QPN matches.
         let table = h.send_table(kq)?;
-        let tail = hdr(&h.hdr, META_SQ_TAIL).load(Ordering::Relaxed);
-        let head = hdr(&h.hdr, META_SQ_HEAD).load(Ordering::Acquire);
+        let tail = sq_hdr(table, META_SQ_TAIL).load(Ordering::Relaxed);
+        let head = sq_hdr(table, META_SQ_HEAD).load(Ordering::Acquire);
         Some((
             kk,
             kq,
             Run {
-                hdr: &h.hdr,
                 table,
                 last: head.wrapping_sub(1),
                 room: head.wrapping_sub(tail),
@@ -1215,7 +1211,9 @@ impl<M: Mmio> Cq<M> {
         let mut w = WorkCompletion::default();
         match self.parse(off, op_own, queues, &mut w)? {
             Commit::SqTail(h, t) => {
-                hdr(&h.hdr, META_SQ_TAIL).store(t, Ordering::Release);
+                if let Some(sq) = &h.sq {
+                    sq_hdr(sq, META_SQ_TAIL).store(t, Ordering::Release);
+                }
             }
             Commit::RqTail(h, t) => {
                 hdr(&h.hdr, META_RQ_TAIL).store(t, Ordering::Release);
@@ -1296,10 +1294,10 @@ impl<M: Mmio> Cq<M> {
                 } else {
                     0
                 };
-                let e = sq.get(u32::from(counter));
+                let e = sq.entry(u32::from(counter));
                 let wqe_head = e[1].load(Ordering::Relaxed) as u32;
-                let tail = hdr(&h.hdr, META_SQ_TAIL).load(Ordering::Relaxed);
-                let head = hdr(&h.hdr, META_SQ_HEAD).load(Ordering::Acquire);
+                let tail = sq_hdr(sq, META_SQ_TAIL).load(Ordering::Relaxed);
+                let head = sq_hdr(sq, META_SQ_HEAD).load(Ordering::Acquire);
                 if wqe_head.wrapping_sub(tail) >= head.wrapping_sub(tail) {
                     return Err(Error::CqeWqeCounter {
                         ci,

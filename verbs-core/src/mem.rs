@@ -6,18 +6,34 @@
 use core::sync::atomic::AtomicU32;
 
 use platform::DmaRegion;
-use platform::ring::{HostTable, QueueMem};
+use platform::ring::{HostTable, QueueMem, SlotRing};
 
 use crate::Error;
 
-/// The bookkeeping header of a queue: sixteen 32-bit counters and flags
-/// (64 bytes, the first of the meta area).
+/// The bookkeeping header of a send queue or SRQ: sixteen 32-bit counters
+/// and flags (64 bytes, the first of the meta area).
 pub(crate) type Hdr = [AtomicU32; 16];
 
-/// Word `i` (a constant below 16) of a queue's header.
+/// A QP's own header (receive counters, handle flags): 32 bytes in the
+/// host part between the platform's view counter and the meta area.
+pub(crate) type QpHdr = [AtomicU32; 8];
+
+/// A send queue's WQEBBs with its header and send table.
+pub(crate) type SqRing = SlotRing<crate::qp::SqEntry, Hdr>;
+
+/// Word `i` (a constant below the header's length) of a queue's header.
 #[inline(always)]
-pub(crate) fn hdr(h: &HostTable<Hdr>, i: usize) -> &AtomicU32 {
+pub(crate) fn hdr<const N: usize>(h: &HostTable<[AtomicU32; N]>, i: usize) -> &AtomicU32
+where
+    [AtomicU32; N]: platform::ring::HostCell,
+{
     &h.first()[i]
+}
+
+/// Word `i` (a constant below 16) of a send queue's header.
+#[inline(always)]
+pub(crate) fn sq_hdr(r: &SqRing, i: usize) -> &AtomicU32 {
+    &r.header()[i]
 }
 
 /// Rounds `x` up to a multiple of `a` (a power of two).

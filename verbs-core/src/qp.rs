@@ -8,7 +8,7 @@ use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 use crate::av::AddressVector;
 use crate::cq::RecvSide;
 use crate::error::{ETH_LONG, ETH_NON_RAW, ETH_SHORT, UD_MISSING, UD_NOT_ALLOWED};
-use crate::mem::{Hdr, check_region, hdr};
+use crate::mem::{Hdr, QpHdr, SqRing, check_region, hdr, sq_hdr};
 use crate::sizing::{QpGeometry, QpLayout, RqGeometry, SqGeometry};
 use crate::uar::{BfConfig, SqDoorbell};
 use crate::wqe::{self, Opcode, fm_ce_se};
@@ -297,12 +297,17 @@ impl<M> QpParts<M> {
     }
 }
 
-// Bookkeeping header words (the first 64 bytes of the meta area).
+// Send queue header words (the first 64 bytes of the meta area, the
+// header of the send queue's `SqRing`).
 pub(crate) const META_SQ_TAIL: usize = 0;
 pub(crate) const META_SQ_HEAD: usize = 1;
-pub(crate) const META_RQ_TAIL: usize = 2;
-pub(crate) const META_RQ_HEAD: usize = 3;
-pub(crate) const META_HANDLES: usize = 4;
+// QP header words (`QpHdr`, at `QP_HDR` from the doorbell record).
+pub(crate) const META_RQ_TAIL: usize = 0;
+pub(crate) const META_RQ_HEAD: usize = 1;
+pub(crate) const META_HANDLES: usize = 2;
+/// Where the QP header sits, from the doorbell record (the platform's view
+/// counter is at + 8).
+const QP_HDR: usize = 32;
 pub(crate) const HANDLE_SQ: u32 = 1;
 pub(crate) const HANDLE_RQ: u32 = 2;
 /// The send queue's table, right after the header: one entry per WQEBB
@@ -310,6 +315,8 @@ pub(crate) const HANDLE_RQ: u32 = 2;
 /// work request whose WQE starts in the slot, rdma-core's `sq.wqe_head`),
 /// so posting and polling reach both through one address.
 pub(crate) const META_SQ_TABLE: usize = crate::sizing::META_HDR;
+// The send ring's header is exactly what the layout puts before the table.
+const _: () = assert!(core::mem::size_of::<Hdr>() == META_SQ_TABLE);
 /// One send-table entry: `wr_id`, `wqe_head`.
 pub(crate) type SqEntry = [AtomicU64; 2];
 
@@ -341,11 +348,9 @@ const CTL_META: usize = 64;
 ///   pattern).
 #[derive(Debug)]
 pub struct SendQueue<M: Mmio> {
-    buf: Ring,
-    /// The send table (`wr_id`, `wqe_head` per WQEBB slot).
-    table: HostTable<SqEntry>,
-    /// The bookkeeping header (head and tail counters).
-    hdr: HostTable<Hdr>,
+    /// The WQEBBs and, per WQEBB slot, the send table entry (`wr_id`,
+    /// `wqe_head`).
+    buf: SqRing,
     dbr: DoorbellRecord,
     /// WQEBB producer counter (rdma-core `sq.cur_post`).
     cur_post: u32,
@@ -472,8 +477,7 @@ impl Cursor {
     #[inline(always)]
     fn write_sge(
         &mut self,
-        buf: &Ring,
-        table: &HostTable<SqEntry>,
+        buf: &SqRing,
         wr_num: u32,
         wr_id: u64,
         opcode: Opcode,
@@ -490,10 +494,9 @@ impl Cursor {
         // Bookkeeping and segments first, the control segment last: the
         // arguments are consumed early (fewer live registers); the device
         // reads nothing before the doorbell.
-        let e = table.get(cur);
+        let (wqe, e) = buf.slot(cur);
         e[0].store(wr_id, Ordering::Relaxed);
         e[1].store(u64::from(wr_num), Ordering::Relaxed);
-        let wqe = buf.block64(start);
         if let Some((remote_addr, rkey)) = raddr {
             let r = wqe::raddr_seg(remote_addr, rkey);
             wqe.w64(16, r[0]);
@@ -715,7 +718,7 @@ impl<M: Mmio> SendQueue<M> {
     #[cold]
     #[inline(never)]
     fn refresh_tail(&mut self, wr: u32) -> Result<(), Error> {
-        let tail = hdr(&self.hdr, META_SQ_TAIL).load(Ordering::Acquire);
+        let tail = sq_hdr(&self.buf, META_SQ_TAIL).load(Ordering::Acquire);
         self.full_at = tail.wrapping_add(self.max_post);
         let outstanding = wr.wrapping_sub(tail);
         if outstanding >= self.max_post {
@@ -934,17 +937,7 @@ impl<M: Mmio> SendQueue<M> {
         sge: Sge,
     ) -> Built {
         let mut c = self.cursor();
-        let b = c.write_sge(
-            &self.buf,
-            &self.table,
-            wr_num,
-            wr_id,
-            opcode,
-            imm,
-            raddr,
-            fm,
-            sge,
-        );
+        let b = c.write_sge(&self.buf, wr_num, wr_id, opcode, imm, raddr, fm, sge);
         self.cur_post = c.cur;
         b
     }
@@ -1180,7 +1173,7 @@ impl<M: Mmio> SendQueue<M> {
         let ctrl1 = (u64::from(fm) << 32 | u64::from(imm)).to_be();
         self.buf.w64(start, ctrl0);
         self.buf.w64(start + 8, ctrl1);
-        let e = self.table.get(idx);
+        let e = self.buf.entry(idx);
         e[0].store(wr_id, Ordering::Relaxed);
         e[1].store(u64::from(wr_num), Ordering::Relaxed);
         self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
@@ -1417,7 +1410,7 @@ impl<M: Mmio> SendQueue<M> {
     /// atomic store (the bookkeeping's) or a barrier (a memory clobber).
     #[inline(always)]
     fn publish(&mut self, head: u32, cur_post: u32, last: Built, bf: bool) {
-        hdr(&self.hdr, META_SQ_HEAD).store(head, Ordering::Release);
+        sq_hdr(&self.buf, META_SQ_HEAD).store(head, Ordering::Release);
         // WQEs before the doorbell record.
         barrier::udma_to_device_barrier();
         self.dbr
@@ -1439,7 +1432,7 @@ impl<M: Mmio> SendQueue<M> {
     fn bf_copy(&self, start: usize, ds: u32) {
         let blocks = (ds as usize).div_ceil(4);
         for b in 0..blocks {
-            let src = self.buf.block64(start + 64 * b);
+            let src = self.buf.block(((start >> 6) + b) as u32);
             let chunk: [Be64; 8] = core::array::from_fn(|i| Be64::from_raw(src.r64(8 * i)));
             // `ring` only copies WQEs of at most `buf_size` bytes: never
             // refused.
@@ -1527,9 +1520,9 @@ impl<M: Mmio> SendQueue<M> {
         sge: Sge,
     ) {
         let cur = self.cur_post;
-        let e = self.table.get(cur);
+        let (wqe, e) = self.buf.slot(cur);
         e[0].store(wr_id, Ordering::Relaxed);
-        let head_a = hdr(&self.hdr, META_SQ_HEAD);
+        let head_a = sq_hdr(&self.buf, META_SQ_HEAD);
         let head = head_a.load(Ordering::Relaxed);
         e[1].store(u64::from(head), Ordering::Relaxed);
         // The completion side may retire the work request from here on
@@ -1537,7 +1530,6 @@ impl<M: Mmio> SendQueue<M> {
         // doorbell; publishing it before its WQE is written frees the
         // register.
         head_a.store(head.wrapping_add(1), Ordering::Release);
-        let wqe = self.buf.block64((cur as usize) << 6);
         wqe.w64(8, fm | u64::from(imm).to_be());
         let ds = if let Some((remote_addr, rkey)) = raddr {
             let r = wqe::raddr_seg(remote_addr, rkey);
@@ -1611,7 +1603,7 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Work requests posted and not yet retired by a completion.
     pub fn outstanding(&self) -> u32 {
-        let tail = hdr(&self.hdr, META_SQ_TAIL).load(Ordering::Acquire);
+        let tail = sq_hdr(&self.buf, META_SQ_TAIL).load(Ordering::Acquire);
         self.head().wrapping_sub(tail)
     }
 
@@ -1627,7 +1619,7 @@ impl<M: Mmio> SendQueue<M> {
     /// (this thread is its only writer).
     #[inline(always)]
     pub fn head(&self) -> u32 {
-        hdr(&self.hdr, META_SQ_HEAD).load(Ordering::Relaxed)
+        sq_hdr(&self.buf, META_SQ_HEAD).load(Ordering::Relaxed)
     }
 
     /// The BlueFlame half the next doorbell goes to (0 or `buf_size`).
@@ -1786,7 +1778,7 @@ impl<M: Mmio> SendBatch<'_, M> {
             };
             let sq = &*self.sq;
             self.c
-                .write_sge(&sq.buf, &sq.table, wr, wr_id, opcode, imm, raddr, fm, sge);
+                .write_sge(&sq.buf, wr, wr_id, opcode, imm, raddr, fm, sge);
             self.next = wr.wrapping_add(1);
         }
         Ok(())
@@ -1829,7 +1821,7 @@ impl<M: Mmio> Drop for SendBatch<'_, M> {
 #[derive(Debug)]
 pub struct RecvQueue {
     buf: Ring,
-    hdr: HostTable<Hdr>,
+    hdr: HostTable<QpHdr>,
     dbr: DoorbellRecord,
     /// `wr_id` per WQE.
     wrid: HostTable<AtomicU64>,
@@ -1969,9 +1961,10 @@ impl RecvQueue {
 #[derive(Debug)]
 pub struct Qp<M: Mmio> {
     mem: QueueMem,
-    hdr: HostTable<Hdr>,
-    /// The send table, shared with the send side's completion handle.
-    sq_table: Option<HostTable<SqEntry>>,
+    hdr: HostTable<QpHdr>,
+    /// The send ring and table, shared with the send side's completion
+    /// handle.
+    sq_table: Option<SqRing>,
     layout: QpLayout,
     qpn: u32,
     sq: Option<SendQueue<M>>,
@@ -2042,18 +2035,24 @@ impl<M: Mmio> Qp<M> {
             Err((e, region)) => return Err((e.into(), QpParts { region, uar })),
         };
         let views = (|| -> Result<_, Error> {
-            let hdr = mem.table::<Hdr>(layout.meta_offset, 1)?;
+            let hdr = mem.table::<QpHdr>(layout.dbr_offset + QP_HDR, 1)?;
             let dbr = mem.doorbell_record(layout.dbr_offset)?;
             let sq_table = match &cfg.geometry.sq {
-                Some(g) => Some(
-                    mem.table::<SqEntry>(layout.meta_offset + META_SQ_TABLE, g.wqe_cnt as usize)?,
-                ),
+                Some(g) => Some(mem.slot_ring::<SqEntry, Hdr>(
+                    layout.sq_offset,
+                    // The header, then the send table at META_SQ_TABLE.
+                    layout.meta_offset,
+                    g.wqe_cnt as usize,
+                )?),
                 None => None,
             };
             // Fresh bookkeeping: counters equal, no handles.
+            if let Some(t) = &sq_table {
+                let h = t.header();
+                h[META_SQ_TAIL].store(sq_start, Ordering::Relaxed);
+                h[META_SQ_HEAD].store(sq_start, Ordering::Relaxed);
+            }
             let h = hdr.first();
-            h[META_SQ_TAIL].store(sq_start, Ordering::Relaxed);
-            h[META_SQ_HEAD].store(sq_start, Ordering::Relaxed);
             h[META_RQ_TAIL].store(rq_start, Ordering::Relaxed);
             h[META_RQ_HEAD].store(rq_start, Ordering::Relaxed);
             h[META_HANDLES].store(0, Ordering::Release);
@@ -2076,7 +2075,7 @@ impl<M: Mmio> Qp<M> {
                         return Err((e, QpParts::give_back(mem, Some(mmio))));
                     }
                 };
-                match new_sq(&mut mem, &layout, g, &hdr, table, dbr, sq_start, cfg, db) {
+                match new_sq(g, table, dbr, sq_start, cfg, db) {
                     Ok(sq) => Some(sq),
                     Err((e, db)) => {
                         drop((hdr, sq_table, rq));
@@ -2224,7 +2223,7 @@ fn new_rq(
     mem: &mut QueueMem,
     layout: &QpLayout,
     g: &RqGeometry,
-    hdr: &HostTable<Hdr>,
+    hdr: &HostTable<QpHdr>,
     dbr: &DoorbellRecord,
     start: u32,
     cfg: &QpConfig,
@@ -2336,11 +2335,8 @@ const FM_CE_SE: [u8; 16] = {
 
 #[allow(clippy::too_many_arguments)]
 fn new_sq<M: Mmio>(
-    mem: &mut QueueMem,
-    layout: &QpLayout,
     g: &SqGeometry,
-    hdr: &HostTable<Hdr>,
-    table: &HostTable<SqEntry>,
+    table: &SqRing,
     dbr: DoorbellRecord,
     start: u32,
     cfg: &QpConfig,
@@ -2362,15 +2358,11 @@ fn new_sq<M: Mmio>(
     if let Err((e, ())) = check {
         return Err((e, db));
     }
-    let buf = match mem.ring(layout.sq_offset, g.bytes()) {
-        Ok(b) => b,
-        Err(e) => return Err((e.into(), db)),
-    };
     dbr.write32(DBR_SND, Be32::new(start & 0xffff).to_raw());
     // No slot starts an outstanding WQE yet: mark every slot as the work
     // request just before the tail, outside the outstanding window.
     for i in 0..g.wqe_cnt {
-        let e = table.get(i);
+        let e = table.entry(i);
         e[0].store(0, Ordering::Relaxed);
         e[1].store(u64::from(start.wrapping_sub(1)), Ordering::Relaxed);
     }
@@ -2386,9 +2378,7 @@ fn new_sq<M: Mmio>(
         (true, true) => 2,
     };
     Ok(SendQueue {
-        buf,
-        table: table.clone(),
-        hdr: hdr.clone(),
+        buf: table.clone(),
         dbr,
         cur_post: start,
         full_at: start.wrapping_add(g.max_post),
