@@ -113,13 +113,13 @@ impl Counter {
     }
 
     /// A new holder: increments the count.
+    #[inline]
     fn acquire(&self) -> Counter {
         let old = self.get().fetch_add(1, Ordering::Relaxed);
         // Like `Arc`: the count cannot be allowed to wrap (a wrapped count
         // would let the region go while views live).
         if old >= usize::MAX / 2 {
-            self.get().fetch_sub(1, Ordering::Relaxed);
-            panic!("queue memory view count overflow");
+            overflow(self.get());
         }
         Counter(self.0)
     }
@@ -135,10 +135,20 @@ impl fmt::Debug for QueueMem {
     }
 }
 
+/// The view count overflowed (a caller forgot views by the billion): undo
+/// and stop.
+#[cold]
+#[inline(never)]
+fn overflow(c: &AtomicUsize) -> ! {
+    c.fetch_sub(1, Ordering::Relaxed);
+    panic!("queue memory view count overflow");
+}
+
 /// Releases one view.
 struct ViewRef(Counter);
 
 impl Drop for ViewRef {
+    #[inline]
     fn drop(&mut self) {
         // Release: everything this view did happens before the region is
         // handed back (`into_region` loads with acquire).
@@ -147,6 +157,7 @@ impl Drop for ViewRef {
 }
 
 impl ViewRef {
+    #[inline]
     fn clone_ref(&self) -> Self {
         ViewRef(self.0.acquire())
     }
@@ -520,8 +531,16 @@ impl<T: HostCell, H: HostCell> SlotRing<T, H> {
     /// cell.
     #[inline(always)]
     pub fn slot(&self, i: u32) -> (Block64<'_>, &T) {
+        self.slot8((i as usize) << 3)
+    }
+
+    /// Slot `i8 / 8` (masked): [`slot`](Self::slot) for a caller that
+    /// keeps the index times 8 (`i8 += 8` per slot), which the addressing
+    /// scales to the block and the cell without a shift.
+    #[inline(always)]
+    pub fn slot8(&self, i8: usize) -> (Block64<'_>, &T) {
         // The slot times 8, masked: `m8 = 8 m` with `m < count`.
-        let m8 = ((i as usize) << 3) & self.mask8;
+        let m8 = i8 & self.mask8;
         // SAFETY: `m < count`: the block `ring + 64 m .. + 64` is inside the
         // ring (`count * 64` bytes, checked when made), the cell at byte
         // `m * size_of::<T>()` of the table inside it (`count` cells,
@@ -537,7 +556,7 @@ impl<T: HostCell, H: HostCell> SlotRing<T, H> {
                     .host
                     .as_ptr()
                     .cast::<u8>()
-                    .add(m8 * core::mem::size_of::<T>() / 8)
+                    .add(cell_offset::<T>(m8))
                     .cast::<T>(),
             )
         }
@@ -758,7 +777,34 @@ macro_rules! host_cell {
         }
     )*};
 }
+/// Byte offset of cell `m8 / 8` (`m8` a multiple of 8) of a table of `T`,
+/// without a division the compiler cannot fold.
+#[inline(always)]
+const fn cell_offset<T>(m8: usize) -> usize {
+    let size = core::mem::size_of::<T>();
+    if size % 8 == 0 {
+        m8 * (size / 8)
+    } else {
+        (m8 >> 3) * size
+    }
+}
+
+/// A work-request slot's bookkeeping: its `wr_id` and a 32-bit counter
+/// (a send queue's `wqe_head`), 16 bytes.
+#[derive(Debug)]
+#[repr(C, align(16))]
+pub struct WrCell {
+    /// The work request's `wr_id`.
+    pub wr_id: AtomicU64,
+    /// A counter of the slot's (a send queue: the number of the work
+    /// request whose WQE starts in it).
+    pub head: AtomicU32,
+    /// Spare.
+    pub aux: AtomicU32,
+}
+
 host_cell!(
+    WrCell,
     AtomicU8,
     AtomicU16,
     AtomicU32,
@@ -924,11 +970,14 @@ mod tests {
     fn slot_rings_share_one_masked_index() {
         let mut buf = vec![Blk([0; 64]); 8];
         let mut mem = QueueMem::new(region(&mut buf), 256).unwrap();
-        let s = mem.slot_ring::<[AtomicU64; 2], [AtomicU32; 16]>(0, 264, 4).unwrap();
+        let s = mem
+            .slot_ring::<[AtomicU64; 2], [AtomicU32; 16]>(0, 264, 4)
+            .unwrap();
         s.header()[15].store(3, Ordering::Relaxed);
         assert_eq!(mem.region().read_u8(264 + 60), 3);
         let (b, e) = s.slot(4 + 2);
         b.w64(8, 5);
+        assert_eq!(s.slot8(8 * 6).0.r64(8), 5);
         e[1].store(9, Ordering::Relaxed);
         assert_eq!(s.r64(2 * 64 + 8), 5);
         assert_eq!(mem.region().read_u8(264 + 64 + 2 * 16 + 8), 9);
@@ -941,9 +990,18 @@ mod tests {
         assert!(mem.table::<AtomicU8>(264 + 127, 1).is_err());
         assert!(mem.table::<AtomicU8>(264 + 128, 1).is_ok());
         assert!(mem.slot_ring::<AtomicU64, AtomicU64>(0, 400, 3).is_err());
-        assert!(mem.slot_ring::<AtomicU64, AtomicU64>(64, 400, 4).is_err(), "ring into the host part");
-        assert!(mem.slot_ring::<AtomicU64, AtomicU8>(0, 400, 4).is_err(), "misaligned cells");
-        assert!(mem.slot_ring::<AtomicU64, AtomicU64>(0, 480, 4).is_err(), "past the end");
+        assert!(
+            mem.slot_ring::<AtomicU64, AtomicU64>(64, 400, 4).is_err(),
+            "ring into the host part"
+        );
+        assert!(
+            mem.slot_ring::<AtomicU64, AtomicU8>(0, 400, 4).is_err(),
+            "misaligned cells"
+        );
+        assert!(
+            mem.slot_ring::<AtomicU64, AtomicU64>(0, 480, 4).is_err(),
+            "past the end"
+        );
         let s2 = s.clone();
         assert_eq!(mem.views(), 2);
         drop((s, s2));

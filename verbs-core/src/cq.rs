@@ -433,7 +433,7 @@ impl Run<'_> {
         // wqe_counter is bits 31:16 of the big-endian 8 bytes; the table
         // masks it.
         let e = self.table.entry(u32::from((u64::from_be(t) >> 16) as u16));
-        let wqe_head = e[1].load(Ordering::Relaxed) as u32;
+        let wqe_head = e.head.load(Ordering::Relaxed);
         let u = self.last.wrapping_sub(wqe_head);
         if u >= self.room {
             return None;
@@ -457,7 +457,7 @@ impl Run<'_> {
             };
             w2 = u64::from(ent & 0xffff);
         }
-        let wr_id = e[0].load(Ordering::Relaxed);
+        let wr_id = e.wr_id.load(Ordering::Relaxed);
         self.room = u;
         Some([wr_id, w1, w2])
     }
@@ -880,7 +880,7 @@ impl<M: Mmio> Cq<M> {
     /// `wqe_counter` inside the outstanding window, all checked);
     /// everything else goes out of line to the general path, which checks
     /// everything again and says what is wrong.
-    #[inline]
+    #[inline(always)]
     pub fn poll_one<R: CqResolver>(
         &mut self,
         queues: &R,
@@ -911,11 +911,11 @@ impl<M: Mmio> Cq<M> {
                     let tail_a = sq_hdr(table, META_SQ_TAIL);
                     let tail = tail_a.load(Ordering::Relaxed);
                     let head = sq_hdr(table, META_SQ_HEAD).load(Ordering::Acquire);
-                    let wqe_head = e[1].load(Ordering::Relaxed) as u32;
+                    let wqe_head = e.head.load(Ordering::Relaxed);
                     // The WQE is outstanding.
                     if wqe_head.wrapping_sub(tail) < head.wrapping_sub(tail) {
                         tail_a.store(wqe_head.wrapping_add(1), Ordering::Release);
-                        out.w0(e[0].load(Ordering::Relaxed));
+                        out.w0(e.wr_id.load(Ordering::Relaxed));
                         self.ci = self.ci.wrapping_add(1);
                         self.update_ci();
                         return Ok(true);
@@ -1295,7 +1295,7 @@ impl<M: Mmio> Cq<M> {
                     0
                 };
                 let e = sq.entry(u32::from(counter));
-                let wqe_head = e[1].load(Ordering::Relaxed) as u32;
+                let wqe_head = e.head.load(Ordering::Relaxed);
                 let tail = sq_hdr(sq, META_SQ_TAIL).load(Ordering::Relaxed);
                 let head = sq_hdr(sq, META_SQ_HEAD).load(Ordering::Acquire);
                 if wqe_head.wrapping_sub(tail) >= head.wrapping_sub(tail) {
@@ -1305,7 +1305,7 @@ impl<M: Mmio> Cq<M> {
                         queue: "send queue",
                     });
                 }
-                let wr_id = e[0].load(Ordering::Relaxed);
+                let wr_id = e.wr_id.load(Ordering::Relaxed);
                 if opcode == cqe_opcode::REQ {
                     *out = WorkCompletion {
                         wr_id,

@@ -13,7 +13,7 @@ use crate::sizing::{QpGeometry, QpLayout, RqGeometry, SqGeometry};
 use crate::uar::{BfConfig, SqDoorbell};
 use crate::wqe::{self, Opcode, fm_ce_se};
 use crate::{Error, QpCompletions, SendError, SrqCompletions};
-use platform::ring::{DoorbellRecord, HostTable, QueueMem, Ring};
+use platform::ring::{DoorbellRecord, HostTable, QueueMem, Ring, WrCell};
 
 /// Transport type of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -318,7 +318,7 @@ pub(crate) const META_SQ_TABLE: usize = crate::sizing::META_HDR;
 // The send ring's header is exactly what the layout puts before the table.
 const _: () = assert!(core::mem::size_of::<Hdr>() == META_SQ_TABLE);
 /// One send-table entry: `wr_id`, `wqe_head`.
-pub(crate) type SqEntry = [AtomicU64; 2];
+pub(crate) type SqEntry = WrCell;
 
 /// Doorbell record words (`MLX5_RCV_DBR` 0, `MLX5_SND_DBR` 1).
 const DBR_RCV: usize = 0;
@@ -464,7 +464,7 @@ struct Cursor {
     /// `(WQEBBs - 1) * 8` (see [`SendQueue::mask8`]).
     mask8: usize,
     cur: u32,
-    /// `(cur & (WQEBBs - 1)) * 8`, kept along with `cur`.
+    /// `cur * 8` (the ring masks it), kept along with `cur`.
     idx8: usize,
 }
 
@@ -487,16 +487,18 @@ impl Cursor {
         sge: Sge,
     ) -> Built {
         let (cur, idx8) = (self.cur, self.idx8);
-        let start = idx8 * 8;
+        let start = (idx8 & self.mask8) * 8;
         let ds = if raddr.is_some() { 3 } else { 2 };
         self.cur = cur.wrapping_add(1);
-        self.idx8 = (idx8 + 8) & self.mask8;
+        // (Masked by the ring: the slot times 8 addresses the WQE and its
+        // bookkeeping entry with one register.)
+        self.idx8 = idx8.wrapping_add(8);
         // Bookkeeping and segments first, the control segment last: the
         // arguments are consumed early (fewer live registers); the device
         // reads nothing before the doorbell.
-        let (wqe, e) = buf.slot(cur);
-        e[0].store(wr_id, Ordering::Relaxed);
-        e[1].store(u64::from(wr_num), Ordering::Relaxed);
+        let (wqe, e) = buf.slot8(idx8);
+        e.wr_id.store(wr_id, Ordering::Relaxed);
+        e.head.store(wr_num, Ordering::Relaxed);
         if let Some((remote_addr, rkey)) = raddr {
             let r = wqe::raddr_seg(remote_addr, rkey);
             wqe.w64(16, r[0]);
@@ -919,7 +921,7 @@ impl<M: Mmio> SendQueue<M> {
             ctrl_op: self.ctrl_op,
             mask8: self.mask8,
             cur: self.cur_post,
-            idx8: ((self.cur_post as usize) << 3) & self.mask8,
+            idx8: (self.cur_post as usize) << 3,
         }
     }
 
@@ -1174,8 +1176,8 @@ impl<M: Mmio> SendQueue<M> {
         self.buf.w64(start, ctrl0);
         self.buf.w64(start + 8, ctrl1);
         let e = self.buf.entry(idx);
-        e[0].store(wr_id, Ordering::Relaxed);
-        e[1].store(u64::from(wr_num), Ordering::Relaxed);
+        e.wr_id.store(wr_id, Ordering::Relaxed);
+        e.head.store(wr_num, Ordering::Relaxed);
         self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
         Built {
             ctrl0,
@@ -1521,10 +1523,10 @@ impl<M: Mmio> SendQueue<M> {
     ) {
         let cur = self.cur_post;
         let (wqe, e) = self.buf.slot(cur);
-        e[0].store(wr_id, Ordering::Relaxed);
+        e.wr_id.store(wr_id, Ordering::Relaxed);
         let head_a = sq_hdr(&self.buf, META_SQ_HEAD);
         let head = head_a.load(Ordering::Relaxed);
-        e[1].store(u64::from(head), Ordering::Relaxed);
+        e.head.store(head, Ordering::Relaxed);
         // The completion side may retire the work request from here on
         // (release: after its bookkeeping). No CQE can name it before the
         // doorbell; publishing it before its WQE is written frees the
@@ -1595,6 +1597,7 @@ impl<M: Mmio> SendQueue<M> {
             c,
             next: self.head(),
             full_at: self.full_at,
+            ring: self.buf.clone(),
             sq: self,
             cold_end: c.cur,
             cold_last: 0,
@@ -1662,6 +1665,10 @@ fn too_many_sges(got: usize, max: u32) -> Error {
 #[derive(Debug)]
 pub struct SendBatch<'q, M: Mmio> {
     sq: &'q mut SendQueue<M>,
+    /// The queue's ring, a counted view of its own: the batch's fast path
+    /// keeps its base addresses and mask in registers (reached through
+    /// `sq`, they would be read again after every store to the ring).
+    ring: SqRing,
     /// The queue's ring state while pushing; `c.cur` is the queue's
     /// `cur_post` (written back before anything else uses the queue).
     c: Cursor,
@@ -1690,7 +1697,7 @@ impl<M: Mmio> SendBatch<'_, M> {
         self.sq.cur_post = self.c.cur;
         let r = f(self.sq, self.next);
         self.c.cur = self.sq.cur_post;
-        self.c.idx8 = ((self.c.cur as usize) << 3) & self.c.mask8;
+        self.c.idx8 = (self.c.cur as usize) << 3;
         self.full_at = self.sq.full_at;
         r
     }
@@ -1776,9 +1783,8 @@ impl<M: Mmio> SendBatch<'_, M> {
                 self.pushed_cold(|sq, _| sq.build_sgl_cold(wr_id, w, sge.addr, len_lkey))?;
                 break 'cold;
             };
-            let sq = &*self.sq;
             self.c
-                .write_sge(&sq.buf, wr, wr_id, opcode, imm, raddr, fm, sge);
+                .write_sge(&self.ring, wr, wr_id, opcode, imm, raddr, fm, sge);
             self.next = wr.wrapping_add(1);
         }
         Ok(())
@@ -2363,8 +2369,8 @@ fn new_sq<M: Mmio>(
     // request just before the tail, outside the outstanding window.
     for i in 0..g.wqe_cnt {
         let e = table.entry(i);
-        e[0].store(0, Ordering::Relaxed);
-        e[1].store(u64::from(start.wrapping_sub(1)), Ordering::Relaxed);
+        e.wr_id.store(0, Ordering::Relaxed);
+        e.head.store(start.wrapping_sub(1), Ordering::Relaxed);
     }
     let sig_bits = if cfg.sq_sig_all {
         fm_ce_se::CQ_UPDATE
