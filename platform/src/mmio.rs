@@ -233,7 +233,44 @@ impl<M: Mmio> BlueFlame<M> {
                 len: self.mmio.len(),
             });
         }
-        self.mmio.write_bf(self.cur as usize + 64 * block, words);
+        let base = self.cur as usize + 64 * block;
+        for (i, w) in words.iter().enumerate() {
+            // SAFETY: `base + 8 i + 8 <= cur + buf_size <= len` (the block
+            // is inside the buffer, checked above; the buffer inside the
+            // window, checked in `new`), and 8-byte aligned (`cur` and 64
+            // are multiples of 8).
+            unsafe { self.mmio.write64_unchecked(base + 8 * i, *w) };
+        }
+        Ok(())
+    }
+
+    /// Copies a WQE of `blocks` 64-byte blocks to the current buffer, block
+    /// `b` being `block(b)`: one check for the whole copy (fails, writing
+    /// nothing, if it does not fit the buffer), then single 64-bit stores.
+    /// Bracket it as [`copy`](Self::copy).
+    #[inline(always)]
+    pub fn copy_blocks(
+        &self,
+        blocks: usize,
+        block: impl Fn(usize) -> [Be64; 8],
+    ) -> Result<(), Error> {
+        if blocks > self.buf_size as usize / 64 {
+            return Err(Error::MmioOutOfRange {
+                offset: self.cur as usize,
+                width: blocks.saturating_mul(64),
+                len: self.mmio.len(),
+            });
+        }
+        for b in 0..blocks {
+            let words = block(b);
+            let base = self.cur as usize + 64 * b;
+            for (i, w) in words.iter().enumerate() {
+                // SAFETY: `base + 8 i + 8 <= cur + 64 blocks <= cur +
+                // buf_size <= len` (checked above and in `new`), 8-byte
+                // aligned.
+                unsafe { self.mmio.write64_unchecked(base + 8 * i, *w) };
+            }
+        }
         Ok(())
     }
 
@@ -589,6 +626,12 @@ mod tests {
         assert_eq!(w.read32(0x900 + 3 * 64 + 60).get(), 17);
         // Nothing past the second buffer.
         assert_eq!(w.read32(0xa00).get(), 0);
+        // A whole WQE at once, checked once (at 0x800 now).
+        bf.copy_blocks(2, |b| [Be64::new(b as u64 + 20); 8])
+            .unwrap();
+        assert!(bf.copy_blocks(5, |_| [Be64::ZERO; 8]).is_err());
+        assert_eq!(w.read32(0x800 + 64 + 60).get(), 21);
+        assert_eq!(w.read32(0x800 + 128).get(), 0);
         for (reg, size) in [
             (0xe08, 256),
             (0x804, 256),

@@ -263,6 +263,7 @@ impl QueueMem {
         Ok(Ring {
             base,
             mask: bytes - 1,
+            mask8: (bytes - 1) & !7,
             _ref: ViewRef(self.counter.acquire()),
         })
     }
@@ -301,6 +302,8 @@ impl QueueMem {
             _h: PhantomData,
             mask,
             mask8: (mask as usize) << 3,
+            bmask: (count << 6) - 1,
+            bmask8: ((count << 6) - 1) & !7,
             _ref: ViewRef(self.counter.acquire()),
         })
     }
@@ -373,6 +376,8 @@ pub struct Ring {
     base: NonNull<u8>,
     /// `bytes - 1`.
     mask: usize,
+    /// `mask & !7`, for 8-byte accesses (one AND).
+    mask8: usize,
     _ref: ViewRef,
 }
 
@@ -394,6 +399,7 @@ impl Clone for Ring {
         Self {
             base: self.base,
             mask: self.mask,
+            mask8: self.mask8,
             _ref: self._ref.clone_ref(),
         }
     }
@@ -424,7 +430,11 @@ macro_rules! volatile_rw {
 impl Ring {
     #[inline(always)]
     fn at(&self, off: usize, width: usize) -> *mut u8 {
-        let o = off & self.mask & !(width - 1);
+        let o = if width == 8 {
+            off & self.mask8
+        } else {
+            off & self.mask & !(width - 1)
+        };
         // SAFETY: `o <= mask < bytes`: inside the ring.
         unsafe { self.base.as_ptr().add(o) }
     }
@@ -445,6 +455,23 @@ impl Ring {
             // least 64 and `o` a multiple of 64 below it).
             p: unsafe { self.base.as_ptr().add(o) },
             _l: PhantomData,
+        }
+    }
+
+    /// The 64-byte blocks from the one holding byte `off` (masked) to the
+    /// end of the ring, in order (a run of CQEs): bounded once, here, so
+    /// the loop over them needs no mask.
+    #[inline(always)]
+    pub fn blocks(&self, off: usize) -> Blocks<'_> {
+        let o = off & self.mask & !63;
+        // SAFETY: `o < bytes` and `bytes` is the ring's size: both inside
+        // (or one past the end of) the ring.
+        unsafe {
+            Blocks {
+                p: self.base.as_ptr().add(o),
+                end: self.base.as_ptr().add(self.mask + 1),
+                _l: PhantomData,
+            }
         }
     }
 
@@ -497,6 +524,10 @@ pub struct SlotRing<T: HostCell, H: HostCell> {
     /// and, for cells of 8 or 16 bytes, the cell (x 1, x 2) in one
     /// addressing mode each.
     mask8: usize,
+    /// `count * 64 - 1`, for byte offsets into the ring.
+    bmask: usize,
+    /// `bmask & !7`, for 8-byte accesses (one AND).
+    bmask8: usize,
     _ref: ViewRef,
 }
 
@@ -521,6 +552,8 @@ impl<T: HostCell, H: HostCell> Clone for SlotRing<T, H> {
             _h: PhantomData,
             mask: self.mask,
             mask8: self.mask8,
+            bmask: self.bmask,
+            bmask8: self.bmask8,
             _ref: self._ref.clone_ref(),
         }
     }
@@ -559,6 +592,17 @@ impl<T: HostCell, H: HostCell> SlotRing<T, H> {
                     .add(cell_offset::<T>(m8))
                     .cast::<T>(),
             )
+        }
+    }
+
+    /// The host part (header and cells), borrowed as a `Copy` value that
+    /// a loop can keep in registers.
+    #[inline(always)]
+    pub fn cells(&self) -> Cells<'_, T, H> {
+        Cells {
+            host: self.host,
+            mask8: self.mask8,
+            _l: PhantomData,
         }
     }
 
@@ -608,9 +652,31 @@ impl<T: HostCell, H: HostCell> SlotRing<T, H> {
         (self.mask as usize + 1) << 6
     }
 
+    /// Copies `data` into the ring from byte `off` (masked) on, if it fits
+    /// before the end of the ring (`false`, nothing written, otherwise):
+    /// the bounds are checked once, then bytes up to the next 8-byte
+    /// boundary go as one 4-byte store when they are 4 and byte by byte
+    /// otherwise, then whole 8-byte words, then the rest as 4-, 2- and
+    /// 1-byte stores (inline data).
+    #[inline(always)]
+    pub fn write_bytes(&self, off: usize, data: &[u8]) -> bool {
+        let o = off & self.bmask;
+        if data.len() > self.bmask + 1 - o {
+            return false;
+        }
+        // SAFETY: `o + data.len() <= bytes`: inside the ring, whose base is
+        // 8-byte aligned.
+        unsafe { copy_aligned(self.ring.as_ptr().add(o), data) };
+        true
+    }
+
     #[inline(always)]
     fn at(&self, off: usize, width: usize) -> *mut u8 {
-        let o = off & (self.bytes() - 1) & !(width - 1);
+        let o = if width == 8 {
+            off & self.bmask8
+        } else {
+            off & self.bmask & !(width - 1)
+        };
         // SAFETY: `o < count * 64`: inside the ring.
         unsafe { self.ring.as_ptr().add(o) }
     }
@@ -643,6 +709,93 @@ impl<T: HostCell, H: HostCell> SlotRing<T, H> {
         w64,
         u64
     );
+}
+
+/// The 64-byte blocks of a [`Ring`] from one of them to its end
+/// ([`Ring::blocks`]).
+pub struct Blocks<'a> {
+    /// The next block; `p <= end`, `end - p` a multiple of 64.
+    p: *mut u8,
+    end: *mut u8,
+    _l: PhantomData<&'a Ring>,
+}
+
+impl fmt::Debug for Blocks<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Blocks")
+    }
+}
+
+impl<'a> Iterator for Blocks<'a> {
+    type Item = Block64<'a>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Block64<'a>> {
+        if self.p == self.end {
+            return None;
+        }
+        let b = Block64 {
+            p: self.p,
+            _l: PhantomData,
+        };
+        // SAFETY: `p < end` and `end - p` is a multiple of 64: the block is
+        // inside the ring and `p + 64 <= end`.
+        self.p = unsafe { self.p.add(64) };
+        Some(b)
+    }
+}
+
+/// The host part of a [`SlotRing`] (its header and cells), borrowed from
+/// it: the same accessors, as a `Copy` value.
+pub struct Cells<'a, T: HostCell, H: HostCell> {
+    host: NonNull<T>,
+    mask8: usize,
+    _l: PhantomData<&'a SlotRing<T, H>>,
+}
+
+impl<T: HostCell, H: HostCell> Clone for Cells<'_, T, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: HostCell, H: HostCell> Copy for Cells<'_, T, H> {}
+
+impl<T: HostCell, H: HostCell> fmt::Debug for Cells<'_, T, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Cells({} slots)", (self.mask8 >> 3) + 1)
+    }
+}
+
+impl<'a, T: HostCell, H: HostCell> Cells<'a, T, H> {
+    /// The cell of slot `i` (masked), as [`SlotRing::entry`].
+    #[inline(always)]
+    pub fn entry(self, i: u32) -> &'a T {
+        let m8 = ((i as usize) << 3) & self.mask8;
+        // SAFETY: as in `SlotRing::slot` (the same table, borrowed for 'a).
+        unsafe {
+            &*self
+                .host
+                .as_ptr()
+                .cast::<u8>()
+                .add(cell_offset::<T>(m8))
+                .cast::<T>()
+        }
+    }
+
+    /// The header, as [`SlotRing::header`].
+    #[inline(always)]
+    pub fn header(self) -> &'a H {
+        // SAFETY: as in `SlotRing::header`.
+        unsafe {
+            &*self
+                .host
+                .as_ptr()
+                .cast::<u8>()
+                .sub(core::mem::size_of::<H>())
+                .cast::<H>()
+        }
+    }
 }
 
 /// One 64-byte block of a [`Ring`] (a CQE, a WQEBB), borrowed from it.
@@ -777,6 +930,65 @@ macro_rules! host_cell {
         }
     )*};
 }
+/// Copies `data` to `dst` with volatile stores of up to 8 bytes, each
+/// aligned to its size (see [`SlotRing::write_bytes`]).
+///
+/// # Safety
+///
+/// `dst .. dst + data.len()` must be device memory of a view.
+#[inline(always)]
+unsafe fn copy_aligned(dst: *mut u8, data: &[u8]) {
+    let mut i = 0;
+    let mis = dst as usize % 8;
+    if mis != 0 {
+        let head = (8 - mis).min(data.len());
+        if head == 4 && mis == 4 {
+            let w = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]);
+            // SAFETY: 4 bytes inside the range (caller), 4-byte aligned.
+            unsafe { dst.cast::<u32>().write_volatile(w) };
+        } else {
+            for (j, b) in data[..head].iter().enumerate() {
+                // SAFETY: `j < data.len()`: inside the range.
+                unsafe { dst.add(j).write_volatile(*b) };
+            }
+        }
+        i = head;
+    }
+    while let Some(w) = data.get(i..i + 8) {
+        let w: [u8; 8] = match w.try_into() {
+            Ok(w) => w,
+            Err(_) => break,
+        };
+        // SAFETY: `i + 8 <= data.len()`: inside the range; `dst + i` is
+        // 8-byte aligned (the head reached the boundary).
+        unsafe {
+            dst.add(i)
+                .cast::<u64>()
+                .write_volatile(u64::from_ne_bytes(w))
+        };
+        i += 8;
+    }
+    let mut r = &data[i..];
+    if r.len() >= 4 {
+        let w = u32::from_ne_bytes([r[0], r[1], r[2], r[3]]);
+        // SAFETY: inside the range, 4-byte aligned.
+        unsafe { dst.add(i).cast::<u32>().write_volatile(w) };
+        i += 4;
+        r = &r[4..];
+    }
+    if r.len() >= 2 {
+        let w = u16::from_ne_bytes([r[0], r[1]]);
+        // SAFETY: inside the range, 2-byte aligned.
+        unsafe { dst.add(i).cast::<u16>().write_volatile(w) };
+        i += 2;
+        r = &r[2..];
+    }
+    if let [b] = r {
+        // SAFETY: the last byte of the range.
+        unsafe { dst.add(i).write_volatile(*b) };
+    }
+}
+
 /// Byte offset of cell `m8 / 8` (`m8` a multiple of 8) of a table of `T`,
 /// without a division the compiler cannot fold.
 #[inline(always)]
@@ -926,6 +1138,12 @@ mod tests {
         assert_eq!(ring.r16(254), 9);
         ring.w8(usize::MAX, 3);
         assert_eq!(ring.r8(255), 3);
+        // A run of blocks to the end of the ring.
+        let mut run = ring.blocks(64 * 3 + 9);
+        assert_eq!(run.next().unwrap().r64(8), ring.r64(3 * 64 + 8));
+        assert!(run.next().is_none());
+        assert_eq!(ring.blocks(usize::MAX).count(), 1);
+        assert_eq!(ring.blocks(256).count(), 4);
         // Blocks: masked to 64 bytes inside the ring.
         let b = ring.block64(64 + 5);
         b.w64(64 + 16, 42);
@@ -983,6 +1201,32 @@ mod tests {
         assert_eq!(mem.region().read_u8(264 + 64 + 2 * 16 + 8), 9);
         assert_eq!(s.r64(6 * 64 + 8), 5, "byte offsets wrap at the ring");
         assert_eq!(s.entry(2)[1].load(Ordering::Relaxed), 9);
+        // Bytes: every alignment, refused past the end of the ring.
+        let data: std::vec::Vec<u8> = (1..=255).collect();
+        for (off, len, fits) in [
+            (4, 60, true),
+            (250, 9, false),
+            (3, 13, true),
+            (255, 1, true),
+            (1, 255, true),
+            (17, 0, true),
+        ] {
+            let before: std::vec::Vec<u8> = (0..256).map(|i| s.r8(i)).collect();
+            let mut want = before.clone();
+            if fits {
+                want[off..off + len].copy_from_slice(&data[..len]);
+            }
+            assert_eq!(s.write_bytes(off + 256, &data[..len]), fits);
+            let got: std::vec::Vec<u8> = (0..256).map(|i| s.r8(i)).collect();
+            assert_eq!(got, want, "{off} {len}");
+            // Put back what the other checks read.
+            for (i, b) in before.iter().enumerate() {
+                s.w8(i, *b);
+            }
+        }
+        let c = s.cells();
+        assert_eq!(c.entry(6)[1].load(Ordering::Relaxed), 9);
+        assert_eq!(c.header()[15].load(Ordering::Relaxed), 3);
         assert_eq!(s.block(u32::MAX - 1).r64(8), 5);
         assert_eq!((s.count(), s.mask(), s.bytes()), (4, 3, 256));
         // The table is a table: nothing may overlap it.

@@ -11,74 +11,67 @@
 //! total `Ir` by N, and by 32 for the batched ones). Without valgrind it
 //! prints nanoseconds per operation.
 //!
-//! The four scenarios of the benchmark, each through the fastest safe API
-//! for it:
+//! The four scenarios of the benchmark, each through the one path of its
+//! direction:
 //!
 //! - `op_post1`: one RDMA write (1 SGE, signaled) posted with its doorbell
-//!   (`SendQueue::wr_rdma_write`, which returns the two-word `SendError`);
+//!   (`SendQueue::post_send_sge`, which returns the two-word `SendError`);
 //! - `op_post32`: 32 such writes and one doorbell (`SendQueue::batch`,
-//!   `SendBatch::wr_rdma_write`, `SendBatch::ring`);
-//! - `op_poll1`: one requester CQE through a polling session
-//!   (`CqPoller::poll_one_into` into a caller's `Completion`, returning the
-//!   two-word `PollError`; the session, `Cq::poller`, is made once per 256
-//!   CQEs outside the measured function and remembers the queue and WQE
-//!   opcode of the CQE before, which is what a loop polling one CQE at a
-//!   time gets);
+//!   `SendBatch::post_send_sge`, `SendBatch::ring`);
+//! - `op_poll1`: one requester CQE (`Cq::poll_one` into a caller's
+//!   `Completion`, returning the two-word `PollError`; the queue is looked
+//!   up for every CQE);
 //! - `op_poll32`: `Cq::poll` of 32 requester CQEs into `Completion`s.
 //!
 //! `op_post1_inline` and `op_poll1_inline` do N of the single operations
 //! in one call (the cost without a call boundary per operation);
-//! `op_post1_err` and `op_post32_err` are `op_post1` and `op_post32` with
-//! the full `Error` (`post_rdma_write`), whose 32-byte `Result` comes back
-//! through memory. Single polls without a session: `op_poll1_into`
-//! (`Cq::poll_one_into`, the queue looked up every time) and
-//! `op_poll1_one` (`Cq::poll_one`, a 40-byte `Result<Option<Completion>,
-//! Error>` through memory).
+//! `op_post1_err` and `op_post32_err` are `op_post1` and `op_post32`
+//! returning the full `Error` (`?` converts), whose 32-byte `Result` comes
+//! back through memory.
 //!
 //! And the same through the general API (`SendWr`, `WorkCompletion`):
-//! `op_post1_wr` (`SendQueue::post`), `op_post32_wr`
-//! (`SendQueue::post_list`), `op_poll1_slice` (`Cq::poll` with one
+//! `op_post1_wr` (`SendQueue::post_send`), `op_post32_wr`
+//! (`SendQueue::post_send_list`), `op_poll1_slice` (`Cq::poll` with one
 //! `Completion` slot), `op_poll1_wc`, `op_poll32_wc` (`Cq::poll` into
 //! `WorkCompletion`s).
 //!
-//! Measured on the development machine (x86_64, 2 cores, release profile
-//! with `debug = 1`, N = 10000; instructions per operation = callgrind `Ir`
-//! / N, / 32 N for the batches; wall clock from `datapath_cost all 200000`,
-//! noisy to about 5%):
+//! Measured on the development machine (x86_64, 2 cores shared, release
+//! profile with `debug = 1`, N = 10000; instructions per operation =
+//! callgrind `Ir` / N, / 32 N for the batches), before and after verbs-core
+//! reached queue memory only through `platform::ring` (issue 12: bounds
+//! safe by construction, `#![forbid(unsafe_code)]`, one path per
+//! direction):
 //!
-//! | operation | fast API | instr. | ns | with `Error` | instr. | general API | instr. | target |
-//! |---|---|---|---|---|---|---|---|---|
-//! | post 1 RDMA write + doorbell | `wr_rdma_write` | 57 | 6.3 | `post_rdma_write` | 64 | `post(&SendWr)` | 156 | 60 |
-//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 40.7 | 3.1 | `SendBatch::post_rdma_write` | 42.9 | `post_list` | 129 | 40 |
-//! | poll 1 CQE | `CqPoller::poll_one_into` | 56.5 | 12.8 | `poll_one` | 76 | `poll`, 1 `WorkCompletion` | 138 | 40 |
-//! | poll 32, per CQE | `poll` into `Completion`s | 38 | 9.5 | | | `poll` into `WorkCompletion`s | 61 | 40 |
+//! | operation | API | before | after | target |
+//! |---|---|---|---|---|
+//! | post 1 RDMA write + doorbell | `post_send_sge` (was `wr_rdma_write`) | 57.4 | 62.4 | 60 |
+//! | post 32, per WQE | `SendBatch::post_send_sge` | 40.75 | 42.2 | 40 |
+//! | poll 1 CQE | `Cq::poll_one` (was `poll_one_into`; `CqPoller` 56.5) | 66.0 | 69.0 | 40 |
+//! | poll 32, per CQE | `poll` into `Completion`s | 38.0 | 43.5 | 40 |
+//! | post 1, full `Error` | `post_send_sge` + `?` | 64.4 | 65.4 | |
+//! | post 32, full `Error`, per WQE | | 42.9 | 44.2 | |
+//! | post 1 `SendWr` | `post_send` | 171 | 199 | |
+//! | post 32 `SendWr`, per WQE | `post_send_list` | 141 | 164 | |
+//! | poll 1, one-slot slice | `poll` | 103 | 109 | |
+//! | poll 1 / 32 into `WorkCompletion`s | `poll` | 138 / 61.4 | 144 / 62.0 | |
+//! | post 1 / poll 1 inlined into a loop | | 54.5 / 54.6 (session) | 55.5 / 66.1 | |
+//!
+//! The targets are not all met. What the bounds-safe views cost: a
+//! send queue's doorbell record is a view of its own (the hand-written code
+//! reached it and the bookkeeping through one pointer), which with the
+//! ring's and the table's base addresses takes one more register on the
+//! single post (two callee-saved registers saved instead of one); a batch
+//! holds a counted clone of the ring (one atomic increment and decrement
+//! per batch) so that its base addresses stay in registers; the general
+//! path masks every byte offset it writes (about 20 instructions per
+//! `SendWr`). On the poll side a run of CQEs keeps one more value (the
+//! ring's end) than the loop over raw offsets, and the loop spills; the
+//! single poll lost the polling session (`CqPoller`, which remembered the
+//! queue of the CQE before) with the surfaces nobody called.
 //!
 //! The comparison with rdma-core's libmlx5, measured in the same run on
 //! the same fixtures, is `bash bench/incumbent/run.sh` (README, "Data-path
 //! cost").
-//!
-//! (`op_poll1`'s 56.5 is 56 for a CQE of the remembered queue plus the
-//! session's first CQE, which looks the queue up, spread over 256.)
-//! Without a session, `Cq::poll_one_into` takes 66 instructions (14.1 ns);
-//! `poll` with a one-element `Completion` slice 103. Inlined into the
-//! caller's loop (`op_post1_inline`, `op_poll1_inline`: N operations in
-//! one call, each post to other addresses) a post takes 54 instructions
-//! (3.8 ns) and a session's poll 55 (11 ns). Before the first optimisation
-//! round the four scenarios took 178, 134, 230 and 141 instructions;
-//! before the second, 85, 47, 92 and 44; before the third, 57.4, 40.75, 76
-//! and 38.
-//!
-//! What is left: a single post is the WQE's eight stores, the checks
-//! (queue space, flags table, non-empty SGE), the bookkeeping, the
-//! doorbell record and the doorbell between the two barriers rdma-core
-//! also has, plus one register saved. A batched WQE is the same without the
-//! doorbell, plus the caller's six loads of its arguments and its loop. A
-//! single poll of a session is, beyond the per-CQE work of a run (the
-//! owner byte, the read barrier, the key, QPN and WQE-opcode compare, the
-//! window check, the tail and completion stores): finding the CQE from the
-//! consumer index (12), the consumer index and its doorbell record (8),
-//! the 16-byte `Result` written through memory and the return (4), one
-//! saved register (2).
 //!
 //! Outside the measured functions the harness plays the device: it writes
 //! the CQEs (for the poll scenarios it first posts the WQEs they complete),

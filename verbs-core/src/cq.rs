@@ -43,7 +43,7 @@ use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
 use platform::ring::{Block64, DoorbellRecord, HostTable, QueueMem, Ring};
 
-use crate::mem::{QpHdr, SqRing, check_region, hdr, sq_hdr};
+use crate::mem::{QpHdr, SqCells, SqRing, check_region, hdr, sq_hdr};
 use crate::qp::{HANDLE_SQ, META_HANDLES, META_RQ_HEAD, META_RQ_TAIL, META_SQ_HEAD, META_SQ_TAIL};
 use crate::sizing::CqLayout;
 use crate::srq::SrqCompletions;
@@ -415,7 +415,7 @@ static REQ_FAST: [u64; 256] = {
 /// `u = last - wqe_head < room` (all wrapping), and retiring up to it
 /// (tail = wqe_head + 1) leaves `room = u`.
 struct Run<'a> {
-    table: &'a SqRing,
+    table: SqCells<'a>,
     last: u32,
     room: u32,
 }
@@ -465,7 +465,7 @@ impl Run<'_> {
     /// Stores the queue's tail (release: the poster may reuse the slots).
     #[inline(always)]
     fn store_tail(&self) {
-        sq_hdr(self.table, META_SQ_TAIL).store(
+        self.table.header()[META_SQ_TAIL].store(
             self.last.wrapping_add(1).wrapping_sub(self.room),
             Ordering::Release,
         );
@@ -1032,7 +1032,7 @@ impl<M: Mmio> Cq<M> {
             kk,
             kq,
             Run {
-                table,
+                table: table.cells(),
                 last: head.wrapping_sub(1),
                 room: head.wrapping_sub(tail),
             },
@@ -1094,13 +1094,13 @@ impl<M: Mmio> Cq<M> {
         first.set_requester(w0, w1, w2);
         // The owner bit is the same for the whole run (it stops at the end
         // of the ring): a loop for each value, comparing with a constant.
-        let p = if sw_owner == 0 {
+        let k = if sw_owner == 0 {
             Self::run_rest::<KEY, W, 0>(buf, off + 64, kk, kq, &mut run, rest)
         } else {
             Self::run_rest::<KEY, W, 1>(buf, off + 64, kk, kq, &mut run, rest)
         };
         run.store_tail();
-        let i = (p - off) / 64;
+        let i = k + 1;
         self.ci = ci.wrapping_add(i as u32);
         i
     }
@@ -1108,21 +1108,22 @@ impl<M: Mmio> Cq<M> {
     /// The loop of [`requester_run`](Self::requester_run) after its first
     /// CQE: retires the CQEs from byte `p` on into `out` while they are
     /// software's (owner bit `SW`), plain requester CQEs whose key and QPN
-    /// dwords (masked) are `kk` and `kq`, and pass [`Run::take`]; gives the
-    /// byte offset of the first CQE not retired.
+    /// dwords (masked) are `kk` and `kq`, and pass [`Run::take`]; gives how
+    /// many it retired. `out` is no longer than the CQEs left before the
+    /// end of the ring.
     #[inline(always)]
     fn run_rest<const KEY: usize, W: CompletionSlot, const SW: u8>(
         buf: &Ring,
-        mut p: usize,
+        p: usize,
         kk: u32,
         kq: u32,
         run: &mut Run<'_>,
         out: &mut [W],
     ) -> usize {
-        for w in out {
+        let mut n = 0;
+        for (w, cqe) in out.iter_mut().zip(buf.blocks(p)) {
             // The next CQE, if it is the device's turn over, a plain
             // requester CQE, names the same queue and passes the checks.
-            let cqe = buf.block64(p);
             if cqe.r8(cqe_offset::OP_OWN) != SW {
                 break;
             }
@@ -1137,9 +1138,9 @@ impl<M: Mmio> Cq<M> {
                 break;
             };
             w.set_requester(w0, w1, w2);
-            p += 64;
+            n += 1;
         }
-        p
+        n
     }
 
     /// `byte_len` of a requester completion (CQE at byte `p`, the one at

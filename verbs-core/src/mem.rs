@@ -21,6 +21,9 @@ pub(crate) type QpHdr = [AtomicU32; 8];
 /// A send queue's WQEBBs with its header and send table.
 pub(crate) type SqRing = SlotRing<crate::qp::SqEntry, Hdr>;
 
+/// The header and send table of an [`SqRing`], borrowed.
+pub(crate) type SqCells<'a> = platform::ring::Cells<'a, crate::qp::SqEntry, Hdr>;
+
 /// Word `i` (a constant below the header's length) of a queue's header.
 #[inline(always)]
 pub(crate) fn hdr<const N: usize>(h: &HostTable<[AtomicU32; N]>, i: usize) -> &AtomicU32

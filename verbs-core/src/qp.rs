@@ -638,9 +638,16 @@ impl<M: Mmio> SendQueue<M> {
 
     #[inline(always)]
     fn put(&self, start: usize, k: usize, seg: [u64; 2]) {
-        let off = self.unit(start, k);
-        self.buf.w64(off, seg[0]);
-        self.buf.w64(off + 8, seg[1]);
+        if k < 4 {
+            // The first WQEBB (a WQE starts on one): its block.
+            let b = self.buf.block((start >> 6) as u32);
+            b.w64(16 * k, seg[0]);
+            b.w64(16 * k + 8, seg[1]);
+        } else {
+            let off = self.unit(start, k);
+            self.buf.w64(off, seg[0]);
+            self.buf.w64(off + 8, seg[1]);
+        }
     }
 
     /// Copies `data` to the WQE at byte `pos` from its start, wrapping at the
@@ -653,11 +660,9 @@ impl<M: Mmio> SendQueue<M> {
     /// multiple of 64 bytes and every store is aligned to its size).
     #[inline(always)]
     fn copy_in(&self, start: usize, pos: usize, data: &[u8]) {
-        let base = (start + pos) & self.byte_mask;
-        if base + data.len() <= self.byte_mask + 1 {
-            // Does not reach the end of the ring: plain offsets.
-            self.copy_at(data, |i| base + i);
-        } else {
+        if !self.buf.write_bytes(start + pos, data) {
+            // Reaches the end of the ring: byte offsets, masked.
+            let base = (start + pos) & self.byte_mask;
             self.copy_at(data, |i| (base + i) & self.byte_mask);
         }
     }
@@ -1173,9 +1178,9 @@ impl<M: Mmio> SendQueue<M> {
             | u64::from(self.qpn8 | ds);
         let ctrl0 = w0.to_be();
         let ctrl1 = (u64::from(fm) << 32 | u64::from(imm)).to_be();
-        self.buf.w64(start, ctrl0);
-        self.buf.w64(start + 8, ctrl1);
-        let e = self.buf.entry(idx);
+        let (wqe, e) = self.buf.slot(idx);
+        wqe.w64(0, ctrl0);
+        wqe.w64(8, ctrl1);
         e.wr_id.store(wr_id, Ordering::Relaxed);
         e.head.store(wr_num, Ordering::Relaxed);
         self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
@@ -1433,13 +1438,12 @@ impl<M: Mmio> SendQueue<M> {
     #[inline(always)]
     fn bf_copy(&self, start: usize, ds: u32) {
         let blocks = (ds as usize).div_ceil(4);
-        for b in 0..blocks {
+        // `ring` only copies WQEs of at most `buf_size` bytes: never
+        // refused.
+        let _ = self.db.bf.copy_blocks(blocks, |b| {
             let src = self.buf.block(((start >> 6) + b) as u32);
-            let chunk: [Be64; 8] = core::array::from_fn(|i| Be64::from_raw(src.r64(8 * i)));
-            // `ring` only copies WQEs of at most `buf_size` bytes: never
-            // refused.
-            let _ = self.db.bf.copy(b, &chunk);
-        }
+            core::array::from_fn(|i| Be64::from_raw(src.r64(8 * i)))
+        });
     }
 
     /// Posts one work request and rings the doorbell (`ibv_post_send` with a
