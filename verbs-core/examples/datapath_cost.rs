@@ -45,29 +45,31 @@
 //! | operation | API | before | after | target |
 //! |---|---|---|---|---|
 //! | post 1 RDMA write + doorbell | `post_send_sge` (was `wr_rdma_write`) | 57.4 | 62.4 | 60 |
-//! | post 32, per WQE | `SendBatch::post_send_sge` | 40.75 | 42.2 | 40 |
-//! | poll 1 CQE | `Cq::poll_one` (was `poll_one_into`; `CqPoller` 56.5) | 66.0 | 69.0 | 40 |
-//! | poll 32, per CQE | `poll` into `Completion`s | 38.0 | 43.5 | 40 |
+//! | post 32, per WQE | `SendBatch::post_send_sge` | 40.75 | 42.1 | 40 |
+//! | poll 1 CQE | `Cq::poll_one` (was `poll_one_into`; `CqPoller` 56.5) | 66.0 | 70.0 | 40 |
+//! | poll 32, per CQE | `poll` into `Completion`s | 38.0 | 43.6 | 40 |
 //! | post 1, full `Error` | `post_send_sge` + `?` | 64.4 | 65.4 | |
 //! | post 32, full `Error`, per WQE | | 42.9 | 44.2 | |
-//! | post 1 `SendWr` | `post_send` | 171 | 199 | |
-//! | post 32 `SendWr`, per WQE | `post_send_list` | 141 | 164 | |
-//! | poll 1, one-slot slice | `poll` | 103 | 109 | |
-//! | poll 1 / 32 into `WorkCompletion`s | `poll` | 138 / 61.4 | 144 / 62.0 | |
-//! | post 1 / poll 1 inlined into a loop | | 54.5 / 54.6 (session) | 55.5 / 66.1 | |
+//! | post 1 `SendWr` | `post_send` | 171 | 179 | |
+//! | post 32 `SendWr`, per WQE | `post_send_list` | 141 | 148 | |
+//! | poll 1, one-slot slice | `poll` | 103 | 110 | |
+//! | poll 1 / 32 into `WorkCompletion`s | `poll` | 138 / 61.4 | 145 / 62.0 | |
+//! | post 1 / poll 1 inlined into a loop | | 54.5 / 54.6 (session) | 55.5 / 67.1 | |
 //!
-//! The targets are not all met. What the bounds-safe views cost: a
-//! send queue's doorbell record is a view of its own (the hand-written code
-//! reached it and the bookkeeping through one pointer), which with the
-//! ring's and the table's base addresses takes one more register on the
-//! single post (two callee-saved registers saved instead of one); a batch
-//! holds a counted clone of the ring (one atomic increment and decrement
-//! per batch) so that its base addresses stay in registers; the general
-//! path masks every byte offset it writes (about 20 instructions per
-//! `SendWr`). On the poll side a run of CQEs keeps one more value (the
-//! ring's end) than the loop over raw offsets, and the loop spills; the
-//! single poll lost the polling session (`CqPoller`, which remembered the
-//! queue of the CQE before) with the surfaces nobody called.
+//! (Before: this file and `verbs-core` at commit 7399a9c, built and
+//! measured in the same session on the same machine.) The targets are not
+//! met. What the bounds-safe views cost: a send queue's doorbell record is
+//! a view of its own (the hand-written code reached it and the bookkeeping
+//! through one pointer), which with the ring's and the table's base
+//! addresses takes one more register on the single post (two callee-saved
+//! registers saved instead of one); a batch holds a counted clone of the
+//! ring (one atomic increment and decrement per batch) so that its base
+//! addresses stay in registers; the general path masks the byte offsets
+//! it writes outside a WQE's first block. On the poll side the run of
+//! CQEs keeps more values live than the loop over raw offsets did and
+//! spills two of them; the single poll lost the polling session
+//! (`CqPoller`, which remembered the queue of the CQE before) with the
+//! surfaces nobody called, and looks the queue up for every CQE.
 //!
 //! The comparison with rdma-core's libmlx5, measured in the same run on
 //! the same fixtures, is `bash bench/incumbent/run.sh` (README, "Data-path
