@@ -1726,8 +1726,8 @@ mod tests {
             ..Default::default()
         })]
 
-        /// The requester fast path of `poll` (and of `poll_one`,
-        /// `poll_one_into` and a `CqPoller` session's `poll_one_into`)
+        /// The requester fast path of `poll` (and of `poll_one` and the
+        /// full-error single path)
         /// gives exactly what decoding every CQE through the general path
         /// gives: the same completions, errors, consumer index, doorbell
         /// record and retired work, for runs across QPs, ring wraps, batch

@@ -311,9 +311,9 @@ const QP_HDR: usize = 32;
 pub(crate) const HANDLE_SQ: u32 = 1;
 pub(crate) const HANDLE_RQ: u32 = 2;
 /// The send queue's table, right after the header: one entry per WQEBB
-/// slot, the `wr_id` at [0] and the `wqe_head` at [1] (the number of the
-/// work request whose WQE starts in the slot, rdma-core's `sq.wqe_head`),
-/// so posting and polling reach both through one address.
+/// slot, its `wr_id` and its `wqe_head` (the number of the work request
+/// whose WQE starts in the slot, rdma-core's `sq.wqe_head`), so posting and
+/// polling reach both through one address.
 pub(crate) const META_SQ_TABLE: usize = crate::sizing::META_HDR;
 // The send ring's header is exactly what the layout puts before the table.
 const _: () = assert!(core::mem::size_of::<Hdr>() == META_SQ_TABLE);
@@ -333,17 +333,16 @@ const CTL_META: usize = 64;
 /// the CQ through a [`QpCompletions`] handle, which may live on another
 /// thread.
 ///
-/// Three ways to post, all validating the same way (rdma-core's
+/// One send path, all validating the same way (rdma-core's
 /// `mlx5_post_send` checks: queue space, QP type and opcode, SGE count,
 /// inline length, WQE size, atomics, UD destination, Ethernet headers):
 ///
-/// - [`post`](Self::post) / [`post_list`](Self::post_list): a
-///   [`SendWr`] or a list of them (`ibv_post_send`);
-/// - the typed one-SGE entry points [`post_rdma_write`](Self::post_rdma_write),
-///   [`post_rdma_read`](Self::post_rdma_read), [`post_send`](Self::post_send),
-///   [`post_sge`](Self::post_sge): the arguments travel in registers, the
+/// - [`post_send`](Self::post_send): a [`SendWr`] (`ibv_post_send`;
+///   [`post_send_list`](Self::post_send_list) for a list);
+/// - [`post_send_sge`](Self::post_send_sge): one work request with one
+///   SGE, the arguments in registers and the two-word [`SendError`]; the
 ///   fast path is a handful of stores;
-/// - [`batch`](Self::batch): a [`SendBatch`] with the same typed methods,
+/// - [`batch`](Self::batch): a [`SendBatch`] with the same two methods,
 ///   rung once (the `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete`
 ///   pattern).
 #[derive(Debug)]
@@ -1045,7 +1044,7 @@ impl<M: Mmio> SendQueue<M> {
         Ok(())
     }
 
-    /// [`wr_sge`](Self::wr_sge) of a gather-list operation its fast path
+    /// [`post_send_sge`](Self::post_send_sge) of a gather-list operation its fast path
     /// did not take: builds (general path, same checks) and rings, by
     /// BlueFlame where the queue wants it. The arguments fit registers, so
     /// the fast path leaves with a tail call (`extern "C"`, the caller's
@@ -1084,7 +1083,7 @@ impl<M: Mmio> SendQueue<M> {
         self.post_sgl_cold(wr_id, w0, w1, w2, sge)
     }
 
-    /// [`wr_sge`](Self::wr_sge) of an operation without a fast path
+    /// [`post_send_sge`](Self::post_send_sge) of an operation without a fast path
     /// (atomics, NOP).
     #[cold]
     #[inline(never)]
