@@ -39,7 +39,16 @@
 //! at valid memory, counter included. Forgetting a view leaks the region
 //! the same way. Nothing a caller can do with safe code frees the memory
 //! under a view; the cost is paid at view creation and drop, never per
-//! access.
+//! access. For the same reason the region itself is not handed out while
+//! it is a `QueueMem` ([`QueueMem::region`] gives its bus addresses only):
+//! its volatile copies could write the host part behind the views' back.
+//!
+//! What this cannot cover: the device. The host part is in the same DMA
+//! mapping as the rings (one region per queue); the driver never gives the
+//! device its addresses, but a device that writes there anyway (a
+//! firmware bug, a malicious function without an IOMMU) can corrupt the
+//! bookkeeping and the view counter, as it could any host-only state kept
+//! in DMA memory before this module existed.
 //!
 //! ```
 //! # #[cfg(feature = "std")] {
@@ -206,8 +215,19 @@ impl QueueMem {
         })
     }
 
-    /// The region (for its IOVA, page list and volatile copies).
-    pub fn region(&self) -> &DmaRegion {
+    /// The region's bus addresses (for the page list and `dbr_addr`).
+    /// Not the region itself: its volatile copies could write the host
+    /// part (atomics, the view counter) behind the views' back.
+    pub fn region(&self) -> RegionInfo {
+        RegionInfo {
+            iova: self.region.iova(),
+            len: self.region.len(),
+        }
+    }
+
+    /// The region, for this module's tests.
+    #[cfg(test)]
+    fn raw_region(&self) -> &DmaRegion {
         &self.region
     }
 
@@ -363,6 +383,44 @@ impl QueueMem {
         *slot = (offset, end);
         self.n_tables += 1;
         Ok(base)
+    }
+}
+
+/// Where a [`QueueMem`]'s region is in bus address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionInfo {
+    iova: u64,
+    len: usize,
+}
+
+impl RegionInfo {
+    /// Bus address (IOVA) of the first byte.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// Bus address of byte `offset`, if `offset <= len`.
+    pub fn iova_at(&self, offset: usize) -> Option<u64> {
+        (offset <= self.len).then(|| self.iova + offset as u64)
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether bus address range `iova .. iova + len` lies inside the
+    /// region.
+    pub fn contains_iova(&self, iova: u64, len: usize) -> bool {
+        iova >= self.iova
+            && (iova - self.iova)
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= self.len as u64)
     }
 }
 
@@ -1180,7 +1238,7 @@ mod tests {
     fn buf_untouched_outside(mem: &QueueMem) -> bool {
         // Bytes 264..320 (after the doorbell record, before the host part)
         // and 320+8..384 (after the counter) were never written.
-        let r = mem.region();
+        let r = mem.raw_region();
         (264..320).chain(328..384).all(|i| r.read_u8(i) == 0)
     }
 
@@ -1192,13 +1250,13 @@ mod tests {
             .slot_ring::<[AtomicU64; 2], [AtomicU32; 16]>(0, 264, 4)
             .unwrap();
         s.header()[15].store(3, Ordering::Relaxed);
-        assert_eq!(mem.region().read_u8(264 + 60), 3);
+        assert_eq!(mem.raw_region().read_u8(264 + 60), 3);
         let (b, e) = s.slot(4 + 2);
         b.w64(8, 5);
         assert_eq!(s.slot8(8 * 6).0.r64(8), 5);
         e[1].store(9, Ordering::Relaxed);
         assert_eq!(s.r64(2 * 64 + 8), 5);
-        assert_eq!(mem.region().read_u8(264 + 64 + 2 * 16 + 8), 9);
+        assert_eq!(mem.raw_region().read_u8(264 + 64 + 2 * 16 + 8), 9);
         assert_eq!(s.r64(6 * 64 + 8), 5, "byte offsets wrap at the ring");
         assert_eq!(s.entry(2)[1].load(Ordering::Relaxed), 9);
         // Bytes: every alignment, refused past the end of the ring.

@@ -41,7 +41,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
-use platform::ring::{Block64, DoorbellRecord, HostTable, QueueMem, Ring};
+use platform::ring::{Block64, DoorbellRecord, HostTable, QueueMem, RegionInfo, Ring};
 
 use crate::mem::{QpHdr, SqCells, SqRing, check_region, hdr, sq_hdr};
 use crate::qp::{HANDLE_SQ, META_HANDLES, META_RQ_HEAD, META_RQ_TAIL, META_SQ_HEAD, META_SQ_TAIL};
@@ -723,7 +723,7 @@ impl<M: Mmio> Cq<M> {
     }
 
     /// The DMA region (for the page list and `dbr_addr`).
-    pub fn region(&self) -> &DmaRegion {
+    pub fn region(&self) -> RegionInfo {
         self.mem.region()
     }
 

@@ -13,7 +13,7 @@ use crate::sizing::{QpGeometry, QpLayout, RqGeometry, SqGeometry};
 use crate::uar::{BfConfig, SqDoorbell};
 use crate::wqe::{self, Opcode, fm_ce_se};
 use crate::{Error, QpCompletions, SendError, SrqCompletions};
-use platform::ring::{DoorbellRecord, HostTable, QueueMem, Ring, WrCell};
+use platform::ring::{DoorbellRecord, HostTable, QueueMem, RegionInfo, Ring, WrCell};
 
 /// Transport type of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -2143,7 +2143,7 @@ impl<M: Mmio> Qp<M> {
     }
 
     /// The DMA region (for its IOVA: page list and `dbr_addr`).
-    pub fn region(&self) -> &DmaRegion {
+    pub fn region(&self) -> RegionInfo {
         self.mem.region()
     }
 

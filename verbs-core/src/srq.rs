@@ -21,7 +21,7 @@
 
 use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
-use platform::ring::{DoorbellRecord, HostTable, QueueMem, Ring};
+use platform::ring::{DoorbellRecord, HostTable, QueueMem, RegionInfo, Ring};
 use platform::{Be32, DmaRegion, barrier};
 
 use crate::Error;
@@ -257,7 +257,7 @@ impl Srq {
     }
 
     /// The DMA region (for the page list and `dbr_addr`).
-    pub fn region(&self) -> &DmaRegion {
+    pub fn region(&self) -> RegionInfo {
         self.mem.region()
     }
 
