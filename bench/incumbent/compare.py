@@ -16,22 +16,21 @@ import tempfile
 
 # (scenario, what, libmlx5 API, libmlx5 function, our function, our API)
 ROWS = [
-    ("post1", "post one RDMA write (1 SGE) + doorbell", "ibv_post_send", "lib_post1", "ours_post1", "SendQueue::wr_rdma_write"),
-    ("post1", "post one RDMA write (1 SGE) + doorbell", "ibv_wr_*", "lib_post1_wr", "ours_post1", "SendQueue::wr_rdma_write"),
-    ("post32", "post 32, one doorbell, per WQE", "ibv_post_send (list)", "lib_post32", "ours_post32", "SendBatch::wr_rdma_write"),
-    ("post32", "post 32, one doorbell, per WQE", "ibv_wr_*", "lib_post32_wr", "ours_post32", "SendBatch::wr_rdma_write"),
-    ("post1_db", "post one + doorbell, doorbell model", "ibv_post_send", "lib_post1_db", "ours_post1_db", "SendQueue::wr_rdma_write"),
-    ("post1_db", "post one + doorbell, doorbell model", "ibv_wr_*", "lib_post1_wr_db", "ours_post1_db", "SendQueue::wr_rdma_write"),
-    ("post32_db", "post 32, one doorbell, doorbell model, per WQE", "ibv_post_send (list)", "lib_post32_db", "ours_post32_db", "SendBatch::wr_rdma_write"),
-    ("post32_db", "post 32, one doorbell, doorbell model, per WQE", "ibv_wr_*", "lib_post32_wr_db", "ours_post32_db", "SendBatch::wr_rdma_write"),
-    ("poll1", "poll one CQE", "ibv_poll_cq(1)", "lib_poll1", "ours_poll1", "CqPoller::poll_one_into"),
-    ("poll1_cq", "poll one CQE, no polling session", "ibv_poll_cq(1)", "lib_poll1", "ours_poll1_cq", "Cq::poll_one_into"),
+    ("post1", "post one RDMA write (1 SGE) + doorbell", "ibv_post_send", "lib_post1", "ours_post1", "SendQueue::post_send_sge"),
+    ("post1", "post one RDMA write (1 SGE) + doorbell", "ibv_wr_*", "lib_post1_wr", "ours_post1", "SendQueue::post_send_sge"),
+    ("post32", "post 32, one doorbell, per WQE", "ibv_post_send (list)", "lib_post32", "ours_post32", "SendBatch::post_send_sge"),
+    ("post32", "post 32, one doorbell, per WQE", "ibv_wr_*", "lib_post32_wr", "ours_post32", "SendBatch::post_send_sge"),
+    ("post1_db", "post one + doorbell, doorbell model", "ibv_post_send", "lib_post1_db", "ours_post1_db", "SendQueue::post_send_sge"),
+    ("post1_db", "post one + doorbell, doorbell model", "ibv_wr_*", "lib_post1_wr_db", "ours_post1_db", "SendQueue::post_send_sge"),
+    ("post32_db", "post 32, one doorbell, doorbell model, per WQE", "ibv_post_send (list)", "lib_post32_db", "ours_post32_db", "SendBatch::post_send_sge"),
+    ("post32_db", "post 32, one doorbell, doorbell model, per WQE", "ibv_wr_*", "lib_post32_wr_db", "ours_post32_db", "SendBatch::post_send_sge"),
+    ("poll1", "poll one CQE", "ibv_poll_cq(1)", "lib_poll1", "ours_poll1", "Cq::poll_one"),
     ("poll32", "poll 32, per CQE", "ibv_poll_cq(32)", "lib_poll32", "ours_poll32", "Cq::poll"),
-    ("inline64", "SEND with 64 B inline (BlueFlame)", "ibv_post_send", "lib_inline64", "ours_inline64", "SendQueue::post"),
-    ("inline64", "SEND with 64 B inline (BlueFlame)", "ibv_wr_*", "lib_inline64_wr", "ours_inline64", "SendQueue::post"),
-    ("ud", "UD SEND with an address vector", "ibv_post_send", "lib_ud", "ours_ud", "SendQueue::post"),
-    ("ud", "UD SEND with an address vector", "ibv_wr_*", "lib_ud_wr", "ours_ud", "SendQueue::post"),
-    ("recv", "post one receive (1 SGE)", "ibv_post_recv", "lib_recv", "ours_recv", "RecvQueue::post"),
+    ("inline64", "SEND with 64 B inline (BlueFlame)", "ibv_post_send", "lib_inline64", "ours_inline64", "SendQueue::post_send"),
+    ("inline64", "SEND with 64 B inline (BlueFlame)", "ibv_wr_*", "lib_inline64_wr", "ours_inline64", "SendQueue::post_send"),
+    ("ud", "UD SEND with an address vector", "ibv_post_send", "lib_ud", "ours_ud", "SendQueue::post_send"),
+    ("ud", "UD SEND with an address vector", "ibv_wr_*", "lib_ud_wr", "ours_ud", "SendQueue::post_send"),
+    ("recv", "post one receive (1 SGE)", "ibv_post_recv", "lib_recv", "ours_recv", "RecvQueue::post_recv"),
 ]
 
 

@@ -18,7 +18,7 @@ use mlx5_fuzz::SinkUar;
 use platform::host::HostBlock;
 use verbs_core::{
     BfConfig, Completion, Cq, CqConfig, CqLayout, CqTable, CqeVersion, DeviceLimits, Qp, QpCaps,
-    QpConfig, QpGeometry, QpType, RecvWr, SendFlags, Sge, WorkCompletion,
+    QpConfig, QpGeometry, QpType, RecvWr, SendFlags, SendOp, Sge, WorkCompletion,
 };
 
 static UAR: SinkUar = SinkUar;
@@ -68,8 +68,9 @@ fn make_qp(
     for i in 0..sends {
         qp.sq()
             .expect("sq")
-            .post_send(
+            .post_send_sge(
                 0x5351_0000_0000_0000 | u64::from(i),
+                SendOp::Send,
                 SendFlags::SIGNALED,
                 sge,
             )
@@ -78,7 +79,7 @@ fn make_qp(
     for i in 0..recvs {
         qp.rq()
             .expect("rq")
-            .post(&RecvWr {
+            .post_recv(&RecvWr {
                 wr_id: 0x5251_0000_0000_0000 | u64::from(i),
                 sgl: &[sge],
             })
@@ -164,21 +165,9 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
             }
-            1 => match cq.poll_one(&table) {
-                Ok(Some(c)) => {
-                    acc ^= c.wr_id();
-                    true
-                }
-                Ok(None) => false,
-                Err(e) => {
-                    acc ^= e.to_string().len() as u64;
-                    true
-                }
-            },
-            2 => {
-                let mut p = cq.poller(&table);
+            1 | 2 => {
                 let mut c = Completion::default();
-                match p.poll_one_into(&mut c) {
+                match cq.poll_one(&table, &mut c) {
                     Ok(got) => {
                         acc ^= c.wr_id();
                         got

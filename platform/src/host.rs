@@ -185,6 +185,54 @@ impl HostBlock {
     }
 }
 
+/// Heap memory standing in for a register window (a UAR page in tests,
+/// examples and benchmarks): a [`HostBlock`] behind the [`Mmio`](crate::Mmio)
+/// trait. Safe to make, unlike [`MmioWindow`](crate::MmioWindow) over
+/// foreign memory; every access is checked by the block and, like a
+/// window's, panics when misaligned or out of range.
+#[derive(Debug)]
+pub struct HostMmio(HostBlock);
+
+impl HostMmio {
+    /// A zeroed window of `len` bytes (64-byte aligned).
+    pub fn new(len: usize) -> Result<Self, Error> {
+        Ok(Self(HostBlock::new(len, 64)?))
+    }
+
+    /// The memory behind it (to read what was written, as the device).
+    pub fn block(&self) -> &HostBlock {
+        &self.0
+    }
+}
+
+impl crate::Mmio for HostMmio {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    #[track_caller]
+    fn read32(&self, offset: usize) -> Be32 {
+        match self.0.read32(offset) {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[track_caller]
+    fn write32(&self, offset: usize, value: Be32) {
+        if let Err(e) = self.0.write32(offset, value) {
+            panic!("{e}")
+        }
+    }
+
+    #[track_caller]
+    fn write64(&self, offset: usize, value: Be64) {
+        if let Err(e) = self.0.write64(offset, value) {
+            panic!("{e}")
+        }
+    }
+}
+
 /// Memory the emulator did not allocate, lent to a device by its owner: the
 /// `len` bytes at a host address of the current process, for example a
 /// buffer a program handed to `VFIO_IOMMU_MAP_DMA`. Accesses are volatile
@@ -370,6 +418,19 @@ mod tests {
         let r = other.reclaim(r).unwrap_err();
         b.reclaim(r).unwrap();
         assert!(!b.is_lent());
+    }
+
+    #[test]
+    fn host_mmio_is_a_checked_window() {
+        use crate::Mmio;
+        let w = HostMmio::new(64).unwrap();
+        w.write64(8, Be64::new(0x0102_0304_0506_0708));
+        assert_eq!(w.read32(12).get(), 0x0506_0708);
+        w.write32(60, Be32::new(7));
+        assert_eq!(w.block().read32(60).unwrap().get(), 7);
+        assert!(w.register64(56).is_ok() && w.register64(60).is_err());
+        assert!(std::panic::catch_unwind(|| w.write64(64, Be64::ZERO)).is_err());
+        assert!(std::panic::catch_unwind(|| w.read32(2)).is_err());
     }
 
     #[test]

@@ -53,6 +53,7 @@ mod error;
 pub mod host;
 mod mmio;
 mod pages;
+pub mod ring;
 #[cfg(all(feature = "vfio", target_os = "linux"))]
 pub mod vfio;
 
@@ -60,7 +61,7 @@ pub use dma::DmaRegion;
 pub use either::Either;
 pub use error::Error;
 pub use hca_endian::{Be16, Be32, Be64};
-pub use mmio::{Mmio, MmioWindow, Register64};
+pub use mmio::{BlueFlame, Mmio, MmioWindow, Register64};
 
 use core::time::Duration;
 

@@ -145,6 +145,169 @@ impl<M: Mmio + ?Sized> core::fmt::Debug for Register64<'_, M> {
     }
 }
 
+/// The BlueFlame register pair of a send queue: the two alternating
+/// buffers of `buf_size` bytes at `reg` and `reg + buf_size` of a UAR page
+/// (rdma-core's `bf->offset ^= bf->buf_size` after every doorbell).
+///
+/// The offsets are checked once, in [`new`](Self::new), against the
+/// window's [`len`](Mmio::len); afterwards the 8-byte doorbell is one store
+/// without a check ([`Mmio::write64_unchecked`]) and the BlueFlame copy is
+/// limited to the buffer. Owns the window (or a reference to it: `&W` is a
+/// [`Mmio`] too).
+#[derive(Debug)]
+pub struct BlueFlame<M: Mmio> {
+    mmio: M,
+    /// Offset of the buffer the next doorbell goes to. Invariant: `reg` or
+    /// `reg + buf_size`, a multiple of 8, with `cur + buf_size <= len`.
+    cur: u32,
+    /// `reg ^ (reg + buf_size)`: one XOR swaps the buffers.
+    toggle: u32,
+    reg: u32,
+    buf_size: u32,
+}
+
+impl<M: Mmio> BlueFlame<M> {
+    /// The pair at `reg` of `mmio`, buffers of `buf_size` bytes: `buf_size`
+    /// a non-zero multiple of 64 of at most 64 KiB, `reg` a multiple of 8,
+    /// both buffers inside the window. Gives the window back on failure
+    /// ([`Error::MmioOutOfRange`] or [`Error::InvalidArgument`]).
+    pub fn new(mmio: M, reg: usize, buf_size: usize) -> Result<Self, (Error, M)> {
+        if buf_size % 64 != 0 || buf_size == 0 || buf_size > 1 << 16 {
+            return Err((
+                Error::InvalidArgument(
+                    "BlueFlame buf_size must be a non-zero multiple of 64, at most 64 KiB",
+                ),
+                mmio,
+            ));
+        }
+        // Against `len` itself, not the overridable `check`: this is the
+        // precondition of `write64_unchecked`.
+        let len = mmio.len();
+        let end = reg.checked_add(2 * buf_size);
+        let ok = end.is_some_and(|e| e <= len && e <= u32::MAX as usize) && reg % 8 == 0;
+        if !ok {
+            return Err((
+                Error::MmioOutOfRange {
+                    offset: reg,
+                    width: 2 * buf_size,
+                    len,
+                },
+                mmio,
+            ));
+        }
+        let (reg, buf_size) = (reg as u32, buf_size as u32);
+        Ok(Self {
+            mmio,
+            cur: reg,
+            toggle: reg ^ (reg + buf_size),
+            reg,
+            buf_size,
+        })
+    }
+
+    /// Writes the 8-byte doorbell to the current buffer: one store, no
+    /// check (done in [`new`](Self::new)).
+    #[inline(always)]
+    pub fn ring(&self, value: Be64) {
+        // SAFETY: `cur` is `reg` or `reg + buf_size`, both multiples of 8
+        // (`reg % 8 == 0`, `buf_size % 64 == 0`), and `cur + 8 <= reg + 2 *
+        // buf_size <= len` (checked in `new`; `len` does not change while
+        // the window exists, per the contract of `write64_unchecked`).
+        unsafe { self.mmio.write64_unchecked(self.cur as usize, value) }
+    }
+
+    /// Copies 64-byte block `block` of a WQE to the current buffer
+    /// (`block * 64` bytes in). Fails, writing nothing, if the block is not
+    /// inside the buffer. The caller brackets the copy with
+    /// [`mmio_wc_start`](crate::barrier::mmio_wc_start) and
+    /// [`mmio_flush_writes`](crate::barrier::mmio_flush_writes).
+    #[inline]
+    pub fn copy(&self, block: usize, words: &[Be64; 8]) -> Result<(), Error> {
+        let inside = block
+            .checked_mul(64)
+            .is_some_and(|o| o < self.buf_size as usize);
+        if !inside {
+            return Err(Error::MmioOutOfRange {
+                offset: (self.cur as usize).saturating_add(block.saturating_mul(64)),
+                width: 64,
+                len: self.mmio.len(),
+            });
+        }
+        let base = self.cur as usize + 64 * block;
+        for (i, w) in words.iter().enumerate() {
+            // SAFETY: `base + 8 i + 8 <= cur + buf_size <= len` (the block
+            // is inside the buffer, checked above; the buffer inside the
+            // window, checked in `new`), and 8-byte aligned (`cur` and 64
+            // are multiples of 8).
+            unsafe { self.mmio.write64_unchecked(base + 8 * i, *w) };
+        }
+        Ok(())
+    }
+
+    /// Copies a WQE of `blocks` 64-byte blocks to the current buffer, block
+    /// `b` being `block(b)`: one check for the whole copy (fails, writing
+    /// nothing, if it does not fit the buffer), then single 64-bit stores.
+    /// Bracket it as [`copy`](Self::copy).
+    #[inline(always)]
+    pub fn copy_blocks(
+        &self,
+        blocks: usize,
+        block: impl Fn(usize) -> [Be64; 8],
+    ) -> Result<(), Error> {
+        if blocks > self.buf_size as usize / 64 {
+            return Err(Error::MmioOutOfRange {
+                offset: self.cur as usize,
+                width: blocks.saturating_mul(64),
+                len: self.mmio.len(),
+            });
+        }
+        for b in 0..blocks {
+            let words = block(b);
+            let base = self.cur as usize + 64 * b;
+            for (i, w) in words.iter().enumerate() {
+                // SAFETY: `base + 8 i + 8 <= cur + 64 blocks <= cur +
+                // buf_size <= len` (checked above and in `new`), 8-byte
+                // aligned.
+                unsafe { self.mmio.write64_unchecked(base + 8 * i, *w) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Switches to the other buffer.
+    #[inline(always)]
+    pub fn flip(&mut self) {
+        self.cur ^= self.toggle;
+    }
+
+    /// Offset in the window of the buffer the next doorbell goes to.
+    #[inline(always)]
+    pub fn offset(&self) -> usize {
+        self.cur as usize
+    }
+
+    /// `bf->offset`: 0 or `buf_size`.
+    pub fn buffer_offset(&self) -> usize {
+        (self.cur - self.reg) as usize
+    }
+
+    /// Bytes of one buffer.
+    #[inline(always)]
+    pub fn buf_size(&self) -> usize {
+        self.buf_size as usize
+    }
+
+    /// The window.
+    pub fn mmio(&self) -> &M {
+        &self.mmio
+    }
+
+    /// Gives the window back.
+    pub fn into_inner(self) -> M {
+        self.mmio
+    }
+}
+
 impl<M: Mmio + ?Sized> Mmio for &M {
     #[inline(always)]
     fn len(&self) -> usize {
@@ -436,6 +599,50 @@ mod tests {
         // SAFETY: as above.
         let w = unsafe { MmioWindow::new(NonNull::new(mem.as_mut_ptr().cast()).unwrap(), 64) };
         w.read32(64);
+    }
+
+    #[test]
+    fn blueflame_pair_checks_once_and_alternates() {
+        let mut mem = vec![0u64; 512];
+        // SAFETY: `mem` outlives the window and is only accessed through it.
+        let w = unsafe { MmioWindow::new(NonNull::new(mem.as_mut_ptr().cast()).unwrap(), 4096) };
+        let mut bf = BlueFlame::new(&w, 0x800, 256).unwrap();
+        assert_eq!(
+            (bf.offset(), bf.buffer_offset(), bf.buf_size()),
+            (0x800, 0, 256)
+        );
+        bf.ring(Be64::new(1));
+        bf.flip();
+        assert_eq!((bf.offset(), bf.buffer_offset()), (0x900, 256));
+        bf.ring(Be64::new(2));
+        let words: [Be64; 8] = core::array::from_fn(|i| Be64::new(i as u64 + 10));
+        bf.copy(3, &words).unwrap();
+        assert!(bf.copy(4, &words).is_err(), "past the buffer");
+        assert!(bf.copy(usize::MAX, &words).is_err());
+        bf.flip();
+        assert_eq!(bf.offset(), 0x800);
+        assert_eq!(w.read32(0x804).get(), 1);
+        assert_eq!(w.read32(0x904).get(), 2);
+        assert_eq!(w.read32(0x900 + 3 * 64 + 60).get(), 17);
+        // Nothing past the second buffer.
+        assert_eq!(w.read32(0xa00).get(), 0);
+        // A whole WQE at once, checked once (at 0x800 now).
+        bf.copy_blocks(2, |b| [Be64::new(b as u64 + 20); 8])
+            .unwrap();
+        assert!(bf.copy_blocks(5, |_| [Be64::ZERO; 8]).is_err());
+        assert_eq!(w.read32(0x800 + 64 + 60).get(), 21);
+        assert_eq!(w.read32(0x800 + 128).get(), 0);
+        for (reg, size) in [
+            (0xe08, 256),
+            (0x804, 256),
+            (0x800, 100),
+            (0x800, 0),
+            (usize::MAX - 7, 64),
+        ] {
+            assert!(BlueFlame::new(&w, reg, size).is_err(), "{reg:#x} {size}");
+        }
+        assert!(BlueFlame::new(&w, 0xc00, 512).is_ok());
+        let _ = bf.into_inner();
     }
 
     #[test]

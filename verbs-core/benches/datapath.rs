@@ -4,21 +4,18 @@
 //! Through the fastest safe API for each scenario:
 //!
 //! - `post/post1`: one RDMA write (1 SGE) with its doorbell
-//!   (`SendQueue::wr_rdma_write`);
+//!   (`SendQueue::post_send_sge`);
 //! - `post/post32`: 32 RDMA writes with one doorbell (`SendQueue::batch`,
-//!   `SendBatch::wr_rdma_write`; throughput per WQE);
-//! - `poll/poll1`: poll one requester CQE (`CqPoller::poll_one_into`, a
-//!   session made once per 256 CQEs);
+//!   `SendBatch::post_send_sge`; throughput per WQE);
+//! - `poll/poll1`: poll one requester CQE (`Cq::poll_one`);
 //! - `poll/poll32`: poll 32 requester CQEs into `Completion`s (throughput
 //!   per CQE).
 //!
-//! The same posts returning the full `Error` (`post_rdma_write` on the
+//! The same posts with their error converted to the full `Error` (on the
 //! queue and on a batch): `post/post1_error`, `post/post32_error`. And
-//! through the general API: `post/post1_wr` (`SendQueue::post` of a
-//! `SendWr`), `post/post32_wr` (`SendQueue::post_list`), `poll/poll32_wc`
-//! (`Cq::poll` into `WorkCompletion`s). Single polls without a session:
-//! `poll/poll1_into` (`Cq::poll_one_into`), `poll/poll1_one`
-//! (`Cq::poll_one`).
+//! through the general API: `post/post1_wr` (`SendQueue::post_send` of a
+//! `SendWr`), `post/post32_wr` (`SendQueue::post_send_list`),
+//! `poll/poll32_wc` (`Cq::poll` into `WorkCompletion`s).
 //!
 //! Setup that stands for the device (writing CQEs, retiring posted work) is
 //! done in `iter_custom` outside the timed region.
@@ -30,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use harness::{Harness, Uar, Write, rdma_write, write_args};
-use verbs_core::{Completion, Cq, CqTable, SendQueue, SendWr, WorkCompletion};
+use verbs_core::{Completion, Cq, CqTable, Error, SendOp, SendQueue, SendWr, WorkCompletion};
 
 /// Times `iters` single posts, in chunks the queue can take.
 fn time_post1(h: &mut Harness, iters: u64, mut post: impl FnMut(&mut SendQueue<Uar>)) -> Duration {
@@ -83,7 +80,7 @@ fn time_poll(
         let cqes = polls as u32 * per;
         let sq = h.qp.sq().unwrap();
         let first = sq.cur_post();
-        sq.post_list(&wrs[..cqes as usize]).unwrap();
+        sq.post_send_list(&wrs[..cqes as usize]).unwrap();
         for i in 0..cqes {
             h.device_complete(first.wrapping_add(i) as u16);
         }
@@ -113,7 +110,7 @@ fn time_poll_chunks(
         let k = (iters - done).min(u64::from(CHUNK)) as u32;
         let sq = h.qp.sq().unwrap();
         let first = sq.cur_post();
-        sq.post_list(&wrs[..k as usize]).unwrap();
+        sq.post_send_list(&wrs[..k as usize]).unwrap();
         for i in 0..k {
             h.device_complete(first.wrapping_add(i) as u16);
         }
@@ -135,8 +132,16 @@ fn post(c: &mut Criterion) {
         b.iter_custom(|iters| {
             time_post1(&mut h, iters, |sq| {
                 let w = black_box(&w);
-                sq.wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)
-                    .unwrap()
+                sq.post_send_sge(
+                    w.wr_id,
+                    SendOp::RdmaWrite {
+                        remote_addr: w.remote_addr,
+                        rkey: w.rkey,
+                    },
+                    w.flags,
+                    w.sge,
+                )
+                .unwrap()
             })
         });
     });
@@ -146,15 +151,26 @@ fn post(c: &mut Criterion) {
         b.iter_custom(|iters| {
             time_post1(&mut h, iters, |sq| {
                 let w = black_box(&w);
-                sq.post_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)
-                    .unwrap()
+                sq.post_send_sge(
+                    w.wr_id,
+                    SendOp::RdmaWrite {
+                        remote_addr: w.remote_addr,
+                        rkey: w.rkey,
+                    },
+                    w.flags,
+                    w.sge,
+                )
+                .map_err(Error::from)
+                .unwrap()
             })
         });
     });
     g.bench_function("post1_wr", |b| {
         let mut h = Harness::new(512, 12);
         let wr = rdma_write(1);
-        b.iter_custom(|iters| time_post1(&mut h, iters, |sq| sq.post(black_box(&wr)).unwrap()));
+        b.iter_custom(|iters| {
+            time_post1(&mut h, iters, |sq| sq.post_send(black_box(&wr)).unwrap())
+        });
     });
     g.throughput(Throughput::Elements(32));
     g.bench_function("post32", |b| {
@@ -165,7 +181,15 @@ fn post(c: &mut Criterion) {
                 let mut batch = sq.batch();
                 for w in black_box(&ws) {
                     batch
-                        .wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)
+                        .post_send_sge(
+                            w.wr_id,
+                            SendOp::RdmaWrite {
+                                remote_addr: w.remote_addr,
+                                rkey: w.rkey,
+                            },
+                            w.flags,
+                            w.sge,
+                        )
                         .unwrap();
                 }
                 batch.ring();
@@ -180,7 +204,16 @@ fn post(c: &mut Criterion) {
                 let mut batch = sq.batch();
                 for w in black_box(&ws) {
                     batch
-                        .post_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)
+                        .post_send_sge(
+                            w.wr_id,
+                            SendOp::RdmaWrite {
+                                remote_addr: w.remote_addr,
+                                rkey: w.rkey,
+                            },
+                            w.flags,
+                            w.sge,
+                        )
+                        .map_err(Error::from)
                         .unwrap();
                 }
                 batch.ring();
@@ -191,7 +224,9 @@ fn post(c: &mut Criterion) {
         let mut h = Harness::new(512, 12);
         let wrs: [SendWr<'static>; 32] = std::array::from_fn(|i| rdma_write(i as u64));
         b.iter_custom(|iters| {
-            time_post32(&mut h, iters, |sq| sq.post_list(black_box(&wrs)).unwrap())
+            time_post32(&mut h, iters, |sq| {
+                sq.post_send_list(black_box(&wrs)).unwrap()
+            })
         });
     });
     g.finish();
@@ -205,27 +240,9 @@ fn poll(c: &mut Criterion) {
         let mut c = Completion::default();
         b.iter_custom(|iters| {
             time_poll_chunks(&mut h, iters, |cq, t, k| {
-                let mut p = cq.poller(t);
                 for _ in 0..k {
-                    assert!(p.poll_one_into(black_box(&mut c)).unwrap());
+                    assert!(cq.poll_one(t, black_box(&mut c)).unwrap());
                 }
-            })
-        });
-    });
-    g.bench_function("poll1_into", |b| {
-        let mut h = Harness::new(512, 12);
-        let mut c = Completion::default();
-        b.iter_custom(|iters| {
-            time_poll(&mut h, iters, 1, |cq, t| {
-                usize::from(cq.poll_one_into(t, black_box(&mut c)).unwrap())
-            })
-        });
-    });
-    g.bench_function("poll1_one", |b| {
-        let mut h = Harness::new(512, 12);
-        b.iter_custom(|iters| {
-            time_poll(&mut h, iters, 1, |cq, t| {
-                usize::from(black_box(cq.poll_one(t).unwrap()).is_some())
             })
         });
     });

@@ -11,74 +11,69 @@
 //! total `Ir` by N, and by 32 for the batched ones). Without valgrind it
 //! prints nanoseconds per operation.
 //!
-//! The four scenarios of the benchmark, each through the fastest safe API
-//! for it:
+//! The four scenarios of the benchmark, each through the one path of its
+//! direction:
 //!
 //! - `op_post1`: one RDMA write (1 SGE, signaled) posted with its doorbell
-//!   (`SendQueue::wr_rdma_write`, which returns the two-word `SendError`);
+//!   (`SendQueue::post_send_sge`, which returns the two-word `SendError`);
 //! - `op_post32`: 32 such writes and one doorbell (`SendQueue::batch`,
-//!   `SendBatch::wr_rdma_write`, `SendBatch::ring`);
-//! - `op_poll1`: one requester CQE through a polling session
-//!   (`CqPoller::poll_one_into` into a caller's `Completion`, returning the
-//!   two-word `PollError`; the session, `Cq::poller`, is made once per 256
-//!   CQEs outside the measured function and remembers the queue and WQE
-//!   opcode of the CQE before, which is what a loop polling one CQE at a
-//!   time gets);
+//!   `SendBatch::post_send_sge`, `SendBatch::ring`);
+//! - `op_poll1`: one requester CQE (`Cq::poll_one` into a caller's
+//!   `Completion`, returning the two-word `PollError`; the queue is looked
+//!   up for every CQE);
 //! - `op_poll32`: `Cq::poll` of 32 requester CQEs into `Completion`s.
 //!
 //! `op_post1_inline` and `op_poll1_inline` do N of the single operations
 //! in one call (the cost without a call boundary per operation);
-//! `op_post1_err` and `op_post32_err` are `op_post1` and `op_post32` with
-//! the full `Error` (`post_rdma_write`), whose 32-byte `Result` comes back
-//! through memory. Single polls without a session: `op_poll1_into`
-//! (`Cq::poll_one_into`, the queue looked up every time) and
-//! `op_poll1_one` (`Cq::poll_one`, a 40-byte `Result<Option<Completion>,
-//! Error>` through memory).
+//! `op_post1_err` and `op_post32_err` are `op_post1` and `op_post32`
+//! returning the full `Error` (`?` converts), whose 32-byte `Result` comes
+//! back through memory.
 //!
 //! And the same through the general API (`SendWr`, `WorkCompletion`):
-//! `op_post1_wr` (`SendQueue::post`), `op_post32_wr`
-//! (`SendQueue::post_list`), `op_poll1_slice` (`Cq::poll` with one
+//! `op_post1_wr` (`SendQueue::post_send`), `op_post32_wr`
+//! (`SendQueue::post_send_list`), `op_poll1_slice` (`Cq::poll` with one
 //! `Completion` slot), `op_poll1_wc`, `op_poll32_wc` (`Cq::poll` into
 //! `WorkCompletion`s).
 //!
-//! Measured on the development machine (x86_64, 2 cores, release profile
-//! with `debug = 1`, N = 10000; instructions per operation = callgrind `Ir`
-//! / N, / 32 N for the batches; wall clock from `datapath_cost all 200000`,
-//! noisy to about 5%):
+//! Measured on the development machine (x86_64, 2 cores shared, release
+//! profile with `debug = 1`, N = 10000; instructions per operation =
+//! callgrind `Ir` / N, / 32 N for the batches), before and after verbs-core
+//! reached queue memory only through `platform::ring` (issue 12: bounds
+//! safe by construction, `#![forbid(unsafe_code)]`, one path per
+//! direction):
 //!
-//! | operation | fast API | instr. | ns | with `Error` | instr. | general API | instr. | target |
-//! |---|---|---|---|---|---|---|---|---|
-//! | post 1 RDMA write + doorbell | `wr_rdma_write` | 57 | 6.3 | `post_rdma_write` | 64 | `post(&SendWr)` | 156 | 60 |
-//! | post 32, per WQE | `SendBatch::wr_rdma_write` | 40.7 | 3.1 | `SendBatch::post_rdma_write` | 42.9 | `post_list` | 129 | 40 |
-//! | poll 1 CQE | `CqPoller::poll_one_into` | 56.5 | 12.8 | `poll_one` | 76 | `poll`, 1 `WorkCompletion` | 138 | 40 |
-//! | poll 32, per CQE | `poll` into `Completion`s | 38 | 9.5 | | | `poll` into `WorkCompletion`s | 61 | 40 |
+//! | operation | API | before | after | target |
+//! |---|---|---|---|---|
+//! | post 1 RDMA write + doorbell | `post_send_sge` (was `wr_rdma_write`) | 57.4 | 62.4 | 60 |
+//! | post 32, per WQE | `SendBatch::post_send_sge` | 40.75 | 42.1 | 40 |
+//! | poll 1 CQE | `Cq::poll_one` (was `poll_one_into`; `CqPoller` 56.5) | 66.0 | 70.0 | 40 |
+//! | poll 32, per CQE | `poll` into `Completion`s | 38.0 | 43.6 | 40 |
+//! | post 1, full `Error` | `post_send_sge` + `?` | 64.4 | 65.4 | |
+//! | post 32, full `Error`, per WQE | | 42.9 | 44.2 | |
+//! | post 1 `SendWr` | `post_send` | 171 | 179 | |
+//! | post 32 `SendWr`, per WQE | `post_send_list` | 141 | 148 | |
+//! | poll 1, one-slot slice | `poll` | 103 | 110 | |
+//! | poll 1 / 32 into `WorkCompletion`s | `poll` | 138 / 61.4 | 145 / 62.0 | |
+//! | post 1 / poll 1 inlined into a loop | | 54.5 / 54.6 (session) | 55.5 / 67.1 | |
+//!
+//! (Before: this file and `verbs-core` at commit 7399a9c, built and
+//! measured in the same session on the same machine.) The targets are not
+//! met. What the bounds-safe views cost: a send queue's doorbell record is
+//! a view of its own (the hand-written code reached it and the bookkeeping
+//! through one pointer), which with the ring's and the table's base
+//! addresses takes one more register on the single post (two callee-saved
+//! registers saved instead of one); a batch holds a counted clone of the
+//! ring (one atomic increment and decrement per batch) so that its base
+//! addresses stay in registers; the general path masks the byte offsets
+//! it writes outside a WQE's first block. On the poll side the run of
+//! CQEs keeps more values live than the loop over raw offsets did and
+//! spills two of them; the single poll lost the polling session
+//! (`CqPoller`, which remembered the queue of the CQE before) with the
+//! surfaces nobody called, and looks the queue up for every CQE.
 //!
 //! The comparison with rdma-core's libmlx5, measured in the same run on
 //! the same fixtures, is `bash bench/incumbent/run.sh` (README, "Data-path
 //! cost").
-//!
-//! (`op_poll1`'s 56.5 is 56 for a CQE of the remembered queue plus the
-//! session's first CQE, which looks the queue up, spread over 256.)
-//! Without a session, `Cq::poll_one_into` takes 66 instructions (14.1 ns);
-//! `poll` with a one-element `Completion` slice 103. Inlined into the
-//! caller's loop (`op_post1_inline`, `op_poll1_inline`: N operations in
-//! one call, each post to other addresses) a post takes 54 instructions
-//! (3.8 ns) and a session's poll 55 (11 ns). Before the first optimisation
-//! round the four scenarios took 178, 134, 230 and 141 instructions;
-//! before the second, 85, 47, 92 and 44; before the third, 57.4, 40.75, 76
-//! and 38.
-//!
-//! What is left: a single post is the WQE's eight stores, the checks
-//! (queue space, flags table, non-empty SGE), the bookkeeping, the
-//! doorbell record and the doorbell between the two barriers rdma-core
-//! also has, plus one register saved. A batched WQE is the same without the
-//! doorbell, plus the caller's six loads of its arguments and its loop. A
-//! single poll of a session is, beyond the per-CQE work of a run (the
-//! owner byte, the read barrier, the key, QPN and WQE-opcode compare, the
-//! window check, the tail and completion stores): finding the CQE from the
-//! consumer index (12), the consumer index and its doorbell record (8),
-//! the 16-byte `Result` written through memory and the return (4), one
-//! saved register (2).
 //!
 //! Outside the measured functions the harness plays the device: it writes
 //! the CQEs (for the poll scenarios it first posts the WQEs they complete),
@@ -92,7 +87,7 @@ use std::time::{Duration, Instant};
 
 use harness::{Harness, Uar, Write, rdma_write, write_args};
 use verbs_core::{
-    Completion, Cq, CqPoller, CqTable, Error, PollError, PostError, SendError, SendQueue, SendWr,
+    Completion, Cq, CqTable, Error, PollError, PostError, SendError, SendOp, SendQueue, SendWr,
     Sge, WorkCompletion,
 };
 
@@ -106,7 +101,7 @@ fn op_post1(
     rkey: u32,
     sge: Sge,
 ) -> Result<(), SendError> {
-    sq.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge)
+    sq.post_send_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
 }
 
 #[inline(never)]
@@ -114,13 +109,21 @@ fn op_post1(
 fn op_post32(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), SendError> {
     let mut b = sq.batch();
     for w in wrs {
-        b.wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
+        b.post_send_sge(
+            w.wr_id,
+            SendOp::RdmaWrite {
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+            },
+            w.flags,
+            w.sge,
+        )?;
     }
     b.ring();
     Ok(())
 }
 
-/// `op_post1` with the full error type (`post_rdma_write`): the 32-byte
+/// `op_post1` returning the full `Error` (`?` converts): the 32-byte
 /// `Result` comes back through memory.
 #[inline(never)]
 #[unsafe(no_mangle)]
@@ -132,49 +135,35 @@ fn op_post1_err(
     rkey: u32,
     sge: Sge,
 ) -> Result<(), Error> {
-    sq.post_rdma_write(wr_id, flags, remote_addr, rkey, sge)
+    Ok(sq.post_send_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)?)
 }
 
-/// `op_post32` with the full error type (`SendBatch::post_rdma_write`).
+/// `op_post32` returning the full `Error` (`?` converts).
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn op_post32_err(sq: &mut SendQueue<Uar>, wrs: &[Write; 32]) -> Result<(), Error> {
     let mut b = sq.batch();
     for w in wrs {
-        b.post_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
+        b.post_send_sge(
+            w.wr_id,
+            SendOp::RdmaWrite {
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+            },
+            w.flags,
+            w.sge,
+        )?;
     }
     b.ring();
     Ok(())
 }
 
-/// One CQE through a polling session (`CqPoller::poll_one_into`), which
-/// remembers the queue of the CQE before; the session is made once, outside.
+/// One CQE through `Cq::poll_one` into a caller's `Completion` (the
+/// queue looked up every time).
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_poll1(
-    p: &mut CqPoller<'_, Uar, CqTable<8>>,
-    out: &mut Completion,
-) -> Result<bool, PollError> {
-    p.poll_one_into(out)
-}
-
-/// One CQE through `Cq::poll_one_into` (the queue looked up every time).
-#[inline(never)]
-#[unsafe(no_mangle)]
-fn op_poll1_into(
-    cq: &mut Cq<Uar>,
-    table: &CqTable<8>,
-    out: &mut Completion,
-) -> Result<bool, PollError> {
-    cq.poll_one_into(table, out)
-}
-
-/// One CQE through `Cq::poll_one` (`Result<Option<Completion>, Error>`, 40
-/// bytes through memory).
-#[inline(never)]
-#[unsafe(no_mangle)]
-fn op_poll1_one(cq: &mut Cq<Uar>, table: &CqTable<8>) -> Result<Option<Completion>, Error> {
-    cq.poll_one(table)
+fn op_poll1(cq: &mut Cq<Uar>, table: &CqTable<8>, out: &mut Completion) -> Result<bool, PollError> {
+    cq.poll_one(table, out)
 }
 
 #[inline(never)]
@@ -208,20 +197,27 @@ fn op_post1_inline(sq: &mut SendQueue<Uar>, w: &Write, count: u64) -> Result<(),
             addr: w.sge.addr + 64 * i,
             ..w.sge
         };
-        sq.wr_rdma_write(w.wr_id + i, w.flags, w.remote_addr + 64 * i, w.rkey, sge)?;
+        sq.post_send_sge(
+            w.wr_id + i,
+            SendOp::RdmaWrite {
+                remote_addr: w.remote_addr + 64 * i,
+                rkey: w.rkey,
+            },
+            w.flags,
+            sge,
+        )?;
     }
     Ok(())
 }
 
-/// `count` single polls in one call (the CQEs are there), through a
-/// session.
+/// `count` single polls in one call (the CQEs are there).
 #[inline(never)]
 #[unsafe(no_mangle)]
-fn op_poll1_inline(p: &mut CqPoller<'_, Uar, CqTable<8>>, count: u64) -> Result<u64, PollError> {
+fn op_poll1_inline(cq: &mut Cq<Uar>, table: &CqTable<8>, count: u64) -> Result<u64, PollError> {
     let mut sum = 0;
     let mut c = Completion::default();
     for _ in 0..count {
-        if p.poll_one_into(&mut c)? {
+        if cq.poll_one(table, &mut c)? {
             sum += c.wr_id();
         }
     }
@@ -231,13 +227,13 @@ fn op_poll1_inline(p: &mut CqPoller<'_, Uar, CqTable<8>>, count: u64) -> Result<
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn op_post1_wr(sq: &mut SendQueue<Uar>, wr: &SendWr<'_>) -> Result<(), Error> {
-    sq.post(wr)
+    sq.post_send(wr)
 }
 
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn op_post32_wr(sq: &mut SendQueue<Uar>, wrs: &[SendWr<'_>; 32]) -> Result<(), PostError> {
-    sq.post_list(wrs)
+    sq.post_send_list(wrs)
 }
 
 #[inline(never)]
@@ -314,7 +310,7 @@ fn run_poll(
         let cqes = polls as u32 * per;
         let sq = h.qp.sq().unwrap();
         let first = sq.cur_post();
-        sq.post_list(&wrs[..cqes as usize]).expect("post");
+        sq.post_send_list(&wrs[..cqes as usize]).expect("post");
         for i in 0..cqes {
             h.device_complete(first.wrapping_add(i) as u16);
         }
@@ -342,7 +338,7 @@ fn run_poll_chunks(n: u64, mut poll: impl FnMut(&mut Cq<Uar>, &CqTable<8>, u32))
         let k = (n - done).min(u64::from(CHUNK)) as u32;
         let sq = h.qp.sq().unwrap();
         let first = sq.cur_post();
-        sq.post_list(&wrs[..k as usize]).expect("post");
+        sq.post_send_list(&wrs[..k as usize]).expect("post");
         for i in 0..k {
             h.device_complete(first.wrapping_add(i) as u16);
         }
@@ -399,7 +395,7 @@ fn main() {
             )
             .expect("post")
         });
-        report("post1_err:", "per post (post_rdma_write, Error)", dt, n);
+        report("post1_err:", "per post (post_send_sge, into Error)", dt, n);
     }
     if run("post1_inline") {
         let w = write_args(0);
@@ -428,7 +424,7 @@ fn main() {
         let dt = run_post32(n, |sq| op_post32_err(sq, black_box(&wrs)).expect("post"));
         report(
             "post32_err:",
-            "per WQE (SendBatch::post_rdma_write)",
+            "per WQE (SendBatch::post_send_sge, into Error)",
             dt,
             32 * n,
         );
@@ -436,36 +432,11 @@ fn main() {
     if run("poll1") {
         let mut c = Completion::default();
         let dt = run_poll_chunks(n, |cq, t, k| {
-            let mut p = cq.poller(t);
             for _ in 0..k {
-                assert!(op_poll1(&mut p, black_box(&mut c)).expect("poll"));
+                assert!(op_poll1(cq, t, black_box(&mut c)).expect("poll"));
             }
         });
-        report(
-            "poll1:",
-            "per poll of 1 CQE (CqPoller::poll_one_into)",
-            dt,
-            n,
-        );
-    }
-    if run("poll1_into") {
-        let mut c = Completion::default();
-        let dt = run_poll(n, 1, |cq, t| {
-            usize::from(op_poll1_into(cq, t, black_box(&mut c)).expect("poll"))
-        });
-        report(
-            "poll1_into:",
-            "per poll of 1 CQE (Cq::poll_one_into)",
-            dt,
-            n,
-        );
-    }
-    if run("poll1_one") {
-        let dt = run_poll(n, 1, |cq, t| {
-            let c = op_poll1_one(cq, t).expect("poll");
-            black_box(c).map_or(0, |_| 1)
-        });
-        report("poll1_one:", "per poll of 1 CQE (Cq::poll_one)", dt, n);
+        report("poll1:", "per poll of 1 CQE (Cq::poll_one)", dt, n);
     }
     if run("poll1_slice") {
         let mut wc = [Completion::default(); 1];
@@ -475,18 +446,12 @@ fn main() {
         report("poll1_slice:", "per poll of 1 CQE (poll, 1 slot)", dt, n);
     }
     if run("poll1_inline") {
-        // 256 CQEs written (untimed), then taken by 256 single polls of a
-        // session in one op call.
+        // 256 CQEs written (untimed), then taken by 256 single polls in one
+        // op call.
         let dt = run_poll_chunks(n, |cq, t, k| {
-            let mut p = cq.poller(t);
-            black_box(op_poll1_inline(&mut p, black_box(u64::from(k))).expect("poll"));
+            black_box(op_poll1_inline(cq, t, black_box(u64::from(k))).expect("poll"));
         });
-        report(
-            "poll1_inline:",
-            "per poll (session, inlined into a loop)",
-            dt,
-            n,
-        );
+        report("poll1_inline:", "per poll (inlined into a loop)", dt, n);
     }
     if run("poll32") {
         let mut wc = [Completion::default(); 32];

@@ -21,22 +21,19 @@
 //! Scenarios (the API each uses):
 //!
 //! - `post1`: one RDMA write (1 SGE, signaled) + doorbell
-//!   (`SendQueue::wr_rdma_write`);
+//!   (`SendQueue::post_send_sge`);
 //! - `post32`: 32 RDMA writes and one doorbell (`SendQueue::batch`,
-//!   `SendBatch::wr_rdma_write`, `SendBatch::ring`);
+//!   `SendBatch::post_send_sge`, `SendBatch::ring`);
 //! - `post1_db`, `post32_db`: the same followed by the doorbell-cost model
 //!   (once per doorbell, exactly as the C side does it);
-//! - `poll1`: one requester CQE (`CqPoller::poll_one_into`, the session
-//!   made outside the measured function once per run of CQEs the device
-//!   wrote, at most 169);
-//! - `poll1_cq`: the same without a session (`Cq::poll_one_into`, the
-//!   queue looked up for every CQE, as `ibv_poll_cq` does);
+//! - `poll1`: one requester CQE (`Cq::poll_one`, the queue looked up for
+//!   every CQE, as `ibv_poll_cq` does);
 //! - `poll32`: 32 requester CQEs (`Cq::poll` into `Completion`s);
-//! - `inline64`: a SEND of 64 bytes inline (`SendQueue::post` of a
+//! - `inline64`: a SEND of 64 bytes inline (`SendQueue::post_send` of a
 //!   `SendWr` with `Payload::Inline`), BlueFlame copy included;
 //! - `ud`: a UD SEND of 1 SGE with an address vector, remote QPN and Q_Key
-//!   (`SendQueue::post` of a `SendWr` with a `UdDest`);
-//! - `recv`: one receive WQE of 1 SGE (`RecvQueue::post`).
+//!   (`SendQueue::post_send` of a `SendWr` with a `UdDest`);
+//! - `recv`: one receive WQE of 1 SGE (`RecvQueue::post_recv`).
 //!
 //! The doorbell-cost model (environment variable `DOORBELL_MODEL`, the
 //! same as the C side's `doorbell_model.h`): `nt` (default) a non-temporal
@@ -151,7 +148,7 @@ fn ours_post1(
     rkey: u32,
     sge: Sge,
 ) -> Result<(), SendError> {
-    sq.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge)
+    sq.post_send_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
 }
 
 #[inline(never)]
@@ -159,7 +156,15 @@ fn ours_post1(
 fn ours_post32(sq: &mut SendQueue<Uar>, wrs: &[harness::Write; 32]) -> Result<(), SendError> {
     let mut b = sq.batch();
     for w in wrs {
-        b.wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
+        b.post_send_sge(
+            w.wr_id,
+            SendOp::RdmaWrite {
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+            },
+            w.flags,
+            w.sge,
+        )?;
     }
     b.ring();
     Ok(())
@@ -175,7 +180,7 @@ fn ours_post1_db(
     rkey: u32,
     sge: Sge,
 ) -> Result<(), SendError> {
-    let r = sq.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge);
+    let r = sq.post_send_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge);
     doorbell_cost();
     r
 }
@@ -185,7 +190,15 @@ fn ours_post1_db(
 fn ours_post32_db(sq: &mut SendQueue<Uar>, wrs: &[harness::Write; 32]) -> Result<(), SendError> {
     let mut b = sq.batch();
     for w in wrs {
-        b.wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)?;
+        b.post_send_sge(
+            w.wr_id,
+            SendOp::RdmaWrite {
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+            },
+            w.flags,
+            w.sge,
+        )?;
     }
     b.ring();
     doorbell_cost();
@@ -195,20 +208,11 @@ fn ours_post32_db(sq: &mut SendQueue<Uar>, wrs: &[harness::Write; 32]) -> Result
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn ours_poll1(
-    p: &mut CqPoller<'_, Uar, CqTable<8>>,
-    out: &mut Completion,
-) -> Result<bool, PollError> {
-    p.poll_one_into(out)
-}
-
-#[inline(never)]
-#[unsafe(no_mangle)]
-fn ours_poll1_cq(
     cq: &mut Cq<Uar>,
     table: &CqTable<8>,
     out: &mut Completion,
 ) -> Result<bool, PollError> {
-    cq.poll_one_into(table, out)
+    cq.poll_one(table, out)
 }
 
 #[inline(never)]
@@ -228,7 +232,7 @@ fn ours_poll32(
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn ours_inline64(sq: &mut SendQueue<Uar>, wr_id: u64, data: &[u8]) -> Result<(), Error> {
-    sq.post(
+    sq.post_send(
         &SendWr::new(wr_id, SendOp::Send)
             .inline(data)
             .flags(SendFlags::SIGNALED),
@@ -247,7 +251,7 @@ fn ours_ud(
     dest: &UdDest<'_>,
     sgl: &[Sge],
 ) -> Result<(), Error> {
-    sq.post(
+    sq.post_send(
         &SendWr::new(wr_id, SendOp::Send)
             .sgl(sgl)
             .flags(SendFlags::SIGNALED)
@@ -258,7 +262,7 @@ fn ours_ud(
 #[inline(never)]
 #[unsafe(no_mangle)]
 fn ours_recv(rq: &mut RecvQueue, wr: &RecvWr<'_>) -> Result<(), Error> {
-    rq.post(wr)
+    rq.post_recv(wr)
 }
 
 // ---- the fixtures and the device's part (unmeasured) -----------------------
@@ -439,7 +443,7 @@ fn run_batch(
 /// `n` polls of `per` requester CQEs of `rc`: the device's part (post the
 /// work, write the CQEs) untimed for 256 CQEs at a time, then the polls
 /// that take them, timed together.
-fn run_poll(b: &mut Bench, name: &str, per: u32, session: bool, n: u64) {
+fn run_poll(b: &mut Bench, name: &str, per: u32, n: u64) {
     let mut dt = Duration::ZERO;
     let mut done = 0;
     let mut c = Completion::default();
@@ -454,21 +458,24 @@ fn run_poll(b: &mut Bench, name: &str, per: u32, session: bool, n: u64) {
         let written = polls as u32 * per;
         let first = sq.cur_post();
         for _ in 0..written {
-            sq.wr_rdma_write(w.wr_id, w.flags, w.remote_addr, w.rkey, w.sge)
-                .expect("post");
+            sq.post_send_sge(
+                w.wr_id,
+                SendOp::RdmaWrite {
+                    remote_addr: w.remote_addr,
+                    rkey: w.rkey,
+                },
+                w.flags,
+                w.sge,
+            )
+            .expect("post");
         }
         for i in 0..written {
             b.device_cqe(true, RC_QPN, RC_UIDX, first.wrapping_add(i) as u16);
         }
         let t = Instant::now();
-        if per == 1 && !session {
+        if per == 1 {
             for _ in 0..polls {
-                assert!(ours_poll1_cq(&mut b.cq, &b.table, black_box(&mut c)).expect("poll"));
-            }
-        } else if per == 1 {
-            let mut p = b.cq.poller(&b.table);
-            for _ in 0..polls {
-                assert!(ours_poll1(&mut p, black_box(&mut c)).expect("poll"));
+                assert!(ours_poll1(&mut b.cq, &b.table, black_box(&mut c)).expect("poll"));
             }
         } else {
             for _ in 0..polls {
@@ -555,13 +562,10 @@ fn main() {
         });
     }
     if run("poll1") {
-        run_poll(&mut b, "ours_poll1", 1, true, n);
-    }
-    if run("poll1_cq") {
-        run_poll(&mut b, "ours_poll1_cq", 1, false, n);
+        run_poll(&mut b, "ours_poll1", 1, n);
     }
     if run("poll32") {
-        run_poll(&mut b, "ours_poll32", 32, false, n);
+        run_poll(&mut b, "ours_poll32", 32, n);
     }
     if run("inline64") {
         let data: [u8; 64] = std::array::from_fn(|i| i as u8);

@@ -37,15 +37,14 @@
 //! receive `byte_cnt` does not exceed what the WQE posted. A bad CQE gives a
 //! typed [`Error`] and changes nothing but the consumer index.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
-use crate::mem::{Ptr, check_region};
-use crate::qp::{
-    HANDLE_RQ, HANDLE_SQ, META_HANDLES, META_RQ_HEAD, META_RQ_TAIL, META_SQ_HEAD, META_SQ_TABLE,
-    META_SQ_TAIL, SQ_ENTRY, SQ_ENTRY_HEAD,
-};
+use platform::ring::{Block64, DoorbellRecord, HostTable, QueueMem, RegionInfo, Ring};
+
+use crate::mem::{QpHdr, SqCells, SqRing, check_region, hdr, sq_hdr};
+use crate::qp::{HANDLE_SQ, META_HANDLES, META_RQ_HEAD, META_RQ_TAIL, META_SQ_HEAD, META_SQ_TAIL};
 use crate::sizing::CqLayout;
 use crate::srq::SrqCompletions;
 use crate::uar::{CQ_DOORBELL, check_cq_doorbell};
@@ -180,9 +179,6 @@ pub struct CqParts<M> {
 /// Finds the queues a CQE names. Implemented by [`CqTable`]; a driver may
 /// implement it over its own resource tables.
 ///
-/// A resolver gives the same answer for a key as long as it is borrowed
-/// (a [`CqPoller`] session relies on that to remember the handle of the
-/// last key it resolved; the handle itself stays valid by the borrow).
 pub trait CqResolver {
     /// The QP registered under user index `uidx` (CQE version 1).
     fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions>;
@@ -192,61 +188,60 @@ pub trait CqResolver {
     fn srq_by_srqn(&self, srqn: u32) -> Option<&SrqCompletions>;
 }
 
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SqSide {
-    /// WQEBBs - 1.
-    pub(crate) mask: u32,
-}
-
 #[derive(Debug)]
 pub(crate) enum RecvSide {
     None,
-    Rq { wrid: usize, len: usize, mask: u32 },
+    Rq {
+        /// `wr_id` per receive WQE.
+        wrid: HostTable<AtomicU64>,
+        /// Bytes posted per receive WQE.
+        len: HostTable<AtomicU32>,
+    },
     Srq(SrqCompletions),
 }
 
 /// The completion side of one QP for one CQ: everything the CQ needs to turn
-/// the QP's CQEs into work completions. `Send + Sync`; it points into the
-/// QP's DMA region, which the QP does not give back while the handle lives
-/// ([`Qp::into_parts`](crate::Qp::into_parts)).
+/// the QP's CQEs into work completions. `Send + Sync`; it holds counted
+/// views of the QP's bookkeeping ([`platform::ring`]), so the memory it
+/// uses stays valid as long as it lives, and the QP does not give its
+/// region back while it lives ([`Qp::into_parts`](crate::Qp::into_parts)).
 #[derive(Debug)]
 pub struct QpCompletions {
     qpn: u32,
     /// `HANDLE_SQ` and/or `HANDLE_RQ`: the sides this handle retires.
     flags: u32,
-    meta: Ptr,
+    /// The QP's bookkeeping header (head and tail counters, handle flags).
+    hdr: HostTable<QpHdr>,
     /// For the requester fast path: the CQE's `sop_drop_qpn` dword as it
     /// sits in memory, masked with [`KEY24`], that names this QP, if the
     /// handle retires the send queue; `u32::MAX` (no masked dword is)
     /// otherwise. One compare checks both.
     sq_key: u32,
-    /// `(WQEBBs - 1) * SQ_ENTRY` of the send queue (0 without one).
-    sq_mask16: u32,
+    /// The send table, if the handle retires the send queue.
+    sq: Option<SqRing>,
     rq: RecvSide,
 }
 
 impl QpCompletions {
-    pub(crate) fn new(qpn: u32, meta: Ptr, flags: u32, sq: Option<SqSide>, rq: RecvSide) -> Self {
+    pub(crate) fn new(
+        qpn: u32,
+        hdr: HostTable<QpHdr>,
+        flags: u32,
+        sq: Option<SqRing>,
+        rq: RecvSide,
+    ) -> Self {
         debug_assert_eq!(sq.is_some(), flags & HANDLE_SQ != 0);
         Self {
             qpn,
-            meta,
+            hdr,
             flags,
             sq_key: match sq {
                 Some(_) => qpn.to_be() & KEY24,
                 None => u32::MAX,
             },
-            sq_mask16: sq.map_or(0, |s| s.mask * SQ_ENTRY as u32),
+            sq,
             rq,
         }
-    }
-
-    /// The send side, if the handle retires the send queue.
-    #[inline(always)]
-    fn sq(&self) -> Option<SqSide> {
-        (self.flags & HANDLE_SQ != 0).then_some(SqSide {
-            mask: self.sq_mask16 / SQ_ENTRY as u32,
-        })
     }
 
     /// The QP number.
@@ -271,14 +266,21 @@ impl QpCompletions {
             _ => None,
         }
     }
+
+    /// The send table, if the handle retires the send queue and the CQE's
+    /// masked `sop_drop_qpn` dword `kq` names this QP.
+    #[inline(always)]
+    fn send_table(&self, kq: u32) -> Option<&SqRing> {
+        if self.sq_key != kq {
+            return None;
+        }
+        self.sq.as_ref()
+    }
 }
 
 impl Drop for QpCompletions {
     fn drop(&mut self) {
-        let _ = HANDLE_RQ;
-        self.meta
-            .a32(META_HANDLES)
-            .fetch_and(!self.flags, Ordering::AcqRel);
+        hdr(&self.hdr, META_HANDLES).fetch_and(!self.flags, Ordering::AcqRel);
     }
 }
 
@@ -348,9 +350,9 @@ impl<const N: usize> CqResolver for CqTable<N> {
 /// A completion queue.
 #[derive(Debug)]
 pub struct Cq<M: Mmio> {
-    buf: Ptr,
-    dbr: Ptr,
-    region: DmaRegion,
+    buf: Ring,
+    dbr: DoorbellRecord,
+    mem: QueueMem,
     mmio: M,
     db_offset: usize,
     cqn: u32,
@@ -412,28 +414,26 @@ static REQ_FAST: [u64; 256] = {
 /// `room = head - tail`: a CQE's `wqe_head` is inside it when
 /// `u = last - wqe_head < room` (all wrapping), and retiring up to it
 /// (tail = wqe_head + 1) leaves `room = u`.
-struct Run {
-    meta: Ptr,
-    /// `(wqe_cnt - 1) * SQ_ENTRY`.
-    mask16: usize,
+struct Run<'a> {
+    table: SqCells<'a>,
     last: u32,
     room: u32,
 }
 
-impl Run {
+impl Run<'_> {
     /// The completion (its words for [`Completion::requester`]) for the
-    /// requester CQE at byte `p` of the ring `buf`, whose last 8 bytes
-    /// (raw) are `t`, with the queue's tail advanced past its WQE; `None`
-    /// (nothing changed) if the WQE opcode is not a send WQE opcode or the
-    /// WQE is not outstanding as the head was last read.
+    /// requester CQE `cqe`, whose last 8 bytes (raw) are `t`, with the
+    /// queue's tail advanced past its WQE; `None` (nothing changed) if the
+    /// WQE opcode is not a send WQE opcode or the WQE is not outstanding
+    /// as the head was last read.
     #[inline(always)]
-    fn take(&mut self, buf: Ptr, p: usize, t: u64) -> Option<[u64; 3]> {
+    fn take(&mut self, cqe: Block64<'_>, t: u64) -> Option<[u64; 3]> {
         // (The order of the checks does not matter: a CQE that fails one
         // goes to the general path, which reports the error.)
-        // `(wqe_counter & mask) * SQ_ENTRY` straight from the big-endian
-        // 8 bytes: wqe_counter is their bits 31:16.
-        let e = META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & self.mask16);
-        let wqe_head = self.meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
+        // wqe_counter is bits 31:16 of the big-endian 8 bytes; the table
+        // masks it.
+        let e = self.table.entry(u32::from((u64::from_be(t) >> 16) as u16));
+        let wqe_head = e.head.load(Ordering::Relaxed);
         let u = self.last.wrapping_sub(wqe_head);
         if u >= self.room {
             return None;
@@ -453,11 +453,11 @@ impl Run {
             w1 |= if ent & REQ_LEN_8 != 0 {
                 8
             } else {
-                u64::from(u32::from_be(buf.r32(p + cqe_offset::BYTE_CNT)))
+                u64::from(u32::from_be(cqe.r32(cqe_offset::BYTE_CNT)))
             };
             w2 = u64::from(ent & 0xffff);
         }
-        let wr_id = self.meta.a64(e).load(Ordering::Relaxed);
+        let wr_id = e.wr_id.load(Ordering::Relaxed);
         self.room = u;
         Some([wr_id, w1, w2])
     }
@@ -465,7 +465,7 @@ impl Run {
     /// Stores the queue's tail (release: the poster may reuse the slots).
     #[inline(always)]
     fn store_tail(&self) {
-        self.meta.a32(META_SQ_TAIL).store(
+        self.table.header()[META_SQ_TAIL].store(
             self.last.wrapping_add(1).wrapping_sub(self.room),
             Ordering::Release,
         );
@@ -497,8 +497,19 @@ impl<M: Mmio> Cq<M> {
         ci: u32,
     ) -> Result<Self, (Error, CqParts<M>)> {
         let l = cfg.layout;
+        if let Err(e) = check_region(&region, l.total_bytes) {
+            return Err((e, CqParts { region, uar }));
+        }
+        if l.dbr_offset % 8 != 0 || l.dbr_offset + 16 > l.total_bytes {
+            return Err((Error::InvalidGeometry("CQ layout"), CqParts { region, uar }));
+        }
+        // Device part: the CQEs and the doorbell record; the platform's
+        // view counter right after the record.
+        let mut mem = match QueueMem::new(region, l.dbr_offset + 8) {
+            Ok(m) => m,
+            Err((e, region)) => return Err((e.into(), CqParts { region, uar })),
+        };
         let setup = (|| -> Result<_, Error> {
-            check_region(&region, l.total_bytes)?;
             if l.log_cq_size > 24
                 || l.ring_bytes != 64 << l.log_cq_size
                 || l.dbr_offset < l.ring_bytes
@@ -517,22 +528,30 @@ impl<M: Mmio> Cq<M> {
                         len: uar.len(),
                     })?;
             check_cq_doorbell(&uar, db_offset)?;
-            let buf = Ptr::new(&region, 0, l.ring_bytes)?;
-            let dbr = Ptr::new(&region, l.dbr_offset, 8)?;
+            let buf = mem.ring(0, l.ring_bytes)?;
+            let dbr = mem.doorbell_record(l.dbr_offset)?;
             Ok((buf, dbr, db_offset))
         })();
         let (buf, dbr, db_offset) = match setup {
             Ok(x) => x,
-            Err(e) => return Err((e, CqParts { region, uar })),
+            Err(e) => {
+                return Err((
+                    e,
+                    CqParts {
+                        region: crate::mem::into_region(mem),
+                        uar,
+                    },
+                ));
+            }
         };
         for i in 0..(1usize << l.log_cq_size) {
             buf.w8(64 * i + cqe_offset::OP_OWN, 0xf0);
         }
-        dbr.w64(0, 0);
+        dbr.write64(0);
         let mut cq = Self {
             buf,
             dbr,
-            region,
+            mem,
             mmio: uar,
             db_offset,
             cqn: cfg.cqn,
@@ -549,7 +568,7 @@ impl<M: Mmio> Cq<M> {
     #[inline(always)]
     fn update_ci(&mut self) {
         // `CqSetCi` with `ci` (tested to be the same word).
-        self.dbr.w32(0, (self.ci & 0xff_ffff).to_be());
+        self.dbr.write32(0, (self.ci & 0xff_ffff).to_be());
     }
 
     /// The CQ number.
@@ -596,7 +615,8 @@ impl<M: Mmio> Cq<M> {
     /// dropped all the same.
     pub fn clean(&mut self, key: u32, srq: Option<&SrqCompletions>) -> CqClean {
         let mut report = CqClean::default();
-        let (ci, buf, mask) = (self.ci, self.buf, self.mask);
+        let (ci, mask) = (self.ci, self.mask);
+        let buf = &self.buf;
         // The CQEs software owns now (at most a ring's worth).
         let mut n = 0u32;
         while n <= mask {
@@ -703,8 +723,8 @@ impl<M: Mmio> Cq<M> {
     }
 
     /// The DMA region (for the page list and `dbr_addr`).
-    pub fn region(&self) -> &DmaRegion {
-        &self.region
+    pub fn region(&self) -> RegionInfo {
+        self.mem.region()
     }
 
     /// Requests a completion event for the next completion (or the next
@@ -716,7 +736,7 @@ impl<M: Mmio> Cq<M> {
             .with_cmd(u8::from(solicited_only))
             .with_ci(self.ci & 0xff_ffff)
             .into_bits();
-        self.dbr.w32(4, w.to_raw());
+        self.dbr.write32(1, w.to_raw());
         barrier::mmio_wc_start();
         self.mmio.write64(
             self.db_offset,
@@ -817,15 +837,15 @@ impl<M: Mmio> Cq<M> {
         result.map(|()| n)
     }
 
-    /// [`poll`](Self::poll) into one slot: [`poll_one`](Self::poll_one),
-    /// out of line (so that `poll` stays small enough to inline).
+    /// [`poll`](Self::poll) into one slot: the single-CQE path, out of
+    /// line (so that `poll` stays small enough to inline).
     #[inline(never)]
     fn poll_one_slot<R: CqResolver, W: CompletionSlot>(
         &mut self,
         queues: &R,
         w: &mut W,
     ) -> Result<usize, Error> {
-        Ok(match self.poll_one(queues)? {
+        Ok(match self.poll_one_full(queues)? {
             Some(c) => {
                 w.set(c);
                 1
@@ -834,14 +854,12 @@ impl<M: Mmio> Cq<M> {
         })
     }
 
-    /// Polls one completion (`ibv_poll_cq` with one entry): `Ok(None)`
-    /// when no CQE is there. The same checks and error rules as
-    /// [`poll`](Self::poll) (a corrupt CQE is consumed and its error
-    /// returned), without the loop: the fastest way to take completions
-    /// one at a time. The doorbell record is written when a CQE was
-    /// consumed.
+    /// One CQE, with the full [`Error`]: `Ok(None)` when no CQE is there.
+    /// The same checks and error rules as [`poll`](Self::poll) (a corrupt
+    /// CQE is consumed and its error returned), without the loop. The
+    /// doorbell record is written when a CQE was consumed.
     #[inline]
-    pub fn poll_one<R: CqResolver>(&mut self, queues: &R) -> Result<Option<Completion>, Error> {
+    fn poll_one_full<R: CqResolver>(&mut self, queues: &R) -> Result<Option<Completion>, Error> {
         match self.version {
             CqeVersion::V1 => self.poll_one_at::<{ cqe_offset::SRQN_UIDX }, R>(queues),
             CqeVersion::V0 => self.poll_one_v0(queues),
@@ -851,25 +869,25 @@ impl<M: Mmio> Cq<M> {
     /// Polls one completion into `out` (`ibv_poll_cq` with one entry):
     /// `Ok(true)` when a CQE was taken and `out` holds its completion,
     /// `Ok(false)` when none is there (`out` untouched). The same checks
-    /// and error rules as [`poll_one`](Self::poll_one) (a corrupt CQE is
-    /// consumed and its error returned), with the two-word [`PollError`]
+    /// and error rules as [`poll`](Self::poll) (a corrupt CQE is consumed
+    /// and its error returned), with the two-word [`PollError`]
     /// (`Error::from` gives the full error, field for field; `?` converts
     /// it). After an error `out` holds nothing meaningful. The doorbell
     /// record is written when a CQE was consumed.
     ///
-    /// A successful requester CQE of a CQE-version-1 CQ is retired inline;
-    /// everything else goes out of line to the paths of `poll_one`. To
-    /// take completions one at a time, a [`CqPoller`] (see
-    /// [`poller`](Self::poller)) is faster still: it remembers the queue
-    /// of the CQE before.
-    #[inline]
-    pub fn poll_one_into<R: CqResolver>(
+    /// A successful requester CQE of a CQE-version-1 CQ is retired inline
+    /// (owner bit, opcode and format, user index and QPN, WQE opcode,
+    /// `wqe_counter` inside the outstanding window, all checked);
+    /// everything else goes out of line to the general path, which checks
+    /// everything again and says what is wrong.
+    #[inline(always)]
+    pub fn poll_one<R: CqResolver>(
         &mut self,
         queues: &R,
         out: &mut Completion,
     ) -> Result<bool, PollError> {
         let ci = self.ci;
-        let p = self.buf.sub(((ci & self.mask) as usize) << 6, 64);
+        let p = self.buf.block64((ci as usize) << 6);
         let op_own = p.r8(cqe_offset::OP_OWN);
         // Owner bit = bit log_cq_size of the consumer index.
         if op_own == u8::from(ci & self.size != 0) && self.version == CqeVersion::V1 {
@@ -885,19 +903,19 @@ impl<M: Mmio> Cq<M> {
             let uidx = u32::from_be(p.r32(cqe_offset::SRQN_UIDX) & KEY24);
             if let Some(h) = queues.by_user_index(uidx) {
                 // It retires the send queue and the QPN matches.
-                if h.sq_key == raw_sop_qpn(t) & KEY24 && (w2 as i64) >= 0 {
-                    let e =
-                        META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & h.sq_mask16 as usize);
-                    let meta = h.meta;
+                if let Some(table) = h.send_table(raw_sop_qpn(t) & KEY24)
+                    && (w2 as i64) >= 0
+                {
+                    let e = table.entry(u32::from((u64::from_be(t) >> 16) as u16));
                     out.w1w2(Completion::word1_raw(0, raw_sop_qpn(t)), w2);
-                    let tail = meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
-                    let head = meta.a32(META_SQ_HEAD).load(Ordering::Acquire);
-                    let wqe_head = meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
+                    let tail_a = sq_hdr(table, META_SQ_TAIL);
+                    let tail = tail_a.load(Ordering::Relaxed);
+                    let head = sq_hdr(table, META_SQ_HEAD).load(Ordering::Acquire);
+                    let wqe_head = e.head.load(Ordering::Relaxed);
                     // The WQE is outstanding.
                     if wqe_head.wrapping_sub(tail) < head.wrapping_sub(tail) {
-                        meta.a32(META_SQ_TAIL)
-                            .store(wqe_head.wrapping_add(1), Ordering::Release);
-                        out.w0(meta.a64(e).load(Ordering::Relaxed));
+                        tail_a.store(wqe_head.wrapping_add(1), Ordering::Release);
+                        out.w0(e.wr_id.load(Ordering::Relaxed));
                         self.ci = self.ci.wrapping_add(1);
                         self.update_ci();
                         return Ok(true);
@@ -909,19 +927,19 @@ impl<M: Mmio> Cq<M> {
         {
             return Ok(false);
         }
-        self.poll_one_into_slow(queues, out)
+        self.poll_one_slow(queues, out)
     }
 
-    /// [`poll_one_into`](Self::poll_one_into) of everything but a good
-    /// requester CQE of a version-1 CQ: [`poll_one`](Self::poll_one).
+    /// [`poll_one`](Self::poll_one) of everything but a good requester CQE
+    /// of a version-1 CQ.
     #[cold]
     #[inline(never)]
-    fn poll_one_into_slow<R: CqResolver>(
+    fn poll_one_slow<R: CqResolver>(
         &mut self,
         queues: &R,
         out: &mut Completion,
     ) -> Result<bool, PollError> {
-        match self.poll_one(queues) {
+        match self.poll_one_full(queues) {
             Ok(Some(c)) => {
                 *out = c;
                 Ok(true)
@@ -931,46 +949,31 @@ impl<M: Mmio> Cq<M> {
         }
     }
 
-    /// Starts a polling session with the resolver `queues` (see
-    /// [`CqPoller`]).
-    pub fn poller<'a, R: CqResolver>(&'a mut self, queues: &'a R) -> CqPoller<'a, M, R> {
-        CqPoller {
-            cq: self,
-            queues,
-            key: 0,
-            sop_qpn: 0,
-            w2: REQ_FAST[Opcode::Nop as usize],
-            mask16: 0,
-            meta: Ptr::from_static(&NO_QUEUE),
-        }
-    }
-
-    /// [`poll_one`](Self::poll_one) of a CQ with CQE version 0 (QPs found
-    /// by QPN, a search), out of line.
+    /// [`poll_one_full`](Self::poll_one_full) of a CQ with CQE version 0
+    /// (QPs found by QPN, a search), out of line.
     #[inline(never)]
     fn poll_one_v0<R: CqResolver>(&mut self, queues: &R) -> Result<Option<Completion>, Error> {
         self.poll_one_at::<{ cqe_offset::SOP_DROP_QPN }, R>(queues)
     }
 
-    /// [`poll_one`](Self::poll_one) with the queue key at `KEY` (see
-    /// [`requester_run`](Self::requester_run)).
+    /// [`poll_one_full`](Self::poll_one_full) with the queue key at `KEY`
+    /// (see [`requester_run`](Self::requester_run)).
     #[inline(always)]
     fn poll_one_at<const KEY: usize, R: CqResolver>(
         &mut self,
         queues: &R,
     ) -> Result<Option<Completion>, Error> {
-        // Read before the barrier, after which the compiler would read the
-        // fields again.
-        let (ci, buf) = (self.ci, self.buf);
+        let ci = self.ci;
         let off = ((ci & self.mask) as usize) << 6;
-        let op_own = buf.r8(off + cqe_offset::OP_OWN);
+        let cqe = self.buf.block64(off);
+        let op_own = cqe.r8(cqe_offset::OP_OWN);
         // Owner bit = bit log_cq_size of the consumer index.
         let sw_owner = u8::from(ci & self.size != 0);
         if op_own == sw_owner {
             // Software-owned, opcode REQ (0), format 0, not solicited (as
             // in `poll`).
             barrier::udma_from_device_barrier();
-            let c = Self::requester_one::<KEY, R>(buf, queues, off);
+            let c = Self::requester_one::<KEY, R>(cqe, queues);
             if let Some(c) = c {
                 self.ci = ci.wrapping_add(1);
                 self.update_ci();
@@ -983,7 +986,8 @@ impl<M: Mmio> Cq<M> {
         self.poll_one_general(queues, off, op_own)
     }
 
-    /// [`poll_one`](Self::poll_one) of a CQE the fast path did not take.
+    /// [`poll_one_full`](Self::poll_one_full) of a CQE the fast path did
+    /// not take.
     #[inline(never)]
     fn poll_one_general<R: CqResolver>(
         &mut self,
@@ -1001,18 +1005,17 @@ impl<M: Mmio> Cq<M> {
         r.map(Some)
     }
 
-    /// The send queue of a requester CQE at byte `off` whose key dword is
-    /// at `KEY` (see [`requester_run`](Self::requester_run)), if the key is
+    /// The send queue of a requester CQE `cqe` whose key dword is at `KEY`
+    /// (see [`requester_run`](Self::requester_run)), if the key is
     /// registered, the QPN matches and the handle retires the send queue.
     /// Gives the raw masked key and QPN words and the queue's state.
     #[inline(always)]
-    fn requester_queue<const KEY: usize, R: CqResolver>(
-        buf: Ptr,
-        queues: &R,
-        off: usize,
+    fn requester_queue<'r, const KEY: usize, R: CqResolver>(
+        cqe: Block64<'_>,
+        queues: &'r R,
         t: u64,
-    ) -> Option<(u32, u32, Run)> {
-        let kk = buf.r32(off + KEY) & KEY24;
+    ) -> Option<(u32, u32, Run<'r>)> {
+        let kk = cqe.r32(KEY) & KEY24;
         let kq = raw_sop_qpn(t) & KEY24;
         // The key dword is the QPN's (version 0) or the user index's
         // (version 1, `KEY` is `srqn_uidx`).
@@ -1022,51 +1025,34 @@ impl<M: Mmio> Cq<M> {
             queues.by_qpn(u32::from_be(kk))
         }?;
         // It retires the send queue and the QPN matches.
-        if h.sq_key != kq {
-            return None;
-        }
-        let meta = h.meta;
-        let tail = meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
-        let head = meta.a32(META_SQ_HEAD).load(Ordering::Acquire);
+        let table = h.send_table(kq)?;
+        let tail = sq_hdr(table, META_SQ_TAIL).load(Ordering::Relaxed);
+        let head = sq_hdr(table, META_SQ_HEAD).load(Ordering::Acquire);
         Some((
             kk,
             kq,
             Run {
-                meta,
-                mask16: h.sq_mask16 as usize,
+                table: table.cells(),
                 last: head.wrapping_sub(1),
                 room: head.wrapping_sub(tail),
             },
         ))
     }
 
-    /// [`poll_one`](Self::poll_one) of a software-owned requester CQE of
-    /// format 0 at byte `off` (read barrier done): the completion, and the
+    /// [`poll_one_full`](Self::poll_one_full) of a software-owned requester
+    /// CQE of format 0 (read barrier done): the completion, and the
     /// queue's tail advanced, if it passes every check. Does not move the
     /// consumer index.
     #[inline(always)]
     fn requester_one<const KEY: usize, R: CqResolver>(
-        buf: Ptr,
+        cqe: Block64<'_>,
         queues: &R,
-        off: usize,
     ) -> Option<Completion> {
-        let [w0, w1, w2] = Self::requester_words::<KEY, R>(buf, queues, off)?;
-        Some(Completion::requester(w0, w1, w2))
-    }
-
-    /// [`requester_one`](Self::requester_one), giving the completion's
-    /// words.
-    #[inline(always)]
-    fn requester_words<const KEY: usize, R: CqResolver>(
-        buf: Ptr,
-        queues: &R,
-        off: usize,
-    ) -> Option<[u64; 3]> {
-        let t = buf.r64(off + cqe_offset::SOP_DROP_QPN);
-        let (_, _, mut run) = Self::requester_queue::<KEY, R>(buf, queues, off, t)?;
-        let w = run.take(buf, off, t)?;
+        let t = cqe.r64(cqe_offset::SOP_DROP_QPN);
+        let (_, _, mut run) = Self::requester_queue::<KEY, R>(cqe, queues, t)?;
+        let [w0, w1, w2] = run.take(cqe, t)?;
         run.store_tail();
-        Some(w)
+        Some(Completion::requester(w0, w1, w2))
     }
 
     /// Retires a run of successful requester CQEs of one send queue: the
@@ -1090,29 +1076,31 @@ impl<M: Mmio> Cq<M> {
         sw_owner: u8,
         out: &mut [W],
     ) -> usize {
-        let (buf, ci) = (self.buf, self.ci);
+        let ci = self.ci;
+        let buf = &self.buf;
         // CQEs before the ring wraps (the owner bit flips there).
         let limit = out.len().min((self.mask - (ci & self.mask)) as usize + 1);
         let Some((first, rest)) = out[..limit].split_first_mut() else {
             return 0;
         };
-        let t = buf.r64(off + cqe_offset::SOP_DROP_QPN);
-        let Some((kk, kq, mut run)) = Self::requester_queue::<KEY, R>(buf, queues, off, t) else {
+        let cqe = buf.block64(off);
+        let t = cqe.r64(cqe_offset::SOP_DROP_QPN);
+        let Some((kk, kq, mut run)) = Self::requester_queue::<KEY, R>(cqe, queues, t) else {
             return 0;
         };
-        let Some([w0, w1, w2]) = run.take(buf, off, t) else {
+        let Some([w0, w1, w2]) = run.take(cqe, t) else {
             return 0;
         };
         first.set_requester(w0, w1, w2);
         // The owner bit is the same for the whole run (it stops at the end
         // of the ring): a loop for each value, comparing with a constant.
-        let p = if sw_owner == 0 {
+        let k = if sw_owner == 0 {
             Self::run_rest::<KEY, W, 0>(buf, off + 64, kk, kq, &mut run, rest)
         } else {
             Self::run_rest::<KEY, W, 1>(buf, off + 64, kk, kq, &mut run, rest)
         };
         run.store_tail();
-        let i = (p - off) / 64;
+        let i = k + 1;
         self.ci = ci.wrapping_add(i as u32);
         i
     }
@@ -1120,37 +1108,39 @@ impl<M: Mmio> Cq<M> {
     /// The loop of [`requester_run`](Self::requester_run) after its first
     /// CQE: retires the CQEs from byte `p` on into `out` while they are
     /// software's (owner bit `SW`), plain requester CQEs whose key and QPN
-    /// dwords (masked) are `kk` and `kq`, and pass [`Run::take`]; gives the
-    /// byte offset of the first CQE not retired.
+    /// dwords (masked) are `kk` and `kq`, and pass [`Run::take`]; gives how
+    /// many it retired. `out` is no longer than the CQEs left before the
+    /// end of the ring.
     #[inline(always)]
     fn run_rest<const KEY: usize, W: CompletionSlot, const SW: u8>(
-        buf: Ptr,
-        mut p: usize,
+        buf: &Ring,
+        p: usize,
         kk: u32,
         kq: u32,
-        run: &mut Run,
+        run: &mut Run<'_>,
         out: &mut [W],
     ) -> usize {
-        for w in out {
+        let mut n = 0;
+        for (w, cqe) in out.iter_mut().zip(buf.blocks(p)) {
             // The next CQE, if it is the device's turn over, a plain
             // requester CQE, names the same queue and passes the checks.
-            if buf.r8(p + cqe_offset::OP_OWN) != SW {
+            if cqe.r8(cqe_offset::OP_OWN) != SW {
                 break;
             }
             barrier::udma_from_device_barrier();
-            let t = buf.r64(p + cqe_offset::SOP_DROP_QPN);
+            let t = cqe.r64(cqe_offset::SOP_DROP_QPN);
             // The key and QPN dwords, compared raw (no constant or key
             // needs a register of its own).
-            if ((buf.r32(p + KEY) ^ kk) | (raw_sop_qpn(t) ^ kq)) & KEY24 != 0 {
+            if ((cqe.r32(KEY) ^ kk) | (raw_sop_qpn(t) ^ kq)) & KEY24 != 0 {
                 break;
             }
-            let Some([w0, w1, w2]) = run.take(buf, p, t) else {
+            let Some([w0, w1, w2]) = run.take(cqe, t) else {
                 break;
             };
             w.set_requester(w0, w1, w2);
-            p += 64;
+            n += 1;
         }
-        p
+        n
     }
 
     /// `byte_len` of a requester completion (CQE at byte `p`, the one at
@@ -1222,10 +1212,12 @@ impl<M: Mmio> Cq<M> {
         let mut w = WorkCompletion::default();
         match self.parse(off, op_own, queues, &mut w)? {
             Commit::SqTail(h, t) => {
-                h.meta.a32(META_SQ_TAIL).store(t, Ordering::Release);
+                if let Some(sq) = &h.sq {
+                    sq_hdr(sq, META_SQ_TAIL).store(t, Ordering::Release);
+                }
             }
             Commit::RqTail(h, t) => {
-                h.meta.a32(META_RQ_TAIL).store(t, Ordering::Release);
+                hdr(&h.hdr, META_RQ_TAIL).store(t, Ordering::Release);
             }
             Commit::Srq(s, wqe, ctr) => {
                 w.wr_id = s.retire(&wqe, ctr, self.ci)?;
@@ -1290,7 +1282,7 @@ impl<M: Mmio> Cq<M> {
         match opcode {
             cqe_opcode::REQ | cqe_opcode::REQ_ERR => {
                 let h = self.resolve(queues, key, qpn)?;
-                let sq = h.sq().ok_or(Error::CqeUnknownQueue {
+                let sq = h.sq.as_ref().ok_or(Error::CqeUnknownQueue {
                     ci,
                     what: "send queue of QPN",
                     key: qpn,
@@ -1303,10 +1295,10 @@ impl<M: Mmio> Cq<M> {
                 } else {
                     0
                 };
-                let e = META_SQ_TABLE + SQ_ENTRY * (u32::from(counter) & sq.mask) as usize;
-                let wqe_head = h.meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
-                let tail = h.meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
-                let head = h.meta.a32(META_SQ_HEAD).load(Ordering::Acquire);
+                let e = sq.entry(u32::from(counter));
+                let wqe_head = e.head.load(Ordering::Relaxed);
+                let tail = sq_hdr(sq, META_SQ_TAIL).load(Ordering::Relaxed);
+                let head = sq_hdr(sq, META_SQ_HEAD).load(Ordering::Acquire);
                 if wqe_head.wrapping_sub(tail) >= head.wrapping_sub(tail) {
                     return Err(Error::CqeWqeCounter {
                         ci,
@@ -1314,7 +1306,7 @@ impl<M: Mmio> Cq<M> {
                         queue: "send queue",
                     });
                 }
-                let wr_id = h.meta.a64(e).load(Ordering::Relaxed);
+                let wr_id = e.wr_id.load(Ordering::Relaxed);
                 if opcode == cqe_opcode::REQ {
                     *out = WorkCompletion {
                         wr_id,
@@ -1394,15 +1386,15 @@ impl<M: Mmio> Cq<M> {
                     return Ok(Commit::Srq(s, wqe, counter));
                 }
                 let h = h.expect("resolved above when there is no SRQ");
-                let RecvSide::Rq { wrid, len, mask } = h.rq else {
+                let RecvSide::Rq { wrid, len } = &h.rq else {
                     return Err(Error::CqeUnknownQueue {
                         ci,
                         what: "receive queue of QPN",
                         key: qpn,
                     });
                 };
-                let tail = h.meta.a32(META_RQ_TAIL).load(Ordering::Relaxed);
-                let head = h.meta.a32(META_RQ_HEAD).load(Ordering::Acquire);
+                let tail = hdr(&h.hdr, META_RQ_TAIL).load(Ordering::Relaxed);
+                let head = hdr(&h.hdr, META_RQ_HEAD).load(Ordering::Acquire);
                 if u32::from(counter.wrapping_sub(tail as u16)) >= head.wrapping_sub(tail) {
                     return Err(Error::CqeWqeCounter {
                         ci,
@@ -1410,8 +1402,7 @@ impl<M: Mmio> Cq<M> {
                         queue: "receive queue",
                     });
                 }
-                let idx = (u32::from(counter) & mask) as usize;
-                let posted = h.meta.a32(len + 4 * idx).load(Ordering::Relaxed);
+                let posted = len.get(u32::from(counter)).load(Ordering::Relaxed);
                 if check_len && byte_cnt > posted {
                     return Err(Error::CqeByteCount {
                         ci,
@@ -1419,7 +1410,7 @@ impl<M: Mmio> Cq<M> {
                         posted: u64::from(posted),
                     });
                 }
-                w.wr_id = h.meta.a64(wrid + 8 * idx).load(Ordering::Relaxed);
+                w.wr_id = wrid.get(u32::from(counter)).load(Ordering::Relaxed);
                 *out = w;
                 Ok(Commit::RqTail(h, tail.wrapping_add(1)))
             }
@@ -1469,186 +1460,18 @@ impl<M: Mmio> Cq<M> {
 
     /// Gives the region and register window back (after DESTROY_CQ).
     pub fn into_parts(self) -> CqParts<M> {
+        let Self {
+            mem,
+            buf,
+            dbr,
+            mmio,
+            ..
+        } = self;
+        drop((buf, dbr));
         CqParts {
-            region: self.region,
-            uar: self.mmio,
+            region: crate::mem::into_region(mem),
+            uar: mmio,
         }
-    }
-}
-
-/// The bookkeeping a [`CqPoller`] remembers when it remembers no queue: a
-/// send queue with nothing outstanding (head = tail = 0, one table entry),
-/// so no CQE passes its window check. Only ever read.
-static NO_QUEUE: [core::sync::atomic::AtomicU64; (META_SQ_TABLE + SQ_ENTRY) / 8] =
-    [const { core::sync::atomic::AtomicU64::new(0) }; (META_SQ_TABLE + SQ_ENTRY) / 8];
-
-/// A polling session on a CQ (rdma-core's `ibv_start_poll` ..
-/// `ibv_end_poll` pattern): the CQ and its resolver borrowed together, so
-/// the session can remember the send queue it last retired from. While the
-/// session lives the resolver cannot change (it is borrowed), so the
-/// handle a key resolved to stays the answer for that key: a requester CQE
-/// of the same queue as the one before it is checked against the
-/// remembered key and QPN instead of being looked up. Every other check
-/// is made for every CQE, as [`Cq::poll_one_into`] makes them.
-///
-/// Made by [`Cq::poller`]; dropping it ends the session (the CQ's state
-/// is the CQ's own throughout: forgetting a session loses nothing).
-#[derive(Debug)]
-pub struct CqPoller<'a, M: Mmio, R: CqResolver> {
-    cq: &'a mut Cq<M>,
-    queues: &'a R,
-    /// The remembered send queue's key: the CQE's `srqn_uidx` dword as it
-    /// sits in memory (the bits of [`KEY24`] count).
-    key: u32,
-    /// A `sop_drop_qpn` dword of it as it sits in memory: its QPN and the
-    /// WQE opcode of the last CQE taken (any opcode the fast path takes
-    /// before the first).
-    sop_qpn: u32,
-    /// [`REQ_FAST`] of that WQE opcode, always one the fast path takes (a
-    /// CQE whose dword equals `sop_qpn` takes it without a look).
-    w2: u64,
-    /// `(WQEBBs - 1) * SQ_ENTRY` of its send queue.
-    mask16: usize,
-    /// Its bookkeeping; [`NO_QUEUE`] when none is remembered.
-    meta: Ptr,
-}
-
-impl<'a, M: Mmio, R: CqResolver> CqPoller<'a, M, R> {
-    /// Polls one completion into `out`: [`Cq::poll_one_into`], with the
-    /// lookup of a send queue remembered from the CQE before.
-    #[inline(always)]
-    pub fn poll_one_into(&mut self, out: &mut Completion) -> Result<bool, PollError> {
-        let cq = &*self.cq;
-        let ci = cq.ci;
-        let p = cq.buf.sub(((ci & cq.mask) as usize) << 6, 64);
-        let op_own = p.r8(cqe_offset::OP_OWN);
-        // Owner bit = bit log_cq_size of the consumer index.
-        if op_own != u8::from(ci & cq.size != 0) {
-            if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(ci & cq.size != 0) {
-                return Ok(false);
-            }
-            return self.poll_one_slow(out);
-        }
-        // Software-owned, opcode REQ (0), format 0, not solicited.
-        barrier::udma_from_device_barrier();
-        // (The fields are read after the barrier, each once, as they are
-        // needed: fewer values live at a time.)
-        let t = p.r64(cqe_offset::SOP_DROP_QPN);
-        // The remembered queue's user index, QPN and WQE opcode (`key` is
-        // only set on a CQE-version-1 CQ).
-        let same =
-            ((p.r32(cqe_offset::SRQN_UIDX) ^ self.key) & KEY24) | (raw_sop_qpn(t) ^ self.sop_qpn);
-        let w2 = if same == 0 {
-            self.w2
-        } else {
-            match self.other_opcode(same, raw_sop_qpn(t)) {
-                Some(w2) => w2,
-                None => return self.poll_one_slow(out),
-            }
-        };
-        let e = META_SQ_TABLE + ((u64::from_be(t) >> 12) as usize & self.mask16);
-        // Two words of the completion now: the registers are needed for
-        // the window.
-        out.w1w2(Completion::word1_raw(0, raw_sop_qpn(t)), w2);
-        let meta = self.meta;
-        let tail = meta.a32(META_SQ_TAIL).load(Ordering::Relaxed);
-        let head = meta.a32(META_SQ_HEAD).load(Ordering::Acquire);
-        let wqe_head = meta.a32(e + SQ_ENTRY_HEAD).load(Ordering::Relaxed);
-        // The WQE is outstanding.
-        if wqe_head.wrapping_sub(tail) >= head.wrapping_sub(tail) {
-            return self.poll_one_slow(out);
-        }
-        meta.a32(META_SQ_TAIL)
-            .store(wqe_head.wrapping_add(1), Ordering::Release);
-        out.w0(meta.a64(e).load(Ordering::Relaxed));
-        let cq = &mut *self.cq;
-        cq.ci = cq.ci.wrapping_add(1);
-        cq.update_ci();
-        Ok(true)
-    }
-
-    /// A requester CQE of the remembered queue (`same`, the key and QPN
-    /// bits compared, is 0 there) with another WQE opcode than the one
-    /// before (in `sop_qpn`): that opcode's completion word, remembered,
-    /// if it is one the fast path takes.
-    #[inline(always)]
-    fn other_opcode(&mut self, same: u32, sop_qpn: u32) -> Option<u64> {
-        if same & KEY24 != 0 {
-            return None;
-        }
-        let w2 = REQ_FAST[(u32::from_be(sop_qpn) >> 24) as usize];
-        if (w2 as i64) < 0 {
-            return None;
-        }
-        self.sop_qpn = sop_qpn;
-        self.w2 = w2;
-        Some(w2)
-    }
-
-    /// Remembers WQE opcode `sop` (one the fast path takes) with the
-    /// masked `sop_drop_qpn` dword `qpn_key`.
-    fn remember_opcode(&mut self, qpn_key: u32, sop: u8) {
-        self.sop_qpn = (qpn_key & KEY24) | u32::from_ne_bytes([sop, 0, 0, 0]);
-        self.w2 = REQ_FAST[usize::from(sop)];
-        debug_assert!((self.w2 as i64) >= 0);
-    }
-
-    /// [`poll_one_into`](Self::poll_one_into) of a CQE the remembered
-    /// queue does not take: [`Cq::poll_one`]; then, if the CQE was a
-    /// requester CQE of a version-1 CQ, its send queue is remembered.
-    #[cold]
-    #[inline(never)]
-    fn poll_one_slow(&mut self, out: &mut Completion) -> Result<bool, PollError> {
-        let queues: &'a R = self.queues;
-        let cq = &mut *self.cq;
-        let ci = cq.ci;
-        let off = ((ci & cq.mask) as usize) << 6;
-        let op_own = cq.buf.r8(off + cqe_offset::OP_OWN);
-        let mut key = None;
-        if op_own == u8::from(ci & cq.size != 0) && cq.version == CqeVersion::V1 {
-            barrier::udma_from_device_barrier();
-            key = Some(cq.buf.r32(off + cqe_offset::SRQN_UIDX) & KEY24);
-        }
-        let r = match cq.poll_one(queues) {
-            Ok(Some(c)) => {
-                *out = c;
-                Ok(true)
-            }
-            Ok(None) => Ok(false),
-            Err(e) => Err(PollError::from_poll_path(e)),
-        };
-        self.forget();
-        if let Some(k) = key {
-            // The handle lives as long as the borrow of `queues` ('a), and
-            // the resolver cannot change meanwhile.
-            if let Some(h) = queues.by_user_index(u32::from_be(k)) {
-                if h.sq_key != u32::MAX {
-                    self.key = k;
-                    self.remember_opcode(h.sq_key, Opcode::RdmaWrite as u8);
-                    self.mask16 = h.sq_mask16 as usize;
-                    self.meta = h.meta;
-                }
-            }
-        }
-        r
-    }
-
-    /// Remembers no queue.
-    #[inline]
-    fn forget(&mut self) {
-        self.meta = Ptr::from_static(&NO_QUEUE);
-        self.mask16 = 0;
-    }
-
-    /// Polls up to `wc.len()` completions: [`Cq::poll`].
-    #[inline]
-    pub fn poll<W: CompletionSlot>(&mut self, wc: &mut [W]) -> Result<usize, Error> {
-        self.cq.poll(self.queues, wc)
-    }
-
-    /// The CQ.
-    pub fn cq(&self) -> &Cq<M> {
-        self.cq
     }
 }
 
@@ -1674,8 +1497,7 @@ mod tests {
     extern crate std;
     use std::vec::Vec;
 
-    use platform::MmioWindow;
-    use platform::host::HostBlock;
+    use platform::host::{HostBlock, HostMmio};
     use proptest::prelude::*;
 
     use super::*;
@@ -1684,20 +1506,16 @@ mod tests {
         SendWr, Sge,
     };
 
-    /// A UAR page on the heap and its window.
+    /// A UAR page on the heap.
     struct Uar {
-        _page: HostBlock,
-        win: MmioWindow,
+        win: HostMmio,
     }
 
     impl Uar {
         fn new() -> Self {
-            let page = HostBlock::new(4096, 4096).unwrap();
-            let base = page.host_ptr();
-            // SAFETY: the block lives as long as the window, in the same
-            // struct, and is only accessed through the window.
-            let win = unsafe { MmioWindow::new(base, 4096) };
-            Self { _page: page, win }
+            Self {
+                win: HostMmio::new(4096).unwrap(),
+            }
         }
     }
 
@@ -1707,8 +1525,8 @@ mod tests {
     struct Setup<'u> {
         mems: Vec<HostBlock>,
         cq_mem: HostBlock,
-        qps: Vec<Qp<&'u MmioWindow>>,
-        cq: Option<Cq<&'u MmioWindow>>,
+        qps: Vec<Qp<&'u HostMmio>>,
+        cq: Option<Cq<&'u HostMmio>>,
         table: CqTable<4>,
         /// The WQE start counters of each QP's posts.
         starts: [Vec<u16>; 2],
@@ -1764,7 +1582,7 @@ mod tests {
                     let wr = SendWr::new((i as u64) << 32 | k as u64, op)
                         .sgl(&sgl[..usize::from(n % 4) + 1])
                         .flags(SendFlags::SIGNALED);
-                    sq.post(&wr).unwrap();
+                    sq.post_send(&wr).unwrap();
                 }
                 table
                     .insert(i as u32 + 1, qp.completions(true, false, None).unwrap())
@@ -1794,7 +1612,7 @@ mod tests {
             }
         }
 
-        fn cq(&mut self) -> &mut Cq<&'u MmioWindow> {
+        fn cq(&mut self) -> &mut Cq<&'u HostMmio> {
             self.cq.as_mut().unwrap()
         }
 
@@ -1819,7 +1637,7 @@ mod tests {
     }
 
     /// Work requests retired per QP of `qps`.
-    fn tails_of(qps: &mut [Qp<&MmioWindow>]) -> [u32; 2] {
+    fn tails_of(qps: &mut [Qp<&HostMmio>]) -> [u32; 2] {
         let mut t = [0; 2];
         for (i, qp) in qps.iter_mut().enumerate() {
             let sq = qp.sq().unwrap();
@@ -1908,8 +1726,8 @@ mod tests {
             ..Default::default()
         })]
 
-        /// The requester fast path of `poll` (and of `poll_one`,
-        /// `poll_one_into` and a `CqPoller` session's `poll_one_into`)
+        /// The requester fast path of `poll` (and of `poll_one` and the
+        /// full-error single path)
         /// gives exactly what decoding every CQE through the general path
         /// gives: the same completions, errors, consumer index, doorbell
         /// record and retired work, for runs across QPs, ring wraps, batch
@@ -1927,22 +1745,19 @@ mod tests {
             let (ua, ub, uc, ud) = (Uar::new(), Uar::new(), Uar::new(), Uar::new());
             let mut a = Setup::new(&ua, log, sq_start, ci, &sges, v0);
             let mut b = Setup::new(&ub, log, sq_start, ci, &sges, v0);
-            // `poll_one` on c, the general path one CQE at a time on d.
+            // The full-error single path (`poll`'s one-slot path) on c,
+            // the general path one CQE at a time on d.
             let mut c = Setup::new(&uc, log, sq_start, ci, &sges, v0);
             let mut d = Setup::new(&ud, log, sq_start, ci, &sges, v0);
-            // `Cq::poll_one_into` on e, a `CqPoller` session (one for the
-            // whole run) on f.
-            let (ue, uf) = (Uar::new(), Uar::new());
+            // `Cq::poll_one` on e.
+            let ue = Uar::new();
             let mut e = Setup::new(&ue, log, sq_start, ci, &sges, v0);
-            let mut f = Setup::new(&uf, log, sq_start, ci, &sges, v0);
             let entries = 1u32 << log;
             let dbr_off = crate::CqLayout::new(log).unwrap().dbr_offset;
-            let (f_mem, f_qps) = (&f.cq_mem, &mut f.qps);
-            let mut fs = f.cq.as_mut().unwrap().poller(&f.table);
             let mut written = ci;
             let mut next = cqes.iter();
             let mut cqegen = Gen { q: 0, cursor: [0; 2] };
-            let (mut we, mut wf) = (Completion::default(), Completion::default());
+            let mut we = Completion::default();
             for &want in &polls {
                 // Keep the ring filled with CQEs the poll has not consumed.
                 while written.wrapping_sub(a.cq().consumer_index()) < entries {
@@ -1951,7 +1766,6 @@ mod tests {
                     for s in [&a, &b, &c, &d, &e] {
                         s.write_cqe(written, &img);
                     }
-                    f_mem.write(64 * (written & (entries - 1)) as usize, &img).unwrap();
                     written = written.wrapping_add(1);
                 }
                 let mut wa = [Completion::default(); 8];
@@ -1965,30 +1779,25 @@ mod tests {
                 prop_assert_eq!(a.cq().consumer_index(), b.cq().consumer_index());
                 prop_assert_eq!(a.tails(), b.tails());
                 for _ in 0..want {
-                    let rc = c.cq.as_mut().unwrap().poll_one(&c.table);
+                    let rc = c.cq.as_mut().unwrap().poll_one_full(&c.table);
                     let mut wd = [Completion::default(); 1];
                     let rd = d.cq.as_mut().unwrap().poll_reference(&d.table, &mut wd);
                     prop_assert_eq!(rc, rd.map(|n| (n == 1).then_some(wd[0])));
                     prop_assert_eq!(c.cq().consumer_index(), d.cq().consumer_index());
                     prop_assert_eq!(c.tails(), d.tails());
                     prop_assert_eq!(c.cq_mem.read64(c.dbr_off()).unwrap(), d.cq_mem.read64(d.dbr_off()).unwrap());
-                    // poll_one_into, alone and in the session.
+                    // The public single-CQE path.
                     let want_c = rd.map(|n| (n == 1).then_some(wd[0]));
-                    for (s, r) in [(0, &mut e.cq.as_mut().unwrap().poll_one_into(&e.table, &mut we)), (1, &mut fs.poll_one_into(&mut wf))] {
-                        let got = match r {
-                            Ok(true) => Ok(Some(if s == 0 { we } else { wf })),
-                            Ok(false) => Ok(None),
-                            Err(x) => Err(Error::from(*x)),
-                        };
-                        prop_assert_eq!(got, want_c, "api {}", s);
-                    }
+                    let got = match e.cq.as_mut().unwrap().poll_one(&e.table, &mut we) {
+                        Ok(true) => Ok(Some(we)),
+                        Ok(false) => Ok(None),
+                        Err(x) => Err(Error::from(x)),
+                    };
+                    prop_assert_eq!(got, want_c);
                     prop_assert_eq!(e.cq().consumer_index(), d.cq().consumer_index());
-                    prop_assert_eq!(fs.cq().consumer_index(), d.cq().consumer_index());
                     prop_assert_eq!(e.tails(), d.tails());
-                    prop_assert_eq!(tails_of(f_qps), d.tails());
                     let dd = d.cq_mem.read64(dbr_off).unwrap();
                     prop_assert_eq!(e.cq_mem.read64(dbr_off).unwrap(), dd);
-                    prop_assert_eq!(f_mem.read64(dbr_off).unwrap(), dd);
                 }
             }
         }

@@ -5,6 +5,18 @@ use core::num::NonZeroU64;
 
 use crate::wqe::Opcode;
 
+impl From<platform::Error> for Error {
+    fn from(e: platform::Error) -> Self {
+        match e {
+            platform::Error::InvalidArgument(what) => Self::QueueMemory(what),
+            platform::Error::MmioOutOfRange { offset, width, len } => {
+                Self::UarOutOfRange { offset, width, len }
+            }
+            _ => Self::QueueMemory("platform error"),
+        }
+    }
+}
+
 /// Everything the data path can refuse or detect.
 ///
 /// Work-request errors are returned *before* anything of the rejected work
@@ -46,6 +58,12 @@ pub enum Error {
         /// Window length.
         len: usize,
     },
+
+    /// The platform refused a view of the queue's memory (a ring, table or
+    /// doorbell record outside its part of the region, misaligned, or not
+    /// a power of two in size).
+    #[error("queue memory: {0}")]
+    QueueMemory(&'static str),
 
     // ---- work requests -----------------------------------------------------
     /// The send or receive queue has no room for the work request
@@ -216,16 +234,16 @@ pub enum Error {
     },
 }
 
-/// Why a typed one-SGE send was refused, in two words: the compact form of
-/// the [`Error`]s that [`SendQueue::post_sge`](crate::SendQueue::post_sge)
-/// and its typed siblings can return. A `Result<(), SendError>` is a pair of
+/// Why a one-SGE send was refused, in two words: the compact form of the
+/// [`Error`]s that [`SendQueue::post_send`](crate::SendQueue::post_send)
+/// returns for the same work request. A `Result<(), SendError>` is a pair of
 /// integers, returned in registers instead of through memory.
 ///
-/// Returned by the `wr_*` methods of [`SendQueue`](crate::SendQueue) and
+/// Returned by `post_send_sge` of [`SendQueue`](crate::SendQueue) and
 /// [`SendBatch`](crate::SendBatch). [`kind`](Self::kind) says what was
 /// wrong, with the numbers; [`Error::from`] (or `?` into a function
-/// returning [`Error`]) gives the same error the `post_*` methods return
-/// for the same arguments, field for field. It prints like that error.
+/// returning [`Error`]) gives the same error `post_send` returns for the
+/// same work request, field for field. It prints like that error.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SendError {
     /// Bits 0..8: the kind's index + 1 (never 0); 8..16: an MLX5 opcode;
@@ -521,7 +539,7 @@ const POLL_QUEUE: [&str; 3] = ["send queue", "receive queue", "SRQ"];
 /// SRQ free list). A `Result<_, PollError>` is returned in registers or
 /// two stores where a `Result<_, Error>` needs five.
 ///
-/// Returned by [`Cq::poll_one_into`](crate::Cq::poll_one_into).
+/// Returned by [`Cq::poll_one`](crate::Cq::poll_one).
 /// [`kind`](Self::kind) says what was wrong, with the numbers;
 /// [`Error::from`] (or `?` into a function returning [`Error`]) gives the
 /// error [`Cq::poll`](crate::Cq::poll) returns for the same CQE, field for

@@ -26,11 +26,26 @@
 //! host-only bookkeeping after them: the `wr_id` table, the send queue's
 //! `wqe_head` table (rdma-core's), posted receive lengths and the
 //! producer/consumer counters. That is where `wr_id`s live without a heap;
-//! the device is never given those addresses. Completion handles point into
-//! it; a queue refuses [`into_parts`](Qp::into_parts) while a handle is
-//! alive, so the memory a handle uses is never freed under it. Only one
-//! handle per queue side exists at a time, so exactly one CQ retires a send
-//! or receive queue.
+//! the device is never given those addresses.
+//!
+//! ## Queue memory: safe code only
+//!
+//! The crate is `#![forbid(unsafe_code)]`. Every queue owns its region as a
+//! [`platform::ring::QueueMem`] and reaches it only through the views that
+//! type checks once, when the queue is made: rings whose byte offsets are
+//! masked with the ring size (an index read from a CQE cannot point outside
+//! the ring, whatever its value), 64-byte blocks (a CQE, a WQEBB) whose
+//! field offsets are masked with a constant, host tables of atomics whose
+//! indices are masked with their count, and the doorbell record. The
+//! BlueFlame register pair ([`platform::BlueFlame`]) checks its two
+//! buffers against the window once; the doorbell is then one 64-bit store.
+//!
+//! Completion handles hold counted views of their queue's bookkeeping: the
+//! memory they use stays valid as long as they live, whatever the queue's
+//! owner does, and the region only comes back ([`Qp::into_parts`],
+//! [`Srq::into_parts`]) when no handle is alive. Only one handle per queue
+//! side exists at a time, so exactly one CQ retires a send or receive
+//! queue.
 //!
 //! Posting takes `&mut` of the queue (one posting thread per queue); polling
 //! takes `&mut Cq` and `&` of the resolver: a poller thread and a posting
@@ -43,57 +58,42 @@
 //! Every way of posting and polling validates the same way (queue space,
 //! QP type and opcode, SGE count, inline length, WQE size; CQE owner bit,
 //! opcode and format, user index and QPN, WQE opcode, `wqe_counter` inside
-//! the outstanding window, receive `byte_cnt`); the fast paths only make
-//! the common case cheap:
+//! the outstanding window, receive `byte_cnt`). One path per direction:
 //!
-//! - [`SendQueue::post_rdma_write`], [`post_rdma_read`](SendQueue::post_rdma_read),
-//!   [`post_send`](SendQueue::post_send) and [`post_sge`](SendQueue::post_sge)
-//!   post one work request with one SGE, arguments in registers; the same
-//!   methods on a [`SendBatch`] write without ringing (one doorbell for the
-//!   batch). On a connected QP with plain flags and a non-empty SGE they
-//!   write one WQEBB with a few 64-bit stores; anything else takes the
-//!   general path of [`SendQueue::post`] with the same arguments.
-//! - [`SendQueue::wr_rdma_write`], [`wr_rdma_read`](SendQueue::wr_rdma_read),
-//!   [`wr_send`](SendQueue::wr_send) and [`wr_sge`](SendQueue::wr_sge) (and
-//!   the same on a [`SendBatch`]) are those methods with the two-word
-//!   [`SendError`]: a `Result<(), SendError>` comes back in registers where
-//!   a `Result<(), Error>` (32 bytes) goes through memory, which counts in
-//!   a function of the caller's that returns it. `Error::from` gives the
-//!   full error, field for field; `?` converts it.
-//! - The doorbell is one 64-bit store without a bounds check: the
-//!   BlueFlame register's offsets are checked against the window once,
-//!   when the queue is made ([`platform::Mmio::write64_unchecked`]).
-//! - [`Cq::poll`] into [`Completion`]s (32 bytes, every `ibv_wc` field by
-//!   accessor) retires a run of successful requester CQEs of one send
-//!   queue with one lookup and one tail store. A CQE that fails a check,
-//!   and every other kind, is decoded by the general path, which says what
-//!   is wrong. Polling into [`WorkCompletion`]s works the same, with a
-//!   conversion per completion.
-//! - One CQE at a time: [`Cq::poll_one_into`] writes the completion into a
-//!   caller's [`Completion`] and returns `Result<bool, PollError>` (the
-//!   two-word [`PollError`] converts to [`Error`] field for field, as
-//!   [`SendError`] does); a polling session, [`Cq::poller`] →
-//!   [`CqPoller::poll_one_into`], also remembers the send queue and WQE
-//!   opcode of the CQE before, so a CQE of the same queue is checked
-//!   against them instead of being looked up (the resolver is borrowed
-//!   for the session, so the answer cannot change). [`Cq::poll_one`]
-//!   returns `Result<Option<Completion>, Error>`.
+//! - Send: [`SendQueue::post_send`] (a [`SendWr`], any operation, the full
+//!   [`Error`]), [`SendQueue::post_send_sge`] (one work request with one
+//!   SGE, arguments in registers, the two-word [`SendError`], which `?`
+//!   converts to [`Error`] field for field) and [`SendQueue::batch`]: a
+//!   [`SendBatch`] with the same two methods, rung once
+//!   ([`SendBatch::ring`]). On a connected QP with plain flags and a
+//!   non-empty SGE, `post_send_sge` writes one WQEBB with a few 64-bit
+//!   stores; anything else takes the general path with the same arguments.
+//!   ([`SendQueue::post_send_list`] is `ibv_post_send` with a list.)
+//! - Receive: [`RecvQueue::post_recv`] and [`Srq::post_recv`] (and their
+//!   `_list` forms, `ibv_post_recv` with a list).
+//! - Poll: [`Cq::poll`] into a slice of [`Completion`]s (32 bytes, every
+//!   `ibv_wc` field by accessor) or [`WorkCompletion`]s retires a run of
+//!   successful requester CQEs of one send queue with one lookup and one
+//!   tail store; [`Cq::poll_one`] takes one CQE into a caller's
+//!   [`Completion`] and returns `Result<bool, PollError>` (the two-word
+//!   [`PollError`] converts to [`Error`] field for field). A CQE that fails
+//!   a check, and every other kind, is decoded by the general path, which
+//!   says what is wrong.
 //!
 //! Instructions per operation (callgrind, x86_64, release; see
 //! `examples/datapath_cost.rs`), each in a function of its own that returns
-//! the result: one RDMA write with its doorbell 57 (`wr_rdma_write`; 64
-//! with `post_rdma_write`'s `Error`), per WQE in a batch of 32: 40.7
-//! (43), one CQE by a session's `poll_one_into` 56.5 (`Cq::poll_one_into`
-//! 66, `poll_one` 76), per CQE in a poll of 32: 38 (rdma-core's libmlx5
-//! on the same machine: 319, 190 (123 with `ibv_wr_*`), 185, 108).
+//! the result: one RDMA write with its doorbell 62.4 (`post_send_sge`;
+//! 65.4 with the error converted to `Error`), per WQE in a batch of 32:
+//! 42.1 (44.2), one CQE by `poll_one` 70, per CQE in a poll of 32: 43.6
+//! (rdma-core's libmlx5 on the same fixtures: 311 (227 with `ibv_wr_*`),
+//! 190 (129), 175, 108). Before queue memory went through
+//! [`platform::ring`] the hand-written pointer code took 57.4, 40.75, 66
+//! (56.5 with a polling session that remembered the queue) and 38.
 //!
 //! ```
-//! # use platform::host::HostBlock;
-//! # use platform::MmioWindow;
+//! # use platform::host::{HostBlock, HostMmio};
 //! # use verbs_core::*;
-//! # let uar_mem = HostBlock::new(4096, 4096).unwrap();
-//! # // SAFETY: the block outlives the window and is only used through it.
-//! # let uar = unsafe { MmioWindow::new(uar_mem.host_ptr(), 4096) };
+//! # let uar = HostMmio::new(4096).unwrap();
 //! # let caps = QpCaps { max_send_wr: 64, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0,
 //! #                     max_inline_data: 0, send_ops: None };
 //! # let geometry = QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default())?;
@@ -110,18 +110,19 @@
 //! # table.insert(5, qp.completions(true, false, None)?).map_err(|(e, _)| e)?;
 //! // (QP 0x123 with user index 5 and its CQ, wired as below.)
 //! let sge = Sge { addr: 0x1000, length: 64, lkey: 0xabcd01 };
+//! let write = SendOp::RdmaWrite { remote_addr: 0x2000, rkey: 0x1234 };
 //! let sq = qp.sq()?;
-//! sq.post_rdma_write(1, SendFlags::SIGNALED, 0x2000, 0x1234, sge)?;
+//! // The compact error converts to `Error` with `?`.
+//! sq.post_send_sge(1, write, SendFlags::SIGNALED, sge)?;
 //! let mut batch = sq.batch();
 //! for wr_id in 2..6 {
-//!     // The compact error converts to `Error` with `?` as well.
-//!     batch.wr_rdma_write(wr_id, SendFlags::SIGNALED, 0x2000, 0x1234, sge)?;
+//!     batch.post_send_sge(wr_id, write, SendFlags::SIGNALED, sge)?;
 //! }
 //! batch.ring(); // one doorbell for the four
 //! assert_eq!(sq.outstanding(), 5);
 //! // Checksum offload on an RC QP is refused before anything is written;
 //! // the compact error says why, and converts to the full one.
-//! let e = sq.wr_rdma_write(6, SendFlags::IP_CSUM, 0x2000, 0x1234, sge).unwrap_err();
+//! let e = sq.post_send_sge(6, write, SendFlags::IP_CSUM, sge).unwrap_err();
 //! assert_eq!(e.kind(), SendErrorKind::EthOnNonRawQp);
 //! assert!(matches!(Error::from(e), Error::EthSegment(_)));
 //! assert_eq!(sq.outstanding(), 5);
@@ -131,10 +132,11 @@
 //! cqe[0x20..0x24].copy_from_slice(&5u32.to_be_bytes());
 //! cqe[0x38..0x3c].copy_from_slice(&0x0800_0123u32.to_be_bytes());
 //! cq_mem.write(0, &cqe).unwrap();
-//! let c = cq.poll_one(&table)?.expect("a completion");
+//! let mut c = Completion::default();
+//! assert!(cq.poll_one(&table, &mut c)?);
 //! assert_eq!((c.wr_id(), c.status(), c.opcode()), (1, WcStatus::Success, WcOpcode::RdmaWrite));
 //! assert_eq!(c.qp_num(), 0x123);
-//! assert_eq!(cq.poll_one(&table)?, None);
+//! assert!(!cq.poll_one(&table, &mut c)?);
 //! # drop(table.remove(5));
 //! # qp_mem.reclaim(qp.into_parts().map_err(|_| "handle alive")?.region).unwrap();
 //! # cq_mem.reclaim(cq.into_parts().region).unwrap();
@@ -158,27 +160,23 @@
 //!    CREATE_CQ answered, [`Cq::set_cqn`] with the number it gave.
 //! 3. Register the QP with its CQ(s): `table.insert(user_index,
 //!    qp.completions(send, recv, srq)?)`.
-//! 4. Post with [`SendQueue::post`] / [`SendQueue::batch`] /
-//!    [`RecvQueue::post`] (or the typed entry points below), poll with
+//! 4. Post with [`SendQueue::post_send`] / [`SendQueue::post_send_sge`] /
+//!    [`SendQueue::batch`] / [`RecvQueue::post_recv`], poll with
 //!    [`Cq::poll`] / [`Cq::poll_one`], arm with [`Cq::arm`].
 //! 5. Teardown: DESTROY_QP (or 2RST), [`Cq::clean_qp`] on each of its CQs
 //!    (its unpolled CQEs go, its SRQ WQEs return to the SRQ),
 //!    `table.remove(user_index)`, [`Qp::into_parts`], free the region;
 //!    DESTROY_CQ, [`Cq::into_parts`], free.
 //!
-//! Here with heap memory standing in for DMA memory and a plain buffer for
-//! the UAR page; the "device" writes a requester CQE by hand:
+//! Here with heap memory standing in for DMA memory and for the UAR page;
+//! the "device" writes a requester CQE by hand:
 //!
 //! ```
-//! use core::ptr::NonNull;
-//! use platform::host::HostBlock;
-//! use platform::MmioWindow;
+//! use platform::host::{HostBlock, HostMmio};
 //! use verbs_core::*;
 //!
 //! // A UAR page standing in for BAR memory.
-//! let mut uar_page = vec![0u64; 4096 / 8];
-//! // SAFETY: the buffer outlives the window and is only used through it.
-//! let uar = unsafe { MmioWindow::new(NonNull::new(uar_page.as_mut_ptr().cast()).unwrap(), 4096) };
+//! let uar = HostMmio::new(4096).unwrap();
 //!
 //! // QP: geometry, memory, data path object.
 //! let caps = QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1,
@@ -205,8 +203,10 @@
 //! let wr = SendWr::new(42, SendOp::RdmaWrite { remote_addr: 0x2000, rkey: 0x1234 })
 //!     .sgl(&sge)
 //!     .flags(SendFlags::SIGNALED);
-//! qp.sq()?.post(&wr)?;
-//! assert_eq!(uar_page[0x800 / 8].to_ne_bytes()[..4], [0, 0, 0, 0x08]);
+//! qp.sq()?.post_send(&wr)?;
+//! let mut db = [0u8; 4];
+//! uar.block().read(0x800, &mut db).unwrap();
+//! assert_eq!(db, [0, 0, 0, 0x08]);
 //!
 //! // The "device" completes it: requester CQE, WQE counter 0, user index 5.
 //! let mut cqe = [0u8; 64];
@@ -228,6 +228,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![no_std]
+#![forbid(unsafe_code)]
 // Constructors and `into_parts` hand ownership back on failure; without a heap
 // there is nothing to box the returned queue into.
 #![allow(clippy::result_large_err)]
@@ -244,9 +245,7 @@ pub mod wc;
 pub mod wqe;
 
 pub use av::{AddressVector, AhAttr, GlobalRoute, PortLinkLayer};
-pub use cq::{
-    Cq, CqClean, CqConfig, CqParts, CqPoller, CqResolver, CqTable, CqeVersion, QpCompletions,
-};
+pub use cq::{Cq, CqClean, CqConfig, CqParts, CqResolver, CqTable, CqeVersion, QpCompletions};
 pub use error::{Error, PollError, PollErrorKind, SendError, SendErrorKind};
 pub use qp::{
     Payload, PostError, Qp, QpConfig, QpParts, QpType, RecvQueue, RecvWr, SendBatch, SendFlags,

@@ -1,18 +1,19 @@
 //! Queue pairs: the send queue (WQEBB ring, doorbells, BlueFlame) and the
 //! receive queue, in one DMA region laid out by [`QpLayout`].
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
 use crate::av::AddressVector;
-use crate::cq::{RecvSide, SqSide};
+use crate::cq::RecvSide;
 use crate::error::{ETH_LONG, ETH_NON_RAW, ETH_SHORT, UD_MISSING, UD_NOT_ALLOWED};
-use crate::mem::{Ptr, check_region};
+use crate::mem::{Hdr, QpHdr, SqRing, check_region, hdr, sq_hdr};
 use crate::sizing::{QpGeometry, QpLayout, RqGeometry, SqGeometry};
 use crate::uar::{BfConfig, SqDoorbell};
 use crate::wqe::{self, Opcode, fm_ce_se};
 use crate::{Error, QpCompletions, SendError, SrqCompletions};
+use platform::ring::{DoorbellRecord, HostTable, QueueMem, RegionInfo, Ring, WrCell};
 
 /// Transport type of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -286,29 +287,44 @@ pub struct QpParts<M> {
     pub uar: Option<M>,
 }
 
-// Bookkeeping header offsets (inside the meta area).
+impl<M> QpParts<M> {
+    /// The parts of a QP whose views are all gone.
+    fn give_back(mem: QueueMem, uar: Option<M>) -> Self {
+        Self {
+            region: crate::mem::into_region(mem),
+            uar,
+        }
+    }
+}
+
+// Send queue header words (the first 64 bytes of the meta area, the
+// header of the send queue's `SqRing`).
 pub(crate) const META_SQ_TAIL: usize = 0;
-pub(crate) const META_SQ_HEAD: usize = 4;
-pub(crate) const META_RQ_TAIL: usize = 8;
-pub(crate) const META_RQ_HEAD: usize = 12;
-pub(crate) const META_HANDLES: usize = 16;
+pub(crate) const META_SQ_HEAD: usize = 1;
+// QP header words (`QpHdr`, at `QP_HDR` from the doorbell record).
+pub(crate) const META_RQ_TAIL: usize = 0;
+pub(crate) const META_RQ_HEAD: usize = 1;
+pub(crate) const META_HANDLES: usize = 2;
+/// Where the QP header sits, from the doorbell record (the platform's view
+/// counter is at + 8).
+const QP_HDR: usize = 32;
 pub(crate) const HANDLE_SQ: u32 = 1;
 pub(crate) const HANDLE_RQ: u32 = 2;
 /// The send queue's table, right after the header: one entry per WQEBB
-/// slot, the `wr_id` (u64) at +0 and the `wqe_head` (u32: the number of the
-/// work request whose WQE starts in the slot, rdma-core's `sq.wqe_head`) at
-/// +8, so posting and polling reach both through one address.
+/// slot, its `wr_id` and its `wqe_head` (the number of the work request
+/// whose WQE starts in the slot, rdma-core's `sq.wqe_head`), so posting and
+/// polling reach both through one address.
 pub(crate) const META_SQ_TABLE: usize = crate::sizing::META_HDR;
-/// Size of one send-table entry.
-pub(crate) const SQ_ENTRY: usize = 16;
-/// Offset of `wqe_head` in a send-table entry.
-pub(crate) const SQ_ENTRY_HEAD: usize = 8;
+// The send ring's header is exactly what the layout puts before the table.
+const _: () = assert!(core::mem::size_of::<Hdr>() == META_SQ_TABLE);
+/// One send-table entry: `wr_id`, `wqe_head`.
+pub(crate) type SqEntry = WrCell;
 
 /// Doorbell record words (`MLX5_RCV_DBR` 0, `MLX5_SND_DBR` 1).
 const DBR_RCV: usize = 0;
-const DBR_SND: usize = 4;
+const DBR_SND: usize = 1;
 /// The bookkeeping starts 64 bytes after the doorbell record (checked when
-/// a QP is made), so the send queue reaches both through one pointer.
+/// a QP is made); the platform's view counter sits in between.
 const CTL_META: usize = 64;
 
 /// A send queue: builds WQEs into the ring and rings the doorbell.
@@ -317,24 +333,24 @@ const CTL_META: usize = 64;
 /// the CQ through a [`QpCompletions`] handle, which may live on another
 /// thread.
 ///
-/// Three ways to post, all validating the same way (rdma-core's
+/// One send path, all validating the same way (rdma-core's
 /// `mlx5_post_send` checks: queue space, QP type and opcode, SGE count,
 /// inline length, WQE size, atomics, UD destination, Ethernet headers):
 ///
-/// - [`post`](Self::post) / [`post_list`](Self::post_list): a
-///   [`SendWr`] or a list of them (`ibv_post_send`);
-/// - the typed one-SGE entry points [`post_rdma_write`](Self::post_rdma_write),
-///   [`post_rdma_read`](Self::post_rdma_read), [`post_send`](Self::post_send),
-///   [`post_sge`](Self::post_sge): the arguments travel in registers, the
+/// - [`post_send`](Self::post_send): a [`SendWr`] (`ibv_post_send`;
+///   [`post_send_list`](Self::post_send_list) for a list);
+/// - [`post_send_sge`](Self::post_send_sge): one work request with one
+///   SGE, the arguments in registers and the two-word [`SendError`]; the
 ///   fast path is a handful of stores;
-/// - [`batch`](Self::batch): a [`SendBatch`] with the same typed methods,
+/// - [`batch`](Self::batch): a [`SendBatch`] with the same two methods,
 ///   rung once (the `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete`
 ///   pattern).
 #[derive(Debug)]
 pub struct SendQueue<M: Mmio> {
-    buf: Ptr,
-    /// The doorbell record and, `CTL_META` bytes on, the bookkeeping.
-    ctl: Ptr,
+    /// The WQEBBs and, per WQEBB slot, the send table entry (`wr_id`,
+    /// `wqe_head`).
+    buf: SqRing,
+    dbr: DoorbellRecord,
     /// WQEBB producer counter (rdma-core `sq.cur_post`).
     cur_post: u32,
     /// The last tail read from the completion side plus `max_post`: the
@@ -437,8 +453,6 @@ fn sgl_op(op: SendOp) -> Option<(Opcode, u32, RemoteAddr)> {
 /// the compiler cannot tell the ring's memory from the queue's).
 #[derive(Clone, Copy, Debug)]
 struct Cursor {
-    buf: Ptr,
-    ctl: Ptr,
     /// The queue's `fm_batch` and `fast_ops` (what [`SendQueue::sge_check`]
     /// reads).
     fm: &'static [u64; 256],
@@ -449,7 +463,7 @@ struct Cursor {
     /// `(WQEBBs - 1) * 8` (see [`SendQueue::mask8`]).
     mask8: usize,
     cur: u32,
-    /// `(cur & (WQEBBs - 1)) * 8`, kept along with `cur`.
+    /// `cur * 8` (the ring masks it), kept along with `cur`.
     idx8: usize,
 }
 
@@ -462,6 +476,7 @@ impl Cursor {
     #[inline(always)]
     fn write_sge(
         &mut self,
+        buf: &SqRing,
         wr_num: u32,
         wr_id: u64,
         opcode: Opcode,
@@ -470,33 +485,33 @@ impl Cursor {
         fm: u64,
         sge: Sge,
     ) -> Built {
-        let (buf, ctl, cur, idx8) = (self.buf, self.ctl, self.cur, self.idx8);
-        // The slot times 8: one register addresses both the WQE (x 8) and
-        // its bookkeeping entry (x 2).
-        let start = idx8 * 8;
+        let (cur, idx8) = (self.cur, self.idx8);
+        let start = (idx8 & self.mask8) * 8;
         let ds = if raddr.is_some() { 3 } else { 2 };
         self.cur = cur.wrapping_add(1);
-        self.idx8 = (idx8 + 8) & self.mask8;
+        // (Masked by the ring: the slot times 8 addresses the WQE and its
+        // bookkeeping entry with one register.)
+        self.idx8 = idx8.wrapping_add(8);
         // Bookkeeping and segments first, the control segment last: the
         // arguments are consumed early (fewer live registers); the device
         // reads nothing before the doorbell.
-        let e = CTL_META + META_SQ_TABLE + idx8 * (SQ_ENTRY / 8);
-        ctl.a64(e).store(wr_id, Ordering::Relaxed);
-        ctl.a32(e + SQ_ENTRY_HEAD).store(wr_num, Ordering::Relaxed);
+        let (wqe, e) = buf.slot8(idx8);
+        e.wr_id.store(wr_id, Ordering::Relaxed);
+        e.head.store(wr_num, Ordering::Relaxed);
         if let Some((remote_addr, rkey)) = raddr {
             let r = wqe::raddr_seg(remote_addr, rkey);
-            buf.w64(start + 16, r[0]);
-            buf.w64(start + 24, r[1]);
+            wqe.w64(16, r[0]);
+            wqe.w64(24, r[1]);
         }
         let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
-        let d = start + 16 * (ds as usize - 1);
-        buf.w64(d, data[0]);
-        buf.w64(d + 8, data[1]);
+        let d = 16 * (ds as usize - 1);
+        wqe.w64(d, data[0]);
+        wqe.w64(d + 8, data[1]);
         // The words of `wqe::ctrl_seg` (tested against it) from the
         // opcode's precomputed word (`ds` included).
         let ctrl0 = ctrl0_image(cur, self.ctrl_op[opcode as usize]);
-        buf.w64(start, ctrl0);
-        buf.w64(start + 8, fm | u64::from(imm).to_be());
+        wqe.w64(0, ctrl0);
+        wqe.w64(8, fm | u64::from(imm).to_be());
         Built {
             ctrl0,
             start: start as u32,
@@ -622,9 +637,16 @@ impl<M: Mmio> SendQueue<M> {
 
     #[inline(always)]
     fn put(&self, start: usize, k: usize, seg: [u64; 2]) {
-        let off = self.unit(start, k);
-        self.buf.w64(off, seg[0]);
-        self.buf.w64(off + 8, seg[1]);
+        if k < 4 {
+            // The first WQEBB (a WQE starts on one): its block.
+            let b = self.buf.block((start >> 6) as u32);
+            b.w64(16 * k, seg[0]);
+            b.w64(16 * k + 8, seg[1]);
+        } else {
+            let off = self.unit(start, k);
+            self.buf.w64(off, seg[0]);
+            self.buf.w64(off + 8, seg[1]);
+        }
     }
 
     /// Copies `data` to the WQE at byte `pos` from its start, wrapping at the
@@ -637,11 +659,9 @@ impl<M: Mmio> SendQueue<M> {
     /// multiple of 64 bytes and every store is aligned to its size).
     #[inline(always)]
     fn copy_in(&self, start: usize, pos: usize, data: &[u8]) {
-        let base = (start + pos) & self.byte_mask;
-        if base + data.len() <= self.byte_mask + 1 {
-            // Does not reach the end of the ring: plain offsets.
-            self.copy_at(data, |i| base + i);
-        } else {
+        if !self.buf.write_bytes(start + pos, data) {
+            // Reaches the end of the ring: byte offsets, masked.
+            let base = (start + pos) & self.byte_mask;
             self.copy_at(data, |i| (base + i) & self.byte_mask);
         }
     }
@@ -704,10 +724,7 @@ impl<M: Mmio> SendQueue<M> {
     #[cold]
     #[inline(never)]
     fn refresh_tail(&mut self, wr: u32) -> Result<(), Error> {
-        let tail = self
-            .ctl
-            .a32(CTL_META + META_SQ_TAIL)
-            .load(Ordering::Acquire);
+        let tail = sq_hdr(&self.buf, META_SQ_TAIL).load(Ordering::Acquire);
         self.full_at = tail.wrapping_add(self.max_post);
         let outstanding = wr.wrapping_sub(tail);
         if outstanding >= self.max_post {
@@ -903,14 +920,12 @@ impl<M: Mmio> SendQueue<M> {
     #[inline(always)]
     fn cursor(&self) -> Cursor {
         Cursor {
-            buf: self.buf,
-            ctl: self.ctl,
             fm: self.fm_batch,
             fast_ops: self.fast_ops,
             ctrl_op: self.ctrl_op,
             mask8: self.mask8,
             cur: self.cur_post,
-            idx8: ((self.cur_post as usize) << 3) & self.mask8,
+            idx8: (self.cur_post as usize) << 3,
         }
     }
 
@@ -928,7 +943,7 @@ impl<M: Mmio> SendQueue<M> {
         sge: Sge,
     ) -> Built {
         let mut c = self.cursor();
-        let b = c.write_sge(wr_num, wr_id, opcode, imm, raddr, fm, sge);
+        let b = c.write_sge(&self.buf, wr_num, wr_id, opcode, imm, raddr, fm, sge);
         self.cur_post = c.cur;
         b
     }
@@ -1029,7 +1044,7 @@ impl<M: Mmio> SendQueue<M> {
         Ok(())
     }
 
-    /// [`wr_sge`](Self::wr_sge) of a gather-list operation its fast path
+    /// [`post_send_sge`](Self::post_send_sge) of a gather-list operation its fast path
     /// did not take: builds (general path, same checks) and rings, by
     /// BlueFlame where the queue wants it. The arguments fit registers, so
     /// the fast path leaves with a tail call (`extern "C"`, the caller's
@@ -1068,7 +1083,7 @@ impl<M: Mmio> SendQueue<M> {
         self.post_sgl_cold(wr_id, w0, w1, w2, sge)
     }
 
-    /// [`wr_sge`](Self::wr_sge) of an operation without a fast path
+    /// [`post_send_sge`](Self::post_send_sge) of an operation without a fast path
     /// (atomics, NOP).
     #[cold]
     #[inline(never)]
@@ -1118,7 +1133,7 @@ impl<M: Mmio> SendQueue<M> {
             ds: 0,
             inline: false,
         };
-        self.publish(self.ctl, head.wrapping_add(n), cur, b, false);
+        self.publish(head.wrapping_add(n), cur, b, false);
     }
 
     /// [`ring`](Self::ring) of a batch's doorbell.
@@ -1162,13 +1177,11 @@ impl<M: Mmio> SendQueue<M> {
             | u64::from(self.qpn8 | ds);
         let ctrl0 = w0.to_be();
         let ctrl1 = (u64::from(fm) << 32 | u64::from(imm)).to_be();
-        self.buf.w64(start, ctrl0);
-        self.buf.w64(start + 8, ctrl1);
-        let e = CTL_META + META_SQ_TABLE + SQ_ENTRY * idx as usize;
-        self.ctl.a64(e).store(wr_id, Ordering::Relaxed);
-        self.ctl
-            .a32(e + SQ_ENTRY_HEAD)
-            .store(wr_num, Ordering::Relaxed);
+        let (wqe, e) = self.buf.slot(idx);
+        wqe.w64(0, ctrl0);
+        wqe.w64(8, ctrl1);
+        e.wr_id.store(wr_id, Ordering::Relaxed);
+        e.head.store(wr_num, Ordering::Relaxed);
         self.cur_post = self.cur_post.wrapping_add(ds.div_ceil(4));
         Built {
             ctrl0,
@@ -1389,30 +1402,29 @@ impl<M: Mmio> SendQueue<M> {
         let bf = n == 1
             && (self.db.bf_always || (last.inline && self.db.blueflame))
             && last.ds > 1
-            && u32::from(last.ds) <= self.db.buf_size / 16;
+            && u32::from(last.ds) <= self.db.buf_size() / 16;
         let head = self.head().wrapping_add(n);
-        self.publish(self.ctl, head, self.cur_post, last, bf);
+        self.publish(head, self.cur_post, last, bf);
     }
 
     /// Makes `head` the published work-request counter and `cur_post` the
     /// doorbell record, then rings: an 8-byte doorbell with `last`'s first
     /// control word, or a BlueFlame copy of `last` when `bf`.
     ///
-    /// Takes the queue's fields (`ctl` is `self.ctl`) as arguments so a
-    /// caller can read them before its WQE stores: the compiler reads a
-    /// field again after an atomic store (the bookkeeping's) or a barrier
-    /// (a memory clobber).
+    /// Takes the queue's fields as arguments so a caller can read them
+    /// before its WQE stores: the compiler reads a field again after an
+    /// atomic store (the bookkeeping's) or a barrier (a memory clobber).
     #[inline(always)]
-    fn publish(&mut self, ctl: Ptr, head: u32, cur_post: u32, last: Built, bf: bool) {
-        ctl.a32(CTL_META + META_SQ_HEAD)
-            .store(head, Ordering::Release);
+    fn publish(&mut self, head: u32, cur_post: u32, last: Built, bf: bool) {
+        sq_hdr(&self.buf, META_SQ_HEAD).store(head, Ordering::Release);
         // WQEs before the doorbell record.
         barrier::udma_to_device_barrier();
-        ctl.w32(DBR_SND, Be32::new(cur_post & 0xffff).to_raw());
+        self.dbr
+            .write32(DBR_SND, Be32::new(cur_post & 0xffff).to_raw());
         // Doorbell record before the (write-combined) doorbell.
         barrier::mmio_wc_start();
         if bf {
-            self.bf_copy(self.db.cur(), last.start as usize, u32::from(last.ds));
+            self.bf_copy(last.start as usize, u32::from(last.ds));
         } else {
             self.db.ring(last.ctrl0);
         }
@@ -1423,87 +1435,38 @@ impl<M: Mmio> SendQueue<M> {
     /// Copies the WQE to the BlueFlame register, 64 bytes at a time, wrapping
     /// at the end of the ring.
     #[inline(always)]
-    fn bf_copy(&self, reg: usize, start: usize, ds: u32) {
+    fn bf_copy(&self, start: usize, ds: u32) {
         let blocks = (ds as usize).div_ceil(4);
-        for b in 0..blocks {
-            let src = (start + 64 * b) & self.byte_mask;
-            let mut chunk = [Be64::ZERO; 8];
-            for (i, w) in chunk.iter_mut().enumerate() {
-                *w = Be64::from_raw(self.buf.r64(src + 8 * i));
-            }
-            self.db.mmio.write_bf(reg + 64 * b, &chunk);
-        }
+        // `ring` only copies WQEs of at most `buf_size` bytes: never
+        // refused.
+        let _ = self.db.bf.copy_blocks(blocks, |b| {
+            let src = self.buf.block(((start >> 6) + b) as u32);
+            core::array::from_fn(|i| Be64::from_raw(src.r64(8 * i)))
+        });
     }
 
     /// Posts one work request and rings the doorbell (`ibv_post_send` with a
     /// one-element list). A rejected request writes nothing.
     #[inline(always)]
-    pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
+    pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
         let b = self.build(wr, self.head())?;
         self.ring(1, b);
         Ok(())
     }
 
     /// Posts one work request with exactly one SGE and rings the doorbell:
-    /// `post(&SendWr::new(wr_id, op).sgl(&[sge]).flags(flags))` with the
-    /// arguments in registers. Sends and RDMA operations on connected QPs
-    /// take the fast path; any other operation, QP type or a zero-length
-    /// SGE is handled (and validated) exactly as [`post`](Self::post) does.
+    /// `post_send(&SendWr::new(wr_id, op).sgl(&[sge]).flags(flags))` with
+    /// the arguments in registers. Sends and RDMA operations on connected
+    /// QPs take the fast path; any other operation, QP type or a
+    /// zero-length SGE is handled (and validated) exactly as
+    /// [`post_send`](Self::post_send) does.
     ///
-    /// [`wr_sge`](Self::wr_sge) is the same with the compact error.
+    /// The error is the compact [`SendError`] (16 bytes: a `Result<(),
+    /// SendError>` is returned in registers, which matters when the
+    /// caller's own function returns it); `Error::from` of it is the error
+    /// `post_send` returns for the same work request, and `?` converts it.
     #[inline(always)]
-    pub fn post_sge(
-        &mut self,
-        wr_id: u64,
-        op: SendOp,
-        flags: SendFlags,
-        sge: Sge,
-    ) -> Result<(), Error> {
-        self.sge_post(wr_id, op, flags, sge)
-    }
-
-    /// Posts an `IBV_WR_RDMA_WRITE` of one SGE to `remote_addr`/`rkey` and
-    /// rings the doorbell (see [`post_sge`](Self::post_sge)).
-    #[inline(always)]
-    pub fn post_rdma_write(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote_addr: u64,
-        rkey: u32,
-        sge: Sge,
-    ) -> Result<(), Error> {
-        self.post_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
-    }
-
-    /// Posts an `IBV_WR_RDMA_READ` of `remote_addr`/`rkey` into one SGE and
-    /// rings the doorbell (see [`post_sge`](Self::post_sge)).
-    #[inline(always)]
-    pub fn post_rdma_read(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote_addr: u64,
-        rkey: u32,
-        sge: Sge,
-    ) -> Result<(), Error> {
-        self.post_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
-    }
-
-    /// Posts an `IBV_WR_SEND` of one SGE and rings the doorbell (see
-    /// [`post_sge`](Self::post_sge)).
-    #[inline(always)]
-    pub fn post_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<(), Error> {
-        self.post_sge(wr_id, SendOp::Send, flags, sge)
-    }
-
-    /// [`post_sge`](Self::post_sge) with the compact [`SendError`] (16
-    /// bytes: a `Result<(), SendError>` is returned in registers, which
-    /// matters when the caller's own function returns it). The same work
-    /// request, checks and doorbell; `Error::from` of the error is the
-    /// error `post_sge` returns.
-    #[inline(always)]
-    pub fn wr_sge(
+    pub fn post_send_sge(
         &mut self,
         wr_id: u64,
         op: SendOp,
@@ -1513,8 +1476,8 @@ impl<M: Mmio> SendQueue<M> {
         self.sge_post(wr_id, op, flags, sge)
     }
 
-    /// [`wr_sge`](Self::wr_sge) with the error converted on the cold path
-    /// that returns it (see `SendBatch::sge_push`).
+    /// [`post_send_sge`](Self::post_send_sge) with the error converted on
+    /// the cold path that returns it (see `SendBatch::sge_push`).
     #[inline(always)]
     fn sge_post<E: From<SendError>>(
         &mut self,
@@ -1562,88 +1525,49 @@ impl<M: Mmio> SendQueue<M> {
         sge: Sge,
     ) {
         let cur = self.cur_post;
-        let idx8 = ((cur as usize) << 3) & self.mask8;
-        let e = CTL_META + META_SQ_TABLE + idx8 * (SQ_ENTRY / 8);
-        let ctl = self.ctl;
-        ctl.a64(e).store(wr_id, Ordering::Relaxed);
-        let head = self.head();
-        ctl.a32(e + SQ_ENTRY_HEAD).store(head, Ordering::Relaxed);
+        let (wqe, e) = self.buf.slot(cur);
+        e.wr_id.store(wr_id, Ordering::Relaxed);
+        let head_a = sq_hdr(&self.buf, META_SQ_HEAD);
+        let head = head_a.load(Ordering::Relaxed);
+        e.head.store(head, Ordering::Relaxed);
         // The completion side may retire the work request from here on
         // (release: after its bookkeeping). No CQE can name it before the
         // doorbell; publishing it before its WQE is written frees the
         // register.
-        ctl.a32(CTL_META + META_SQ_HEAD)
-            .store(head.wrapping_add(1), Ordering::Release);
-        let buf = self.buf;
-        let start = idx8 * 8;
-        buf.w64(start + 8, fm | u64::from(imm).to_be());
+        head_a.store(head.wrapping_add(1), Ordering::Release);
+        wqe.w64(8, fm | u64::from(imm).to_be());
         let ds = if let Some((remote_addr, rkey)) = raddr {
             let r = wqe::raddr_seg(remote_addr, rkey);
-            buf.w64(start + 16, r[0]);
-            buf.w64(start + 24, r[1]);
+            wqe.w64(16, r[0]);
+            wqe.w64(24, r[1]);
             3
         } else {
             2
         };
         let data = wqe::data_seg(sge.length, sge.lkey, sge.addr);
-        buf.w64(start + 16 * (ds - 1), data[0]);
-        buf.w64(start + 16 * (ds - 1) + 8, data[1]);
+        wqe.w64(16 * (ds - 1), data[0]);
+        wqe.w64(16 * (ds - 1) + 8, data[1]);
         // As in `Cursor::write_sge`.
         let ctrl0 = ctrl0_image(cur, self.ctrl_op[opcode as usize]);
-        buf.w64(start, ctrl0);
+        wqe.w64(0, ctrl0);
         let cur_post = cur.wrapping_add(1);
         self.cur_post = cur_post;
         // `publish` without the head (done) and BlueFlame.
         barrier::udma_to_device_barrier();
         // (The queue's fields are read again after the barrier, a memory
         // clobber: no register holds them across it.)
-        self.ctl
-            .w32(DBR_SND, Be32::new(self.cur_post & 0xffff).to_raw());
+        self.dbr
+            .write32(DBR_SND, Be32::new(self.cur_post & 0xffff).to_raw());
         barrier::mmio_wc_start();
         self.db.ring(ctrl0);
         barrier::mmio_flush_writes();
         self.db.flip();
     }
 
-    /// [`post_rdma_write`](Self::post_rdma_write) with the compact
-    /// [`SendError`] (see [`wr_sge`](Self::wr_sge)).
-    #[inline(always)]
-    pub fn wr_rdma_write(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote_addr: u64,
-        rkey: u32,
-        sge: Sge,
-    ) -> Result<(), SendError> {
-        self.wr_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
-    }
-
-    /// [`post_rdma_read`](Self::post_rdma_read) with the compact
-    /// [`SendError`] (see [`wr_sge`](Self::wr_sge)).
-    #[inline(always)]
-    pub fn wr_rdma_read(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote_addr: u64,
-        rkey: u32,
-        sge: Sge,
-    ) -> Result<(), SendError> {
-        self.wr_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
-    }
-
-    /// [`post_send`](Self::post_send) with the compact [`SendError`] (see
-    /// [`wr_sge`](Self::wr_sge)).
-    #[inline(always)]
-    pub fn wr_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<(), SendError> {
-        self.wr_sge(wr_id, SendOp::Send, flags, sge)
-    }
-
     /// Posts a list of work requests with one doorbell (`ibv_post_send`).
     /// On a rejected request, the ones before it are posted and rung and the
     /// error names its index.
-    pub fn post_list(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+    pub fn post_send_list(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         let head = self.head();
         let mut last = None;
         let mut n = 0u32;
@@ -1676,6 +1600,7 @@ impl<M: Mmio> SendQueue<M> {
             c,
             next: self.head(),
             full_at: self.full_at,
+            ring: self.buf.clone(),
             sq: self,
             cold_end: c.cur,
             cold_last: 0,
@@ -1684,10 +1609,7 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Work requests posted and not yet retired by a completion.
     pub fn outstanding(&self) -> u32 {
-        let tail = self
-            .ctl
-            .a32(CTL_META + META_SQ_TAIL)
-            .load(Ordering::Acquire);
+        let tail = sq_hdr(&self.buf, META_SQ_TAIL).load(Ordering::Acquire);
         self.head().wrapping_sub(tail)
     }
 
@@ -1703,14 +1625,12 @@ impl<M: Mmio> SendQueue<M> {
     /// (this thread is its only writer).
     #[inline(always)]
     pub fn head(&self) -> u32 {
-        self.ctl
-            .a32(CTL_META + META_SQ_HEAD)
-            .load(Ordering::Relaxed)
+        sq_hdr(&self.buf, META_SQ_HEAD).load(Ordering::Relaxed)
     }
 
     /// The BlueFlame half the next doorbell goes to (0 or `buf_size`).
     pub fn bf_offset(&self) -> usize {
-        self.db.bf_offset()
+        self.db.bf.buffer_offset()
     }
 
     /// The queue's `max_post`.
@@ -1748,6 +1668,10 @@ fn too_many_sges(got: usize, max: u32) -> Error {
 #[derive(Debug)]
 pub struct SendBatch<'q, M: Mmio> {
     sq: &'q mut SendQueue<M>,
+    /// The queue's ring, a counted view of its own: the batch's fast path
+    /// keeps its base addresses and mask in registers (reached through
+    /// `sq`, they would be read again after every store to the ring).
+    ring: SqRing,
     /// The queue's ring state while pushing; `c.cur` is the queue's
     /// `cur_post` (written back before anything else uses the queue).
     c: Cursor,
@@ -1776,7 +1700,7 @@ impl<M: Mmio> SendBatch<'_, M> {
         self.sq.cur_post = self.c.cur;
         let r = f(self.sq, self.next);
         self.c.cur = self.sq.cur_post;
-        self.c.idx8 = ((self.c.cur as usize) << 3) & self.c.mask8;
+        self.c.idx8 = (self.c.cur as usize) << 3;
         self.full_at = self.sq.full_at;
         r
     }
@@ -1804,64 +1728,20 @@ impl<M: Mmio> SendBatch<'_, M> {
         Ok(())
     }
 
-    /// Validates and writes one work request.
+    /// Validates and writes one work request (see
+    /// [`SendQueue::post_send`]).
     #[inline(always)]
-    pub fn push(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
+    pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
         let b = self.with_sq(|sq, next| sq.build(wr, next))?;
         self.pushed(b);
         Ok(())
     }
 
     /// Validates and writes one work request with exactly one SGE (see
-    /// [`SendQueue::post_sge`]).
+    /// [`SendQueue::post_send_sge`]; the `ibv_wr_*` + `ibv_wr_set_sge`
+    /// pattern).
     #[inline(always)]
-    pub fn post_sge(
-        &mut self,
-        wr_id: u64,
-        op: SendOp,
-        flags: SendFlags,
-        sge: Sge,
-    ) -> Result<(), Error> {
-        self.sge_push(wr_id, op, flags, sge)
-    }
-
-    /// Validates and writes an `IBV_WR_RDMA_WRITE` of one SGE
-    /// (`ibv_wr_rdma_write` + `ibv_wr_set_sge`).
-    #[inline(always)]
-    pub fn post_rdma_write(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote_addr: u64,
-        rkey: u32,
-        sge: Sge,
-    ) -> Result<(), Error> {
-        self.post_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
-    }
-
-    /// Validates and writes an `IBV_WR_RDMA_READ` into one SGE.
-    #[inline(always)]
-    pub fn post_rdma_read(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote_addr: u64,
-        rkey: u32,
-        sge: Sge,
-    ) -> Result<(), Error> {
-        self.post_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
-    }
-
-    /// Validates and writes an `IBV_WR_SEND` of one SGE.
-    #[inline(always)]
-    pub fn post_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<(), Error> {
-        self.post_sge(wr_id, SendOp::Send, flags, sge)
-    }
-
-    /// [`post_sge`](Self::post_sge) with the compact [`SendError`] (see
-    /// [`SendQueue::wr_sge`]).
-    #[inline(always)]
-    pub fn wr_sge(
+    pub fn post_send_sge(
         &mut self,
         wr_id: u64,
         op: SendOp,
@@ -1871,7 +1751,7 @@ impl<M: Mmio> SendBatch<'_, M> {
         self.sge_push(wr_id, op, flags, sge)
     }
 
-    /// [`wr_sge`](Self::wr_sge) with the error converted where it arises
+    /// [`post_send_sge`](Self::post_send_sge) with the error converted where it arises
     /// (on a cold path), not after the paths join: the compiler then sees
     /// that the fast path always succeeds, whatever the error type.
     #[inline(always)]
@@ -1906,44 +1786,11 @@ impl<M: Mmio> SendBatch<'_, M> {
                 self.pushed_cold(|sq, _| sq.build_sgl_cold(wr_id, w, sge.addr, len_lkey))?;
                 break 'cold;
             };
-            self.c.write_sge(wr, wr_id, opcode, imm, raddr, fm, sge);
+            self.c
+                .write_sge(&self.ring, wr, wr_id, opcode, imm, raddr, fm, sge);
             self.next = wr.wrapping_add(1);
         }
         Ok(())
-    }
-
-    /// [`post_rdma_write`](Self::post_rdma_write) with the compact
-    /// [`SendError`].
-    #[inline(always)]
-    pub fn wr_rdma_write(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote_addr: u64,
-        rkey: u32,
-        sge: Sge,
-    ) -> Result<(), SendError> {
-        self.wr_sge(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, flags, sge)
-    }
-
-    /// [`post_rdma_read`](Self::post_rdma_read) with the compact
-    /// [`SendError`].
-    #[inline(always)]
-    pub fn wr_rdma_read(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote_addr: u64,
-        rkey: u32,
-        sge: Sge,
-    ) -> Result<(), SendError> {
-        self.wr_sge(wr_id, SendOp::RdmaRead { remote_addr, rkey }, flags, sge)
-    }
-
-    /// [`post_send`](Self::post_send) with the compact [`SendError`].
-    #[inline(always)]
-    pub fn wr_send(&mut self, wr_id: u64, flags: SendFlags, sge: Sge) -> Result<(), SendError> {
-        self.wr_sge(wr_id, SendOp::Send, flags, sge)
     }
 
     /// Work requests in the batch.
@@ -1982,11 +1829,13 @@ impl<M: Mmio> Drop for SendBatch<'_, M> {
 /// doorbell record word 0 carries the 16-bit producer counter.
 #[derive(Debug)]
 pub struct RecvQueue {
-    buf: Ptr,
-    meta: Ptr,
-    dbr: Ptr,
-    wrid_off: usize,
-    len_off: usize,
+    buf: Ring,
+    hdr: HostTable<QpHdr>,
+    dbr: DoorbellRecord,
+    /// `wr_id` per WQE.
+    wrid: HostTable<AtomicU64>,
+    /// Bytes posted per WQE.
+    len: HostTable<AtomicU32>,
     mask: u32,
     shift: u8,
     max_gs: u32,
@@ -2001,7 +1850,7 @@ impl RecvQueue {
     fn build(&mut self, wr: &RecvWr<'_>, nreq: u32) -> Result<(), Error> {
         let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
         if outstanding >= self.max_post {
-            self.tail_cache = self.meta.a32(META_RQ_TAIL).load(Ordering::Acquire);
+            self.tail_cache = hdr(&self.hdr, META_RQ_TAIL).load(Ordering::Acquire);
             let outstanding = self.head.wrapping_add(nreq).wrapping_sub(self.tail_cache);
             if outstanding >= self.max_post {
                 return Err(Error::QueueFull {
@@ -2035,11 +1884,9 @@ impl RecvQueue {
             self.buf.w64(base + 16 * j, seg[0]);
             self.buf.w64(base + 16 * j + 8, seg[1]);
         }
-        self.meta
-            .a64(self.wrid_off + 8 * idx as usize)
-            .store(wr.wr_id, Ordering::Relaxed);
-        self.meta
-            .a32(self.len_off + 4 * idx as usize)
+        self.wrid.get(idx).store(wr.wr_id, Ordering::Relaxed);
+        self.len
+            .get(idx)
             .store(total.min(u64::from(u32::MAX)) as u32, Ordering::Relaxed);
         Ok(())
     }
@@ -2047,19 +1894,18 @@ impl RecvQueue {
     #[inline(always)]
     fn publish(&mut self, n: u32) {
         self.head = self.head.wrapping_add(n);
-        self.meta
-            .a32(META_RQ_HEAD)
-            .store(self.head, Ordering::Release);
+        hdr(&self.hdr, META_RQ_HEAD).store(self.head, Ordering::Release);
         barrier::udma_to_device_barrier();
         if self.dbr_enabled {
             self.dbr
-                .w32(DBR_RCV, Be32::new(self.head & 0xffff).to_raw());
+                .write32(DBR_RCV, Be32::new(self.head & 0xffff).to_raw());
         }
     }
 
-    /// Posts one receive work request and updates the doorbell record.
+    /// Posts one receive work request and updates the doorbell record
+    /// (`ibv_post_recv` with a one-element list).
     #[inline]
-    pub fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), Error> {
+    pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), Error> {
         self.build(wr, 0)?;
         self.publish(1);
         Ok(())
@@ -2067,7 +1913,7 @@ impl RecvQueue {
 
     /// Posts a list with one doorbell-record update (`ibv_post_recv`); on a
     /// rejected request, the ones before it are posted.
-    pub fn post_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+    pub fn post_recv_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         let mut n = 0u32;
         let mut err = None;
         for wr in wrs {
@@ -2098,13 +1944,13 @@ impl RecvQueue {
         if enabled {
             barrier::udma_to_device_barrier();
             self.dbr
-                .w32(DBR_RCV, Be32::new(self.head & 0xffff).to_raw());
+                .write32(DBR_RCV, Be32::new(self.head & 0xffff).to_raw());
         }
     }
 
     /// Work requests posted and not yet completed.
     pub fn outstanding(&self) -> u32 {
-        let tail = self.meta.a32(META_RQ_TAIL).load(Ordering::Acquire);
+        let tail = hdr(&self.hdr, META_RQ_TAIL).load(Ordering::Acquire);
         self.head.wrapping_sub(tail)
     }
 
@@ -2123,8 +1969,11 @@ impl RecvQueue {
 /// bookkeeping), send queue and receive queue.
 #[derive(Debug)]
 pub struct Qp<M: Mmio> {
-    region: DmaRegion,
-    meta: Ptr,
+    mem: QueueMem,
+    hdr: HostTable<QpHdr>,
+    /// The send ring and table, shared with the send side's completion
+    /// handle.
+    sq_table: Option<SqRing>,
     layout: QpLayout,
     qpn: u32,
     sq: Option<SendQueue<M>>,
@@ -2173,75 +2022,93 @@ impl<M: Mmio> Qp<M> {
             Some((m, b)) => (Some(m), Some(b)),
             None => (None, None),
         };
-        let setup = (|| -> Result<_, Error> {
-            if layout.meta_offset != layout.dbr_offset + CTL_META {
-                return Err(Error::InvalidGeometry(
+        if layout.meta_offset != layout.dbr_offset + CTL_META {
+            return Err((
+                Error::InvalidGeometry(
                     "QP layout: the bookkeeping must start 64 bytes after the doorbell record",
-                ));
-            }
-            let meta = Ptr::new(&region, layout.meta_offset, layout.meta_len())?;
-            let dbr = Ptr::new(&region, layout.dbr_offset, CTL_META + layout.meta_len())?;
-            if cfg.qpn >= 1 << 24 {
-                return Err(Error::InvalidGeometry("QPN exceeds 24 bits"));
-            }
-            // Fresh bookkeeping: counters equal, no handles.
-            meta.a32(META_SQ_TAIL).store(sq_start, Ordering::Relaxed);
-            meta.a32(META_SQ_HEAD).store(sq_start, Ordering::Relaxed);
-            meta.a32(META_RQ_TAIL).store(rq_start, Ordering::Relaxed);
-            meta.a32(META_RQ_HEAD).store(rq_start, Ordering::Relaxed);
-            meta.a32(META_HANDLES).store(0, Ordering::Release);
-            let rq = match &cfg.geometry.rq {
-                Some(g) => Some(new_rq(&region, &layout, g, meta, dbr, rq_start, cfg)?),
+                ),
+                QpParts { region, uar },
+            ));
+        }
+        if cfg.qpn >= 1 << 24 {
+            return Err((
+                Error::InvalidGeometry("QPN exceeds 24 bits"),
+                QpParts { region, uar },
+            ));
+        }
+        // Device part: the rings and the doorbell record; the platform's
+        // view counter right after the record; the bookkeeping from
+        // `meta_offset` on.
+        let mut mem = match QueueMem::new(region, layout.dbr_offset + 8) {
+            Ok(m) => m,
+            Err((e, region)) => return Err((e.into(), QpParts { region, uar })),
+        };
+        let views = (|| -> Result<_, Error> {
+            let hdr = mem.table::<QpHdr>(layout.dbr_offset + QP_HDR, 1)?;
+            let dbr = mem.doorbell_record(layout.dbr_offset)?;
+            let sq_table = match &cfg.geometry.sq {
+                Some(g) => Some(mem.slot_ring::<SqEntry, Hdr>(
+                    layout.sq_offset,
+                    // The header, then the send table at META_SQ_TABLE.
+                    layout.meta_offset,
+                    g.wqe_cnt as usize,
+                )?),
                 None => None,
             };
-            Ok((meta, dbr, rq))
+            // Fresh bookkeeping: counters equal, no handles.
+            if let Some(t) = &sq_table {
+                let h = t.header();
+                h[META_SQ_TAIL].store(sq_start, Ordering::Relaxed);
+                h[META_SQ_HEAD].store(sq_start, Ordering::Relaxed);
+            }
+            let h = hdr.first();
+            h[META_RQ_TAIL].store(rq_start, Ordering::Relaxed);
+            h[META_RQ_HEAD].store(rq_start, Ordering::Relaxed);
+            h[META_HANDLES].store(0, Ordering::Release);
+            let rq = match &cfg.geometry.rq {
+                Some(g) => Some(new_rq(&mut mem, &layout, g, &hdr, &dbr, rq_start, cfg)?),
+                None => None,
+            };
+            Ok((hdr, dbr, sq_table, rq))
         })();
-        let (meta, dbr, rq) = match setup {
+        let (hdr, dbr, sq_table, rq) = match views {
             Ok(x) => x,
-            Err(e) => return Err((e, QpParts { region, uar })),
+            Err(e) => return Err((e, QpParts::give_back(mem, uar))),
         };
-        let sq = match (&cfg.geometry.sq, uar) {
-            (Some(g), Some(mmio)) => {
+        let sq = match (&cfg.geometry.sq, uar, &sq_table) {
+            (Some(g), Some(mmio), Some(table)) => {
                 let db = match SqDoorbell::new(mmio, bf.expect("bf config comes with the uar")) {
                     Ok(d) => d,
                     Err((e, mmio)) => {
-                        return Err((
-                            e,
-                            QpParts {
-                                region,
-                                uar: Some(mmio),
-                            },
-                        ));
+                        drop((hdr, dbr, sq_table, rq));
+                        return Err((e, QpParts::give_back(mem, Some(mmio))));
                     }
                 };
-                match new_sq(&region, &layout, g, meta, dbr, sq_start, cfg, db) {
+                match new_sq(g, table, dbr, sq_start, cfg, db) {
                     Ok(sq) => Some(sq),
                     Err((e, db)) => {
-                        return Err((
-                            e,
-                            QpParts {
-                                region,
-                                uar: Some(db.mmio),
-                            },
-                        ));
+                        drop((hdr, sq_table, rq));
+                        return Err((e, QpParts::give_back(mem, Some(db.bf.into_inner()))));
                     }
                 }
             }
-            (Some(_), None) => {
+            (Some(_), None, _) => {
+                drop((hdr, dbr, sq_table, rq));
                 return Err((
                     Error::InvalidGeometry("a send queue needs a UAR"),
-                    QpParts { region, uar: None },
+                    QpParts::give_back(mem, None),
                 ));
             }
-            (None, uar) => {
+            (_, uar, _) => {
                 // No send queue: the window is not needed.
-                drop(uar);
+                drop((uar, dbr));
                 None
             }
         };
         Ok(Self {
-            region,
-            meta,
+            mem,
+            hdr,
+            sq_table,
             layout,
             qpn: cfg.qpn,
             sq,
@@ -2276,8 +2143,8 @@ impl<M: Mmio> Qp<M> {
     }
 
     /// The DMA region (for its IOVA: page list and `dbr_addr`).
-    pub fn region(&self) -> &DmaRegion {
-        &self.region
+    pub fn region(&self) -> RegionInfo {
+        self.mem.region()
     }
 
     /// A completion handle for a CQ: `send` if the CQ is this QP's send CQ,
@@ -2306,7 +2173,7 @@ impl<M: Mmio> Qp<M> {
             }
             want |= HANDLE_RQ;
         }
-        let flags = self.meta.a32(META_HANDLES);
+        let flags = &self.hdr.first()[META_HANDLES];
         let prev = flags.fetch_or(want, Ordering::AcqRel);
         if prev & want != 0 {
             // Undo only the bits this call set.
@@ -2317,26 +2184,25 @@ impl<M: Mmio> Qp<M> {
                 "receive queue"
             }));
         }
-        let sq = match (&self.sq, send) {
-            (Some(s), true) => Some(SqSide { mask: s.mask }),
+        let sq = match (&self.sq_table, send) {
+            (Some(t), true) => Some(t.clone()),
             _ => None,
         };
         let rq = match (&self.rq, recv, srq) {
             (Some(r), true, _) => RecvSide::Rq {
-                wrid: r.wrid_off,
-                len: r.len_off,
-                mask: r.mask,
+                wrid: r.wrid.clone(),
+                len: r.len.clone(),
             },
             (_, _, Some(s)) => RecvSide::Srq(s),
             _ => RecvSide::None,
         };
-        Ok(QpCompletions::new(self.qpn, self.meta, want, sq, rq))
+        Ok(QpCompletions::new(self.qpn, self.hdr.clone(), want, sq, rq))
     }
 
     /// Completion handles still alive for this QP (bit 0 send, bit 1
     /// receive).
     pub fn handles_alive(&self) -> u32 {
-        self.meta.a32(META_HANDLES).load(Ordering::Acquire)
+        self.hdr.first()[META_HANDLES].load(Ordering::Acquire)
     }
 
     /// Gives the region and UAR back (after DESTROY_QP), or the QP itself
@@ -2346,19 +2212,28 @@ impl<M: Mmio> Qp<M> {
         if self.handles_alive() != 0 {
             return Err(self);
         }
-        Ok(QpParts {
-            region: self.region,
-            uar: self.sq.map(|s| s.db.mmio),
-        })
+        // The QP's own views go; a handle (the only views that leave the
+        // QP) clears its flag when dropped, so none is left.
+        let Self {
+            mem,
+            hdr,
+            sq_table,
+            sq,
+            rq,
+            ..
+        } = self;
+        drop((hdr, sq_table, rq));
+        let uar = sq.map(|s| s.db.bf.into_inner());
+        Ok(QpParts::give_back(mem, uar))
     }
 }
 
 fn new_rq(
-    region: &DmaRegion,
+    mem: &mut QueueMem,
     layout: &QpLayout,
     g: &RqGeometry,
-    meta: Ptr,
-    dbr: Ptr,
+    hdr: &HostTable<QpHdr>,
+    dbr: &DoorbellRecord,
     start: u32,
     cfg: &QpConfig,
 ) -> Result<RecvQueue, Error> {
@@ -2368,14 +2243,20 @@ fn new_rq(
     if g.max_gs as usize * 16 > 1 << g.wqe_shift || g.max_post > g.wqe_cnt {
         return Err(Error::InvalidGeometry("receive queue max_gs / max_post"));
     }
-    let buf = Ptr::new(region, layout.rq_offset, g.bytes())?;
-    dbr.w32(DBR_RCV, Be32::new(start & 0xffff).to_raw());
+    // (A ring view is at least 64 bytes: a smaller receive ring's view
+    // reaches into the send ring, which its offsets, masked with the
+    // queue's own mask first, never do.)
+    let buf = mem.ring(layout.rq_offset, g.bytes().max(64))?;
+    let n = g.wqe_cnt as usize;
+    let wrid = mem.table::<AtomicU64>(layout.meta_offset + layout.rq_wrid, n)?;
+    let len = mem.table::<AtomicU32>(layout.meta_offset + layout.rq_len, n)?;
+    dbr.write32(DBR_RCV, Be32::new(start & 0xffff).to_raw());
     Ok(RecvQueue {
         buf,
-        meta,
-        dbr,
-        wrid_off: layout.rq_wrid,
-        len_off: layout.rq_len,
+        hdr: hdr.clone(),
+        dbr: dbr.clone(),
+        wrid,
+        len,
         mask: g.wqe_cnt - 1,
         shift: g.wqe_shift,
         max_gs: g.max_gs,
@@ -2463,11 +2344,9 @@ const FM_CE_SE: [u8; 16] = {
 
 #[allow(clippy::too_many_arguments)]
 fn new_sq<M: Mmio>(
-    region: &DmaRegion,
-    layout: &QpLayout,
     g: &SqGeometry,
-    meta: Ptr,
-    ctl: Ptr,
+    table: &SqRing,
+    dbr: DoorbellRecord,
     start: u32,
     cfg: &QpConfig,
     db: SqDoorbell<M>,
@@ -2488,18 +2367,13 @@ fn new_sq<M: Mmio>(
     if let Err((e, ())) = check {
         return Err((e, db));
     }
-    let buf = match Ptr::new(region, layout.sq_offset, g.bytes()) {
-        Ok(b) => b,
-        Err(e) => return Err((e, db)),
-    };
-    ctl.w32(DBR_SND, Be32::new(start & 0xffff).to_raw());
+    dbr.write32(DBR_SND, Be32::new(start & 0xffff).to_raw());
     // No slot starts an outstanding WQE yet: mark every slot as the work
     // request just before the tail, outside the outstanding window.
-    for i in 0..g.wqe_cnt as usize {
-        let e = META_SQ_TABLE + SQ_ENTRY * i;
-        meta.a64(e).store(0, Ordering::Relaxed);
-        meta.a32(e + SQ_ENTRY_HEAD)
-            .store(start.wrapping_sub(1), Ordering::Relaxed);
+    for i in 0..g.wqe_cnt {
+        let e = table.entry(i);
+        e.wr_id.store(0, Ordering::Relaxed);
+        e.head.store(start.wrapping_sub(1), Ordering::Relaxed);
     }
     let sig_bits = if cfg.sq_sig_all {
         fm_ce_se::CQ_UPDATE
@@ -2513,8 +2387,8 @@ fn new_sq<M: Mmio>(
         (true, true) => 2,
     };
     Ok(SendQueue {
-        buf,
-        ctl,
+        buf: table.clone(),
+        dbr,
         cur_post: start,
         full_at: start.wrapping_add(g.max_post),
         mask: g.wqe_cnt - 1,

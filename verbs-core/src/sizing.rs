@@ -387,11 +387,6 @@ impl QpLayout {
             rq_len,
         }
     }
-
-    /// Bytes of bookkeeping.
-    pub(crate) fn meta_len(&self) -> usize {
-        self.total_bytes - self.meta_offset
-    }
 }
 
 /// A QP's computed geometry and layout.

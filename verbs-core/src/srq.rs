@@ -19,30 +19,47 @@
 //! (`lwm`) and receives SRQ_LIMIT events; [`Srq::outstanding`] and
 //! [`Srq::available`] give the software view of the same count.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
+use platform::ring::{DoorbellRecord, HostTable, QueueMem, RegionInfo, Ring};
 use platform::{Be32, DmaRegion, barrier};
 
 use crate::Error;
-use crate::mem::{Ptr, check_region};
+use crate::mem::{Hdr, check_region, hdr};
 use crate::qp::{PostError, RecvWr};
 use crate::sizing::{SrqGeometry, SrqLayout};
 use crate::wqe;
 
+// Header words.
 const META_LOCK: usize = 0;
-const META_TAIL: usize = 4;
-const META_HANDLES: usize = 8;
-const META_COMPLETED: usize = 12;
+const META_TAIL: usize = 1;
+const META_HANDLES: usize = 2;
+const META_COMPLETED: usize = 3;
+
+/// The views an SRQ and its completion handles share.
+#[derive(Debug, Clone)]
+struct SrqViews {
+    /// The ring (the completion side writes next indices into it).
+    buf: Ring,
+    /// Lock, tail, handles, completed.
+    hdr: HostTable<Hdr>,
+    wrid: HostTable<AtomicU64>,
+    /// Bytes posted per WQE.
+    len: HostTable<AtomicU32>,
+    /// Host mirror of the next indices.
+    next: HostTable<AtomicU16>,
+    /// 1 while a WQE is posted.
+    posted: HostTable<AtomicU8>,
+}
 /// Spins before a contended free-list lock gives up.
 const LOCK_SPINS: u32 = 1 << 24;
 
 /// A shared receive queue.
 #[derive(Debug)]
 pub struct Srq {
-    region: DmaRegion,
-    buf: Ptr,
-    meta: Ptr,
-    dbr: Ptr,
+    mem: QueueMem,
+    v: SrqViews,
+    dbr: DoorbellRecord,
     layout: SrqLayout,
     geometry: SrqGeometry,
     srqn: u32,
@@ -61,8 +78,17 @@ impl Srq {
         geometry: SrqGeometry,
     ) -> Result<Self, (Error, DmaRegion)> {
         let layout = SrqLayout::new(&geometry);
+        if let Err(e) = check_region(&region, layout.total_bytes) {
+            return Err((e, region));
+        }
+        // Device part: ring and doorbell record; the platform's view
+        // counter right after the record; the bookkeeping from
+        // `meta_offset` on.
+        let mut mem = match QueueMem::new(region, layout.dbr_offset + 8) {
+            Ok(m) => m,
+            Err((e, region)) => return Err((e.into(), region)),
+        };
         let setup = (|| -> Result<_, Error> {
-            check_region(&region, layout.total_bytes)?;
             if !geometry.wqe_cnt.is_power_of_two()
                 || geometry.wqe_cnt < 2
                 || geometry.wqe_cnt > 1 << 16
@@ -74,40 +100,42 @@ impl Srq {
             if srqn >= 1 << 24 {
                 return Err(Error::InvalidGeometry("SRQN exceeds 24 bits"));
             }
-            let buf = Ptr::new(&region, 0, geometry.bytes())?;
-            let meta = Ptr::new(
-                &region,
-                layout.meta_offset,
-                layout.total_bytes - layout.meta_offset,
-            )?;
-            let dbr = Ptr::new(&region, layout.dbr_offset, 8)?;
-            Ok((buf, meta, dbr))
+            let n = geometry.wqe_cnt as usize;
+            let m = layout.meta_offset;
+            let v = SrqViews {
+                buf: mem.ring(0, geometry.bytes())?,
+                hdr: mem.table(m, 1)?,
+                wrid: mem.table(m + layout.wrid, n)?,
+                len: mem.table(m + layout.len, n)?,
+                next: mem.table(m + layout.next, n)?,
+                posted: mem.table(m + layout.posted, n)?,
+            };
+            let dbr = mem.doorbell_record(layout.dbr_offset)?;
+            Ok((v, dbr))
         })();
-        let (buf, meta, dbr) = match setup {
+        let (v, dbr) = match setup {
             Ok(x) => x,
-            Err(e) => return Err((e, region)),
+            Err(e) => return Err((e, crate::mem::into_region(mem))),
         };
         let n = geometry.wqe_cnt;
         for i in 0..n {
             let next = (i + 1) % n;
             let seg = wqe::srq_next_seg(next as u16);
             let off = (i as usize) << geometry.wqe_shift;
-            buf.w64(off, seg[0]);
-            buf.w64(off + 8, seg[1]);
-            meta.a16(layout.next + 2 * i as usize)
-                .store(next as u16, Ordering::Relaxed);
-            meta.a8(layout.posted + i as usize)
-                .store(0, Ordering::Relaxed);
+            v.buf.w64(off, seg[0]);
+            v.buf.w64(off + 8, seg[1]);
+            v.next.get(i).store(next as u16, Ordering::Relaxed);
+            v.posted.get(i).store(0, Ordering::Relaxed);
         }
-        meta.a32(META_LOCK).store(0, Ordering::Relaxed);
-        meta.a32(META_TAIL).store(n - 1, Ordering::Relaxed);
-        meta.a32(META_HANDLES).store(0, Ordering::Relaxed);
-        meta.a32(META_COMPLETED).store(0, Ordering::Release);
-        dbr.w64(0, 0);
+        let h = v.hdr.first();
+        h[META_LOCK].store(0, Ordering::Relaxed);
+        h[META_TAIL].store(n - 1, Ordering::Relaxed);
+        h[META_HANDLES].store(0, Ordering::Relaxed);
+        h[META_COMPLETED].store(0, Ordering::Release);
+        dbr.write64(0);
         Ok(Self {
-            region,
-            buf,
-            meta,
+            mem,
+            v,
             dbr,
             layout,
             geometry,
@@ -126,7 +154,7 @@ impl Srq {
                 max: self.geometry.max_gs as usize,
             });
         }
-        let tail = self.meta.a32(META_TAIL).load(Ordering::Acquire);
+        let tail = hdr(&self.v.hdr, META_TAIL).load(Ordering::Acquire);
         if self.head == tail {
             return Err(Error::QueueFull {
                 outstanding: self.outstanding(),
@@ -142,30 +170,25 @@ impl Srq {
                 continue;
             }
             let seg = wqe::data_seg(sge.length, sge.lkey, sge.addr);
-            self.buf.w64(base + 16 * j, seg[0]);
-            self.buf.w64(base + 16 * j + 8, seg[1]);
+            self.v.buf.w64(base + 16 * j, seg[0]);
+            self.v.buf.w64(base + 16 * j + 8, seg[1]);
             total += u64::from(sge.length);
             j += 1;
         }
         if j < self.geometry.max_gs as usize {
             let seg = wqe::data_seg_end();
-            self.buf.w64(base + 16 * j, seg[0]);
-            self.buf.w64(base + 16 * j + 8, seg[1]);
+            self.v.buf.w64(base + 16 * j, seg[0]);
+            self.v.buf.w64(base + 16 * j + 8, seg[1]);
         }
-        self.meta
-            .a64(self.layout.wrid + 8 * idx)
-            .store(wr.wr_id, Ordering::Relaxed);
-        self.meta
-            .a32(self.layout.len + 4 * idx)
+        let i = idx as u32;
+        self.v.wrid.get(i).store(wr.wr_id, Ordering::Relaxed);
+        self.v
+            .len
+            .get(i)
             .store(total.min(u64::from(u32::MAX)) as u32, Ordering::Relaxed);
-        self.meta
-            .a8(self.layout.posted + idx)
-            .store(1, Ordering::Release);
+        self.v.posted.get(i).store(1, Ordering::Release);
         // Host-only mirror, always < wqe_cnt (written by this module only).
-        let next = self
-            .meta
-            .a16(self.layout.next + 2 * idx)
-            .load(Ordering::Relaxed);
+        let next = self.v.next.get(i).load(Ordering::Relaxed);
         self.head = u32::from(next) & (self.geometry.wqe_cnt - 1);
         self.counter = self.counter.wrapping_add(1);
         self.posted = self.posted.wrapping_add(1);
@@ -175,18 +198,19 @@ impl Srq {
     #[inline(always)]
     fn publish(&mut self) {
         barrier::udma_to_device_barrier();
-        self.dbr.w32(0, Be32::new(self.counter & 0xffff).to_raw());
+        self.dbr
+            .write32(0, Be32::new(self.counter & 0xffff).to_raw());
     }
 
     /// Posts one receive work request (`ibv_post_srq_recv`).
-    pub fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), Error> {
+    pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), Error> {
         self.build(wr)?;
         self.publish();
         Ok(())
     }
 
     /// Posts a list; on a rejected request the ones before it are posted.
-    pub fn post_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+    pub fn post_recv_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         let mut n = 0;
         let mut err = None;
         for wr in wrs {
@@ -209,7 +233,7 @@ impl Srq {
     /// limit counter).
     pub fn outstanding(&self) -> u32 {
         self.posted
-            .wrapping_sub(self.meta.a32(META_COMPLETED).load(Ordering::Acquire))
+            .wrapping_sub(hdr(&self.v.hdr, META_COMPLETED).load(Ordering::Acquire))
     }
 
     /// Work requests that can still be posted.
@@ -233,19 +257,17 @@ impl Srq {
     }
 
     /// The DMA region (for the page list and `dbr_addr`).
-    pub fn region(&self) -> &DmaRegion {
-        &self.region
+    pub fn region(&self) -> RegionInfo {
+        self.mem.region()
     }
 
     /// A completion handle, for every QP that uses this SRQ (pass it to
     /// [`Qp::completions`](crate::Qp::completions)).
     pub fn completions(&self) -> SrqCompletions {
-        self.meta.a32(META_HANDLES).fetch_add(1, Ordering::AcqRel);
+        hdr(&self.v.hdr, META_HANDLES).fetch_add(1, Ordering::AcqRel);
         SrqCompletions {
             srqn: self.srqn,
-            buf: self.buf,
-            meta: self.meta,
-            layout: self.layout,
+            v: self.v.clone(),
             wqe_cnt: self.geometry.wqe_cnt,
             wqe_shift: self.geometry.wqe_shift,
         }
@@ -253,7 +275,7 @@ impl Srq {
 
     /// Completion handles alive.
     pub fn handles_alive(&self) -> u32 {
-        self.meta.a32(META_HANDLES).load(Ordering::Acquire)
+        hdr(&self.v.hdr, META_HANDLES).load(Ordering::Acquire)
     }
 
     /// Gives the region back after DESTROY_SRQ, or the SRQ while handles are
@@ -262,7 +284,9 @@ impl Srq {
         if self.handles_alive() != 0 {
             return Err(self);
         }
-        Ok(self.region)
+        let Self { mem, v, dbr, .. } = self;
+        drop((v, dbr));
+        Ok(crate::mem::into_region(mem))
     }
 }
 
@@ -271,9 +295,7 @@ impl Srq {
 #[derive(Debug)]
 pub struct SrqCompletions {
     srqn: u32,
-    buf: Ptr,
-    meta: Ptr,
-    layout: SrqLayout,
+    v: SrqViews,
     wqe_cnt: u32,
     wqe_shift: u8,
 }
@@ -296,8 +318,9 @@ impl SrqCompletions {
         let idx = usize::from(counter);
         if idx >= self.wqe_cnt as usize
             || self
-                .meta
-                .a8(self.layout.posted + idx)
+                .v
+                .posted
+                .get(u32::from(counter))
                 .load(Ordering::Acquire)
                 == 0
         {
@@ -307,10 +330,7 @@ impl SrqCompletions {
                 queue: "SRQ",
             });
         }
-        let len = self
-            .meta
-            .a32(self.layout.len + 4 * idx)
-            .load(Ordering::Relaxed);
+        let len = self.v.len.get(u32::from(counter)).load(Ordering::Relaxed);
         Ok(SrqWqe { idx, len })
     }
 
@@ -320,7 +340,7 @@ impl SrqCompletions {
     /// meanwhile.
     #[inline(always)]
     pub(crate) fn retire(&self, w: &SrqWqe, counter: u16, ci: u32) -> Result<u64, Error> {
-        let lock = self.meta.a32(META_LOCK);
+        let lock = hdr(&self.v.hdr, META_LOCK);
         let mut spins = 0u32;
         while lock
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -332,7 +352,7 @@ impl SrqCompletions {
             }
             core::hint::spin_loop();
         }
-        let posted = self.meta.a8(self.layout.posted + w.idx);
+        let posted = self.v.posted.get(w.idx as u32);
         if posted.swap(0, Ordering::AcqRel) == 0 {
             lock.store(0, Ordering::Release);
             return Err(Error::CqeWqeCounter {
@@ -341,22 +361,19 @@ impl SrqCompletions {
                 queue: "SRQ",
             });
         }
-        let wr_id = self
-            .meta
-            .a64(self.layout.wrid + 8 * w.idx)
-            .load(Ordering::Relaxed);
-        let tail_a = self.meta.a32(META_TAIL);
+        let wr_id = self.v.wrid.get(w.idx as u32).load(Ordering::Relaxed);
+        let tail_a = hdr(&self.v.hdr, META_TAIL);
         let tail = tail_a.load(Ordering::Relaxed) as usize & (self.wqe_cnt as usize - 1);
         // The device follows the ring's next index; the poster the mirror.
-        self.buf
+        self.v
+            .buf
             .w16((tail << self.wqe_shift) + 2, (w.idx as u16).to_be());
-        self.meta
-            .a16(self.layout.next + 2 * tail)
+        self.v
+            .next
+            .get(tail as u32)
             .store(w.idx as u16, Ordering::Relaxed);
         tail_a.store(w.idx as u32, Ordering::Release);
-        self.meta
-            .a32(META_COMPLETED)
-            .fetch_add(1, Ordering::Release);
+        hdr(&self.v.hdr, META_COMPLETED).fetch_add(1, Ordering::Release);
         lock.store(0, Ordering::Release);
         Ok(wr_id)
     }
@@ -364,6 +381,6 @@ impl SrqCompletions {
 
 impl Drop for SrqCompletions {
     fn drop(&mut self) {
-        self.meta.a32(META_HANDLES).fetch_sub(1, Ordering::AcqRel);
+        hdr(&self.v.hdr, META_HANDLES).fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -10,7 +10,7 @@
 //! doorbell copies the whole WQE (rounded up to 64 bytes, at most
 //! `buf_size`) into the register instead.
 
-use platform::{Be64, Mmio};
+use platform::{Be64, BlueFlame, Mmio};
 
 use crate::Error;
 
@@ -52,24 +52,11 @@ impl BfConfig {
     }
 }
 
-/// A send queue's doorbell register: the window, its offsets (checked once
-/// here) and the alternating BlueFlame half.
-///
-/// The current register offset is kept as a `u32` that is a multiple of 8,
-/// and the two halves are swapped with one XOR (`cur ^= toggle`, where
-/// `toggle = reg ^ (reg + buf_size)`), so the doorbell store needs no
-/// address arithmetic and the window's own bounds check reduces to one
-/// compare (the offset cannot overflow and is known to be aligned).
+/// A send queue's doorbell register: platform's [`BlueFlame`] pair (the
+/// offsets checked once there) and how the queue uses it.
 #[derive(Debug)]
 pub(crate) struct SqDoorbell<M: Mmio> {
-    pub(crate) mmio: M,
-    /// Offset of the register half the next doorbell goes to.
-    cur: u32,
-    /// `reg ^ (reg + buf_size)`.
-    toggle: u32,
-    /// Offset of the first half.
-    reg: u32,
-    pub(crate) buf_size: u32,
+    pub(crate) bf: BlueFlame<M>,
     pub(crate) blueflame: bool,
     /// `blueflame && prefer_bf`: single posts of any kind go by BlueFlame.
     pub(crate) bf_always: bool,
@@ -77,74 +64,49 @@ pub(crate) struct SqDoorbell<M: Mmio> {
 
 impl<M: Mmio> SqDoorbell<M> {
     pub(crate) fn new(mmio: M, cfg: BfConfig) -> Result<Self, (Error, M)> {
-        if cfg.buf_size % 64 != 0 || cfg.buf_size == 0 || cfg.buf_size > 1 << 16 {
-            return Err((
+        match BlueFlame::new(mmio, cfg.reg_offset, cfg.buf_size) {
+            Ok(bf) => Ok(Self {
+                bf,
+                blueflame: cfg.blueflame,
+                bf_always: cfg.blueflame && cfg.prefer_bf,
+            }),
+            Err((platform::Error::InvalidArgument(_), mmio)) => Err((
                 Error::InvalidGeometry(
                     "BlueFlame buf_size must be a non-zero multiple of 64, at most 64 KiB",
                 ),
                 mmio,
-            ));
+            )),
+            Err((_, mmio)) => {
+                let len = mmio.len();
+                Err((
+                    Error::UarOutOfRange {
+                        offset: cfg.reg_offset,
+                        width: cfg.buf_size.saturating_mul(2),
+                        len,
+                    },
+                    mmio,
+                ))
+            }
         }
-        // Both halves must be inside the window, 8-byte aligned, and their
-        // offsets must fit 32 bits. Checked against `len` itself (not the
-        // overridable `check`): this is what `ring` relies on.
-        let end = cfg.reg_offset.checked_add(2 * cfg.buf_size);
-        let ok = end.is_some_and(|e| e <= mmio.len() && e <= u32::MAX as usize)
-            && cfg.reg_offset % 8 == 0
-            && mmio.check(cfg.reg_offset, 8).is_ok()
-            && mmio.check(cfg.reg_offset + 2 * cfg.buf_size - 8, 8).is_ok();
-        if !ok {
-            let len = mmio.len();
-            return Err((
-                Error::UarOutOfRange {
-                    offset: cfg.reg_offset,
-                    width: 2 * cfg.buf_size,
-                    len,
-                },
-                mmio,
-            ));
-        }
-        let reg = cfg.reg_offset as u32;
-        let buf_size = cfg.buf_size as u32;
-        Ok(Self {
-            mmio,
-            cur: reg,
-            toggle: reg ^ (reg + buf_size),
-            reg,
-            buf_size,
-            blueflame: cfg.blueflame,
-            bf_always: cfg.blueflame && cfg.prefer_bf,
-        })
     }
 
-    /// The offset of the register half the next doorbell goes to.
+    /// Bytes of one BlueFlame buffer.
     #[inline(always)]
-    pub(crate) fn cur(&self) -> usize {
-        self.cur as usize
+    pub(crate) fn buf_size(&self) -> u32 {
+        self.bf.buf_size() as u32
     }
 
     /// Writes the 8-byte doorbell `ctrl0` (the memory image of the first
-    /// control-segment word) to the current register half: one store, no
-    /// bounds check.
+    /// control-segment word) to the current buffer: one store, no check.
     #[inline(always)]
     pub(crate) fn ring(&self, ctrl0: u64) {
-        let off = self.cur();
-        // SAFETY: `cur` is `reg` or `reg + buf_size`, both multiples of 8
-        // (`reg % 8 == 0` and `buf_size % 64 == 0`, checked in `new`), and
-        // `cur + 8 <= reg + 2 * buf_size <= mmio.len()` (checked in `new`
-        // against `len`, which does not change while the window exists).
-        unsafe { self.mmio.write64_unchecked(off, Be64::from_raw(ctrl0)) }
+        self.bf.ring(Be64::from_raw(ctrl0));
     }
 
-    /// `bf->offset`: 0 or `buf_size`.
-    pub(crate) fn bf_offset(&self) -> usize {
-        (self.cur - self.reg) as usize
-    }
-
-    /// Switches to the other half (`bf->offset ^= bf->buf_size`).
+    /// Switches to the other buffer (`bf->offset ^= bf->buf_size`).
     #[inline(always)]
     pub(crate) fn flip(&mut self) {
-        self.cur ^= self.toggle;
+        self.bf.flip();
     }
 }
 

@@ -86,9 +86,9 @@ fn queue_full_unsignaled_retire_and_wrap() {
             write(4 * round + 2),
             write(4 * round + 3).flags(SendFlags::SIGNALED),
         ];
-        sq.post_list(&wrs).unwrap();
+        sq.post_send_list(&wrs).unwrap();
         assert_eq!(sq.outstanding(), 4);
-        let e = sq.post(&write(99)).unwrap_err();
+        let e = sq.post_send(&write(99)).unwrap_err();
         assert_eq!(
             e,
             Error::QueueFull {
@@ -114,7 +114,7 @@ fn counter_wraps_at_0xffff_and_list_error_posts_prefix() {
     let sq = env.qp.sq().unwrap();
     let bad_sgl = [SGE[0]; 3];
     let wrs = [write(1), write(2), write(3).sgl(&bad_sgl)];
-    let e = sq.post_list(&wrs).unwrap_err();
+    let e = sq.post_send_list(&wrs).unwrap_err();
     assert_eq!(e.posted, 2);
     assert_eq!(e.error, Error::TooManySges { got: 3, max: 2 });
     assert_eq!(sq.cur_post(), 0x1_0000);
@@ -124,7 +124,7 @@ fn counter_wraps_at_0xffff_and_list_error_posts_prefix() {
     assert_eq!(env.sq_slot(slot)[1..3], [0xff, 0xff]);
 
     let rq = env.qp.rq().unwrap();
-    rq.post(&RecvWr {
+    rq.post_recv(&RecvWr {
         wr_id: 1,
         sgl: &SGE,
     })
@@ -212,7 +212,7 @@ fn every_rejection_writes_nothing() {
     ];
     let sq = env.qp.sq().unwrap();
     for (wr, err) in &cases {
-        assert_eq!(sq.post(wr), Err(*err));
+        assert_eq!(sq.post_send(wr), Err(*err));
     }
     assert_eq!(sq.cur_post(), 0);
     assert_eq!(env.read(0, env.qp.layout().ring_bytes), rings);
@@ -220,21 +220,21 @@ fn every_rejection_writes_nothing() {
     assert!(uar.bytes().iter().all(|&b| b == SENTINEL_UAR));
     let rq = env.qp.rq().unwrap();
     assert_eq!(
-        rq.post(&RecvWr {
+        rq.post_recv(&RecvWr {
             wr_id: 1,
             sgl: &long_sgl
         }),
         Err(Error::TooManySges { got: 3, max: 2 })
     );
     for i in 0..4 {
-        rq.post(&RecvWr {
+        rq.post_recv(&RecvWr {
             wr_id: i,
             sgl: &SGE,
         })
         .unwrap();
     }
     assert_eq!(
-        rq.post(&RecvWr {
+        rq.post_recv(&RecvWr {
             wr_id: 9,
             sgl: &SGE
         }),
@@ -269,7 +269,10 @@ fn wrong_opcode_for_qp_type_and_disabled_atomics() {
     )
     .sgl(&SGE);
     let mut env = make_qp_cfg(&cfg, &uar, 0, 0);
-    assert_eq!(env.qp.sq().unwrap().post(&fa), Err(Error::AtomicsDisabled));
+    assert_eq!(
+        env.qp.sq().unwrap().post_send(&fa),
+        Err(Error::AtomicsDisabled)
+    );
     env.reclaim();
 
     for (qp_type, bad) in [(QpType::Uc, read), (QpType::Uc, fa), (QpType::Ud, write(1))] {
@@ -290,7 +293,7 @@ fn wrong_opcode_for_qp_type_and_disabled_atomics() {
         .unwrap();
         let mut env = make_qp_cfg(&cfg, &uar, 0, 0);
         assert!(matches!(
-            env.qp.sq().unwrap().post(&bad),
+            env.qp.sq().unwrap().post_send(&bad),
             Err(Error::WrongOpcodeForQpType { qp_type: t, .. }) if t == qp_type
         ));
         if qp_type == QpType::Ud {
@@ -298,7 +301,7 @@ fn wrong_opcode_for_qp_type_and_disabled_atomics() {
                 env.qp
                     .sq()
                     .unwrap()
-                    .post(&SendWr::new(1, SendOp::Send).sgl(&SGE)),
+                    .post_send(&SendWr::new(1, SendOp::Send).sgl(&SGE)),
                 Err(Error::UdDestination("missing on a UD QP"))
             );
         }
@@ -330,7 +333,7 @@ fn raw_ethernet_segment_with_inline_headers_and_csum() {
     let hdr: Vec<u8> = (0..18).collect();
     let sq = env.qp.sq().unwrap();
     assert_eq!(
-        sq.post(
+        sq.post_send(
             &SendWr::new(1, SendOp::Send)
                 .sgl(&SGE)
                 .eth_headers(&hdr[..14])
@@ -339,7 +342,7 @@ fn raw_ethernet_segment_with_inline_headers_and_csum() {
             "inline headers shorter than the queue's minimum"
         ))
     );
-    sq.post(
+    sq.post_send(
         &SendWr::new(1, SendOp::Send)
             .sgl(&SGE)
             .eth_headers(&hdr)
@@ -367,7 +370,7 @@ fn inline_data_wraps_and_bf_copy_wraps() {
     uar.fill(0);
     let data: Vec<u8> = (0..76).collect();
     let sq = env.qp.sq().unwrap();
-    sq.post(&SendWr::new(5, SendOp::Send).inline(&data))
+    sq.post_send(&SendWr::new(5, SendOp::Send).inline(&data))
         .unwrap();
     let a = env.sq_slot(7);
     let b = env.sq_slot(0);
@@ -406,7 +409,7 @@ fn inline_data_every_length_every_tail() {
             let mut env = make_qp("rc_qp", &uar, start as u32, 0);
             env.fill_rings(0xa5);
             let sq = env.qp.sq().unwrap();
-            sq.post(
+            sq.post_send(
                 &SendWr::new(9, SendOp::Send)
                     .inline(&data[..len])
                     .flags(SendFlags::SIGNALED),
@@ -496,7 +499,7 @@ fn srq_free_list_post_complete_and_full() {
         // Post until full.
         let mut n = 0;
         while srq
-            .post(&RecvWr {
+            .post_recv(&RecvWr {
                 wr_id: 100 * round + n,
                 sgl: &SGE,
             })
@@ -507,7 +510,7 @@ fn srq_free_list_post_complete_and_full() {
         assert_eq!(n, 3);
         assert_eq!(srq.available(), 0);
         assert!(matches!(
-            srq.post(&RecvWr {
+            srq.post_recv(&RecvWr {
                 wr_id: 0,
                 sgl: &SGE
             }),
@@ -603,11 +606,11 @@ fn corrupt_cqes_give_typed_errors() {
         .insert(1, env.qp.completions(true, true, None).unwrap())
         .map_err(|(e, _)| e)
         .unwrap();
-    env.qp.sq().unwrap().post(&write(1)).unwrap();
+    env.qp.sq().unwrap().post_send(&write(1)).unwrap();
     env.qp
         .rq()
         .unwrap()
-        .post(&RecvWr {
+        .post_recv(&RecvWr {
             wr_id: 2,
             sgl: &SGE,
         })
@@ -687,17 +690,17 @@ proptest::proptest! {
         let mut cq = make_cq(&uar, 2, 0);
         let mut table = CqTable::<4>::new();
         table.insert(1, env.qp.completions(true, true, None).unwrap()).map_err(|(e, _)| e).unwrap();
-        env.qp.sq().unwrap().post(&write(7)).unwrap();
-        env.qp.rq().unwrap().post(&RecvWr { wr_id: 8, sgl: &SGE }).unwrap();
-        // The same through `poll` with one slot (env1) and `poll_one_into`
+        env.qp.sq().unwrap().post_send(&write(7)).unwrap();
+        env.qp.rq().unwrap().post_recv(&RecvWr { wr_id: 8, sgl: &SGE }).unwrap();
+        // The same through `poll` with one slot (env1) and `poll_one`
         // (env2): the same completions and errors.
         let mut envs = [1, 2].map(|_| make_qp_cfg(&small_rc(), &uar, 0, 0));
         let mut cqs = [1, 2].map(|_| make_cq(&uar, 2, 0));
         let mut tables = [CqTable::<4>::new(), CqTable::<4>::new()];
         for (e, t) in envs.iter_mut().zip(&mut tables) {
             t.insert(1, e.qp.completions(true, true, None).unwrap()).map_err(|(e, _)| e).unwrap();
-            e.qp.sq().unwrap().post(&write(7)).unwrap();
-            e.qp.rq().unwrap().post(&RecvWr { wr_id: 8, sgl: &SGE }).unwrap();
+            e.qp.sq().unwrap().post_send(&write(7)).unwrap();
+            e.qp.rq().unwrap().post_recv(&RecvWr { wr_id: 8, sgl: &SGE }).unwrap();
         }
         for (i, words) in cqes.iter().enumerate() {
             let mut b = [0u8; 64];
@@ -721,7 +724,7 @@ proptest::proptest! {
                 let mut one = [Completion::default(); 1];
                 let r1 = cqs[0].cq().poll(&tables[0], &mut one);
                 let mut c = Completion::default();
-                let r2 = cqs[1].cq().poll_one_into(&tables[1], &mut c);
+                let r2 = cqs[1].cq().poll_one(&tables[1], &mut c);
                 let r2 = r2.map(usize::from).map_err(Error::from);
                 proptest::prop_assert_eq!(r1, r2);
                 if r1 == Ok(1) {
@@ -754,13 +757,29 @@ fn post_mixed<M: platform::Mmio>(
     let mut posted = 0u64;
     while posted < total {
         let r = match posted % 3 {
-            0 => sq.post(&write(posted).flags(SendFlags::SIGNALED)),
+            0 => sq.post_send(&write(posted).flags(SendFlags::SIGNALED)),
             1 => sq
-                .wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])
+                .post_send_sge(
+                    posted,
+                    SendOp::RdmaWrite {
+                        remote_addr: 0x2000,
+                        rkey: 0x22,
+                    },
+                    SendFlags::SIGNALED,
+                    SGE[0],
+                )
                 .map_err(Error::from),
             _ => {
                 let mut b = sq.batch();
-                let r = b.wr_rdma_write(posted, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0]);
+                let r = b.post_send_sge(
+                    posted,
+                    SendOp::RdmaWrite {
+                        remote_addr: 0x2000,
+                        rkey: 0x22,
+                    },
+                    SendFlags::SIGNALED,
+                    SGE[0],
+                );
                 b.ring();
                 r.map_err(Error::from)
             }
@@ -802,12 +821,11 @@ fn poster_and_poller_on_two_threads() {
     env.reclaim();
 }
 
-/// The poller side on its own thread's partner: a `CqPoller` session that
-/// lives for the whole run (it remembers the queue and reads the head the
-/// poster publishes), alternating with `Cq::poll_one_into` between
-/// sessions; the poster mixes general, typed and batched posts.
+/// The poller side on its own thread's partner: `Cq::poll_one` for every
+/// CQE (it reads the head the poster publishes); the poster mixes general,
+/// typed and batched posts.
 #[test]
-fn poster_and_session_poller_on_two_threads() {
+fn poster_and_single_poller_on_two_threads() {
     let uar = UarPage::new();
     let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
     let mut cq = make_cq(&uar, 3, 0);
@@ -823,35 +841,17 @@ fn poster_and_session_poller_on_two_threads() {
         let entries = q.entries();
         let mut expect = 0u64;
         let mut c = Completion::default();
-        let mut rx = rx.iter();
-        // Rounds of 100 CQEs: a session, then the plain call.
-        while expect < total {
-            {
-                let mut p = q.poller(&table);
-                for counter in rx.by_ref().take(100) {
-                    let ci = p.cq().consumer_index();
-                    let img = CqeImage::new(0, ((ci / entries) & 1) as u8)
-                        .qpn(0x08, 0x42)
-                        .uidx(0)
-                        .counter(counter);
-                    mem.write(64 * (ci % entries) as usize, &img.0).unwrap();
-                    assert_eq!(p.poll_one_into(&mut c), Ok(true));
-                    assert_eq!(c.wr_id(), expect);
-                    assert_eq!(p.poll_one_into(&mut c), Ok(false));
-                    expect += 1;
-                }
-            }
-            for counter in rx.by_ref().take(7) {
-                let ci = q.consumer_index();
-                let img = CqeImage::new(0, ((ci / entries) & 1) as u8)
-                    .qpn(0x08, 0x42)
-                    .uidx(0)
-                    .counter(counter);
-                mem.write(64 * (ci % entries) as usize, &img.0).unwrap();
-                assert_eq!(q.poll_one_into(&table, &mut c), Ok(true));
-                assert_eq!(c.wr_id(), expect);
-                expect += 1;
-            }
+        for counter in rx.iter() {
+            let ci = q.consumer_index();
+            let img = CqeImage::new(0, ((ci / entries) & 1) as u8)
+                .qpn(0x08, 0x42)
+                .uidx(0)
+                .counter(counter);
+            mem.write(64 * (ci % entries) as usize, &img.0).unwrap();
+            assert_eq!(q.poll_one(&table, &mut c), Ok(true));
+            assert_eq!(c.wr_id(), expect);
+            assert_eq!(q.poll_one(&table, &mut c), Ok(false));
+            expect += 1;
         }
         assert_eq!(expect, total);
     });
@@ -940,10 +940,9 @@ proptest::proptest! {
         ..Default::default()
     })]
 
-    /// The typed one-SGE entry points (`post_sge` and friends, on the queue
-    /// and on a batch; with `compact`, the `wr_*` ones returning
-    /// `SendError`, converted with `Error::from`) do exactly what `post` /
-    /// `SendBatch::push` do with the same work request: same result or
+    /// The single-SGE entry point (`post_send_sge`, on the queue and on a
+    /// batch, returning `SendError`, converted with `Error::from`) does
+    /// exactly what `post_send` does with the same work request: same result or
     /// error, same bytes in the rings, doorbell record, bookkeeping and UAR
     /// page, same counters — for every QP type, operation, flag byte and
     /// SGE (empty ones too), including a full queue.
@@ -951,7 +950,6 @@ proptest::proptest! {
     fn typed_entry_points_equal_general(
         kind in 0u8..7,
         batch in proptest::prelude::any::<bool>(),
-        compact in proptest::prelude::any::<bool>(),
         prefer_bf in proptest::prelude::any::<bool>(),
         start in proptest::prop_oneof![proptest::strategy::Just(0u32), proptest::prelude::any::<u32>()],
         wrs in proptest::collection::vec(
@@ -992,17 +990,8 @@ proptest::proptest! {
             for w in &wrs {
                 let (wr_id, op, flags, sge) = one(w);
                 let sgl = [sge];
-                let ra = ba.push(&SendWr::new(wr_id, op).sgl(&sgl).flags(flags));
-                let rb = match (op, compact) {
-                    (SendOp::RdmaWrite { remote_addr, rkey }, false) => bb.post_rdma_write(wr_id, flags, remote_addr, rkey, sge),
-                    (SendOp::RdmaRead { remote_addr, rkey }, false) => bb.post_rdma_read(wr_id, flags, remote_addr, rkey, sge),
-                    (SendOp::Send, false) => bb.post_send(wr_id, flags, sge),
-                    (_, false) => bb.post_sge(wr_id, op, flags, sge),
-                    (SendOp::RdmaWrite { remote_addr, rkey }, true) => bb.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge).map_err(compact_error),
-                    (SendOp::RdmaRead { remote_addr, rkey }, true) => bb.wr_rdma_read(wr_id, flags, remote_addr, rkey, sge).map_err(compact_error),
-                    (SendOp::Send, true) => bb.wr_send(wr_id, flags, sge).map_err(compact_error),
-                    (_, true) => bb.wr_sge(wr_id, op, flags, sge).map_err(compact_error),
-                };
+                let ra = ba.post_send(&SendWr::new(wr_id, op).sgl(&sgl).flags(flags));
+                let rb = bb.post_send_sge(wr_id, op, flags, sge).map_err(compact_error);
                 assert_eq!(ra, rb, "{op:?} {flags:?} {sge:?}");
                 assert_eq!(ba.len(), bb.len());
             }
@@ -1012,18 +1001,9 @@ proptest::proptest! {
             for w in &wrs {
                 let (wr_id, op, flags, sge) = one(w);
                 let sgl = [sge];
-                let ra = ga.qp.sq().unwrap().post(&SendWr::new(wr_id, op).sgl(&sgl).flags(flags));
+                let ra = ga.qp.sq().unwrap().post_send(&SendWr::new(wr_id, op).sgl(&sgl).flags(flags));
                 let sq = gb.qp.sq().unwrap();
-                let rb = match (op, compact) {
-                    (SendOp::RdmaWrite { remote_addr, rkey }, false) => sq.post_rdma_write(wr_id, flags, remote_addr, rkey, sge),
-                    (SendOp::RdmaRead { remote_addr, rkey }, false) => sq.post_rdma_read(wr_id, flags, remote_addr, rkey, sge),
-                    (SendOp::Send, false) => sq.post_send(wr_id, flags, sge),
-                    (_, false) => sq.post_sge(wr_id, op, flags, sge),
-                    (SendOp::RdmaWrite { remote_addr, rkey }, true) => sq.wr_rdma_write(wr_id, flags, remote_addr, rkey, sge).map_err(compact_error),
-                    (SendOp::RdmaRead { remote_addr, rkey }, true) => sq.wr_rdma_read(wr_id, flags, remote_addr, rkey, sge).map_err(compact_error),
-                    (SendOp::Send, true) => sq.wr_send(wr_id, flags, sge).map_err(compact_error),
-                    (_, true) => sq.wr_sge(wr_id, op, flags, sge).map_err(compact_error),
-                };
+                let rb = sq.post_send_sge(wr_id, op, flags, sge).map_err(compact_error);
                 assert_eq!(ra, rb, "{op:?} {flags:?} {sge:?}");
                 check(&mut ga, &mut gb);
             }
@@ -1050,7 +1030,15 @@ fn batch_rings_when_dropped_by_an_error_or_a_panic() {
     let r = (|| -> Result<(), Error> {
         let mut b = sq.batch();
         for i in 0..5 {
-            b.wr_rdma_write(i, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])?;
+            b.post_send_sge(
+                i,
+                SendOp::RdmaWrite {
+                    remote_addr: 0x2000,
+                    rkey: 0x22,
+                },
+                SendFlags::SIGNALED,
+                SGE[0],
+            )?;
         }
         b.ring();
         Ok(())
@@ -1081,8 +1069,16 @@ fn batch_rings_when_dropped_by_an_error_or_a_panic() {
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut b = sq.batch();
         for i in 10..12 {
-            b.wr_rdma_write(i, SendFlags::SIGNALED, 0x2000, 0x22, SGE[0])
-                .unwrap();
+            b.post_send_sge(
+                i,
+                SendOp::RdmaWrite {
+                    remote_addr: 0x2000,
+                    rkey: 0x22,
+                },
+                SendFlags::SIGNALED,
+                SGE[0],
+            )
+            .unwrap();
         }
         panic!("the caller's loop fails");
     }));

@@ -88,7 +88,7 @@ fn shared_cq_clean(log: u8, ci: u32, owners: &[bool], version: CqeVersion) {
         let sq = env.qp.sq().unwrap();
         let counter = sq.cur_post() as u16;
         let id = u64::from(uidx) << 32 | *n;
-        sq.post(&write(id)).unwrap();
+        sq.post_send(&write(id)).unwrap();
         *n += 1;
         if !is_a {
             b_ids.push(id);
@@ -128,7 +128,7 @@ fn shared_cq_clean(log: u8, ci: u32, owners: &[bool], version: CqeVersion) {
     let mut got = Vec::new();
     let mut c = Completion::default();
     if let Some(&first) = b_ids.first() {
-        assert_eq!(cq.cq().poll_one_into(&table, &mut c), Ok(true));
+        assert_eq!(cq.cq().poll_one(&table, &mut c), Ok(true));
         assert_eq!(c.wr_id(), first);
         assert_eq!(c.qp_num(), 0x42);
         got.push(first);
@@ -146,7 +146,7 @@ fn shared_cq_clean(log: u8, ci: u32, owners: &[bool], version: CqeVersion) {
     // The CQ goes on: a new CQE of B in the next slot.
     let sq = b.qp.sq().unwrap();
     let counter = sq.cur_post() as u16;
-    sq.post(&write(0xb0b)).unwrap();
+    sq.post_send(&write(0xb0b)).unwrap();
     put(
         &cq,
         entries,
@@ -246,7 +246,7 @@ fn srq_clean(version: CqeVersion) {
         .map_err(|(e, _)| e)
         .unwrap();
     for i in 0..7 {
-        srq.post(&RecvWr {
+        srq.post_recv(&RecvWr {
             wr_id: 0x500 + i,
             sgl: &SGE,
         })
@@ -256,7 +256,7 @@ fn srq_clean(version: CqeVersion) {
     for i in 0..3 {
         b.qp.rq()
             .unwrap()
-            .post(&RecvWr {
+            .post_recv(&RecvWr {
                 wr_id: 0x600 + i,
                 sgl: &SGE,
             })
@@ -307,7 +307,7 @@ fn srq_clean(version: CqeVersion) {
             .counter(7)
             .byte_cnt(8),
     ];
-    a.qp.sq().unwrap().post(&write(1)).unwrap();
+    a.qp.sq().unwrap().post_send(&write(1)).unwrap();
     for (k, img) in cqes.iter().enumerate() {
         put(&cq, 8, 6 + k as u32, *img);
     }
@@ -335,7 +335,7 @@ fn srq_clean(version: CqeVersion) {
     assert_eq!(srq.available(), 3);
     // The freed WQEs take new work.
     for i in 0..3 {
-        srq.post(&RecvWr {
+        srq.post_recv(&RecvWr {
             wr_id: 0x700 + i,
             sgl: &SGE,
         })

@@ -202,16 +202,7 @@ fn post_typed_one<M: platform::Mmio>(
     w: &OwnedWr,
     sge: Sge,
 ) -> Result<(), Error> {
-    match w.op {
-        SendOp::RdmaWrite { remote_addr, rkey } => {
-            sq.post_rdma_write(w.wr_id, w.flags, remote_addr, rkey, sge)
-        }
-        SendOp::RdmaRead { remote_addr, rkey } => {
-            sq.post_rdma_read(w.wr_id, w.flags, remote_addr, rkey, sge)
-        }
-        SendOp::Send => sq.post_send(w.wr_id, w.flags, sge),
-        op => sq.post_sge(w.wr_id, op, w.flags, sge),
-    }
+    Ok(sq.post_send_sge(w.wr_id, w.op, w.flags, sge)?)
 }
 
 fn push_typed<M: platform::Mmio>(
@@ -219,16 +210,7 @@ fn push_typed<M: platform::Mmio>(
     w: &OwnedWr,
     sge: Sge,
 ) -> Result<(), Error> {
-    match w.op {
-        SendOp::RdmaWrite { remote_addr, rkey } => {
-            b.post_rdma_write(w.wr_id, w.flags, remote_addr, rkey, sge)
-        }
-        SendOp::RdmaRead { remote_addr, rkey } => {
-            b.post_rdma_read(w.wr_id, w.flags, remote_addr, rkey, sge)
-        }
-        SendOp::Send => b.post_send(w.wr_id, w.flags, sge),
-        op => b.post_sge(w.wr_id, op, w.flags, sge),
-    }
+    Ok(b.post_send_sge(w.wr_id, w.op, w.flags, sge)?)
 }
 
 #[test]
@@ -269,14 +251,14 @@ fn send_vectors_through(api: Api) {
             Api::General => {
                 if v["api"] == "ibv_post_send" {
                     if wrs.len() == 1 {
-                        sq.post(&wrs[0]).unwrap();
+                        sq.post_send(&wrs[0]).unwrap();
                     } else {
-                        sq.post_list(&wrs).unwrap();
+                        sq.post_send_list(&wrs).unwrap();
                     }
                 } else {
                     let mut b = sq.batch();
                     for w in &wrs {
-                        b.push(w).unwrap();
+                        b.post_send(w).unwrap();
                     }
                     b.ring();
                 }
@@ -286,14 +268,14 @@ fn send_vectors_through(api: Api) {
                 if v["api"] == "ibv_post_send" && wrs.len() == 1 {
                     match typed(&owned[0]) {
                         Some(sge) => post_typed_one(sq, &owned[0], sge).unwrap(),
-                        None => sq.post(&wrs[0]).unwrap(),
+                        None => sq.post_send(&wrs[0]).unwrap(),
                     }
                 } else {
                     let mut b = sq.batch();
                     for (o, w) in owned.iter().zip(&wrs) {
                         match typed(o) {
                             Some(sge) => push_typed(&mut b, o, sge).unwrap(),
-                            None => b.push(w).unwrap(),
+                            None => b.post_send(w).unwrap(),
                         }
                     }
                     assert_eq!(b.len(), wrs.len());
@@ -450,9 +432,9 @@ fn recv_vectors() {
             .collect();
         let rq = env.qp.rq().unwrap();
         if wrs.len() == 1 {
-            rq.post(&wrs[0]).unwrap();
+            rq.post_recv(&wrs[0]).unwrap();
         } else {
-            rq.post_list(&wrs).unwrap();
+            rq.post_recv_list(&wrs).unwrap();
         }
         let r = &v["result"];
         assert_eq!(rq.head(), num(&r["rq_head_after"]) as u32, "{name}");
@@ -519,10 +501,8 @@ fn recv_vectors() {
 enum PollApi {
     /// `Cq::poll` with `ne` `WorkCompletion` slots.
     Slice,
-    /// `Cq::poll_one_into` until it gives nothing or `ne` are taken.
-    OneInto,
-    /// `CqPoller::poll_one_into` (one session) the same way.
-    Session,
+    /// `Cq::poll_one` until it gives nothing or `ne` are taken.
+    One,
 }
 
 #[test]
@@ -531,13 +511,8 @@ fn cqe_vectors() {
 }
 
 #[test]
-fn cqe_vectors_through_poll_one_into() {
-    cqe_vectors_through(PollApi::OneInto);
-}
-
-#[test]
-fn cqe_vectors_through_a_poller_session() {
-    cqe_vectors_through(PollApi::Session);
+fn cqe_vectors_through_poll_one() {
+    cqe_vectors_through(PollApi::One);
 }
 
 fn cqe_vectors_through(api: PollApi) {
@@ -574,12 +549,12 @@ fn cqe_vectors_through(api: PollApi) {
                 env.qp
                     .sq()
                     .unwrap()
-                    .post(&SendWr::new(sbase + i, SendOp::Nop))
+                    .post_send(&SendWr::new(sbase + i, SendOp::Nop))
                     .unwrap();
                 env.qp
                     .rq()
                     .unwrap()
-                    .post(&RecvWr {
+                    .post_recv(&RecvWr {
                         wr_id: rbase + i,
                         sgl: &sge,
                     })
@@ -604,19 +579,12 @@ fn cqe_vectors_through(api: PollApi) {
         let mut wc = vec![WorkCompletion::default(); ne];
         let n = match api {
             PollApi::Slice => cq.cq().poll(&table, &mut wc).unwrap(),
-            PollApi::OneInto | PollApi::Session => {
+            PollApi::One => {
                 let mut got = Vec::new();
                 let mut c = Completion::default();
                 let q = cq.cq();
-                if let PollApi::Session = api {
-                    let mut s = q.poller(&table);
-                    while got.len() < ne && s.poll_one_into(&mut c).unwrap() {
-                        got.push(WorkCompletion::from(c));
-                    }
-                } else {
-                    while got.len() < ne && q.poll_one_into(&table, &mut c).unwrap() {
-                        got.push(WorkCompletion::from(c));
-                    }
+                while got.len() < ne && q.poll_one(&table, &mut c).unwrap() {
+                    got.push(WorkCompletion::from(c));
                 }
                 wc[..got.len()].copy_from_slice(&got);
                 got.len()

@@ -321,8 +321,10 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
     /// Polls one completion.
     #[inline]
     pub fn poll_one(&self) -> Result<Option<Completion>> {
-        self.with(|i| i.cq.poll_one(&i.table))
-            .map_err(Error::InvalidCompletion)
+        let mut c = Completion::default();
+        self.with(|i| i.cq.poll_one(&i.table, &mut c))
+            .map(|got| got.then_some(c))
+            .map_err(|e| Error::InvalidCompletion(e.into()))
     }
 
     /// Requests a completion event for the next completion, or the next

@@ -253,7 +253,7 @@ impl<P: Platform + 'static, S: Share> Srq<P, S> {
         self.with(|c| {
             let (n, refused) = check_recv_list(pd, &mut c.cache, check, wrs);
             c.srq
-                .post_list(&wrs[..n])
+                .post_recv_list(&wrs[..n])
                 .map_err(|e| rejected(e.posted, e.error))?;
             refused
         })

@@ -44,8 +44,8 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             })
             .and_then(|()| {
                 self.sq()?
-                    .post_sge(wr_id, op, flags, sge)
-                    .map_err(WrError::DataPath)
+                    .post_send_sge(wr_id, op, flags, sge)
+                    .map_err(|e| WrError::DataPath(e.into()))
             })
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
     }
@@ -64,7 +64,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
         self.check_send(wr)
-            .and_then(|()| self.sq()?.post(wr).map_err(WrError::DataPath))
+            .and_then(|()| self.sq()?.post_send(wr).map_err(WrError::DataPath))
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
     }
 
@@ -166,7 +166,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             .and_then(|d| d.rq().map_err(WrError::DataPath))
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
         if n > 0 {
-            rq.post_list(&wrs[..n])
+            rq.post_recv_list(&wrs[..n])
                 .map_err(|e| rejected(e.posted, e.error))?;
         }
         refused
@@ -223,7 +223,7 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
             check_send_sges(self.pd, self.cache, wr).map_err(|r| self.fail(r))?;
         }
         self.b
-            .push(wr)
+            .post_send(wr)
             .map_err(|e| self.fail(WrError::DataPath(e)))?;
         self.n += 1;
         Ok(())
@@ -236,8 +236,8 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
         check_single_sge(self.pd, self.cache, self.check, &sge, local_needs(&op))
             .map_err(|r| self.fail(r))?;
         self.b
-            .post_sge(wr_id, op, flags, sge)
-            .map_err(|e| self.fail(WrError::DataPath(e)))?;
+            .post_send_sge(wr_id, op, flags, sge)
+            .map_err(|e| self.fail(WrError::DataPath(e.into())))?;
         self.n += 1;
         Ok(())
     }

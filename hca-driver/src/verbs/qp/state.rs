@@ -395,7 +395,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             let (sq, rq) = d.queues();
             if let Some(sq) = sq {
                 let nop = SendWr::new(DRAIN_WR_ID, SendOp::Nop).flags(SendFlags::SIGNALED);
-                if let Err(e) = sq.post(&nop) {
+                if let Err(e) = sq.post_send(&nop) {
                     log::debug!("QP {qpn:#x} drain: no NOP marker ({e})");
                 }
             }
@@ -404,7 +404,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                     wr_id: DRAIN_WR_ID,
                     sgl: &[],
                 };
-                if let Err(e) = rq.post(&r) {
+                if let Err(e) = rq.post_recv(&r) {
                     log::debug!("QP {qpn:#x} drain: no receive marker ({e})");
                 }
             }
