@@ -79,8 +79,10 @@
 //! the CQEs (for the poll scenarios it first posts the WQEs they complete),
 //! and retires posted work so the send queue never fills.
 
-#[path = "../benches/harness.rs"]
+#[path = "../../../verbs-core/benches/harness.rs"]
 mod harness;
+
+mod api;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -489,4 +491,118 @@ fn main() {
             32 * n,
         );
     }
+    if run("api_post1") {
+        let mut a = api::Api::new(512);
+        let w = a.write(0);
+        let mut dt = Duration::ZERO;
+        let mut done = 0u64;
+        while done < n {
+            let chunk = (n - done).min(u64::from(a.room()));
+            let t = Instant::now();
+            for i in 0..chunk {
+                api::op_api_post1(
+                    &mut a.qp,
+                    black_box(done + i),
+                    black_box(w.flags),
+                    black_box(w.remote_addr),
+                    black_box(w.rkey),
+                    black_box(w.sge),
+                )
+                .expect("post");
+            }
+            dt += t.elapsed();
+            a.posted(chunk as u32);
+            done += chunk;
+            a.complete();
+            a.drain();
+        }
+        a.finish();
+        report(
+            "api_post1:",
+            "per post (hca_driver::verbs::Qp::post_rdma_write)",
+            dt,
+            n,
+        );
+    }
+    if run("api_post32") {
+        let mut a = api::Api::new(512);
+        let wrs: [api::ApiWrite; 32] = std::array::from_fn(|i| a.write(i as u64));
+        let mut dt = Duration::ZERO;
+        let mut done = 0u64;
+        while done < n {
+            let chunk = (n - done).min(u64::from(a.room() / 32));
+            let t = Instant::now();
+            for _ in 0..chunk {
+                api::op_api_post32(&mut a.qp, black_box(&wrs)).expect("post");
+            }
+            dt += t.elapsed();
+            a.posted(32 * chunk as u32);
+            done += chunk;
+            a.complete();
+            a.drain();
+        }
+        a.finish();
+        report(
+            "api_post32:",
+            "per WQE (hca_driver::verbs::Qp::batch, 32, one doorbell)",
+            dt,
+            32 * n,
+        );
+    }
+    if run("api_poll1") {
+        let mut a = api::Api::new(256);
+        let dt = run_api_poll(&mut a, n, 1, |cq| {
+            usize::from(api::op_api_poll1(cq).expect("poll").is_some())
+        });
+        a.finish();
+        report(
+            "api_poll1:",
+            "per poll of 1 CQE (hca_driver::verbs::Cq::poll_one)",
+            dt,
+            n,
+        );
+    }
+    if run("api_poll32") {
+        let mut a = api::Api::new(256);
+        let mut wc = [Completion::default(); 32];
+        let dt = run_api_poll(&mut a, n, 32, |cq| {
+            api::op_api_poll32(cq, black_box(&mut wc)).expect("poll")
+        });
+        a.finish();
+        report(
+            "api_poll32:",
+            "per CQE (hca_driver::verbs::Cq::poll of 32)",
+            dt,
+            32 * n,
+        );
+    }
+}
+
+/// `n` calls of `poll`, each taking `per` CQEs: the device first completes
+/// a queue's worth of posted writes (untimed), then the calls take them.
+fn run_api_poll(
+    a: &mut api::Api,
+    n: u64,
+    per: u32,
+    mut poll: impl FnMut(&api::ApiCq) -> usize,
+) -> Duration {
+    let mut dt = Duration::ZERO;
+    let mut done = 0u64;
+    while done < n {
+        let calls = (n - done).min(u64::from(a.room() / per));
+        a.post_writes(calls as u32 * per);
+        a.complete();
+        let t = Instant::now();
+        for _ in 0..calls {
+            let got = poll(&a.cq);
+            assert_eq!(
+                got, per as usize,
+                "a poll took fewer CQEs than the device wrote"
+            );
+        }
+        dt += t.elapsed();
+        a.consumed(calls as u32 * per);
+        done += calls;
+    }
+    dt
 }
