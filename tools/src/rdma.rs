@@ -294,19 +294,24 @@ pub struct SideSpec {
 /// One side of a test: a verbs context on an HCA with a PD, one CQ for
 /// sends and receives of all its QPs, a buffer registered as one memory
 /// region, and the QPs (created in RESET).
-pub struct Side<'a, P: Platform + 'static> {
+///
+/// It owns its objects (each holds its parents), so it can be kept and
+/// moved like any value; [`Side::close`] destroys the QPs first and
+/// reports a failure, dropping it destroys everything as well (a failure
+/// then is logged).
+pub struct Side<P: Platform + 'static> {
     /// `client` or `server`, for messages.
     pub name: &'static str,
     /// The verbs context.
-    pub ctx: &'a Arc<Context<P>>,
+    pub ctx: Arc<Context<P>>,
     /// The PD.
-    pub pd: &'a Arc<Pd<P>>,
+    pub pd: Arc<Pd<P>>,
     /// The CQ.
-    pub cq: &'a Arc<Cq<P>>,
+    pub cq: Arc<Cq<P>>,
     /// The data buffer.
-    pub buf: &'a Arc<DmaBuf<P>>,
+    pub buf: Arc<DmaBuf<P>>,
     /// Its memory region.
-    pub mr: &'a Mr<P>,
+    pub mr: Mr<P>,
     /// The QPs.
     pub qps: Vec<Qp<P>>,
 }
@@ -317,71 +322,89 @@ pub fn with_side<P: Platform + 'static, R>(
     hca: &Arc<Hca<P>>,
     name: &'static str,
     spec: &SideSpec,
-    f: impl FnOnce(&mut Side<'_, P>) -> Result<R>,
+    f: impl FnOnce(&mut Side<P>) -> Result<R>,
 ) -> Result<R> {
-    let what = |w: &str| format!("{name}: {w}");
-    let ctx = Arc::new(
-        Context::open(hca).map_err(|e| ToolError::driver(what("opening a verbs context"), e))?,
-    );
-    let pd = Arc::new(Pd::alloc(&ctx).map_err(|e| ToolError::driver(what("allocating a PD"), e))?);
-    let max_cqe = ctx.query_device().max_cqe;
-    let cq = Arc::new(Cq::create(&ctx, spec.cqe.clamp(1, max_cqe)).map_err(|e| {
-        ToolError::driver(what(&format!("creating a CQ of {} entries", spec.cqe)), e)
-    })?);
-    let buf = Arc::new(DmaBuf::alloc(hca, spec.buf_len).map_err(|e| {
-        ToolError::driver(
-            what(&format!("allocating {} bytes of DMA memory", spec.buf_len)),
-            e,
-        )
-    })?);
-    let mr = Mr::register(&pd, &buf, spec.access)
-        .map_err(|e| ToolError::driver(what("registering the buffer"), e))?;
-    let mut qps = Vec::with_capacity(spec.qps);
-    for _ in 0..spec.qps {
-        let init = QpInitAttr::new(spec.qp_type, &cq, &cq).cap(spec.cap);
-        qps.push(Qp::create(&pd, &init).map_err(|e| {
+    let mut side = Side::open(hca, name, spec)?;
+    let r = f(&mut side);
+    side.close(r)
+}
+
+impl<P: Platform + 'static> Side<P> {
+    /// Creates one side's resources on `hca`: a context, a PD, one CQ, a
+    /// registered buffer and the QPs of `spec` (in RESET).
+    pub fn open(hca: &Arc<Hca<P>>, name: &'static str, spec: &SideSpec) -> Result<Self> {
+        let what = |w: &str| format!("{name}: {w}");
+        let ctx = Arc::new(
+            Context::open(hca)
+                .map_err(|e| ToolError::driver(what("opening a verbs context"), e))?,
+        );
+        let pd =
+            Arc::new(Pd::alloc(&ctx).map_err(|e| ToolError::driver(what("allocating a PD"), e))?);
+        let max_cqe = ctx.query_device().max_cqe;
+        let cq = Arc::new(Cq::create(&ctx, spec.cqe.clamp(1, max_cqe)).map_err(|e| {
+            ToolError::driver(what(&format!("creating a CQ of {} entries", spec.cqe)), e)
+        })?);
+        let buf = Arc::new(DmaBuf::alloc(hca, spec.buf_len).map_err(|e| {
             ToolError::driver(
-                what(&format!(
-                    "creating a {} QP ({} send / {} receive work requests, {} inline bytes)",
-                    hca_driver::verbs::qp_type_name(spec.qp_type),
-                    spec.cap.max_send_wr,
-                    spec.cap.max_recv_wr,
-                    spec.cap.max_inline_data
-                )),
+                what(&format!("allocating {} bytes of DMA memory", spec.buf_len)),
                 e,
             )
         })?);
-    }
-    let mut side = Side {
-        name,
-        ctx: &ctx,
-        pd: &pd,
-        cq: &cq,
-        buf: &buf,
-        mr: &mr,
-        qps,
-    };
-    let r = f(&mut side);
-    // QPs first (explicitly, to report a failure); the region, buffer, CQ,
-    // PD and context follow when they go out of scope (children before
-    // parents; a failure there is logged).
-    let Side { qps, .. } = side;
-    let mut teardown = Ok(());
-    for qp in qps {
-        let n = qp.number();
-        if let Err(e) = qp.destroy() {
-            if teardown.is_ok() {
-                teardown = Err(ToolError::driver(
-                    what(&format!("destroying QP {:#x}", n.0)),
+        let mr = Mr::register(&pd, &buf, spec.access)
+            .map_err(|e| ToolError::driver(what("registering the buffer"), e))?;
+        let mut qps = Vec::with_capacity(spec.qps);
+        for _ in 0..spec.qps {
+            let init = QpInitAttr::new(spec.qp_type, &cq, &cq).cap(spec.cap);
+            qps.push(Qp::create(&pd, &init).map_err(|e| {
+                ToolError::driver(
+                    what(&format!(
+                        "creating a {} QP ({} send / {} receive work requests, {} inline bytes)",
+                        hca_driver::verbs::qp_type_name(spec.qp_type),
+                        spec.cap.max_send_wr,
+                        spec.cap.max_recv_wr,
+                        spec.cap.max_inline_data
+                    )),
                     e,
-                ));
+                )
+            })?);
+        }
+        Ok(Side {
+            name,
+            ctx,
+            pd,
+            cq,
+            buf,
+            mr,
+            qps,
+        })
+    }
+
+    /// Destroys the side, QPs first, and returns `r`, or the first
+    /// failure of the teardown when `r` is `Ok`.
+    pub fn close<R>(self, r: Result<R>) -> Result<R> {
+        let name = self.name;
+        let what = |w: &str| format!("{name}: {w}");
+        // QPs first (explicitly, to report a failure); the region, buffer, CQ,
+        // PD and context follow when they go out of scope (children before
+        // parents; a failure there is logged).
+        let Side { qps, .. } = self;
+        let mut teardown = Ok(());
+        for qp in qps {
+            let n = qp.number();
+            if let Err(e) = qp.destroy() {
+                if teardown.is_ok() {
+                    teardown = Err(ToolError::driver(
+                        what(&format!("destroying QP {:#x}", n.0)),
+                        e,
+                    ));
+                }
             }
         }
-    }
-    match (r, teardown) {
-        (Ok(v), Ok(())) => Ok(v),
-        (Ok(_), Err(e)) => Err(e),
-        (Err(e), _) => Err(e),
+        match (r, teardown) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Ok(_), Err(e)) => Err(e),
+            (Err(e), _) => Err(e),
+        }
     }
 }
 

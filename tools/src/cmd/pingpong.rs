@@ -375,7 +375,7 @@ impl Exchange {
         if i % 4096 == 0 { 0 } else { 0x7b }
     }
 
-    fn post_recvs<P: Platform + 'static>(&mut self, s: &mut Side<'_, P>, n: u32) -> Result<u32> {
+    fn post_recvs<P: Platform + 'static>(&mut self, s: &mut Side<P>, n: u32) -> Result<u32> {
         let sge = [s
             .mr
             .sge(0, self.recv_len() as u32)
@@ -401,7 +401,7 @@ impl Exchange {
 
     fn post_send<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         ah: Option<&Ah<P>>,
     ) -> Result<()> {
         if self.check {
@@ -446,7 +446,7 @@ impl Exchange {
     /// The examples' `parse_single_wc`.
     fn completed<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         ah: Option<&Ah<P>>,
         c: &Completion,
     ) -> Result<()> {
@@ -494,7 +494,7 @@ impl Exchange {
 
     fn check_message<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         c: &Completion,
     ) -> Result<()> {
         let want_len = self.recv_len() as u32;
@@ -532,11 +532,7 @@ impl Exchange {
 
     /// Polls (after an event with -e) and handles what completed; returns
     /// whether anything did.
-    fn step<P: Platform + 'static>(
-        &mut self,
-        s: &mut Side<'_, P>,
-        ah: Option<&Ah<P>>,
-    ) -> Result<bool> {
+    fn step<P: Platform + 'static>(&mut self, s: &mut Side<P>, ah: Option<&Ah<P>>) -> Result<bool> {
         if self.done() {
             return Ok(false);
         }
@@ -569,7 +565,7 @@ impl Exchange {
 
 /// Prepares one side: its QP to INIT, `rx_depth` receives, its address.
 fn prepare<P: Platform + 'static>(
-    s: &mut Side<'_, P>,
+    s: &mut Side<P>,
     p: &Params,
     size: u32,
     port: &PortView,
@@ -628,8 +624,8 @@ fn prepare<P: Platform + 'static>(
 }
 
 /// Connects one side's QP to `remote` (and makes the UD address handle).
-fn connect<'a, P: Platform>(
-    s: &mut Side<'a, P>,
+fn connect<P: Platform>(
+    s: &mut Side<P>,
     x: &mut Exchange,
     p: &Params,
     port: &PortView,
@@ -645,7 +641,7 @@ fn connect<'a, P: Platform>(
     }
     let mut attr = crate::rdma::path_to(port, remote, 1);
     attr.sl = p.sl;
-    let ah = Ah::create(s.pd, &attr)
+    let ah = Ah::create(&s.pd, &attr)
         .map_err(|e| ToolError::driver(format!("{}: creating the address handle", s.name), e))?;
     Ok(Some(ah))
 }
@@ -727,7 +723,7 @@ fn run_loopback(mut side: Loopback<'_>, pair: &DevicePair) -> Result<PingpongRep
     let spec = p.side_spec(size);
     with_side(a, "client", &spec, |sa| {
         with_side(b, "server", &spec, |sb| {
-            let pb = port_view(sb.ctx, "server", port_b, p.gid_index, "")?;
+            let pb = port_view(&sb.ctx, "server", port_b, p.gid_index, "")?;
             let (mut xa, ea) = prepare(sa, p, size, &pa, true, false)?;
             let (mut xb, eb) = prepare(sb, p, size, &pb, false, false)?;
             early_line(early, "local address: ", &ea)?;

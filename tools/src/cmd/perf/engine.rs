@@ -66,7 +66,7 @@ pub struct Peer<'s, P: Platform + 'static> {
     pub layout: Layout,
 }
 
-fn sge<P: Platform + 'static>(s: &Side<'_, P>, offset: usize, len: usize) -> Result<Sge> {
+fn sge<P: Platform + 'static>(s: &Side<P>, offset: usize, len: usize) -> Result<Sge> {
     s.mr.sge(offset, len as u32)
         .map_err(|e| ToolError::driver(format!("{}: describing the buffer", s.name), e))
 }
@@ -75,7 +75,7 @@ fn post_err(side: &str, what: &str, e: hca_driver::Error) -> ToolError {
     ToolError::driver(format!("{side}: posting {what}"), e)
 }
 
-fn poll<P: Platform + 'static>(s: &Side<'_, P>, wc: &mut [Completion]) -> Result<usize> {
+fn poll<P: Platform + 'static>(s: &Side<P>, wc: &mut [Completion]) -> Result<usize> {
     s.cq.poll(wc)
         .map_err(|e| ToolError::driver(format!("{}: polling the CQ", s.name), e))
 }
@@ -186,7 +186,7 @@ impl BwSender {
     /// Posts what the windows allow and polls the CQ.
     pub fn step<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
@@ -260,7 +260,7 @@ impl BwSender {
 
     fn post_batch<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         peer: &Peer<'_, P>,
         i: usize,
         n: u64,
@@ -404,7 +404,7 @@ impl BwReceiver {
     /// batches of a quarter of the depth) and polls the CQ.
     pub fn step<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
@@ -611,7 +611,7 @@ impl WriteLat {
     }
 
     /// Zeroes the target region (before the peer may write into it).
-    pub fn prepare<P: Platform + 'static>(&self, s: &Side<'_, P>, lay: Layout) -> Result<()> {
+    pub fn prepare<P: Platform + 'static>(&self, s: &Side<P>, lay: Layout) -> Result<()> {
         s.buf
             .fill(lay.target(0), self.size, 0)
             .and_then(|()| s.buf.fill(lay.source(0), self.size, 0))
@@ -626,7 +626,7 @@ impl WriteLat {
     /// Polls, checks the target region, posts the next WRITE.
     pub fn step<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
@@ -732,7 +732,7 @@ impl SendLat {
 
     fn post_recvs<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         lay: Layout,
         n: u64,
     ) -> Result<()> {
@@ -754,11 +754,7 @@ impl SendLat {
     }
 
     /// Posts the receives (before the peer may send).
-    pub fn prepare<P: Platform + 'static>(
-        &mut self,
-        s: &mut Side<'_, P>,
-        lay: Layout,
-    ) -> Result<()> {
+    pub fn prepare<P: Platform + 'static>(&mut self, s: &mut Side<P>, lay: Layout) -> Result<()> {
         let n = match self.pp.until {
             Until::Iters(n) => self.rx_depth.min(n),
             Until::Deadline(_) => self.rx_depth,
@@ -774,7 +770,7 @@ impl SendLat {
     /// Polls (receives are reposted at once), posts the next SEND.
     pub fn step<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;
@@ -861,7 +857,7 @@ impl ReqLat {
     /// Polls, posts the next request once the previous completed.
     pub fn step<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         peer: &Peer<'_, P>,
     ) -> Result<Progressed> {
         let mut progressed = false;

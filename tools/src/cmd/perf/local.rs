@@ -87,8 +87,8 @@ pub(super) fn run(
 fn loopback_size<P: Platform + 'static>(
     spec: &Spec,
     size: u64,
-    sa: &mut Side<'_, P>,
-    sb: &mut Side<'_, P>,
+    sa: &mut Side<P>,
+    sb: &mut Side<P>,
     peer_a: &Peer<'_, P>,
     peer_b: &Peer<'_, P>,
     hcas: &[&Hca<P>],

@@ -310,7 +310,7 @@ const DROP_GRACE: Duration = Duration::from_millis(500);
 fn drive<P: Platform + 'static>(
     spec: &Spec,
     size: u64,
-    s: &mut Side<'_, P>,
+    s: &mut Side<P>,
     peer: &Peer<'_, P>,
     e: &mut Engine,
     hca: &Hca<P>,

@@ -38,7 +38,7 @@ impl Engine {
         spec: &Spec,
         client: bool,
         size: u64,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         lay: Layout,
         inline: bool,
         start: Instant,
@@ -95,7 +95,7 @@ impl Engine {
 
     pub(super) fn step<P: Platform + 'static>(
         &mut self,
-        s: &mut Side<'_, P>,
+        s: &mut Side<P>,
         peer: &Peer<'_, P>,
     ) -> Result<bool> {
         match self {
@@ -221,7 +221,7 @@ pub(super) fn progress_text(spec: &Spec, size: u64, e: &Engine) -> String {
 
 /// Moves the QPs to INIT and describes them.
 pub(super) fn local_endpoints<P: Platform + 'static>(
-    s: &mut Side<'_, P>,
+    s: &mut Side<P>,
     port: &PortView,
     spec: &Spec,
     lay: Layout,
@@ -244,8 +244,8 @@ pub(super) fn local_endpoints<P: Platform + 'static>(
 }
 
 /// Connects the QPs to the peer's and makes the UD address handles.
-pub(super) fn connect_all<'a, P: Platform>(
-    s: &mut Side<'a, P>,
+pub(super) fn connect_all<P: Platform>(
+    s: &mut Side<P>,
     port: &PortView,
     me: &[Endpoint],
     remote: &[Endpoint],
@@ -264,7 +264,7 @@ pub(super) fn connect_all<'a, P: Platform>(
         to_rts(&mut s.qps[i], port, &remote[i], me[i].psn, p)
             .map_err(|e| ToolError::driver(format!("{}: connecting QP {i}", s.name), e))?;
         if s.qps[i].qp_type() == QpType::Ud {
-            let ah = Ah::create(s.pd, &path_to(port, &remote[i], p.hop_limit)).map_err(|e| {
+            let ah = Ah::create(&s.pd, &path_to(port, &remote[i], p.hop_limit)).map_err(|e| {
                 ToolError::driver(format!("{}: creating an address handle", s.name), e)
             })?;
             ahs.push(ah);
@@ -274,7 +274,7 @@ pub(super) fn connect_all<'a, P: Platform>(
 }
 
 /// Whether sends on these QPs go inline at this size.
-pub(super) fn inline_for<P: Platform + 'static>(s: &Side<'_, P>, spec: &Spec, size: u64) -> bool {
+pub(super) fn inline_for<P: Platform + 'static>(s: &Side<P>, spec: &Spec, size: u64) -> bool {
     matches!(spec.verb, Verb::Write | Verb::Send)
         && spec.inline > 0
         && size <= u64::from(spec.inline)
