@@ -91,6 +91,9 @@ fn start_server(args: &[&str], wire: &str, via: Via) -> (Child, mpsc::Receiver<S
         .spawn()
         .expect("run the hca server");
     let err = child.stderr.take().unwrap();
+    // The reader ends (and drops `tx`) at the end of the server's stderr,
+    // when it exits: after waiting for it, `rx.iter()` has every line (a
+    // `try_iter` there would race with this thread).
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for l in BufReader::new(err).lines().map_while(|l| l.ok()) {
@@ -125,7 +128,7 @@ fn pair(args: &[&str], wires: &(String, String), via: Via) -> (Output, Output, S
         .output()
         .expect("run the hca client");
     let s = server.wait_with_output().expect("the server ends");
-    let s_err: String = rx.try_iter().collect::<Vec<_>>().join("\n");
+    let s_err: String = rx.iter().collect::<Vec<_>>().join("\n");
     assert!(
         client.status.success(),
         "client {c_args:?} failed: {}\nserver: {s_err}",
@@ -236,7 +239,7 @@ fn pcap_holds_every_frame_of_the_wire() {
     .unwrap();
     assert!(client.status.success(), "{}", text(&client.stderr));
     assert!(server.wait_with_output().unwrap().status.success());
-    let s_err: String = rx.try_iter().collect::<Vec<_>>().join("\n");
+    let s_err: String = rx.iter().collect::<Vec<_>>().join("\n");
     // UD: ten messages each way, nothing else; each side sees all twenty.
     assert!(s_err.contains("server.pcap: 20 frames"), "{s_err}");
     assert!(
@@ -552,7 +555,7 @@ fn perf_server_talks_to_a_client_that_speaks_perftests_bytes() {
     s.read_exact(&mut done).unwrap();
     assert_eq!(&done, b"done\0");
     let o = server.wait_with_output().unwrap();
-    let err: String = rx.try_iter().collect::<Vec<_>>().join("\n");
+    let err: String = rx.iter().collect::<Vec<_>>().join("\n");
     assert!(o.status.success(), "{err}");
     let out = text(&o.stdout);
     // The server shows the fake client's QP and prints its report.
