@@ -84,7 +84,7 @@
 //! `examples/datapath_cost.rs`), each in a function of its own that returns
 //! the result: one RDMA write with its doorbell 62.4 (`post_send_sge`;
 //! 65.4 with the error converted to `Error`), per WQE in a batch of 32:
-//! 42.1 (44.2), one CQE by `poll_one` 70, per CQE in a poll of 32: 43.6
+//! 41.1 (41.1), one CQE by `poll_one` 70, per CQE in a poll of 32: 43.6
 //! (rdma-core's libmlx5 on the same fixtures: 311 (227 with `ibv_wr_*`),
 //! 190 (129), 175, 108). Before queue memory went through
 //! [`platform::ring`] the hand-written pointer code took 57.4, 40.75, 66

@@ -45,11 +45,11 @@
 //! | operation | API | before | after | target |
 //! |---|---|---|---|---|
 //! | post 1 RDMA write + doorbell | `post_send_sge` (was `wr_rdma_write`) | 57.4 | 62.4 | 60 |
-//! | post 32, per WQE | `SendBatch::post_send_sge` | 40.75 | 42.1 | 40 |
+//! | post 32, per WQE | `SendBatch::post_send_sge` | 40.75 | 41.1 | 40 |
 //! | poll 1 CQE | `Cq::poll_one` (was `poll_one_into`; `CqPoller` 56.5) | 66.0 | 70.0 | 40 |
 //! | poll 32, per CQE | `poll` into `Completion`s | 38.0 | 43.6 | 40 |
 //! | post 1, full `Error` | `post_send_sge` + `?` | 64.4 | 65.4 | |
-//! | post 32, full `Error`, per WQE | | 42.9 | 44.2 | |
+//! | post 32, full `Error`, per WQE | | 42.9 | 41.1 | |
 //! | post 1 `SendWr` | `post_send` | 171 | 179 | |
 //! | post 32 `SendWr`, per WQE | `post_send_list` | 141 | 148 | |
 //! | poll 1, one-slot slice | `poll` | 103 | 110 | |
@@ -57,8 +57,10 @@
 //! | post 1 / poll 1 inlined into a loop | | 54.5 / 54.6 (session) | 55.5 / 67.1 | |
 //!
 //! (Before: this file and `verbs-core` at commit 7399a9c, built and
-//! measured in the same session on the same machine.) The targets are not
-//! met. What the bounds-safe views cost: a send queue's doorbell record is
+//! measured in the same session on the same machine. The batch rows were
+//! 42.1 and 44.2 until the batch cursor kept one register-wide counter
+//! instead of the WQEBB counter and its multiple of 8 side by side.) The
+//! targets are not met. What the bounds-safe views cost: a send queue's doorbell record is
 //! a view of its own (the hand-written code reached it and the bookkeeping
 //! through one pointer), which with the ring's and the table's base
 //! addresses takes one more register on the single post (two callee-saved
