@@ -58,7 +58,7 @@ impl Resolver {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn position(&self, uidx: u32) -> Option<usize> {
         match self.slot.get(uidx as usize) {
             Some(&p) if p != NO_SLOT => Some(usize::from(p)),
@@ -104,6 +104,7 @@ impl Resolver {
         Some(h)
     }
 
+    #[inline(always)]
     fn get(&self, uidx: u32) -> Option<&QpCompletions> {
         self.position(uidx)
             .and_then(|p| self.entries.as_slice().get(p))
@@ -116,7 +117,7 @@ impl Resolver {
 }
 
 impl CqResolver for Resolver {
-    #[inline]
+    #[inline(always)]
     fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions> {
         self.get(uidx)
     }
@@ -302,6 +303,7 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         &self.ctx
     }
 
+    #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&mut Inner<P::Mmio>) -> R) -> R {
         let mut g = self.inner.lock();
         f(g.as_mut()

@@ -27,6 +27,9 @@ use platform::{Be32, Be64, DmaRegion, Mmio, Platform};
 const INIT_SEG_SIZE: usize = 0x1000;
 /// A UAR page's BlueFlame registers (two halves of 256 bytes).
 const BF_OFFSETS: core::ops::Range<usize> = 0x800..0xa00;
+/// The UAR page size of the emulated device (a constant, so the routing
+/// test below is a mask and a compare, close to the store of a real BAR).
+const UAR_PAGE_SIZE: usize = 4096;
 
 /// hca-emu's platform with the UAR doorbells and BlueFlame copies of the
 /// data path kept in ordinary memory (see the module docs); the init
@@ -50,7 +53,6 @@ struct Last {
 pub struct ShadowBar {
     real: <EmuPlatform as Platform>::Mmio,
     last: Arc<Last>,
-    page_size: usize,
 }
 
 impl Mmio for ShadowBar {
@@ -68,7 +70,7 @@ impl Mmio for ShadowBar {
 
     #[inline]
     fn write64(&self, offset: usize, value: Be64) {
-        if offset < INIT_SEG_SIZE || !BF_OFFSETS.contains(&(offset % self.page_size)) {
+        if offset < INIT_SEG_SIZE || !BF_OFFSETS.contains(&(offset % UAR_PAGE_SIZE)) {
             return self.real.write64(offset, value);
         }
         self.last.offset.store(offset, Ordering::Relaxed);
@@ -108,7 +110,6 @@ impl Platform for Shadow {
         Ok(ShadowBar {
             real: self.emu.map_bar(bar)?,
             last: self.last.clone(),
-            page_size: 4096,
         })
     }
     fn bar_write_combining(&self, bar: u8) -> bool {

@@ -35,7 +35,7 @@ use crate::verbs::modify::{
     Command, QpAttr, QpAttrMask, QpState, attr_from_qpc, command, log2_ceil, optpar_of,
     qp_type_name, set_access, transition_masks,
 };
-use crate::verbs::pd::{AccessFlags, MrEntry, Pd};
+use crate::verbs::pd::{AccessFlags, Pd};
 use crate::verbs::queue::{create_on_region, destroy_and_free, release_after_destroy, service};
 use crate::verbs::share::{DefaultShare, Handle, Share};
 use crate::verbs::srq::Srq;
@@ -176,15 +176,56 @@ impl fmt::Display for WrError {
 }
 
 /// The last memory region an SGE check found, valid for one generation of
-/// the PD's key table.
-#[derive(Clone, Copy, Debug, Default)]
+/// the PD's key table. The fast path is one compare of `tag` (generation
+/// and lkey) and the precomputed bounds; anything else (a miss, an SGE
+/// outside the cached region, a missing right) goes to the full lookup,
+/// which names the error.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct KeyCache {
-    generation: u32,
-    entry: Option<MrEntry>,
+    /// `generation << 32 | lkey` of the cached region.
+    tag: u64,
+    /// The region's first byte.
+    start: u64,
+    /// The region's length (`start + len` cannot overflow: it was
+    /// registered). An empty cache has `start = u64::MAX` and `len = 0`,
+    /// which no SGE of a nonzero length fits.
+    len: u64,
+    /// The region's access rights.
+    access: AccessFlags,
 }
 
-/// Checks one SGE against the PD's key table.
-#[inline]
+impl Default for KeyCache {
+    fn default() -> Self {
+        Self {
+            tag: 0,
+            start: u64::MAX,
+            len: 0,
+            access: AccessFlags::NONE,
+        }
+    }
+}
+
+impl KeyCache {
+    #[inline(always)]
+    fn tag(generation: u32, lkey: u32) -> u64 {
+        u64::from(generation) << 32 | u64::from(lkey)
+    }
+
+    /// Whether the cached region is `s.lkey`'s in `generation`, holds the
+    /// SGE and has `needs`.
+    #[inline(always)]
+    fn hit(&self, generation: u32, s: &Sge, needs: AccessFlags) -> bool {
+        let off = s.addr.wrapping_sub(self.start);
+        self.tag == Self::tag(generation, s.lkey)
+            && off <= self.len
+            && u64::from(s.length) <= self.len - off
+            && self.access.contains(needs)
+    }
+}
+
+/// Checks one SGE of a nonzero length against the PD's key table: the
+/// cached region first (one tag compare and the bounds), then the table.
+#[inline(always)]
 pub(crate) fn check_sge<P: Platform + 'static, S: Share>(
     pd: &Pd<P, S>,
     cache: &mut KeyCache,
@@ -192,20 +233,34 @@ pub(crate) fn check_sge<P: Platform + 'static, S: Share>(
     s: &Sge,
     needs: AccessFlags,
 ) -> core::result::Result<(), WrError> {
+    if cache.hit(pd.generation(), s, needs) {
+        Ok(())
+    } else {
+        check_sge_slow(pd, cache, i, s, needs)
+    }
+}
+
+/// [`check_sge`] past the cache: looks the key up in the PD's table
+/// (caching what it finds) and names what is wrong.
+#[cold]
+#[inline(never)]
+fn check_sge_slow<P: Platform + 'static, S: Share>(
+    pd: &Pd<P, S>,
+    cache: &mut KeyCache,
+    i: usize,
+    s: &Sge,
+    needs: AccessFlags,
+) -> core::result::Result<(), WrError> {
     let generation = pd.generation();
-    let e = match cache.entry {
-        Some(e) if e.lkey == s.lkey && cache.generation == generation => e,
-        _ => {
-            let e = pd.lookup(s.lkey).ok_or(WrError::UnknownLkey {
-                sge: i,
-                lkey: s.lkey,
-            })?;
-            *cache = KeyCache {
-                generation,
-                entry: Some(e),
-            };
-            e
-        }
+    let e = pd.lookup(s.lkey).ok_or(WrError::UnknownLkey {
+        sge: i,
+        lkey: s.lkey,
+    })?;
+    *cache = KeyCache {
+        tag: KeyCache::tag(generation, e.lkey),
+        start: e.start,
+        len: e.len,
+        access: e.access,
     };
     if !e.covers(s.addr, s.length) {
         return Err(WrError::OutOfRange {
@@ -238,7 +293,7 @@ fn local_needs(op: &SendOp) -> AccessFlags {
 
 /// Checks the SGE of a one-SGE work request (an empty one names no
 /// memory) when `check` asks for it.
-#[inline]
+#[inline(always)]
 fn check_single_sge<P: Platform + 'static, S: Share>(
     pd: &Pd<P, S>,
     cache: &mut KeyCache,

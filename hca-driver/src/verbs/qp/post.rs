@@ -29,25 +29,30 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     }
 
     /// Checks and posts a work request of one SGE through verbs-core's
-    /// one-SGE fast path.
-    #[inline]
+    /// one-SGE fast path. The errors are built out of line, so the path
+    /// that posts keeps few registers live.
+    #[inline(always)]
     fn post_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
-        self.send_state()
-            .and_then(|()| {
-                check_single_sge(
-                    &self.pd,
-                    &mut self.cache,
-                    self.sge_check,
-                    &sge,
-                    local_needs(&op),
-                )
-            })
-            .and_then(|()| {
-                self.sq()?
-                    .post_send_sge(wr_id, op, flags, sge)
-                    .map_err(|e| WrError::DataPath(e.into()))
-            })
-            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+        if let Err(reason) = self.send_state() {
+            return Err(refused(0, reason));
+        }
+        if let Err(reason) = check_single_sge(
+            &self.pd,
+            &mut self.cache,
+            self.sge_check,
+            &sge,
+            local_needs(&op),
+        ) {
+            return Err(refused(0, reason));
+        }
+        let sq = match self.sq() {
+            Ok(sq) => sq,
+            Err(reason) => return Err(refused(0, reason)),
+        };
+        match sq.post_send_sge(wr_id, op, flags, sge) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(refused(0, WrError::DataPath(e.into()))),
+        }
     }
 
     #[inline]
@@ -83,6 +88,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// Starts a batch of send work requests rung with one doorbell when the
     /// batch is rung or dropped (the `ibv_wr_start` / `ibv_wr_complete`
     /// pattern).
+    #[inline]
     pub fn batch(&mut self) -> Result<SendBatch<'_, P, S>> {
         self.send_state()
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
@@ -230,14 +236,17 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
     }
 
     /// Checks and writes a work request of one SGE through verbs-core's
-    /// one-SGE fast path.
-    #[inline]
+    /// one-SGE fast path (errors built out of line).
+    #[inline(always)]
     fn push_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
-        check_single_sge(self.pd, self.cache, self.check, &sge, local_needs(&op))
-            .map_err(|r| self.fail(r))?;
-        self.b
-            .post_send_sge(wr_id, op, flags, sge)
-            .map_err(|e| self.fail(WrError::DataPath(e.into())))?;
+        if let Err(reason) =
+            check_single_sge(self.pd, self.cache, self.check, &sge, local_needs(&op))
+        {
+            return Err(refused(self.n, reason));
+        }
+        if let Err(e) = self.b.post_send_sge(wr_id, op, flags, sge) {
+            return Err(refused(self.n, WrError::DataPath(e.into())));
+        }
         self.n += 1;
         Ok(())
     }
@@ -290,4 +299,12 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
     pub fn ring(self) {
         self.b.ring();
     }
+}
+
+/// [`Error::InvalidWorkRequest`] of the request at `index`, built out of
+/// the posting paths.
+#[cold]
+#[inline(never)]
+fn refused(index: usize, reason: WrError) -> Error {
+    Error::InvalidWorkRequest { index, reason }
 }
