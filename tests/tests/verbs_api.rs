@@ -8,7 +8,7 @@
 use hca_driver::verbs::{
     AccessFlags, AhAttr, AtomicByteOrder, AtomicCap, Cq, DEFAULT_GID_INDEX, DEFAULT_PKEY, Gid,
     GidEntry, MrMode, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    RoceVersion, SendFlags, SendOp, SendWr, SrqInitAttr, WrError,
+    RoceVersion, SendFlags, SendOp, SendWr, Sge, SrqInitAttr, WrError,
 };
 use hca_driver::verbs::{Ah, Context, DmaBuf, Mr, Srq};
 use hca_driver::{Error, IbMtu, LinkLayer};
@@ -756,6 +756,37 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
             ),
             "{r}"
         );
+        // The one-SGE paths (a single post and a batch) try the QP's cached
+        // region first: an SGE of a cached key past the region's end, one
+        // byte below its start, or reaching into the next region is still
+        // refused (each is tried twice: the first caches the region).
+        let mut below = good;
+        below.addr -= 1;
+        let mut across = good;
+        across.addr += 4096 - 4;
+        let out_of_range = |bad: Sge| WrError::OutOfRange {
+            sge: 0,
+            addr: bad.addr,
+            length: bad.length,
+            lkey: bad.lkey,
+        };
+        for bad in [long, below, across, long] {
+            for _ in 0..2 {
+                let (i, r) =
+                    rejected(qa.post_rdma_write(1, SendFlags::SIGNALED, eb.addr, eb.rkey, bad));
+                assert_eq!((i, r), (0, out_of_range(bad)), "{bad:?}");
+            }
+        }
+        let mut b = qa.batch().unwrap();
+        for bad in [long, below, across] {
+            for _ in 0..2 {
+                let (i, r) =
+                    rejected(b.post_rdma_write(1, SendFlags::SIGNALED, eb.addr, eb.rkey, bad));
+                assert_eq!((i, r), (0, out_of_range(bad)), "{bad:?}");
+            }
+        }
+        assert!(b.is_empty());
+        b.ring();
         let ro_sge = [ro.sge(0, 8).unwrap()];
         let read_into_ro = SendWr::new(
             1,

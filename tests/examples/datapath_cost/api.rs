@@ -30,6 +30,7 @@ const BF_OFFSETS: core::ops::Range<usize> = 0x800..0xa00;
 /// The UAR page size of the emulated device (a constant, so the routing
 /// test below is a mask and a compare, close to the store of a real BAR).
 const UAR_PAGE_SIZE: usize = 4096;
+const _: () = assert!(BF_OFFSETS.start % 0x200 == 0 && BF_OFFSETS.end == BF_OFFSETS.start + 0x200);
 
 /// hca-emu's platform with the UAR doorbells and BlueFlame copies of the
 /// data path kept in ordinary memory (see the module docs); the init
@@ -70,7 +71,8 @@ impl Mmio for ShadowBar {
 
     #[inline]
     fn write64(&self, offset: usize, value: Be64) {
-        if offset < INIT_SEG_SIZE || !BF_OFFSETS.contains(&(offset % UAR_PAGE_SIZE)) {
+        // BF_OFFSETS is 0x800..0xa00: one mask and one compare.
+        if ((offset % UAR_PAGE_SIZE) & !0x1ff) != BF_OFFSETS.start || offset < INIT_SEG_SIZE {
             return self.real.write64(offset, value);
         }
         self.last.offset.store(offset, Ordering::Relaxed);

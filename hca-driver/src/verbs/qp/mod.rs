@@ -214,11 +214,15 @@ impl KeyCache {
     /// Whether the cached region is `s.lkey`'s in `generation`, holds the
     /// SGE and has `needs`.
     #[inline(always)]
-    fn hit(&self, generation: u32, s: &Sge, needs: AccessFlags) -> bool {
+    fn hit(&self, generation: u32, s: Sge, needs: AccessFlags) -> bool {
+        // `off` wraps for an address below the region, and is then more
+        // than `len`: `checked_sub` fails.
         let off = s.addr.wrapping_sub(self.start);
         self.tag == Self::tag(generation, s.lkey)
-            && off <= self.len
-            && u64::from(s.length) <= self.len - off
+            && self
+                .len
+                .checked_sub(off)
+                .is_some_and(|room| u64::from(s.length) <= room)
             && self.access.contains(needs)
     }
 }
@@ -233,7 +237,7 @@ pub(crate) fn check_sge<P: Platform + 'static, S: Share>(
     s: &Sge,
     needs: AccessFlags,
 ) -> core::result::Result<(), WrError> {
-    if cache.hit(pd.generation(), s, needs) {
+    if cache.hit(pd.generation(), *s, needs) {
         Ok(())
     } else {
         check_sge_slow(pd, cache, i, s, needs)
@@ -293,16 +297,39 @@ fn local_needs(op: &SendOp) -> AccessFlags {
 
 /// Checks the SGE of a one-SGE work request (an empty one names no
 /// memory) when `check` asks for it.
+///
+/// The cached region is tried first whatever `check` and the length say:
+/// an SGE it holds passes either way, and only a miss looks at them (an
+/// empty SGE or [`SgeCheck::Off`] then passes, anything else goes to the
+/// PD's table), which keeps the posting path to one tag compare and the
+/// bounds.
 #[inline(always)]
 fn check_single_sge<P: Platform + 'static, S: Share>(
     pd: &Pd<P, S>,
     cache: &mut KeyCache,
     check: SgeCheck,
-    sge: &Sge,
+    sge: Sge,
+    needs: AccessFlags,
+) -> core::result::Result<(), WrError> {
+    if cache.hit(pd.generation(), sge, needs) {
+        Ok(())
+    } else {
+        check_single_slow(pd, cache, check, sge, needs)
+    }
+}
+
+/// [`check_single_sge`] past the cache.
+#[cold]
+#[inline(never)]
+fn check_single_slow<P: Platform + 'static, S: Share>(
+    pd: &Pd<P, S>,
+    cache: &mut KeyCache,
+    check: SgeCheck,
+    sge: Sge,
     needs: AccessFlags,
 ) -> core::result::Result<(), WrError> {
     if check == SgeCheck::Full && sge.length != 0 {
-        check_sge(pd, cache, 0, sge, needs)
+        check_sge_slow(pd, cache, 0, &sge, needs)
     } else {
         Ok(())
     }
@@ -584,5 +611,61 @@ impl<P: Platform + 'static, S: Share> Drop for Qp<P, S> {
         if let Err(e) = self.teardown() {
             log::error!("destroying QP {:#x}: {e}", self.qpn.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cached(generation: u32, lkey: u32, start: u64, len: u64, access: AccessFlags) -> KeyCache {
+        KeyCache {
+            tag: KeyCache::tag(generation, lkey),
+            start,
+            len,
+            access,
+        }
+    }
+
+    fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+        Sge { addr, length, lkey }
+    }
+
+    #[test]
+    fn an_empty_cache_holds_no_sge() {
+        let c = KeyCache::default();
+        for addr in [0, 1, 0x1000, u64::MAX - 1, u64::MAX] {
+            assert!(!c.hit(0, sge(addr, 1, 0), AccessFlags::NONE), "{addr:#x}");
+        }
+    }
+
+    #[test]
+    fn a_hit_needs_the_key_the_generation_the_bounds_and_the_rights() {
+        let c = cached(3, 0x42, 0x1000, 0x100, AccessFlags::LOCAL_WRITE);
+        let n = AccessFlags::NONE;
+        assert!(c.hit(3, sge(0x1000, 0x100, 0x42), n));
+        assert!(c.hit(3, sge(0x10ff, 1, 0x42), n));
+        assert!(c.hit(3, sge(0x1080, 0x80, 0x42), AccessFlags::LOCAL_WRITE));
+        // Another key, a later generation.
+        assert!(!c.hit(3, sge(0x1000, 8, 0x43), n));
+        assert!(!c.hit(4, sge(0x1000, 8, 0x42), n));
+        // Below the start (the offset wraps), past the end, crossing it.
+        assert!(!c.hit(3, sge(0xfff, 1, 0x42), n));
+        assert!(!c.hit(3, sge(0, 8, 0x42), n));
+        assert!(!c.hit(3, sge(0x1100, 1, 0x42), n));
+        assert!(!c.hit(3, sge(0x10ff, 2, 0x42), n));
+        assert!(!c.hit(3, sge(0x1000, 0x101, 0x42), n));
+        assert!(!c.hit(3, sge(u64::MAX, u32::MAX, 0x42), n));
+        // A right the region lacks.
+        assert!(!c.hit(3, sge(0x1000, 8, 0x42), AccessFlags::REMOTE_WRITE));
+    }
+
+    #[test]
+    fn a_region_at_the_top_of_the_address_space_is_bounded() {
+        let c = cached(0, 7, u64::MAX - 0xff, 0x100, AccessFlags::NONE);
+        assert!(c.hit(0, sge(u64::MAX - 0xff, 0x100, 7), AccessFlags::NONE));
+        assert!(c.hit(0, sge(u64::MAX, 1, 7), AccessFlags::NONE));
+        assert!(!c.hit(0, sge(u64::MAX, 2, 7), AccessFlags::NONE));
+        assert!(!c.hit(0, sge(0, 1, 7), AccessFlags::NONE));
     }
 }

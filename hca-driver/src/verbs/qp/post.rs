@@ -40,7 +40,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             &self.pd,
             &mut self.cache,
             self.sge_check,
-            &sge,
+            sge,
             local_needs(&op),
         ) {
             return Err(refused(0, reason));
@@ -101,7 +101,8 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         Ok(SendBatch {
             b: sq.batch(),
             pd,
-            cache,
+            cache: *cache,
+            qp_cache: cache,
             check,
             n: 0,
         })
@@ -203,7 +204,11 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
 pub struct SendBatch<'q, P: Platform + 'static, S: Share = DefaultShare> {
     b: verbs_core::SendBatch<'q, P::Mmio>,
     pd: &'q Pd<P, S>,
-    cache: &'q mut KeyCache,
+    /// The QP's key cache, copied in so the checks of the batch's requests
+    /// read it from the batch (a local of the caller), not through a
+    /// pointer into the QP; written back at [`ring`](Self::ring).
+    cache: KeyCache,
+    qp_cache: &'q mut KeyCache,
     check: SgeCheck,
     n: usize,
 }
@@ -226,7 +231,7 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
         if self.check == SgeCheck::Full {
-            check_send_sges(self.pd, self.cache, wr).map_err(|r| self.fail(r))?;
+            check_send_sges(self.pd, &mut self.cache, wr).map_err(|r| self.fail(r))?;
         }
         self.b
             .post_send(wr)
@@ -240,7 +245,7 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
     #[inline(always)]
     fn push_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
         if let Err(reason) =
-            check_single_sge(self.pd, self.cache, self.check, &sge, local_needs(&op))
+            check_single_sge(self.pd, &mut self.cache, self.check, sge, local_needs(&op))
         {
             return Err(refused(self.n, reason));
         }
@@ -295,8 +300,11 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
         self.n == 0
     }
 
-    /// Rings the doorbell once for everything pushed.
+    /// Rings the doorbell once for everything pushed (and keeps the key
+    /// the batch's checks found for the QP's next posts; a batch dropped
+    /// without `ring` rings too, but the QP's cache stays as it was).
     pub fn ring(self) {
+        *self.qp_cache = self.cache;
         self.b.ring();
     }
 }
