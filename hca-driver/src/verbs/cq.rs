@@ -26,6 +26,7 @@ use crate::verbs::share::{DefaultShare, Handle, Share};
 
 /// No QP under this user index (in [`Resolver::slot`]).
 const NO_SLOT: u16 = u16::MAX;
+const _: () = assert!(MAX_CONTEXT_QPS < NO_SLOT as usize);
 
 /// The completion handles of the QPs a CQ serves, found by user index in
 /// O(1): user indices are allocated densely by the context (below its
@@ -64,6 +65,16 @@ impl Resolver {
             Some(&p) if p != NO_SLOT => Some(usize::from(p)),
             _ => None,
         }
+    }
+
+    /// The handle under `uidx` (the data path's lookup): `slot[uidx]`,
+    /// then `entries[slot]`. [`NO_SLOT`] needs no test of its own: it is
+    /// past the end of `entries`, whose capacity is at most
+    /// [`MAX_CONTEXT_QPS`], below it.
+    #[inline(always)]
+    fn lookup(&self, uidx: u32) -> Option<&QpCompletions> {
+        let p = *self.slot.get(uidx as usize)?;
+        self.entries.as_slice().get(usize::from(p)).map(|(_, h)| h)
     }
 
     /// Registers `h` under `uidx`.
@@ -119,7 +130,7 @@ impl Resolver {
 impl CqResolver for Resolver {
     #[inline(always)]
     fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions> {
-        self.get(uidx)
+        self.lookup(uidx)
     }
 
     fn by_qpn(&self, qpn: u32) -> Option<&QpCompletions> {
@@ -324,9 +335,10 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
     #[inline]
     pub fn poll_one(&self) -> Result<Option<Completion>> {
         let mut c = Completion::default();
-        self.with(|i| i.cq.poll_one(&i.table, &mut c))
-            .map(|got| got.then_some(c))
-            .map_err(|e| Error::InvalidCompletion(e.into()))
+        match self.with(|i| i.cq.poll_one(&i.table, &mut c)) {
+            Ok(got) => Ok(got.then_some(c)),
+            Err(e) => Err(invalid_completion(e)),
+        }
     }
 
     /// Requests a completion event for the next completion, or the next
@@ -572,6 +584,14 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         }
         r
     }
+}
+
+/// [`Error::InvalidCompletion`] of a refused CQE, built out of the poll
+/// path.
+#[cold]
+#[inline(never)]
+fn invalid_completion(e: verbs_core::PollError) -> Error {
+    Error::InvalidCompletion(e.into())
 }
 
 impl<P: Platform + 'static, S: Share> Drop for Cq<P, S> {

@@ -56,6 +56,15 @@ pub struct ShadowBar {
     last: Arc<Last>,
 }
 
+impl ShadowBar {
+    /// A store that goes to the emulated device (off the data path).
+    #[cold]
+    #[inline(never)]
+    fn device_write64(&self, offset: usize, value: Be64) {
+        self.real.write64(offset, value)
+    }
+}
+
 impl Mmio for ShadowBar {
     fn len(&self) -> usize {
         self.real.len()
@@ -73,7 +82,7 @@ impl Mmio for ShadowBar {
     fn write64(&self, offset: usize, value: Be64) {
         // BF_OFFSETS is 0x800..0xa00: one mask and one compare.
         if ((offset % UAR_PAGE_SIZE) & !0x1ff) != BF_OFFSETS.start || offset < INIT_SEG_SIZE {
-            return self.real.write64(offset, value);
+            return self.device_write64(offset, value);
         }
         self.last.offset.store(offset, Ordering::Relaxed);
         self.last.value.store(value.get(), Ordering::Relaxed);

@@ -216,13 +216,11 @@ impl KeyCache {
     #[inline(always)]
     fn hit(&self, generation: u32, s: Sge, needs: AccessFlags) -> bool {
         // `off` wraps for an address below the region, and is then more
-        // than `len`: `checked_sub` fails.
+        // than `len`; the sum cannot overflow in 128 bits (one add with
+        // carry and one compare).
         let off = s.addr.wrapping_sub(self.start);
         self.tag == Self::tag(generation, s.lkey)
-            && self
-                .len
-                .checked_sub(off)
-                .is_some_and(|room| u64::from(s.length) <= room)
+            && u128::from(off) + u128::from(s.length) <= u128::from(self.len)
             && self.access.contains(needs)
     }
 }
