@@ -6,9 +6,10 @@
 //! refused before the device sees it.
 
 use hca_driver::verbs::{
-    AccessFlags, AhAttr, AtomicByteOrder, AtomicCap, Cq, DEFAULT_GID_INDEX, DEFAULT_PKEY, Gid,
-    GidEntry, MrMode, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    RoceVersion, SendFlags, SendOp, SendWr, Sge, SrqInitAttr, WrError,
+    AccessFlags, AhAttr, AtomicByteOrder, AtomicCap, Completion, Cq, DEFAULT_GID_INDEX,
+    DEFAULT_PKEY, Gid, GidEntry, MrMode, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, RoceVersion, SendFlags, SendOp, SendWr, Sge, SrqInitAttr, WcOpcode, WcStatus,
+    WrError,
 };
 use hca_driver::verbs::{Ah, Context, DmaBuf, Mr, Srq};
 use hca_driver::{Error, IbMtu, LinkLayer};
@@ -892,7 +893,23 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
                 .flags(SendFlags::SIGNALED),
         )
         .unwrap();
-        poll_ok(&cqa);
+        // Cq::poll_one writes the caller's Completion: false (and `c`
+        // untouched) until the completion is there, then true with it.
+        let mut c = Completion::default();
+        let mut polls = 0u32;
+        while !cqa.poll_one(&mut c).expect("poll_one") {
+            assert_eq!(c.wr_id(), 0, "an empty poll wrote the completion");
+            polls += 1;
+            assert!(polls < 1_000_000, "no completion for wr 20");
+            cqa.context().hca().platform().relax();
+        }
+        assert_eq!(
+            (c.wr_id(), c.status(), c.opcode()),
+            (20, WcStatus::Success, WcOpcode::Send)
+        );
+        assert_eq!(c.qp_num(), qa.number().0);
+        assert!(!cqa.poll_one(&mut c).expect("poll_one"), "one completion");
+        assert_eq!(c.wr_id(), 20, "an empty poll leaves `c` untouched");
         poll_ok(&cqb);
         gone.destroy().unwrap();
         let (_, r) = rejected(qa.post_send(&SendWr::new(21, SendOp::Send).sgl(&[s])));

@@ -331,14 +331,23 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
             .map_err(Error::InvalidCompletion)
     }
 
-    /// Polls one completion.
+    /// Polls one completion into `out` (`ibv_poll_cq` with one entry, as
+    /// verbs-core's [`Cq::poll_one`](verbs_core::Cq::poll_one)): `Ok(true)`
+    /// when one was taken and `out` holds it, `Ok(false)` when the CQ is
+    /// empty (`out` untouched). The caller's `out` is written in place: no
+    /// completion is built and copied per call.
+    ///
+    /// A completion the device got wrong is consumed and refused with the
+    /// two-word [`PollError`](verbs_core::PollError), returned in
+    /// registers (`out` then holds nothing meaningful); `?` in a function
+    /// returning [`Result`] converts it to [`Error::InvalidCompletion`],
+    /// the error [`poll`](Self::poll) gives for the same CQE.
     #[inline]
-    pub fn poll_one(&self) -> Result<Option<Completion>> {
-        let mut c = Completion::default();
-        match self.with(|i| i.cq.poll_one(&i.table, &mut c)) {
-            Ok(got) => Ok(got.then_some(c)),
-            Err(e) => Err(invalid_completion(e)),
-        }
+    pub fn poll_one(
+        &self,
+        out: &mut Completion,
+    ) -> core::result::Result<bool, verbs_core::PollError> {
+        self.with(|i| i.cq.poll_one(&i.table, out))
     }
 
     /// Requests a completion event for the next completion, or the next
@@ -584,14 +593,6 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         }
         r
     }
-}
-
-/// [`Error::InvalidCompletion`] of a refused CQE, built out of the poll
-/// path.
-#[cold]
-#[inline(never)]
-fn invalid_completion(e: verbs_core::PollError) -> Error {
-    Error::InvalidCompletion(e.into())
 }
 
 impl<P: Platform + 'static, S: Share> Drop for Cq<P, S> {

@@ -199,8 +199,11 @@ pub fn op_api_post32(qp: &mut ApiQp, wrs: &[ApiWrite; 32]) -> hca_driver::Result
 /// One requester CQE ([`Cq::poll_one`]).
 #[inline(never)]
 #[unsafe(no_mangle)]
-pub fn op_api_poll1(cq: &ApiCq) -> hca_driver::Result<Option<Completion>> {
-    cq.poll_one()
+pub fn op_api_poll1(
+    cq: &ApiCq,
+    out: &mut Completion,
+) -> Result<bool, hca_driver::verbs::PollError> {
+    cq.poll_one(out)
 }
 
 /// 32 requester CQEs ([`Cq::poll`] into [`Completion`]s).
