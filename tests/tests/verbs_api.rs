@@ -717,6 +717,25 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
             r.to_string(),
             "the send queue takes no work requests in state INIT"
         );
+        // The one-SGE path and a batch check the state too.
+        for _ in 0..2 {
+            let (_, r) =
+                rejected(qa.post_rdma_write(1, SendFlags::SIGNALED, 0, hca_driver::Rkey(0), good));
+            assert_eq!(
+                r,
+                WrError::WrongState {
+                    queue: "send queue",
+                    state: QpState::Init
+                }
+            );
+        }
+        assert!(matches!(
+            qa.batch(),
+            Err(Error::InvalidWorkRequest {
+                index: 0,
+                reason: WrError::WrongState { .. }
+            })
+        ));
         hca_tests::verbs::to_rtr(&mut qa, path_to(&ca, pa, &eb, 64), eb.qpn, &p);
         hca_tests::verbs::to_rts(&mut qa, &p);
         connect(&cb, &mut qb, pb, &ea, &p);

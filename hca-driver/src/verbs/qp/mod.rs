@@ -214,13 +214,15 @@ impl KeyCache {
     /// Whether the cached region is `s.lkey`'s in `generation`, holds the
     /// SGE and has `needs`.
     #[inline(always)]
-    fn hit(&self, generation: u32, s: Sge, needs: AccessFlags) -> bool {
-        // `off` wraps for an address below the region, and is then more
-        // than `len`; the sum cannot overflow in 128 bits (one add with
-        // carry and one compare).
+    pub(super) fn hit(&self, generation: u32, s: Sge, needs: AccessFlags) -> bool {
+        // `off` wraps for an address below the region; then either it
+        // stays above `len` or adding the length carries (one add, tested
+        // for the carry, and one compare).
         let off = s.addr.wrapping_sub(self.start);
         self.tag == Self::tag(generation, s.lkey)
-            && u128::from(off) + u128::from(s.length) <= u128::from(self.len)
+            && off
+                .checked_add(u64::from(s.length))
+                .is_some_and(|end| end <= self.len)
             && self.access.contains(needs)
     }
 }
@@ -284,7 +286,7 @@ fn check_sge_slow<P: Platform + 'static, S: Share>(
 
 /// The access the local SGEs of an operation need.
 #[inline]
-fn local_needs(op: &SendOp) -> AccessFlags {
+pub(super) fn local_needs(op: &SendOp) -> AccessFlags {
     match op {
         SendOp::RdmaRead { .. } | SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. } => {
             AccessFlags::LOCAL_WRITE

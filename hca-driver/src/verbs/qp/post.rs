@@ -29,30 +29,46 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     }
 
     /// Checks and posts a work request of one SGE through verbs-core's
-    /// one-SGE fast path. The errors are built out of line, so the path
-    /// that posts keeps few registers live.
+    /// one-SGE fast path. Inline: the state and the cached key region
+    /// (see [`KeyCache`]); everything else (a key not cached, an empty
+    /// SGE, [`SgeCheck::Off`], a refusal and its error) is
+    /// [`post_sge_slow`](Self::post_sge_slow), which checks the request
+    /// fully, so the inline path keeps few values live across calls.
     #[inline(always)]
     fn post_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
-        if let Err(reason) = self.send_state() {
-            return Err(refused(0, reason));
+        if self.state.can_post_send()
+            && self.cache.hit(self.pd.generation(), sge, local_needs(&op))
+            && let Some(sq) = self.dp.as_mut().and_then(|d| d.sq().ok())
+        {
+            return match sq.post_send_sge(wr_id, op, flags, sge) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(refused(0, WrError::DataPath(e.into()))),
+            };
         }
-        if let Err(reason) = check_single_sge(
-            &self.pd,
-            &mut self.cache,
-            self.sge_check,
-            sge,
-            local_needs(&op),
-        ) {
-            return Err(refused(0, reason));
-        }
-        let sq = match self.sq() {
-            Ok(sq) => sq,
-            Err(reason) => return Err(refused(0, reason)),
-        };
-        match sq.post_send_sge(wr_id, op, flags, sge) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(refused(0, WrError::DataPath(e.into()))),
-        }
+        self.post_sge_slow(wr_id, op, flags, sge)
+    }
+
+    /// [`post_sge`](Self::post_sge) past its inline path: every check,
+    /// in order, then the post.
+    #[cold]
+    #[inline(never)]
+    fn post_sge_slow(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
+        self.send_state()
+            .and_then(|()| {
+                check_single_sge(
+                    &self.pd,
+                    &mut self.cache,
+                    self.sge_check,
+                    sge,
+                    local_needs(&op),
+                )
+            })
+            .and_then(|()| {
+                self.sq()?
+                    .post_send_sge(wr_id, op, flags, sge)
+                    .map_err(|e| WrError::DataPath(e.into()))
+            })
+            .map_err(|reason| refused(0, reason))
     }
 
     #[inline]
