@@ -120,7 +120,6 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             cache: *cache,
             qp_cache: cache,
             check,
-            n: 0,
         })
     }
 
@@ -226,19 +225,18 @@ pub struct SendBatch<'q, P: Platform + 'static, S: Share = DefaultShare> {
     cache: KeyCache,
     qp_cache: &'q mut KeyCache,
     check: SgeCheck,
-    n: usize,
 }
 
 impl<P: Platform + 'static, S: Share> fmt::Debug for SendBatch<'_, P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SendBatch({} pushed)", self.n)
+        write!(f, "SendBatch({} pushed)", self.b.len())
     }
 }
 
 impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
     fn fail(&self, reason: WrError) -> Error {
         Error::InvalidWorkRequest {
-            index: self.n,
+            index: self.b.len(),
             reason,
         }
     }
@@ -252,7 +250,6 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
         self.b
             .post_send(wr)
             .map_err(|e| self.fail(WrError::DataPath(e)))?;
-        self.n += 1;
         Ok(())
     }
 
@@ -263,12 +260,11 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
         if let Err(reason) =
             check_single_sge(self.pd, &mut self.cache, self.check, sge, local_needs(&op))
         {
-            return Err(refused(self.n, reason));
+            return Err(refused(self.b.len(), reason));
         }
         if let Err(e) = self.b.post_send_sge(wr_id, op, flags, sge) {
-            return Err(refused(self.n, WrError::DataPath(e.into())));
+            return Err(refused(self.b.len(), WrError::DataPath(e.into())));
         }
-        self.n += 1;
         Ok(())
     }
 
@@ -308,12 +304,12 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
 
     /// Work requests in the batch.
     pub fn len(&self) -> usize {
-        self.n
+        self.b.len()
     }
 
     /// Whether nothing was pushed.
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.b.is_empty()
     }
 
     /// Rings the doorbell once for everything pushed (and keeps the key
