@@ -489,6 +489,14 @@ impl From<firmware_cmds::Error> for Error {
     }
 }
 
+/// A CQE the data path refused ([`Cq::poll_one`](crate::verbs::Cq::poll_one)'s
+/// two-word error): [`Error::InvalidCompletion`] with the full error.
+impl From<verbs_core::PollError> for Error {
+    fn from(e: verbs_core::PollError) -> Self {
+        Error::InvalidCompletion(e.into())
+    }
+}
+
 impl From<DeadReason> for Error {
     fn from(r: DeadReason) -> Self {
         Error::DeviceDead(r)

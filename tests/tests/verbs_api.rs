@@ -6,9 +6,10 @@
 //! refused before the device sees it.
 
 use hca_driver::verbs::{
-    AccessFlags, AhAttr, AtomicByteOrder, AtomicCap, Cq, DEFAULT_GID_INDEX, DEFAULT_PKEY, Gid,
-    GidEntry, MrMode, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    RoceVersion, SendFlags, SendOp, SendWr, SrqInitAttr, WrError,
+    AccessFlags, AhAttr, AtomicByteOrder, AtomicCap, Completion, Cq, DEFAULT_GID_INDEX,
+    DEFAULT_PKEY, Gid, GidEntry, MrMode, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, RoceVersion, SendFlags, SendOp, SendWr, Sge, SrqInitAttr, WcOpcode, WcStatus,
+    WrError,
 };
 use hca_driver::verbs::{Ah, Context, DmaBuf, Mr, Srq};
 use hca_driver::{Error, IbMtu, LinkLayer};
@@ -716,6 +717,25 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
             r.to_string(),
             "the send queue takes no work requests in state INIT"
         );
+        // The one-SGE path and a batch check the state too.
+        for _ in 0..2 {
+            let (_, r) =
+                rejected(qa.post_rdma_write(1, SendFlags::SIGNALED, 0, hca_driver::Rkey(0), good));
+            assert_eq!(
+                r,
+                WrError::WrongState {
+                    queue: "send queue",
+                    state: QpState::Init
+                }
+            );
+        }
+        assert!(matches!(
+            qa.batch(),
+            Err(Error::InvalidWorkRequest {
+                index: 0,
+                reason: WrError::WrongState { .. }
+            })
+        ));
         hca_tests::verbs::to_rtr(&mut qa, path_to(&ca, pa, &eb, 64), eb.qpn, &p);
         hca_tests::verbs::to_rts(&mut qa, &p);
         connect(&cb, &mut qb, pb, &ea, &p);
@@ -756,6 +776,37 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
             ),
             "{r}"
         );
+        // The one-SGE paths (a single post and a batch) try the QP's cached
+        // region first: an SGE of a cached key past the region's end, one
+        // byte below its start, or reaching into the next region is still
+        // refused (each is tried twice: the first caches the region).
+        let mut below = good;
+        below.addr -= 1;
+        let mut across = good;
+        across.addr += 4096 - 4;
+        let out_of_range = |bad: Sge| WrError::OutOfRange {
+            sge: 0,
+            addr: bad.addr,
+            length: bad.length,
+            lkey: bad.lkey,
+        };
+        for bad in [long, below, across, long] {
+            for _ in 0..2 {
+                let (i, r) =
+                    rejected(qa.post_rdma_write(1, SendFlags::SIGNALED, eb.addr, eb.rkey, bad));
+                assert_eq!((i, r), (0, out_of_range(bad)), "{bad:?}");
+            }
+        }
+        let mut b = qa.batch().unwrap();
+        for bad in [long, below, across] {
+            for _ in 0..2 {
+                let (i, r) =
+                    rejected(b.post_rdma_write(1, SendFlags::SIGNALED, eb.addr, eb.rkey, bad));
+                assert_eq!((i, r), (0, out_of_range(bad)), "{bad:?}");
+            }
+        }
+        assert!(b.is_empty());
+        b.ring();
         let ro_sge = [ro.sge(0, 8).unwrap()];
         let read_into_ro = SendWr::new(
             1,
@@ -861,7 +912,23 @@ fn invalid_work_requests_are_rejected<P: TestPlatform>(l: &mut Link<P>) {
                 .flags(SendFlags::SIGNALED),
         )
         .unwrap();
-        poll_ok(&cqa);
+        // Cq::poll_one writes the caller's Completion: false (and `c`
+        // untouched) until the completion is there, then true with it.
+        let mut c = Completion::default();
+        let mut polls = 0u32;
+        while !cqa.poll_one(&mut c).expect("poll_one") {
+            assert_eq!(c.wr_id(), 0, "an empty poll wrote the completion");
+            polls += 1;
+            assert!(polls < 1_000_000, "no completion for wr 20");
+            cqa.context().hca().platform().relax();
+        }
+        assert_eq!(
+            (c.wr_id(), c.status(), c.opcode()),
+            (20, WcStatus::Success, WcOpcode::Send)
+        );
+        assert_eq!(c.qp_num(), qa.number().0);
+        assert!(!cqa.poll_one(&mut c).expect("poll_one"), "one completion");
+        assert_eq!(c.wr_id(), 20, "an empty poll leaves `c` untouched");
         poll_ok(&cqb);
         gone.destroy().unwrap();
         let (_, r) = rejected(qa.post_send(&SendWr::new(21, SendOp::Send).sgl(&[s])));

@@ -26,6 +26,7 @@ use crate::verbs::share::{DefaultShare, Handle, Share};
 
 /// No QP under this user index (in [`Resolver::slot`]).
 const NO_SLOT: u16 = u16::MAX;
+const _: () = assert!(MAX_CONTEXT_QPS < NO_SLOT as usize);
 
 /// The completion handles of the QPs a CQ serves, found by user index in
 /// O(1): user indices are allocated densely by the context (below its
@@ -58,12 +59,22 @@ impl Resolver {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn position(&self, uidx: u32) -> Option<usize> {
         match self.slot.get(uidx as usize) {
             Some(&p) if p != NO_SLOT => Some(usize::from(p)),
             _ => None,
         }
+    }
+
+    /// The handle under `uidx` (the data path's lookup): `slot[uidx]`,
+    /// then `entries[slot]`. [`NO_SLOT`] needs no test of its own: it is
+    /// past the end of `entries`, whose capacity is at most
+    /// [`MAX_CONTEXT_QPS`], below it.
+    #[inline(always)]
+    fn lookup(&self, uidx: u32) -> Option<&QpCompletions> {
+        let p = *self.slot.get(uidx as usize)?;
+        self.entries.as_slice().get(usize::from(p)).map(|(_, h)| h)
     }
 
     /// Registers `h` under `uidx`.
@@ -104,6 +115,7 @@ impl Resolver {
         Some(h)
     }
 
+    #[inline(always)]
     fn get(&self, uidx: u32) -> Option<&QpCompletions> {
         self.position(uidx)
             .and_then(|p| self.entries.as_slice().get(p))
@@ -116,9 +128,9 @@ impl Resolver {
 }
 
 impl CqResolver for Resolver {
-    #[inline]
+    #[inline(always)]
     fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions> {
-        self.get(uidx)
+        self.lookup(uidx)
     }
 
     fn by_qpn(&self, qpn: u32) -> Option<&QpCompletions> {
@@ -302,6 +314,7 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         &self.ctx
     }
 
+    #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&mut Inner<P::Mmio>) -> R) -> R {
         let mut g = self.inner.lock();
         f(g.as_mut()
@@ -318,13 +331,23 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
             .map_err(Error::InvalidCompletion)
     }
 
-    /// Polls one completion.
+    /// Polls one completion into `out` (`ibv_poll_cq` with one entry, as
+    /// verbs-core's [`Cq::poll_one`](verbs_core::Cq::poll_one)): `Ok(true)`
+    /// when one was taken and `out` holds it, `Ok(false)` when the CQ is
+    /// empty (`out` untouched). The caller's `out` is written in place: no
+    /// completion is built and copied per call.
+    ///
+    /// A completion the device got wrong is consumed and refused with the
+    /// two-word [`PollError`](verbs_core::PollError), returned in
+    /// registers (`out` then holds nothing meaningful); `?` in a function
+    /// returning [`Result`] converts it to [`Error::InvalidCompletion`],
+    /// the error [`poll`](Self::poll) gives for the same CQE.
     #[inline]
-    pub fn poll_one(&self) -> Result<Option<Completion>> {
-        let mut c = Completion::default();
-        self.with(|i| i.cq.poll_one(&i.table, &mut c))
-            .map(|got| got.then_some(c))
-            .map_err(|e| Error::InvalidCompletion(e.into()))
+    pub fn poll_one(
+        &self,
+        out: &mut Completion,
+    ) -> core::result::Result<bool, verbs_core::PollError> {
+        self.with(|i| i.cq.poll_one(&i.table, out))
     }
 
     /// Requests a completion event for the next completion, or the next

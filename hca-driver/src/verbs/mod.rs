@@ -219,6 +219,6 @@ fn write_flags(
 
 // The data-path types the API takes and returns.
 pub use verbs_core::{
-    Completion, GlobalRoute, Payload, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    Completion, GlobalRoute, Payload, PollError, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };

@@ -27,6 +27,10 @@ use platform::{Be32, Be64, DmaRegion, Mmio, Platform};
 const INIT_SEG_SIZE: usize = 0x1000;
 /// A UAR page's BlueFlame registers (two halves of 256 bytes).
 const BF_OFFSETS: core::ops::Range<usize> = 0x800..0xa00;
+/// The UAR page size of the emulated device (a constant, so the routing
+/// test below is a mask and a compare, close to the store of a real BAR).
+const UAR_PAGE_SIZE: usize = 4096;
+const _: () = assert!(BF_OFFSETS.start % 0x200 == 0 && BF_OFFSETS.end == BF_OFFSETS.start + 0x200);
 
 /// hca-emu's platform with the UAR doorbells and BlueFlame copies of the
 /// data path kept in ordinary memory (see the module docs); the init
@@ -50,7 +54,15 @@ struct Last {
 pub struct ShadowBar {
     real: <EmuPlatform as Platform>::Mmio,
     last: Arc<Last>,
-    page_size: usize,
+}
+
+impl ShadowBar {
+    /// A store that goes to the emulated device (off the data path).
+    #[cold]
+    #[inline(never)]
+    fn device_write64(&self, offset: usize, value: Be64) {
+        self.real.write64(offset, value)
+    }
 }
 
 impl Mmio for ShadowBar {
@@ -68,8 +80,9 @@ impl Mmio for ShadowBar {
 
     #[inline]
     fn write64(&self, offset: usize, value: Be64) {
-        if offset < INIT_SEG_SIZE || !BF_OFFSETS.contains(&(offset % self.page_size)) {
-            return self.real.write64(offset, value);
+        // BF_OFFSETS is 0x800..0xa00: one mask and one compare.
+        if ((offset % UAR_PAGE_SIZE) & !0x1ff) != BF_OFFSETS.start || offset < INIT_SEG_SIZE {
+            return self.device_write64(offset, value);
         }
         self.last.offset.store(offset, Ordering::Relaxed);
         self.last.value.store(value.get(), Ordering::Relaxed);
@@ -108,7 +121,6 @@ impl Platform for Shadow {
         Ok(ShadowBar {
             real: self.emu.map_bar(bar)?,
             last: self.last.clone(),
-            page_size: 4096,
         })
     }
     fn bar_write_combining(&self, bar: u8) -> bool {
@@ -187,8 +199,11 @@ pub fn op_api_post32(qp: &mut ApiQp, wrs: &[ApiWrite; 32]) -> hca_driver::Result
 /// One requester CQE ([`Cq::poll_one`]).
 #[inline(never)]
 #[unsafe(no_mangle)]
-pub fn op_api_poll1(cq: &ApiCq) -> hca_driver::Result<Option<Completion>> {
-    cq.poll_one()
+pub fn op_api_poll1(
+    cq: &ApiCq,
+    out: &mut Completion,
+) -> Result<bool, hca_driver::verbs::PollError> {
+    cq.poll_one(out)
 }
 
 /// 32 requester CQEs ([`Cq::poll`] into [`Completion`]s).

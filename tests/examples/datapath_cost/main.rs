@@ -553,8 +553,9 @@ fn main() {
     }
     if run("api_poll1") {
         let mut a = api::Api::new(256);
+        let mut c = Completion::default();
         let dt = run_api_poll(&mut a, n, 1, |cq| {
-            usize::from(api::op_api_poll1(cq).expect("poll").is_some())
+            usize::from(api::op_api_poll1(cq, black_box(&mut c)).expect("poll"))
         });
         a.finish();
         report(

@@ -35,7 +35,7 @@ use crate::verbs::modify::{
     Command, QpAttr, QpAttrMask, QpState, attr_from_qpc, command, log2_ceil, optpar_of,
     qp_type_name, set_access, transition_masks,
 };
-use crate::verbs::pd::{AccessFlags, MrEntry, Pd};
+use crate::verbs::pd::{AccessFlags, Pd};
 use crate::verbs::queue::{create_on_region, destroy_and_free, release_after_destroy, service};
 use crate::verbs::share::{DefaultShare, Handle, Share};
 use crate::verbs::srq::Srq;
@@ -176,15 +176,60 @@ impl fmt::Display for WrError {
 }
 
 /// The last memory region an SGE check found, valid for one generation of
-/// the PD's key table.
-#[derive(Clone, Copy, Debug, Default)]
+/// the PD's key table. The fast path is one compare of `tag` (generation
+/// and lkey) and the precomputed bounds; anything else (a miss, an SGE
+/// outside the cached region, a missing right) goes to the full lookup,
+/// which names the error.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct KeyCache {
-    generation: u32,
-    entry: Option<MrEntry>,
+    /// `generation << 32 | lkey` of the cached region.
+    tag: u64,
+    /// The region's first byte.
+    start: u64,
+    /// The region's length (`start + len` cannot overflow: it was
+    /// registered). An empty cache has `start = u64::MAX` and `len = 0`,
+    /// which no SGE of a nonzero length fits.
+    len: u64,
+    /// The region's access rights.
+    access: AccessFlags,
 }
 
-/// Checks one SGE against the PD's key table.
-#[inline]
+impl Default for KeyCache {
+    fn default() -> Self {
+        Self {
+            tag: 0,
+            start: u64::MAX,
+            len: 0,
+            access: AccessFlags::NONE,
+        }
+    }
+}
+
+impl KeyCache {
+    #[inline(always)]
+    fn tag(generation: u32, lkey: u32) -> u64 {
+        u64::from(generation) << 32 | u64::from(lkey)
+    }
+
+    /// Whether the cached region is `s.lkey`'s in `generation`, holds the
+    /// SGE and has `needs`.
+    #[inline(always)]
+    pub(super) fn hit(&self, generation: u32, s: Sge, needs: AccessFlags) -> bool {
+        // `off` wraps for an address below the region; then either it
+        // stays above `len` or adding the length carries (one add, tested
+        // for the carry, and one compare).
+        let off = s.addr.wrapping_sub(self.start);
+        self.tag == Self::tag(generation, s.lkey)
+            && off
+                .checked_add(u64::from(s.length))
+                .is_some_and(|end| end <= self.len)
+            && self.access.contains(needs)
+    }
+}
+
+/// Checks one SGE of a nonzero length against the PD's key table: the
+/// cached region first (one tag compare and the bounds), then the table.
+#[inline(always)]
 pub(crate) fn check_sge<P: Platform + 'static, S: Share>(
     pd: &Pd<P, S>,
     cache: &mut KeyCache,
@@ -192,20 +237,34 @@ pub(crate) fn check_sge<P: Platform + 'static, S: Share>(
     s: &Sge,
     needs: AccessFlags,
 ) -> core::result::Result<(), WrError> {
+    if cache.hit(pd.generation(), *s, needs) {
+        Ok(())
+    } else {
+        check_sge_slow(pd, cache, i, s, needs)
+    }
+}
+
+/// [`check_sge`] past the cache: looks the key up in the PD's table
+/// (caching what it finds) and names what is wrong.
+#[cold]
+#[inline(never)]
+fn check_sge_slow<P: Platform + 'static, S: Share>(
+    pd: &Pd<P, S>,
+    cache: &mut KeyCache,
+    i: usize,
+    s: &Sge,
+    needs: AccessFlags,
+) -> core::result::Result<(), WrError> {
     let generation = pd.generation();
-    let e = match cache.entry {
-        Some(e) if e.lkey == s.lkey && cache.generation == generation => e,
-        _ => {
-            let e = pd.lookup(s.lkey).ok_or(WrError::UnknownLkey {
-                sge: i,
-                lkey: s.lkey,
-            })?;
-            *cache = KeyCache {
-                generation,
-                entry: Some(e),
-            };
-            e
-        }
+    let e = pd.lookup(s.lkey).ok_or(WrError::UnknownLkey {
+        sge: i,
+        lkey: s.lkey,
+    })?;
+    *cache = KeyCache {
+        tag: KeyCache::tag(generation, e.lkey),
+        start: e.start,
+        len: e.len,
+        access: e.access,
     };
     if !e.covers(s.addr, s.length) {
         return Err(WrError::OutOfRange {
@@ -227,7 +286,7 @@ pub(crate) fn check_sge<P: Platform + 'static, S: Share>(
 
 /// The access the local SGEs of an operation need.
 #[inline]
-fn local_needs(op: &SendOp) -> AccessFlags {
+pub(super) fn local_needs(op: &SendOp) -> AccessFlags {
     match op {
         SendOp::RdmaRead { .. } | SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. } => {
             AccessFlags::LOCAL_WRITE
@@ -238,16 +297,39 @@ fn local_needs(op: &SendOp) -> AccessFlags {
 
 /// Checks the SGE of a one-SGE work request (an empty one names no
 /// memory) when `check` asks for it.
-#[inline]
+///
+/// The cached region is tried first whatever `check` and the length say:
+/// an SGE it holds passes either way, and only a miss looks at them (an
+/// empty SGE or [`SgeCheck::Off`] then passes, anything else goes to the
+/// PD's table), which keeps the posting path to one tag compare and the
+/// bounds.
+#[inline(always)]
 fn check_single_sge<P: Platform + 'static, S: Share>(
     pd: &Pd<P, S>,
     cache: &mut KeyCache,
     check: SgeCheck,
-    sge: &Sge,
+    sge: Sge,
+    needs: AccessFlags,
+) -> core::result::Result<(), WrError> {
+    if cache.hit(pd.generation(), sge, needs) {
+        Ok(())
+    } else {
+        check_single_slow(pd, cache, check, sge, needs)
+    }
+}
+
+/// [`check_single_sge`] past the cache.
+#[cold]
+#[inline(never)]
+fn check_single_slow<P: Platform + 'static, S: Share>(
+    pd: &Pd<P, S>,
+    cache: &mut KeyCache,
+    check: SgeCheck,
+    sge: Sge,
     needs: AccessFlags,
 ) -> core::result::Result<(), WrError> {
     if check == SgeCheck::Full && sge.length != 0 {
-        check_sge(pd, cache, 0, sge, needs)
+        check_sge_slow(pd, cache, 0, &sge, needs)
     } else {
         Ok(())
     }
@@ -529,5 +611,61 @@ impl<P: Platform + 'static, S: Share> Drop for Qp<P, S> {
         if let Err(e) = self.teardown() {
             log::error!("destroying QP {:#x}: {e}", self.qpn.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cached(generation: u32, lkey: u32, start: u64, len: u64, access: AccessFlags) -> KeyCache {
+        KeyCache {
+            tag: KeyCache::tag(generation, lkey),
+            start,
+            len,
+            access,
+        }
+    }
+
+    fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+        Sge { addr, length, lkey }
+    }
+
+    #[test]
+    fn an_empty_cache_holds_no_sge() {
+        let c = KeyCache::default();
+        for addr in [0, 1, 0x1000, u64::MAX - 1, u64::MAX] {
+            assert!(!c.hit(0, sge(addr, 1, 0), AccessFlags::NONE), "{addr:#x}");
+        }
+    }
+
+    #[test]
+    fn a_hit_needs_the_key_the_generation_the_bounds_and_the_rights() {
+        let c = cached(3, 0x42, 0x1000, 0x100, AccessFlags::LOCAL_WRITE);
+        let n = AccessFlags::NONE;
+        assert!(c.hit(3, sge(0x1000, 0x100, 0x42), n));
+        assert!(c.hit(3, sge(0x10ff, 1, 0x42), n));
+        assert!(c.hit(3, sge(0x1080, 0x80, 0x42), AccessFlags::LOCAL_WRITE));
+        // Another key, a later generation.
+        assert!(!c.hit(3, sge(0x1000, 8, 0x43), n));
+        assert!(!c.hit(4, sge(0x1000, 8, 0x42), n));
+        // Below the start (the offset wraps), past the end, crossing it.
+        assert!(!c.hit(3, sge(0xfff, 1, 0x42), n));
+        assert!(!c.hit(3, sge(0, 8, 0x42), n));
+        assert!(!c.hit(3, sge(0x1100, 1, 0x42), n));
+        assert!(!c.hit(3, sge(0x10ff, 2, 0x42), n));
+        assert!(!c.hit(3, sge(0x1000, 0x101, 0x42), n));
+        assert!(!c.hit(3, sge(u64::MAX, u32::MAX, 0x42), n));
+        // A right the region lacks.
+        assert!(!c.hit(3, sge(0x1000, 8, 0x42), AccessFlags::REMOTE_WRITE));
+    }
+
+    #[test]
+    fn a_region_at_the_top_of_the_address_space_is_bounded() {
+        let c = cached(0, 7, u64::MAX - 0xff, 0x100, AccessFlags::NONE);
+        assert!(c.hit(0, sge(u64::MAX - 0xff, 0x100, 7), AccessFlags::NONE));
+        assert!(c.hit(0, sge(u64::MAX, 1, 7), AccessFlags::NONE));
+        assert!(!c.hit(0, sge(u64::MAX, 2, 7), AccessFlags::NONE));
+        assert!(!c.hit(0, sge(0, 1, 7), AccessFlags::NONE));
     }
 }

@@ -29,16 +29,37 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     }
 
     /// Checks and posts a work request of one SGE through verbs-core's
-    /// one-SGE fast path.
-    #[inline]
+    /// one-SGE fast path. Inline: the state and the cached key region
+    /// (see [`KeyCache`]); everything else (a key not cached, an empty
+    /// SGE, [`SgeCheck::Off`], a refusal and its error) is
+    /// [`post_sge_slow`](Self::post_sge_slow), which checks the request
+    /// fully, so the inline path keeps few values live across calls.
+    #[inline(always)]
     fn post_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
+        if self.state.can_post_send()
+            && self.cache.hit(self.pd.generation(), sge, local_needs(&op))
+            && let Some(sq) = self.dp.as_mut().and_then(|d| d.sq().ok())
+        {
+            return match sq.post_send_sge(wr_id, op, flags, sge) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(refused(0, WrError::DataPath(e.into()))),
+            };
+        }
+        self.post_sge_slow(wr_id, op, flags, sge)
+    }
+
+    /// [`post_sge`](Self::post_sge) past its inline path: every check,
+    /// in order, then the post.
+    #[cold]
+    #[inline(never)]
+    fn post_sge_slow(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
         self.send_state()
             .and_then(|()| {
                 check_single_sge(
                     &self.pd,
                     &mut self.cache,
                     self.sge_check,
-                    &sge,
+                    sge,
                     local_needs(&op),
                 )
             })
@@ -47,7 +68,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                     .post_send_sge(wr_id, op, flags, sge)
                     .map_err(|e| WrError::DataPath(e.into()))
             })
-            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+            .map_err(|reason| refused(0, reason))
     }
 
     #[inline]
@@ -83,6 +104,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// Starts a batch of send work requests rung with one doorbell when the
     /// batch is rung or dropped (the `ibv_wr_start` / `ibv_wr_complete`
     /// pattern).
+    #[inline]
     pub fn batch(&mut self) -> Result<SendBatch<'_, P, S>> {
         self.send_state()
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
@@ -95,9 +117,9 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         Ok(SendBatch {
             b: sq.batch(),
             pd,
-            cache,
+            cache: *cache,
+            qp_cache: cache,
             check,
-            n: 0,
         })
     }
 
@@ -197,21 +219,24 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
 pub struct SendBatch<'q, P: Platform + 'static, S: Share = DefaultShare> {
     b: verbs_core::SendBatch<'q, P::Mmio>,
     pd: &'q Pd<P, S>,
-    cache: &'q mut KeyCache,
+    /// The QP's key cache, copied in so the checks of the batch's requests
+    /// read it from the batch (a local of the caller), not through a
+    /// pointer into the QP; written back at [`ring`](Self::ring).
+    cache: KeyCache,
+    qp_cache: &'q mut KeyCache,
     check: SgeCheck,
-    n: usize,
 }
 
 impl<P: Platform + 'static, S: Share> fmt::Debug for SendBatch<'_, P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SendBatch({} pushed)", self.n)
+        write!(f, "SendBatch({} pushed)", self.b.len())
     }
 }
 
 impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
     fn fail(&self, reason: WrError) -> Error {
         Error::InvalidWorkRequest {
-            index: self.n,
+            index: self.b.len(),
             reason,
         }
     }
@@ -220,25 +245,26 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
         if self.check == SgeCheck::Full {
-            check_send_sges(self.pd, self.cache, wr).map_err(|r| self.fail(r))?;
+            check_send_sges(self.pd, &mut self.cache, wr).map_err(|r| self.fail(r))?;
         }
         self.b
             .post_send(wr)
             .map_err(|e| self.fail(WrError::DataPath(e)))?;
-        self.n += 1;
         Ok(())
     }
 
     /// Checks and writes a work request of one SGE through verbs-core's
-    /// one-SGE fast path.
-    #[inline]
+    /// one-SGE fast path (errors built out of line).
+    #[inline(always)]
     fn push_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
-        check_single_sge(self.pd, self.cache, self.check, &sge, local_needs(&op))
-            .map_err(|r| self.fail(r))?;
-        self.b
-            .post_send_sge(wr_id, op, flags, sge)
-            .map_err(|e| self.fail(WrError::DataPath(e.into())))?;
-        self.n += 1;
+        if let Err(reason) =
+            check_single_sge(self.pd, &mut self.cache, self.check, sge, local_needs(&op))
+        {
+            return Err(refused(self.b.len(), reason));
+        }
+        if let Err(e) = self.b.post_send_sge(wr_id, op, flags, sge) {
+            return Err(refused(self.b.len(), WrError::DataPath(e.into())));
+        }
         Ok(())
     }
 
@@ -278,16 +304,27 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
 
     /// Work requests in the batch.
     pub fn len(&self) -> usize {
-        self.n
+        self.b.len()
     }
 
     /// Whether nothing was pushed.
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.b.is_empty()
     }
 
-    /// Rings the doorbell once for everything pushed.
+    /// Rings the doorbell once for everything pushed (and keeps the key
+    /// the batch's checks found for the QP's next posts; a batch dropped
+    /// without `ring` rings too, but the QP's cache stays as it was).
     pub fn ring(self) {
+        *self.qp_cache = self.cache;
         self.b.ring();
     }
+}
+
+/// [`Error::InvalidWorkRequest`] of the request at `index`, built out of
+/// the posting paths.
+#[cold]
+#[inline(never)]
+fn refused(index: usize, reason: WrError) -> Error {
+    Error::InvalidWorkRequest { index, reason }
 }
