@@ -1,5 +1,5 @@
 //! Shared setup of the data-path benchmarks (criterion benches and the
-//! `datapath_cost` example): an RC QP and a CQ on heap memory standing in
+//! `datapath_cost` example in `tests/examples/`): an RC QP and a CQ on heap memory standing in
 //! for DMA memory, and a heap page standing in for the UAR, so a doorbell is
 //! one 64-bit store to plain memory.
 //!

@@ -81,7 +81,7 @@
 //!   says what is wrong.
 //!
 //! Instructions per operation (callgrind, x86_64, release; see
-//! `examples/datapath_cost.rs`), each in a function of its own that returns
+//! the `datapath_cost` example of the integration crate, `tests/examples/`), each in a function of its own that returns
 //! the result: one RDMA write with its doorbell 62.4 (`post_send_sge`;
 //! 65.4 with the error converted to `Error`), per WQE in a batch of 32:
 //! 41.1 (41.1), one CQE by `poll_one` 70, per CQE in a poll of 32: 43.6
