@@ -313,6 +313,43 @@ impl<P: Platform> Hcas<P> {
     pub fn b(&self) -> &Arc<Hca<P>> {
         self.b.as_ref().unwrap_or(&self.a)
     }
+
+    /// What most two-sided tests start with: a verbs context, a PD and a
+    /// CQ of `cqe` entries on each side.
+    #[track_caller]
+    pub fn sides(&self, cqe: u32) -> Sides<P> {
+        use hca_driver::verbs::{Context, Cq, Pd};
+        let ca = Arc::new(Context::open(&self.a).expect("side A's context"));
+        let cb = Arc::new(Context::open(self.b()).expect("side B's context"));
+        let pda = Arc::new(Pd::alloc(&ca).expect("side A's PD"));
+        let pdb = Arc::new(Pd::alloc(&cb).expect("side B's PD"));
+        let cqa = Arc::new(Cq::create(&ca, cqe).expect("side A's CQ"));
+        let cqb = Arc::new(Cq::create(&cb, cqe).expect("side B's CQ"));
+        Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        }
+    }
+}
+
+/// A context, a PD and a CQ on each side of [`Hcas`] ([`Hcas::sides`]).
+pub struct Sides<P: Platform + 'static> {
+    /// Side A's context.
+    pub ca: Arc<hca_driver::verbs::Context<P>>,
+    /// Side B's context.
+    pub cb: Arc<hca_driver::verbs::Context<P>>,
+    /// Side A's PD.
+    pub pda: Arc<hca_driver::verbs::Pd<P>>,
+    /// Side B's PD.
+    pub pdb: Arc<hca_driver::verbs::Pd<P>>,
+    /// Side A's CQ.
+    pub cqa: Arc<hca_driver::verbs::Cq<P>>,
+    /// Side B's CQ.
+    pub cqb: Arc<hca_driver::verbs::Cq<P>>,
 }
 
 /// Two sides of a wire for data-path scenarios.

@@ -8,8 +8,9 @@
 //! any store beyond a BlueFlame register's doorbell word and fails
 //! `assert_clean`.
 
-use hca_driver::verbs::{Context, Cq, DmaBuf, Pd};
+use hca_driver::verbs::DmaBuf;
 use hca_driver::verbs::{Mr, Qp};
+use hca_tests::Sides;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,18 +28,14 @@ fn inline_sends(l: &mut Link<EmuPlatform>, count: usize) -> Vec<(usize, u8)> {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 64).unwrap()),
-            Arc::new(Cq::create(&cb, 64).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(64);
         let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
         let mb = Mr::register(
             &pdb,

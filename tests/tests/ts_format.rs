@@ -8,6 +8,7 @@
 //! the driver's QPs carry 1 (default) there and work end to end.
 
 use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd, Qp};
+use hca_tests::Sides;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,18 +78,14 @@ fn rc_traffic_on_real_time_clock_devices() {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 16).unwrap()),
-            Arc::new(Cq::create(&cb, 16).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(16);
         let bb = Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap());
         let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = Qp::create(

@@ -5,7 +5,8 @@
 //! -> RTS, and the SRQ WQEs a reset QP's receive completions consumed go
 //! back to the SRQ.
 
-use hca_driver::verbs::{Context, Srq};
+use hca_driver::verbs::Srq;
+use hca_tests::Sides;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -178,18 +179,14 @@ fn reset_removes_its_completions_from_a_shared_cq<P: TestPlatform>(l: &mut Link<
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 64).unwrap()),
-            Arc::new(Cq::create(&cb, 64).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(64);
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
@@ -251,18 +248,14 @@ fn destroy_removes_its_completions_from_a_shared_cq<P: TestPlatform>(l: &mut Lin
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 64).unwrap()),
-            Arc::new(Cq::create(&cb, 64).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(64);
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
@@ -314,18 +307,14 @@ fn srq_qp_reset_returns_its_srq_wqes<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 64).unwrap()),
-            Arc::new(Cq::create(&cb, 64).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(64);
         let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
         let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let srq = Arc::new(Srq::create(&pdb, &SrqInitAttr::new(8, 1)).unwrap());

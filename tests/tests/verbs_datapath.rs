@@ -4,6 +4,7 @@
 //! completion events, UC, scatter/gather and fences.
 
 use hca_driver::verbs::{Ah, Context, DmaBuf, Mr, Srq};
+use hca_tests::Sides;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,18 +31,14 @@ fn ud_ping_pong<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 64).unwrap()),
-            Arc::new(Cq::create(&cb, 64).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(64);
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap()),
@@ -137,18 +134,14 @@ fn rc_with_immediate_data<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 16).unwrap()),
-            Arc::new(Cq::create(&cb, 16).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(16);
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
@@ -357,18 +350,14 @@ fn srq_shared_by_several_qps<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 64).unwrap()),
-            Arc::new(Cq::create(&cb, 64).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(64);
         let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
         let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let srq = Arc::new(Srq::create(&pdb, &SrqInitAttr::new(16, 1)).unwrap());
@@ -468,18 +457,14 @@ fn inline_sends<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 64).unwrap()),
-            Arc::new(Cq::create(&cb, 64).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(64);
         let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
         let mb = Mr::register(
             &pdb,
@@ -676,18 +661,14 @@ fn completion_events<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 16).unwrap()),
-            Arc::new(Cq::create(&cb, 16).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(16);
         let bb = Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap());
         let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(8, 1, 1, 32));
@@ -755,18 +736,14 @@ fn uc_writes_and_sends<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 16).unwrap()),
-            Arc::new(Cq::create(&cb, 16).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(16);
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
@@ -848,18 +825,14 @@ fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 16).unwrap()),
-            Arc::new(Cq::create(&cb, 16).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(16);
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap()),

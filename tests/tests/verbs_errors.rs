@@ -5,6 +5,7 @@
 //! the error state, the drain helper, SQE recovery and reuse after reset.
 
 use hca_driver::verbs::{Ah, Context, DmaBuf, Mr};
+use hca_tests::Sides;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -463,18 +464,14 @@ fn ud_send_queue_error_and_recovery<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 16).unwrap()),
-            Arc::new(Cq::create(&cb, 16).unwrap()),
-        );
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(16);
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
