@@ -54,6 +54,7 @@ pub mod host;
 mod mmio;
 mod pages;
 pub mod ring;
+pub mod slot;
 #[cfg(all(feature = "vfio", target_os = "linux"))]
 pub mod vfio;
 

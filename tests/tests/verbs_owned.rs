@@ -342,6 +342,87 @@ fn static_handles() {
     assert_eq!(cq.users(), 0);
 }
 
+/// The bare-metal form without a heap: every parent in a static slot of
+/// the caller's, counted like `Arc`, so the program tears everything down
+/// (destroy commands, pages back) and closes the HCA at the end.
+#[test]
+fn slot_handles_tear_down_to_a_clean_device() {
+    use hca_driver::verbs::SlotShare;
+    use platform::slot::{Slot, SlotRef};
+    type E = hca_emu::EmuPlatform;
+    static HCA: Slot<Hca<E>> = Slot::new();
+    static CTX: Slot<Context<E, SlotShare>> = Slot::new();
+    static PD: Slot<Pd<E, SlotShare>> = Slot::new();
+    static CQ: Slot<Cq<E, SlotShare>> = Slot::new();
+    static BUF: Slot<DmaBuf<E, SlotShare>> = Slot::new();
+    let emu = hca_emu::EmuHca::new(Default::default());
+    let hca = HCA
+        .put(
+            Hca::open(emu.platform(), Default::default())
+                .map_err(|f| f.error)
+                .unwrap(),
+        )
+        .map_err(|_| "HCA slot taken")
+        .unwrap();
+    let ctx = CTX
+        .put(Context::open(&hca).unwrap())
+        .map_err(|_| "slot")
+        .unwrap();
+    let pd = PD
+        .put(Pd::alloc(&ctx).unwrap())
+        .map_err(|_| "slot")
+        .unwrap();
+    let cq = CQ
+        .put(Cq::create(&ctx, 16).unwrap())
+        .map_err(|_| "slot")
+        .unwrap();
+    let buf = BUF
+        .put(DmaBuf::alloc(&hca, 4096).unwrap())
+        .map_err(|_| "slot")
+        .unwrap();
+    let mr = Mr::register(&pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
+    qp.modify(
+        &QpAttr::new()
+            .state(QpState::Init)
+            .port(1)
+            .pkey_index(0)
+            .access(AccessFlags::LOCAL_WRITE),
+    )
+    .unwrap();
+    qp.post_recv(&RecvWr {
+        wr_id: 9,
+        sgl: &[mr.sge(0, 16).unwrap()],
+    })
+    .unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    let w = poll_ok_or_flush(&cq);
+    assert_eq!((w.wr_id, w.status), (9, WcStatus::WrFlushErr));
+    // The QP holds the CQ (as its send and its receive CQ): refused, with
+    // the other handles counted (ours and the QP's two); the CQ lives on.
+    match Cq::try_destroy(cq.clone()) {
+        Err(Error::InUse { users, .. }) => assert_eq!(users, 3),
+        other => panic!("destroying a CQ a QP holds: {other:?}"),
+    }
+    qp.destroy().unwrap();
+    mr.destroy().unwrap();
+    // Now the last handles: DESTROY_CQ, the buffer freed, DEALLOC_PD,
+    // the context closed; each slot is empty again.
+    Cq::try_destroy(cq).unwrap();
+    assert!(!CQ.is_occupied());
+    drop(buf);
+    assert!(!BUF.is_occupied());
+    Pd::try_destroy(pd).unwrap();
+    Context::try_destroy(ctx).unwrap();
+    assert!(!CTX.is_occupied() && !PD.is_occupied());
+    let hca = SlotRef::try_unwrap(hca)
+        .map_err(|_| "other handles")
+        .unwrap();
+    hca.close().unwrap();
+    assert!(!HCA.is_occupied());
+    emu.assert_clean();
+}
+
 /// One completion, whatever its status.
 fn poll_ok_or_flush<P: TestPlatform, S: hca_driver::verbs::Share>(cq: &Cq<P, S>) -> WorkCompletion {
     let mut wc = [WorkCompletion::default(); 1];

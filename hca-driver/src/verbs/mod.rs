@@ -183,7 +183,7 @@ pub use pd::{AccessFlags, Mr, MrMode, Pd};
 pub use qp::{DRAIN_WR_ID, Qp, QpCap, QpInitAttr, SendBatch, SgeCheck, WrError};
 #[cfg(feature = "alloc")]
 pub use share::ArcShare;
-pub use share::{DefaultShare, Handle, Share, StaticShare};
+pub use share::{DefaultShare, Handle, Share, SlotShare, StaticShare};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 
 /// Writes the set bits of `bits` as their names joined with ` | `, then

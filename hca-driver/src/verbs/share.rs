@@ -9,6 +9,12 @@
 //! - `ArcShare` (feature `alloc`, on with `std`): `Arc<T>`. A parent is
 //!   destroyed when its last handle drops; [`Share::try_unwrap`] is
 //!   `Arc::try_unwrap`.
+//! - [`SlotShare`]: [`SlotRef<T>`](platform::slot::SlotRef), for bare
+//!   metal without a heap: the caller gives each parent a static
+//!   [`Slot`](platform::slot::Slot) and gets a counted handle back, with
+//!   the semantics of `Arc` (the last handle destroys the object, and
+//!   [`Share::try_unwrap`] gives it back), so a bare-metal program can
+//!   tear everything down and close the HCA.
 //! - [`StaticShare`]: `&'static T`, for bare metal without a heap. The
 //!   caller keeps each parent in a static (e.g. a `spin::Once`); such an
 //!   object lives as long as the program.
@@ -44,6 +50,32 @@ pub trait Handle<T: 'static>: Clone + Deref<Target = T> {
     type Share: Share;
     /// The handle as its family's `Ref<T>` (the same value).
     fn into_ref(self) -> <Self::Share as Share>::Ref<T>;
+}
+
+/// Handles that are [`SlotRef<T>`](platform::slot::SlotRef): objects in
+/// caller-supplied static [`Slot`](platform::slot::Slot)s, counted like
+/// `Arc` (no heap).
+#[derive(Debug, Clone, Copy)]
+pub enum SlotShare {}
+
+impl Share for SlotShare {
+    type Ref<T: 'static> = platform::slot::SlotRef<T>;
+
+    fn try_unwrap<T: 'static>(
+        r: platform::slot::SlotRef<T>,
+    ) -> Result<T, (platform::slot::SlotRef<T>, Option<usize>)> {
+        platform::slot::SlotRef::try_unwrap(r).map_err(|r| {
+            let others = platform::slot::SlotRef::count(&r).saturating_sub(1);
+            (r, Some(others))
+        })
+    }
+}
+
+impl<T: 'static> Handle<T> for platform::slot::SlotRef<T> {
+    type Share = SlotShare;
+    fn into_ref(self) -> platform::slot::SlotRef<T> {
+        self
+    }
 }
 
 /// Handles that are `&'static T`: objects kept in statics (no heap).
