@@ -509,28 +509,17 @@ fn main() {
     if run("api_post1") {
         let mut a = api::Api::new(512);
         let w = a.write(0);
-        let mut dt = Duration::ZERO;
-        let mut done = 0u64;
-        while done < n {
-            let chunk = (n - done).min(u64::from(a.room()));
-            let t = Instant::now();
-            for i in 0..chunk {
-                api::op_api_post1(
-                    &mut a.qp,
-                    black_box(done + i),
-                    black_box(w.flags),
-                    black_box(w.remote_addr),
-                    black_box(w.rkey),
-                    black_box(w.sge),
-                )
-                .expect("post");
-            }
-            dt += t.elapsed();
-            a.posted(chunk as u32);
-            done += chunk;
-            a.complete();
-            a.drain();
-        }
+        let dt = run_api_post(&mut a, n, 1, |qp, i| {
+            api::op_api_post1(
+                qp,
+                black_box(i),
+                black_box(w.flags),
+                black_box(w.remote_addr),
+                black_box(w.rkey),
+                black_box(w.sge),
+            )
+            .expect("post")
+        });
         a.finish();
         report(
             "api_post1:",
@@ -542,20 +531,9 @@ fn main() {
     if run("api_post32") {
         let mut a = api::Api::new(512);
         let wrs: [api::ApiWrite; 32] = std::array::from_fn(|i| a.write(i as u64));
-        let mut dt = Duration::ZERO;
-        let mut done = 0u64;
-        while done < n {
-            let chunk = (n - done).min(u64::from(a.room() / 32));
-            let t = Instant::now();
-            for _ in 0..chunk {
-                api::op_api_post32(&mut a.qp, black_box(&wrs)).expect("post");
-            }
-            dt += t.elapsed();
-            a.posted(32 * chunk as u32);
-            done += chunk;
-            a.complete();
-            a.drain();
-        }
+        let dt = run_api_post(&mut a, n, 32, |qp, _| {
+            api::op_api_post32(qp, black_box(&wrs)).expect("post")
+        });
         a.finish();
         report(
             "api_post32:",
@@ -592,6 +570,32 @@ fn main() {
             32 * n,
         );
     }
+}
+
+/// `n` calls of `post` (call `i` of them), each posting `per` work
+/// requests: as many as the queue takes between two rounds in which the
+/// device completes them and they are polled (untimed).
+fn run_api_post(
+    a: &mut api::Api,
+    n: u64,
+    per: u32,
+    mut post: impl FnMut(&mut api::ApiQp, u64),
+) -> Duration {
+    let mut dt = Duration::ZERO;
+    let mut done = 0u64;
+    while done < n {
+        let calls = (n - done).min(u64::from(a.room() / per));
+        let t = Instant::now();
+        for i in 0..calls {
+            post(&mut a.qp, done + i);
+        }
+        dt += t.elapsed();
+        a.posted(calls as u32 * per);
+        done += calls;
+        a.complete();
+        a.drain();
+    }
+    dt
 }
 
 /// `n` calls of `poll`, each taking `per` CQEs: the device first completes
