@@ -319,23 +319,7 @@ fn static_handles() {
     let buf: &'static DmaBuf<E, StaticShare> =
         Box::leak(Box::new(DmaBuf::alloc(&hca, 4096).unwrap()));
     let mr = Mr::register(&pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
-    let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .port(1)
-            .pkey_index(0)
-            .access(AccessFlags::LOCAL_WRITE),
-    )
-    .unwrap();
-    qp.post_recv(&RecvWr {
-        wr_id: 5,
-        sgl: &[mr.sge(0, 16).unwrap()],
-    })
-    .unwrap();
-    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
-    let w = poll_ok_or_flush(cq);
-    assert_eq!((w.wr_id, w.status), (5, WcStatus::WrFlushErr));
+    let qp = rc_qp_with_one_flushed_receive(&pd, &cq, &mr, 5);
     // A QP is owned outright: destroyed explicitly.
     qp.destroy().unwrap();
     assert!(matches!(Cq::try_destroy(cq), Err(Error::Unsupported(_))));
@@ -381,23 +365,7 @@ fn slot_handles_tear_down_to_a_clean_device() {
         .map_err(|_| "slot")
         .unwrap();
     let mr = Mr::register(&pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
-    let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .port(1)
-            .pkey_index(0)
-            .access(AccessFlags::LOCAL_WRITE),
-    )
-    .unwrap();
-    qp.post_recv(&RecvWr {
-        wr_id: 9,
-        sgl: &[mr.sge(0, 16).unwrap()],
-    })
-    .unwrap();
-    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
-    let w = poll_ok_or_flush(&cq);
-    assert_eq!((w.wr_id, w.status), (9, WcStatus::WrFlushErr));
+    let qp = rc_qp_with_one_flushed_receive(&pd, &cq, &mr, 9);
     // The QP holds the CQ (as its send and its receive CQ): refused, with
     // the other handles counted (ours and the QP's two); the CQ lives on.
     match Cq::try_destroy(cq.clone()) {
@@ -421,6 +389,34 @@ fn slot_handles_tear_down_to_a_clean_device() {
     hca.close().unwrap();
     assert!(!HCA.is_occupied());
     emu.assert_clean();
+}
+
+/// An RC QP on `cq`, moved to INIT with one receive of `wr_id` posted
+/// into `mr`, then to ERR: the receive comes back flushed (checked).
+fn rc_qp_with_one_flushed_receive<S: hca_driver::verbs::Share>(
+    pd: &impl hca_driver::verbs::Handle<Pd<hca_emu::EmuPlatform, S>, Share = S>,
+    cq: &impl hca_driver::verbs::Handle<Cq<hca_emu::EmuPlatform, S>, Share = S>,
+    mr: &Mr<hca_emu::EmuPlatform, S>,
+    wr_id: u64,
+) -> Qp<hca_emu::EmuPlatform, S> {
+    let mut qp = Qp::create(pd, &QpInitAttr::new(QpType::Rc, cq, cq)).unwrap();
+    qp.modify(
+        &QpAttr::new()
+            .state(QpState::Init)
+            .port(1)
+            .pkey_index(0)
+            .access(AccessFlags::LOCAL_WRITE),
+    )
+    .unwrap();
+    qp.post_recv(&RecvWr {
+        wr_id,
+        sgl: &[mr.sge(0, 16).unwrap()],
+    })
+    .unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    let w = poll_ok_or_flush(&**cq);
+    assert_eq!((w.wr_id, w.status), (wr_id, WcStatus::WrFlushErr));
+    qp
 }
 
 /// One completion, whatever its status.
