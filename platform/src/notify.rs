@@ -144,6 +144,10 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "eventfd, epoll and poll are system calls Miri does not run"
+    )]
     fn eventfd_in_an_epoll_set() {
         let e = EventFd::new().unwrap();
         let f = EventFd::new().unwrap();

@@ -1077,6 +1077,7 @@ mod tests {
     fn send_sync<T: Send + Sync>() {}
 
     #[test]
+    #[cfg_attr(miri, ignore = "reads RLIMIT_MEMLOCK and /proc, which Miri isolates")]
     fn user_map_errnos_are_typed() {
         let e = user_map_error(Some(libc::EFAULT), 0x1000, 0x2000);
         assert!(
