@@ -147,6 +147,24 @@ fn armed_cq_makes_the_fd_readable_and_get_event_names_it<P: TestPlatform>(l: &mu
         assert_eq!(s.ch.get_event(Duration::ZERO).unwrap(), None);
         assert!(!readable(fd, 0), "no event, no interrupt");
 
+        // Another thread looks at the EQs first (here: this one, through
+        // the HCA) and empties the vector's eventfd: the descriptor is
+        // readable all the same (the EQ code signals the channel when it
+        // counts the event).
+        cqb.req_notify(false);
+        send(&mut qa, &s.cqa, 20, false);
+        let hb = s.hcas.b();
+        let v = hb.eq_vector(cqb.eqn()).expect("on interrupts");
+        // (B wrote the EQE before it acknowledged the send A completed.)
+        hb.poll_events().unwrap();
+        hb.platform().interrupt_count(v).unwrap();
+        assert!(readable(fd, 0), "counted by another: still readable");
+        let ev = s.ch.get_event(Duration::ZERO).unwrap().expect("the event");
+        assert_eq!(ev.cookie, 0xb0b);
+        poll_ok(&cqb);
+        assert!(!readable(fd, 0));
+        cqb.ack_events(1).unwrap();
+
         // Armed again (after the event: the arm sequence number moved on),
         // a blocking read returns the event.
         cqb.req_notify(false);
@@ -294,3 +312,52 @@ hca_tests::link_scenarios!(
     solicited_only_arm_ignores_unsolicited_completions,
     two_cqs_on_one_channel,
 );
+
+/// `ibv_get_async_event` and the context's `async_fd`: an injected QP
+/// event makes the descriptor readable and is read with its name.
+#[test]
+fn async_events_make_the_async_fd_readable() {
+    use hca_driver::{AsyncEvent, QueueId};
+    use hca_tests::verbs::to_init;
+    let mut bench = hca_tests::Bench::emulated(EmuConfig::default(), Config::default());
+    bench.with_open(|hca, emu| {
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+        let fd = ctx.async_fd().unwrap();
+        assert_eq!(ctx.async_fd().unwrap(), fd, "one descriptor per context");
+        // The port events of bring-up.
+        while ctx.get_async_event(Duration::ZERO).unwrap().is_some() {}
+        assert!(!readable(fd, 0));
+        assert_eq!(ctx.get_async_event(Duration::ZERO).unwrap(), None);
+
+        let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
+        to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
+        while ctx.get_async_event(Duration::ZERO).unwrap().is_some() {}
+        let ev = firmware_cmds::eq::EVENT_TYPE_COMM_EST;
+        assert_eq!(emu.faults().qp_event(qp.number().0, ev), Ok(true));
+        assert!(readable(fd, READABLE_MS), "the event's interrupt");
+        assert_eq!(
+            ctx.get_async_event(Duration::ZERO).unwrap(),
+            Some(AsyncEvent::Queue {
+                event_type: ev,
+                queue: QueueId::Qp(qp.number()),
+            })
+        );
+        assert_eq!(ctx.get_async_event(Duration::ZERO).unwrap(), None);
+        assert!(!readable(fd, 0));
+
+        // Queued by another thread's look at the EQs (which also empties
+        // the vector's eventfd): still readable.
+        let p = hca.platform();
+        let c0 = p.interrupt_count(0).unwrap();
+        assert_eq!(emu.faults().qp_event(qp.number().0, ev), Ok(true));
+        hca.wait_interrupt(0, c0, WAIT).unwrap();
+        hca.poll_events().unwrap();
+        p.interrupt_count(0).unwrap();
+        assert!(readable(fd, 0), "queued by another: still readable");
+        assert!(ctx.get_async_event(Duration::ZERO).unwrap().is_some());
+        assert!(!readable(fd, 0));
+        qp.destroy().unwrap();
+    });
+}
