@@ -3,7 +3,8 @@
 //! RDMA WRITE, read by its RDMA READ, received into and sent from,
 //! zero-copy (the bytes are seen in the `Vec` itself); a start and a
 //! length that are not page aligned; an IOVA other than the address;
-//! access violations and deregistered keys refused by the device; the
+//! access violations and deregistered keys refused by the device; pages
+//! not mapped in the process refused when mapped; the
 //! emulated IOMMU's view; a platform that cannot map user memory.
 
 use std::ptr::NonNull;
@@ -394,8 +395,43 @@ fn rereg_changes_access_memory_and_pd<P: TestPlatform>(l: &mut Link<P>) {
     assert_eq!(&v2[8..14], b"second");
 }
 
+/// Pages not mapped in the process: refused when mapped for DMA, by
+/// `VFIO_IOMMU_MAP_DMA` (`EFAULT`) through `platform::vfio`, and by the
+/// emulated platform's check of the page tables, as `UserMemoryFault`.
+fn unmapped_pages_are_a_typed_error<P: TestPlatform>(l: &mut Link<P>) {
+    let h = l.open();
+    {
+        let ctx = Arc::new(Context::open(&h.a).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        // Below `vm.mmap_min_addr` (64 KiB by default): never mapped.
+        let nowhere = NonNull::new(std::ptr::without_provenance_mut::<u8>(0x1000)).unwrap();
+        // SAFETY: the range is not mapped, which is what the test is
+        // about: the platform refuses to map it, so nothing ever accesses
+        // it.
+        let mem = unsafe { UserMemory::new(nowhere, 8192) }.unwrap();
+        let e = Mr::register_user(&pd, mem, 0x1000, AccessFlags::LOCAL_WRITE).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Platform {
+                    source: platform::Error::UserMemoryFault {
+                        host: 0x1000,
+                        len: 8192,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(pd.mr_count(), 0);
+    }
+    l.close(h);
+}
+
 hca_tests::link_scenarios!(
     vec_written_read_and_messaged_in_place,
+    unmapped_pages_are_a_typed_error,
     violations_and_deregistered_keys_are_refused,
     rereg_changes_access_memory_and_pd,
 );
