@@ -28,6 +28,8 @@
 //! Configuration space and function reset go through optional
 //! [`PciHooks`]; without them those calls return [`Error::NotSupported`].
 
+pub mod pci;
+
 use core::ptr::NonNull;
 use core::time::Duration;
 
