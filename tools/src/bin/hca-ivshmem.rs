@@ -31,9 +31,12 @@
 //! own process, driven by hca-driver. It exchanges QP numbers, GIDs and an
 //! rkey with the guest through one page of the guest's RAM (`--xchg`, the
 //! out-of-band channel a TCP connection is for `hca pingpong`; layout in
-//! [`xchg`]), connects an RC QP, and checks the RDMA WRITE and the SEND the
+//! `hca_bare_metal::xchg`), connects an RC QP, and checks the RDMA WRITE and the SEND the
 //! guest makes, byte for byte; the verdict goes back to the guest through
 //! the same page, and the exit status says it too.
+//!
+//! The guest side is the bare-metal image of `bare-metal/`; see
+//! `tests/peers/run.sh bare_metal` for the whole command line.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,6 +44,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use hca_bare_metal::xchg;
 use hca_driver::verbs::{
     AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpAttr,
     QpInitAttr, QpState, QpType, RecvWr, WcOpcode, WcStatus, WorkCompletion,
@@ -49,60 +53,7 @@ use hca_driver::{Config, Hca, IbMtu};
 use hca_emu::{EmuConfig, EmuHca, HcaState, WireSpec};
 use hca_shm_bridge::bridge::Bridge;
 use hca_shm_bridge::shm::SharedBar;
-
-/// The exchange page between the guest and the peer (big-endian 32-bit
-/// words at these offsets; each side fills its fields, then its flag).
-pub mod xchg {
-    /// Peer flag: its fields are valid.
-    pub const PEER_MAGIC: usize = 0x000;
-    /// Value of [`PEER_MAGIC`]: "PEER".
-    pub const PEER: u32 = 0x5045_4552;
-    /// Peer QPN.
-    pub const PEER_QPN: usize = 0x004;
-    /// Peer GID (4 words).
-    pub const PEER_GID: usize = 0x008;
-    /// Peer buffer address, high and low words.
-    pub const PEER_ADDR: usize = 0x018;
-    /// Peer rkey.
-    pub const PEER_RKEY: usize = 0x020;
-    /// Peer flag: its QP is connected (RTS) and its receive posted.
-    pub const PEER_READY: usize = 0x024;
-    /// Value of [`PEER_READY`]: "RDY!".
-    pub const READY: u32 = 0x5244_5921;
-    /// Guest flag: its fields are valid.
-    pub const GUEST_MAGIC: usize = 0x040;
-    /// Value of [`GUEST_MAGIC`]: "GUES".
-    pub const GUEST: u32 = 0x4755_4553;
-    /// Guest QPN.
-    pub const GUEST_QPN: usize = 0x044;
-    /// Guest GID (4 words).
-    pub const GUEST_GID: usize = 0x048;
-    /// Offset in the peer buffer of the RDMA WRITE.
-    pub const WRITE_OFF: usize = 0x058;
-    /// Length of the RDMA WRITE.
-    pub const WRITE_LEN: usize = 0x05c;
-    /// Length of the SEND.
-    pub const SEND_LEN: usize = 0x060;
-    /// Seed of the byte patterns ([`pattern`]).
-    pub const SEED: usize = 0x064;
-    /// Peer verdict: [`PASS`] or [`FAIL`].
-    pub const VERDICT: usize = 0x0c0;
-    /// Verdict: the bytes matched.
-    pub const PASS: u32 = 0x5041_5353;
-    /// Verdict: they did not (message at [`MESSAGE`]).
-    pub const FAIL: u32 = 0x4641_494c;
-    /// Message length.
-    pub const MESSAGE_LEN: usize = 0x0c4;
-    /// Message bytes (up to 256), packed big-endian in words.
-    pub const MESSAGE: usize = 0x100;
-
-    /// Byte `i` of the pattern of `seed`: what the guest writes and sends
-    /// (the SEND uses `seed + 1`).
-    pub fn pattern(seed: u32, i: usize) -> u8 {
-        let x = seed.wrapping_mul(0x9e37_79b9) ^ (i as u32).wrapping_mul(0x85eb_ca6b);
-        (x ^ (x >> 13) ^ (x >> 24)) as u8
-    }
-}
+use platform::Platform;
 
 /// Size of the peer's buffer; the SEND lands at `RECV_OFF` of it.
 const PEER_BUF: usize = 64 << 10;
@@ -234,6 +185,12 @@ fn device(
         seed: EmuConfig::default().seed ^ 0x1b5_e3e3,
         ..EmuConfig::default()
     })));
+    // The guest reaches ivshmem's configuration space, not the emulated
+    // function's: its command register stands for the guest's, with memory
+    // space and bus master on (docs/fidelity.md).
+    emu.platform()
+        .config_write(4, &0x0006u16.to_le_bytes())
+        .map_err(|e| format!("PCI command register: {e}"))?;
     let shm = Arc::new(
         SharedBar::open(bar, emu.bar_size()).map_err(|e| format!("{}: {e}", bar.display()))?,
     );
