@@ -112,6 +112,10 @@ enum Cmd {
         /// Give up (exit 1) after this many seconds.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+        /// Expect byte N of the WRITE to differ from the pattern (all bits
+        /// flipped): a check that must fail, to show the checks can.
+        #[arg(long, value_name = "N")]
+        expect_wrong_byte: Option<usize>,
     },
 }
 
@@ -148,13 +152,14 @@ fn main() -> ExitCode {
             sock,
             peer,
             timeout,
+            expect_wrong_byte,
         } => run_peer(
             &ram,
             ram_base,
             xchg,
-            sock,
-            peer,
+            (sock, peer),
             Duration::from_secs(timeout),
+            expect_wrong_byte,
         ),
     };
     match r {
@@ -316,9 +321,9 @@ fn run_peer(
     ram: &std::path::Path,
     ram_base: u64,
     at: u64,
-    sock: PathBuf,
-    peer: PathBuf,
+    (sock, peer): (PathBuf, PathBuf),
     timeout: Duration,
+    wrong: Option<usize>,
 ) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let ram_len = file_len(ram)?;
@@ -455,18 +460,21 @@ fn run_peer(
         buf.read(woff, &mut wbytes).map_err(e("read"))?;
         let mut sbytes = vec![0u8; slen];
         buf.read(RECV_OFF, &mut sbytes).map_err(e("read"))?;
+        // With --expect-wrong-byte, one byte of the WRITE is expected to
+        // differ from the pattern: the check must then fail.
+        let want_w = |i: usize| xchg::pattern(seed, i) ^ if wrong == Some(i) { 0xff } else { 0 };
+        if let Some(i) = (0..wlen).find(|&i| wbytes[i] != want_w(i)) {
+            problems.push(format!(
+                "WRITE byte {i} is {:#04x}, expected {:#04x}",
+                wbytes[i],
+                want_w(i)
+            ));
+        }
         let bad = |b: &[u8], seed: u32| {
             b.iter()
                 .enumerate()
                 .position(|(i, &v)| v != xchg::pattern(seed, i))
         };
-        if let Some(i) = bad(&wbytes, seed) {
-            problems.push(format!(
-                "WRITE byte {i} is {:#04x}, expected {:#04x}",
-                wbytes[i],
-                xchg::pattern(seed, i)
-            ));
-        }
         if let Some(i) = bad(&sbytes, seed.wrapping_add(1)) {
             problems.push(format!(
                 "SEND byte {i} is {:#04x}, expected {:#04x}",
