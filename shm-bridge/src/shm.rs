@@ -95,6 +95,12 @@ impl SharedBar {
         self.fd.as_raw_fd()
     }
 
+    /// The mapping's first byte (what a program in this process maps as
+    /// the BAR: reach it only with volatile or atomic accesses).
+    pub fn host_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
