@@ -43,8 +43,11 @@
 //! followed by `dsb`). They are then called where such a system needs
 //! them:
 //!
-//! - the data path (`verbs-core`, through the BAR window, see
-//!   [`Mmio::dma_clean`](crate::Mmio::dma_clean)): the WQEs posted and the
+//! - the data path (`verbs-core` built with its `cache-maintenance`
+//!   feature, which `hca-driver`'s feature of the same name turns on;
+//!   `Hca::open` refuses at compile time a platform with `CacheOps`
+//!   without it), through the BAR window, see
+//!   [`Mmio::dma_clean`](crate::Mmio::dma_clean): the WQEs posted and the
 //!   send doorbell record are cleaned before the send doorbell; a CQE is
 //!   invalidated before and after its ownership check, and the CQ's
 //!   doorbell record cleaned when the consumer index or the arm word is
@@ -61,9 +64,12 @@
 //! completions are compacted over.
 //!
 //! Without `CacheOps` the platform uses [`Coherent`]: the BAR window type
-//! is the plain [`MmioWindow`] and every hook compiles to nothing
-//! ([`Mmio::DMA_CACHE_MAINTENANCE`](crate::Mmio::DMA_CACHE_MAINTENANCE) is
-//! `false`, so the data path does not even compute the ranges).
+//! is the plain [`MmioWindow`] and the hooks do nothing. Without the
+//! feature the data path has no trace of them (its instruction counts
+//! under `datapath_cost` are those of a build without this code); with
+//! it and a coherent platform, every data-path hook is a branch on
+//! [`Mmio::DMA_CACHE_MAINTENANCE`](crate::Mmio::DMA_CACHE_MAINTENANCE),
+//! a `false` constant removed at compile time with the range computation.
 
 pub mod pci;
 

@@ -569,11 +569,13 @@ impl<M: Mmio> Cq<M> {
     fn update_ci(&mut self) {
         // `CqSetCi` with `ci` (tested to be the same word).
         self.dbr.write32(0, (self.ci & 0xff_ffff).to_be());
+        #[cfg(feature = "cache-maintenance")]
         self.clean_dbr();
     }
 
     /// Without coherent DMA (`M::DMA_CACHE_MAINTENANCE`; otherwise this is
     /// nothing at all): cleans the doorbell record the device reads.
+    #[cfg(feature = "cache-maintenance")]
     #[inline(always)]
     fn clean_dbr(&self) {
         if M::DMA_CACHE_MAINTENANCE {
@@ -747,6 +749,7 @@ impl<M: Mmio> Cq<M> {
             .with_ci(self.ci & 0xff_ffff)
             .into_bits();
         self.dbr.write32(1, w.to_raw());
+        #[cfg(feature = "cache-maintenance")]
         self.clean_dbr();
         barrier::mmio_wc_start();
         self.mmio.write64(
@@ -783,6 +786,7 @@ impl<M: Mmio> Cq<M> {
         queues: &R,
         wc: &mut [W],
     ) -> Result<usize, Error> {
+        #[cfg(feature = "cache-maintenance")]
         if M::DMA_CACHE_MAINTENANCE {
             return self.poll_synced(queues, wc);
         }
@@ -900,6 +904,7 @@ impl<M: Mmio> Cq<M> {
         queues: &R,
         out: &mut Completion,
     ) -> Result<bool, PollError> {
+        #[cfg(feature = "cache-maintenance")]
         if M::DMA_CACHE_MAINTENANCE {
             return self
                 .poll_synced(queues, core::slice::from_mut(out))
@@ -954,6 +959,7 @@ impl<M: Mmio> Cq<M> {
     /// each CQE is invalidated before its ownership check and again after
     /// it (before its fields are read), and decoded by the general path;
     /// the same results and error rules as `poll`.
+    #[cfg(feature = "cache-maintenance")]
     #[inline(never)]
     fn poll_synced<R: CqResolver, W: CompletionSlot>(
         &mut self,

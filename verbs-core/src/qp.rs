@@ -355,6 +355,7 @@ pub struct SendQueue<M: Mmio> {
     cur_post: u32,
     /// WQEBBs up to this counter have been cleaned for the device (only
     /// used without coherent DMA, `M::DMA_CACHE_MAINTENANCE`).
+    #[cfg(feature = "cache-maintenance")]
     cleaned: u32,
     /// The last tail read from the completion side plus `max_post`: the
     /// queue is full when the work-request counter reaches it (the counter
@@ -1423,11 +1424,13 @@ impl<M: Mmio> SendQueue<M> {
     #[inline(always)]
     fn publish(&mut self, head: u32, cur_post: u32, last: Built, bf: bool) {
         sq_hdr(&self.buf, META_SQ_HEAD).store(head, Ordering::Release);
+        #[cfg(feature = "cache-maintenance")]
         self.clean_wqes(cur_post);
         // WQEs before the doorbell record.
         barrier::udma_to_device_barrier();
         self.dbr
             .write32(DBR_SND, Be32::new(cur_post & 0xffff).to_raw());
+        #[cfg(feature = "cache-maintenance")]
         self.clean_dbr();
         // Doorbell record before the (write-combined) doorbell.
         barrier::mmio_wc_start();
@@ -1443,6 +1446,7 @@ impl<M: Mmio> SendQueue<M> {
     /// Without coherent DMA (`M::DMA_CACHE_MAINTENANCE`; otherwise this is
     /// nothing at all): cleans the WQEBBs written since the last doorbell,
     /// up to `cur_post`, before the doorbell record.
+    #[cfg(feature = "cache-maintenance")]
     #[inline(always)]
     fn clean_wqes(&mut self, cur_post: u32) {
         if M::DMA_CACHE_MAINTENANCE {
@@ -1464,6 +1468,7 @@ impl<M: Mmio> SendQueue<M> {
 
     /// Without coherent DMA: cleans the doorbell record before the
     /// doorbell (nothing at all otherwise).
+    #[cfg(feature = "cache-maintenance")]
     #[inline(always)]
     fn clean_dbr(&self) {
         if M::DMA_CACHE_MAINTENANCE {
@@ -1594,6 +1599,7 @@ impl<M: Mmio> SendQueue<M> {
         wqe.w64(0, ctrl0);
         let cur_post = cur.wrapping_add(1);
         self.cur_post = cur_post;
+        #[cfg(feature = "cache-maintenance")]
         self.clean_wqes(cur_post);
         // `publish` without the head (done) and BlueFlame.
         barrier::udma_to_device_barrier();
@@ -1601,6 +1607,7 @@ impl<M: Mmio> SendQueue<M> {
         // clobber: no register holds them across it.)
         self.dbr
             .write32(DBR_SND, Be32::new(self.cur_post & 0xffff).to_raw());
+        #[cfg(feature = "cache-maintenance")]
         self.clean_dbr();
         barrier::mmio_wc_start();
         self.db.ring(ctrl0);
@@ -2433,6 +2440,7 @@ fn new_sq<M: Mmio>(
         buf: table.clone(),
         dbr,
         cur_post: start,
+        #[cfg(feature = "cache-maintenance")]
         cleaned: start,
         full_at: start.wrapping_add(g.max_post),
         mask: g.wqe_cnt - 1,
