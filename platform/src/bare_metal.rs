@@ -47,13 +47,13 @@
 //!   feature, which `hca-driver`'s feature of the same name turns on;
 //!   `Hca::open` refuses at compile time a platform with `CacheOps`
 //!   without it), through the BAR window, see
-//!   [`Mmio::dma_clean`](crate::Mmio::dma_clean): the WQEs posted and the
+//!   [`Mmio::dma_clean`]: the WQEs posted and the
 //!   send doorbell record are cleaned before the send doorbell; a CQE is
 //!   invalidated before and after its ownership check, and the CQ's
 //!   doorbell record cleaned when the consumer index or the arm word is
 //!   written;
 //! - the control plane (`hca-driver`, through
-//!   [`Platform::dma_clean`](crate::Platform::dma_clean)): a command queue
+//!   [`Platform::dma_clean`]): a command queue
 //!   entry and its input and output mailboxes are cleaned before the
 //!   command doorbell; the entry's status word is invalidated before each
 //!   ownership poll, and the entry and the output mailboxes before they
@@ -68,7 +68,7 @@
 //! feature the data path has no trace of them (its instruction counts
 //! under `datapath_cost` are those of a build without this code); with
 //! it and a coherent platform, every data-path hook is a branch on
-//! [`Mmio::DMA_CACHE_MAINTENANCE`](crate::Mmio::DMA_CACHE_MAINTENANCE),
+//! [`Mmio::DMA_CACHE_MAINTENANCE`],
 //! a `false` constant removed at compile time with the range computation.
 
 pub mod pci;
