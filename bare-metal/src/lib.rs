@@ -4,7 +4,7 @@
 //! enumerates PCI through ECAM, assigns the BARs of an `ivshmem-plain`
 //! device whose BAR2 is an emulated ConnectX's BAR0 (served by
 //! `hca-ivshmem device` on the host), runs hca-driver on
-//! [`platform::bare_metal`], makes an RDMA WRITE and a SEND to a peer
+//! `platform::bare_metal`, makes an RDMA WRITE and a SEND to a peer
 //! (`hca-ivshmem peer`, a second emulated ConnectX on a socket wire) that
 //! checks the bytes, tears everything down and exits through semihosting
 //! with the verdict. `tests/peers/run.sh bare_metal` runs the three.
