@@ -57,11 +57,14 @@
 //!   entry and its input and output mailboxes are cleaned before the
 //!   command doorbell; the entry's status word is invalidated before each
 //!   ownership poll, and the entry and the output mailboxes before they
-//!   are read.
+//!   are read; each EQE is invalidated before and after its ownership
+//!   check.
 //!
 //! Not covered (coherent memory is still assumed there): receive WQEs and
-//! the receive doorbell record, EQEs, and the CQEs a destroyed QP's
-//! completions are compacted over.
+//! the receive doorbell record (verbs-core's receive queue does not hold
+//! the BAR window the hooks ride on), the EQ buffers' initial owner bits
+//! written at creation, and the CQEs a destroyed QP's completions are
+//! compacted over.
 //!
 //! Without `CacheOps` the platform uses [`Coherent`]: the BAR window type
 //! is the plain [`MmioWindow`] and the hooks do nothing. Without the

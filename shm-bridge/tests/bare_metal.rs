@@ -173,6 +173,14 @@ fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
     // Mailbox blocks (576 bytes) both ways (QUERY_HCA_CAP has output
     // mailboxes, MANAGE_PAGES input ones).
     assert!(count(Op::Clean, 576) > 0 && count(Op::Invalidate, 576) > 0);
+    // EQEs consumed during bring-up (the port's state change on the
+    // loopback plug): each invalidated twice in a row at its address,
+    // before and after its ownership check (no command does that).
+    assert!(
+        ops.windows(2)
+            .any(|w| w[0] == w[1] && w[0].0 == Op::Invalidate && w[0].2 == 64),
+        "no EQE invalidated around its ownership check"
+    );
     assert!(ops.iter().all(|&(_, a, l)| rig.inside(a, l)));
 
     let ctx = Arc::new(Context::open(&hca).unwrap());
