@@ -573,6 +573,10 @@ impl<P: Platform> Hca<P> {
     /// aligned load.
     fn entry_owned_by_fw(&self, slot: u8) -> bool {
         let off = usize::from(slot) * self.cmd.stride;
+        // The device writes the word: fresh from memory on a system
+        // without coherent DMA (nothing otherwise).
+        self.p()
+            .dma_invalidate(self.cmd.queue(), off + STATUS_WORD_OFFSET, 4);
         EntryStatusWord::from_bits(self.cmd.queue().read32(off + STATUS_WORD_OFFSET)).ownership()
     }
 
@@ -632,6 +636,12 @@ impl<P: Platform> Hca<P> {
         let bit = 1u32 << slot;
         self.cmd.completed.fetch_and(!bit, Ordering::AcqRel);
         self.cmd.in_flight.fetch_or(bit, Ordering::AcqRel);
+        // Without coherent DMA: the entry and both mailbox chains (the
+        // output trailers too, and no dirty line left to be written back
+        // over the device's answer) reach memory before the doorbell.
+        self.sync_chain(&cmd.input, true);
+        self.sync_chain(&cmd.output, true);
+        self.p().dma_clean(q, off, ENTRY_SIZE);
         udma_to_device_barrier();
         let start = self.p().now();
         self.bar.write32(CMD_DBELL_OFFSET, Be32::new(bit));
@@ -646,6 +656,9 @@ impl<P: Platform> Hca<P> {
         let mut answered = [0u8; ENTRY_SIZE];
         if waited.is_ok() {
             udma_from_device_barrier();
+            // Without coherent DMA: the device's answer, from memory.
+            self.p().dma_invalidate(q, off, ENTRY_SIZE);
+            self.sync_chain(&cmd.output, false);
             q.read_bytes(off, &mut answered);
         }
         let answered = CmdQueueEntry::from_array(answered);
@@ -661,6 +674,21 @@ impl<P: Platform> Hca<P> {
             &cmd.output,
         );
         waited.map(|()| answered)
+    }
+
+    /// Cleans (`to_device`) or invalidates every mailbox block of `chain`
+    /// ([`Platform::dma_clean`], [`Platform::dma_invalidate`]: nothing on
+    /// a platform with coherent DMA).
+    fn sync_chain(&self, chain: &Chain, to_device: bool) {
+        let pool = self.cmd.pool.lock();
+        for i in 0..chain.len() {
+            let (region, off) = pool.block(chain, i);
+            if to_device {
+                self.p().dma_clean(region, off, MAILBOX_BLOCK_SIZE);
+            } else {
+                self.p().dma_invalidate(region, off, MAILBOX_BLOCK_SIZE);
+            }
+        }
     }
 
     fn wait_slot(

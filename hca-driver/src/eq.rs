@@ -259,10 +259,14 @@ impl<P: Platform> Hca<P> {
         // Bounded: a device writing without pause cannot keep us here.
         while n < 2 * size {
             let base = ring.index() * EQE_SIZE;
+            // Without coherent DMA: the entry from memory, before and
+            // after its ownership check (nothing otherwise).
+            self.p().dma_invalidate(&eq.buf, base, EQE_SIZE);
             if !ring.is_sw_owned(eq.buf.read_u8(base + EQE_OWNER_OFFSET)) {
                 break;
             }
             udma_from_device_barrier();
+            self.p().dma_invalidate(&eq.buf, base, EQE_SIZE);
             let mut b = [0u8; EQE_SIZE];
             eq.buf.read_bytes(base, &mut b);
             let eqe = Eqe::from_array(b);

@@ -384,6 +384,15 @@ impl<P: Platform> Hca<P> {
     /// HCA disabled, DMA memory freed once the device can no longer touch
     /// it) and hands the platform back with the error.
     pub fn open(platform: P, cfg: Config) -> core::result::Result<Self, Failure<P>> {
+        // A platform without coherent DMA needs the data path's cache
+        // maintenance: refused at compile time without it.
+        const {
+            assert!(
+                !<P::Mmio as Mmio>::DMA_CACHE_MAINTENANCE || cfg!(feature = "cache-maintenance"),
+                "this platform's DMA is not coherent (its BAR window asks for cache maintenance): \
+                 build hca-driver with the `cache-maintenance` feature"
+            )
+        };
         macro_rules! fail {
             ($e:expr) => {
                 return Err(Failure {

@@ -27,13 +27,61 @@
 //!
 //! Configuration space and function reset go through optional
 //! [`PciHooks`]; without them those calls return [`Error::NotSupported`].
+//! [`pci`] gives them for ECAM, with enumeration and BAR assignment.
+//!
+//! ## DMA coherency
+//!
+//! By default the platform assumes **DMA is coherent** with the CPU caches:
+//! the device's reads see what the CPU wrote, and the CPU's reads see what
+//! the device wrote, with only the barriers of [`crate::barrier`] between
+//! them. That holds on x86, on Arm servers whose PCIe root complex is
+//! I/O-coherent, and wherever the DMA memory is mapped non-cacheable.
+//!
+//! On a SoC whose PCIe does not snoop the caches, give the platform
+//! [`CacheOps`] ([`BareMetal::with_cache`]): clean and invalidate by
+//! address range (on Arm, `dc cvac` / `dc ivac` loops over the cache lines
+//! followed by `dsb`). They are then called where such a system needs
+//! them:
+//!
+//! - the data path (`verbs-core` built with its `cache-maintenance`
+//!   feature, which `hca-driver`'s feature of the same name turns on;
+//!   `Hca::open` refuses at compile time a platform with `CacheOps`
+//!   without it), through the BAR window, see
+//!   [`Mmio::dma_clean`]: the WQEs posted and the
+//!   send doorbell record are cleaned before the send doorbell; a CQE is
+//!   invalidated before and after its ownership check, and the CQ's
+//!   doorbell record cleaned when the consumer index or the arm word is
+//!   written;
+//! - the control plane (`hca-driver`, through
+//!   [`Platform::dma_clean`]): a command queue
+//!   entry and its input and output mailboxes are cleaned before the
+//!   command doorbell; the entry's status word is invalidated before each
+//!   ownership poll, and the entry and the output mailboxes before they
+//!   are read; each EQE is invalidated before and after its ownership
+//!   check.
+//!
+//! Not covered (coherent memory is still assumed there): receive WQEs and
+//! the receive doorbell record (verbs-core's receive queue does not hold
+//! the BAR window the hooks ride on), the EQ buffers' initial owner bits
+//! written at creation, and the CQEs a destroyed QP's completions are
+//! compacted over.
+//!
+//! Without `CacheOps` the platform uses [`Coherent`]: the BAR window type
+//! is the plain [`MmioWindow`] and the hooks do nothing. Without the
+//! feature the data path has no trace of them (its instruction counts
+//! under `datapath_cost` are those of a build without this code); with
+//! it and a coherent platform, every data-path hook is a branch on
+//! [`Mmio::DMA_CACHE_MAINTENANCE`],
+//! a `false` constant removed at compile time with the range computation.
+
+pub mod pci;
 
 use core::ptr::NonNull;
 use core::time::Duration;
 
 use crate::pages::{AllocFail, FreeFail, PageBitmap};
 use crate::user::{UserMapping, UserMemory};
-use crate::{DmaRegion, DmaStats, Error, MmioWindow, PAGE_SIZE, Platform};
+use crate::{Be32, Be64, DmaRegion, DmaStats, Error, Mmio, MmioWindow, PAGE_SIZE, Platform};
 
 /// A monotonic clock supplied by the caller (a timer counter, the TSC scaled
 /// to time, a unikernel's clock). Any `Fn() -> Duration`, including a plain
@@ -82,6 +130,124 @@ pub trait PciHooks {
 pub struct NoPciHooks;
 
 impl PciHooks for NoPciHooks {}
+
+/// Cache maintenance by address range, supplied by the integrator of a
+/// system whose device does not snoop the CPU caches (see the module's
+/// "DMA coherency"). Addresses are host (virtual) addresses of DMA memory.
+pub trait CacheOps: Clone {
+    /// Writes back the cache lines of `addr .. addr + len` (and waits for
+    /// it): the device then reads what the CPU wrote.
+    fn clean(&self, addr: usize, len: usize);
+    /// Invalidates the cache lines of `addr .. addr + len`: the CPU then
+    /// reads what the device wrote.
+    fn invalidate(&self, addr: usize, len: usize);
+}
+
+/// How the platform keeps DMA memory coherent: [`Coherent`] (nothing to
+/// do, the default) or any [`CacheOps`]. Implemented by those two only.
+pub trait CacheMaintenance {
+    /// The BAR window type: [`MmioWindow`] for [`Coherent`],
+    /// [`CachedWindow`] with cache operations.
+    type Window: Mmio;
+    /// The window over a mapped BAR.
+    fn window(&self, w: MmioWindow) -> Self::Window;
+    /// See [`CacheOps::clean`].
+    fn clean(&self, addr: usize, len: usize);
+    /// See [`CacheOps::invalidate`].
+    fn invalidate(&self, addr: usize, len: usize);
+}
+
+/// Coherent DMA: no cache maintenance (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Coherent;
+
+impl CacheMaintenance for Coherent {
+    type Window = MmioWindow;
+    #[inline(always)]
+    fn window(&self, w: MmioWindow) -> MmioWindow {
+        w
+    }
+    #[inline(always)]
+    fn clean(&self, addr: usize, len: usize) {
+        let _ = (addr, len);
+    }
+    #[inline(always)]
+    fn invalidate(&self, addr: usize, len: usize) {
+        let _ = (addr, len);
+    }
+}
+
+impl<T: CacheOps> CacheMaintenance for T {
+    type Window = CachedWindow<T>;
+    fn window(&self, w: MmioWindow) -> CachedWindow<T> {
+        CachedWindow {
+            window: w,
+            cache: self.clone(),
+        }
+    }
+    #[inline(always)]
+    fn clean(&self, addr: usize, len: usize) {
+        CacheOps::clean(self, addr, len);
+    }
+    #[inline(always)]
+    fn invalidate(&self, addr: usize, len: usize) {
+        CacheOps::invalidate(self, addr, len);
+    }
+}
+
+/// A BAR window of a platform with [`CacheOps`]: the registers of an
+/// [`MmioWindow`], and the cache operations the data path calls through
+/// [`Mmio::dma_clean`] and [`Mmio::dma_invalidate`].
+#[derive(Debug)]
+pub struct CachedWindow<T> {
+    window: MmioWindow,
+    cache: T,
+}
+
+impl<T> CachedWindow<T> {
+    /// The register window.
+    pub fn window(&self) -> &MmioWindow {
+        &self.window
+    }
+}
+
+impl<T: CacheOps> Mmio for CachedWindow<T> {
+    const DMA_CACHE_MAINTENANCE: bool = true;
+    #[inline(always)]
+    fn dma_clean(&self, addr: usize, len: usize) {
+        self.cache.clean(addr, len);
+    }
+    #[inline(always)]
+    fn dma_invalidate(&self, addr: usize, len: usize) {
+        self.cache.invalidate(addr, len);
+    }
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.window.len()
+    }
+    #[inline(always)]
+    fn read32(&self, offset: usize) -> Be32 {
+        self.window.read32(offset)
+    }
+    #[inline(always)]
+    fn write32(&self, offset: usize, value: Be32) {
+        self.window.write32(offset, value);
+    }
+    #[inline(always)]
+    fn write64(&self, offset: usize, value: Be64) {
+        self.window.write64(offset, value);
+    }
+    #[inline(always)]
+    fn write_bf(&self, offset: usize, src: &[Be64]) {
+        self.window.write_bf(offset, src);
+    }
+    #[inline(always)]
+    unsafe fn write64_unchecked(&self, offset: usize, value: Be64) {
+        // SAFETY: forwarded: the caller's guarantee is about this window's
+        // length, which is the inner window's.
+        unsafe { self.window.write64_unchecked(offset, value) }
+    }
+}
 
 /// How host addresses of the DMA memory map to the bus addresses the device
 /// uses.
@@ -202,12 +368,13 @@ const BARS: usize = 6;
 /// `WORDS` sizes the page bitmap: the region may hold at most `WORDS * 64`
 /// pages of 4 KiB (the default, 256, covers 64 MiB; the bitmaps take
 /// `16 * WORDS` bytes inside this value).
-pub struct BareMetal<C, H = NoPciHooks, const WORDS: usize = 256> {
+pub struct BareMetal<C, H = NoPciHooks, const WORDS: usize = 256, K = Coherent> {
     mem: DmaMemory,
     pages: spin::Mutex<PageBitmap<[u64; WORDS]>>,
     bars: [Option<Bar>; BARS],
     clock: C,
     hooks: H,
+    cache: K,
     name: &'static str,
     tag: usize,
     user: Option<UserWindow>,
@@ -227,12 +394,12 @@ struct UserWindow {
 // state is behind a mutex, and all access to DMA memory and registers is by
 // volatile copies through `DmaRegion` and `MmioWindow`, which are themselves
 // `Send + Sync`.
-unsafe impl<C: Send, H: Send, const WORDS: usize> Send for BareMetal<C, H, WORDS> {}
+unsafe impl<C: Send, H: Send, const WORDS: usize, K: Send> Send for BareMetal<C, H, WORDS, K> {}
 // SAFETY: as above; `&self` methods only lock the allocator or copy the
 // pointers out.
-unsafe impl<C: Sync, H: Sync, const WORDS: usize> Sync for BareMetal<C, H, WORDS> {}
+unsafe impl<C: Sync, H: Sync, const WORDS: usize, K: Sync> Sync for BareMetal<C, H, WORDS, K> {}
 
-impl<C, H, const WORDS: usize> core::fmt::Debug for BareMetal<C, H, WORDS> {
+impl<C, H, const WORDS: usize, K> core::fmt::Debug for BareMetal<C, H, WORDS, K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("BareMetal")
             .field("name", &self.name)
@@ -242,7 +409,7 @@ impl<C, H, const WORDS: usize> core::fmt::Debug for BareMetal<C, H, WORDS> {
     }
 }
 
-impl<C: Clock, const WORDS: usize> BareMetal<C, NoPciHooks, WORDS> {
+impl<C: Clock, const WORDS: usize> BareMetal<C, NoPciHooks, WORDS, Coherent> {
     /// A platform allocating DMA memory from `mem`, with time from `clock`,
     /// no BARs yet (see [`with_bar`](Self::with_bar)) and no PCI hooks (see
     /// [`with_hooks`](Self::with_hooks)).
@@ -265,6 +432,7 @@ impl<C: Clock, const WORDS: usize> BareMetal<C, NoPciHooks, WORDS> {
             bars: [None; BARS],
             clock,
             hooks: NoPciHooks,
+            cache: Coherent,
             name: "bare-metal",
             tag,
             user: None,
@@ -272,15 +440,16 @@ impl<C: Clock, const WORDS: usize> BareMetal<C, NoPciHooks, WORDS> {
     }
 }
 
-impl<C: Clock, H: PciHooks, const WORDS: usize> BareMetal<C, H, WORDS> {
+impl<C: Clock, H: PciHooks, const WORDS: usize, K: CacheMaintenance> BareMetal<C, H, WORDS, K> {
     /// Uses `hooks` for configuration space and function reset.
-    pub fn with_hooks<H2: PciHooks>(self, hooks: H2) -> BareMetal<C, H2, WORDS> {
+    pub fn with_hooks<H2: PciHooks>(self, hooks: H2) -> BareMetal<C, H2, WORDS, K> {
         BareMetal {
             mem: self.mem,
             pages: self.pages,
             bars: self.bars,
             clock: self.clock,
             hooks,
+            cache: self.cache,
             name: self.name,
             tag: self.tag,
             user: self.user,
@@ -317,6 +486,31 @@ impl<C: Clock, H: PciHooks, const WORDS: usize> BareMetal<C, H, WORDS> {
             map: checked.map,
         });
         Ok(self)
+    }
+
+    /// Uses `cache` to keep DMA memory coherent on a system whose device
+    /// does not snoop the CPU caches (see the module's "DMA coherency"):
+    /// BARs are then mapped as [`CachedWindow`]s.
+    pub fn with_cache<K2: CacheOps>(self, cache: K2) -> BareMetal<C, H, WORDS, K2> {
+        BareMetal {
+            mem: self.mem,
+            pages: self.pages,
+            bars: self.bars,
+            clock: self.clock,
+            hooks: self.hooks,
+            cache,
+            name: self.name,
+            tag: self.tag,
+            user: self.user,
+        }
+    }
+
+    /// The host address of `region[offset .. offset + len]`, clamped to
+    /// the region.
+    fn host_range(region: &DmaRegion, offset: usize, len: usize) -> (usize, usize) {
+        let offset = offset.min(region.len());
+        let len = len.min(region.len() - offset);
+        (region.host_ptr().as_ptr().addr() + offset, len)
     }
 
     /// Names the platform in logs and errors ([`Platform::describe`]).
@@ -440,8 +634,22 @@ impl<C: Clock, H: PciHooks, const WORDS: usize> BareMetal<C, H, WORDS> {
     }
 }
 
-impl<C: Clock, H: PciHooks, const WORDS: usize> Platform for BareMetal<C, H, WORDS> {
-    type Mmio = MmioWindow;
+impl<C: Clock, H: PciHooks, const WORDS: usize, K: CacheMaintenance> Platform
+    for BareMetal<C, H, WORDS, K>
+{
+    type Mmio = K::Window;
+
+    #[inline(always)]
+    fn dma_clean(&self, region: &DmaRegion, offset: usize, len: usize) {
+        let (addr, len) = Self::host_range(region, offset, len);
+        self.cache.clean(addr, len);
+    }
+
+    #[inline(always)]
+    fn dma_invalidate(&self, region: &DmaRegion, offset: usize, len: usize) {
+        let (addr, len) = Self::host_range(region, offset, len);
+        self.cache.invalidate(addr, len);
+    }
 
     fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaRegion, Error> {
         if len == 0 {
@@ -529,7 +737,7 @@ impl<C: Clock, H: PciHooks, const WORDS: usize> Platform for BareMetal<C, H, WOR
             .is_some_and(|b| b.write_combining)
     }
 
-    fn map_bar(&self, bar: u8) -> Result<MmioWindow, Error> {
+    fn map_bar(&self, bar: u8) -> Result<K::Window, Error> {
         let b = self
             .bars
             .get(usize::from(bar))
@@ -539,7 +747,7 @@ impl<C: Clock, H: PciHooks, const WORDS: usize> Platform for BareMetal<C, H, WOR
         // SAFETY: `with_bar`'s contract: the BAR is mapped, aligned and valid
         // for volatile accesses of `len` bytes for the platform's life and
         // every window it maps.
-        Ok(unsafe { MmioWindow::new(b.base, b.len) })
+        Ok(self.cache.window(unsafe { MmioWindow::new(b.base, b.len) }))
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Error> {

@@ -63,6 +63,18 @@ macro_rules! forward {
 }
 
 impl<L: Mmio, R: Mmio> Mmio for Either<L, R> {
+    const DMA_CACHE_MAINTENANCE: bool = L::DMA_CACHE_MAINTENANCE || R::DMA_CACHE_MAINTENANCE;
+
+    #[inline(always)]
+    fn dma_clean(&self, addr: usize, len: usize) {
+        forward!(self, m => m.dma_clean(addr, len))
+    }
+
+    #[inline(always)]
+    fn dma_invalidate(&self, addr: usize, len: usize) {
+        forward!(self, m => m.dma_invalidate(addr, len))
+    }
+
     #[inline(always)]
     fn len(&self) -> usize {
         forward!(self, m => m.len())

@@ -16,6 +16,44 @@ pub enum Error {
         available: usize,
     },
 
+    /// No function with these IDs in the configuration space scanned
+    /// (bare-metal PCI enumeration).
+    #[error("no PCI function {vendor:04x}:{device:04x} on buses 0..{buses}")]
+    PciDeviceNotFound {
+        /// Vendor ID looked for.
+        vendor: u16,
+        /// Device ID looked for.
+        device: u16,
+        /// Buses scanned.
+        buses: u16,
+    },
+
+    /// A BAR that reads back 0 after all ones were written: the function
+    /// does not implement it.
+    #[error("BAR {bar} is not implemented by the function")]
+    BarNotImplemented {
+        /// The BAR index.
+        bar: u8,
+    },
+
+    /// A BAR larger than what is left of the address window it must be
+    /// placed in (or a 32-bit BAR and a window above 4 GiB).
+    #[error(
+        "BAR {bar} ({size:#x} bytes) does not fit the window {window_base:#x}..{window_end:#x} ({free:#x} bytes free)"
+    )]
+    BarDoesNotFit {
+        /// The BAR index.
+        bar: u8,
+        /// Its size.
+        size: u64,
+        /// Start of the window.
+        window_base: u64,
+        /// End of the window (exclusive).
+        window_end: u64,
+        /// Bytes still free in the window.
+        free: u64,
+    },
+
     /// A caller passed an argument the backend cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),

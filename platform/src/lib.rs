@@ -109,6 +109,26 @@ pub trait Platform {
     /// Maps BAR `bar` (0 for a ConnectX: the initialization segment and UAR
     /// pages).
     fn map_bar(&self, bar: u8) -> Result<Self::Mmio, Error>;
+    /// Makes the CPU's writes to `region[offset .. offset + len]` visible
+    /// to the device (cleans the cache lines) on a system whose device does
+    /// not snoop the CPU caches. The control plane calls it for command
+    /// queue entries and mailboxes before the command doorbell. The
+    /// default does nothing: DMA is assumed coherent (x86, and Arm systems
+    /// whose PCIe is I/O-coherent); see
+    /// [`bare_metal::CacheMaintenance`] for the other kind.
+    #[inline(always)]
+    fn dma_clean(&self, region: &DmaRegion, offset: usize, len: usize) {
+        let _ = (region, offset, len);
+    }
+
+    /// Makes the device's writes to `region[offset .. offset + len]`
+    /// visible to the CPU (invalidates the cache lines): the control plane
+    /// calls it for a command queue entry and its output mailboxes before
+    /// reading them. The default does nothing (coherent DMA).
+    #[inline(always)]
+    fn dma_invalidate(&self, region: &DmaRegion, offset: usize, len: usize) {
+        let _ = (region, offset, len);
+    }
 
     /// Whether the mapping of BAR `bar` that [`map_bar`](Self::map_bar)
     /// returns is write-combining, so that a BlueFlame copy (a WQE stored

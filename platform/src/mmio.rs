@@ -44,6 +44,36 @@ pub trait Mmio {
         }
     }
 
+    /// Whether DMA memory needs cache maintenance on this system (the
+    /// device does not snoop the CPU caches): when `false`, the default,
+    /// the data path neither calls [`dma_clean`](Self::dma_clean) and
+    /// [`dma_invalidate`](Self::dma_invalidate) nor computes their ranges
+    /// (the branches on this constant are removed at compile time). See
+    /// [`bare_metal::CacheMaintenance`](crate::bare_metal::CacheMaintenance).
+    const DMA_CACHE_MAINTENANCE: bool = false;
+
+    /// Makes the CPU's writes to the DMA memory at host address
+    /// `addr .. addr + len` visible to the device (cleans the cache lines):
+    /// the data path calls it for the WQEs and the doorbell record before a
+    /// doorbell. Called only when
+    /// [`DMA_CACHE_MAINTENANCE`](Self::DMA_CACHE_MAINTENANCE) is set; the
+    /// default does nothing.
+    #[inline(always)]
+    fn dma_clean(&self, addr: usize, len: usize) {
+        let _ = (addr, len);
+    }
+
+    /// Makes the device's writes to the DMA memory at host address
+    /// `addr .. addr + len` visible to the CPU (invalidates the cache
+    /// lines): the data path calls it for a CQE around its ownership check.
+    /// Called only when
+    /// [`DMA_CACHE_MAINTENANCE`](Self::DMA_CACHE_MAINTENANCE) is set; the
+    /// default does nothing.
+    #[inline(always)]
+    fn dma_invalidate(&self, addr: usize, len: usize) {
+        let _ = (addr, len);
+    }
+
     /// Checks that a `width`-byte access at `offset` is aligned and inside
     /// the window.
     fn check(&self, offset: usize, width: usize) -> Result<(), Error> {
@@ -309,6 +339,15 @@ impl<M: Mmio> BlueFlame<M> {
 }
 
 impl<M: Mmio + ?Sized> Mmio for &M {
+    const DMA_CACHE_MAINTENANCE: bool = M::DMA_CACHE_MAINTENANCE;
+    #[inline(always)]
+    fn dma_clean(&self, addr: usize, len: usize) {
+        (**self).dma_clean(addr, len)
+    }
+    #[inline(always)]
+    fn dma_invalidate(&self, addr: usize, len: usize) {
+        (**self).dma_invalidate(addr, len)
+    }
     #[inline(always)]
     fn len(&self) -> usize {
         (**self).len()

@@ -486,6 +486,15 @@ macro_rules! volatile_rw {
 }
 
 impl Ring {
+    /// The host address of the ring's first byte ([`bytes`](Self::bytes)
+    /// from there), for cache maintenance
+    /// ([`Mmio::dma_invalidate`](crate::Mmio::dma_invalidate)); nothing is
+    /// accessed.
+    #[inline(always)]
+    pub fn host_addr(&self) -> usize {
+        self.base.as_ptr().addr()
+    }
+
     #[inline(always)]
     fn at(&self, off: usize, width: usize) -> *mut u8 {
         let o = if width == 8 {
@@ -618,6 +627,14 @@ impl<T: HostCell, H: HostCell> Clone for SlotRing<T, H> {
 }
 
 impl<T: HostCell, H: HostCell> SlotRing<T, H> {
+    /// The host address of the ring part's first byte (the blocks, `count
+    /// * 64` bytes from there), for cache maintenance
+    /// ([`Mmio::dma_clean`](crate::Mmio::dma_clean)); nothing is accessed.
+    #[inline(always)]
+    pub fn host_addr(&self) -> usize {
+        self.ring.as_ptr().addr()
+    }
+
     /// Slot `i` (masked with `count - 1`): its 64-byte block and its host
     /// cell.
     #[inline(always)]
@@ -939,6 +956,13 @@ impl Clone for DoorbellRecord {
 }
 
 impl DoorbellRecord {
+    /// The record's host address (8 bytes there), for cache maintenance
+    /// ([`Mmio::dma_clean`](crate::Mmio::dma_clean)); nothing is accessed.
+    #[inline(always)]
+    pub fn host_addr(&self) -> usize {
+        self.base.as_ptr().addr()
+    }
+
     #[inline(always)]
     fn word(&self, word: usize) -> *mut u32 {
         // SAFETY: `(word & 1) * 4` is 0 or 4: inside the 8-byte record and

@@ -28,6 +28,17 @@
 #              ib_atomic_bw, each side as server and as client, below and
 #              several MTUs above the path MTU; each side checks what it
 #              received (perftest and hca perf: exit 0 and a result row).
+#   bare_metal the bare-metal image (bare-metal/, aarch64-unknown-none)
+#              booted under QEMU TCG (Debian's qemu-system-arm, virt
+#              machine): it enumerates PCI through ECAM, finds the
+#              ivshmem-plain device whose BAR2 is an emulated ConnectX's
+#              BAR0 (`hca-ivshmem device`), runs hca-driver on
+#              platform::bare_metal and makes an RDMA WRITE and a SEND to
+#              a second emulated ConnectX on the socket wire
+#              (`hca-ivshmem peer`), which checks the bytes; the guest's
+#              console and exit status, the peer's verdict and the
+#              device's leak report are judged; a second boot against a
+#              peer expecting a wrong byte must fail.
 #   all        every suite above.
 #
 # Environment: PEERS_OUT (default target/peers) keeps logs and the
@@ -416,19 +427,127 @@ suite_rxe() {
     fi
 }
 
+# --- bare_metal ----------------------------------------------------------
+
+# One boot of the bare-metal image (bare-metal/) under QEMU TCG: the
+# emulated ConnectX (`hca-ivshmem device`: BAR0 in the ivshmem-plain file,
+# DMA into the guest RAM file) and the peer (`hca-ivshmem peer`, a second
+# emulated ConnectX on the socket wire) on the host. Writes the three
+# logs under $1 and echoes "qemu device peer" exit statuses.
+bare_metal_boot() {
+    local dir=$1
+    shift
+    rm -rf "$dir" && mkdir -p "$dir"
+    # The guest RAM (128 MiB at 0x4000_0000, the image is linked for it;
+    # its last page is the exchange page) and the ConnectX BAR0 (32 MiB).
+    truncate -s 128M "$dir/ram" && truncate -s 32M "$dir/bar"
+    "$IVSHMEM" device --bar "$dir/bar" --ram "$dir/ram" --sock "$dir/dev.sock" \
+        --peer "$dir/peer.sock" --timeout 300 >"$dir/device.log" 2>&1 &
+    local dev=$!
+    "$IVSHMEM" peer --ram "$dir/ram" --xchg 0x47fff000 --sock "$dir/peer.sock" \
+        --peer "$dir/dev.sock" --timeout 300 "$@" >"$dir/peer.log" 2>&1 &
+    local peer=$!
+    # The device is ready (BAR0 initialised) before the guest starts.
+    local i
+    for i in $(seq 100); do
+        grep -q ready "$dir/device.log" 2>/dev/null && break
+        sleep 0.1
+    done
+    timeout 300 qemu-system-aarch64 -machine virt,highmem=off,memory-backend=ram \
+        -accel tcg -cpu max -smp 1 -m 128M \
+        -object memory-backend-file,id=ram,share=on,mem-path="$dir/ram",size=128M \
+        -object memory-backend-file,id=bar,share=on,mem-path="$dir/bar",size=32M \
+        -device ivshmem-plain,memdev=bar \
+        -kernel "$IMAGE" -display none -serial stdio -monitor none -net none \
+        -semihosting-config enable=on,target=native -no-reboot \
+        >"$dir/console.log" 2>&1
+    local q=$?
+    # A guest that failed early never closes the HCA nor talks to the
+    # peer: do not wait for their timeouts.
+    if [ $q -ne 0 ]; then
+        sleep 2
+        kill "$dev" "$peer" 2>/dev/null
+    fi
+    wait "$dev"
+    local d=$?
+    wait "$peer"
+    local p=$?
+    echo "$q $d $p"
+}
+
+suite_bare_metal() {
+    say "== bare_metal: the bare-metal image under QEMU TCG (aarch64 virt) against hca-emu through ivshmem"
+    need_packages qemu-system-arm || { fail bare_metal "cannot install qemu-system-arm"; return; }
+    IMAGE=$ROOT/target/aarch64-unknown-none/release/hca-bare-metal
+    IVSHMEM=$ROOT/target/debug/hca-ivshmem
+    cargo build -q -p hca-bare-metal --release --target aarch64-unknown-none ||
+        { fail "bare_metal build" "cargo build -p hca-bare-metal --target aarch64-unknown-none"; return; }
+    cargo build -q -p hca-tools --bin hca-ivshmem ||
+        { fail "bare_metal build" "cargo build -p hca-tools --bin hca-ivshmem"; return; }
+    pass "bare_metal build (aarch64-unknown-none image, hca-ivshmem)"
+
+    local dir=$OUT/bare_metal st q d p
+    st=$(bare_metal_boot "$dir")
+    read -r q d p <<<"$st"
+    say "  (console: $dir/console.log; device: $dir/device.log; peer: $dir/peer.log)"
+    sed 's/^/    | /' "$dir/console.log" >&2
+    if [ "$q" = 0 ] && grep -q '^PASS' "$dir/console.log"; then
+        pass "bare_metal guest: bring-up, PD, MR, CQ, RC QP, RDMA WRITE and SEND, teardown; exit status 0"
+    else
+        fail "bare_metal guest" "QEMU exit $q (see $dir/console.log)"
+    fi
+    if grep -q '^pci: .* 1af4:1110 (ivshmem-plain)' "$dir/console.log" &&
+        grep -q '^pci: BAR0 .*BAR2 0x[0-9a-f]* (32 MiB, Memory64' "$dir/console.log"; then
+        pass "bare_metal guest found ivshmem-plain through ECAM and assigned its BARs"
+    else
+        fail "bare_metal PCI" "no ivshmem-plain or no BARs in $dir/console.log"
+    fi
+    if [ "$p" = 0 ] && grep -q 'PASS: RDMA WRITE of [0-9]* bytes and SEND of [0-9]* bytes received intact' "$dir/peer.log"; then
+        pass "bare_metal peer checked the guest's RDMA WRITE and SEND byte for byte"
+    else
+        fail "bare_metal peer" "exit $p (see $dir/peer.log)"
+        tail -5 "$dir/peer.log" >&2
+    fi
+    if grep -q 'DMA memory in use after close: 0 bytes' "$dir/console.log"; then
+        pass "bare_metal guest got every DMA page back at teardown"
+    else
+        fail "bare_metal teardown" "DMA memory left in use (see $dir/console.log)"
+    fi
+    if [ "$d" = 0 ] && grep -q 'firmware pages held 0, objects alive 0, IOMMU faults 0' "$dir/device.log" &&
+        grep -q 'device: clean' "$dir/device.log"; then
+        pass "bare_metal device: every firmware page and object returned, no IOMMU fault ($(grep -o '[0-9]* commands' "$dir/device.log"))"
+    else
+        fail "bare_metal device" "exit $d (see $dir/device.log)"
+        tail -5 "$dir/device.log" >&2
+    fi
+
+    # The checks can fail: a peer that expects other bytes says FAIL, and
+    # the guest reports it in its exit status.
+    dir=$OUT/bare_metal_wrong
+    st=$(bare_metal_boot "$dir" --expect-wrong-byte 1234)
+    read -r q d p <<<"$st"
+    if [ "$q" = 1 ] && [ "$p" != 0 ] && grep -q 'FAIL: peer: WRITE byte 1234 is' "$dir/console.log"; then
+        pass "bare_metal a wrong byte is caught: the peer says FAIL and the guest exits 1"
+    else
+        fail "bare_metal wrong byte" "QEMU exit $q, peer exit $p (see $dir/console.log, $dir/peer.log)"
+    fi
+}
+
 case "${1:-}" in
     mlx5_vfio) suite_mlx5_vfio ;;
     rxe) suite_rxe ;;
     vfio_hca) suite_vfio_hca ;;
     pcap) suite_pcap ;;
+    bare_metal) suite_bare_metal ;;
     all)
         suite_vfio_hca
         suite_mlx5_vfio
         suite_pcap
         suite_rxe
+        suite_bare_metal
         ;;
     *)
-        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|pcap|rxe|all"
+        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|pcap|rxe|bare_metal|all"
         exit 2
         ;;
 esac

@@ -569,6 +569,18 @@ impl<M: Mmio> Cq<M> {
     fn update_ci(&mut self) {
         // `CqSetCi` with `ci` (tested to be the same word).
         self.dbr.write32(0, (self.ci & 0xff_ffff).to_be());
+        #[cfg(feature = "cache-maintenance")]
+        self.clean_dbr();
+    }
+
+    /// Without coherent DMA (`M::DMA_CACHE_MAINTENANCE`; otherwise this is
+    /// nothing at all): cleans the doorbell record the device reads.
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(always)]
+    fn clean_dbr(&self) {
+        if M::DMA_CACHE_MAINTENANCE {
+            self.mmio.dma_clean(self.dbr.host_addr(), 8);
+        }
     }
 
     /// The CQ number.
@@ -737,6 +749,8 @@ impl<M: Mmio> Cq<M> {
             .with_ci(self.ci & 0xff_ffff)
             .into_bits();
         self.dbr.write32(1, w.to_raw());
+        #[cfg(feature = "cache-maintenance")]
+        self.clean_dbr();
         barrier::mmio_wc_start();
         self.mmio.write64(
             self.db_offset,
@@ -772,6 +786,10 @@ impl<M: Mmio> Cq<M> {
         queues: &R,
         wc: &mut [W],
     ) -> Result<usize, Error> {
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE {
+            return self.poll_synced(queues, wc);
+        }
         if let [w] = wc {
             // One slot: `poll_one` is the same without the run machinery
             // (the doorbell record already holds the consumer index when
@@ -886,6 +904,13 @@ impl<M: Mmio> Cq<M> {
         queues: &R,
         out: &mut Completion,
     ) -> Result<bool, PollError> {
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE {
+            return self
+                .poll_synced(queues, core::slice::from_mut(out))
+                .map(|n| n == 1)
+                .map_err(PollError::from_poll_path);
+        }
         let ci = self.ci;
         let p = self.buf.block64((ci as usize) << 6);
         let op_own = p.r8(cqe_offset::OP_OWN);
@@ -928,6 +953,52 @@ impl<M: Mmio> Cq<M> {
             return Ok(false);
         }
         self.poll_one_slow(queues, out)
+    }
+
+    /// [`poll`](Self::poll) without coherent DMA (`M::DMA_CACHE_MAINTENANCE`):
+    /// each CQE is invalidated before its ownership check and again after
+    /// it (before its fields are read), and decoded by the general path;
+    /// the same results and error rules as `poll`.
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(never)]
+    fn poll_synced<R: CqResolver, W: CompletionSlot>(
+        &mut self,
+        queues: &R,
+        wc: &mut [W],
+    ) -> Result<usize, Error> {
+        let mut n = 0;
+        let mut result = Ok(());
+        while n < wc.len() {
+            let ci = self.ci;
+            let off = ((ci & self.mask) as usize) << 6;
+            let addr = self.buf.host_addr() + off;
+            self.mmio.dma_invalidate(addr, 64);
+            let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
+            let sw_owner = u8::from(ci & self.size != 0);
+            if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != sw_owner {
+                break;
+            }
+            barrier::udma_from_device_barrier();
+            self.mmio.dma_invalidate(addr, 64);
+            match self.general(off, op_own, queues) {
+                Ok(c) => {
+                    wc[n].set(c);
+                    self.ci = ci.wrapping_add(1);
+                    n += 1;
+                }
+                Err(e) => {
+                    if n == 0 {
+                        if !matches!(e, Error::SrqLockTimeout(_)) {
+                            self.ci = ci.wrapping_add(1);
+                        }
+                        result = Err(e);
+                    }
+                    break;
+                }
+            }
+        }
+        self.update_ci();
+        result.map(|()| n)
     }
 
     /// [`poll_one`](Self::poll_one) of everything but a good requester CQE

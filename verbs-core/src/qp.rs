@@ -353,6 +353,10 @@ pub struct SendQueue<M: Mmio> {
     dbr: DoorbellRecord,
     /// WQEBB producer counter (rdma-core `sq.cur_post`).
     cur_post: u32,
+    /// WQEBBs up to this counter have been cleaned for the device (only
+    /// used without coherent DMA, `M::DMA_CACHE_MAINTENANCE`).
+    #[cfg(feature = "cache-maintenance")]
+    cleaned: u32,
     /// The last tail read from the completion side plus `max_post`: the
     /// queue is full when the work-request counter reaches it (the counter
     /// never passes it, so equality is rdma-core's `mlx5_wq_overflow`).
@@ -1420,10 +1424,14 @@ impl<M: Mmio> SendQueue<M> {
     #[inline(always)]
     fn publish(&mut self, head: u32, cur_post: u32, last: Built, bf: bool) {
         sq_hdr(&self.buf, META_SQ_HEAD).store(head, Ordering::Release);
+        #[cfg(feature = "cache-maintenance")]
+        self.clean_wqes(cur_post);
         // WQEs before the doorbell record.
         barrier::udma_to_device_barrier();
         self.dbr
             .write32(DBR_SND, Be32::new(cur_post & 0xffff).to_raw());
+        #[cfg(feature = "cache-maintenance")]
+        self.clean_dbr();
         // Doorbell record before the (write-combined) doorbell.
         barrier::mmio_wc_start();
         if bf {
@@ -1433,6 +1441,39 @@ impl<M: Mmio> SendQueue<M> {
         }
         barrier::mmio_flush_writes();
         self.db.flip();
+    }
+
+    /// Without coherent DMA (`M::DMA_CACHE_MAINTENANCE`; otherwise this is
+    /// nothing at all): cleans the WQEBBs written since the last doorbell,
+    /// up to `cur_post`, before the doorbell record.
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(always)]
+    fn clean_wqes(&mut self, cur_post: u32) {
+        if M::DMA_CACHE_MAINTENANCE {
+            let count = self.mask + 1;
+            let n = cur_post.wrapping_sub(self.cleaned).min(count);
+            let first = cur_post.wrapping_sub(n) & self.mask;
+            let to_end = (count - first).min(n);
+            let base = self.buf.host_addr();
+            let mmio = self.db.bf.mmio();
+            if to_end > 0 {
+                mmio.dma_clean(base + first as usize * 64, to_end as usize * 64);
+            }
+            if n > to_end {
+                mmio.dma_clean(base, (n - to_end) as usize * 64);
+            }
+            self.cleaned = cur_post;
+        }
+    }
+
+    /// Without coherent DMA: cleans the doorbell record before the
+    /// doorbell (nothing at all otherwise).
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(always)]
+    fn clean_dbr(&self) {
+        if M::DMA_CACHE_MAINTENANCE {
+            self.db.bf.mmio().dma_clean(self.dbr.host_addr(), 8);
+        }
     }
 
     /// Copies the WQE to the BlueFlame register, 64 bytes at a time, wrapping
@@ -1558,12 +1599,16 @@ impl<M: Mmio> SendQueue<M> {
         wqe.w64(0, ctrl0);
         let cur_post = cur.wrapping_add(1);
         self.cur_post = cur_post;
+        #[cfg(feature = "cache-maintenance")]
+        self.clean_wqes(cur_post);
         // `publish` without the head (done) and BlueFlame.
         barrier::udma_to_device_barrier();
         // (The queue's fields are read again after the barrier, a memory
         // clobber: no register holds them across it.)
         self.dbr
             .write32(DBR_SND, Be32::new(self.cur_post & 0xffff).to_raw());
+        #[cfg(feature = "cache-maintenance")]
+        self.clean_dbr();
         barrier::mmio_wc_start();
         self.db.ring(ctrl0);
         barrier::mmio_flush_writes();
@@ -2395,6 +2440,8 @@ fn new_sq<M: Mmio>(
         buf: table.clone(),
         dbr,
         cur_post: start,
+        #[cfg(feature = "cache-maintenance")]
+        cleaned: start,
         full_at: start.wrapping_add(g.max_post),
         mask: g.wqe_cnt - 1,
         mask8: (g.wqe_cnt as usize - 1) * 8,

@@ -72,10 +72,10 @@
 //! system calls are in [`sys`]; the atomics over the shared BAR memory in
 //! [`shm`]. Everything else is safe code.
 
-pub mod bridge;
+pub use hca_shm_bridge::bridge;
 pub mod config;
 mod report;
-pub mod shm;
+pub use hca_shm_bridge::shm;
 pub mod sys;
 pub mod sysfs;
 pub mod vfio;

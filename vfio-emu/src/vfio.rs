@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use hca_emu::{Clock, EmuConfig, EmuHca, Execution};
+use hca_emu::{EmuConfig, EmuHca};
 use libc::{EBADF, EBUSY, EEXIST, EFAULT, EINVAL, ENODEV, ENOTTY};
 use platform::Platform;
 
@@ -136,27 +136,18 @@ impl core::fmt::Debug for Func {
 
 impl Func {
     fn new(spec: FunctionSpec) -> Result<Self, String> {
-        let cfg = EmuConfig {
+        // Real clock, device thread, uncached UARs, no `initializing`
+        // delay after the command queue address (see `bridged_config`).
+        let cfg = hca_shm_bridge::bridged_config(EmuConfig {
             personality: config::personality(spec.model),
             sm_delay: spec.sm_delay,
             lid_base: spec.lid,
             port_type: spec.port_type,
-            clock: Clock::Real,
-            execution: Execution::DeviceThread,
-            // vfio-pci maps BARs uncached.
-            uar_write_combining: false,
-            // `initializing` does not come back after the command queue
-            // address is written: the program's read of 0x1fc right after
-            // that write cannot see the bridge's delivery (a posted write
-            // followed by a read is ordered on PCIe, not through a polled
-            // shared page), so it would go on to ring a doorbell the
-            // device then ignores. The boot and reset delays stay.
-            initializing_delay: std::time::Duration::ZERO,
             // From the PCI address: functions in different processes get
             // different MACs, GUIDs and object numbers.
             seed: EmuConfig::default().seed ^ bdf_hash(&spec.bdf),
             ..EmuConfig::default()
-        };
+        });
         let emu = Arc::new(EmuHca::new(cfg));
         let shm = Arc::new(
             SharedBar::create(emu.bar_size(), &format!("hca-emu BAR0 {}", spec.bdf))

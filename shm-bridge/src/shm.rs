@@ -1,8 +1,10 @@
 //! The raw shared memory behind BAR0: a memfd the process maps (through
 //! the intercepted `mmap` of the device fd) and the bridge thread maps
-//! too. All access is through aligned atomics on the mapping: the process
-//! stores into it with plain (volatile) stores, so the bridge must never
-//! hold a reference to it as plain data.
+//! too, or an existing file (QEMU's ivshmem-plain backing file) that a
+//! virtual machine maps as a PCI BAR. All access is through aligned
+//! atomics on the mapping: the program stores into it with plain
+//! (volatile) stores, so the bridge must never hold a reference to it as
+//! plain data.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -40,28 +42,63 @@ impl SharedBar {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a new shared mapping of our own memfd, `len` bytes long;
-        // the real mmap (not the intercepted one) is called.
-        let p = unsafe {
-            crate::sys::real_mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        let ptr = map_shared(&fd, len)?;
         Ok(Self { fd, ptr, len })
+    }
+
+    /// Maps the existing file at `path` (at least `len` bytes; `len` a
+    /// non-zero multiple of 4 KiB), shared: QEMU's
+    /// `memory-backend-file,share=on` behind an `ivshmem-plain` device.
+    /// The contents are left as they are.
+    pub fn open(path: &std::path::Path, len: usize) -> io::Result<Self> {
+        if len == 0 || len % 4096 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("shared BAR length {len:#x} is not a non-zero multiple of 4 KiB"),
+            ));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let size = file.metadata()?.len();
+        if size < len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: {size} bytes, smaller than the {len} bytes to map",
+                    path.display()
+                ),
+            ));
+        }
+        let fd = OwnedFd::from(file);
+        let ptr = map_shared(&fd, len)?;
+        Ok(Self { fd, ptr, len })
+    }
+
+    /// The whole mapping as a [`HostWindow`](platform::host::HostWindow)
+    /// (to map into an emulated IOMMU with `EmuHca::map_dma`: a guest's
+    /// RAM served by guest-physical address). The mapping is kept for the
+    /// rest of the process: the window may be held anywhere, so it is
+    /// never unmapped.
+    pub fn into_window(self) -> Result<platform::host::HostWindow, platform::Error> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: our own shared mapping of `len` bytes, readable and
+        // writable; `this` is never dropped, so it stays mapped for the
+        // rest of the process, and nothing in this process holds a
+        // reference into it (only the window's volatile copies reach it).
+        unsafe { platform::host::HostWindow::new(this.ptr, this.len) }
     }
 
     /// The memory file (what the process's mapping of the BAR maps).
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// The mapping's first byte (what a program in this process maps as
+    /// the BAR: reach it only with volatile or atomic accesses).
+    pub fn host_ptr(&self) -> NonNull<u8> {
+        self.ptr
     }
 
     /// Length in bytes.
@@ -141,7 +178,32 @@ impl SharedBar {
 
 impl Drop for SharedBar {
     fn drop(&mut self) {
-        // SAFETY: our own mapping of `len` bytes, not used after this.
-        unsafe { crate::sys::real_munmap(self.ptr.as_ptr().cast(), self.len) };
+        // SAFETY: our own mapping of `len` bytes, not used after this; a
+        // raw system call (the libc function may be interposed).
+        unsafe { libc::syscall(libc::SYS_munmap, self.ptr.as_ptr(), self.len) };
     }
+}
+
+/// A shared read-write mapping of the first `len` bytes of `fd`, made with
+/// the raw system call: inside the VFIO preload library, libc's `mmap` is
+/// the interposed one.
+fn map_shared(fd: &OwnedFd, len: usize) -> io::Result<NonNull<u8>> {
+    // SAFETY: a new shared mapping of a file we hold, `len` bytes long, at
+    // an address the kernel picks; nothing else is touched.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            std::ptr::null_mut::<libc::c_void>(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0 as libc::off_t,
+        )
+    };
+    // glibc's `syscall` returns -1 and sets errno on failure.
+    if p == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p as *mut u8).ok_or_else(|| io::Error::other("mmap gave null"))
 }

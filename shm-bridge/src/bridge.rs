@@ -1,4 +1,4 @@
-//! The bridge between the process's BAR0 mappings (shared memory) and the
+//! The bridge between BAR0 mappings (shared memory) and the
 //! emulated functions: one thread polls every function's shared memory for
 //! what the program stored and delivers it to the emulator through
 //! [`EmuBar`] (`Mmio::write32`/`write64`), and publishes the registers the

@@ -1,0 +1,92 @@
+//! # hca-bare-metal: hca-driver on bare metal, booted under QEMU
+//!
+//! The image (`src/main.rs`, target `aarch64-unknown-none`, QEMU `virt`)
+//! enumerates PCI through ECAM, assigns the BARs of an `ivshmem-plain`
+//! device whose BAR2 is an emulated ConnectX's BAR0 (served by
+//! `hca-ivshmem device` on the host), runs hca-driver on
+//! `platform::bare_metal`, makes an RDMA WRITE and a SEND to a peer
+//! (`hca-ivshmem peer`, a second emulated ConnectX on a socket wire) that
+//! checks the bytes, tears everything down and exits through semihosting
+//! with the verdict. `tests/peers/run.sh bare_metal` runs the three.
+//!
+//! This library is what the image and its host-side peer share: the
+//! layout of the exchange page ([`xchg`]) and the machine's addresses
+//! ([`virt`]).
+#![no_std]
+
+/// Addresses of QEMU's aarch64 `virt` machine (QEMU 7.2, `highmem=off`:
+/// the ECAM window is the low one) that the image uses; what to replace
+/// when porting it to a board.
+pub mod virt {
+    /// PL011 UART.
+    pub const UART: usize = 0x0900_0000;
+    /// ECAM: 16 buses.
+    pub const ECAM: usize = 0x3f00_0000;
+    /// ECAM length.
+    pub const ECAM_LEN: usize = 16 << 20;
+    /// The 32-bit PCI memory window (bus address = CPU address).
+    pub const PCI_MMIO: u64 = 0x1000_0000;
+    /// Its length.
+    pub const PCI_MMIO_LEN: u64 = 0x2eff_0000;
+    /// RAM base.
+    pub const RAM: u64 = 0x4000_0000;
+    /// RAM size the image is linked for (`-m 128M`).
+    pub const RAM_LEN: u64 = 128 << 20;
+    /// The exchange page with the peer: the last page of RAM.
+    pub const XCHG: u64 = RAM + RAM_LEN - 4096;
+}
+
+/// The exchange page between the guest and the peer (big-endian 32-bit
+/// words at these offsets; each side fills its fields, then its flag):
+/// the out-of-band channel a TCP connection is for `hca pingpong`.
+pub mod xchg {
+    /// Peer flag: its fields are valid.
+    pub const PEER_MAGIC: usize = 0x000;
+    /// Value of [`PEER_MAGIC`]: "PEER".
+    pub const PEER: u32 = 0x5045_4552;
+    /// Peer QPN.
+    pub const PEER_QPN: usize = 0x004;
+    /// Peer GID (4 words).
+    pub const PEER_GID: usize = 0x008;
+    /// Peer buffer address, high and low words.
+    pub const PEER_ADDR: usize = 0x018;
+    /// Peer rkey.
+    pub const PEER_RKEY: usize = 0x020;
+    /// Peer flag: its QP is connected (RTS) and its receive posted.
+    pub const PEER_READY: usize = 0x024;
+    /// Value of [`PEER_READY`]: "RDY!".
+    pub const READY: u32 = 0x5244_5921;
+    /// Guest flag: its fields are valid.
+    pub const GUEST_MAGIC: usize = 0x040;
+    /// Value of [`GUEST_MAGIC`]: "GUES".
+    pub const GUEST: u32 = 0x4755_4553;
+    /// Guest QPN.
+    pub const GUEST_QPN: usize = 0x044;
+    /// Guest GID (4 words).
+    pub const GUEST_GID: usize = 0x048;
+    /// Offset in the peer buffer of the RDMA WRITE.
+    pub const WRITE_OFF: usize = 0x058;
+    /// Length of the RDMA WRITE.
+    pub const WRITE_LEN: usize = 0x05c;
+    /// Length of the SEND.
+    pub const SEND_LEN: usize = 0x060;
+    /// Seed of the byte patterns ([`pattern`]).
+    pub const SEED: usize = 0x064;
+    /// Peer verdict: [`PASS`] or [`FAIL`].
+    pub const VERDICT: usize = 0x0c0;
+    /// Verdict: the bytes matched.
+    pub const PASS: u32 = 0x5041_5353;
+    /// Verdict: they did not (message at [`MESSAGE`]).
+    pub const FAIL: u32 = 0x4641_494c;
+    /// Message length.
+    pub const MESSAGE_LEN: usize = 0x0c4;
+    /// Message bytes (up to 256), packed big-endian in words.
+    pub const MESSAGE: usize = 0x100;
+
+    /// Byte `i` of the pattern of `seed`: what the guest writes and sends
+    /// (the SEND uses `seed + 1`).
+    pub fn pattern(seed: u32, i: usize) -> u8 {
+        let x = seed.wrapping_mul(0x9e37_79b9) ^ (i as u32).wrapping_mul(0x85eb_ca6b);
+        (x ^ (x >> 13) ^ (x >> 24)) as u8
+    }
+}
