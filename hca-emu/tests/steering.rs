@@ -381,3 +381,69 @@ fn malformed_steering_commands_are_refused() {
     s.teardown(&mut b);
     b.finish();
 }
+
+#[test]
+fn rss_hash_in_the_cqe_is_the_published_toeplitz_value() {
+    // Rows of Microsoft's RSS verification suite (see
+    // firmware-cmds/tests/toeplitz.rs), sent as TCP frames: the CQE's
+    // rx_hash_result is the published hash with ports; a UDP frame to the
+    // TCP TIR is hashed over its addresses only.
+    let (mut a, mut b) = pair();
+    let (mut sq, _) = a.raw_sq();
+    let td = b.transport_domain();
+    let (rq, mut cq) = rqs(&mut b, 2);
+    let mut s = Steering::default();
+    let rqns: Vec<u32> = rq.iter().map(|r| r.qpn).collect();
+    let rqt = s.rqt(&mut b, &rqns);
+    let all = RX_HASH_FIELD_SELECT_SRC_IP
+        | RX_HASH_FIELD_SELECT_DST_IP
+        | RX_HASH_FIELD_SELECT_L4_SPORT
+        | RX_HASH_FIELD_SELECT_L4_DPORT;
+    let tir4 = s.tir_rss(&mut b, td, rqt, &KEY, (false, false, all));
+    let tir6 = s.tir_rss(&mut b, td, rqt, &KEY, (true, false, all));
+    let t0 = s.table(&mut b, 0, 1, None);
+    let v4 = Outer::default().ethertype(0x0800);
+    let v6 = Outer::default().ethertype(0x86dd);
+    let g4 = s.group(&mut b, t0, 0, 0, Some(mask_of(&v4)));
+    let g6 = s.group(&mut b, t0, 1, 1, Some(mask_of(&v6)));
+    s.fte(&mut b, t0, g4, 0, &v4, &[(DEST_TIR, tir4)]);
+    s.fte(&mut b, t0, g6, 1, &v6, &[(DEST_TIR, tir6)]);
+    s.root(&mut b, t0);
+    let v6a = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
+    let cases = [
+        (
+            L3::V4([66, 9, 149, 187], [161, 142, 100, 80]),
+            L4::Tcp(2794, 1766),
+            0x51cc_c178u32,
+            (1 << 2) | (1 << 6),
+        ),
+        (
+            L3::V6(v6a("3ffe:2501:200:1fff::7"), v6a("3ffe:2501:200:3::1")),
+            L4::Tcp(2794, 1766),
+            0x4020_7d3d,
+            (2 << 2) | (1 << 6),
+        ),
+        (
+            L3::V4([199, 92, 111, 2], [65, 69, 140, 83]),
+            L4::Udp(14230, 4739),
+            0xd718_262a,
+            1 << 2,
+        ),
+    ];
+    for (l3, l4, hash, htype) in cases {
+        let f = frame(b.mac(1), a.mac(1), None, l3, l4);
+        send(&mut a, &mut sq, &f);
+        let c = &b.wait(&mut cq, 1)[0];
+        c.ok();
+        let raw = &c.raw;
+        assert_eq!(
+            u32::from_be_bytes(raw[0x0c..0x10].try_into().unwrap()),
+            hash
+        );
+        assert_eq!(raw[0x10], htype, "rx_hash_type");
+        assert_eq!(c.qpn, rqns[(hash % 2) as usize]);
+    }
+    s.teardown(&mut b);
+    a.finish();
+    b.finish();
+}
