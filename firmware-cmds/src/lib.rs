@@ -81,6 +81,7 @@ pub mod reg;
 pub mod registry;
 pub mod rmp;
 pub mod roce;
+pub mod rss;
 pub mod srq;
 pub mod uar;
 pub mod vport;

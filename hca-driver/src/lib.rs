@@ -213,6 +213,7 @@ pub mod pci;
 mod query;
 mod raw;
 mod record;
+pub mod steering;
 mod types;
 pub mod verbs;
 

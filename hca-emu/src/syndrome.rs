@@ -126,12 +126,24 @@ syndromes! {
     TIR_BAD_RQ = 0x0009_0001, "CREATE_TIR: inline_rqn is not an existing RQ";
     TIR_BAD_RQT = 0x0009_0002, "CREATE_TIR: indirect_table is not an existing RQT";
     TIR_DISP_TYPE = 0x0009_0003, "CREATE_TIR: disp_type not supported";
-    RQT_SIZE = 0x0009_1601, "CREATE_RQT: rqt_actual_size above rqt_max_size or log_max_rqt_size";
+    TIR_HASH_FN = 0x0009_0004, "CREATE_TIR: rx_hash_fn other than none or Toeplitz (inverted XOR8 is not emulated)";
+    TIR_HASH_FIELDS = 0x0009_0005, "CREATE_TIR: rx_hash_field_selector_outer selects fields beyond IP addresses and L4 ports (IPsec SPI is not emulated)";
+    RQT_SIZE = 0x0009_1601, "CREATE_RQT: rqt_actual_size 0, above rqt_max_size, or rqt_max_size above log_max_rqt_size";
+    RQT_SHORT = 0x0009_1602, "CREATE_RQT: input too short for rqt_actual_size entries of rq_num";
+    RQT_BAD_RQ = 0x0009_1603, "CREATE_RQT: an rq_num entry is not an existing RQ";
     FT_TYPE = 0x0009_3001, "flow table: table_type must be 0 (NIC RX) or 1 (NIC TX)";
     FT_LOG_SIZE = 0x0009_3002, "CREATE_FLOW_TABLE: log_size above the maximum";
+    FT_LEVEL = 0x0009_3003, "CREATE_FLOW_TABLE: level above max_ft_level";
+    FT_BAD_MISS = 0x0009_3004, "CREATE_FLOW_TABLE: table_miss_action not 0 or 1, or table_miss_id not a table of the same type at a deeper level";
+    FG_RANGE = 0x0009_3302, "CREATE_FLOW_GROUP: start_flow_index above end_flow_index, beyond the table, or overlapping another group";
+    FG_CRITERIA = 0x0009_3303, "CREATE_FLOW_GROUP: match criteria outside outer_headers (not emulated)";
     FT_BAD_TABLE = 0x0009_3301, "flow table does not exist";
     FT_BAD_GROUP = 0x0009_3601, "SET_FLOW_TABLE_ENTRY: group_id is not a group of this table";
     FT_INDEX = 0x0009_3602, "SET_FLOW_TABLE_ENTRY: flow_index beyond the table";
+    FTE_NOT_IN_GROUP = 0x0009_3603, "SET_FLOW_TABLE_ENTRY: flow_index outside the group's index range";
+    FTE_ACTION = 0x0009_3604, "SET_FLOW_TABLE_ENTRY: action other than allow, drop, forward (or drop with forward)";
+    FTE_DEST = 0x0009_3605, "SET_FLOW_TABLE_ENTRY: forward without destinations (or destinations without forward), or a destination that is not a TIR or a deeper table of the same type";
+    FTE_SHORT = 0x0009_3606, "SET_FLOW_TABLE_ENTRY: input too short for destination_list_size";
     // Vport / RoCE address.
     VPORT_OTHER = 0x0007_5001, "vport commands: other_vport not supported (no eswitch)";
     GID_INDEX = 0x0007_6001, "SET/QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID: index beyond the table";

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::dp::*;
+use common::steer::{DEST_TIR, Outer, Steering};
 use common::{inp, setf};
 use hca_emu::EmuConfig;
 
@@ -47,11 +48,20 @@ fn raw_ethernet_send_and_receive_with_checksum_insertion() {
     let tdb = b.transport_domain();
     let mut cb = b.cq(6);
     let mut rq = b.raw_wq(false, cb.cqn, 0, 5, 6);
-    let mut tir = inp(0x900, 0, 0x110);
-    setf(&mut tir, 0x20 + 0x1c, 23, 0, u64::from(rq.qpn));
-    setf(&mut tir, 0x20 + 0x24, 23, 0, u64::from(tdb));
-    let tirn = b.r.create(&tir);
-    b.keep(0x902, tirn);
+    // A direct TIR, and a catch-all NIC RX root rule forwarding to it.
+    let mut steer = Steering::default();
+    let tirn = steer.tir_direct(&mut b, tdb, rq.qpn);
+    let table = steer.table(&mut b, 0, 1, None);
+    let group = steer.group(&mut b, table, 0, 0, None);
+    steer.fte(
+        &mut b,
+        table,
+        group,
+        0,
+        &Outer::default(),
+        &[(DEST_TIR, tirn)],
+    );
+    steer.root(&mut b, table);
     let rbuf = b.mr(8192, 0, LW);
     for i in 0..3u64 {
         b.post_recv(&mut rq, &[(rbuf.addr + 2048 * i, 2048, rbuf.key)]);
@@ -129,6 +139,7 @@ fn raw_ethernet_send_and_receive_with_checksum_insertion() {
     a.wait(&mut cu, 1)[0].ok();
     b.quiet(&mut cb, Duration::from_millis(1));
     assert_eq!(b.r.emu.datapath().drops.raw_no_buffer, 1);
+    steer.teardown(&mut b);
     a.finish();
     b.finish();
 }

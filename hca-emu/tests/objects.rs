@@ -417,6 +417,7 @@ fn raw_ethernet_objects() {
     let table = r.create(&ft);
     let mut fg = inp(0x933, 0, 0x400);
     setf(&mut fg, 0x14, 23, 0, u64::from(table));
+    setf(&mut fg, 0x24, 31, 0, 15); // indices 0..=15
     let group = r.create(&fg);
     let mut fte = inp(0x936, 0, 0x340);
     setf(&mut fte, 0x14, 23, 0, u64::from(table));

@@ -73,6 +73,10 @@ pub(crate) struct Cqe {
     pub(crate) ml_path: u8,
     pub(crate) hds_ip_ext: u8,
     pub(crate) l4_l3_hdr_type: u8,
+    /// `rss_hash_result` (byte 0x0c).
+    pub(crate) rss_hash_result: u32,
+    /// `rss_hash_type` (byte 0x10).
+    pub(crate) rss_hash_type: u8,
     pub(crate) vlan_info: u16,
     pub(crate) timestamp: u64,
     /// Error CQEs: syndrome (byte 0x37) and vendor syndrome (0x36).
@@ -83,6 +87,8 @@ impl Cqe {
     /// The 64-byte image (owner bit 0; `write_cqe` sets it).
     pub(crate) fn bytes(&self) -> [u8; 64] {
         let mut b = [0u8; 64];
+        b[0x0c..0x10].copy_from_slice(&self.rss_hash_result.to_be_bytes());
+        b[0x10] = self.rss_hash_type;
         b[0x11] = self.ml_path;
         b[0x16..0x18].copy_from_slice(&self.slid.to_be_bytes());
         b[0x18..0x1c].copy_from_slice(&self.flags_rqpn.to_be_bytes());

@@ -67,8 +67,11 @@
 //!   40-byte GRH area first.
 //! - **Raw Ethernet**: an SQ object sends its inline headers plus gathered
 //!   data as a frame (with checksum insertion if asked); frames that are
-//!   not RoCE (or arrive while RoCE is disabled on the vport) go to the RQ
-//!   of the first TIR whose RQ is ready.
+//!   not RoCE (or arrive while RoCE is disabled on the vport) are steered
+//!   by the NIC RX flow tables (outer L2-L4 match, priorities by flow
+//!   index, miss actions) to TIRs, and by each TIR to its RQ, directly or
+//!   by the Toeplitz hash through an RQ table; the CQE carries the RSS
+//!   hash and type and the L3/L4 checksum-OK bits.
 //! - **QP states**: the SQ executes in RTS; the RQ receives in RTR and RTS
 //!   (and SQE for UD/UC); in the error state everything posted completes
 //!   with the flush syndrome (0x05), also WQEs posted later (send
@@ -117,9 +120,9 @@
 //!   and remote access (0x88, NVIDIA forum thread 207715); local
 //!   protection's 0x51 is an assumption (the field shows 0x52 and 0x53,
 //!   by cause); it is 0 otherwise.
-//! - Raw Ethernet: no flow-table matching (the first TIR with a ready RQ
-//!   takes every non-RoCE frame), no RSS, VLAN stripping, receive checksum
-//!   verification or LSO; SQs send on port 1.
+//! - Raw Ethernet: flow matching on outer L2-L4 headers only (no misc,
+//!   inner or tunnel fields, no flow counters or header rewrite), no
+//!   inverted-XOR8 hash, VLAN stripping or LSO; SQs send on port 1.
 //! - RoCE frames are only handled when the NIC vport has `roce_en`; a frame
 //!   to the sending port's own MAC loops back inside the HCA (link up).
 //! - InfiniBand ports: RC/UC QPs are routed by LID (`rlid`, no GRH); the
@@ -141,6 +144,7 @@ mod packet;
 mod raw;
 mod requester;
 mod responder;
+mod steer;
 mod wqe;
 
 pub use cqe::syndrome as cqe_syndrome;
@@ -201,6 +205,12 @@ pub struct Drops {
     pub uc_access: u64,
     /// Raw Ethernet frame with no ready RQ or no receive WQE.
     pub raw_no_buffer: u64,
+    /// Raw Ethernet frame that no NIC RX flow entry matched (or with no
+    /// root table), the table's miss action being the default drop.
+    pub steering_miss: u64,
+    /// Raw Ethernet frame that a flow entry dropped (drop action, or a
+    /// forward that reached no TIR).
+    pub steering_drop: u64,
     /// Frames of the RDMA transport that could not be acted on (a response
     /// matching nothing outstanding, a duplicate atomic whose result is
     /// gone).

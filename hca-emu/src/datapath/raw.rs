@@ -1,12 +1,13 @@
 //! Raw Ethernet: SQ objects send frames made of the Ethernet segment's
 //! inline headers and the gathered data (with IPv4 header and TCP/UDP
 //! checksum insertion when `cs_flags` asks), on port 1; received frames
-//! that are not for the RDMA engine go to the RQ of the first TIR whose RQ
-//! is ready (flow tables are not matched).
+//! that are not for the RDMA engine are steered by the NIC RX flow tables
+//! to TIRs and their RQs (`steer.rs`), each copy into the next receive WQE.
 
 use super::cqe::{Cqe, op as cqe_op, syndrome as syn};
 use super::mem::{self, Access};
 use super::packet::{ETH_MIN_FRAME, ETH_P_IPV4, ETH_P_IPV6, ETH_P_VLAN};
+use super::steer;
 use super::wqe::{self, SqKind, opcode};
 use crate::device::Device;
 use crate::fw::{ObjKind, buf_addr};
@@ -238,25 +239,40 @@ impl Device {
         self.engine.sqs.insert(sqn, end);
     }
 
-    /// A frame for the raw Ethernet path.
+    /// A frame for the raw Ethernet path: steered by the NIC RX flow
+    /// tables to TIRs, each handing it to one RQ (`steer.rs`).
     pub(crate) fn raw_receive(&mut self, port: u8, f: &[u8], vlan: Option<u16>, l3: u8, l4: u8) {
         let _ = (port, vlan);
-        let rqn = self.fw.objs.of(ObjKind::Tir).find_map(|(_, o)| {
-            o.deps
-                .iter()
-                .find(|d| d.0 == ObjKind::Rq)
-                .map(|d| d.1)
-                .filter(|&r| {
-                    self.fw
-                        .objs
-                        .wq(ObjKind::Rq, r)
-                        .is_some_and(|w| w.state == 1)
-                })
-        });
-        let Some(rqn) = rqn else {
+        let p = steer::parse(f);
+        for tirn in self.steer_rx(&p) {
+            let Some((rqn, hash)) = self.tir_rq(tirn, &p) else {
+                self.datapath.drops.raw_no_buffer += 1;
+                continue;
+            };
+            // CQE `hds_ip_ext`: L3_OK (bit 1) and L4_OK (bit 2).
+            let ok = (u8::from(p.ip.is_some() && p.l3_csum_ok) << 1)
+                | (u8::from(p.l4.is_some() && p.l4_csum_ok) << 2);
+            self.raw_deliver(rqn, f, (l3, l4, ok), hash);
+        }
+    }
+
+    /// Writes a received frame into the next receive WQE of RQ `rqn`.
+    fn raw_deliver(
+        &mut self,
+        rqn: u32,
+        f: &[u8],
+        (l3, l4, ok): (u8, u8, u8),
+        hash: steer::RssHash,
+    ) {
+        if self
+            .fw
+            .objs
+            .wq(ObjKind::Rq, rqn)
+            .is_none_or(|w| w.state != 1)
+        {
             self.datapath.drops.raw_no_buffer += 1;
             return;
-        };
+        }
         let Some(w) = self.fw.objs.wq(ObjKind::Rq, rqn) else {
             return;
         };
@@ -342,6 +358,9 @@ impl Device {
             srqn_uidx: uidx,
             byte_cnt: f.len() as u32,
             l4_l3_hdr_type: (l4 << 4) | (l3 << 2),
+            hds_ip_ext: ok,
+            rss_hash_result: hash.result,
+            rss_hash_type: hash.htype,
             ..Cqe::default()
         };
         self.emit_cqe(cqn, c);

@@ -1,7 +1,9 @@
 //! The command table and the handlers of the simpler objects (UAR, PD,
 //! transport domain, MKEY, CQ, SRQ, and the raw Ethernet objects).
 
-use super::objects::{Cq, Mkey, ObjData, ObjKind, Srq, Wq, pages_for};
+use super::objects::{
+    Cq, FlowEntry, FlowGroup, FlowTable, Mkey, ObjData, ObjKind, Srq, Wq, pages_for,
+};
 use super::{Cmd, Fail, R, fail, st};
 use crate::device::Device;
 use crate::ifc::ifc;
@@ -1088,21 +1090,46 @@ fn create_tir(d: &mut Device, c: &Cmd) -> R {
     let td = c.get("ctx.transport_domain") as u32;
     d.need(ObjKind::TransportDomain, td, syn::BAD_TD)?;
     let mut deps = vec![(ObjKind::TransportDomain, td)];
-    match c.get("ctx.disp_type") {
+    let disp_type = c.get("ctx.disp_type") as u8;
+    let inline_rqn = c.get("ctx.inline_rqn") as u32;
+    let rqt = c.get("ctx.indirect_table") as u32;
+    match disp_type {
         0 => {
-            let rqn = c.get("ctx.inline_rqn") as u32;
-            d.need(ObjKind::Rq, rqn, syn::TIR_BAD_RQ)?;
-            deps.push((ObjKind::Rq, rqn));
+            d.need(ObjKind::Rq, inline_rqn, syn::TIR_BAD_RQ)?;
+            deps.push((ObjKind::Rq, inline_rqn));
         }
         1 => {
-            let rqt = c.get("ctx.indirect_table") as u32;
             d.need(ObjKind::Rqt, rqt, syn::TIR_BAD_RQT)?;
             deps.push((ObjKind::Rqt, rqt));
         }
         _ => return fail(st::BAD_PARAM, syn::TIR_DISP_TYPE),
     }
+    let hash_fn = c.get("ctx.rx_hash_fn") as u8;
+    let fields = c.get("ctx.rx_hash_field_selector_outer.selected_fields") as u32;
+    // Executed: no hash, or Toeplitz over source/destination IP and L4
+    // ports. Inverted XOR8 and the IPsec SPI are not emulated.
+    if hash_fn != 0 && hash_fn != 2 {
+        return fail(st::BAD_PARAM, syn::TIR_HASH_FN);
+    }
+    if fields & !0xf != 0 {
+        return fail(st::BAD_PARAM, syn::TIR_HASH_FIELDS);
+    }
+    let mut key = [0u8; 40];
+    key.copy_from_slice(&c.bytes("ctx.rx_hash_toeplitz_key")[..40]);
+    let tir = super::objects::Tir {
+        disp_type,
+        inline_rqn,
+        rqt,
+        hash_fn,
+        key,
+        l3_ipv6: c.get("ctx.rx_hash_field_selector_outer.l3_prot_type") == 1,
+        l4_udp: c.get("ctx.rx_hash_field_selector_outer.l4_prot_type") == 1,
+        fields,
+    };
     d.limit(ObjKind::Tir, "log_max_tir")?;
-    let n = d.fw.objs.create(ObjKind::Tir, ObjData::None, deps)?;
+    let n =
+        d.fw.objs
+            .create(ObjKind::Tir, ObjData::Tir(Box::new(tir)), deps)?;
     c.out().set("tirn", u64::from(n)).done()
 }
 
@@ -1110,16 +1137,34 @@ fn destroy_tir(d: &mut Device, c: &Cmd) -> R {
     simple_destroy(d, c, ObjKind::Tir, "tirn")
 }
 
+/// Byte offset of `create_rqt_in.rqt_context.rq_num[0]` (`rqtc` is 0xf0
+/// bytes at 0x20; Linux `mlx5_ifc.h`).
+const RQT_RQ_NUM: usize = 0x20 + 0xf0;
+
 fn create_rqt(d: &mut Device, c: &Cmd) -> R {
     let max = c.get("rqt_context.rqt_max_size");
     let actual = c.get("rqt_context.rqt_actual_size");
     let log = d.fw.caps.general("log_max_rqt_size").min(31);
-    if actual > max || max > 1 << log {
+    if actual == 0 || actual > max || max > 1 << log {
         return fail(st::BAD_PARAM, syn::RQT_SIZE);
     }
+    let n = actual as usize;
+    if c.input.len() < RQT_RQ_NUM + 4 * n {
+        return fail(st::BAD_INP_LEN, syn::RQT_SHORT);
+    }
+    let rqs: Vec<u32> = c.input[RQT_RQ_NUM..RQT_RQ_NUM + 4 * n]
+        .chunks(4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0xff_ffff)
+        .collect();
+    let mut deps: Vec<(ObjKind, u32)> = Vec::new();
+    for &r in &rqs {
+        d.need(ObjKind::Rq, r, syn::RQT_BAD_RQ)?;
+        if !deps.contains(&(ObjKind::Rq, r)) {
+            deps.push((ObjKind::Rq, r));
+        }
+    }
     d.limit(ObjKind::Rqt, "log_max_rqt")?;
-    // The RQ list (`rq_num[]`) is not in the layout file: not validated.
-    let n = d.fw.objs.create(ObjKind::Rqt, ObjData::None, vec![])?;
+    let n = d.fw.objs.create(ObjKind::Rqt, ObjData::Rqt(rqs), deps)?;
     c.out().set("rqtn", u64::from(n)).done()
 }
 
@@ -1135,10 +1180,37 @@ fn check_table(d: &Device, c: &Cmd) -> Result<u32, Fail> {
         return fail(st::BAD_PARAM, syn::FT_TYPE);
     }
     let id = c.get("table_id") as u32;
-    match d.fw.objs.get(ObjKind::FlowTable, id).map(|o| &o.data) {
-        Some(ObjData::FlowTable { table_type, .. }) if *table_type == ty => Ok(id),
+    match table(d, id) {
+        Some(t) if t.table_type == ty => Ok(id),
         _ => fail(st::BAD_RES, syn::FT_BAD_TABLE),
     }
+}
+
+fn table(d: &Device, id: u32) -> Option<&FlowTable> {
+    match d.fw.objs.get(ObjKind::FlowTable, id).map(|o| &o.data) {
+        Some(ObjData::FlowTable(t)) => Some(t),
+        _ => None,
+    }
+}
+
+fn group(d: &Device, id: u32) -> Option<&FlowGroup> {
+    match d.fw.objs.get(ObjKind::FlowGroup, id).map(|o| &o.data) {
+        Some(ObjData::FlowGroup(g)) => Some(g),
+        _ => None,
+    }
+}
+
+fn flow_prop(d: &Device, ty: u8, field: &str) -> u64 {
+    let prop = if ty == 0 {
+        "flow_table_properties_nic_receive"
+    } else {
+        "flow_table_properties_nic_transmit"
+    };
+    ifc().get(
+        &d.fw.caps.cur[&7],
+        "flow_table_nic_cap",
+        &format!("{prop}.{field}"),
+    )
 }
 
 fn create_flow_table(d: &mut Device, c: &Cmd) -> R {
@@ -1150,27 +1222,37 @@ fn create_flow_table(d: &mut Device, c: &Cmd) -> R {
         return fail(st::BAD_PARAM, syn::FT_TYPE);
     }
     let log = c.get("flow_table_context.log_size") as u8;
-    let prop = if ty == 0 {
-        "flow_table_properties_nic_receive"
-    } else {
-        "flow_table_properties_nic_transmit"
-    };
-    let caps = &d.fw.caps.cur[&7];
-    let max = ifc().get(
-        caps,
-        "flow_table_nic_cap",
-        &format!("{prop}.log_max_ft_size"),
-    );
-    if u64::from(log) > max {
+    if u64::from(log) > flow_prop(d, ty, "log_max_ft_size") {
         return fail(st::BAD_PARAM, syn::FT_LOG_SIZE);
+    }
+    let level = c.get("flow_table_context.level") as u8;
+    if u64::from(level) > flow_prop(d, ty, "max_ft_level") {
+        return fail(st::BAD_PARAM, syn::FT_LEVEL);
+    }
+    let miss_action = c.get("flow_table_context.table_miss_action") as u8;
+    let miss_table = c.get("flow_table_context.table_miss_id") as u32;
+    let mut deps = vec![];
+    match miss_action {
+        0 => {}
+        1 => match table(d, miss_table) {
+            Some(t) if t.table_type == ty && t.level > level => {
+                deps.push((ObjKind::FlowTable, miss_table));
+            }
+            _ => return fail(st::BAD_PARAM, syn::FT_BAD_MISS),
+        },
+        _ => return fail(st::BAD_PARAM, syn::FT_BAD_MISS),
     }
     let n = d.fw.objs.create(
         ObjKind::FlowTable,
-        ObjData::FlowTable {
+        ObjData::FlowTable(FlowTable {
             table_type: ty,
             log_size: log,
-        },
-        vec![],
+            level,
+            miss_action,
+            miss_table,
+            root: false,
+        }),
+        deps,
     )?;
     c.out().set("table_id", u64::from(n)).done()
 }
@@ -1181,13 +1263,67 @@ fn destroy_flow_table(d: &mut Device, c: &Cmd) -> R {
     c.out().done()
 }
 
+/// Byte offsets in `create_flow_group_in` beyond the layout facts (Linux
+/// `mlx5_ifc.h`; see `firmware_cmds::flow`).
+mod fg {
+    pub(super) const START: usize = 0x1c;
+    pub(super) const END: usize = 0x24;
+    pub(super) const ENABLE: usize = 0x3f;
+    pub(super) const CRITERIA: usize = 0x40;
+    /// Reserved bytes between `table_id` and `match_criteria`.
+    pub(super) const RESERVED: [(usize, usize); 3] = [(0x18, 0x1c), (0x20, 0x24), (0x28, 0x3f)];
+}
+
+/// Length of `fte_match_param` in bytes; each of its sets is 0x40.
+const MATCH_PARAM: usize = 0x200;
+
+fn be32(b: &[u8], off: usize) -> u32 {
+    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
 fn create_flow_group(d: &mut Device, c: &Cmd) -> R {
     let id = check_table(d, c)?;
-    // start/end_flow_index and the match criteria are not in the layout
-    // file: not validated.
+    let i = &c.input;
+    if fg::RESERVED
+        .iter()
+        .any(|&(a, b)| i[a..b].iter().any(|&x| x != 0))
+    {
+        return fail(st::BAD_PARAM, syn::RESERVED_NOT_ZERO);
+    }
+    let (start, end) = (be32(i, fg::START), be32(i, fg::END));
+    let log_size = table(d, id).map_or(0, |t| t.log_size);
+    if start > end || u64::from(end) >= 1u64 << log_size.min(40) {
+        return fail(st::BAD_PARAM, syn::FG_RANGE);
+    }
+    let overlaps = d.fw.objs.of(ObjKind::FlowGroup).any(|(_, o)| {
+        matches!(&o.data, ObjData::FlowGroup(g) if g.table == id && g.start <= end && start <= g.end)
+    });
+    if overlaps {
+        return fail(st::BAD_PARAM, syn::FG_RANGE);
+    }
+    let enable = i[fg::ENABLE];
+    let criteria = &i[fg::CRITERIA..fg::CRITERIA + MATCH_PARAM];
+    // Only outer_headers are executed: criteria in any other enabled set
+    // are refused rather than silently ignored.
+    let other = (1..8).any(|s| {
+        enable & (1 << s) != 0 && criteria[s * 0x40..(s + 1) * 0x40].iter().any(|&x| x != 0)
+    });
+    if enable >> 5 != 0 || other {
+        return fail(st::BAD_PARAM, syn::FG_CRITERIA);
+    }
+    let outer = if enable & 1 != 0 {
+        criteria[..0x40].to_vec()
+    } else {
+        vec![0; 0x40]
+    };
     let n = d.fw.objs.create(
         ObjKind::FlowGroup,
-        ObjData::FlowGroup { table: id },
+        ObjData::FlowGroup(FlowGroup {
+            table: id,
+            start,
+            end,
+            outer,
+        }),
         vec![(ObjKind::FlowTable, id)],
     )?;
     c.out().set("group_id", u64::from(n)).done()
@@ -1196,8 +1332,8 @@ fn create_flow_group(d: &mut Device, c: &Cmd) -> R {
 fn destroy_flow_group(d: &mut Device, c: &Cmd) -> R {
     let id = check_table(d, c)?;
     let g = c.get("group_id") as u32;
-    match d.fw.objs.get(ObjKind::FlowGroup, g).map(|o| &o.data) {
-        Some(ObjData::FlowGroup { table }) if *table == id => {}
+    match group(d, g) {
+        Some(gr) if gr.table == id => {}
         _ => return fail(st::BAD_RES, syn::NO_SUCH_OBJECT),
     }
     d.fw.objs.destroy(ObjKind::FlowGroup, g)?;
@@ -1207,33 +1343,87 @@ fn destroy_flow_group(d: &mut Device, c: &Cmd) -> R {
 fn find_fte(d: &Device, table: u32, index: u32) -> Option<u32> {
     d.fw.objs
         .of(ObjKind::FlowEntry)
-        .find(|(_, o)| matches!(o.data, ObjData::FlowEntry { table: t, index: i } if t == table && i == index))
+        .find(|(_, o)| matches!(&o.data, ObjData::FlowEntry(e) if e.table == table && e.index == index))
         .map(|(n, _)| n)
 }
+
+/// Byte offsets in `set_fte_in`: `flow_context` at 0x40, its
+/// `match_value` at 0x40 and its destination list at 0x300 (Linux
+/// `mlx5_ifc.h`; see `firmware_cmds::flow`).
+const FTE_MATCH_VALUE: usize = 0x40 + 0x40;
+const FTE_DESTS: usize = 0x40 + 0x300;
 
 fn set_fte(d: &mut Device, c: &Cmd) -> R {
     let id = check_table(d, c)?;
     let index = c.get("flow_index") as u32;
-    let Some(ObjData::FlowTable { log_size, .. }) =
-        d.fw.objs.get(ObjKind::FlowTable, id).map(|o| &o.data)
-    else {
+    let Some(t) = table(d, id) else {
         return fail(st::BAD_RES, syn::FT_BAD_TABLE);
     };
-    if u64::from(index) >= 1u64 << (*log_size).min(40) {
+    let (log_size, level, ty) = (t.log_size, t.level, t.table_type);
+    if u64::from(index) >= 1u64 << log_size.min(40) {
         return fail(st::BAD_PARAM, syn::FT_INDEX);
     }
     let g = c.get("flow_context.group_id") as u32;
-    match d.fw.objs.get(ObjKind::FlowGroup, g).map(|o| &o.data) {
-        Some(ObjData::FlowGroup { table }) if *table == id => {}
+    match group(d, g) {
+        Some(gr) if gr.table == id => {
+            if index < gr.start || index > gr.end {
+                return fail(st::BAD_PARAM, syn::FTE_NOT_IN_GROUP);
+            }
+        }
         _ => return fail(st::BAD_PARAM, syn::FT_BAD_GROUP),
     }
+    let action = c.get("flow_context.action") as u16;
+    // Executed actions: allow, drop, forward. Counters, reformat, header
+    // rewrite and VLAN push/pop are not emulated.
+    const ALLOW: u16 = 1;
+    const DROP: u16 = 2;
+    const FWD: u16 = 4;
+    if action & !(ALLOW | DROP | FWD) != 0 || (action & DROP != 0 && action & FWD != 0) {
+        return fail(st::BAD_PARAM, syn::FTE_ACTION);
+    }
+    let ndest = c.get("flow_context.destination_list_size") as usize;
+    if (action & FWD != 0) != (ndest > 0) {
+        return fail(st::BAD_PARAM, syn::FTE_DEST);
+    }
+    if c.input.len() < FTE_DESTS + 8 * ndest {
+        return fail(st::BAD_INP_LEN, syn::FTE_SHORT);
+    }
+    let mut dests = Vec::with_capacity(ndest);
+    let mut deps = vec![(ObjKind::FlowGroup, g)];
+    for k in 0..ndest {
+        let w = be32(&c.input, FTE_DESTS + 8 * k);
+        let (dt, did) = ((w >> 24) as u8, w & 0xff_ffff);
+        let ok = match dt {
+            1 => table(d, did).is_some_and(|t| t.table_type == ty && t.level > level),
+            2 => ty == 0 && d.fw.objs.exists(ObjKind::Tir, did),
+            _ => false,
+        };
+        if !ok {
+            return fail(st::BAD_PARAM, syn::FTE_DEST);
+        }
+        let kind = if dt == 1 {
+            ObjKind::FlowTable
+        } else {
+            ObjKind::Tir
+        };
+        deps.push((kind, did));
+        dests.push((dt, did));
+    }
+    let outer = c.input[FTE_MATCH_VALUE..FTE_MATCH_VALUE + 0x40].to_vec();
     if let Some(old) = find_fte(d, id, index) {
         d.fw.objs.destroy(ObjKind::FlowEntry, old)?;
     }
     d.fw.objs.create(
         ObjKind::FlowEntry,
-        ObjData::FlowEntry { table: id, index },
-        vec![(ObjKind::FlowGroup, g)],
+        ObjData::FlowEntry(FlowEntry {
+            table: id,
+            index,
+            group: g,
+            action,
+            outer,
+            dests,
+        }),
+        deps,
     )?;
     c.out().done()
 }
@@ -1249,6 +1439,22 @@ fn delete_fte(d: &mut Device, c: &Cmd) -> R {
 }
 
 fn set_flow_table_root(d: &mut Device, c: &Cmd) -> R {
-    check_table(d, c)?;
+    if c.get("other_vport") != 0 {
+        return fail(st::BAD_PARAM, syn::VPORT_OTHER);
+    }
+    let id = check_table(d, c)?;
+    let ty = c.get("table_type") as u8;
+    let ids: Vec<u32> = d.fw.objs.of(ObjKind::FlowTable).map(|(n, _)| n).collect();
+    for n in ids {
+        if let Some(ObjData::FlowTable(t)) =
+            d.fw.objs
+                .get_mut(ObjKind::FlowTable, n)
+                .map(|o| &mut o.data)
+        {
+            if t.table_type == ty {
+                t.root = n == id;
+            }
+        }
+    }
     c.out().done()
 }

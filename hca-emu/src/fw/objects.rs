@@ -234,6 +234,61 @@ pub struct Wq {
     pub ctx: Vec<u8>,
 }
 
+/// A flow table (`flow_table_context`).
+#[derive(Clone, Debug)]
+pub(crate) struct FlowTable {
+    pub(crate) table_type: u8,
+    pub(crate) log_size: u8,
+    pub(crate) level: u8,
+    /// `table_miss_action`: 0 default (drop), 1 go to `miss_table`.
+    pub(crate) miss_action: u8,
+    pub(crate) miss_table: u32,
+    /// Set by SET_FLOW_TABLE_ROOT (one root per table type).
+    pub(crate) root: bool,
+}
+
+/// A flow group: its index range and match criteria.
+#[derive(Clone, Debug)]
+pub(crate) struct FlowGroup {
+    pub(crate) table: u32,
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+    /// `match_criteria.outer_headers` (`fte_match_set_lyr_2_4`, 64 bytes).
+    pub(crate) outer: Vec<u8>,
+}
+
+/// A flow table entry (`flow_context`).
+#[derive(Clone, Debug)]
+pub(crate) struct FlowEntry {
+    pub(crate) table: u32,
+    pub(crate) index: u32,
+    pub(crate) group: u32,
+    /// `action` bits (allow 1, drop 2, forward 4, count 8).
+    pub(crate) action: u16,
+    /// `match_value.outer_headers` (64 bytes).
+    pub(crate) outer: Vec<u8>,
+    /// `(destination_type, destination_id)` of each destination.
+    pub(crate) dests: Vec<(u8, u32)>,
+}
+
+/// A TIR (`tirc`): where it dispatches and how it hashes.
+#[derive(Clone, Debug)]
+pub(crate) struct Tir {
+    /// 0 direct (`inline_rqn`), 1 indirect (`indirect_table`).
+    pub(crate) disp_type: u8,
+    pub(crate) inline_rqn: u32,
+    pub(crate) rqt: u32,
+    /// `rx_hash_fn` (0 none, 2 Toeplitz).
+    pub(crate) hash_fn: u8,
+    pub(crate) key: [u8; 40],
+    /// `rx_hash_field_selector_outer.l3_prot_type` (0 IPv4, 1 IPv6).
+    pub(crate) l3_ipv6: bool,
+    /// `rx_hash_field_selector_outer.l4_prot_type` (0 TCP, 1 UDP).
+    pub(crate) l4_udp: bool,
+    /// `rx_hash_field_selector_outer.selected_fields`.
+    pub(crate) fields: u32,
+}
+
 /// Object payloads.
 #[derive(Clone, Debug)]
 pub(crate) enum ObjData {
@@ -244,9 +299,12 @@ pub(crate) enum ObjData {
     Qp(Qp),
     Srq(Srq),
     Wq(Wq),
-    FlowTable { table_type: u8, log_size: u8 },
-    FlowGroup { table: u32 },
-    FlowEntry { table: u32, index: u32 },
+    FlowTable(FlowTable),
+    FlowGroup(FlowGroup),
+    FlowEntry(FlowEntry),
+    Tir(Box<Tir>),
+    /// An RQ table: its `rq_num[]` (the first `rqt_actual_size` entries).
+    Rqt(Vec<u32>),
     Umem(super::umem::Umem),
 }
 

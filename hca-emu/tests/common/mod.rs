@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod dp;
+pub mod steer;
 pub mod trace;
 
 use std::time::Duration;
