@@ -100,10 +100,31 @@ impl Mmio for ShadowBar {
 }
 
 impl Shadow {
-    fn new(emu: EmuPlatform) -> Self {
+    /// `emu` with its UAR pages' data-path stores kept in memory.
+    pub fn new(emu: EmuPlatform) -> Self {
         Self {
             emu,
             last: Arc::default(),
+        }
+    }
+
+    /// The log of the doorbells the data path stored.
+    pub fn doorbells(&self) -> Doorbells {
+        Doorbells(self.last.clone())
+    }
+}
+
+/// The last doorbell the data path stored to a [`Shadow`]'s UAR pages, to
+/// be handed to the emulated device between measured calls.
+pub struct Doorbells(Arc<Last>);
+
+impl Doorbells {
+    /// Hands the last doorbell stored since the previous call to the
+    /// device through `bar` (the emulated BAR0); nothing if none was.
+    pub fn forward(&self, bar: &impl Mmio) {
+        let ring = self.0.offset.swap(0, Ordering::Relaxed);
+        if ring != 0 {
+            bar.write64(ring, Be64::new(self.0.value.load(Ordering::Relaxed)));
         }
     }
 }
@@ -218,7 +239,7 @@ pub fn op_api_poll32(cq: &ApiCq, wc: &mut [Completion; 32]) -> hca_driver::Resul
 pub struct Api {
     emu: EmuHca,
     bar: <EmuPlatform as Platform>::Mmio,
-    last: Arc<Last>,
+    bells: Doorbells,
     hca: Arc<Hca<Shadow>>,
     /// The QP posted to.
     pub qp: ApiQp,
@@ -245,7 +266,7 @@ impl Api {
         let emu = EmuHca::new(EmuConfig::default());
         emu.plug_loopback(1).expect("loopback plug");
         let shadow = Shadow::new(emu.platform());
-        let last = shadow.last.clone();
+        let bells = shadow.doorbells();
         let bar = emu.platform().map_bar(0).expect("BAR0");
         let hca = Arc::new(Hca::open(shadow, Config::default()).expect("bring-up"));
         let ctx = Arc::new(Context::open(&hca).expect("context"));
@@ -303,7 +324,7 @@ impl Api {
         Self {
             emu,
             bar,
-            last,
+            bells,
             hca,
             qp,
             cq,
@@ -341,11 +362,7 @@ impl Api {
     /// Hands the last doorbell to the device and waits until it has
     /// written the completions of everything posted (unmeasured).
     pub fn complete(&mut self) {
-        let ring = self.last.offset.load(Ordering::Relaxed);
-        if ring != 0 {
-            self.bar
-                .write64(ring, Be64::new(self.last.value.load(Ordering::Relaxed)));
-        }
+        self.bells.forward(&self.bar);
         let cqn = self.cq.number().0;
         let want = self.cqes.wrapping_add(self.outstanding);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -417,4 +434,59 @@ impl Api {
         b.ring();
         self.posted(k);
     }
+}
+
+/// `n` calls of `post` (call `i` of them), each posting `per` work
+/// requests: as many as the queue takes between two rounds in which the
+/// device completes them and they are polled (untimed).
+pub fn run_api_post(
+    a: &mut Api,
+    n: u64,
+    per: u32,
+    mut post: impl FnMut(&mut ApiQp, u64),
+) -> Duration {
+    let mut dt = Duration::ZERO;
+    let mut done = 0u64;
+    while done < n {
+        let calls = (n - done).min(u64::from(a.room() / per));
+        let t = Instant::now();
+        for i in 0..calls {
+            post(&mut a.qp, done + i);
+        }
+        dt += t.elapsed();
+        a.posted(calls as u32 * per);
+        done += calls;
+        a.complete();
+        a.drain();
+    }
+    dt
+}
+
+/// `n` calls of `poll`, each taking `per` CQEs: the device first completes
+/// a queue's worth of posted writes (untimed), then the calls take them.
+pub fn run_api_poll(
+    a: &mut Api,
+    n: u64,
+    per: u32,
+    mut poll: impl FnMut(&ApiCq) -> usize,
+) -> Duration {
+    let mut dt = Duration::ZERO;
+    let mut done = 0u64;
+    while done < n {
+        let calls = (n - done).min(u64::from(a.room() / per));
+        a.post_writes(calls as u32 * per);
+        a.complete();
+        let t = Instant::now();
+        for _ in 0..calls {
+            let got = poll(&a.cq);
+            assert_eq!(
+                got, per as usize,
+                "a poll took fewer CQEs than the device wrote"
+            );
+        }
+        dt += t.elapsed();
+        a.consumed(calls as u32 * per);
+        done += calls;
+    }
+    dt
 }

@@ -509,7 +509,7 @@ fn main() {
     if run("api_post1") {
         let mut a = api::Api::new(512);
         let w = a.write(0);
-        let dt = run_api_post(&mut a, n, 1, |qp, i| {
+        let dt = api::run_api_post(&mut a, n, 1, |qp, i| {
             api::op_api_post1(
                 qp,
                 black_box(i),
@@ -531,7 +531,7 @@ fn main() {
     if run("api_post32") {
         let mut a = api::Api::new(512);
         let wrs: [api::ApiWrite; 32] = std::array::from_fn(|i| a.write(i as u64));
-        let dt = run_api_post(&mut a, n, 32, |qp, _| {
+        let dt = api::run_api_post(&mut a, n, 32, |qp, _| {
             api::op_api_post32(qp, black_box(&wrs)).expect("post")
         });
         a.finish();
@@ -545,7 +545,7 @@ fn main() {
     if run("api_poll1") {
         let mut a = api::Api::new(256);
         let mut c = Completion::default();
-        let dt = run_api_poll(&mut a, n, 1, |cq| {
+        let dt = api::run_api_poll(&mut a, n, 1, |cq| {
             usize::from(api::op_api_poll1(cq, black_box(&mut c)).expect("poll"))
         });
         a.finish();
@@ -559,7 +559,7 @@ fn main() {
     if run("api_poll32") {
         let mut a = api::Api::new(256);
         let mut wc = [Completion::default(); 32];
-        let dt = run_api_poll(&mut a, n, 32, |cq| {
+        let dt = api::run_api_poll(&mut a, n, 32, |cq| {
             api::op_api_poll32(cq, black_box(&mut wc)).expect("poll")
         });
         a.finish();
@@ -570,59 +570,4 @@ fn main() {
             32 * n,
         );
     }
-}
-
-/// `n` calls of `post` (call `i` of them), each posting `per` work
-/// requests: as many as the queue takes between two rounds in which the
-/// device completes them and they are polled (untimed).
-fn run_api_post(
-    a: &mut api::Api,
-    n: u64,
-    per: u32,
-    mut post: impl FnMut(&mut api::ApiQp, u64),
-) -> Duration {
-    let mut dt = Duration::ZERO;
-    let mut done = 0u64;
-    while done < n {
-        let calls = (n - done).min(u64::from(a.room() / per));
-        let t = Instant::now();
-        for i in 0..calls {
-            post(&mut a.qp, done + i);
-        }
-        dt += t.elapsed();
-        a.posted(calls as u32 * per);
-        done += calls;
-        a.complete();
-        a.drain();
-    }
-    dt
-}
-
-/// `n` calls of `poll`, each taking `per` CQEs: the device first completes
-/// a queue's worth of posted writes (untimed), then the calls take them.
-fn run_api_poll(
-    a: &mut api::Api,
-    n: u64,
-    per: u32,
-    mut poll: impl FnMut(&api::ApiCq) -> usize,
-) -> Duration {
-    let mut dt = Duration::ZERO;
-    let mut done = 0u64;
-    while done < n {
-        let calls = (n - done).min(u64::from(a.room() / per));
-        a.post_writes(calls as u32 * per);
-        a.complete();
-        let t = Instant::now();
-        for _ in 0..calls {
-            let got = poll(&a.cq);
-            assert_eq!(
-                got, per as usize,
-                "a poll took fewer CQEs than the device wrote"
-            );
-        }
-        dt += t.elapsed();
-        a.consumed(calls as u32 * per);
-        done += calls;
-    }
-    dt
 }
