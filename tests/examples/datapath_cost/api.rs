@@ -90,10 +90,12 @@ impl Mmio for ShadowBar {
 
     #[inline]
     fn write_bf(&self, offset: usize, src: &[Be64]) {
+        // As a BAR's write-combined copy: the words as they are, one store
+        // each (the first is the doorbell handed to the device).
         if let Some((first, rest)) = src.split_first() {
             self.write64(offset, *first);
             for (w, s) in rest.iter().zip(&self.last.scratch) {
-                s.store(w.get(), Ordering::Relaxed);
+                s.store(w.to_raw(), Ordering::Relaxed);
             }
         }
     }

@@ -82,11 +82,23 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// with a destination ([`Ah::dest`](crate::verbs::Ah::dest)). Refused
     /// with [`Error::InvalidWorkRequest`] before anything is written when
     /// the state, a key, the queue space or the request's shape is wrong.
-    #[inline]
+    ///
+    /// Inline, as verbs-core's `SendQueue::post_send` (so a work request
+    /// built at the call is never copied through memory); the errors are
+    /// built out of line.
+    #[inline(always)]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        self.check_send(wr)
-            .and_then(|()| self.sq()?.post_send(wr).map_err(WrError::DataPath))
-            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+        if let Err(reason) = self.check_send(wr) {
+            return Err(refused(0, reason));
+        }
+        let sq = match self.sq() {
+            Ok(sq) => sq,
+            Err(reason) => return Err(refused(0, reason)),
+        };
+        match sq.post_send(wr) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(refused(0, WrError::DataPath(e))),
+        }
     }
 
     /// Posts a list of send work requests with one doorbell. On a
@@ -159,8 +171,29 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     }
 
     /// Posts one receive work request (`ibv_post_recv`).
+    ///
+    /// Inline: the state, no SRQ, and each SGE in the cached key region
+    /// (see [`KeyCache`]), then verbs-core's single post; anything else
+    /// (a key not cached, [`SgeCheck::Off`], a refusal) is
+    /// [`post_recv_list`](Self::post_recv_list) of the one request, which
+    /// checks it fully and gives the same errors.
     #[inline]
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        if self.state.can_post_recv() && self.srq.is_none() {
+            let generation = self.pd.generation();
+            let cache = &self.cache;
+            if wr
+                .sgl
+                .iter()
+                .all(|s| s.length == 0 || cache.hit(generation, *s, AccessFlags::LOCAL_WRITE))
+                && let Some(rq) = self.dp.as_mut().and_then(|d| d.rq().ok())
+            {
+                return match rq.post_recv(wr) {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(rejected_cold(e)),
+                };
+            }
+        }
         self.post_recv_list(core::slice::from_ref(wr))
     }
 
@@ -327,4 +360,11 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
 #[inline(never)]
 fn refused(index: usize, reason: WrError) -> Error {
     Error::InvalidWorkRequest { index, reason }
+}
+
+/// [`rejected`] of the first request, built out of the posting paths.
+#[cold]
+#[inline(never)]
+fn rejected_cold(e: verbs_core::Error) -> Error {
+    rejected(0, e)
 }
