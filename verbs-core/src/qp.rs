@@ -1872,22 +1872,24 @@ impl RecvQueue {
         }
         let idx = self.head.wrapping_add(nreq) & self.mask;
         let base = (idx as usize) << self.shift;
-        let mut j = 0usize;
+        // The next segment's offset (one value live in the loop, not a
+        // count and the base).
+        let mut off = base;
         let mut total: u64 = 0;
         for sge in wr.sgl {
             if sge.length == 0 {
                 continue;
             }
             let seg = wqe::data_seg(sge.length, sge.lkey, sge.addr);
-            self.buf.w64(base + 16 * j, seg[0]);
-            self.buf.w64(base + 16 * j + 8, seg[1]);
+            self.buf.w64(off, seg[0]);
+            self.buf.w64(off + 8, seg[1]);
             total += u64::from(sge.length);
-            j += 1;
+            off += 16;
         }
-        if j < self.max_gs as usize {
+        if off - base < 16 * self.max_gs as usize {
             let seg = wqe::data_seg_end();
-            self.buf.w64(base + 16 * j, seg[0]);
-            self.buf.w64(base + 16 * j + 8, seg[1]);
+            self.buf.w64(off, seg[0]);
+            self.buf.w64(off + 8, seg[1]);
         }
         self.wrid.get(idx).store(wr.wr_id, Ordering::Relaxed);
         self.len
@@ -1909,7 +1911,7 @@ impl RecvQueue {
 
     /// Posts one receive work request and updates the doorbell record
     /// (`ibv_post_recv` with a one-element list).
-    #[inline]
+    #[inline(always)]
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), Error> {
         self.build(wr, 0)?;
         self.publish(1);

@@ -27,10 +27,18 @@ use platform::{Be32, Be64, DmaRegion, Mmio, Platform};
 const INIT_SEG_SIZE: usize = 0x1000;
 /// A UAR page's BlueFlame registers (two halves of 256 bytes).
 const BF_OFFSETS: core::ops::Range<usize> = 0x800..0xa00;
-/// The UAR page size of the emulated device (a constant, so the routing
-/// test below is a mask and a compare, close to the store of a real BAR).
+/// The UAR page size of the emulated device.
 const UAR_PAGE_SIZE: usize = 4096;
 const _: () = assert!(BF_OFFSETS.start % 0x200 == 0 && BF_OFFSETS.end == BF_OFFSETS.start + 0x200);
+/// The bit every BlueFlame register offset has and no other UAR offset
+/// the driver stores 64 bits to (the CQ arm doorbell at 0x20).
+const BF_BIT: usize = 0x800;
+const _: () = assert!(
+    BF_OFFSETS.start & BF_BIT != 0
+        && (BF_OFFSETS.end - 1) & BF_BIT != 0
+        && 0x20 & BF_BIT == 0
+        && UAR_PAGE_SIZE > BF_OFFSETS.end
+);
 
 /// hca-emu's platform with the UAR doorbells and BlueFlame copies of the
 /// data path kept in ordinary memory (see the module docs); the init
@@ -80,12 +88,17 @@ impl Mmio for ShadowBar {
 
     #[inline]
     fn write64(&self, offset: usize, value: Be64) {
-        // BF_OFFSETS is 0x800..0xa00: one mask and one compare.
-        if ((offset % UAR_PAGE_SIZE) & !0x1ff) != BF_OFFSETS.start || offset < INIT_SEG_SIZE {
+        // One bit test, close to the single store of a real BAR: of the
+        // offsets the driver stores 64 bits to (the send doorbells at
+        // BF_OFFSETS, 0x800..0xa00 of a UAR page, and the CQ arm at 0x20 of
+        // one; nothing 64-bit in the initialization segment, asserted in
+        // debug builds), only the BlueFlame registers have bit 11 set.
+        debug_assert!(offset >= INIT_SEG_SIZE || offset & BF_BIT == 0);
+        if offset & BF_BIT == 0 {
             return self.device_write64(offset, value);
         }
         self.last.offset.store(offset, Ordering::Relaxed);
-        self.last.value.store(value.get(), Ordering::Relaxed);
+        self.last.value.store(value.to_raw(), Ordering::Relaxed);
     }
 
     #[inline]
@@ -126,7 +139,7 @@ impl Doorbells {
     pub fn forward(&self, bar: &impl Mmio) {
         let ring = self.0.offset.swap(0, Ordering::Relaxed);
         if ring != 0 {
-            bar.write64(ring, Be64::new(self.0.value.load(Ordering::Relaxed)));
+            bar.write64(ring, Be64::from_raw(self.0.value.load(Ordering::Relaxed)));
         }
     }
 }

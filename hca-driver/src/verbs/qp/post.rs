@@ -172,14 +172,16 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
 
     /// Posts one receive work request (`ibv_post_recv`).
     ///
-    /// Inline: the state, no SRQ, and each SGE in the cached key region
+    /// Inline: the state, a receive queue, and each SGE in the cached key region
     /// (see [`KeyCache`]), then verbs-core's single post; anything else
     /// (a key not cached, [`SgeCheck::Off`], a refusal) is
     /// [`post_recv_list`](Self::post_recv_list) of the one request, which
     /// checks it fully and gives the same errors.
-    #[inline]
+    #[inline(always)]
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
-        if self.state.can_post_recv() && self.srq.is_none() {
+        // (A QP on an SRQ has no receive queue: `rq()` sends it to the
+        // list path, which names the SRQ.)
+        if self.state.can_post_recv() {
             let generation = self.pd.generation();
             let cache = &self.cache;
             if wr
