@@ -875,9 +875,10 @@ impl<M: Mmio> Cq<M> {
     /// it). After an error `out` holds nothing meaningful. The doorbell
     /// record is written when a CQE was consumed.
     ///
-    /// A successful requester CQE of a CQE-version-1 CQ is retired inline
-    /// (owner bit, opcode and format, user index and QPN, WQE opcode,
-    /// `wqe_counter` inside the outstanding window, all checked);
+    /// A successful requester CQE is retired inline when its user index
+    /// names a handle with its QPN (owner bit, opcode and format, user
+    /// index and QPN, WQE opcode, `wqe_counter` inside the outstanding
+    /// window, all checked);
     /// everything else goes out of line to the general path, which checks
     /// everything again and says what is wrong.
     #[inline(always)]
@@ -890,9 +891,13 @@ impl<M: Mmio> Cq<M> {
         let p = self.buf.block64((ci as usize) << 6);
         let op_own = p.r8(cqe_offset::OP_OWN);
         // Owner bit = bit log_cq_size of the consumer index.
-        if op_own == u8::from(ci & self.size != 0) && self.version == CqeVersion::V1 {
+        if op_own == u8::from(ci & self.size != 0) {
             // Software-owned, opcode REQ (0), format 0, not solicited (as
-            // in `poll`).
+            // in `poll`). (Whatever the CQE version: the handle must also
+            // have the CQE's QPN, which names one QP, so a version-0 CQE
+            // whose reserved user-index field finds a handle is retired on
+            // the right queue; one that finds none goes the general way.
+            // No version test on the fast path.)
             barrier::udma_from_device_barrier();
             // (Each field is read once, after the barrier, when it is
             // needed: fewer values live at a time.)
@@ -931,7 +936,7 @@ impl<M: Mmio> Cq<M> {
     }
 
     /// [`poll_one`](Self::poll_one) of everything but a good requester CQE
-    /// of a version-1 CQ.
+    /// whose user index and QPN name its queue.
     #[cold]
     #[inline(never)]
     fn poll_one_slow<R: CqResolver>(
