@@ -1125,27 +1125,26 @@ impl<M: Mmio> Cq<M> {
         run: &mut Run<'_>,
         out: &mut [W],
     ) -> usize {
-        let mut n = 0;
-        for (w, cqe) in out.iter_mut().zip(buf.blocks(p)) {
+        // (One walk over the CQEs and `out`, bounded once by the ring.)
+        buf.zip_blocks(p, out, |cqe, w| {
             // The next CQE, if it is the device's turn over, a plain
             // requester CQE, names the same queue and passes the checks.
             if cqe.r8(cqe_offset::OP_OWN) != SW {
-                break;
+                return false;
             }
             barrier::udma_from_device_barrier();
             let t = cqe.r64(cqe_offset::SOP_DROP_QPN);
             // The key and QPN dwords, compared raw (no constant or key
             // needs a register of its own).
             if ((cqe.r32(KEY) ^ kk) | (raw_sop_qpn(t) ^ kq)) & KEY24 != 0 {
-                break;
+                return false;
             }
             let Some([w0, w1, w2]) = run.take(cqe, t) else {
-                break;
+                return false;
             };
             w.set_requester(w0, w1, w2);
-            n += 1;
-        }
-        n
+            true
+        })
     }
 
     /// `byte_len` of a requester completion (CQE at byte `p`, the one at
