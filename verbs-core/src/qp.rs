@@ -1844,6 +1844,10 @@ pub struct RecvQueue {
     mask: u32,
     shift: u8,
     max_gs: u32,
+    /// `16 * max_gs`: the bytes of a WQE's data segments (a field of its
+    /// own, read after the segment loop: a value kept from before it
+    /// would hold a register through the loop).
+    seg_bytes: usize,
     max_post: u32,
     head: u32,
     tail_cache: u32,
@@ -1886,7 +1890,7 @@ impl RecvQueue {
             total += u64::from(sge.length);
             off += 16;
         }
-        if off - base < 16 * self.max_gs as usize {
+        if off - base < self.seg_bytes {
             let seg = wqe::data_seg_end();
             self.buf.w64(off, seg[0]);
             self.buf.w64(off + 8, seg[1]);
@@ -2267,6 +2271,7 @@ fn new_rq(
         mask: g.wqe_cnt - 1,
         shift: g.wqe_shift,
         max_gs: g.max_gs,
+        seg_bytes: 16 * g.max_gs as usize,
         max_post: g.max_post,
         head: start,
         tail_cache: start,
