@@ -42,10 +42,24 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         {
             return match sq.post_send_sge(wr_id, op, flags, sge) {
                 Ok(()) => Ok(()),
-                Err(e) => Err(refused(0, WrError::DataPath(e.into()))),
+                Err(e) => Err(sge_refused(e)),
             };
         }
-        self.post_sge_slow(wr_id, op, flags, sge)
+        // The slow path's arguments in registers (the SGE stays where the
+        // caller put it): nothing is stored for it on the inline path.
+        match pack_sge_op(&op, flags) {
+            Some([w0, w1]) => self.post_sge_cold(wr_id, w0, w1, &sge),
+            None => self.post_sge_slow(wr_id, op, flags, sge),
+        }
+    }
+
+    /// [`post_sge_slow`](Self::post_sge_slow) of an operation packed by
+    /// [`pack_sge_op`].
+    #[cold]
+    #[inline(never)]
+    fn post_sge_cold(&mut self, wr_id: u64, w0: u64, w1: u64, sge: &Sge) -> Result<()> {
+        let (op, flags) = unpack_sge_op(w0, w1);
+        self.post_sge_slow(wr_id, op, flags, *sge)
     }
 
     /// [`post_sge`](Self::post_sge) past its inline path: every check,
@@ -369,4 +383,67 @@ fn refused(index: usize, reason: WrError) -> Error {
 #[inline(never)]
 fn rejected_cold(e: verbs_core::Error) -> Error {
     rejected(0, e)
+}
+
+/// The error of a one-SGE post verbs-core refused, built out of line.
+#[cold]
+#[inline(never)]
+fn sge_refused(e: verbs_core::SendError) -> Error {
+    refused(0, WrError::DataPath(e.into()))
+}
+
+/// A one-SGE operation of [`Qp::post_sge`] and its flags as two words
+/// (`remote_addr`, and `rkey | kind << 32 | flags << 40` with kind 0 SEND,
+/// 1 RDMA WRITE, 2 RDMA READ); `None` for any other operation.
+#[inline(always)]
+fn pack_sge_op(op: &SendOp, flags: SendFlags) -> Option<[u64; 2]> {
+    let (kind, remote_addr, rkey) = match *op {
+        SendOp::Send => (0u64, 0, 0),
+        SendOp::RdmaWrite { remote_addr, rkey } => (1, remote_addr, rkey),
+        SendOp::RdmaRead { remote_addr, rkey } => (2, remote_addr, rkey),
+        _ => return None,
+    };
+    Some([
+        remote_addr,
+        u64::from(rkey) | kind << 32 | u64::from(flags.0) << 40,
+    ])
+}
+
+/// The operation and flags [`pack_sge_op`] packed.
+fn unpack_sge_op(w0: u64, w1: u64) -> (SendOp, SendFlags) {
+    let (remote_addr, rkey) = (w0, w1 as u32);
+    let op = match (w1 >> 32) as u8 {
+        1 => SendOp::RdmaWrite { remote_addr, rkey },
+        2 => SendOp::RdmaRead { remote_addr, rkey },
+        _ => SendOp::Send,
+    };
+    (op, SendFlags((w1 >> 40) as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_sge_operations_round_trip_through_their_packed_words() {
+        let flags = [SendFlags(0), SendFlags(0xff), SendFlags::SIGNALED];
+        let ops = [
+            SendOp::Send,
+            SendOp::RdmaWrite {
+                remote_addr: 0x0123_4567_89ab_cdef,
+                rkey: 0xfedc_ba98,
+            },
+            SendOp::RdmaRead {
+                remote_addr: u64::MAX,
+                rkey: u32::MAX,
+            },
+        ];
+        for op in ops {
+            for f in flags {
+                let [w0, w1] = pack_sge_op(&op, f).expect("packed");
+                assert_eq!(unpack_sge_op(w0, w1), (op, f));
+            }
+        }
+        assert_eq!(pack_sge_op(&SendOp::SendWithImm(1), SendFlags(0)), None);
+    }
 }
