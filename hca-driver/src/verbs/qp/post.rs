@@ -130,7 +130,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// Starts a batch of send work requests rung with one doorbell when the
     /// batch is rung or dropped (the `ibv_wr_start` / `ibv_wr_complete`
     /// pattern).
-    #[inline]
+    #[inline(always)]
     pub fn batch(&mut self) -> Result<SendBatch<'_, P, S>> {
         self.send_state()
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
