@@ -186,8 +186,8 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
 
     /// Posts one receive work request (`ibv_post_recv`).
     ///
-    /// Inline: the state, a receive queue, and each SGE in the cached key region
-    /// (see [`KeyCache`]), then verbs-core's single post; anything else
+    /// Inline: the state, a receive queue, and each SGE in the region the
+    /// QP's last key check found, then verbs-core's single post; anything else
     /// (a key not cached, [`SgeCheck::Off`], a refusal) is
     /// [`post_recv_list`](Self::post_recv_list) of the one request, which
     /// checks it fully and gives the same errors.
