@@ -417,17 +417,21 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
     fn with<R>(&self, f: impl FnOnce(&mut Inner<P::Mmio>) -> R) -> R {
         let mut g = match self.inner.try_lock() {
             Some(g) => g,
-            None => self.lock_contended(),
+            None => return self.with_contended(f),
         };
         f(g.as_mut()
             .expect("the CQ's data path lives until it is destroyed"))
     }
 
-    /// [`with`](Self::with)'s lock when the first attempt failed.
+    /// [`with`](Self::with) when the first attempt at the lock failed:
+    /// the whole call out of line (the inline path then calls nothing
+    /// before its work).
     #[cold]
     #[inline(never)]
-    fn lock_contended(&self) -> spin::MutexGuard<'_, Option<Inner<P::Mmio>>> {
-        self.inner.lock()
+    fn with_contended<R>(&self, f: impl FnOnce(&mut Inner<P::Mmio>) -> R) -> R {
+        let mut g = self.inner.lock();
+        f(g.as_mut()
+            .expect("the CQ's data path lives until it is destroyed"))
     }
 
     /// Polls up to `wc.len()` completions (`ibv_poll_cq`) into
