@@ -35,15 +35,16 @@
 //! `Qp::post_rdma_write`; `Qp::batch` with 32 `SendBatch::post_rdma_write`
 //! and `ring`; `Cq::poll_one`; `Cq::poll` of 32. The example lives in the
 //! integration crate because those need an opened `Hca`. Measured in one
-//! run with the rows below: 90.4, 66.7 per WQE, 86.0 and 36.0 per CQE
-//! (1.45, 1.62, 1.26 and 1.04 times verbs-core; the limit is
-//! 1.25; they were 100.4, 67.7, 90.0 and 45.6). The driver adds its
+//! run with the rows below: 90.4, 66.7 per WQE, 84.0 and 36.0 per CQE
+//! (1.45, 1.62, 1.24 and 1.04 times verbs-core; the limit is
+//! 1.25, met by the polls; they were 100.4, 67.7, 90.0 and 45.6). The driver adds its
 //! documented checks before verbs-core's (QP state; the lkey is a region
 //! of the QP's PD and the SGE lies inside it, through a per-QP cache of
 //! the last region hit: a load of the PD's generation through the QP's PD
 //! handle, a tag compare and the bounds, 12 instructions), the spin lock
-//! that lets any thread poll a CQ (4, and 1 to release it) and the check
-//! that the CQ's data path is still there (3), a `Result` whose error is
+//! that lets any thread poll a CQ (4, and 1 to release it; contended, the
+//! whole call runs out of line) and the check that the CQ's data path is
+//! still there (3), a `Result` whose error is
 //! the driver's full `Error` (returned through memory), and the register
 //! pressure of all that: the single post saves three more registers than
 //! verbs-core's; the batch keeps verbs-core's cursor on the stack (about
