@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Side-by-side data-path benchmark: verbs-core against rdma-core's libmlx5.
+# Side-by-side data-path benchmark: verbs-core and hca_driver::verbs against
+# rdma-core's libmlx5.
 #
 #   bash bench/incumbent/run.sh            # build everything, print the table
-#   bash bench/incumbent/run.sh --check    # the same, then fail if ours costs
-#                                          # more instructions than libmlx5 anywhere
+#   bash bench/incumbent/run.sh --check    # the same, then fail if either of our
+#                                          # layers costs more instructions than
+#                                          # libmlx5 in any row
 #
 # It builds libibverbs and the mlx5 provider statically from rdma-core's
 # source (v55.0, as vendored by the crates.io crate ibverbs-sys
@@ -11,8 +13,10 @@
 # of ibverbs-sys's own repository, 5e66bf7b5ebca6a9fc0dfa3ad38a3f5a6860cdad,
 # but not rdma-core's, so the version is checked in its CMakeLists.txt),
 # the C harness
-# bench/incumbent/libmlx5_bench.c against them, and the Rust twin
-# verbs-core/examples/vs_libmlx5.rs; then counts instructions per operation
+# bench/incumbent/libmlx5_bench.c against them, and the Rust twins
+# verbs-core/examples/vs_libmlx5.rs (verbs-core) and
+# tests/examples/vs_libmlx5_driver (hca_driver::verbs on an emulated HCA
+# whose UAR pages are memory); then counts instructions per operation
 # of every scenario on both sides with callgrind and times both in the same
 # run (compare.py). Everything built lives in target/incumbent/.
 #
@@ -112,10 +116,14 @@ build_libmlx5() {
 }
 
 build_ours() {
-    log "building verbs-core's twin (release)"
+    log "building verbs-core's and hca_driver::verbs's twins (release)"
     cargo build --release -q -p verbs-core --example vs_libmlx5
-    OURS=$(cargo metadata --format-version 1 --no-deps |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/examples/vs_libmlx5
+    cargo build --release -q -p hca-tests --example vs_libmlx5_driver
+    local target
+    target=$(cargo metadata --format-version 1 --no-deps |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+    OURS=$target/release/examples/vs_libmlx5
+    DRIVER=$target/release/examples/vs_libmlx5_driver
 }
 
 need_tools
@@ -123,6 +131,6 @@ fetch_source
 build_libmlx5
 build_ours
 python3 "$ROOT/bench/incumbent/compare.py" \
-    --lib "$OUT/libmlx5_bench" --ours "$OURS" --vectors "$ROOT/data/prm/libmlx5-vectors.json" \
+    --lib "$OUT/libmlx5_bench" --ours "$OURS" --driver "$DRIVER" --vectors "$ROOT/data/prm/libmlx5-vectors.json" \
     --rdma-core "rdma-core v$RDMA_CORE_VERSION (crates.io $CRATE $CRATE_VERSION, sha256 ${CRATE_SHA256:0:12}…)" \
     --out "$OUT/table.md" "$@"

@@ -542,6 +542,40 @@ impl Ring {
         }
     }
 
+    /// Walks the 64-byte blocks from the one holding byte `off` (masked)
+    /// towards the end of the ring together with the elements of `out`,
+    /// calling `f` on each pair while it returns `true`; returns how many
+    /// pairs it returned `true` for. It stops at the end of `out` or of the
+    /// ring, whichever comes first (bounded once, here: the loop has one
+    /// end to test, not one per sequence as a zip of [`blocks`](Self::blocks)
+    /// with `out` has).
+    #[inline(always)]
+    pub fn zip_blocks<T>(
+        &self,
+        off: usize,
+        out: &mut [T],
+        mut f: impl FnMut(Block64<'_>, &mut T) -> bool,
+    ) -> usize {
+        let o = off & self.mask & !63;
+        // Blocks from `o` to the end of the ring (at least 1).
+        let left = (self.mask + 1 - o) >> 6;
+        let n = out.len().min(left);
+        let mut slots = out[..n].iter_mut();
+        // The block of the next slot: `o + 64 i` for slot `i`. (Two
+        // pointers walk; the count is the slots' iterator's.)
+        let mut p = self.base.as_ptr().wrapping_add(o);
+        while let Some(w) = slots.next() {
+            // For slot `i < n <= left`, `p` is `base + o + 64 i` and
+            // `o + 64 i + 64 <= bytes`: the block is inside the ring.
+            let b = Block64 { p, _l: PhantomData };
+            if !f(b, w) {
+                return n - slots.len() - 1;
+            }
+            p = p.wrapping_add(64);
+        }
+        n
+    }
+
     volatile_rw!(
         /// Reads the byte at `off` (masked).
         r8,
@@ -1226,6 +1260,19 @@ mod tests {
         assert!(run.next().is_none());
         assert_eq!(ring.blocks(usize::MAX).count(), 1);
         assert_eq!(ring.blocks(256).count(), 4);
+        // The same run beside a slice: bounded by the shorter, stopped by
+        // the callback.
+        let mut seen = [0u64; 8];
+        let n = ring.zip_blocks(64 * 2 + 5, &mut seen, |b, s| {
+            *s = b.r64(8);
+            true
+        });
+        assert_eq!(n, 2);
+        assert_eq!(seen[..3], [ring.r64(2 * 64 + 8), ring.r64(3 * 64 + 8), 0]);
+        assert_eq!(ring.zip_blocks(0, &mut seen[..3], |_, _| true), 3);
+        assert_eq!(ring.zip_blocks(usize::MAX, &mut seen, |_, _| true), 1);
+        assert_eq!(ring.zip_blocks(0, &mut seen, |b, _| b.r8(0x3f) != 3), 3);
+        assert_eq!(ring.zip_blocks(0, &mut [0u8; 0], |_, _| true), 0);
         // Blocks: masked to 64 bytes inside the ring.
         let b = ring.block64(64 + 5);
         b.w64(64 + 16, 42);

@@ -462,6 +462,24 @@ impl Run<'_> {
         Some([wr_id, w1, w2])
     }
 
+    /// [`take`](Self::take) of a CQE whose WQE opcode is the run's first
+    /// one, already known to complete with its table entry alone (so the
+    /// completion's words 1 and 2 need nothing from the table): the
+    /// `wr_id`, with the queue's tail advanced past its WQE, or `None`
+    /// (nothing changed) if the WQE is not outstanding.
+    #[inline(always)]
+    fn take_same_op(&mut self, t: u64) -> Option<u64> {
+        let e = self.table.entry(u32::from((u64::from_be(t) >> 16) as u16));
+        let wqe_head = e.head.load(Ordering::Relaxed);
+        let u = self.last.wrapping_sub(wqe_head);
+        if u >= self.room {
+            return None;
+        }
+        let wr_id = e.wr_id.load(Ordering::Relaxed);
+        self.room = u;
+        Some(wr_id)
+    }
+
     /// Stores the queue's tail (release: the poster may reuse the slots).
     #[inline(always)]
     fn store_tail(&self) {
@@ -893,9 +911,10 @@ impl<M: Mmio> Cq<M> {
     /// it). After an error `out` holds nothing meaningful. The doorbell
     /// record is written when a CQE was consumed.
     ///
-    /// A successful requester CQE of a CQE-version-1 CQ is retired inline
-    /// (owner bit, opcode and format, user index and QPN, WQE opcode,
-    /// `wqe_counter` inside the outstanding window, all checked);
+    /// A successful requester CQE is retired inline when its user index
+    /// names a handle with its QPN (owner bit, opcode and format, user
+    /// index and QPN, WQE opcode, `wqe_counter` inside the outstanding
+    /// window, all checked);
     /// everything else goes out of line to the general path, which checks
     /// everything again and says what is wrong.
     #[inline(always)]
@@ -915,9 +934,13 @@ impl<M: Mmio> Cq<M> {
         let p = self.buf.block64((ci as usize) << 6);
         let op_own = p.r8(cqe_offset::OP_OWN);
         // Owner bit = bit log_cq_size of the consumer index.
-        if op_own == u8::from(ci & self.size != 0) && self.version == CqeVersion::V1 {
+        if op_own == u8::from(ci & self.size != 0) {
             // Software-owned, opcode REQ (0), format 0, not solicited (as
-            // in `poll`).
+            // in `poll`). (Whatever the CQE version: the handle must also
+            // have the CQE's QPN, which names one QP, so a version-0 CQE
+            // whose reserved user-index field finds a handle is retired on
+            // the right queue; one that finds none goes the general way.
+            // No version test on the fast path.)
             barrier::udma_from_device_barrier();
             // (Each field is read once, after the barrier, when it is
             // needed: fewer values live at a time.)
@@ -1002,7 +1025,7 @@ impl<M: Mmio> Cq<M> {
     }
 
     /// [`poll_one`](Self::poll_one) of everything but a good requester CQE
-    /// of a version-1 CQ.
+    /// whose user index and QPN name its queue.
     #[cold]
     #[inline(never)]
     fn poll_one_slow<R: CqResolver>(
@@ -1165,7 +1188,19 @@ impl<M: Mmio> Cq<M> {
         first.set_requester(w0, w1, w2);
         // The owner bit is the same for the whole run (it stops at the end
         // of the ring): a loop for each value, comparing with a constant.
-        let k = if sw_owner == 0 {
+        // When the first CQE's WQE opcode completes with its table entry
+        // alone (RDMA WRITE, SEND...), the run goes on while the CQEs carry
+        // the same WQE opcode and QPN (the first's `sop_drop_qpn` dword,
+        // compared whole), whose completion words 1 and 2 need no lookup;
+        // a CQE with another opcode ends the run and starts the next.
+        let sq_word = raw_sop_qpn(t);
+        let k = if (REQ_FAST[(u32::from_be(sq_word) >> 24) as usize] as i64) >= 0 {
+            if sw_owner == 0 {
+                Self::run_same_op::<KEY, W, 0>(buf, off + 64, kk, sq_word, w2, &mut run, rest)
+            } else {
+                Self::run_same_op::<KEY, W, 1>(buf, off + 64, kk, sq_word, w2, &mut run, rest)
+            }
+        } else if sw_owner == 0 {
             Self::run_rest::<KEY, W, 0>(buf, off + 64, kk, kq, &mut run, rest)
         } else {
             Self::run_rest::<KEY, W, 1>(buf, off + 64, kk, kq, &mut run, rest)
@@ -1191,27 +1226,61 @@ impl<M: Mmio> Cq<M> {
         run: &mut Run<'_>,
         out: &mut [W],
     ) -> usize {
-        let mut n = 0;
-        for (w, cqe) in out.iter_mut().zip(buf.blocks(p)) {
+        // (One walk over the CQEs and `out`, bounded once by the ring.)
+        buf.zip_blocks(p, out, |cqe, w| {
             // The next CQE, if it is the device's turn over, a plain
             // requester CQE, names the same queue and passes the checks.
             if cqe.r8(cqe_offset::OP_OWN) != SW {
-                break;
+                return false;
             }
             barrier::udma_from_device_barrier();
             let t = cqe.r64(cqe_offset::SOP_DROP_QPN);
             // The key and QPN dwords, compared raw (no constant or key
             // needs a register of its own).
             if ((cqe.r32(KEY) ^ kk) | (raw_sop_qpn(t) ^ kq)) & KEY24 != 0 {
-                break;
+                return false;
             }
             let Some([w0, w1, w2]) = run.take(cqe, t) else {
-                break;
+                return false;
             };
             w.set_requester(w0, w1, w2);
-            n += 1;
-        }
-        n
+            true
+        })
+    }
+
+    /// [`run_rest`](Self::run_rest) of a run whose first CQE's WQE opcode
+    /// completes with its table entry alone: retires the CQEs from byte
+    /// `p` on while they are software's (owner bit `SW`), plain requester
+    /// CQEs whose key dword (masked) is `kk` and whose `sop_drop_qpn` dword
+    /// is `sq_word` (the same WQE opcode and QPN as the first; compared
+    /// whole), and whose WQE is outstanding; their completions' word 2 is
+    /// the first's, `w2`.
+    #[inline(always)]
+    fn run_same_op<const KEY: usize, W: CompletionSlot, const SW: u8>(
+        buf: &Ring,
+        p: usize,
+        kk: u32,
+        sq_word: u32,
+        w2: u64,
+        run: &mut Run<'_>,
+        out: &mut [W],
+    ) -> usize {
+        buf.zip_blocks(p, out, |cqe, w| {
+            if cqe.r8(cqe_offset::OP_OWN) != SW {
+                return false;
+            }
+            barrier::udma_from_device_barrier();
+            let t = cqe.r64(cqe_offset::SOP_DROP_QPN);
+            if (cqe.r32(KEY) ^ kk) & KEY24 != 0 || raw_sop_qpn(t) != sq_word {
+                return false;
+            }
+            let Some(w0) = run.take_same_op(t) else {
+                return false;
+            };
+            // `byte_len` 0: word 1 is the CQE's dword (see `Run::take`).
+            w.set_requester(w0, Completion::word1_raw(0, sq_word), w2);
+            true
+        })
     }
 
     /// `byte_len` of a requester completion (CQE at byte `p`, the one at

@@ -84,11 +84,14 @@
 //! the `datapath_cost` example of the integration crate, `tests/examples/`), each in a function of its own that returns
 //! the result: one RDMA write with its doorbell 62.4 (`post_send_sge`;
 //! 65.4 with the error converted to `Error`), per WQE in a batch of 32:
-//! 41.1 (41.1), one CQE by `poll_one` 70, per CQE in a poll of 32: 43.6
+//! 41.1 (41.1), one CQE by `poll_one` 68, per CQE in a poll of 32: 34.7
 //! (rdma-core's libmlx5 on the same fixtures: 311 (227 with `ibv_wr_*`),
-//! 190 (129), 175, 108). Before queue memory went through
-//! [`platform::ring`] the hand-written pointer code took 57.4, 40.75, 66
-//! (56.5 with a polling session that remembered the queue) and 38.
+//! 190 (129), 175, 108; `bash bench/incumbent/run.sh` measures all three
+//! side by side). Of issue 12's targets (60, 40, 40, 40) only the last
+//! is met.
+//! Before queue memory went through [`platform::ring`] the hand-written
+//! pointer code took 57.4, 40.75, 66 (56.5 with a polling session that
+//! remembered the queue) and 38.
 //!
 //! ```
 //! # use platform::host::{HostBlock, HostMmio};

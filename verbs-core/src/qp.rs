@@ -1889,6 +1889,10 @@ pub struct RecvQueue {
     mask: u32,
     shift: u8,
     max_gs: u32,
+    /// `16 * max_gs`: the bytes of a WQE's data segments (a field of its
+    /// own, read after the segment loop: a value kept from before it
+    /// would hold a register through the loop).
+    seg_bytes: usize,
     max_post: u32,
     head: u32,
     tail_cache: u32,
@@ -1917,22 +1921,24 @@ impl RecvQueue {
         }
         let idx = self.head.wrapping_add(nreq) & self.mask;
         let base = (idx as usize) << self.shift;
-        let mut j = 0usize;
+        // The next segment's offset (one value live in the loop, not a
+        // count and the base).
+        let mut off = base;
         let mut total: u64 = 0;
         for sge in wr.sgl {
             if sge.length == 0 {
                 continue;
             }
             let seg = wqe::data_seg(sge.length, sge.lkey, sge.addr);
-            self.buf.w64(base + 16 * j, seg[0]);
-            self.buf.w64(base + 16 * j + 8, seg[1]);
+            self.buf.w64(off, seg[0]);
+            self.buf.w64(off + 8, seg[1]);
             total += u64::from(sge.length);
-            j += 1;
+            off += 16;
         }
-        if j < self.max_gs as usize {
+        if off - base < self.seg_bytes {
             let seg = wqe::data_seg_end();
-            self.buf.w64(base + 16 * j, seg[0]);
-            self.buf.w64(base + 16 * j + 8, seg[1]);
+            self.buf.w64(off, seg[0]);
+            self.buf.w64(off + 8, seg[1]);
         }
         self.wrid.get(idx).store(wr.wr_id, Ordering::Relaxed);
         self.len
@@ -1954,7 +1960,7 @@ impl RecvQueue {
 
     /// Posts one receive work request and updates the doorbell record
     /// (`ibv_post_recv` with a one-element list).
-    #[inline]
+    #[inline(always)]
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), Error> {
         self.build(wr, 0)?;
         self.publish(1);
@@ -2310,6 +2316,7 @@ fn new_rq(
         mask: g.wqe_cnt - 1,
         shift: g.wqe_shift,
         max_gs: g.max_gs,
+        seg_bytes: 16 * g.max_gs as usize,
         max_post: g.max_post,
         head: start,
         tail_cache: start,

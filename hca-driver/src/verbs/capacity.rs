@@ -127,6 +127,8 @@ impl<T, const N: usize> Bounded<T, N> {
         self.items.swap_remove(i)
     }
 
+    // (The CQ's resolver without `alloc` is its only user.)
+    #[cfg_attr(feature = "alloc", allow(dead_code))]
     pub(crate) fn as_slice(&self) -> &[T] {
         &self.items
     }

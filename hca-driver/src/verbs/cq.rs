@@ -17,7 +17,9 @@ use crate::fw::CqObj;
 use crate::hca::DmaUse;
 use crate::pas::PAS_PAGE_SIZE;
 use crate::types::{Cqn, Eqn};
-use crate::verbs::capacity::{Bounded, MAX_CONTEXT_QPS};
+#[cfg(not(feature = "alloc"))]
+use crate::verbs::capacity::Bounded;
+use crate::verbs::capacity::MAX_CONTEXT_QPS;
 use crate::verbs::channel::CompChannel;
 use crate::verbs::context::{Context, FwObj};
 use crate::verbs::queue::{
@@ -26,7 +28,9 @@ use crate::verbs::queue::{
 use crate::verbs::share::{DefaultShare, Handle, Share};
 
 /// No QP under this user index (in [`Resolver::slot`]).
+#[cfg(not(feature = "alloc"))]
 const NO_SLOT: u16 = u16::MAX;
+#[cfg(not(feature = "alloc"))]
 const _: () = assert!(MAX_CONTEXT_QPS < NO_SLOT as usize);
 
 /// The completion handles of the QPs a CQ serves, found by user index in
@@ -37,24 +41,20 @@ const _: () = assert!(MAX_CONTEXT_QPS < NO_SLOT as usize);
 /// The CQE-version-0 path ([`CqResolver::by_qpn`], CQEs naming the QP by
 /// number) and the SRQ path ([`CqResolver::srq_by_srqn`], receive CQEs of a
 /// QP whose handle is gone) scan `entries`: O(QPs on the CQ).
+#[cfg(not(feature = "alloc"))]
 #[derive(Debug)]
 pub(crate) struct Resolver {
-    #[cfg(feature = "alloc")]
-    slot: alloc::vec::Vec<u16>,
-    #[cfg(not(feature = "alloc"))]
     slot: [u16; MAX_CONTEXT_QPS],
     /// (user index, handle).
     entries: Bounded<(u32, QpCompletions), MAX_CONTEXT_QPS>,
 }
 
+#[cfg(not(feature = "alloc"))]
 impl Resolver {
     /// A resolver for user indices below `cap`.
     fn new(cap: usize) -> Self {
         let cap = cap.min(MAX_CONTEXT_QPS);
         Self {
-            #[cfg(feature = "alloc")]
-            slot: alloc::vec![NO_SLOT; cap],
-            #[cfg(not(feature = "alloc"))]
             slot: [NO_SLOT; MAX_CONTEXT_QPS],
             entries: Bounded::new(cap),
         }
@@ -128,6 +128,7 @@ impl Resolver {
     }
 }
 
+#[cfg(not(feature = "alloc"))]
 impl CqResolver for Resolver {
     #[inline(always)]
     fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions> {
@@ -145,6 +146,101 @@ impl CqResolver for Resolver {
         self.entries
             .iter()
             .find_map(|(_, h)| h.srq().filter(|s| s.srqn() == srqn))
+    }
+}
+
+/// The completion handles of the QPs a CQ serves, found by user index in
+/// O(1) with one bounds check: with the `alloc` feature, `slots[uidx]`
+/// holds the handle itself. User indices are allocated densely by the
+/// context (below its [`Capacities::qps`](crate::verbs::Capacities::qps)),
+/// and the table grows to the highest one registered (a handle is a few
+/// hundred bytes), so the data path's lookup is the index, its bounds
+/// check and the handle's presence, as verbs-core's `CqTable`.
+///
+/// The CQE-version-0 path ([`CqResolver::by_qpn`], CQEs naming the QP by
+/// number) and the SRQ path ([`CqResolver::srq_by_srqn`], receive CQEs of a
+/// QP whose handle is gone) scan the table: O(highest user index).
+#[cfg(feature = "alloc")]
+#[derive(Debug)]
+pub(crate) struct Resolver {
+    slots: alloc::vec::Vec<Option<QpCompletions>>,
+    /// User indices must be below this.
+    cap: usize,
+    /// Handles registered.
+    len: usize,
+}
+
+#[cfg(feature = "alloc")]
+impl Resolver {
+    /// A resolver for user indices below `cap`.
+    fn new(cap: usize) -> Self {
+        Self {
+            slots: alloc::vec::Vec::new(),
+            cap: cap.min(MAX_CONTEXT_QPS),
+            len: 0,
+        }
+    }
+
+    /// Registers `h` under `uidx`.
+    fn insert(&mut self, uidx: u32, h: QpCompletions) -> Result<()> {
+        let i = uidx as usize;
+        if i >= self.cap {
+            return Err(Error::CapacityExceeded {
+                what: "the CQ's table of QPs (user index)",
+                capacity: self.cap,
+            });
+        }
+        if self.get(uidx).is_some() {
+            return Err(Error::InvalidArgument {
+                arg: "user_index",
+                reason: "already registered with this CQ",
+            });
+        }
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, || None);
+        }
+        self.slots[i] = Some(h);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Unregisters the handle under `uidx`.
+    fn remove(&mut self, uidx: u32) -> Option<QpCompletions> {
+        let h = self.slots.get_mut(uidx as usize)?.take()?;
+        self.len -= 1;
+        // Give back the tail of unused slots.
+        while matches!(self.slots.last(), Some(None)) {
+            self.slots.pop();
+        }
+        Some(h)
+    }
+
+    #[inline(always)]
+    fn get(&self, uidx: u32) -> Option<&QpCompletions> {
+        self.slots.get(uidx as usize)?.as_ref()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl CqResolver for Resolver {
+    #[inline(always)]
+    fn by_user_index(&self, uidx: u32) -> Option<&QpCompletions> {
+        self.get(uidx)
+    }
+
+    fn by_qpn(&self, qpn: u32) -> Option<&QpCompletions> {
+        self.slots.iter().flatten().find(|h| h.qpn() == qpn)
+    }
+
+    fn srq_by_srqn(&self, srqn: u32) -> Option<&SrqCompletions> {
+        self.slots
+            .iter()
+            .flatten()
+            .find_map(|h| h.srq().filter(|s| s.srqn() == srqn))
     }
 }
 
@@ -382,8 +478,25 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         &self.ctx
     }
 
+    /// Runs `f` on the data path under the lock: one attempt inline, the
+    /// spinning out of line (the lock is contended only when threads poll
+    /// one CQ at once).
     #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&mut Inner<P::Mmio>) -> R) -> R {
+        let mut g = match self.inner.try_lock() {
+            Some(g) => g,
+            None => return self.with_contended(f),
+        };
+        f(g.as_mut()
+            .expect("the CQ's data path lives until it is destroyed"))
+    }
+
+    /// [`with`](Self::with) when the first attempt at the lock failed:
+    /// the whole call out of line (the inline path then calls nothing
+    /// before its work).
+    #[cold]
+    #[inline(never)]
+    fn with_contended<R>(&self, f: impl FnOnce(&mut Inner<P::Mmio>) -> R) -> R {
         let mut g = self.inner.lock();
         f(g.as_mut()
             .expect("the CQ's data path lives until it is destroyed"))

@@ -27,10 +27,18 @@ use platform::{Be32, Be64, DmaRegion, Mmio, Platform};
 const INIT_SEG_SIZE: usize = 0x1000;
 /// A UAR page's BlueFlame registers (two halves of 256 bytes).
 const BF_OFFSETS: core::ops::Range<usize> = 0x800..0xa00;
-/// The UAR page size of the emulated device (a constant, so the routing
-/// test below is a mask and a compare, close to the store of a real BAR).
+/// The UAR page size of the emulated device.
 const UAR_PAGE_SIZE: usize = 4096;
 const _: () = assert!(BF_OFFSETS.start % 0x200 == 0 && BF_OFFSETS.end == BF_OFFSETS.start + 0x200);
+/// The bit every BlueFlame register offset has and no other UAR offset
+/// the driver stores 64 bits to (the CQ arm doorbell at 0x20).
+const BF_BIT: usize = 0x800;
+const _: () = assert!(
+    BF_OFFSETS.start & BF_BIT != 0
+        && (BF_OFFSETS.end - 1) & BF_BIT != 0
+        && 0x20 & BF_BIT == 0
+        && UAR_PAGE_SIZE > BF_OFFSETS.end
+);
 
 /// hca-emu's platform with the UAR doorbells and BlueFlame copies of the
 /// data path kept in ordinary memory (see the module docs); the init
@@ -80,30 +88,58 @@ impl Mmio for ShadowBar {
 
     #[inline]
     fn write64(&self, offset: usize, value: Be64) {
-        // BF_OFFSETS is 0x800..0xa00: one mask and one compare.
-        if ((offset % UAR_PAGE_SIZE) & !0x1ff) != BF_OFFSETS.start || offset < INIT_SEG_SIZE {
+        // One bit test, close to the single store of a real BAR: of the
+        // offsets the driver stores 64 bits to (the send doorbells at
+        // BF_OFFSETS, 0x800..0xa00 of a UAR page, and the CQ arm at 0x20 of
+        // one; nothing 64-bit in the initialization segment, asserted in
+        // debug builds), only the BlueFlame registers have bit 11 set.
+        debug_assert!(offset >= INIT_SEG_SIZE || offset & BF_BIT == 0);
+        if offset & BF_BIT == 0 {
             return self.device_write64(offset, value);
         }
         self.last.offset.store(offset, Ordering::Relaxed);
-        self.last.value.store(value.get(), Ordering::Relaxed);
+        self.last.value.store(value.to_raw(), Ordering::Relaxed);
     }
 
     #[inline]
     fn write_bf(&self, offset: usize, src: &[Be64]) {
+        // As a BAR's write-combined copy: the words as they are, one store
+        // each (the first is the doorbell handed to the device).
         if let Some((first, rest)) = src.split_first() {
             self.write64(offset, *first);
             for (w, s) in rest.iter().zip(&self.last.scratch) {
-                s.store(w.get(), Ordering::Relaxed);
+                s.store(w.to_raw(), Ordering::Relaxed);
             }
         }
     }
 }
 
 impl Shadow {
-    fn new(emu: EmuPlatform) -> Self {
+    /// `emu` with its UAR pages' data-path stores kept in memory.
+    pub fn new(emu: EmuPlatform) -> Self {
         Self {
             emu,
             last: Arc::default(),
+        }
+    }
+
+    /// The log of the doorbells the data path stored.
+    pub fn doorbells(&self) -> Doorbells {
+        Doorbells(self.last.clone())
+    }
+}
+
+/// The last doorbell the data path stored to a [`Shadow`]'s UAR pages, to
+/// be handed to the emulated device between measured calls.
+pub struct Doorbells(Arc<Last>);
+
+impl Doorbells {
+    /// Hands the last doorbell stored since the previous call to the
+    /// device through `bar` (the emulated BAR0); nothing if none was.
+    pub fn forward(&self, bar: &impl Mmio) {
+        let ring = self.0.offset.swap(0, Ordering::Relaxed);
+        if ring != 0 {
+            bar.write64(ring, Be64::from_raw(self.0.value.load(Ordering::Relaxed)));
         }
     }
 }
@@ -218,7 +254,7 @@ pub fn op_api_poll32(cq: &ApiCq, wc: &mut [Completion; 32]) -> hca_driver::Resul
 pub struct Api {
     emu: EmuHca,
     bar: <EmuPlatform as Platform>::Mmio,
-    last: Arc<Last>,
+    bells: Doorbells,
     hca: Arc<Hca<Shadow>>,
     /// The QP posted to.
     pub qp: ApiQp,
@@ -245,7 +281,7 @@ impl Api {
         let emu = EmuHca::new(EmuConfig::default());
         emu.plug_loopback(1).expect("loopback plug");
         let shadow = Shadow::new(emu.platform());
-        let last = shadow.last.clone();
+        let bells = shadow.doorbells();
         let bar = emu.platform().map_bar(0).expect("BAR0");
         let hca = Arc::new(Hca::open(shadow, Config::default()).expect("bring-up"));
         let ctx = Arc::new(Context::open(&hca).expect("context"));
@@ -303,7 +339,7 @@ impl Api {
         Self {
             emu,
             bar,
-            last,
+            bells,
             hca,
             qp,
             cq,
@@ -341,11 +377,7 @@ impl Api {
     /// Hands the last doorbell to the device and waits until it has
     /// written the completions of everything posted (unmeasured).
     pub fn complete(&mut self) {
-        let ring = self.last.offset.load(Ordering::Relaxed);
-        if ring != 0 {
-            self.bar
-                .write64(ring, Be64::new(self.last.value.load(Ordering::Relaxed)));
-        }
+        self.bells.forward(&self.bar);
         let cqn = self.cq.number().0;
         let want = self.cqes.wrapping_add(self.outstanding);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -417,4 +449,59 @@ impl Api {
         b.ring();
         self.posted(k);
     }
+}
+
+/// `n` calls of `post` (call `i` of them), each posting `per` work
+/// requests: as many as the queue takes between two rounds in which the
+/// device completes them and they are polled (untimed).
+pub fn run_api_post(
+    a: &mut Api,
+    n: u64,
+    per: u32,
+    mut post: impl FnMut(&mut ApiQp, u64),
+) -> Duration {
+    let mut dt = Duration::ZERO;
+    let mut done = 0u64;
+    while done < n {
+        let calls = (n - done).min(u64::from(a.room() / per));
+        let t = Instant::now();
+        for i in 0..calls {
+            post(&mut a.qp, done + i);
+        }
+        dt += t.elapsed();
+        a.posted(calls as u32 * per);
+        done += calls;
+        a.complete();
+        a.drain();
+    }
+    dt
+}
+
+/// `n` calls of `poll`, each taking `per` CQEs: the device first completes
+/// a queue's worth of posted writes (untimed), then the calls take them.
+pub fn run_api_poll(
+    a: &mut Api,
+    n: u64,
+    per: u32,
+    mut poll: impl FnMut(&ApiCq) -> usize,
+) -> Duration {
+    let mut dt = Duration::ZERO;
+    let mut done = 0u64;
+    while done < n {
+        let calls = (n - done).min(u64::from(a.room() / per));
+        a.post_writes(calls as u32 * per);
+        a.complete();
+        let t = Instant::now();
+        for _ in 0..calls {
+            let got = poll(&a.cq);
+            assert_eq!(
+                got, per as usize,
+                "a poll took fewer CQEs than the device wrote"
+            );
+        }
+        dt += t.elapsed();
+        a.consumed(calls as u32 * per);
+        done += calls;
+    }
+    dt
 }

@@ -42,10 +42,24 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         {
             return match sq.post_send_sge(wr_id, op, flags, sge) {
                 Ok(()) => Ok(()),
-                Err(e) => Err(refused(0, WrError::DataPath(e.into()))),
+                Err(e) => Err(sge_refused(e)),
             };
         }
-        self.post_sge_slow(wr_id, op, flags, sge)
+        // The slow path's arguments in registers (the SGE stays where the
+        // caller put it): nothing is stored for it on the inline path.
+        match pack_sge_op(&op, flags) {
+            Some([w0, w1]) => self.post_sge_cold(wr_id, w0, w1, &sge),
+            None => self.post_sge_slow(wr_id, op, flags, sge),
+        }
+    }
+
+    /// [`post_sge_slow`](Self::post_sge_slow) of an operation packed by
+    /// [`pack_sge_op`].
+    #[cold]
+    #[inline(never)]
+    fn post_sge_cold(&mut self, wr_id: u64, w0: u64, w1: u64, sge: &Sge) -> Result<()> {
+        let (op, flags) = unpack_sge_op(w0, w1);
+        self.post_sge_slow(wr_id, op, flags, *sge)
     }
 
     /// [`post_sge`](Self::post_sge) past its inline path: every check,
@@ -82,11 +96,23 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// with a destination ([`Ah::dest`](crate::verbs::Ah::dest)). Refused
     /// with [`Error::InvalidWorkRequest`] before anything is written when
     /// the state, a key, the queue space or the request's shape is wrong.
-    #[inline]
+    ///
+    /// Inline, as verbs-core's `SendQueue::post_send` (so a work request
+    /// built at the call is never copied through memory); the errors are
+    /// built out of line.
+    #[inline(always)]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        self.check_send(wr)
-            .and_then(|()| self.sq()?.post_send(wr).map_err(WrError::DataPath))
-            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })
+        if let Err(reason) = self.check_send(wr) {
+            return Err(refused(0, reason));
+        }
+        let sq = match self.sq() {
+            Ok(sq) => sq,
+            Err(reason) => return Err(refused(0, reason)),
+        };
+        match sq.post_send(wr) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(refused(0, WrError::DataPath(e))),
+        }
     }
 
     /// Posts a list of send work requests with one doorbell. On a
@@ -104,7 +130,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// Starts a batch of send work requests rung with one doorbell when the
     /// batch is rung or dropped (the `ibv_wr_start` / `ibv_wr_complete`
     /// pattern).
-    #[inline]
+    #[inline(always)]
     pub fn batch(&mut self) -> Result<SendBatch<'_, P, S>> {
         self.send_state()
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
@@ -159,8 +185,31 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     }
 
     /// Posts one receive work request (`ibv_post_recv`).
-    #[inline]
+    ///
+    /// Inline: the state, a receive queue, and each SGE in the region the
+    /// QP's last key check found, then verbs-core's single post; anything else
+    /// (a key not cached, [`SgeCheck::Off`], a refusal) is
+    /// [`post_recv_list`](Self::post_recv_list) of the one request, which
+    /// checks it fully and gives the same errors.
+    #[inline(always)]
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        // (A QP on an SRQ has no receive queue: `rq()` sends it to the
+        // list path, which names the SRQ.)
+        if self.state.can_post_recv() {
+            let generation = self.pd.generation();
+            let cache = &self.cache;
+            if wr
+                .sgl
+                .iter()
+                .all(|s| s.length == 0 || cache.hit(generation, *s, AccessFlags::LOCAL_WRITE))
+                && let Some(rq) = self.dp.as_mut().and_then(|d| d.rq().ok())
+            {
+                return match rq.post_recv(wr) {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(rejected_cold(e)),
+                };
+            }
+        }
         self.post_recv_list(core::slice::from_ref(wr))
     }
 
@@ -327,4 +376,74 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
 #[inline(never)]
 fn refused(index: usize, reason: WrError) -> Error {
     Error::InvalidWorkRequest { index, reason }
+}
+
+/// [`rejected`] of the first request, built out of the posting paths.
+#[cold]
+#[inline(never)]
+fn rejected_cold(e: verbs_core::Error) -> Error {
+    rejected(0, e)
+}
+
+/// The error of a one-SGE post verbs-core refused, built out of line.
+#[cold]
+#[inline(never)]
+fn sge_refused(e: verbs_core::SendError) -> Error {
+    refused(0, WrError::DataPath(e.into()))
+}
+
+/// A one-SGE operation of [`Qp::post_sge`] and its flags as two words
+/// (`remote_addr`, and `rkey | kind << 32 | flags << 40` with kind 0 SEND,
+/// 1 RDMA WRITE, 2 RDMA READ); `None` for any other operation.
+#[inline(always)]
+fn pack_sge_op(op: &SendOp, flags: SendFlags) -> Option<[u64; 2]> {
+    let (kind, remote_addr, rkey) = match *op {
+        SendOp::Send => (0u64, 0, 0),
+        SendOp::RdmaWrite { remote_addr, rkey } => (1, remote_addr, rkey),
+        SendOp::RdmaRead { remote_addr, rkey } => (2, remote_addr, rkey),
+        _ => return None,
+    };
+    Some([
+        remote_addr,
+        u64::from(rkey) | kind << 32 | u64::from(flags.0) << 40,
+    ])
+}
+
+/// The operation and flags [`pack_sge_op`] packed.
+fn unpack_sge_op(w0: u64, w1: u64) -> (SendOp, SendFlags) {
+    let (remote_addr, rkey) = (w0, w1 as u32);
+    let op = match (w1 >> 32) as u8 {
+        1 => SendOp::RdmaWrite { remote_addr, rkey },
+        2 => SendOp::RdmaRead { remote_addr, rkey },
+        _ => SendOp::Send,
+    };
+    (op, SendFlags((w1 >> 40) as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_sge_operations_round_trip_through_their_packed_words() {
+        let flags = [SendFlags(0), SendFlags(0xff), SendFlags::SIGNALED];
+        let ops = [
+            SendOp::Send,
+            SendOp::RdmaWrite {
+                remote_addr: 0x0123_4567_89ab_cdef,
+                rkey: 0xfedc_ba98,
+            },
+            SendOp::RdmaRead {
+                remote_addr: u64::MAX,
+                rkey: u32::MAX,
+            },
+        ];
+        for op in ops {
+            for f in flags {
+                let [w0, w1] = pack_sge_op(&op, f).expect("packed");
+                assert_eq!(unpack_sge_op(w0, w1), (op, f));
+            }
+        }
+        assert_eq!(pack_sge_op(&SendOp::SendWithImm(1), SendFlags(0)), None);
+    }
 }
