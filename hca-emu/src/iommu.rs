@@ -225,6 +225,25 @@ impl Iommu {
         Ok(())
     }
 
+    /// Maps a foreign window at an IOVA of this space the allocator
+    /// chooses (after its allocations, with the guard gap), congruent to
+    /// the window's host address modulo 2 MiB so that a memory key over
+    /// it may use pages up to that size; returns the IOVA.
+    pub(crate) fn map_window_anywhere(&mut self, window: HostWindow) -> Result<u64, DmaMapError> {
+        const CONGRUENCE: u64 = 2 << 20;
+        let len = window.len() as u64;
+        let phase = window.host_addr() as u64 % CONGRUENCE;
+        let place = |from: u64| align_up(from, CONGRUENCE) + phase;
+        let mut iova = place(self.next);
+        while let Some(existing) = self.overlapping(iova, len) {
+            let end = existing + self.maps[&existing].len as u64;
+            iova = place(end + GUARD_GAP);
+        }
+        self.map_window(iova, window)?;
+        self.next = align_up(iova + len + GUARD_GAP, 4096);
+        Ok(iova)
+    }
+
     /// Unmaps the foreign window mapped at `iova` with length `len`.
     pub(crate) fn unmap_window(&mut self, iova: u64, len: u64) -> Result<HostWindow, DmaMapError> {
         match self.maps.get(&iova) {

@@ -584,6 +584,9 @@ impl EmuHca {
     }
 }
 
+/// The cookie of the user mappings of [`EmuPlatform::map_user`].
+const USER_MAPPING_COOKIE: usize = 0x656d_7573;
+
 /// What [`EmuHca::set_msix_sink`] calls with the MSI-X vector of every
 /// interrupt.
 pub type MsixSink = Arc<dyn Fn(u16) + Send + Sync>;
@@ -625,21 +628,7 @@ impl EmuHca {
         iova: u64,
         len: u64,
     ) -> Result<platform::host::HostWindow, DmaMapError> {
-        let mut d = self.shared.lock();
-        let w = d.iommu.unmap_window(iova, len)?;
-        let end = iova.saturating_add(len);
-        let held: Vec<u64> = d.fw.pages.held.range(iova..end).copied().collect();
-        if let Some(&first) = held.first() {
-            let what = format!("DMA unmap of memory holding {} firmware pages", held.len());
-            d.iommu
-                .fault(FaultKind::FreedWhileHeld, first, held.len() * 4096, &what);
-        }
-        let in_use = d.fw.objs.buffers();
-        if let Some(&(k, n, a, l)) = in_use.iter().find(|b| b.2 >= iova && b.2 < end) {
-            let what = format!("DMA unmap of a buffer of live {k:?} {n:#x}");
-            d.iommu.fault(FaultKind::FreedWhileHeld, a, l, &what);
-        }
-        Ok(w)
+        unmap_window_checked(&mut self.shared.lock(), iova, len)
     }
 
     /// Reads memory behind the IOMMU without it being a device access (no
@@ -685,6 +674,30 @@ impl EmuHca {
     pub fn uars(&self) -> Vec<u32> {
         self.objects(ObjKind::Uar)
     }
+}
+
+/// Unmaps a foreign window; firmware pages or live queue buffers inside it
+/// are recorded as [`FaultKind::FreedWhileHeld`] faults (the unmap happens
+/// anyway).
+fn unmap_window_checked(
+    d: &mut device::Device,
+    iova: u64,
+    len: u64,
+) -> Result<platform::host::HostWindow, DmaMapError> {
+    let w = d.iommu.unmap_window(iova, len)?;
+    let end = iova.saturating_add(len);
+    let held: Vec<u64> = d.fw.pages.held.range(iova..end).copied().collect();
+    if let Some(&first) = held.first() {
+        let what = format!("DMA unmap of memory holding {} firmware pages", held.len());
+        d.iommu
+            .fault(FaultKind::FreedWhileHeld, first, held.len() * 4096, &what);
+    }
+    let in_use = d.fw.objs.buffers();
+    if let Some(&(k, n, a, l)) = in_use.iter().find(|b| b.2 >= iova && b.2 < end) {
+        let what = format!("DMA unmap of a buffer of live {k:?} {n:#x}");
+        d.iommu.fault(FaultKind::FreedWhileHeld, a, l, &what);
+    }
+    Ok(w)
 }
 
 /// Connects port `pa` of `a` to port `pb` of `b` (which may be the same HCA
@@ -892,6 +905,47 @@ impl Platform for EmuPlatform {
             Personality::ConnectX5 => "emulated ConnectX-5 (hca-emu)",
             Personality::ConnectX6Dx => "emulated ConnectX-6 Dx (hca-emu)",
         }
+    }
+
+    /// Maps the page span into the simulated IOMMU (a
+    /// [`HostWindow`](platform::host::HostWindow) over the caller's
+    /// memory) at an IOVA of the emulator's space: device accesses reach
+    /// those very bytes until [`unmap_user`](Platform::unmap_user), and
+    /// fault after it like any access outside every mapping.
+    fn map_user(
+        &self,
+        mem: platform::UserMemory,
+    ) -> Result<platform::UserMapping, platform::Error> {
+        let (host, span) = mem.span();
+        let window = platform::host::HostWindow::over_user(mem)?;
+        let iova = self
+            .shared
+            .lock()
+            .iommu
+            .map_window_anywhere(window)
+            .map_err(|_| platform::Error::UserMemoryFault {
+                host,
+                len: span,
+                reason: "no room in the emulated IOMMU's IOVA space",
+            })?;
+        platform::UserMapping::new(host, span, iova, USER_MAPPING_COOKIE)
+    }
+
+    fn unmap_user(&self, mapping: platform::UserMapping) -> Result<(), platform::Error> {
+        let foreign = platform::Error::ForeignUserMapping {
+            host: mapping.host_addr(),
+            len: mapping.len(),
+        };
+        let mut d = self.shared.lock();
+        let ours =
+            d.iommu
+                .windows()
+                .contains(&(mapping.iova(), mapping.len(), mapping.host_addr()));
+        if mapping.cookie() != USER_MAPPING_COOKIE || !ours {
+            return Err(foreign);
+        }
+        unmap_window_checked(&mut d, mapping.iova(), mapping.len() as u64).map_err(|_| foreign)?;
+        Ok(())
     }
 
     fn msix_vectors(&self) -> u16 {

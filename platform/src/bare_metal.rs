@@ -32,6 +32,7 @@ use core::ptr::NonNull;
 use core::time::Duration;
 
 use crate::pages::{AllocFail, FreeFail, PageBitmap};
+use crate::user::{UserMapping, UserMemory};
 use crate::{DmaRegion, DmaStats, Error, MmioWindow, PAGE_SIZE, Platform};
 
 /// A monotonic clock supplied by the caller (a timer counter, the TSC scaled
@@ -209,6 +210,16 @@ pub struct BareMetal<C, H = NoPciHooks, const WORDS: usize = 256> {
     hooks: H,
     name: &'static str,
     tag: usize,
+    user: Option<UserWindow>,
+}
+
+/// Host memory besides the DMA memory that the device can reach, where
+/// [`Platform::map_user`] finds bus addresses of user memory.
+#[derive(Debug, Clone, Copy)]
+struct UserWindow {
+    base: usize,
+    len: usize,
+    map: AddressMap,
 }
 
 // SAFETY: the raw pointers are handles on memory and registers that the
@@ -256,6 +267,7 @@ impl<C: Clock, const WORDS: usize> BareMetal<C, NoPciHooks, WORDS> {
             hooks: NoPciHooks,
             name: "bare-metal",
             tag,
+            user: None,
         })
     }
 }
@@ -271,7 +283,40 @@ impl<C: Clock, H: PciHooks, const WORDS: usize> BareMetal<C, H, WORDS> {
             hooks,
             name: self.name,
             tag: self.tag,
+            user: self.user,
         }
+    }
+
+    /// Declares `len` bytes of host memory at `base` (4 KiB multiples)
+    /// reachable by the device at the bus addresses `map` gives (with
+    /// [`AddressMap::Offset`], `phys_base` is the bus address of `base`;
+    /// identity-mapped memory has `phys_base == base`):
+    /// [`map_user`](Platform::map_user) maps user memory inside it, and
+    /// refuses memory outside it with [`Error::UserMemoryUnreachable`].
+    /// Without this call `map_user` is not supported.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] as for [`DmaMemory::new`].
+    ///
+    /// # Safety
+    ///
+    /// The device must reach the memory at the addresses `map` gives.
+    pub unsafe fn with_user_memory(
+        mut self,
+        base: NonNull<u8>,
+        len: usize,
+        map: AddressMap,
+    ) -> Result<Self, Error> {
+        // SAFETY: only the checks of `new` are used; the value is dropped
+        // without any access to the memory.
+        let checked = unsafe { DmaMemory::new(base, len, map) }?;
+        self.user = Some(UserWindow {
+            base: checked.base.as_ptr().addr(),
+            len: checked.len,
+            map: checked.map,
+        });
+        Ok(self)
     }
 
     /// Names the platform in logs and errors ([`Platform::describe`]).
@@ -520,6 +565,49 @@ impl<C: Clock, H: PciHooks, const WORDS: usize> Platform for BareMetal<C, H, WOR
         self.hooks.reset_function()
     }
 
+    fn map_user(&self, mem: UserMemory) -> Result<UserMapping, Error> {
+        let (host, span) = mem.span();
+        let w = self.user.ok_or(Error::NotSupported(
+            "mapping user memory: no user-memory window given (BareMetal::with_user_memory)",
+        ))?;
+        let inside = host >= w.base
+            && (host - w.base)
+                .checked_add(span)
+                .is_some_and(|e| e <= w.len);
+        if !inside {
+            return Err(Error::UserMemoryUnreachable { host, len: span });
+        }
+        let bus = |h: usize| -> Result<u64, Error> {
+            match w.map {
+                AddressMap::Offset { phys_base } => Ok(phys_base + (h - w.base) as u64),
+                AddressMap::Translate(f) => f(h).ok_or(Error::AddressTranslation { host: h }),
+            }
+        };
+        let iova = bus(host)?;
+        // One bus range: every page must follow the first.
+        for i in 1..span / PAGE_SIZE {
+            if bus(host + i * PAGE_SIZE)? != iova + (i * PAGE_SIZE) as u64 {
+                return Err(Error::UserMemoryFault {
+                    host,
+                    len: span,
+                    reason: "its pages are not contiguous in bus address space",
+                });
+            }
+        }
+        UserMapping::new(host, span, iova, self.tag ^ 0x7573_6572)
+    }
+
+    fn unmap_user(&self, mapping: UserMapping) -> Result<(), Error> {
+        // Nothing was pinned or mapped: the window is always reachable.
+        if mapping.cookie() != self.tag ^ 0x7573_6572 {
+            return Err(Error::ForeignUserMapping {
+                host: mapping.host_addr(),
+                len: mapping.len(),
+            });
+        }
+        Ok(())
+    }
+
     fn describe(&self) -> &str {
         self.name
     }
@@ -605,6 +693,45 @@ mod tests {
         p.try_free_dma(a).unwrap();
         p.try_free_dma(c).unwrap();
         assert_eq!(p.dma_stats().allocated_bytes, 0);
+    }
+
+    #[test]
+    fn user_memory_maps_inside_the_window_only() {
+        let mut b = Backing::new(8 * PAGE_SIZE);
+        let mut u = Backing::new(4 * PAGE_SIZE);
+        let p = platform(&mut b, 8);
+        let ubase = u.region();
+        // SAFETY: nothing of `u` is accessed through the mappings.
+        let user = |p: NonNull<u8>, len| unsafe { UserMemory::new(p, len) }.unwrap();
+        let none = p.map_user(user(ubase, 16));
+        assert!(matches!(none, Err(Error::NotSupported(_))), "{none:?}");
+        // SAFETY: `u` outlives the platform; only addresses are computed.
+        let p = unsafe {
+            p.with_user_memory(
+                ubase,
+                4 * PAGE_SIZE,
+                AddressMap::Offset {
+                    phys_base: 0x4000_0000,
+                },
+            )
+        }
+        .unwrap();
+        let inner = NonNull::new(ubase.as_ptr().wrapping_add(PAGE_SIZE + 0x10)).unwrap();
+        let m = p.map_user(user(inner, PAGE_SIZE)).unwrap();
+        assert_eq!((m.iova(), m.len()), (0x4000_1000, 2 * PAGE_SIZE));
+        assert_eq!(m.iova_of(inner.as_ptr().addr()), Some(0x4000_1010));
+        p.unmap_user(m).unwrap();
+        let outside = NonNull::new(ubase.as_ptr().wrapping_add(3 * PAGE_SIZE)).unwrap();
+        let e = p.map_user(user(outside, 2 * PAGE_SIZE));
+        assert!(
+            matches!(e, Err(Error::UserMemoryUnreachable { .. })),
+            "{e:?}"
+        );
+        let foreign = UserMapping::new(0x1000, PAGE_SIZE, 0, 0).unwrap();
+        assert!(matches!(
+            p.unmap_user(foreign),
+            Err(Error::ForeignUserMapping { .. })
+        ));
     }
 
     #[test]

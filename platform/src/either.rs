@@ -181,6 +181,14 @@ impl<L: Platform, R: Platform> Platform for Either<L, R> {
         forward!(self, p => p.interrupt_count(vector))
     }
 
+    fn map_user(&self, mem: crate::user::UserMemory) -> Result<crate::UserMapping, Error> {
+        forward!(self, p => p.map_user(mem))
+    }
+
+    fn unmap_user(&self, mapping: crate::UserMapping) -> Result<(), Error> {
+        forward!(self, p => p.unmap_user(mapping))
+    }
+
     fn describe(&self) -> &str {
         forward!(self, p => p.describe())
     }

@@ -104,6 +104,41 @@ pub enum Error {
         enabled: u16,
     },
 
+    /// User memory that cannot be mapped for DMA: some page of the range
+    /// is not mapped in the process, or not writable (`EFAULT` of
+    /// `VFIO_IOMMU_MAP_DMA`).
+    #[error("user memory of {len:#x} bytes at {host:#x} cannot be mapped for DMA: {reason}")]
+    UserMemoryFault {
+        /// First host address of the page span.
+        host: usize,
+        /// Its length.
+        len: usize,
+        /// Why.
+        reason: &'static str,
+    },
+
+    /// User memory outside what the device can reach (bare metal: not in
+    /// the user-memory window the platform was given).
+    #[error(
+        "user memory of {len:#x} bytes at {host:#x} is outside the memory the device can reach"
+    )]
+    UserMemoryUnreachable {
+        /// First host address.
+        host: usize,
+        /// Length.
+        len: usize,
+    },
+
+    /// `unmap_user` of a mapping this platform did not make, or unmapped
+    /// already.
+    #[error("no user mapping of {len:#x} bytes at host address {host:#x} on this platform")]
+    ForeignUserMapping {
+        /// Host address of the mapping.
+        host: usize,
+        /// Its length.
+        len: usize,
+    },
+
     /// A PCI address that is not `[dddd:]bb:dd.f`.
     #[cfg(feature = "vfio")]
     #[error("`{0}` is not a PCI address: expected dddd:bb:dd.f, e.g. 0000:02:00.0")]

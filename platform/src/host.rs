@@ -282,6 +282,20 @@ impl HostWindow {
         })
     }
 
+    /// A window over the page span of user memory
+    /// ([`UserMemory::span`](crate::user::UserMemory::span)): safe, since
+    /// the [`UserMemory`](crate::user::UserMemory) carries the caller's
+    /// promise that the span stays valid until the mapping made from it is
+    /// unmapped (an emulated device drops the window then).
+    pub fn over_user(mem: crate::user::UserMemory) -> Result<Self, Error> {
+        let (_, span) = mem.span();
+        // SAFETY: the promise of `UserMemory::new`: the span is mapped,
+        // readable and writable, and reached only through raw pointers,
+        // until the mapping made from `mem` is unmapped, which drops this
+        // window.
+        unsafe { Self::new(mem.span_ptr(), span) }
+    }
+
     /// A window over a whole [`HostBlock`], which it keeps alive (safe: the
     /// block's memory lives as long as the window, and the block itself is
     /// only reached through volatile copies too).

@@ -55,6 +55,7 @@ mod mmio;
 mod pages;
 pub mod ring;
 pub mod slot;
+pub mod user;
 #[cfg(all(feature = "vfio", target_os = "linux"))]
 pub mod vfio;
 
@@ -63,6 +64,7 @@ pub use either::Either;
 pub use error::Error;
 pub use hca_endian::{Be16, Be32, Be64};
 pub use mmio::{BlueFlame, Mmio, MmioWindow, Register64};
+pub use user::{UserMapping, UserMemory};
 
 use core::time::Duration;
 
@@ -211,6 +213,48 @@ pub trait Platform {
     /// As [`wait_interrupt`](Self::wait_interrupt).
     fn interrupt_count(&self, vector: u16) -> Result<u64, Error> {
         self.wait_interrupt(vector, u64::MAX, Duration::ZERO)
+    }
+
+    /// Maps user memory (the range of `mem`) for the device's DMA, in
+    /// place (no copy): the whole 4 KiB pages covering the range,
+    /// contiguous in bus address space. What a memory region over user
+    /// memory (`ibv_reg_mr`) is built on. The caller's promise that the
+    /// memory stays valid until [`unmap_user`](Self::unmap_user) is
+    /// [`UserMemory`]'s (made by an `unsafe` constructor).
+    ///
+    /// - VFIO: `VFIO_IOMMU_MAP_DMA` of the pages at an IOVA of the
+    ///   platform's IOVA space; the kernel pins them until the unmap.
+    /// - The emulated HCA: the pages enter its simulated IOMMU, so device
+    ///   accesses reach those very bytes; after the unmap they fault.
+    /// - Bare metal: the bus address of the user-memory window the
+    ///   platform was given, when the range lies inside it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotSupported`] (the default),
+    /// [`Error::UserMemoryFault`] when the backend cannot reach or pin
+    /// the pages, [`Error::UserMemoryUnreachable`] when the device cannot
+    /// reach them, and what the backend's system calls return.
+    fn map_user(&self, mem: UserMemory) -> Result<UserMapping, Error> {
+        let _ = mem;
+        Err(Error::NotSupported("mapping user memory for DMA"))
+    }
+
+    /// Unmaps a mapping of [`map_user`](Self::map_user): from then on the
+    /// device cannot reach the pages (its accesses fault in the IOMMU),
+    /// and the caller may free them. The device must no longer be meant
+    /// to access them (the memory key over them is destroyed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ForeignUserMapping`] for a mapping this platform did not
+    /// make (or unmapped already; always, by default), or what the backend's system calls return; the pages then stay
+    /// mapped (and pinned), which is safe for the memory but leaks it.
+    fn unmap_user(&self, mapping: UserMapping) -> Result<(), Error> {
+        Err(Error::ForeignUserMapping {
+            host: mapping.host_addr(),
+            len: mapping.len(),
+        })
     }
 
     /// A short description of the device for logs and errors

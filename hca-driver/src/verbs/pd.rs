@@ -6,7 +6,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use firmware_cmds::mkey::{CreateMkeyIn, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, Mkc};
-use platform::Platform;
+use platform::{Platform, UserMapping, UserMemory};
 
 use crate::error::{Error, Result};
 use crate::fw::{MkeyObj, PdObj};
@@ -23,6 +23,8 @@ const MTT_PRESENT: u64 = 3;
 const MKC_QPN_ANY: u32 = 0xff_ffff;
 /// log2 of the MTT page size.
 const MTT_LOG_PAGE: u8 = 12;
+/// log2 of the largest MTT page of a region over user memory (1 GiB).
+const MAX_MTT_LOG_PAGE: u8 = 30;
 
 /// Access flags of a memory region or a QP (`enum ibv_access_flags`, the
 /// same values).
@@ -200,23 +202,7 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
                 reason: "the buffer belongs to another HCA",
             });
         }
-        if access.0 & !AccessFlags::ALL.0 != 0 {
-            return Err(Error::InvalidAttribute {
-                attr: "access",
-                value: u64::from(access.0),
-                reason: "unknown access flags",
-            });
-        }
-        if (access.contains(AccessFlags::REMOTE_WRITE)
-            || access.contains(AccessFlags::REMOTE_ATOMIC))
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(Error::InvalidAttribute {
-                attr: "access",
-                value: u64::from(access.0),
-                reason: "remote write or remote atomic access needs local write",
-            });
-        }
+        check_access(access)?;
         if len == 0 {
             return Err(Error::InvalidArgument {
                 arg: "len",
@@ -230,73 +216,24 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
                 reason: "the range is outside the buffer",
             });
         }
-        let capacity = this.mrs.lock().capacity();
-        if this.mrs.lock().is_full() {
-            return Err(Error::CapacityExceeded {
-                what: "the PD's memory region table",
-                capacity,
-            });
-        }
-        let variant = this.ctx.next_mkey_variant();
-        let mut mkc = Mkc::new();
-        mkc.set(Mkc::lr, true)?
-            .set(Mkc::lw, access.contains(AccessFlags::LOCAL_WRITE))?
-            .set(Mkc::rr, access.contains(AccessFlags::REMOTE_READ))?
-            .set(Mkc::rw, access.contains(AccessFlags::REMOTE_WRITE))?
-            .set(Mkc::a, access.contains(AccessFlags::REMOTE_ATOMIC))?
-            .set(Mkc::qpn, MKC_QPN_ANY)?
-            .set(Mkc::mkey_7_0, variant)?
-            .set(Mkc::pd, this.number().0)?
-            .set(Mkc::start_addr, start)?
-            .set(Mkc::len, len as u64)?;
         let ps = PAS_PAGE_SIZE as u64;
-        let first_page = start & !(ps - 1);
-        let pages = match mode {
-            MrMode::Pa => {
-                mkc.set_access_mode(MKC_ACCESS_MODE_PA)?;
-                0
-            }
+        let (first_page, pages) = match mode {
+            MrMode::Pa => (0, 0),
             MrMode::Mtt => {
-                mkc.set_access_mode(MKC_ACCESS_MODE_MTT)?;
-                let n = ((start - first_page) + len as u64).div_ceil(ps) as usize;
-                // Two 8-byte entries per octoword.
-                let octo = u32::try_from(n.div_ceil(2)).map_err(|_| Error::InvalidArgument {
-                    arg: "len",
-                    reason: "too many pages for one memory key",
-                })?;
-                mkc.set(Mkc::translations_octword_size, octo)?
-                    .set(Mkc::log_page_size, MTT_LOG_PAGE)?;
-                n
+                let first = start & !(ps - 1);
+                (first, ((start - first) + len as u64).div_ceil(ps) as usize)
             }
         };
-        let mut head = CreateMkeyIn::new();
-        head.set(CreateMkeyIn::memory_key_mkey_entry, mkc)?;
-        if pages > 0 {
-            head.set(
-                CreateMkeyIn::translations_octword_actual_size,
-                pages.div_ceil(2) as u32,
-            )?;
-        }
-        // Whole octowords: an odd page count is padded with a zero entry.
-        let list = PageList::contiguous(&head, first_page, PAS_PAGE_SIZE, pages)
-            .with_flags(MTT_PRESENT)
-            .in_octowords();
-        let mkey = hca.create_mkey(&list)?.rehome(hca.clone());
-        let key = firmware_cmds::mkey::mkey_from_index(mkey.number().0, variant);
-        let entry = MrEntry {
-            lkey: key,
+        let (mkey, key) = create_key(
+            this,
             start,
-            len: len as u64,
+            len,
             access,
-        };
-        if this.mrs.lock().push(entry).is_err() {
-            // Another thread filled the table meanwhile: the drop of
-            // `mkey` destroys the key.
-            return Err(Error::CapacityExceeded {
-                what: "the PD's memory region table",
-                capacity,
-            });
-        }
+            mode,
+            MTT_LOG_PAGE,
+            first_page,
+            pages,
+        )?;
         Ok(Mr {
             pd: pd.clone().into_ref(),
             mkey: Some(mkey),
@@ -304,9 +241,231 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
             addr: start,
             len,
             access,
-            buf: buf.clone().into_ref(),
+            backing: Backing::Buf(buf.clone().into_ref()),
         })
     }
+
+    /// Registers `mem`, memory of the program itself (`ibv_reg_mr` on
+    /// ordinary user memory, `ibv_reg_mr_iova2` with an IOVA of the
+    /// caller's choice), in the PD behind `pd`: zero-copy, the device
+    /// reads and writes those very bytes.
+    ///
+    /// The platform maps the pages for DMA
+    /// ([`Platform::map_user`](platform::Platform::map_user): pinned and
+    /// mapped through the IOMMU under VFIO, the emulated IOMMU, the
+    /// user-memory window on bare metal), then a memory key is made over
+    /// the mapping's pages (an MTT whose page size is the largest the
+    /// alignment of the mapping and of `iova` allows, up to 1 GiB) with
+    /// start address `iova`: SGEs and a peer's RDMA name the memory by
+    /// `iova ..= iova + len - 1` (libibverbs passes the process address
+    /// of the memory). Deregistering destroys the key, then unmaps the
+    /// pages; from then on the device cannot reach them, and the caller
+    /// may free the memory (the promise of
+    /// [`UserMemory`](platform::UserMemory) ends there).
+    ///
+    /// # Errors
+    ///
+    /// As [`register_range`](Self::register_range) for the access flags
+    /// and the table;
+    /// [`Error::InvalidArgument`] when `iova` and the memory's address
+    /// differ in their offset inside a 4 KiB page (as Linux' `ib_uverbs`
+    /// refuses, `EINVAL`) or `iova + len` wraps;
+    /// [`Error::Platform`] with the platform's reason when the pages
+    /// cannot be mapped ([`platform::Error::NotSupported`] on a platform
+    /// without it, [`platform::Error::UserMemoryFault`] for pages not
+    /// mapped in the process, [`platform::Error::MemlockTooLow`] under
+    /// VFIO).
+    pub fn register_user(
+        pd: &impl Handle<Pd<P, S>, Share = S>,
+        mem: UserMemory,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        let this: &Pd<P, S> = pd;
+        check_access(access)?;
+        let len = mem.len();
+        let host = mem.addr().as_ptr().addr();
+        let ps = PAS_PAGE_SIZE as u64;
+        if iova % ps != host as u64 % ps {
+            return Err(Error::InvalidArgument {
+                arg: "iova",
+                reason: "the IOVA and the memory's address differ in their offset inside a 4 KiB page",
+            });
+        }
+        if iova.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidArgument {
+                arg: "iova",
+                reason: "the region wraps around the 64-bit address space",
+            });
+        }
+        if this.mrs.lock().is_full() {
+            return Err(Error::CapacityExceeded {
+                what: "the PD's memory region table",
+                capacity: this.mrs.lock().capacity(),
+            });
+        }
+        let hca = this.ctx.hca();
+        let mapping = hca
+            .platform()
+            .map_user(mem)
+            .map_err(|source| Error::Platform {
+                what: "mapping user memory for DMA",
+                source,
+            })?;
+        let Some(bus) = mapping.iova_of(host) else {
+            unmap_user(hca, mapping);
+            return Err(Error::InvalidArgument {
+                arg: "mem",
+                reason: "the platform's mapping does not cover the memory",
+            });
+        };
+        // The largest MTT page for which the bus address and `iova` agree
+        // below the page size (the device finds byte `x` of the key at
+        // MTT[(x - align_down(iova)) / page] + x % page).
+        let mut log = MTT_LOG_PAGE;
+        while log < MAX_MTT_LOG_PAGE
+            && (bus ^ iova) & ((2u64 << log) - 1) == 0
+            && (1u64 << log) < len as u64
+        {
+            log += 1;
+        }
+        let page = 1u64 << log;
+        let first = bus & !(page - 1);
+        let pages = ((iova & (page - 1)) + len as u64).div_ceil(page) as usize;
+        let made = create_key(this, iova, len, access, MrMode::Mtt, log, first, pages);
+        let (mkey, key) = match made {
+            Ok(k) => k,
+            Err(e) => {
+                unmap_user(hca, mapping);
+                return Err(e);
+            }
+        };
+        Ok(Mr {
+            pd: pd.clone().into_ref(),
+            mkey: Some(mkey),
+            lkey: Lkey(key),
+            addr: iova,
+            len,
+            access,
+            backing: Backing::User(Some(mapping)),
+        })
+    }
+}
+
+/// Refuses access flags as libibverbs does: unknown bits, remote write or
+/// remote atomic without local write.
+fn check_access(access: AccessFlags) -> Result<()> {
+    if access.0 & !AccessFlags::ALL.0 != 0 {
+        return Err(Error::InvalidAttribute {
+            attr: "access",
+            value: u64::from(access.0),
+            reason: "unknown access flags",
+        });
+    }
+    if (access.contains(AccessFlags::REMOTE_WRITE) || access.contains(AccessFlags::REMOTE_ATOMIC))
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(Error::InvalidAttribute {
+            attr: "access",
+            value: u64::from(access.0),
+            reason: "remote write or remote atomic access needs local write",
+        });
+    }
+    Ok(())
+}
+
+/// Unmaps user memory, logging a refusal (the pages then stay mapped and
+/// pinned: safe for the memory, a leak of the mapping).
+fn unmap_user<P: Platform>(hca: &crate::Hca<P>, mapping: UserMapping) {
+    let (host, len) = (mapping.host_addr(), mapping.len());
+    if let Err(e) = hca.platform().unmap_user(mapping) {
+        log::error!(
+            "unmapping {len:#x} bytes of user memory at {host:#x}: {e}; the pages stay mapped"
+        );
+    }
+}
+
+/// CREATE_MKEY of `len` bytes from `start` in `pd`'s table: with
+/// [`MrMode::Mtt`], an MTT of `pages` pages of `1 << log_page` bytes,
+/// consecutive on the bus from `first_page`. Returns the key object and
+/// the key, entered in the PD's table.
+#[allow(clippy::too_many_arguments)]
+fn create_key<P: Platform + 'static, S: Share>(
+    this: &Pd<P, S>,
+    start: u64,
+    len: usize,
+    access: AccessFlags,
+    mode: MrMode,
+    log_page: u8,
+    first_page: u64,
+    pages: usize,
+) -> Result<(FwObj<P, S, MkeyObj>, u32)> {
+    let hca = this.ctx.hca();
+    let capacity = this.mrs.lock().capacity();
+    if this.mrs.lock().is_full() {
+        return Err(Error::CapacityExceeded {
+            what: "the PD's memory region table",
+            capacity,
+        });
+    }
+    let variant = this.ctx.next_mkey_variant();
+    let mut mkc = Mkc::new();
+    mkc.set(Mkc::lr, true)?
+        .set(Mkc::lw, access.contains(AccessFlags::LOCAL_WRITE))?
+        .set(Mkc::rr, access.contains(AccessFlags::REMOTE_READ))?
+        .set(Mkc::rw, access.contains(AccessFlags::REMOTE_WRITE))?
+        .set(Mkc::a, access.contains(AccessFlags::REMOTE_ATOMIC))?
+        .set(Mkc::qpn, MKC_QPN_ANY)?
+        .set(Mkc::mkey_7_0, variant)?
+        .set(Mkc::pd, this.number().0)?
+        .set(Mkc::start_addr, start)?
+        .set(Mkc::len, len as u64)?;
+    let pages = match mode {
+        MrMode::Pa => {
+            mkc.set_access_mode(MKC_ACCESS_MODE_PA)?;
+            0
+        }
+        MrMode::Mtt => {
+            mkc.set_access_mode(MKC_ACCESS_MODE_MTT)?;
+            // Two 8-byte entries per octoword.
+            let octo = u32::try_from(pages.div_ceil(2)).map_err(|_| Error::InvalidArgument {
+                arg: "len",
+                reason: "too many pages for one memory key",
+            })?;
+            mkc.set(Mkc::translations_octword_size, octo)?
+                .set(Mkc::log_page_size, log_page)?;
+            pages
+        }
+    };
+    let mut head = CreateMkeyIn::new();
+    head.set(CreateMkeyIn::memory_key_mkey_entry, mkc)?;
+    if pages > 0 {
+        head.set(
+            CreateMkeyIn::translations_octword_actual_size,
+            pages.div_ceil(2) as u32,
+        )?;
+    }
+    // Whole octowords: an odd page count is padded with a zero entry.
+    let list = PageList::contiguous(&head, first_page, 1usize << log_page, pages)
+        .with_flags(MTT_PRESENT)
+        .in_octowords();
+    let mkey = hca.create_mkey(&list)?.rehome(hca.clone());
+    let key = firmware_cmds::mkey::mkey_from_index(mkey.number().0, variant);
+    let entry = MrEntry {
+        lkey: key,
+        start,
+        len: len as u64,
+        access,
+    };
+    if this.mrs.lock().push(entry).is_err() {
+        // Another thread filled the table meanwhile: the drop of
+        // `mkey` destroys the key.
+        return Err(Error::CapacityExceeded {
+            what: "the PD's memory region table",
+            capacity,
+        });
+    }
+    Ok((mkey, key))
 }
 
 impl<P: Platform + 'static, S: Share> Pd<P, S> {
@@ -344,7 +503,15 @@ pub struct Mr<P: Platform + 'static, S: Share = DefaultShare> {
     addr: u64,
     len: usize,
     access: AccessFlags,
-    buf: S::Ref<DmaBuf<P, S>>,
+    backing: Backing<P, S>,
+}
+
+/// What a memory region's key translates to.
+enum Backing<P: Platform + 'static, S: Share> {
+    /// A range of a DMA buffer, which the region keeps alive.
+    Buf(S::Ref<DmaBuf<P, S>>),
+    /// User memory the platform mapped (`None` once unmapped).
+    User(Option<UserMapping>),
 }
 
 impl<P: Platform + 'static, S: Share> fmt::Debug for Mr<P, S> {
@@ -394,9 +561,23 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
         &self.pd
     }
 
-    /// The buffer's handle.
-    pub fn buf(&self) -> &S::Ref<DmaBuf<P, S>> {
-        &self.buf
+    /// The buffer's handle; `None` for a region over user memory
+    /// ([`register_user`](Self::register_user)).
+    pub fn buf(&self) -> Option<&S::Ref<DmaBuf<P, S>>> {
+        match &self.backing {
+            Backing::Buf(b) => Some(b),
+            Backing::User(_) => None,
+        }
+    }
+
+    /// The platform's mapping of the region's user memory
+    /// ([`register_user`](Self::register_user)); `None` for a region over
+    /// a DMA buffer.
+    pub fn user_mapping(&self) -> Option<&UserMapping> {
+        match &self.backing {
+            Backing::User(m) => m.as_ref(),
+            Backing::Buf(_) => None,
+        }
     }
 
     /// An SGE over `len` bytes at `offset` of the region.
@@ -415,19 +596,46 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
     }
 
     /// Deregisters the region (`ibv_dereg_mr`): the key leaves the PD's
-    /// table, then DESTROY_MKEY.
+    /// table, then DESTROY_MKEY; for user memory, the platform then
+    /// unmaps its pages (also when DESTROY_MKEY failed: the device must
+    /// not reach memory the caller is about to free).
     pub fn destroy(mut self) -> Result<()> {
         self.dereg()
     }
 
+    /// Changes a registered region (`ibv_rereg_mr`): not supported (a
+    /// caller deregisters and registers again), refused with
+    /// [`Error::Unsupported`]; the region is unchanged.
+    pub fn rereg(&mut self) -> Result<()> {
+        Err(Error::Unsupported(
+            "re-registering a memory region (ibv_rereg_mr): deregister and register again",
+        ))
+    }
+
     fn dereg(&mut self) -> Result<()> {
-        match self.mkey.take() {
+        let r = match self.mkey.take() {
             Some(m) => {
                 self.pd.forget(self.lkey.0);
                 m.destroy()
             }
             None => Ok(()),
+        };
+        if let Backing::User(m) = &mut self.backing {
+            if let Some(m) = m.take() {
+                let hca = self.pd.ctx.hca();
+                let (host, len) = (m.host_addr(), m.len());
+                if let Err(source) = hca.platform().unmap_user(m) {
+                    log::error!(
+                        "unmapping {len:#x} bytes of user memory at {host:#x}: {source}; the pages stay mapped"
+                    );
+                    return r.and(Err(Error::Platform {
+                        what: "unmapping user memory",
+                        source,
+                    }));
+                }
+            }
         }
+        r
     }
 }
 

@@ -74,6 +74,7 @@ use vfio_bindings::bindings::vfio::{
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
 
 use crate::pages::{PageBitmap, words_for};
+use crate::user::{UserMapping, UserMemory};
 use crate::{Be32, Be64};
 use crate::{DmaRegion, DmaStats, Error, Mmio, MmioWindow, PAGE_SIZE, Platform, pci};
 
@@ -354,6 +355,8 @@ struct DmaState {
     chunks: BTreeMap<u64, Chunk>,
     iova: IovaAllocator,
     allocated: usize,
+    /// User memory mapped with `map_user`: IOVA → (host address, length).
+    user: BTreeMap<u64, (usize, usize)>,
 }
 
 /// An mmap of a BAR; unmapped when the last window over it is dropped.
@@ -437,6 +440,34 @@ pub struct DmaChunkInfo {
     pub huge: bool,
     /// Bytes allocated from it.
     pub allocated: usize,
+}
+
+/// The typed error for an errno of `VFIO_IOMMU_MAP_DMA` of user memory
+/// (`host`, `len`: the page span), or `None` for one without a meaning of
+/// its own (reported as [`Error::Vfio`]).
+///
+/// `EFAULT`: a page is not mapped (or not writable) in the process;
+/// `ENOMEM`: pinning it would exceed `RLIMIT_MEMLOCK` (or the type1
+/// IOMMU's DMA mapping limit, `dma_entry_limit`); `EEXIST`: the IOVA range
+/// is mapped already.
+pub fn user_map_error(errno: Option<i32>, host: usize, len: usize) -> Option<Error> {
+    match errno? {
+        libc::EFAULT => Some(Error::UserMemoryFault {
+            host,
+            len,
+            reason: "a page is not mapped writable in the process (EFAULT)",
+        }),
+        libc::ENOMEM => Some(Error::MemlockTooLow {
+            limit: memlock_limit().unwrap_or(0),
+            needed: memlock::locked_bytes() + len as u64,
+        }),
+        libc::EEXIST => Some(Error::UserMemoryFault {
+            host,
+            len,
+            reason: "its IOVA range is mapped already (EEXIST)",
+        }),
+        _ => None,
+    }
 }
 
 /// A PCI function bound to vfio-pci, as a [`Platform`].
@@ -532,6 +563,7 @@ impl VfioPlatform {
                 chunks: BTreeMap::new(),
                 iova,
                 allocated: 0,
+                user: BTreeMap::new(),
             }),
             bars: Mutex::new([const { None }; BARS]),
             options,
@@ -813,6 +845,52 @@ impl Platform for VfioPlatform {
         })
     }
 
+    /// `VFIO_IOMMU_MAP_DMA` of the page span at an IOVA of the
+    /// platform's IOVA space (4 KiB aligned, below the DMA mask); the
+    /// kernel pins the pages (they count against `RLIMIT_MEMLOCK`).
+    fn map_user(&self, mem: UserMemory) -> Result<UserMapping, Error> {
+        let (host, span) = mem.span();
+        let mut st = lock(&self.dma);
+        let iova = st.iova.alloc(span as u64, PAGE_SIZE as u64)?;
+        // SAFETY: the span stays mapped in the process until `unmap_user`
+        // (the promise `mem` carries); the kernel pins it meanwhile.
+        let mapped = unsafe {
+            self.container
+                .vfio_dma_map(iova, span, mem.span_ptr().as_ptr())
+        };
+        if let Err(e) = mapped {
+            let _ = st.iova.free(iova, span as u64);
+            let errno = match &e {
+                VfioError::IommuDmaMap(s) => Some(s.errno()),
+                _ => None,
+            };
+            return Err(user_map_error(errno, host, span)
+                .unwrap_or_else(|| vfio_err("VFIO_IOMMU_MAP_DMA of user memory", e)));
+        }
+        st.user.insert(iova, (host, span));
+        log::debug!(
+            "{}: mapped {span:#x} bytes of user memory at {host:#x} to IOVA {iova:#x}",
+            self.describe
+        );
+        UserMapping::new(host, span, iova, self.tag)
+    }
+
+    /// `VFIO_IOMMU_UNMAP_DMA` of the mapping (the kernel unpins the
+    /// pages). If the kernel refuses, the pages stay mapped and pinned.
+    fn unmap_user(&self, mapping: UserMapping) -> Result<(), Error> {
+        let (iova, host, len) = (mapping.iova(), mapping.host_addr(), mapping.len());
+        let mut st = lock(&self.dma);
+        if mapping.cookie() != self.tag || st.user.get(&iova) != Some(&(host, len)) {
+            return Err(Error::ForeignUserMapping { host, len });
+        }
+        self.container
+            .vfio_dma_unmap(iova, len)
+            .map_err(|e| vfio_err("VFIO_IOMMU_UNMAP_DMA of user memory", e))?;
+        st.user.remove(&iova);
+        let _ = st.iova.free(iova, len as u64);
+        Ok(())
+    }
+
     fn free_dma(&self, region: DmaRegion) {
         if let Err(e) = self.try_free_dma(region) {
             log::error!("{}: free_dma refused: {e}", self.describe);
@@ -992,6 +1070,28 @@ mod tests {
     use super::*;
 
     fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn user_map_errnos_are_typed() {
+        let e = user_map_error(Some(libc::EFAULT), 0x1000, 0x2000);
+        assert!(
+            matches!(
+                e,
+                Some(Error::UserMemoryFault {
+                    host: 0x1000,
+                    len: 0x2000,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let e = user_map_error(Some(libc::ENOMEM), 0x1000, 0x2000);
+        assert!(matches!(e, Some(Error::MemlockTooLow { .. })), "{e:?}");
+        let e = user_map_error(Some(libc::EEXIST), 0x1000, 0x2000);
+        assert!(matches!(e, Some(Error::UserMemoryFault { .. })), "{e:?}");
+        assert!(user_map_error(Some(libc::EINVAL), 0, 0).is_none());
+        assert!(user_map_error(None, 0, 0).is_none());
+    }
 
     #[test]
     fn handles_can_be_shared_between_threads() {
