@@ -24,22 +24,18 @@ use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use hca_driver::{Config, Hca};
 use hca_emu::{Clock, EmuConfig, EmuHca, Personality, WireSpec};
 use platform::Either;
 use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
 
+use crate::channel::{Channels, service_loop};
 use crate::ffi::{self, ibv_device};
 use crate::{Dev, P};
 
 /// The environment variable naming the devices.
 pub const DEVICES_ENV: &str = "HCA_IBV_DEVICES";
-
-/// How often the service thread runs `Hca::service` (health, events,
-/// page requests).
-const SERVICE_PERIOD: Duration = Duration::from_millis(20);
 
 /// What an entry of `HCA_IBV_DEVICES` names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -208,6 +204,8 @@ struct DevState {
 pub struct Running {
     /// The HCA.
     pub hca: Arc<Hca<P>>,
+    /// The completion channels the service thread feeds.
+    pub channels: Arc<Channels>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -215,20 +213,19 @@ pub struct Running {
 impl Running {
     fn start(hca: Hca<P>) -> Self {
         let hca = Arc::new(hca);
+        let channels = Arc::new(Channels::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let (h, s) = (hca.clone(), stop.clone());
+        let (h, c, s) = (hca.clone(), channels.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("hca-ibverbs service".into())
-            .spawn(move || {
-                while !s.load(Ordering::Acquire) {
-                    if let Err(e) = h.service() {
-                        log::warn!("service: {e}");
-                    }
-                    std::thread::sleep(SERVICE_PERIOD);
-                }
-            })
+            .spawn(move || service_loop(&h, &c, &s))
             .ok();
-        Running { hca, stop, thread }
+        Running {
+            hca,
+            channels,
+            stop,
+            thread,
+        }
     }
 
     /// Stops the service thread and returns the HCA.

@@ -28,8 +28,10 @@
 //! gives `EOPNOTSUPP`. A panic never crosses into C: it is caught and
 //! reported as `EIO`.
 
+mod channel;
 pub mod devices;
 pub mod ffi;
+mod mr;
 mod registry;
 mod strs;
 mod verbs;
@@ -54,6 +56,11 @@ impl Dev {
     /// The HCA.
     pub fn hca(&self) -> &Arc<Hca<P>> {
         &self.running.hca
+    }
+
+    /// The completion channels its service thread feeds.
+    pub(crate) fn channels(&self) -> &Arc<channel::Channels> {
+        &self.running.channels
     }
 }
 

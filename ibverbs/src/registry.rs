@@ -11,10 +11,12 @@ use std::sync::Mutex;
 pub enum Kind {
     Context,
     Pd,
+    Mr,
     Cq,
     Qp,
     Srq,
     Ah,
+    Channel,
 }
 
 static LIVE: Mutex<Option<HashSet<(usize, Kind)>>> = Mutex::new(None);

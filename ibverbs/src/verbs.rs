@@ -19,6 +19,7 @@ use hca_driver::verbs::{
 };
 use hca_driver::{LinkLayer, PortState};
 
+use crate::channel::{ChanShared, Channels};
 use crate::devices::{self, DevEntry};
 use crate::ffi::*;
 use crate::registry::{self, Kind};
@@ -47,6 +48,17 @@ struct PdObj {
 pub(crate) struct CqObj {
     c: ibv_cq,
     cq: Arc<Cq<P>>,
+    chan: Option<Arc<ChanShared>>,
+    /// Completion events given to the program (`ibv_get_cq_event`) and
+    /// acknowledged (`ibv_ack_cq_events`).
+    events: Mutex<(u32, u32)>,
+}
+
+#[repr(C)]
+struct ChanObj {
+    c: ibv_comp_channel,
+    shared: Arc<ChanShared>,
+    channels: Arc<Channels>,
 }
 
 #[repr(C)]
@@ -105,7 +117,7 @@ fn zeroed<T>() -> T {
 }
 
 /// Returns NULL with `errno` set.
-fn fail<T>(e: i32) -> *mut T {
+pub(crate) fn fail<T>(e: i32) -> *mut T {
     set_errno(e);
     ptr::null_mut()
 }
@@ -713,12 +725,15 @@ pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     })
 }
 
+/// The driver PD of a live `ibv_pd`.
+pub(crate) fn live_pd<'a>(pd: *mut ibv_pd) -> Option<&'a Arc<Pd<P>>> {
+    live(pd.cast::<PdObj>(), Kind::Pd).map(|p| &p.pd)
+}
 
 // ---------------------------------------------------------------------
 // CQ.
 
-/// `ibv_create_cq`. A completion channel is not supported yet (`channel`
-/// must be NULL).
+/// `ibv_create_cq`, on a completion channel or none.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_cq(
     context: *mut ibv_context,
@@ -737,9 +752,14 @@ pub extern "C" fn ibv_create_cq(
         if n == 0 || comp_vector < 0 || comp_vector >= c.v.context.num_comp_vectors {
             return fail(libc::EINVAL);
         }
-        if !channel.is_null() {
-            return fail(libc::EOPNOTSUPP);
-        }
+        let chan = if channel.is_null() {
+            None
+        } else {
+            match live(channel.cast::<ChanObj>(), Kind::Channel) {
+                Some(ch) if ch.c.context == context => Some(ch.shared.clone()),
+                _ => return fail(libc::EINVAL),
+            }
+        };
         match Cq::create(c.ctx(), n) {
             Ok(cq) => {
                 let mut cc: ibv_cq = zeroed();
@@ -751,7 +771,15 @@ pub extern "C" fn ibv_create_cq(
                 let obj = Box::into_raw(Box::new(CqObj {
                     c: cc,
                     cq: Arc::new(cq),
+                    chan: chan.clone(),
+                    events: Mutex::new((0, 0)),
                 }));
+                if let Some(ch) = &chan {
+                    // SAFETY: `obj` was just boxed.
+                    ch.bind(obj as usize, unsafe { &(*obj).cq });
+                    // SAFETY: `channel` is live (checked above).
+                    unsafe { (*channel).refcnt += 1 };
+                }
                 registry::add(obj, Kind::Cq);
                 obj.cast()
             }
@@ -771,9 +799,24 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         if Arc::strong_count(&q.cq) > 1 {
             return libc::EBUSY;
         }
+        {
+            let ev = q.events.lock().unwrap_or_else(|p| p.into_inner());
+            // libibverbs waits for the acknowledgement of every event it
+            // gave; a program that did not acknowledge them would wait for
+            // ever in one thread, so this says so instead.
+            if ev.0 != ev.1 {
+                return libc::EBUSY;
+            }
+        }
         registry::remove(o, Kind::Cq);
         // SAFETY: live and now removed from the registry: ours to free.
         let b = unsafe { Box::from_raw(o) };
+        if let Some(ch) = &b.chan {
+            ch.unbind(o as usize);
+            // SAFETY: a channel with a bound CQ is live (destroying it is
+            // refused while its refcnt is non-zero).
+            unsafe { (*b.c.channel).refcnt -= 1 };
+        }
         match Cq::try_destroy(b.cq) {
             Ok(()) => 0,
             Err(e) => errno_of(&e),
@@ -859,6 +902,116 @@ unsafe extern "C" fn op_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) ->
     let q = unsafe { &*cq.cast::<CqObj>() };
     q.cq.req_notify(solicited_only != 0);
     0
+}
+
+// ---------------------------------------------------------------------
+// Completion channels.
+
+/// `ibv_create_comp_channel`: its `fd` becomes readable when a CQ of it
+/// has a completion event (after `ibv_req_notify_cq`).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard(ptr::null_mut(), || {
+        let Some(c) = live_ctx(context) else {
+            return fail(libc::EINVAL);
+        };
+        let shared = match ChanShared::new() {
+            Ok(s) => s,
+            Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EMFILE)),
+        };
+        let Some(dev) = c.dev.as_ref() else {
+            return fail(libc::EINVAL);
+        };
+        let channels = dev.channels().clone();
+        channels.add(&shared);
+        let obj = Box::into_raw(Box::new(ChanObj {
+            c: ibv_comp_channel {
+                context,
+                fd: shared.fd(),
+                refcnt: 0,
+            },
+            shared,
+            channels,
+        }));
+        registry::add(obj, Kind::Channel);
+        obj.cast()
+    })
+}
+
+/// `ibv_destroy_comp_channel`: `EBUSY` while a CQ uses it.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard(libc::EIO, || {
+        let o = channel.cast::<ChanObj>();
+        let Some(ch) = live(o, Kind::Channel) else {
+            return libc::EINVAL;
+        };
+        if ch.c.refcnt != 0 || ch.shared.bound_count() != 0 {
+            return libc::EBUSY;
+        }
+        registry::remove(o, Kind::Channel);
+        // SAFETY: was live, now removed from the registry: ours to free.
+        let b = unsafe { Box::from_raw(o) };
+        b.channels.remove(&b.shared);
+        0
+    })
+}
+
+/// `ibv_get_cq_event`: waits for a completion event of a CQ of the
+/// channel (or fails with `EAGAIN` when its fd is non-blocking); 0, or -1
+/// with `errno`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        let Some(ch) = live(channel.cast::<ChanObj>(), Kind::Channel) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if cq.is_null() || cq_context.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        match ch.shared.get_event() {
+            Ok(c) => {
+                let o = c as *mut CqObj;
+                let Some(q) = live(o, Kind::Cq) else {
+                    set_errno(libc::EIO);
+                    return -1;
+                };
+                q.events.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+                // SAFETY: the caller's two out pointers, non-null.
+                unsafe {
+                    *cq = o.cast();
+                    *cq_context = q.c.cq_context;
+                }
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
+/// `ibv_ack_cq_events`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    guard((), || {
+        let o = cq.cast::<CqObj>();
+        let Some(q) = live(o, Kind::Cq) else {
+            return;
+        };
+        let mut ev = q.events.lock().unwrap_or_else(|p| p.into_inner());
+        ev.1 = ev.1.wrapping_add(nevents);
+        // SAFETY: `o` is live; the C view's counter is the program's to
+        // read (libibverbs keeps it the same way).
+        unsafe { (*o).c.comp_events_completed = ev.1 };
+    })
 }
 
 // ---------------------------------------------------------------------
