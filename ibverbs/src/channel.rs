@@ -90,12 +90,14 @@ impl ChanShared {
     /// returns whether a CQ is bound, and the vector of the first bound
     /// CQ's completion EQ.
     fn collect(&self, hca: &Hca<P>) -> (bool, Option<u16>) {
-        let cqs: Vec<(usize, Arc<Cq<P>>)> = lock(&self.bound)
-            .iter()
-            .filter_map(|b| b.cq.upgrade().map(|c| (b.cq_c, c)))
-            .collect();
+        // The bound list stays locked while its CQs are upgraded, so that
+        // once `unbind` returns no handle of the CQ is held here.
+        let bound = lock(&self.bound);
         let mut vector = None;
-        for (c, cq) in &cqs {
+        for b in bound.iter() {
+            let Some(cq) = b.cq.upgrade() else {
+                continue;
+            };
             vector = vector.or_else(|| hca.eq_vector(cq.eqn()));
             match cq.take_events() {
                 Ok(0) => {}
@@ -103,7 +105,7 @@ impl ChanShared {
                     {
                         let mut p = lock(&self.pending);
                         for _ in 0..n {
-                            p.push_back(*c);
+                            p.push_back(b.cq_c);
                         }
                     }
                     let v = n;
@@ -125,7 +127,7 @@ impl ChanShared {
                 Err(e) => log::warn!("completion channel: {e}"),
             }
         }
-        (!cqs.is_empty(), vector)
+        (!bound.is_empty(), vector)
     }
 
     /// Waits for one event (`ibv_get_cq_event`): the CQ's C address, or

@@ -18,8 +18,9 @@ pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 pub const IBV_SYSFS_NAME_MAX: usize = 64;
 pub const IBV_SYSFS_PATH_MAX: usize = 256;
 
-/// `union ibv_gid` (16 bytes, big-endian).
-#[repr(C)]
+/// `union ibv_gid` (16 bytes, big-endian), 8-byte aligned as the C union
+/// is (its other member is two `__be64`).
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ibv_gid {
     pub raw: [u8; 16],

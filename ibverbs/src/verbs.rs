@@ -796,9 +796,6 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         let Some(q) = live(o, Kind::Cq) else {
             return libc::EINVAL;
         };
-        if Arc::strong_count(&q.cq) > 1 {
-            return libc::EBUSY;
-        }
         {
             let ev = q.events.lock().unwrap_or_else(|p| p.into_inner());
             // libibverbs waits for the acknowledgement of every event it
@@ -808,11 +805,20 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                 return libc::EBUSY;
             }
         }
+        // Unbound first: then the service thread holds no handle of it.
+        if let Some(ch) = &q.chan {
+            ch.unbind(o as usize);
+        }
+        if Arc::strong_count(&q.cq) > 1 {
+            if let Some(ch) = &q.chan {
+                ch.bind(o as usize, &q.cq);
+            }
+            return libc::EBUSY;
+        }
         registry::remove(o, Kind::Cq);
         // SAFETY: live and now removed from the registry: ours to free.
         let b = unsafe { Box::from_raw(o) };
-        if let Some(ch) = &b.chan {
-            ch.unbind(o as usize);
+        if b.chan.is_some() {
             // SAFETY: a channel with a bound CQ is live (destroying it is
             // refused while its refcnt is non-zero).
             unsafe { (*b.c.channel).refcnt -= 1 };
