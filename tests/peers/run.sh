@@ -33,7 +33,10 @@
 #              ibv_devinfo -v, and ibv_rc/uc/ud/srq_pingpong with server
 #              and client as two processes, each on an emulated HCA,
 #              cabled by a UDP (and once a Unix) socket wire; polling and -e (events),
-#              -c (received data checked), below and above the MTU.
+#              -c (received data checked), below and above the MTU; and
+#              tests/peers/ibverbs/rc_example.c (the RDMA_RC_example flow
+#              of the RDMA Aware Networks Programming User Manual, written
+#              anew) compiled against Debian's headers, linked against ours.
 #   all        every suite above.
 #
 # Environment: PEERS_OUT (default target/peers) keeps logs and the
@@ -536,6 +539,42 @@ suite_ibverbs() {
     ibv_pingpong_case udp ud-events ibv_ud_pingpong -s 1024 -e -c
     ibv_pingpong_case udp srq ibv_srq_pingpong -c
     ibv_pingpong_case udp srq-events ibv_srq_pingpong -e -c
+
+    # A C program of the project (the RDMA_RC_example flow: TCP exchange,
+    # SEND, RDMA READ, RDMA WRITE, each checked), compiled against Debian's
+    # headers and linked against our library.
+    local exe="$OUT/ibverbs/rc_example"
+    if cc -Wall -Wextra -Werror -O2 -o "$exe" tests/peers/ibverbs/rc_example.c \
+        -L"$IBV_LIB" -libverbs -Wl,-rpath,"$IBV_LIB" 2>"$OUT/ibverbs/rc_example-cc.log"; then
+        pass "ibverbs rc_example.c compiles against <infiniband/verbs.h>, links against ours"
+        ibv_example_case
+    else
+        fail "ibverbs rc_example.c" "cc failed (see $OUT/ibverbs/rc_example-cc.log)"
+    fi
+}
+
+ibv_example_case() {
+    local dir="$OUT/ibverbs/rc_example.run"
+    rm -rf "$dir" && mkdir -p "$dir"
+    local port=$((20000 + RANDOM % 20000))
+    local sa="udp=127.0.0.1:$((port + 1)),udppeer=127.0.0.1:$((port + 2))"
+    local sb="udp=127.0.0.1:$((port + 2)),udppeer=127.0.0.1:$((port + 1))"
+    HCA_IBV_DEVICES="emu:emu0=$sa" timeout 60 "$OUT/ibverbs/rc_example" -d emu0 -g 1 -p "$port" \
+        >"$dir/server.log" 2>&1 &
+    local spid=$!
+    HCA_IBV_DEVICES="emu:emu0=$sb" timeout 60 "$OUT/ibverbs/rc_example" -d emu0 -g 1 -p "$port" 127.0.0.1 \
+        >"$dir/client.log" 2>&1
+    local crc=$?
+    wait "$spid"
+    local src=$?
+    if [ $src -eq 0 ] && [ $crc -eq 0 ] &&
+        grep -q 'server: all checks passed' "$dir/server.log" &&
+        grep -q 'client: all checks passed' "$dir/client.log"; then
+        pass "ibverbs rc_example SEND, RDMA READ, RDMA WRITE between two processes"
+    else
+        fail "ibverbs rc_example" "server exit $src, client exit $crc (see $dir)"
+        cat "$dir/server.log" "$dir/client.log" >&2
+    fi
 }
 
 case "${1:-}" in
