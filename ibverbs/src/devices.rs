@@ -11,9 +11,12 @@
 //!   `cx5`, `cx6dx`); `sock=PATH,peer=PATH` cables port 1 to a Unix
 //!   datagram socket wire (bound at `sock`, frames go to `peer`: the other
 //!   process names the two swapped), `udp=HOST:PORT,udppeer=HOST:PORT` to
-//!   a UDP one; `loopback` plugs port 1 back into itself; `seed=N` sets
-//!   the emulator's seed (MAC address and GIDs; by default derived from
-//!   the wire's local end, so two processes on one wire differ).
+//!   a UDP one; `wire=NAME` cables port 1 to port 1 of another emulated
+//!   device of the list (in this process); `loopback` (or `loop`) plugs
+//!   port 1 back into itself; `ib` makes the ports InfiniBand (`eth`, the
+//!   default, Ethernet/RoCE); `seed=N` sets the emulator's seed (MAC
+//!   address and GIDs; by default derived from the wire's local end or the
+//!   name, so two devices differ).
 //!
 //! Example: `HCA_IBV_DEVICES="emu:emu0=cx4,sock=/tmp/a,peer=/tmp/b"` in
 //! one process and `"emu:emu0=cx4,sock=/tmp/b,peer=/tmp/a"` in the other.
@@ -26,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use hca_driver::{Config, Hca};
-use hca_emu::{Clock, EmuConfig, EmuHca, Personality, WireSpec};
+use hca_emu::{Clock, EmuConfig, EmuHca, Personality, PortType, WireSpec};
 use platform::Either;
 use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
 
@@ -50,6 +53,10 @@ pub enum DevSpec {
         wire: Option<WireSpec>,
         /// Port 1 looped back.
         loopback: bool,
+        /// Port 1 cabled to port 1 of this device of the list.
+        cable: Option<String>,
+        /// Ethernet or InfiniBand ports.
+        port_type: PortType,
         /// The emulator's seed.
         seed: Option<u64>,
     },
@@ -78,6 +85,8 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
             let mut personality = Personality::ConnectX4;
             let (mut sock, mut peer, mut udp, mut udppeer) = (None, None, None, None);
             let mut loopback = false;
+            let mut cable = None;
+            let mut port_type = PortType::Ethernet;
             let mut seed = None;
             for o in opts.split(',').map(str::trim).filter(|o| !o.is_empty()) {
                 let (k, v) = o.split_once('=').unwrap_or((o, ""));
@@ -85,7 +94,10 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
                     ("cx4", "") => personality = Personality::ConnectX4,
                     ("cx5", "") => personality = Personality::ConnectX5,
                     ("cx6dx", "") => personality = Personality::ConnectX6Dx,
-                    ("loopback", "") => loopback = true,
+                    ("loopback" | "loop", "") => loopback = true,
+                    ("ib", "") => port_type = PortType::InfiniBand,
+                    ("eth", "") => port_type = PortType::Ethernet,
+                    ("wire", n) if !n.is_empty() => cable = Some(n.to_string()),
                     ("sock", p) if !p.is_empty() => sock = Some(p.to_string()),
                     ("peer", p) if !p.is_empty() => peer = Some(p.to_string()),
                     ("udp", a) if !a.is_empty() => udp = Some(a.to_string()),
@@ -97,7 +109,7 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
                     }
                     _ => {
                         return Err(format!(
-                            "{DEVICES_ENV}: entry `{e}`: unknown option `{o}` (cx4, cx5, cx6dx, loopback, sock=PATH, peer=PATH, udp=HOST:PORT, udppeer=HOST:PORT, seed=N)"
+                            "{DEVICES_ENV}: entry `{e}`: unknown option `{o}` (cx4, cx5, cx6dx, eth, ib, loopback, wire=NAME, sock=PATH, peer=PATH, udp=HOST:PORT, udppeer=HOST:PORT, seed=N)"
                         ));
                     }
                 }
@@ -118,9 +130,11 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
                         .map_err(|err| format!("{DEVICES_ENV}: entry `{e}`: {err}"))
                 })
                 .transpose()?;
-            if wire.is_some() && loopback {
+            if usize::from(wire.is_some()) + usize::from(loopback) + usize::from(cable.is_some())
+                > 1
+            {
                 return Err(format!(
-                    "{DEVICES_ENV}: entry `{e}`: port 1 is either on a wire or looped back"
+                    "{DEVICES_ENV}: entry `{e}`: port 1 is on one of a socket wire, a wire to another device, or a loopback plug"
                 ));
             }
             Entry {
@@ -129,6 +143,8 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
                     personality,
                     wire,
                     loopback,
+                    cable,
+                    port_type,
                     seed,
                 },
             }
@@ -151,6 +167,30 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
             ));
         }
         out.push(entry);
+    }
+    // A device-to-device wire names another emulated device, which does not
+    // name one itself (the cable is made by the side that names it).
+    for e in &out {
+        if let DevSpec::Emu {
+            cable: Some(peer), ..
+        } = &e.spec
+        {
+            let target = out.iter().find(|o| &o.name == peer);
+            match target.map(|t| &t.spec) {
+                Some(DevSpec::Emu {
+                    cable: None,
+                    wire: None,
+                    loopback: false,
+                    ..
+                }) if peer != &e.name => {}
+                _ => {
+                    return Err(format!(
+                        "{DEVICES_ENV}: `{}`: wire={peer} must name another emulated device of the list whose port 1 is free",
+                        e.name
+                    ));
+                }
+            }
+        }
     }
     Ok(out)
 }
@@ -285,42 +325,69 @@ impl DevEntry {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Builds the emulated HCA of an `emu:` device (once; kept for the
+    /// process, so that its wire stays bound).
+    fn emulator(&self, st: &mut DevState) -> Result<(), String> {
+        let DevSpec::Emu {
+            personality,
+            wire,
+            loopback,
+            cable,
+            port_type,
+            seed,
+        } = &self.entry.spec
+        else {
+            return Err(format!("{}: not an emulated device", self.entry.name));
+        };
+        if st.emu.is_some() {
+            return Ok(());
+        }
+        let default_seed = EmuConfig::default().seed;
+        let seed = seed.unwrap_or_else(|| {
+            let key = wire
+                .as_ref()
+                .map_or_else(|| self.entry.name.clone(), |w| w.local_name());
+            key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            }) ^ default_seed
+        });
+        let emu = EmuHca::new(EmuConfig {
+            personality: *personality,
+            port_type: *port_type,
+            clock: Clock::Real,
+            seed,
+            ..EmuConfig::default()
+        });
+        let name = &self.entry.name;
+        if let Some(peer) = cable {
+            let other = devices()
+                .ok()
+                .and_then(|l| l.iter().find(|d| d.name() == peer))
+                .ok_or_else(|| format!("{name}: wire={peer}: no such device"))?;
+            // The peer names no wire itself (checked when parsing), so it
+            // never takes this device's lock: no lock-order inversion.
+            let mut ost = other.state();
+            other.emulator(&mut ost)?;
+            let oemu = ost.emu.as_ref().ok_or("no emulator")?;
+            hca_emu::connect(&emu, 1, oemu, 1).map_err(|e| format!("{name}: wire={peer}: {e}"))?;
+        } else if let Some(w) = wire {
+            emu.cable_to(1, w)
+                .map_err(|e| format!("{name}: wire {w}: {e}"))?;
+        } else if *loopback {
+            emu.plug_loopback(1)
+                .map_err(|e| format!("{name}: loopback: {e}"))?;
+        }
+        st.emu = Some(emu);
+        Ok(())
+    }
+
     fn platform(&self, st: &mut DevState) -> Result<P, String> {
         match &self.entry.spec {
             DevSpec::Vfio(bdf) => VfioPlatform::open(bdf, VfioOptions::default())
                 .map(Either::Right)
                 .map_err(|e| format!("{}: {bdf}: {e}", self.entry.name)),
-            DevSpec::Emu {
-                personality,
-                wire,
-                loopback,
-                seed,
-            } => {
-                if st.emu.is_none() {
-                    let default_seed = EmuConfig::default().seed;
-                    let seed = seed.unwrap_or_else(|| {
-                        let key = wire
-                            .as_ref()
-                            .map_or_else(|| self.entry.name.clone(), |w| w.local_name());
-                        key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-                        }) ^ default_seed
-                    });
-                    let emu = EmuHca::new(EmuConfig {
-                        personality: *personality,
-                        clock: Clock::Real,
-                        seed,
-                        ..EmuConfig::default()
-                    });
-                    if let Some(w) = wire {
-                        emu.cable_to(1, w)
-                            .map_err(|e| format!("{}: wire {w}: {e}", self.entry.name))?;
-                    } else if *loopback {
-                        emu.plug_loopback(1)
-                            .map_err(|e| format!("{}: loopback: {e}", self.entry.name))?;
-                    }
-                    st.emu = Some(emu);
-                }
+            DevSpec::Emu { .. } => {
+                self.emulator(st)?;
                 Ok(Either::Left(
                     st.emu.as_ref().map(EmuHca::platform).ok_or("no emulator")?,
                 ))
@@ -398,12 +465,22 @@ fn close_dev(d: Arc<Dev>, name: &str) -> Result<(), String> {
     }
 }
 
+/// The devices of the unit tests: two emulated ConnectX-4s cabled port to
+/// port, and one with a loopback plug.
+#[cfg(test)]
+pub const TEST_DEVICES: &str = "emu:ta=wire=tb;emu:tb;emu:tl=loop";
+
 static DEVICES: OnceLock<Result<Vec<&'static DevEntry>, String>> = OnceLock::new();
 
 /// The devices (parsed once; a bad variable is reported once on stderr).
 pub fn devices() -> Result<&'static [&'static DevEntry], &'static str> {
     let r = DEVICES.get_or_init(|| {
+        #[cfg(not(test))]
         let text = std::env::var(DEVICES_ENV).unwrap_or_default();
+        // The unit tests of the C API run in one process on these devices,
+        // whatever the environment.
+        #[cfg(test)]
+        let text = TEST_DEVICES.to_string();
         let r = parse(&text).map(|es| {
             es.into_iter()
                 .map(|e| &*Box::leak(Box::new(DevEntry::new(e))))
@@ -452,6 +529,13 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(es[3].spec, DevSpec::Emu { loopback: true, .. }));
+        let es = parse("emu:a=ib,wire=b;emu:b=loop,cx6dx").unwrap_err();
+        assert!(es.contains("port 1 is free"), "{es}");
+        let es = parse("emu:a=ib,wire=b;emu:b=ib").unwrap();
+        assert!(matches!(
+            &es[0].spec,
+            DevSpec::Emu { cable: Some(b), port_type: PortType::InfiniBand, .. } if b == "b"
+        ));
         assert!(parse("").unwrap().is_empty());
     }
 
@@ -464,7 +548,10 @@ mod tests {
             ("zz:zz", "zz:zz"),
             ("emu:a;emu:a", "two devices are named `a`"),
             ("emu:a=seed=x", "seed `x`"),
-            ("emu:a=loopback,sock=/a,peer=/b", "either on a wire"),
+            ("emu:a=loopback,sock=/a,peer=/b", "port 1 is on one of"),
+            ("emu:a=wire=b", "wire=b must name another"),
+            ("emu:a=wire=a", "wire=a must name another"),
+            ("emu:a=wire=b;emu:b=wire=a", "must name another"),
         ] {
             let e = parse(bad).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");

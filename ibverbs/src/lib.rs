@@ -28,6 +28,8 @@
 //! gives `EOPNOTSUPP`. A panic never crosses into C: it is caught and
 //! reported as `EIO`.
 
+#[cfg(test)]
+mod capi_tests;
 mod channel;
 pub mod devices;
 pub mod ffi;
