@@ -176,7 +176,7 @@ fn teardown(s: Side) {
 #[test]
 fn rc_write_send_and_a_completion_event_through_the_c_api() {
     let mut a = open("ta");
-    let mut b = open("tb");
+    let b = open("tb");
     // SAFETY: live QPs.
     let (qa, qb) = unsafe { ((*a.qp).qp_num, (*b.qp).qp_num) };
     connect(&a, qb, b.gid);
@@ -198,10 +198,8 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
     };
     let mut bad_r = ptr::null_mut();
     // SAFETY: a valid work request list.
-    assert_eq!(
-        unsafe { ops(b.ctx).post_recv.unwrap()(b.qp, &mut rwr, &mut bad_r) },
-        0
-    );
+    let r = unsafe { ops(b.ctx).post_recv.unwrap()(b.qp, &mut rwr, &mut bad_r) };
+    assert_eq!(r, 0);
     // SAFETY: live CQ.
     assert_eq!(unsafe { ops(b.ctx).req_notify_cq.unwrap()(b.cq, 0) }, 0);
     // SAFETY: the channel's fd; make it non-blocking.
@@ -251,10 +249,8 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
     };
     let mut bad = ptr::null_mut();
     // SAFETY: a valid list of two work requests.
-    assert_eq!(
-        unsafe { ops(a.ctx).post_send.unwrap()(a.qp, &mut w1, &mut bad) },
-        0
-    );
+    let r = unsafe { ops(a.ctx).post_send.unwrap()(a.qp, &mut w1, &mut bad) };
+    assert_eq!(r, 0);
     let c1 = poll_one(a.cq);
     let c2 = poll_one(a.cq);
     assert_eq!((c1.wr_id, c1.status, c1.opcode), (1, 0, 1));
@@ -294,10 +290,8 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
     w3.opcode = 77;
     let mut bad = ptr::null_mut();
     // SAFETY: a valid (one-element) list.
-    assert_eq!(
-        unsafe { ops(a.ctx).post_send.unwrap()(a.qp, &mut w3, &mut bad) },
-        libc::EINVAL
-    );
+    let r = unsafe { ops(a.ctx).post_send.unwrap()(a.qp, &mut w3, &mut bad) };
+    assert_eq!(r, libc::EINVAL);
     assert_eq!(bad, ptr::addr_of_mut!(w3));
     assert_eq!(ibv_dealloc_pd(a.pd), libc::EBUSY, "objects live in it");
     let mut gid = ibv_gid::default();
