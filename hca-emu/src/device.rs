@@ -189,6 +189,11 @@ pub(crate) struct Device {
     pub(crate) uncached_bf: (u64, Option<String>),
     /// Called with the vector of every interrupt ([`crate::EmuHca::set_msix_sink`]).
     pub(crate) msix_sink: Option<crate::MsixSink>,
+    /// The eventfd of each vector a platform handle asked for
+    /// ([`Platform::interrupt_fd`](platform::Platform::interrupt_fd)),
+    /// signalled at every interrupt of the vector.
+    #[cfg(target_os = "linux")]
+    pub(crate) irq_fds: BTreeMap<u8, Arc<platform::notify::EventFd>>,
 }
 
 impl Device {
@@ -239,7 +244,31 @@ impl Device {
             dma_allocs: (0, 0),
             uncached_bf: (0, None),
             msix_sink: None,
+            #[cfg(target_os = "linux")]
+            irq_fds: BTreeMap::new(),
         }
+    }
+
+    /// MSI-X vector `v` interrupts: its count goes up, the MSI-X sink is
+    /// called and the vector's eventfd signalled.
+    pub(crate) fn raise_interrupt(&mut self, v: u8) {
+        *self.interrupts.entry(v).or_default() += 1;
+        self.msix_sink.as_ref().inspect(|s| s(u16::from(v)));
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = self.irq_fds.get(&v) {
+            fd.signal();
+        }
+    }
+
+    /// Empties the eventfd of vector `v` (its interrupts are being
+    /// counted).
+    pub(crate) fn drain_irq_fd(&self, v: u8) {
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = self.irq_fds.get(&v) {
+            fd.drain();
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = v;
     }
 
     /// Device time.

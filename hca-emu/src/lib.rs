@@ -975,6 +975,30 @@ impl Platform for EmuPlatform {
         Ok(())
     }
 
+    /// An eventfd of the emulator's own for the vector, signalled at each
+    /// of its interrupts (made at the first call, while the vector is
+    /// enabled on this handle).
+    #[cfg(target_os = "linux")]
+    fn interrupt_fd(&self, vector: u16) -> Option<i32> {
+        self.vector_base(vector).ok()?;
+        let v = u8::try_from(vector).ok()?;
+        let mut d = self.shared.lock();
+        if let Some(fd) = d.irq_fds.get(&v) {
+            return Some(fd.raw_fd());
+        }
+        match platform::notify::EventFd::new() {
+            Ok(fd) => {
+                let raw = fd.raw_fd();
+                d.irq_fds.insert(v, Arc::new(fd));
+                Some(raw)
+            }
+            Err(e) => {
+                log::warn!("eventfd for MSI-X vector {vector}: {e}");
+                None
+            }
+        }
+    }
+
     fn wait_interrupt(
         &self,
         vector: u16,
@@ -984,6 +1008,7 @@ impl Platform for EmuPlatform {
         let base = self.vector_base(vector)?;
         let v = vector as u8;
         let count = |d: &device::Device| {
+            d.drain_irq_fd(v);
             d.interrupts
                 .get(&v)
                 .copied()

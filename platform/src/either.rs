@@ -185,6 +185,10 @@ impl<L: Platform, R: Platform> Platform for Either<L, R> {
         forward!(self, p => p.map_user(mem))
     }
 
+    fn interrupt_fd(&self, vector: u16) -> Option<i32> {
+        forward!(self, p => p.interrupt_fd(vector))
+    }
+
     fn unmap_user(&self, mapping: crate::UserMapping) -> Result<(), Error> {
         forward!(self, p => p.unmap_user(mapping))
     }

@@ -139,6 +139,15 @@ pub enum Error {
         len: usize,
     },
 
+    /// A system call on a notification descriptor (eventfd, epoll) failed.
+    #[error("{what} failed: errno {errno}")]
+    Notify {
+        /// The call.
+        what: &'static str,
+        /// Its errno.
+        errno: i32,
+    },
+
     /// A PCI address that is not `[dddd:]bb:dd.f`.
     #[cfg(feature = "vfio")]
     #[error("`{0}` is not a PCI address: expected dddd:bb:dd.f, e.g. 0000:02:00.0")]

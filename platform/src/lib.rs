@@ -52,6 +52,8 @@ mod error;
 #[cfg(feature = "std")]
 pub mod host;
 mod mmio;
+#[cfg(all(feature = "std", target_os = "linux"))]
+pub mod notify;
 mod pages;
 pub mod ring;
 pub mod slot;
@@ -255,6 +257,20 @@ pub trait Platform {
             host: mapping.host_addr(),
             len: mapping.len(),
         })
+    }
+
+    /// A Linux file descriptor that becomes readable when MSI-X vector
+    /// `vector` interrupts (an eventfd the platform signals), for a
+    /// program to `poll(2)` on; the platform empties it whenever it counts
+    /// the vector's interrupts ([`interrupt_count`](Self::interrupt_count),
+    /// [`wait_interrupt`](Self::wait_interrupt)), so readability is a hint
+    /// to look at the device, never an event by itself. `None` (the
+    /// default) when the platform has none for the vector (no interrupts,
+    /// the vector not enabled, not Linux). The descriptor stays owned by
+    /// the platform and valid until the vectors are disabled.
+    fn interrupt_fd(&self, vector: u16) -> Option<i32> {
+        let _ = vector;
+        None
     }
 
     /// A short description of the device for logs and errors

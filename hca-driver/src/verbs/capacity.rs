@@ -134,6 +134,10 @@ impl<T, const N: usize> Bounded<T, N> {
     pub(crate) fn iter(&self) -> core::slice::Iter<'_, T> {
         self.items.iter()
     }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.items
+    }
 }
 
 impl<T: core::fmt::Debug, const N: usize> core::fmt::Debug for Bounded<T, N> {

@@ -18,6 +18,7 @@ use crate::hca::DmaUse;
 use crate::pas::PAS_PAGE_SIZE;
 use crate::types::{Cqn, Eqn};
 use crate::verbs::capacity::{Bounded, MAX_CONTEXT_QPS};
+use crate::verbs::channel::CompChannel;
 use crate::verbs::context::{Context, FwObj};
 use crate::verbs::queue::{
     create_at, destroy_and_free, release_after_destroy, release_after_failure, service,
@@ -177,6 +178,8 @@ pub struct Cq<P: Platform + 'static, S: Share = DefaultShare> {
     cqn: Cqn,
     eqn: Eqn,
     cqe: u32,
+    /// The completion channel the CQ reports its events to, if any.
+    channel: Option<S::Ref<CompChannel<P, S>>>,
 }
 
 impl<P: Platform + 'static, S: Share> fmt::Debug for Cq<P, S> {
@@ -296,7 +299,72 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
             eqn,
             cqe: (1u32 << layout.log_cq_size) - 1,
             ctx,
+            channel: None,
         })
+    }
+
+    /// Creates a CQ (`ibv_create_cq` with a `channel`) whose completion
+    /// events go to `channel`, as [`create_on`](Self::create_on) does
+    /// otherwise; `cookie` comes back with each of its events
+    /// ([`CqEvent::cookie`](crate::verbs::CqEvent), libibverbs'
+    /// `cq_context`). Its events are read with
+    /// [`CompChannel::get_event`] (not [`wait_event`](Self::wait_event) or
+    /// [`take_events`](Self::take_events)) and acknowledged with
+    /// [`ack_events`](Self::ack_events). The CQ holds a handle of the
+    /// channel.
+    ///
+    /// # Errors
+    ///
+    /// As [`create_on`](Self::create_on); [`Error::InvalidArgument`] for
+    /// a channel of another context; [`Error::CapacityExceeded`] when
+    /// the channel serves [`MAX_CHANNEL_CQS`](crate::verbs::MAX_CHANNEL_CQS)
+    /// CQs.
+    pub fn create_on_channel(
+        ctx: &impl Handle<Context<P, S>, Share = S>,
+        cqe: u32,
+        comp_vector: u32,
+        channel: &impl Handle<CompChannel<P, S>, Share = S>,
+        cookie: u64,
+    ) -> Result<Self> {
+        if !core::ptr::eq::<Context<P, S>>(&**channel.context(), &**ctx) {
+            return Err(Error::InvalidArgument {
+                arg: "channel",
+                reason: "the completion channel belongs to another context",
+            });
+        }
+        let mut cq = Self::create_on(ctx, cqe, comp_vector)?;
+        // A failure drops the CQ, which destroys it.
+        channel.bind(cq.cqn, cq.eqn, cookie)?;
+        cq.channel = Some(channel.clone().into_ref());
+        Ok(cq)
+    }
+
+    /// The completion channel of the CQ, if it was created on one.
+    pub fn channel(&self) -> Option<&S::Ref<CompChannel<P, S>>> {
+        self.channel.as_ref()
+    }
+
+    /// Acknowledges `n` completion events read from the CQ's channel
+    /// (`ibv_ack_cq_events`). A CQ without a channel has nothing to
+    /// acknowledge (its events are acknowledged as
+    /// [`take_events`](Self::take_events) takes them): `Ok`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidAttribute`] when `n` is more than the events read
+    /// and not acknowledged.
+    pub fn ack_events(&self, n: u32) -> Result<()> {
+        match &self.channel {
+            Some(ch) => ch.ack(self.cqn, u64::from(n)),
+            None => Ok(()),
+        }
+    }
+
+    /// Completion events read from the CQ's channel and not yet
+    /// acknowledged (0 without a channel). [`destroy`](Self::destroy)
+    /// refuses while there are any, as `ibv_destroy_cq` waits for them.
+    pub fn unacked_events(&self) -> u64 {
+        self.channel.as_ref().map_or(0, |ch| ch.unacked(self.cqn))
     }
 
     /// The CQ number.
@@ -353,6 +421,19 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
     /// Requests a completion event for the next completion, or the next
     /// solicited one (`ibv_req_notify_cq`).
     pub fn req_notify(&self, solicited_only: bool) {
+        if let Some(ch) = &self.channel {
+            // The arm sequence number advances once per event (2 bits):
+            // for the events the channel collected since the last arm.
+            let owed = ch.take_arm_owed(self.cqn);
+            self.with(|i| {
+                for _ in 0..owed % 4 {
+                    i.cq.completion_event();
+                }
+                i.arm.user = Some(solicited_only);
+                i.cq.arm(solicited_only);
+            });
+            return;
+        }
         if self.with(|i| i.arm.internal) {
             // An arm of poll_wait is outstanding: its event, if it came,
             // is not the user's.
@@ -375,6 +456,7 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
     /// call without waiting (runs [`Hca::poll_events`](crate::Hca::poll_events) first); acknowledges
     /// them (`ibv_ack_cq_events`).
     pub fn take_events(&self) -> Result<u64> {
+        self.no_channel()?;
         service(self.ctx.hca())?;
         Ok(self.take_raw())
     }
@@ -403,6 +485,16 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         })
     }
 
+    /// Refuses the event calls of a CQ without a channel.
+    fn no_channel(&self) -> Result<()> {
+        match self.channel {
+            Some(_) => Err(Error::Unsupported(
+                "the completion events of a CQ on a completion channel are read with CompChannel::get_event",
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The completion EQ this CQ reports to (`cqc.c_eqn`).
     pub fn eqn(&self) -> Eqn {
         self.eqn
@@ -416,6 +508,7 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
     /// the wait sleeps on the MSI-X vector of the CQ's completion EQ between
     /// two looks at the EQs; otherwise it polls.
     pub fn wait_event(&self, timeout: Duration) -> Result<u64> {
+        self.no_channel()?;
         let hca = self.ctx.hca();
         let p = hca.platform();
         let deadline = Deadline::start(p, timeout);
@@ -441,6 +534,10 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
     /// may not fire). The caller polls once more before it sleeps with
     /// [`sleep`](Self::sleep).
     pub(crate) fn arm_for_sleep(&self) -> Option<(u16, u64)> {
+        if self.channel.is_some() {
+            // An event of the driver's own would reach the channel.
+            return None;
+        }
         let hca = self.ctx.hca();
         let v = hca.eq_vector(self.eqn)?;
         let user = self.with(|i| i.arm.user);
@@ -567,6 +664,17 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
     /// Destroys the CQ (DESTROY_CQ) and frees its memory. Refused while a
     /// QP still completes to it (possible only if a QP was leaked).
     pub fn destroy(mut self) -> Result<()> {
+        let unacked = self.unacked_events();
+        if unacked > 0 {
+            let e = Error::InUse {
+                what: "the CQ (completion events read from its channel and not acknowledged)",
+                users: u32::try_from(unacked).unwrap_or(u32::MAX),
+            };
+            // As ibv_destroy_cq, which waits for the acknowledgements:
+            // nothing is destroyed (and, the CQ being given up, kept).
+            core::mem::forget(self);
+            return Err(e);
+        }
         let users = self.users();
         if users > 0 {
             let e = Error::InUse {
@@ -586,6 +694,9 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         };
         let hca = self.ctx.hca();
         let r = obj.destroy();
+        if let Some(ch) = self.channel.take() {
+            ch.unbind(self.cqn);
+        }
         if let Some(inner) = self.inner.lock().take() {
             // The table is empty (QPs detach before they go).
             drop(inner.table);

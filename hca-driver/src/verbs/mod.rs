@@ -10,6 +10,8 @@
 //! | `ibv_alloc_pd` | [`Pd::alloc`] → [`Pd`] |
 //! | `ibv_reg_mr` | [`DmaBuf::alloc`] → [`DmaBuf`], [`Mr::register`] → [`Mr`] (lkey, rkey) |
 //! | `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event` | [`Cq::create`] → [`Cq`], [`Cq::poll`], [`Cq::req_notify`], [`Cq::wait_event`] |
+//! | `ibv_create_comp_channel`, `ibv_create_cq` on a channel, `ibv_get_cq_event`, `ibv_ack_cq_events` | [`CompChannel::create`], [`Cq::create_on_channel`], [`CompChannel::get_event`] (and `CompChannel::fd` to poll on, Linux), [`Cq::ack_events`] |
+//! | `ibv_reg_mr` on user memory, `ibv_reg_mr_iova2`, `ibv_rereg_mr` | [`Mr::register_user`] over a [`platform::UserMemory`], [`Mr::rereg`] (not supported) |
 //! | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp` | [`Qp::create`] with [`QpInitAttr`] → [`Qp`], [`Qp::modify`] with [`QpAttr`], [`Qp::query`] |
 //! | `ibv_post_send`, `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_send_list`], [`Qp::post_send_sge`], [`Qp::batch`], [`Qp::post_recv`] (work requests are verbs-core's [`SendWr`], [`RecvWr`]) |
 //! | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`Srq::create`] → [`Srq`], [`Srq::post_recv`], [`Srq::arm_limit`] |
@@ -160,6 +162,7 @@ mod ah;
 mod attr;
 mod buf;
 mod capacity;
+mod channel;
 mod context;
 mod cq;
 mod modify;
@@ -176,6 +179,7 @@ pub use attr::{
 };
 pub use buf::{DMA_BUF_ALIGN, DmaBuf};
 pub use capacity::{Capacities, MAX_CONTEXT_QPS, MAX_MRS_PER_PD};
+pub use channel::{CompChannel, CqEvent, MAX_CHANNEL_CQS};
 pub use context::{Context, DEFAULT_GID_INDEX, DEFAULT_PKEY, ROCE_V1_GID_INDEX};
 pub use cq::Cq;
 pub use modify::{PathMigState, QpAttr, QpAttrMask, QpState, qp_type_name, transition_masks};

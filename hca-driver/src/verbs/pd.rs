@@ -273,7 +273,7 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
     /// [`Error::Platform`] with the platform's reason when the pages
     /// cannot be mapped ([`platform::Error::NotSupported`] on a platform
     /// without it, [`platform::Error::UserMemoryFault`] for pages not
-    /// mapped in the process, [`platform::Error::MemlockTooLow`] under
+    /// mapped in the process, `MemlockTooLow` under
     /// VFIO).
     pub fn register_user(
         pd: &impl Handle<Pd<P, S>, Share = S>,

@@ -177,8 +177,7 @@ impl Device {
             return false;
         }
         if let Some(v) = interrupt {
-            *self.interrupts.entry(v).or_default() += 1;
-            self.msix_sink.as_ref().inspect(|s| s(u16::from(v)));
+            self.raise_interrupt(v);
         }
         true
     }
@@ -403,8 +402,7 @@ impl Device {
             if eq.cc != eq.pc {
                 eq.armed = false;
                 let v = eq.intr;
-                *self.interrupts.entry(v).or_default() += 1;
-                self.msix_sink.as_ref().inspect(|s| s(u16::from(v)));
+                self.raise_interrupt(v);
             }
         }
     }

@@ -1060,6 +1060,11 @@ impl Platform for VfioPlatform {
         self.msix.wait(vector, seen, timeout)
     }
 
+    /// The vector's eventfd, which the kernel signals (`VFIO_DEVICE_SET_IRQS`).
+    fn interrupt_fd(&self, vector: u16) -> Option<i32> {
+        self.msix.vector(vector).ok().map(|v| v.raw_fd())
+    }
+
     fn interrupt_count(&self, vector: u16) -> Result<u64, Error> {
         self.msix.vector(vector)?.count()
     }
@@ -1072,6 +1077,7 @@ mod tests {
     fn send_sync<T: Send + Sync>() {}
 
     #[test]
+    #[cfg_attr(miri, ignore = "reads RLIMIT_MEMLOCK and /proc, which Miri isolates")]
     fn user_map_errnos_are_typed() {
         let e = user_map_error(Some(libc::EFAULT), 0x1000, 0x2000);
         assert!(
