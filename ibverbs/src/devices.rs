@@ -27,13 +27,13 @@ use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use hca_driver::{Config, Hca};
 use hca_emu::{Clock, EmuConfig, EmuHca, Personality, PortType, WireSpec};
 use platform::Either;
 use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
 
-use crate::channel::{Channels, service_loop};
 use crate::ffi::{self, ibv_device};
 use crate::{Dev, P};
 
@@ -210,6 +210,10 @@ fn check_name(name: &str, entry: &str) -> Result<String, String> {
     }
 }
 
+/// How often the service thread runs `Hca::service` (health poll, events,
+/// firmware page requests), as a polling driver must.
+const SERVICE_PERIOD: Duration = Duration::from_millis(20);
+
 /// A device of the list: the `struct ibv_device` programs see (first, so
 /// that its address is the entry's), what it is, and its state.
 #[repr(C)]
@@ -244,8 +248,6 @@ struct DevState {
 pub struct Running {
     /// The HCA.
     pub hca: Arc<Hca<P>>,
-    /// The completion channels the service thread feeds.
-    pub channels: Arc<Channels>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -253,19 +255,23 @@ pub struct Running {
 impl Running {
     fn start(hca: Hca<P>) -> Self {
         let hca = Arc::new(hca);
-        let channels = Arc::new(Channels::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let (h, c, s) = (hca.clone(), channels.clone(), stop.clone());
+        let (h, s) = (hca.clone(), stop.clone());
+        // It never sleeps on an interrupt: a completion channel's
+        // descriptor watches the MSI-X eventfd, which such a sleep would
+        // empty (see hca_driver::verbs::CompChannel).
         let thread = std::thread::Builder::new()
             .name("hca-ibverbs service".into())
-            .spawn(move || service_loop(&h, &c, &s))
+            .spawn(move || {
+                while !s.load(Ordering::Acquire) {
+                    if let Err(e) = h.service() {
+                        log::warn!("service: {e}");
+                    }
+                    std::thread::sleep(SERVICE_PERIOD);
+                }
+            })
             .ok();
-        Running {
-            hca,
-            channels,
-            stop,
-            thread,
-        }
+        Running { hca, stop, thread }
     }
 
     /// Stops the service thread and returns the HCA.

@@ -30,7 +30,6 @@
 
 #[cfg(test)]
 mod capi_tests;
-mod channel;
 pub mod devices;
 pub mod ffi;
 mod mr;
@@ -58,11 +57,6 @@ impl Dev {
     /// The HCA.
     pub fn hca(&self) -> &Arc<Hca<P>> {
         &self.running.hca
-    }
-
-    /// The completion channels its service thread feeds.
-    pub(crate) fn channels(&self) -> &Arc<channel::Channels> {
-        &self.running.channels
     }
 }
 

@@ -13,13 +13,12 @@ use std::sync::{Arc, Mutex};
 
 use hca_driver::IbMtu;
 use hca_driver::verbs::{
-    AccessFlags, Ah, AhAttr, Context, Cq, GlobalRoute, PathMigState, Pd, Qp, QpAttr, QpAttrMask,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, RoceVersion, SendFlags, SendOp, SendWr, Sge, Srq,
-    SrqInitAttr, WcFlags, WorkCompletion,
+    AccessFlags, Ah, AhAttr, CompChannel, Context, Cq, GlobalRoute, PathMigState, Pd, Qp, QpAttr,
+    QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, RoceVersion, SendFlags, SendOp, SendWr,
+    Sge, Srq, SrqInitAttr, WcFlags, WorkCompletion,
 };
 use hca_driver::{LinkLayer, PortState};
 
-use crate::channel::{ChanShared, Channels};
 use crate::devices::{self, DevEntry};
 use crate::ffi::*;
 use crate::registry::{self, Kind};
@@ -48,17 +47,15 @@ struct PdObj {
 pub(crate) struct CqObj {
     c: ibv_cq,
     cq: Arc<Cq<P>>,
-    chan: Option<Arc<ChanShared>>,
-    /// Completion events given to the program (`ibv_get_cq_event`) and
-    /// acknowledged (`ibv_ack_cq_events`).
-    events: Mutex<(u32, u32)>,
 }
 
 #[repr(C)]
 struct ChanObj {
     c: ibv_comp_channel,
-    shared: Arc<ChanShared>,
-    channels: Arc<Channels>,
+    ch: Arc<CompChannel<P>>,
+    /// The CQs on the channel (CQ number -> the CQ's object), to name the
+    /// CQ of an event.
+    cqs: Mutex<Vec<(u32, usize)>>,
 }
 
 #[repr(C)]
@@ -756,11 +753,18 @@ pub extern "C" fn ibv_create_cq(
             None
         } else {
             match live(channel.cast::<ChanObj>(), Kind::Channel) {
-                Some(ch) if ch.c.context == context => Some(ch.shared.clone()),
+                Some(ch) if ch.c.context == context => Some(ch),
                 _ => return fail(libc::EINVAL),
             }
         };
-        match Cq::create(c.ctx(), n) {
+        let vector = u32::try_from(comp_vector).unwrap_or(0);
+        let created = match chan {
+            None => Cq::create(c.ctx(), n),
+            Some(ch) => {
+                Cq::create_on_channel(c.ctx(), n, vector, &ch.ch, cq_context as usize as u64)
+            }
+        };
+        match created {
             Ok(cq) => {
                 let mut cc: ibv_cq = zeroed();
                 cc.context = context;
@@ -768,16 +772,18 @@ pub extern "C" fn ibv_create_cq(
                 cc.cq_context = cq_context;
                 cc.handle = cq.number().0;
                 cc.cqe = c_int::try_from(cq.cqe()).unwrap_or(c_int::MAX);
+                let cqn = cq.number().0;
                 let obj = Box::into_raw(Box::new(CqObj {
                     c: cc,
                     cq: Arc::new(cq),
-                    chan: chan.clone(),
-                    events: Mutex::new((0, 0)),
                 }));
-                if let Some(ch) = &chan {
-                    // SAFETY: `obj` was just boxed.
-                    ch.bind(obj as usize, unsafe { &(*obj).cq });
-                    // SAFETY: `channel` is live (checked above).
+                if let Some(ch) = chan {
+                    ch.cqs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((cqn, obj as usize));
+                    // SAFETY: `channel` is live (checked above); its C view
+                    // counts its CQs, as libibverbs' does.
                     unsafe { (*channel).refcnt += 1 };
                 }
                 registry::add(obj, Kind::Cq);
@@ -796,31 +802,21 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         let Some(q) = live(o, Kind::Cq) else {
             return libc::EINVAL;
         };
-        {
-            let ev = q.events.lock().unwrap_or_else(|p| p.into_inner());
-            // libibverbs waits for the acknowledgement of every event it
-            // gave; a program that did not acknowledge them would wait for
-            // ever in one thread, so this says so instead.
-            if ev.0 != ev.1 {
-                return libc::EBUSY;
-            }
-        }
-        // Unbound first: then the service thread holds no handle of it.
-        if let Some(ch) = &q.chan {
-            ch.unbind(o as usize);
-        }
-        if Arc::strong_count(&q.cq) > 1 {
-            if let Some(ch) = &q.chan {
-                ch.bind(o as usize, &q.cq);
-            }
+        // libibverbs waits for the acknowledgement of every event it gave;
+        // a program that did not acknowledge them would wait for ever in
+        // one thread, so this says so instead.
+        if Arc::strong_count(&q.cq) > 1 || q.cq.unacked_events() > 0 {
             return libc::EBUSY;
         }
         registry::remove(o, Kind::Cq);
         // SAFETY: live and now removed from the registry: ours to free.
         let b = unsafe { Box::from_raw(o) };
-        if b.chan.is_some() {
-            // SAFETY: a channel with a bound CQ is live (destroying it is
-            // refused while its refcnt is non-zero).
+        if let Some(ch) = live(b.c.channel.cast::<ChanObj>(), Kind::Channel) {
+            ch.cqs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|&(_, x)| x != o as usize);
+            // SAFETY: the channel is live (checked just above).
             unsafe { (*b.c.channel).refcnt -= 1 };
         }
         match Cq::try_destroy(b.cq) {
@@ -913,31 +909,27 @@ unsafe extern "C" fn op_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) ->
 // ---------------------------------------------------------------------
 // Completion channels.
 
-/// `ibv_create_comp_channel`: its `fd` becomes readable when a CQ of it
-/// has a completion event (after `ibv_req_notify_cq`).
+/// `ibv_create_comp_channel` (`CompChannel::create`): its `fd` becomes
+/// readable when a CQ of it has a completion event (after
+/// `ibv_req_notify_cq`).
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
     guard(ptr::null_mut(), || {
         let Some(c) = live_ctx(context) else {
             return fail(libc::EINVAL);
         };
-        let shared = match ChanShared::new() {
-            Ok(s) => s,
-            Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EMFILE)),
+        let ch = match CompChannel::create(c.ctx()) {
+            Ok(ch) => ch,
+            Err(e) => return fail(errno_of(&e)),
         };
-        let Some(dev) = c.dev.as_ref() else {
-            return fail(libc::EINVAL);
-        };
-        let channels = dev.channels().clone();
-        channels.add(&shared);
         let obj = Box::into_raw(Box::new(ChanObj {
             c: ibv_comp_channel {
                 context,
-                fd: shared.fd(),
+                fd: ch.fd().unwrap_or(-1),
                 refcnt: 0,
             },
-            shared,
-            channels,
+            ch: Arc::new(ch),
+            cqs: Mutex::new(Vec::new()),
         }));
         registry::add(obj, Kind::Channel);
         obj.cast()
@@ -952,20 +944,26 @@ pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_
         let Some(ch) = live(o, Kind::Channel) else {
             return libc::EINVAL;
         };
-        if ch.c.refcnt != 0 || ch.shared.bound_count() != 0 {
+        if ch.ch.cqs() != 0 || Arc::strong_count(&ch.ch) > 1 {
             return libc::EBUSY;
         }
         registry::remove(o, Kind::Channel);
         // SAFETY: was live, now removed from the registry: ours to free.
         let b = unsafe { Box::from_raw(o) };
-        b.channels.remove(&b.shared);
-        0
+        match CompChannel::try_destroy(b.ch) {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
     })
 }
 
-/// `ibv_get_cq_event`: waits for a completion event of a CQ of the
-/// channel (or fails with `EAGAIN` when its fd is non-blocking); 0, or -1
-/// with `errno`.
+/// How long one blocking wait of `ibv_get_cq_event` lasts before it looks
+/// again (it waits until an event comes).
+const EVENT_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// `ibv_get_cq_event` (`CompChannel::get_event`): waits for a completion
+/// event of a CQ of the channel, or fails with `EAGAIN` at once when the
+/// program made the channel's fd non-blocking; 0, or -1 with `errno`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_cq_event(
     channel: *mut ibv_comp_channel,
@@ -981,30 +979,52 @@ pub extern "C" fn ibv_get_cq_event(
             set_errno(libc::EINVAL);
             return -1;
         }
-        match ch.shared.get_event() {
-            Ok(c) => {
-                let o = c as *mut CqObj;
-                let Some(q) = live(o, Kind::Cq) else {
-                    set_errno(libc::EIO);
+        let nonblocking = ch.c.fd >= 0 && {
+            // SAFETY: F_GETFL on the channel's own descriptor.
+            let fl = unsafe { libc::fcntl(ch.c.fd, libc::F_GETFL) };
+            fl >= 0 && fl & libc::O_NONBLOCK != 0
+        };
+        let ev = loop {
+            let timeout = if nonblocking {
+                std::time::Duration::ZERO
+            } else {
+                EVENT_WAIT
+            };
+            match ch.ch.get_event(timeout) {
+                Ok(Some(ev)) => break ev,
+                Ok(None) if nonblocking => {
+                    set_errno(libc::EAGAIN);
                     return -1;
-                };
-                q.events.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
-                // SAFETY: the caller's two out pointers, non-null.
-                unsafe {
-                    *cq = o.cast();
-                    *cq_context = q.c.cq_context;
                 }
-                0
+                Ok(None) => {}
+                Err(e) => {
+                    log::error!("ibv_get_cq_event: {e}");
+                    set_errno(errno_of(&e));
+                    return -1;
+                }
             }
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
+        };
+        let found = ch
+            .cqs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|&&(n, _)| n == ev.cqn.0)
+            .map(|&(_, o)| o as *mut CqObj);
+        let Some(q) = found.and_then(|o| live(o, Kind::Cq).map(|q| (o, q))) else {
+            set_errno(libc::EIO);
+            return -1;
+        };
+        // SAFETY: the caller's two out pointers, non-null.
+        unsafe {
+            *cq = q.0.cast();
+            *cq_context = q.1.c.cq_context;
         }
+        0
     })
 }
 
-/// `ibv_ack_cq_events`.
+/// `ibv_ack_cq_events` (`Cq::ack_events`).
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     guard((), || {
@@ -1012,11 +1032,15 @@ pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
         let Some(q) = live(o, Kind::Cq) else {
             return;
         };
-        let mut ev = q.events.lock().unwrap_or_else(|p| p.into_inner());
-        ev.1 = ev.1.wrapping_add(nevents);
+        if let Err(e) = q.cq.ack_events(nevents) {
+            log::error!("ibv_ack_cq_events: {e}");
+            return;
+        }
         // SAFETY: `o` is live; the C view's counter is the program's to
         // read (libibverbs keeps it the same way).
-        unsafe { (*o).c.comp_events_completed = ev.1 };
+        unsafe {
+            (*o).c.comp_events_completed = (*o).c.comp_events_completed.wrapping_add(nevents)
+        };
     })
 }
 
