@@ -34,6 +34,8 @@
 #              and client as two processes, each on an emulated HCA,
 #              cabled by a UDP (and once a Unix) socket wire; polling and -e (events),
 #              -c (received data checked), below and above the MTU; and
+#              rc/uc/ud pingpong and ibv_devinfo again on the library's
+#              VFIO backend, through vfio-emu's emulated functions; and
 #              tests/peers/ibverbs/rc_example.c (the RDMA_RC_example flow
 #              of the RDMA Aware Networks Programming User Manual, written
 #              anew) compiled against Debian's headers, linked against ours.
@@ -448,15 +450,26 @@ ibv_pingpong_case() {
     local dir="$OUT/ibverbs/$name"
     rm -rf "$dir" && mkdir -p "$dir"
     local port=$((20000 + RANDOM % 20000))
-    local sa sb
-    if [ "$wire" = unix ]; then
-        sa="sock=$dir/wire-a,peer=$dir/wire-b"
-        sb="sock=$dir/wire-b,peer=$dir/wire-a"
-    else
-        sa="udp=127.0.0.1:$((port + 1)),udppeer=127.0.0.1:$((port + 2))"
-        sb="udp=127.0.0.1:$((port + 2)),udppeer=127.0.0.1:$((port + 1))"
-    fi
-    ibv "emu:emu0=$sa" timeout 120 "$prog" -d emu0 -g 1 -p "$port" "$@" \
+    local sa sb dev=emu0 pre=() vs=() vc=()
+    case "$wire" in
+        unix)
+            sa="emu:emu0=sock=$dir/wire-a,peer=$dir/wire-b"
+            sb="emu:emu0=sock=$dir/wire-b,peer=$dir/wire-a"
+            ;;
+        udp)
+            sa="emu:emu0=udp=127.0.0.1:$((port + 1)),udppeer=127.0.0.1:$((port + 2))"
+            sb="emu:emu0=udp=127.0.0.1:$((port + 2)),udppeer=127.0.0.1:$((port + 1))"
+            ;;
+        vfio)
+            # Each side a PCI function under VFIO: the library's VFIO
+            # backend (user memory through VFIO_IOMMU_MAP_DMA, completion
+            # channels on MSI-X eventfds) on vfio-emu's emulated functions.
+            sa=0000:00:13.0 sb=0000:00:14.0 dev=mlx5_0 pre=(env LD_PRELOAD="$PRELOAD")
+            vs=(env "HCA_EMU_VFIO=0000:00:13.0=cx4,sock=$dir/wire-a,peer=$dir/wire-b")
+            vc=(env "HCA_EMU_VFIO=0000:00:14.0=cx4,sock=$dir/wire-b,peer=$dir/wire-a")
+            ;;
+    esac
+    ibv "$sa" "${pre[@]}" "${vs[@]}" timeout 120 "$prog" -d "$dev" -g 1 -p "$port" "$@" \
         >"$dir/server.log" 2>&1 &
     local spid=$!
     local i
@@ -464,7 +477,7 @@ ibv_pingpong_case() {
         ss -ltn 2>/dev/null | grep -q ":$port " && break
         sleep 0.1
     done
-    ibv "emu:emu0=$sb" timeout 120 "$prog" -d emu0 -g 1 -p "$port" "$@" 127.0.0.1 \
+    ibv "$sb" "${pre[@]}" "${vc[@]}" timeout 120 "$prog" -d "$dev" -g 1 -p "$port" "$@" 127.0.0.1 \
         >"$dir/client.log" 2>&1
     local crc=$?
     wait "$spid"
@@ -539,6 +552,23 @@ suite_ibverbs() {
     ibv_pingpong_case udp ud-events ibv_ud_pingpong -s 1024 -e -c
     ibv_pingpong_case udp srq ibv_srq_pingpong -c
     ibv_pingpong_case udp srq-events ibv_srq_pingpong -e -c
+
+    # The same library on its VFIO backend, through the real VFIO API of
+    # vfio-emu's emulated functions (LD_PRELOAD).
+    if build_preload; then
+        log="$OUT/ibverbs/ibv_devinfo-vfio.log"
+        if ibv 0000:00:10.0 env LD_PRELOAD="$PRELOAD" HCA_EMU_VFIO=0000:00:10.0=cx4,loop \
+            timeout 60 ibv_devinfo -v >"$log" 2>&1 &&
+            grep -q $'hca_id:\tmlx5_0' "$log" && grep -Eq 'state:\s+PORT_ACTIVE' "$log"; then
+            pass "ibverbs ibv_devinfo -v over VFIO (vfio-emu)"
+        else
+            fail "ibverbs ibv_devinfo -v over VFIO" "see $log"
+        fi
+        ibv_pingpong_case vfio rc-vfio ibv_rc_pingpong -c
+        ibv_pingpong_case vfio rc-vfio-events ibv_rc_pingpong -e -c
+        ibv_pingpong_case vfio ud-vfio-events ibv_ud_pingpong -s 1024 -e -c
+        ibv_pingpong_case vfio uc-vfio ibv_uc_pingpong -c
+    fi
 
     # A C program of the project (the RDMA_RC_example flow: TCP exchange,
     # SEND, RDMA READ, RDMA WRITE, each checked), compiled against Debian's
