@@ -369,3 +369,111 @@ fn device_and_port_queries() {
     assert_eq!(ibv_close_device(ctx), 0);
     assert_eq!(ibv_close_device(ctx), libc::EINVAL, "closed twice");
 }
+
+#[test]
+fn the_wr_builder_of_an_extended_qp() {
+    // One QP connected to itself through a loopback plug.
+    let ctx = ibv_open_device(device("tl"));
+    assert!(!ctx.is_null());
+    let pd = ibv_alloc_pd(ctx);
+    let cq = ibv_create_cq(ctx, 16, ptr::null_mut(), ptr::null_mut(), 0);
+    assert!(!pd.is_null() && !cq.is_null());
+    // SAFETY: all-zero is a valid ibv_qp_init_attr_ex.
+    let mut ia: ibv_qp_init_attr_ex = unsafe { core::mem::zeroed() };
+    ia.send_cq = cq;
+    ia.recv_cq = cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap = ibv_qp_cap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 2,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    ia.pd = pd;
+    ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+    // A send-ops flag the library does not offer (TSO).
+    ia.send_ops_flags |= 1 << 10;
+    // SAFETY: a live context and valid attributes.
+    assert!(unsafe { op_create_qp_ex(ctx, &mut ia) }.is_null());
+    ia.send_ops_flags &= !(1 << 10);
+    // SAFETY: as above.
+    let qp = unsafe { op_create_qp_ex(ctx, &mut ia) };
+    assert!(!qp.is_null());
+    let plain = ibv_create_qp(pd, ptr::addr_of_mut!(ia).cast());
+    assert!(!plain.is_null());
+    assert!(
+        ibv_qp_to_qp_ex(plain).is_null(),
+        "a QP without send-ops flags"
+    );
+    assert_eq!(ibv_destroy_qp(plain), 0);
+    let qpx = ibv_qp_to_qp_ex(qp);
+    assert!(!qpx.is_null());
+    let mut buf = vec![0u8; 4096];
+    let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ACCESS);
+    assert!(!mr.is_null());
+    let mut gid = ibv_gid::default();
+    assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+    let s = Side {
+        ctx,
+        pd,
+        chan: ptr::null_mut(),
+        cq,
+        qp,
+        buf: Vec::new(),
+        mr,
+        gid,
+    };
+    // SAFETY: a live QP.
+    connect(&s, unsafe { (*qp).qp_num }, gid);
+    // SAFETY: a live MR and extended QP of this library; the builder's
+    // functions are installed.
+    let (lkey, rkey, x) = unsafe { ((*mr).lkey, (*mr).rkey, &mut *qpx) };
+
+    // A setter outside wr_start..wr_complete: EINVAL, nothing posted.
+    // SAFETY: the builder's functions on a live extended QP.
+    unsafe {
+        x.wr_set_sge.unwrap()(qpx, lkey, buf.as_ptr() as u64, 4);
+        x.wr_start.unwrap()(qpx);
+        x.wr_set_sge.unwrap()(qpx, lkey, buf.as_ptr() as u64, 4);
+        assert_eq!(x.wr_complete.unwrap()(qpx), libc::EINVAL);
+        assert!(x.wr_rdma_read.is_none(), "not asked for");
+    }
+
+    // RDMA WRITE of bytes 0..5 to 1000.., then an inline RDMA WRITE.
+    buf[..5].copy_from_slice(b"write");
+    let mut inline = *b"inline";
+    // SAFETY: as above; the inline data is copied when set.
+    unsafe {
+        x.wr_start.unwrap()(qpx);
+        x.wr_id = 11;
+        x.wr_flags = IBV_SEND_SIGNALED;
+        x.wr_rdma_write.unwrap()(qpx, rkey, buf.as_ptr() as u64 + 1000);
+        x.wr_set_sge.unwrap()(qpx, lkey, buf.as_ptr() as u64, 5);
+        x.wr_id = 12;
+        x.wr_rdma_write.unwrap()(qpx, rkey, buf.as_ptr() as u64 + 2000);
+        x.wr_set_inline_data.unwrap()(qpx, inline.as_mut_ptr().cast(), inline.len());
+        inline.fill(0);
+        assert_eq!(x.wr_complete.unwrap()(qpx), 0);
+    }
+    let c1 = poll_one(cq);
+    let c2 = poll_one(cq);
+    assert_eq!((c1.wr_id, c1.status, c2.wr_id, c2.status), (11, 0, 12, 0));
+    // The device wrote the Vec behind our back: read it through a raw
+    // pointer, as any DMA memory.
+    let mut got = [0u8; 6];
+    // SAFETY: reading bytes of the live Vec.
+    unsafe { ptr::copy_nonoverlapping(buf.as_ptr().add(1000), got.as_mut_ptr(), 5) };
+    assert_eq!(&got[..5], b"write");
+    // SAFETY: as above.
+    unsafe { ptr::copy_nonoverlapping(buf.as_ptr().add(2000), got.as_mut_ptr(), 6) };
+    assert_eq!(&got, b"inline");
+
+    assert_eq!(ibv_destroy_qp(qp), 0);
+    assert_eq!(ibv_dereg_mr(mr), 0);
+    drop(buf);
+    assert_eq!(ibv_destroy_cq(cq), 0);
+    assert_eq!(ibv_dealloc_pd(pd), 0);
+    assert_eq!(ibv_close_device(ctx), 0);
+}

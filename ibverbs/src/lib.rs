@@ -33,6 +33,7 @@ mod capi_tests;
 pub mod devices;
 pub mod ffi;
 mod mr;
+mod qpex;
 mod registry;
 mod strs;
 mod verbs;

@@ -59,10 +59,15 @@ struct ChanObj {
 }
 
 #[repr(C)]
-struct QpObj {
-    c: ibv_qp,
-    qp: Mutex<Qp<P>>,
+pub(crate) struct QpObj {
+    /// The C view: an `ibv_qp_ex` (whose first member is the `ibv_qp`), so
+    /// that `ibv_qp_to_qp_ex` can hand it out.
+    pub(crate) c: ibv_qp_ex,
+    pub(crate) qp: Mutex<Qp<P>>,
     sq_sig_all: bool,
+    /// The `ibv_wr_*` work requests being built (QPs created with send-ops
+    /// flags).
+    pub(crate) builder: Mutex<crate::qpex::Builder>,
 }
 
 #[repr(C)]
@@ -106,7 +111,7 @@ fn live<'a, T>(p: *mut T, k: Kind) -> Option<&'a T> {
     }
 }
 
-fn zeroed<T>() -> T {
+pub(crate) fn zeroed<T>() -> T {
     // SAFETY: used only for the C structs of ffi, for which all-zero bytes
     // are a valid value (integers, null pointers, None function pointers,
     // glibc's static mutex/cond initialisers).
@@ -272,6 +277,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         let mut v: verbs_context = zeroed();
         v.query_port = Some(op_query_port);
         v.query_device_ex = Some(op_query_device_ex);
+        v.create_qp_ex = Some(op_create_qp_ex);
         v.sz = size_of::<verbs_context>();
         v.context.device = device;
         v.context.cmd_fd = -1;
@@ -1079,64 +1085,120 @@ fn cap_c(c: QpCap) -> ibv_qp_cap {
 /// capabilities the QP got are written back into `init_attr->cap`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
-    guard(ptr::null_mut(), || {
-        let Some(p) = live(pd.cast::<PdObj>(), Kind::Pd) else {
+    guard(ptr::null_mut(), || create_qp(pd, init, None))
+}
+
+/// Creates a QP; `send_ops` (the `IBV_QP_EX_WITH_*` flags of
+/// `ibv_create_qp_ex`) installs the `ibv_wr_*` builder.
+pub(crate) fn create_qp(
+    pd: *mut ibv_pd,
+    init: *mut ibv_qp_init_attr,
+    send_ops: Option<u64>,
+) -> *mut ibv_qp {
+    let Some(p) = live(pd.cast::<PdObj>(), Kind::Pd) else {
+        return fail(libc::EINVAL);
+    };
+    if init.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: non-null, the caller's attributes.
+    let ia = unsafe { &mut *init };
+    let Some(t) = qp_type(ia.qp_type) else {
+        return fail(libc::EOPNOTSUPP);
+    };
+    let (Some(scq), Some(rcq)) = (
+        live(ia.send_cq.cast::<CqObj>(), Kind::Cq),
+        live(ia.recv_cq.cast::<CqObj>(), Kind::Cq),
+    ) else {
+        return fail(libc::EINVAL);
+    };
+    let mut qi = QpInitAttr::new(t, &scq.cq, &rcq.cq)
+        .cap(QpCap {
+            max_send_wr: ia.cap.max_send_wr,
+            max_recv_wr: ia.cap.max_recv_wr,
+            max_send_sge: ia.cap.max_send_sge,
+            max_recv_sge: ia.cap.max_recv_sge,
+            max_inline_data: ia.cap.max_inline_data,
+        })
+        .sq_sig_all(ia.sq_sig_all != 0);
+    if !ia.srq.is_null() {
+        let Some(s) = live(ia.srq.cast::<SrqObj>(), Kind::Srq) else {
             return fail(libc::EINVAL);
         };
-        if init.is_null() {
+        qi = qi.srq(&s.srq);
+    }
+    match Qp::create(&p.pd, &qi) {
+        Ok(qp) => {
+            ia.cap = cap_c(qp.cap());
+            let mut c: ibv_qp_ex = zeroed();
+            let b = &mut c.qp_base;
+            b.context = p.c.context;
+            b.qp_context = ia.qp_context;
+            b.pd = pd;
+            b.send_cq = ia.send_cq;
+            b.recv_cq = ia.recv_cq;
+            b.srq = ia.srq;
+            b.handle = qp.number().0;
+            b.qp_num = qp.number().0;
+            b.state = 0;
+            b.qp_type = ia.qp_type;
+            if let Some(ops) = send_ops {
+                crate::qpex::install(&mut c, ops);
+            }
+            let obj = Box::into_raw(Box::new(QpObj {
+                c,
+                qp: Mutex::new(qp),
+                sq_sig_all: ia.sq_sig_all != 0,
+                builder: Mutex::new(crate::qpex::Builder::default()),
+            }));
+            registry::add(obj, Kind::Qp);
+            obj.cast()
+        }
+        Err(e) => fail(errno_of(&e)),
+    }
+}
+
+/// The context's `create_qp_ex` (what the header's inline
+/// `ibv_create_qp_ex` calls when more than the PD is given): the PD and the
+/// send-ops flags of the `ibv_wr_*` API; other attributes `EOPNOTSUPP`.
+pub(crate) unsafe extern "C" fn op_create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard(ptr::null_mut(), || {
+        if live_ctx(context).is_none() || attr.is_null() {
             return fail(libc::EINVAL);
         }
         // SAFETY: non-null, the caller's attributes.
-        let ia = unsafe { &mut *init };
-        let Some(t) = qp_type(ia.qp_type) else {
-            return fail(libc::EOPNOTSUPP);
-        };
-        let (Some(scq), Some(rcq)) = (
-            live(ia.send_cq.cast::<CqObj>(), Kind::Cq),
-            live(ia.recv_cq.cast::<CqObj>(), Kind::Cq),
-        ) else {
+        let a = unsafe { &*attr };
+        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
             return fail(libc::EINVAL);
-        };
-        let mut qi = QpInitAttr::new(t, &scq.cq, &rcq.cq)
-            .cap(QpCap {
-                max_send_wr: ia.cap.max_send_wr,
-                max_recv_wr: ia.cap.max_recv_wr,
-                max_send_sge: ia.cap.max_send_sge,
-                max_recv_sge: ia.cap.max_recv_sge,
-                max_inline_data: ia.cap.max_inline_data,
-            })
-            .sq_sig_all(ia.sq_sig_all != 0);
-        if !ia.srq.is_null() {
-            let Some(s) = live(ia.srq.cast::<SrqObj>(), Kind::Srq) else {
-                return fail(libc::EINVAL);
-            };
-            qi = qi.srq(&s.srq);
         }
-        match Qp::create(&p.pd, &qi) {
-            Ok(qp) => {
-                ia.cap = cap_c(qp.cap());
-                let mut c: ibv_qp = zeroed();
-                c.context = p.c.context;
-                c.qp_context = ia.qp_context;
-                c.pd = pd;
-                c.send_cq = ia.send_cq;
-                c.recv_cq = ia.recv_cq;
-                c.srq = ia.srq;
-                c.handle = qp.number().0;
-                c.qp_num = qp.number().0;
-                c.state = 0;
-                c.qp_type = ia.qp_type;
-                let obj = Box::into_raw(Box::new(QpObj {
-                    c,
-                    qp: Mutex::new(qp),
-                    sq_sig_all: ia.sq_sig_all != 0,
-                }));
-                registry::add(obj, Kind::Qp);
-                obj.cast()
+        if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0
+            || a.create_flags != 0
+        {
+            return fail(libc::EOPNOTSUPP);
+        }
+        let ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+        if let Some(o) = ops {
+            if o & !crate::qpex::SUPPORTED_SEND_OPS != 0 {
+                return fail(libc::EOPNOTSUPP);
             }
-            Err(e) => fail(errno_of(&e)),
         }
+        // The first members of ibv_qp_init_attr_ex are an ibv_qp_init_attr.
+        create_qp(a.pd, attr.cast::<ibv_qp_init_attr>(), ops)
     })
+}
+
+/// `ibv_qp_to_qp_ex` (`IBVERBS_1.6`): the extended QP of a QP created by
+/// `ibv_create_qp_ex` with send-ops flags; NULL for any other, as
+/// libibverbs answers.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    match live(qp.cast::<QpObj>(), Kind::Qp) {
+        Some(q) if q.c.wr_start.is_some() => qp.cast(),
+        _ => ptr::null_mut(),
+    }
 }
 
 /// `ibv_destroy_qp`.
@@ -1292,7 +1354,7 @@ pub extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c
                 drop(g);
                 // SAFETY: `o` is live; the C view's state is the program's
                 // to read (libibverbs updates it the same way).
-                unsafe { (*o).c.state = st };
+                unsafe { (*o).c.qp_base.state = st };
                 0
             }
             Err(e) => {
@@ -1356,24 +1418,16 @@ pub extern "C" fn ibv_query_qp(
         unsafe {
             attr.write(a);
             let ia = &mut *init_attr;
-            ia.qp_context = q.c.qp_context;
-            ia.send_cq = q.c.send_cq;
-            ia.recv_cq = q.c.recv_cq;
-            ia.srq = q.c.srq;
+            ia.qp_context = q.c.qp_base.qp_context;
+            ia.send_cq = q.c.qp_base.send_cq;
+            ia.recv_cq = q.c.qp_base.recv_cq;
+            ia.srq = q.c.qp_base.srq;
             ia.cap = cap;
             ia.qp_type = qp_type_c(t);
             ia.sq_sig_all = c_int::from(q.sq_sig_all);
         }
         0
     })
-}
-
-/// `ibv_qp_to_qp_ex` (`IBVERBS_1.6`): NULL, as libibverbs answers for a QP
-/// not created with `ibv_create_qp_ex` and send-ops flags (which this
-/// library does not offer yet).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    fail(libc::EOPNOTSUPP)
 }
 
 /// Copies up to `N` SGEs from C into `buf`, or into a heap vector past
@@ -1454,7 +1508,7 @@ unsafe extern "C" fn op_post_send(
     })
 }
 
-fn post_one_send(
+pub(crate) fn post_one_send(
     qp: &mut Qp<P>,
     w: &ibv_send_wr,
     sbuf: &mut [Sge; 16],

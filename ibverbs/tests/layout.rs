@@ -121,6 +121,19 @@ fn facts() -> Vec<Fact> {
             mutex, cond, events_completed
         }
         ibv_comp_channel { context, fd, refcnt }
+        ibv_data_buf { addr, length }
+        ibv_qp_ex {
+            qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_atomic_fetch_add,
+            wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
+            wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn,
+            wr_set_inline_data, wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start,
+            wr_complete, wr_abort, wr_atomic_write
+        }
+        ibv_rx_hash_conf { rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask }
+        ibv_qp_init_attr_ex {
+            qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd,
+            create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags
+        }
         ibv_cq {
             context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
             async_events_completed

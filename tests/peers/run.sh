@@ -33,7 +33,8 @@
 #              ibv_devinfo -v, and ibv_rc/uc/ud/srq_pingpong with server
 #              and client as two processes, each on an emulated HCA,
 #              cabled by a UDP (and once a Unix) socket wire; polling and -e (events),
-#              -c (received data checked), below and above the MTU; and
+#              -c (received data checked), -N (ibv_qp_to_qp_ex and the
+#              ibv_wr_* builder), below and above the MTU; and
 #              rc/uc/ud pingpong and ibv_devinfo again on the library's
 #              VFIO backend, through vfio-emu's emulated functions; and
 #              tests/peers/ibverbs/rc_example.c (the RDMA_RC_example flow
@@ -546,6 +547,8 @@ suite_ibverbs() {
     ibv_pingpong_case udp rc-events ibv_rc_pingpong -e -c
     ibv_pingpong_case udp rc-8k ibv_rc_pingpong -s 8192 -c
     ibv_pingpong_case udp rc-small ibv_rc_pingpong -s 64 -n 2000
+    ibv_pingpong_case udp rc-new-send ibv_rc_pingpong -N -c
+    ibv_pingpong_case udp rc-new-send-events ibv_rc_pingpong -N -e -c
     ibv_pingpong_case udp uc ibv_uc_pingpong -c
     ibv_pingpong_case udp uc-events ibv_uc_pingpong -e -c
     ibv_pingpong_case udp ud ibv_ud_pingpong -s 1024 -c
