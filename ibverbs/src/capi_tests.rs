@@ -477,3 +477,148 @@ fn the_wr_builder_of_an_extended_qp() {
     assert_eq!(ibv_dealloc_pd(pd), 0);
     assert_eq!(ibv_close_device(ctx), 0);
 }
+
+#[test]
+fn the_srq_limit_event_comes_through_ibv_get_async_event() {
+    // An RC QP on an SRQ, connected to itself through a loopback plug.
+    let ctx = ibv_open_device(device("tl"));
+    assert!(!ctx.is_null());
+    // SAFETY: a live context.
+    let afd = unsafe { (*ctx).async_fd };
+    assert!(afd >= 0);
+    let pd = ibv_alloc_pd(ctx);
+    let cq = ibv_create_cq(ctx, 32, ptr::null_mut(), ptr::null_mut(), 0);
+    let mut sia = ibv_srq_init_attr {
+        srq_context: ptr::null_mut(),
+        attr: ibv_srq_attr {
+            max_wr: 16,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+    };
+    let srq = ibv_create_srq(pd, &mut sia);
+    assert!(!srq.is_null());
+    let mut init = ibv_qp_init_attr {
+        qp_context: ptr::null_mut(),
+        send_cq: cq,
+        recv_cq: cq,
+        srq,
+        cap: ibv_qp_cap {
+            max_send_wr: 8,
+            max_recv_wr: 0,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 1,
+    };
+    let qp = ibv_create_qp(pd, &mut init);
+    assert!(!qp.is_null());
+    let mut buf = vec![0u8; 4096];
+    let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ACCESS);
+    assert!(!mr.is_null());
+    let mut gid = ibv_gid::default();
+    assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+    let s = Side {
+        ctx,
+        pd,
+        chan: ptr::null_mut(),
+        cq,
+        qp,
+        buf: Vec::new(),
+        mr,
+        gid,
+    };
+    // SAFETY: a live QP.
+    connect(&s, unsafe { (*qp).qp_num }, gid);
+    // SAFETY: a live MR.
+    let lkey = unsafe { (*mr).lkey };
+
+    // Four receives, the limit at 3: two SENDs take two of them.
+    for i in 0..4u64 {
+        let mut sge = ibv_sge {
+            addr: buf.as_ptr() as u64 + 1024 + i * 64,
+            length: 64,
+            lkey,
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: 100 + i,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: a valid one-element list.
+        let r = unsafe { ops(ctx).post_srq_recv.unwrap()(srq, &mut wr, &mut bad) };
+        assert_eq!(r, 0);
+    }
+    let mut lim = ibv_srq_attr {
+        max_wr: 0,
+        max_sge: 0,
+        srq_limit: 3,
+    };
+    assert_eq!(ibv_modify_srq(srq, &mut lim, IBV_SRQ_LIMIT), 0);
+    assert_eq!(
+        ibv_modify_srq(srq, &mut lim, IBV_SRQ_MAX_WR),
+        libc::EOPNOTSUPP
+    );
+    let mut q = ibv_srq_attr::default();
+    assert_eq!(ibv_query_srq(srq, &mut q), 0);
+    assert_eq!(q.srq_limit, 3);
+    // SAFETY: fcntl on the context's async_fd.
+    unsafe { libc::fcntl(afd, libc::F_SETFL, libc::O_NONBLOCK) };
+    // SAFETY: all-zero is a valid ibv_async_event.
+    let mut ev: ibv_async_event = unsafe { core::mem::zeroed() };
+    assert_eq!(ibv_get_async_event(ctx, &mut ev), -1, "no event yet");
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EAGAIN)
+    );
+    for i in 0..2u64 {
+        let mut sge = ibv_sge {
+            addr: buf.as_ptr() as u64,
+            length: 8,
+            lkey,
+        };
+        // SAFETY: all-zero is a valid ibv_send_wr.
+        let mut wr: ibv_send_wr = unsafe { core::mem::zeroed() };
+        wr.wr_id = i;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_SEND;
+        let mut bad = ptr::null_mut();
+        // SAFETY: a valid one-element list.
+        let r = unsafe { ops(ctx).post_send.unwrap()(qp, &mut wr, &mut bad) };
+        assert_eq!(r, 0);
+    }
+    for _ in 0..4 {
+        assert_eq!(poll_one(cq).status, 0);
+    }
+    // The async_fd becomes readable; the event names the SRQ.
+    let mut pfd = libc::pollfd {
+        fd: afd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 10_000) }, 1);
+    assert_eq!(ibv_get_async_event(ctx, &mut ev), 0);
+    assert_eq!(ev.event_type, crate::async_ev::ty::SRQ_LIMIT_REACHED);
+    // SAFETY: the member an SRQ event sets.
+    assert_eq!(unsafe { ev.element.srq }, srq);
+    ibv_ack_async_event(&mut ev);
+    // SAFETY: a live SRQ.
+    assert_eq!(unsafe { (*srq).events_completed }, 1);
+    assert_eq!(ibv_query_srq(srq, &mut q), 0);
+    assert_eq!(q.srq_limit, 0, "disarmed by the event");
+
+    assert_eq!(ibv_destroy_srq(srq), libc::EBUSY, "the QP uses it");
+    assert_eq!(ibv_destroy_qp(qp), 0);
+    assert_eq!(ibv_destroy_srq(srq), 0);
+    assert_eq!(ibv_dereg_mr(mr), 0);
+    drop(buf);
+    assert_eq!(ibv_destroy_cq(cq), 0);
+    assert_eq!(ibv_dealloc_pd(pd), 0);
+    assert_eq!(ibv_close_device(ctx), 0);
+}

@@ -34,6 +34,7 @@ use hca_emu::{Clock, EmuConfig, EmuHca, Personality, PortType, WireSpec};
 use platform::Either;
 use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
 
+use crate::async_ev::Subscribers;
 use crate::ffi::{self, ibv_device};
 use crate::{Dev, P};
 
@@ -248,6 +249,8 @@ struct DevState {
 pub struct Running {
     /// The HCA.
     pub hca: Arc<Hca<P>>,
+    /// The contexts that get its asynchronous events.
+    pub subscribers: Arc<Subscribers>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -256,7 +259,8 @@ impl Running {
     fn start(hca: Hca<P>) -> Self {
         let hca = Arc::new(hca);
         let stop = Arc::new(AtomicBool::new(false));
-        let (h, s) = (hca.clone(), stop.clone());
+        let subscribers = Arc::new(Subscribers::default());
+        let (h, s, subs) = (hca.clone(), stop.clone(), subscribers.clone());
         // It never sleeps on an interrupt: a completion channel's
         // descriptor watches the MSI-X eventfd, which such a sleep would
         // empty (see hca_driver::verbs::CompChannel).
@@ -267,11 +271,17 @@ impl Running {
                     if let Err(e) = h.service() {
                         log::warn!("service: {e}");
                     }
+                    subs.dispatch(&h);
                     std::thread::sleep(SERVICE_PERIOD);
                 }
             })
             .ok();
-        Running { hca, stop, thread }
+        Running {
+            hca,
+            subscribers,
+            stop,
+            thread,
+        }
     }
 
     /// Stops the service thread and returns the HCA.

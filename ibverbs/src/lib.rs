@@ -28,6 +28,7 @@
 //! gives `EOPNOTSUPP`. A panic never crosses into C: it is caught and
 //! reported as `EIO`.
 
+mod async_ev;
 #[cfg(test)]
 mod capi_tests;
 pub mod devices;
@@ -58,6 +59,11 @@ impl Dev {
     /// The HCA.
     pub fn hca(&self) -> &Arc<Hca<P>> {
         &self.running.hca
+    }
+
+    /// The contexts its service thread gives asynchronous events to.
+    pub(crate) fn subscribers(&self) -> &Arc<async_ev::Subscribers> {
+        &self.running.subscribers
     }
 }
 

@@ -19,6 +19,7 @@ use hca_driver::verbs::{
 };
 use hca_driver::{LinkLayer, PortState};
 
+use crate::async_ev::{ContextEvents, Element, ty};
 use crate::devices::{self, DevEntry};
 use crate::ffi::*;
 use crate::registry::{self, Kind};
@@ -35,6 +36,7 @@ pub struct CtxObj {
     entry: &'static DevEntry,
     dev: Option<Arc<Dev>>,
     ctx: Option<Arc<Context<P>>>,
+    events: Arc<ContextEvents>,
 }
 
 #[repr(C)]
@@ -274,6 +276,15 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
                 return fail(errno_of(&e));
             }
         };
+        let events = match ContextEvents::new() {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = Context::try_destroy(ctx);
+                let _ = entry.release(dev);
+                return fail(e.raw_os_error().unwrap_or(libc::EMFILE));
+            }
+        };
+        dev.subscribers().add(&events);
         let mut v: verbs_context = zeroed();
         v.query_port = Some(op_query_port);
         v.query_device_ex = Some(op_query_device_ex);
@@ -281,7 +292,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         v.sz = size_of::<verbs_context>();
         v.context.device = device;
         v.context.cmd_fd = -1;
-        v.context.async_fd = -1;
+        v.context.async_fd = events.fd();
         v.context.num_comp_vectors = 1;
         v.context.abi_compat = VERBS_ABI_IS_EXTENDED;
         v.context.ops.poll_cq = Some(op_poll_cq);
@@ -294,6 +305,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
             entry,
             dev: Some(dev),
             ctx: Some(ctx),
+            events,
         }));
         registry::add(obj, Kind::Context);
         // SAFETY: `obj` was just boxed.
@@ -320,6 +332,7 @@ pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
             }
         }
         if let Some(dev) = b.dev.take() {
+            dev.subscribers().remove(&b.events);
             if let Err(msg) = entry.release(dev) {
                 log::warn!("{msg}");
             }
@@ -817,6 +830,7 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         registry::remove(o, Kind::Cq);
         // SAFETY: live and now removed from the registry: ours to free.
         let b = unsafe { Box::from_raw(o) };
+        forget_object(b.c.context, o as usize);
         if let Some(ch) = live(b.c.channel.cast::<ChanObj>(), Kind::Channel) {
             ch.cqs
                 .lock()
@@ -1145,12 +1159,16 @@ pub(crate) fn create_qp(
             if let Some(ops) = send_ops {
                 crate::qpex::install(&mut c, ops);
             }
+            let qpn = qp.number().0;
             let obj = Box::into_raw(Box::new(QpObj {
                 c,
                 qp: Mutex::new(qp),
                 sq_sig_all: ia.sq_sig_all != 0,
                 builder: Mutex::new(crate::qpex::Builder::default()),
             }));
+            if let Some(cx) = live_ctx(p.c.context) {
+                cx.events.add_object(Element::Qp(qpn), obj as usize);
+            }
             registry::add(obj, Kind::Qp);
             obj.cast()
         }
@@ -1211,6 +1229,7 @@ pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         // SAFETY: was live, now removed from the registry: ours to free.
         let b = unsafe { Box::from_raw(o) };
+        forget_object(b.c.qp_base.context, o as usize);
         let q = b.qp.into_inner().unwrap_or_else(|p| p.into_inner());
         match q.destroy() {
             Ok(()) => 0,
@@ -1698,10 +1717,14 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
         c.srq_context = ia.srq_context;
         c.pd = pd;
         c.handle = srq.number().0;
+        let srqn = srq.number().0;
         let obj = Box::into_raw(Box::new(SrqObj {
             c,
             srq: Arc::new(srq),
         }));
+        if let Some(cx) = live_ctx(p.c.context) {
+            cx.events.add_object(Element::Srq(srqn), obj as usize);
+        }
         registry::add(obj, Kind::Srq);
         obj.cast()
     })
@@ -1769,6 +1792,7 @@ pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         registry::remove(o, Kind::Srq);
         // SAFETY: was live, now removed from the registry: ours to free.
         let b = unsafe { Box::from_raw(o) };
+        forget_object(b.c.context, o as usize);
         match Srq::try_destroy(b.srq) {
             Ok(()) => 0,
             Err(e) => errno_of(&e),
@@ -1933,21 +1957,123 @@ pub extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: 
     libc::EOPNOTSUPP
 }
 
-/// `ibv_get_async_event`: no asynchronous events are delivered yet; the
-/// context's `async_fd` is -1, and the call fails with `ENOSYS` instead of
-/// blocking for ever.
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_get_async_event(
-    _context: *mut ibv_context,
-    _event: *mut ibv_async_event,
-) -> c_int {
-    set_errno(libc::ENOSYS);
-    -1
+/// Forgets a destroyed object in its context's event routing.
+fn forget_object(ctx: *mut ibv_context, c: usize) {
+    if let Some(cx) = live_ctx(ctx) {
+        cx.events.remove_object(c);
+    }
 }
 
-/// `ibv_ack_async_event`: nothing to acknowledge.
+/// `ibv_get_async_event`: the next asynchronous event of the context
+/// (port changes, CQ errors, QP and SRQ events, the device's fatal error),
+/// waiting for one unless the program made `async_fd` non-blocking
+/// (`EAGAIN`); 0, or -1 with `errno`.
 #[unsafe(no_mangle)]
-pub extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
+pub extern "C" fn ibv_get_async_event(
+    context: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    guard(-1, || {
+        let Some(c) = live_ctx(context) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if event.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        loop {
+            let ev = match c.events.next() {
+                Ok(ev) => ev,
+                Err(e) => {
+                    set_errno(e);
+                    return -1;
+                }
+            };
+            let element = match ev.element {
+                Element::Port(p) => ibv_async_event_element {
+                    port_num: c_int::from(p),
+                },
+                Element::Device => ibv_async_event_element { port_num: 0 },
+                el => {
+                    // An object destroyed since: its event is dropped, as
+                    // the kernel drops the events of a destroyed object.
+                    let Some(o) = c.events.object(el) else {
+                        continue;
+                    };
+                    match el {
+                        Element::Qp(_) => ibv_async_event_element {
+                            qp: o as *mut ibv_qp,
+                        },
+                        Element::Cq(_) => ibv_async_event_element {
+                            cq: o as *mut ibv_cq,
+                        },
+                        _ => {
+                            if ev.event_type == ty::SRQ_LIMIT_REACHED {
+                                if let Some(s) = live(o as *mut SrqObj, Kind::Srq) {
+                                    // Disarmed, as the device disarms it.
+                                    s.srq.take_limit_event();
+                                }
+                            }
+                            ibv_async_event_element {
+                                srq: o as *mut ibv_srq,
+                            }
+                        }
+                    }
+                }
+            };
+            // SAFETY: non-null, the caller's struct.
+            unsafe {
+                event.write(ibv_async_event {
+                    element,
+                    event_type: ev.event_type,
+                })
+            };
+            return 0;
+        }
+    })
+}
+
+/// `ibv_ack_async_event`: counts the event acknowledged on its object
+/// (`events_completed`).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    guard((), || {
+        if event.is_null() {
+            return;
+        }
+        // SAFETY: the caller's event, as ibv_get_async_event filled it.
+        let ev = unsafe { &*event };
+        // SAFETY: the union member the event type says is set.
+        let (qp, cq, srq) = unsafe { (ev.element.qp, ev.element.cq, ev.element.srq) };
+        match ev.event_type {
+            ty::CQ_ERR if live(cq.cast::<CqObj>(), Kind::Cq).is_some() => {
+                // SAFETY: a live CQ of this library.
+                unsafe { (*cq).async_events_completed += 1 };
+            }
+            ty::SRQ_ERR | ty::SRQ_LIMIT_REACHED
+                if live(srq.cast::<SrqObj>(), Kind::Srq).is_some() =>
+            {
+                // SAFETY: a live SRQ of this library.
+                unsafe { (*srq).events_completed += 1 };
+            }
+            ty::QP_FATAL
+            | ty::QP_REQ_ERR
+            | ty::QP_ACCESS_ERR
+            | ty::COMM_EST
+            | ty::SQ_DRAINED
+            | ty::PATH_MIG
+            | ty::PATH_MIG_ERR
+            | ty::QP_LAST_WQE_REACHED
+                if live(qp.cast::<QpObj>(), Kind::Qp).is_some() =>
+            {
+                // SAFETY: a live QP of this library.
+                unsafe { (*qp).events_completed += 1 };
+            }
+            _ => {}
+        }
+    })
+}
 
 /// `ibv_rereg_mr`: not supported (`IBV_REREG_MR_ERR_INPUT`-free answer:
 /// errno `EOPNOTSUPP`, return value -1... libibverbs returns the
