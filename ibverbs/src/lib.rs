@@ -31,8 +31,19 @@
 mod async_ev;
 #[cfg(test)]
 mod capi_tests;
+mod compat;
 pub mod devices;
 pub mod ffi;
+
+/// The kernel-ABI structs (`<rdma/ib_user_verbs.h>`, `<rdma/ib_user_sa.h>`)
+/// and `<infiniband/sa.h>`'s path record, which the historical
+/// `ibv_copy_*_from_kern` functions convert.
+pub mod kabi {
+    pub use crate::compat::{
+        ib_user_path_rec, ib_uverbs_ah_attr, ib_uverbs_global_route, ib_uverbs_qp_attr,
+        ibv_sa_path_rec,
+    };
+}
 mod mr;
 mod qpex;
 mod registry;

@@ -510,6 +510,25 @@ fn gid_entry(c: &CtxObj, port: u32, index: u32) -> Result<Option<ibv_gid_entry>,
     Ok(Some(e))
 }
 
+/// Every valid GID table entry of every port of a context
+/// (`_ibv_query_gid_table`).
+pub(crate) fn gid_entries(context: *mut ibv_context) -> Result<Vec<ibv_gid_entry>, c_int> {
+    let Some(c) = live_ctx(context) else {
+        return Err(libc::EINVAL);
+    };
+    let ports = c.ctx().query_device().phys_port_cnt;
+    let mut out = Vec::new();
+    for port in 1..=ports {
+        let pa = c.ctx().query_port(port).map_err(|e| errno_of(&e))?;
+        for i in 0..pa.gid_tbl_len {
+            if let Some(e) = gid_entry(c, u32::from(port), i)? {
+                out.push(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// `ibv_query_gid`: an empty entry reads as all zero.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_query_gid(

@@ -6,7 +6,7 @@
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
-use hca_ibverbs::ffi;
+use hca_ibverbs::{ffi, kabi as compat};
 
 /// One fact: the C expression, and Rust's value.
 struct Fact {
@@ -140,6 +140,110 @@ fn facts() -> Vec<Fact> {
         }
         ibv_ah { context, pd, handle }
     }
+    // The kernel-ABI structs of the historical copies (librdmacm's).
+    macro_rules! kern {
+        ($s:ident { $($f:ident),* }) => {
+            v.push(Fact {
+                c: format!("sizeof(struct {})", stringify!($s)),
+                rust: size_of::<compat::$s>(),
+            });
+            $(v.push(Fact {
+                c: format!("offsetof(struct {}, {})", stringify!($s), stringify!($f)),
+                rust: offset_of!(compat::$s, $f),
+            });)*
+        };
+    }
+    kern!(ib_uverbs_global_route {
+        dgid,
+        flow_label,
+        sgid_index,
+        hop_limit,
+        traffic_class
+    });
+    kern!(ib_uverbs_ah_attr {
+        grh,
+        dlid,
+        sl,
+        src_path_bits,
+        static_rate,
+        is_global,
+        port_num
+    });
+    kern!(ib_uverbs_qp_attr {
+        qp_attr_mask,
+        qp_state,
+        cur_qp_state,
+        path_mtu,
+        path_mig_state,
+        qkey,
+        rq_psn,
+        sq_psn,
+        dest_qp_num,
+        qp_access_flags,
+        ah_attr,
+        alt_ah_attr,
+        max_send_wr,
+        max_recv_wr,
+        max_send_sge,
+        max_recv_sge,
+        max_inline_data,
+        pkey_index,
+        alt_pkey_index,
+        en_sqd_async_notify,
+        sq_draining,
+        max_rd_atomic,
+        max_dest_rd_atomic,
+        min_rnr_timer,
+        port_num,
+        timeout,
+        retry_cnt,
+        rnr_retry,
+        alt_port_num,
+        alt_timeout,
+        reserved
+    });
+    kern!(ib_user_path_rec {
+        dgid,
+        sgid,
+        dlid,
+        slid,
+        raw_traffic,
+        flow_label,
+        reversible,
+        mtu,
+        pkey,
+        hop_limit,
+        traffic_class,
+        numb_path,
+        sl,
+        mtu_selector,
+        rate_selector,
+        rate,
+        packet_life_time_selector,
+        packet_life_time,
+        preference
+    });
+    kern!(ibv_sa_path_rec {
+        dgid,
+        sgid,
+        dlid,
+        slid,
+        raw_traffic,
+        flow_label,
+        hop_limit,
+        traffic_class,
+        reversible,
+        numb_path,
+        pkey,
+        sl,
+        mtu_selector,
+        mtu,
+        rate_selector,
+        rate,
+        packet_life_time_selector,
+        packet_life_time,
+        preference
+    });
     // The members of the send work request's unions.
     v.push(Fact {
         c: "offsetof(struct ibv_send_wr, wr.rdma.rkey)".into(),
@@ -182,7 +286,7 @@ fn structs_match_debians_verbs_h() {
     let dir = std::env::temp_dir().join(format!("hca-ibverbs-layout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut src = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n#include <rdma/ib_user_verbs.h>\n#include <rdma/ib_user_sa.h>\nint main(void) {\n",
     );
     for f in &facts {
         src.push_str(&format!("    printf(\"%zu\\n\", (size_t)({}));\n", f.c));
