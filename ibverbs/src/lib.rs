@@ -45,6 +45,7 @@ pub mod kabi {
     };
 }
 mod mr;
+mod provider_abi;
 mod qpex;
 mod registry;
 mod strs;
