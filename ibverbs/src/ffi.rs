@@ -673,6 +673,8 @@ pub struct ibv_qp_init_attr_ex {
 }
 
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+pub const IBV_QP_INIT_ATTR_MAX_TSO_HEADER: u32 = 1 << 3;
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
 pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;

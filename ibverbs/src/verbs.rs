@@ -9,6 +9,7 @@
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::offset_of;
 use core::ptr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use hca_driver::IbMtu;
@@ -37,6 +38,8 @@ pub struct CtxObj {
     dev: Option<Arc<Dev>>,
     ctx: Option<Arc<Context<P>>>,
     events: Arc<ContextEvents>,
+    /// The descriptor behind `cmd_fd` (closed with the context).
+    _cmd_fd: OwnedFd,
 }
 
 #[repr(C)]
@@ -284,6 +287,15 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
                 return fail(e.raw_os_error().unwrap_or(libc::EMFILE));
             }
         };
+        // SAFETY: eventfd with valid flags; checked below.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            let _ = Context::try_destroy(ctx);
+            let _ = entry.release(dev);
+            return fail(libc::EMFILE);
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        let cmd_fd = unsafe { OwnedFd::from_raw_fd(raw) };
         dev.subscribers().add(&events);
         let mut v: verbs_context = zeroed();
         v.query_port = Some(op_query_port);
@@ -291,7 +303,10 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         v.create_qp_ex = Some(op_create_qp_ex);
         v.sz = size_of::<verbs_context>();
         v.context.device = device;
-        v.context.cmd_fd = -1;
+        // A descriptor standing for the context (libibverbs' is the
+        // kernel's uverbs device): programs dup and pass it around
+        // (ibv_import_device, which answers EOPNOTSUPP here).
+        v.context.cmd_fd = cmd_fd.as_raw_fd();
         v.context.async_fd = events.fd();
         v.context.num_comp_vectors = 1;
         v.context.abi_compat = VERBS_ABI_IS_EXTENDED;
@@ -306,6 +321,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
             dev: Some(dev),
             ctx: Some(ctx),
             events,
+            _cmd_fd: cmd_fd,
         }));
         registry::add(obj, Kind::Context);
         // SAFETY: `obj` was just boxed.
@@ -1211,8 +1227,15 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
         if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
             return fail(libc::EINVAL);
         }
-        if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0
-            || a.create_flags != 0
+        // Creation flags and a TSO header size are accepted when they ask
+        // for nothing (zero); anything else asked is not offered.
+        let known = IBV_QP_INIT_ATTR_PD
+            | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+            | IBV_QP_INIT_ATTR_CREATE_FLAGS
+            | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+        if a.comp_mask & !known != 0
+            || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+            || (a.comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER != 0 && a.max_tso_header != 0)
         {
             return fail(libc::EOPNOTSUPP);
         }
@@ -1718,7 +1741,10 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
         }
         // SAFETY: non-null, the caller's attributes.
         let ia = unsafe { &mut *init };
-        let si = SrqInitAttr::new(ia.attr.max_wr, ia.attr.max_sge);
+        // libmlx5 takes max_wr 0 (its ring gets one entry); the driver
+        // wants at least one work request: asked for 0, the SRQ gets the
+        // smallest ring, as with libmlx5.
+        let si = SrqInitAttr::new(ia.attr.max_wr.max(1), ia.attr.max_sge);
         let srq = match Srq::create(&p.pd, &si) {
             Ok(s) => s,
             Err(e) => return fail(errno_of(&e)),
