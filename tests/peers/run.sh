@@ -35,6 +35,8 @@
 #              cabled by a UDP (and once a Unix) socket wire; polling and -e (events),
 #              -c (received data checked), -N (ibv_qp_to_qp_ex and the
 #              ibv_wr_* builder), below and above the MTU; and
+#              Debian's perftest (ib_write/read/send_bw/lat below and
+#              above the MTU, ib_atomic_bw/lat, -e for send/read);
 #              rc/uc/ud pingpong and ibv_devinfo again on the library's
 #              VFIO backend, through vfio-emu's emulated functions; and
 #              tests/peers/ibverbs/rc_example.c (the RDMA_RC_example flow
@@ -580,6 +582,25 @@ suite_ibverbs() {
         ibv_pingpong_case vfio uc-vfio ibv_uc_pingpong -c
     fi
 
+    # Debian's perftest, both sides as two processes on a UDP wire; sizes
+    # below and above the path MTU (1024), and -e where perftest offers it
+    # for bandwidth (not for RDMA WRITE). The latency tests with -e
+    # (ib_send_lat, ib_read_lat) fail: a finding still open, see the README.
+    if need_packages perftest; then
+        local p sz
+        for p in ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat; do
+            for sz in 512 4096; do
+                ibv_perftest_case "$p" -s "$sz" -n 200
+            done
+        done
+        ibv_perftest_case ib_atomic_bw -n 200
+        ibv_perftest_case ib_atomic_lat -n 200
+        ibv_perftest_case ib_send_bw -s 2048 -n 200 -e
+        ibv_perftest_case ib_read_bw -s 2048 -n 200 -e
+    else
+        fail "ibverbs perftest" "package perftest missing"
+    fi
+
     # A C program of the project (the RDMA_RC_example flow: TCP exchange,
     # SEND, RDMA READ, RDMA WRITE, each checked), compiled against Debian's
     # headers and linked against our library.
@@ -590,6 +611,38 @@ suite_ibverbs() {
         ibv_example_case
     else
         fail "ibverbs rc_example.c" "cc failed (see $OUT/ibverbs/rc_example-cc.log)"
+    fi
+}
+
+# ibv_perftest_case PROGRAM [ARGS...]: a perftest program as server and
+# client; both must exit 0 and the client print its result row.
+ibv_perftest_case() {
+    local prog=$1
+    shift
+    local name="$prog$(printf '%s' "$*" | tr -d ' ')"
+    local dir="$OUT/ibverbs/$name"
+    rm -rf "$dir" && mkdir -p "$dir"
+    local port=$((20000 + RANDOM % 20000))
+    local sa="emu:emu0=udp=127.0.0.1:$((port + 1)),udppeer=127.0.0.1:$((port + 2))"
+    local sb="emu:emu0=udp=127.0.0.1:$((port + 2)),udppeer=127.0.0.1:$((port + 1))"
+    ibv "$sa" timeout 120 "$prog" -d emu0 -x 1 -p "$port" "$@" >"$dir/server.log" 2>&1 &
+    local spid=$!
+    local i
+    for i in $(seq 50); do
+        ss -ltn 2>/dev/null | grep -q ":$port " && break
+        sleep 0.1
+    done
+    ibv "$sb" timeout 120 "$prog" -d emu0 -x 1 -p "$port" "$@" 127.0.0.1 >"$dir/client.log" 2>&1
+    local crc=$?
+    wait "$spid"
+    local src=$?
+    local row
+    row=$(grep -A1 '#bytes' "$dir/client.log" | tail -n 1 | tr -s ' \t' ' ')
+    if [ $src -eq 0 ] && [ $crc -eq 0 ] && [[ "$row" =~ ^\ ?[0-9]+\ [0-9]+\  ]]; then
+        pass "ibverbs $prog $* ($row)"
+    else
+        fail "ibverbs $prog $*" "server exit $src, client exit $crc (see $dir)"
+        tail -n 4 "$dir/server.log" "$dir/client.log" >&2
     fi
 }
 
