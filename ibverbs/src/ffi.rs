@@ -149,7 +149,7 @@ pub struct verbs_context {
     pub modify_wq: *const c_void,
     pub create_wq: *const c_void,
     pub query_rt_values: *const c_void,
-    pub create_cq_ex: *const c_void,
+    pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
     pub ibv_destroy_flow: *const c_void,
@@ -704,6 +704,70 @@ pub struct ibv_cq {
     pub comp_events_completed: u32,
     pub async_events_completed: u32,
 }
+
+#[repr(C)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+type CqExFn<R> = Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> R>;
+
+/// `struct ibv_cq_ex`: a CQ polled one completion at a time
+/// (`ibv_start_poll`, `ibv_next_poll`, `ibv_end_poll`, `ibv_wc_read_*`).
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+    pub comp_mask: u32,
+    pub status: c_int,
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: CqExFn<c_int>,
+    pub end_poll: CqExFn<()>,
+    pub read_opcode: CqExFn<c_int>,
+    pub read_vendor_err: CqExFn<u32>,
+    pub read_byte_len: CqExFn<u32>,
+    pub read_imm_data: CqExFn<u32>,
+    pub read_qp_num: CqExFn<u32>,
+    pub read_src_qp: CqExFn<u32>,
+    pub read_wc_flags: CqExFn<c_uint>,
+    pub read_slid: CqExFn<u32>,
+    pub read_sl: CqExFn<u8>,
+    pub read_dlid_path_bits: CqExFn<u8>,
+    pub read_completion_ts: *const c_void,
+    pub read_cvlan: *const c_void,
+    pub read_flow_tag: *const c_void,
+    pub read_tm_info: *const c_void,
+    pub read_completion_wallclock_ns: *const c_void,
+}
+
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+/// `IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl,
+/// dlid_path_bits.
+pub const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
+
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
 
 #[repr(C)]
 pub struct ibv_ah {

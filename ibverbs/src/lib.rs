@@ -32,6 +32,7 @@ mod async_ev;
 #[cfg(test)]
 mod capi_tests;
 mod compat;
+mod cqex;
 pub mod devices;
 pub mod ffi;
 

@@ -50,8 +50,12 @@ struct PdObj {
 
 #[repr(C)]
 pub(crate) struct CqObj {
-    c: ibv_cq,
-    cq: Arc<Cq<P>>,
+    /// The C view: an `ibv_cq_ex` (its first members are the `ibv_cq`);
+    /// its poll functions are set for CQs made by `ibv_create_cq_ex`.
+    pub(crate) c: ibv_cq_ex,
+    pub(crate) cq: Arc<Cq<P>>,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` took last.
+    pub(crate) cur: Mutex<WorkCompletion>,
 }
 
 #[repr(C)]
@@ -301,6 +305,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         v.query_port = Some(op_query_port);
         v.query_device_ex = Some(op_query_device_ex);
         v.create_qp_ex = Some(op_create_qp_ex);
+        v.create_cq_ex = Some(op_create_cq_ex);
         v.sz = size_of::<verbs_context>();
         v.context.device = device;
         // A descriptor standing for the context (libibverbs' is the
@@ -794,6 +799,54 @@ pub extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(ptr::null_mut(), || {
+        create_cq(context, cqe, cq_context, channel, comp_vector, None).cast()
+    })
+}
+
+/// The context's `create_cq_ex` (the header's inline `ibv_create_cq_ex`):
+/// the standard work-completion fields (`IBV_WC_STANDARD_FLAGS`) and the
+/// single-threaded flag; timestamps, VLAN, flow tag, tag matching and
+/// parent domains are not offered (`EOPNOTSUPP`).
+pub(crate) unsafe extern "C" fn op_create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    guard(ptr::null_mut(), || {
+        if attr.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: non-null, the caller's attributes.
+        let a = unsafe { &*attr };
+        if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+            || a.wc_flags & !IBV_WC_STANDARD_FLAGS != 0
+            || (a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+                && a.flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0)
+        {
+            return fail(libc::EOPNOTSUPP);
+        }
+        let (Ok(cqe), Ok(vector)) = (c_int::try_from(a.cqe), c_int::try_from(a.comp_vector)) else {
+            return fail(libc::EINVAL);
+        };
+        create_cq(
+            context,
+            cqe,
+            a.cq_context,
+            a.channel,
+            vector,
+            Some(a.wc_flags),
+        )
+    })
+}
+
+fn create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    ex: Option<u64>,
+) -> *mut ibv_cq_ex {
+    {
         let Some(c) = live_ctx(context) else {
             return fail(libc::EINVAL);
         };
@@ -820,16 +873,20 @@ pub extern "C" fn ibv_create_cq(
         };
         match created {
             Ok(cq) => {
-                let mut cc: ibv_cq = zeroed();
+                let mut cc: ibv_cq_ex = zeroed();
                 cc.context = context;
                 cc.channel = channel;
                 cc.cq_context = cq_context;
                 cc.handle = cq.number().0;
                 cc.cqe = c_int::try_from(cq.cqe()).unwrap_or(c_int::MAX);
                 let cqn = cq.number().0;
+                if let Some(flags) = ex {
+                    crate::cqex::install(&mut cc, flags);
+                }
                 let obj = Box::into_raw(Box::new(CqObj {
                     c: cc,
                     cq: Arc::new(cq),
+                    cur: Mutex::new(WorkCompletion::default()),
                 }));
                 if let Some(ch) = chan {
                     ch.cqs
@@ -845,7 +902,7 @@ pub extern "C" fn ibv_create_cq(
             }
             Err(e) => fail(errno_of(&e)),
         }
-    })
+    }
 }
 
 /// `ibv_destroy_cq`: `EBUSY` while a QP uses it.
@@ -890,7 +947,7 @@ pub extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, _cqe: c_int) -> c_int {
     libc::EOPNOTSUPP
 }
 
-fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
+pub(crate) fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
     let imm = if w.wc_flags.has(WcFlags::WITH_IMM) {
         w.imm_data.to_be()
     } else {

@@ -139,6 +139,17 @@ fn facts() -> Vec<Fact> {
             async_events_completed
         }
         ibv_ah { context, pd, handle }
+        ibv_poll_cq_attr { comp_mask }
+        ibv_cq_ex {
+            context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+            async_events_completed, comp_mask, status, wr_id, start_poll, next_poll, end_poll,
+            read_opcode, read_vendor_err, read_byte_len, read_imm_data, read_qp_num, read_src_qp,
+            read_wc_flags, read_slid, read_sl, read_dlid_path_bits, read_completion_ts,
+            read_cvlan, read_flow_tag, read_tm_info, read_completion_wallclock_ns
+        }
+        ibv_cq_init_attr_ex {
+            cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain
+        }
     }
     // The kernel-ABI structs of the historical copies (librdmacm's).
     macro_rules! kern {
