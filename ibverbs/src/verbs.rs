@@ -2199,7 +2199,8 @@ mod tests {
 
     #[test]
     fn context_pointer_round_trips() {
-        let o = 0x1000usize as *mut CtxObj;
+        let mut backing = vec![0u8; size_of::<CtxObj>() + 64];
+        let o = backing.as_mut_ptr().cast::<CtxObj>();
         let c = o
             .cast::<u8>()
             .wrapping_add(offset_of!(verbs_context, context))
