@@ -132,6 +132,19 @@ pub struct EventRouter {
     dropped: AtomicU64,
     ports: [AtomicU8; MAX_PORTS],
     num_ports: AtomicU8,
+    #[cfg(all(feature = "std", target_os = "linux"))]
+    notify: spin::Mutex<Notify>,
+}
+
+/// Who to wake (std, Linux): an eventfd readable while asynchronous
+/// events are queued, and the eventfds of completion channels, signalled
+/// when a completion event of one of their CQs is counted, whichever
+/// thread looked at the EQ.
+#[cfg(all(feature = "std", target_os = "linux"))]
+#[derive(Default)]
+struct Notify {
+    queued: Option<std::sync::Arc<platform::notify::EventFd>>,
+    cqs: std::vec::Vec<(u32, std::sync::Arc<platform::notify::EventFd>)>,
 }
 
 impl core::fmt::Debug for EventRouter {
@@ -161,6 +174,8 @@ impl EventRouter {
             dropped: AtomicU64::new(0),
             ports: [const { AtomicU8::new(0) }; MAX_PORTS],
             num_ports: AtomicU8::new(0),
+            #[cfg(all(feature = "std", target_os = "linux"))]
+            notify: spin::Mutex::new(Notify::default()),
         }
     }
 
@@ -236,7 +251,53 @@ impl EventRouter {
 
     /// The oldest undelivered event.
     pub fn pop(&self) -> Option<AsyncEvent> {
-        self.pending.lock().pop_front()
+        let mut q = self.pending.lock();
+        let e = q.pop_front();
+        #[cfg(all(feature = "std", target_os = "linux"))]
+        if q.is_empty() {
+            if let Some(fd) = &self.notify.lock().queued {
+                fd.drain();
+            }
+        }
+        e
+    }
+
+    /// An eventfd readable while events are queued for
+    /// [`pop`](Self::pop) (made at the first call; std, Linux).
+    ///
+    /// # Errors
+    ///
+    /// [`platform::Error::Notify`] when `eventfd(2)` fails.
+    #[cfg(all(feature = "std", target_os = "linux"))]
+    pub fn queued_fd(
+        &self,
+    ) -> core::result::Result<std::sync::Arc<platform::notify::EventFd>, platform::Error> {
+        let q = self.pending.lock();
+        let mut n = self.notify.lock();
+        if let Some(fd) = &n.queued {
+            return Ok(fd.clone());
+        }
+        let fd = std::sync::Arc::new(platform::notify::EventFd::new()?);
+        if !q.is_empty() {
+            fd.signal();
+        }
+        n.queued = Some(fd.clone());
+        Ok(fd)
+    }
+
+    /// Signals `fd` at every completion event counted for `cqn` from now
+    /// on (`None`: no more).
+    #[cfg(all(feature = "std", target_os = "linux"))]
+    pub(crate) fn set_cq_notify(
+        &self,
+        cqn: Cqn,
+        fd: Option<std::sync::Arc<platform::notify::EventFd>>,
+    ) {
+        let mut n = self.notify.lock();
+        n.cqs.retain(|(c, _)| *c != cqn.0);
+        if let Some(fd) = fd {
+            n.cqs.push((cqn.0, fd));
+        }
     }
 
     /// Events lost because the queue was full.
@@ -267,9 +328,15 @@ impl EventRouter {
     }
 
     pub(crate) fn push(&self, e: AsyncEvent) {
-        if self.pending.lock().push_back(e).is_err() {
+        let mut q = self.pending.lock();
+        if q.push_back(e).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+        #[cfg(all(feature = "std", target_os = "linux"))]
+        if let Some(fd) = &self.notify.lock().queued {
+            fd.signal();
+        }
+        drop(q);
     }
 
     /// A completion event for `cqn`.
@@ -277,6 +344,10 @@ impl EventRouter {
         match self.cqs.lock().get_mut(&cqn) {
             Some(c) => {
                 c.completions += 1;
+                #[cfg(all(feature = "std", target_os = "linux"))]
+                for (_, fd) in self.notify.lock().cqs.iter().filter(|(c, _)| *c == cqn) {
+                    fd.signal();
+                }
                 Ok(())
             }
             None => Err(EqeError::UnknownCq { cqn }),

@@ -917,6 +917,14 @@ impl Platform for EmuPlatform {
         mem: platform::UserMemory,
     ) -> Result<platform::UserMapping, platform::Error> {
         let (host, span) = mem.span();
+        #[cfg(target_os = "linux")]
+        if !platform::user::is_mapped(host, span) {
+            return Err(platform::Error::UserMemoryFault {
+                host,
+                len: span,
+                reason: "a page is not mapped in the process (EFAULT)",
+            });
+        }
         let window = platform::host::HostWindow::over_user(mem)?;
         let iova = self
             .shared

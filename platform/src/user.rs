@@ -193,6 +193,30 @@ pub fn page_span(addr: usize, len: usize) -> Result<(usize, usize), crate::Error
     Ok((start, end - start))
 }
 
+/// Whether every page of `len` bytes at host address `host` is mapped in
+/// this process (`mincore(2)`; std, Linux): what `VFIO_IOMMU_MAP_DMA`
+/// would refuse with `EFAULT` otherwise, for backends that do not pin
+/// pages through the kernel (the emulated device). Only inspects the page
+/// tables; never touches the memory.
+#[cfg(all(feature = "std", target_os = "linux"))]
+pub fn is_mapped(host: usize, len: usize) -> bool {
+    let Ok((start, span)) = page_span(host, len) else {
+        return false;
+    };
+    let mut pages = std::vec![0u8; span / PAGE_SIZE];
+    // SAFETY: mincore only reads the process's page tables for the range
+    // (an unmapped page is ENOMEM) and writes one byte per page into
+    // `pages`, which has one per page.
+    let rc = unsafe {
+        libc::mincore(
+            core::ptr::without_provenance_mut(start),
+            span,
+            pages.as_mut_ptr(),
+        )
+    };
+    rc == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +228,16 @@ mod tests {
         assert_eq!(page_span(0x2000, 0x1000).unwrap(), (0x2000, 0x1000));
         assert!(page_span(0x1000, 0).is_err());
         assert!(page_span(usize::MAX - 4, 10).is_err());
+    }
+
+    #[test]
+    #[cfg(all(feature = "std", target_os = "linux"))]
+    #[cfg_attr(miri, ignore = "mincore is a system call Miri does not run")]
+    fn mapped_pages_are_told_from_unmapped_ones() {
+        let v = std::vec![1u8; 3 * PAGE_SIZE];
+        assert!(is_mapped(v.as_ptr().addr() + 10, 2 * PAGE_SIZE));
+        assert!(!is_mapped(0x1000, PAGE_SIZE), "below mmap_min_addr");
+        assert!(!is_mapped(0x1000, 0));
     }
 
     #[test]

@@ -19,7 +19,9 @@ use hca_tests::Link;
 use hca_tests::verbs::{RcParams, WAIT, connect_pair, poll_ok, post_recv_sge, qp_cap};
 use platform::notify::readable;
 
-type Cq = hca_driver::verbs::Cq<EmuPlatform>;
+use hca_driver::verbs::Cq;
+use hca_tests::TestPlatform;
+use platform::Platform;
 
 /// A poll(2) limit for what must happen (real time; the test fails, it
 /// does not sleep, when it is reached).
@@ -28,23 +30,23 @@ const READABLE_MS: i32 = 10_000;
 /// Side A: a context, PD and CQ (no channel). Side B: a context, PD and
 /// the channel; nothing else on side B's completion EQ, so its vector
 /// interrupts only for the channel's CQs.
-struct Setup {
-    hcas: hca_tests::Hcas<EmuPlatform>,
-    ca: Arc<Context<EmuPlatform>>,
-    cb: Arc<Context<EmuPlatform>>,
-    pda: Arc<Pd<EmuPlatform>>,
-    pdb: Arc<Pd<EmuPlatform>>,
-    cqa: Arc<Cq>,
-    ch: Arc<CompChannel<EmuPlatform>>,
+struct Setup<P: Platform + 'static> {
+    hcas: hca_tests::Hcas<P>,
+    ca: Arc<Context<P>>,
+    cb: Arc<Context<P>>,
+    pda: Arc<Pd<P>>,
+    pdb: Arc<Pd<P>>,
+    cqa: Arc<Cq<P>>,
+    ch: Arc<CompChannel<P>>,
 }
 
-fn setup(l: &mut Link<EmuPlatform>) -> Setup {
+fn setup<P: TestPlatform>(l: &mut Link<P>) -> Setup<P> {
     let hcas = l.open();
     let ca = Arc::new(Context::open(&hcas.a).unwrap());
     let cb = Arc::new(Context::open(hcas.b()).unwrap());
     let pda = Arc::new(Pd::alloc(&ca).unwrap());
     let pdb = Arc::new(Pd::alloc(&cb).unwrap());
-    let cqa = Arc::new(Cq::create(&ca, 32).unwrap());
+    let cqa = Arc::new(Cq::<P>::create(&ca, 32).unwrap());
     let ch = Arc::new(CompChannel::create(&cb).unwrap());
     assert!(
         ch.interrupt_driven(),
@@ -63,12 +65,12 @@ fn setup(l: &mut Link<EmuPlatform>) -> Setup {
 
 /// An RC pair: A's QP on `cqa`, B's on `cqb` (send and receive), with
 /// receives posted on B.
-fn pair(
-    l: &Link<EmuPlatform>,
-    s: &Setup,
-    cqb: &Arc<Cq>,
-    mb: &Mr<EmuPlatform>,
-) -> (Qp<EmuPlatform>, Qp<EmuPlatform>) {
+fn pair<P: TestPlatform>(
+    l: &Link<P>,
+    s: &Setup<P>,
+    cqb: &Arc<Cq<P>>,
+    mb: &Mr<P>,
+) -> (Qp<P>, Qp<P>) {
     let mut qa = Qp::create(
         &s.pda,
         &QpInitAttr::new(QpType::Rc, &s.cqa, &s.cqa).cap(qp_cap(8, 1, 1, 32)),
@@ -91,7 +93,7 @@ fn pair(
     (qa, qb)
 }
 
-fn send(qa: &mut Qp<EmuPlatform>, cqa: &Cq, id: u64, solicited: bool) {
+fn send<P: Platform + 'static>(qa: &mut Qp<P>, cqa: &Cq<P>, id: u64, solicited: bool) {
     let flags = if solicited {
         SendFlags::SIGNALED | SendFlags::SOLICITED
     } else {
@@ -106,16 +108,14 @@ fn emulated() -> Link<EmuPlatform> {
     Link::emulated(EmuConfig::default(), Config::default())
 }
 
-#[test]
-fn armed_cq_makes_the_fd_readable_and_get_event_names_it() {
-    let mut l = emulated();
-    let s = setup(&mut l);
+fn armed_cq_makes_the_fd_readable_and_get_event_names_it<P: TestPlatform>(l: &mut Link<P>) {
+    let s = setup(l);
     {
         let bb = Arc::new(DmaBuf::alloc(s.hcas.b(), 4096).unwrap());
         let mb = Mr::register(&s.pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let cqb = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 0xb0b).unwrap());
         assert!(cqb.channel().is_some());
-        let (mut qa, qb) = pair(&l, &s, &cqb, &mb);
+        let (mut qa, qb) = pair(l, &s, &cqb, &mb);
         let fd = s.ch.fd().expect("a channel has a descriptor on Linux");
         assert!(!readable(fd, 0), "nothing happened yet");
 
@@ -146,6 +146,24 @@ fn armed_cq_makes_the_fd_readable_and_get_event_names_it() {
         poll_ok(&cqb);
         assert_eq!(s.ch.get_event(Duration::ZERO).unwrap(), None);
         assert!(!readable(fd, 0), "no event, no interrupt");
+
+        // Another thread looks at the EQs first (here: this one, through
+        // the HCA) and empties the vector's eventfd: the descriptor is
+        // readable all the same (the EQ code signals the channel when it
+        // counts the event).
+        cqb.req_notify(false);
+        send(&mut qa, &s.cqa, 20, false);
+        let hb = s.hcas.b();
+        let v = hb.eq_vector(cqb.eqn()).expect("on interrupts");
+        // (B wrote the EQE before it acknowledged the send A completed.)
+        hb.poll_events().unwrap();
+        hb.platform().interrupt_count(v).unwrap();
+        assert!(readable(fd, 0), "counted by another: still readable");
+        let ev = s.ch.get_event(Duration::ZERO).unwrap().expect("the event");
+        assert_eq!(ev.cookie, 0xb0b);
+        poll_ok(&cqb);
+        assert!(!readable(fd, 0));
+        cqb.ack_events(1).unwrap();
 
         // Armed again (after the event: the arm sequence number moved on),
         // a blocking read returns the event.
@@ -179,21 +197,19 @@ fn armed_cq_makes_the_fd_readable_and_get_event_names_it() {
         let e = CompChannel::try_destroy(s.ch.clone()).unwrap_err();
         assert!(matches!(e, Error::InUse { .. }), "{e}");
         assert_eq!(s.ch.cqs(), 1);
-        Cq::try_destroy(cqb).unwrap();
+        Cq::<P>::try_destroy(cqb).unwrap();
         assert_eq!(s.ch.cqs(), 0);
     }
-    close(&mut l, s);
+    close(l, s);
 }
 
-#[test]
-fn solicited_only_arm_ignores_unsolicited_completions() {
-    let mut l = emulated();
-    let s = setup(&mut l);
+fn solicited_only_arm_ignores_unsolicited_completions<P: TestPlatform>(l: &mut Link<P>) {
+    let s = setup(l);
     {
         let bb = Arc::new(DmaBuf::alloc(s.hcas.b(), 4096).unwrap());
         let mb = Mr::register(&s.pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let cqb = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 7).unwrap());
-        let (mut qa, qb) = pair(&l, &s, &cqb, &mb);
+        let (mut qa, qb) = pair(l, &s, &cqb, &mb);
         let fd = s.ch.fd().unwrap();
         cqb.req_notify(true);
         send(&mut qa, &s.cqa, 1, false);
@@ -209,21 +225,19 @@ fn solicited_only_arm_ignores_unsolicited_completions() {
         cqb.ack_events(1).unwrap();
         drop((qa, qb));
     }
-    close(&mut l, s);
+    close(l, s);
 }
 
-#[test]
-fn two_cqs_on_one_channel() {
-    let mut l = emulated();
-    let s = setup(&mut l);
+fn two_cqs_on_one_channel<P: TestPlatform>(l: &mut Link<P>) {
+    let s = setup(l);
     {
         let bb = Arc::new(DmaBuf::alloc(s.hcas.b(), 4096).unwrap());
         let mb = Mr::register(&s.pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let c1 = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 1).unwrap());
         let c2 = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 2).unwrap());
         assert_eq!(s.ch.cqs(), 2);
-        let (mut qa1, qb1) = pair(&l, &s, &c1, &mb);
-        let (mut qa2, qb2) = pair(&l, &s, &c2, &mb);
+        let (mut qa1, qb1) = pair(l, &s, &c1, &mb);
+        let (mut qa2, qb2) = pair(l, &s, &c2, &mb);
         let fd = s.ch.fd().unwrap();
         c1.req_notify(false);
         c2.req_notify(false);
@@ -246,10 +260,10 @@ fn two_cqs_on_one_channel() {
         c1.ack_events(1).unwrap();
         c2.ack_events(1).unwrap();
         drop((qa1, qb1, qa2, qb2));
-        Cq::try_destroy(c2).unwrap();
-        Cq::try_destroy(c1).unwrap();
+        Cq::<P>::try_destroy(c2).unwrap();
+        Cq::<P>::try_destroy(c1).unwrap();
     }
-    close(&mut l, s);
+    close(l, s);
 }
 
 /// `ibv_destroy_cq` waits until the events read are acknowledged; here
@@ -277,7 +291,7 @@ fn a_cq_with_unacknowledged_events_is_not_destroyed() {
     assert!(matches!(e, Error::InUse { .. }), "{e}");
 }
 
-fn close(l: &mut Link<EmuPlatform>, s: Setup) {
+fn close<P: TestPlatform>(l: &mut Link<P>, s: Setup<P>) {
     let Setup {
         hcas,
         ca,
@@ -291,5 +305,59 @@ fn close(l: &mut Link<EmuPlatform>, s: Setup) {
     drop((pda, pdb, cqa));
     drop((ca, cb));
     l.close(hcas);
-    l.assert_clean();
+}
+
+hca_tests::link_scenarios!(
+    armed_cq_makes_the_fd_readable_and_get_event_names_it,
+    solicited_only_arm_ignores_unsolicited_completions,
+    two_cqs_on_one_channel,
+);
+
+/// `ibv_get_async_event` and the context's `async_fd`: an injected QP
+/// event makes the descriptor readable and is read with its name.
+#[test]
+fn async_events_make_the_async_fd_readable() {
+    use hca_driver::{AsyncEvent, QueueId};
+    use hca_tests::verbs::to_init;
+    let mut bench = hca_tests::Bench::emulated(EmuConfig::default(), Config::default());
+    bench.with_open(|hca, emu| {
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+        let fd = ctx.async_fd().unwrap();
+        assert_eq!(ctx.async_fd().unwrap(), fd, "one descriptor per context");
+        // The port events of bring-up.
+        while ctx.get_async_event(Duration::ZERO).unwrap().is_some() {}
+        assert!(!readable(fd, 0));
+        assert_eq!(ctx.get_async_event(Duration::ZERO).unwrap(), None);
+
+        let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
+        to_init(&mut qp, 1, AccessFlags::REMOTE_WRITE);
+        while ctx.get_async_event(Duration::ZERO).unwrap().is_some() {}
+        let ev = firmware_cmds::eq::EVENT_TYPE_COMM_EST;
+        assert_eq!(emu.faults().qp_event(qp.number().0, ev), Ok(true));
+        assert!(readable(fd, READABLE_MS), "the event's interrupt");
+        assert_eq!(
+            ctx.get_async_event(Duration::ZERO).unwrap(),
+            Some(AsyncEvent::Queue {
+                event_type: ev,
+                queue: QueueId::Qp(qp.number()),
+            })
+        );
+        assert_eq!(ctx.get_async_event(Duration::ZERO).unwrap(), None);
+        assert!(!readable(fd, 0));
+
+        // Queued by another thread's look at the EQs (which also empties
+        // the vector's eventfd): still readable.
+        let p = hca.platform();
+        let c0 = p.interrupt_count(0).unwrap();
+        assert_eq!(emu.faults().qp_event(qp.number().0, ev), Ok(true));
+        hca.wait_interrupt(0, c0, WAIT).unwrap();
+        hca.poll_events().unwrap();
+        p.interrupt_count(0).unwrap();
+        assert!(readable(fd, 0), "queued by another: still readable");
+        assert!(ctx.get_async_event(Duration::ZERO).unwrap().is_some());
+        assert!(!readable(fd, 0));
+        qp.destroy().unwrap();
+    });
 }

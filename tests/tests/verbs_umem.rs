@@ -3,7 +3,8 @@
 //! RDMA WRITE, read by its RDMA READ, received into and sent from,
 //! zero-copy (the bytes are seen in the `Vec` itself); a start and a
 //! length that are not page aligned; an IOVA other than the address;
-//! access violations and deregistered keys refused by the device; the
+//! access violations and deregistered keys refused by the device; pages
+//! not mapped in the process refused when mapped; the
 //! emulated IOMMU's view; a platform that cannot map user memory.
 
 use std::ptr::NonNull;
@@ -303,9 +304,136 @@ fn violations_and_deregistered_keys_are_refused<P: TestPlatform>(l: &mut Link<P>
     assert!(v.iter().all(|&b| b == 0));
 }
 
+/// `ibv_rereg_mr`: access flags, translation (other user memory) and PD
+/// changed; new keys each time, the data where the latest translation
+/// says.
+fn rereg_changes_access_memory_and_pd<P: TestPlatform>(l: &mut Link<P>) {
+    let (pa, pb) = (l.port_a, l.port_b);
+    let h = l.open();
+    let mut v1 = vec![0u8; 4096];
+    let mut v2 = vec![0u8; 4096];
+    let (p1, p2) = (v1.as_mut_ptr(), v2.as_mut_ptr());
+    {
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(32);
+        let ba = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &ba, AccessFlags::ALL).unwrap();
+        let mut mb =
+            Mr::register_user(&pdb, user(p1, 4096), p1 as u64, AccessFlags::LOCAL_WRITE).unwrap();
+        let mut qa = qp(&pda, &cqa, qp_cap(8, 8, 1, 0));
+        let mut qb = qp(&pdb, &cqb, qp_cap(8, 8, 1, 0));
+        connect_pair(
+            (&ca, pa, &mut qa),
+            (&cb, pb, &mut qb),
+            (0, hca_driver::Rkey(0)),
+            &rc_params(),
+        );
+        let write = |qa: &mut Qp<P>, addr: u64, rkey: u32, what: &[u8]| {
+            ba.write(0, what).unwrap();
+            qa.post_send(
+                &SendWr::new(
+                    1,
+                    SendOp::RdmaWrite {
+                        remote_addr: addr,
+                        rkey,
+                    },
+                )
+                .sgl(&[ma.sge(0, what.len() as u32).unwrap()])
+                .flags(SendFlags::SIGNALED),
+            )
+            .unwrap();
+            poll_n(&cqa, 1)[0]
+        };
+
+        // A PD of another context: refused, nothing changes.
+        let k0 = mb.rkey();
+        let e = mb.rereg(Some(pda.clone()), None).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { arg: "pd", .. }), "{e}");
+        assert_eq!(mb.rkey(), k0);
+
+        // Access: remote write added; a new key.
+        mb.rereg(None, Some(AccessFlags::ALL)).unwrap();
+        assert_ne!(mb.rkey(), k0);
+        assert_eq!(mb.access(), AccessFlags::ALL);
+        assert_eq!(pdb.mr_count(), 1);
+        let wc = write(&mut qa, p1 as u64 + 8, mb.rkey().0, b"first");
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert_eq!(peek(p1, 8, 5), b"first");
+
+        // Translation: the second Vec, known by its address.
+        let k1 = mb.rkey();
+        mb.rereg_user(user(p2, 4096), p2 as u64).unwrap();
+        assert_ne!(mb.rkey(), k1);
+        assert_eq!(mb.addr(), p2 as u64);
+        let wc = write(&mut qa, p2 as u64 + 8, mb.rkey().0, b"second");
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert_eq!(peek(p2, 8, 6), b"second");
+        assert_eq!(peek(p1, 8, 6), b"first\0", "the first Vec is left alone");
+
+        // PD: another PD of side B's context; the key leaves the first
+        // PD's table, and B's QP (in the first PD) cannot use it: the
+        // peer's write is a remote access error.
+        let pdb2 = Arc::new(Pd::alloc(&cb).unwrap());
+        mb.rereg(Some(pdb2.clone()), None).unwrap();
+        assert_eq!((pdb.mr_count(), pdb2.mr_count()), (0, 1));
+        let wc = write(&mut qa, p2 as u64 + 8, mb.rkey().0, b"third!");
+        assert_eq!(wc.status, WcStatus::RemAccessErr, "{wc:?}");
+        assert_eq!(peek(p2, 8, 6), b"second");
+        drop((qa, qb));
+        mb.destroy().unwrap();
+        assert_eq!(pdb2.mr_count(), 0);
+        drop(ma);
+    }
+    l.close(h);
+    assert_eq!(&v1[8..13], b"first");
+    assert_eq!(&v2[8..14], b"second");
+}
+
+/// Pages not mapped in the process: refused when mapped for DMA, by
+/// `VFIO_IOMMU_MAP_DMA` (`EFAULT`) through `platform::vfio`, and by the
+/// emulated platform's check of the page tables, as `UserMemoryFault`.
+fn unmapped_pages_are_a_typed_error<P: TestPlatform>(l: &mut Link<P>) {
+    let h = l.open();
+    {
+        let ctx = Arc::new(Context::open(&h.a).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        // Below `vm.mmap_min_addr` (64 KiB by default): never mapped.
+        let nowhere = NonNull::new(std::ptr::without_provenance_mut::<u8>(0x1000)).unwrap();
+        // SAFETY: the range is not mapped, which is what the test is
+        // about: the platform refuses to map it, so nothing ever accesses
+        // it.
+        let mem = unsafe { UserMemory::new(nowhere, 8192) }.unwrap();
+        let e = Mr::register_user(&pd, mem, 0x1000, AccessFlags::LOCAL_WRITE).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Platform {
+                    source: platform::Error::UserMemoryFault {
+                        host: 0x1000,
+                        len: 8192,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(pd.mr_count(), 0);
+    }
+    l.close(h);
+}
+
 hca_tests::link_scenarios!(
     vec_written_read_and_messaged_in_place,
+    unmapped_pages_are_a_typed_error,
     violations_and_deregistered_keys_are_refused,
+    rereg_changes_access_memory_and_pd,
 );
 
 /// The emulated IOMMU's view: the pages are mapped (the device reads the

@@ -13,26 +13,31 @@
 //!
 //! On Linux with `std`, a channel has a file descriptor
 //! ([`CompChannel::fd`]) to `poll(2)` or `epoll(7)` on, as a program does
-//! with `ibv_comp_channel.fd`: an epoll set of the channel's own eventfd,
-//! signalled while events are waiting in the channel, and the eventfds of
-//! the MSI-X vectors of its CQs' completion EQs
-//! ([`Platform::interrupt_fd`]: under VFIO the eventfd the kernel
-//! signals, on the emulator one of its own). So the descriptor becomes
-//! readable when an interrupt announces a completion event, without any
-//! thread of the driver running; [`CompChannel::get_event`] then looks at
-//! the EQs. A readable descriptor is a hint: `get_event` with a zero
-//! timeout (what `ibv_get_cq_event` does on a descriptor set to
-//! `O_NONBLOCK`) may find nothing (an interrupt of another CQ of the same
-//! EQ), and reports `None`.
+//! with `ibv_comp_channel.fd`: an epoll set of
 //!
-//! Limits: the descriptor needs the driver on interrupts
+//! - the eventfds of the MSI-X vectors of its CQs' completion EQs
+//!   ([`Platform::interrupt_fd`]: under VFIO the eventfd the kernel
+//!   signals, on the emulator one of its own), so the descriptor becomes
+//!   readable when an interrupt announces a completion event, with no
+//!   thread of the driver running; [`CompChannel::get_event`] then looks
+//!   at the EQs;
+//! - the channel's own eventfd, which the EQ code signals when it counts
+//!   a completion event of one of the channel's CQs (whichever thread
+//!   looked at the EQ: one waiting for a command, a `poll_wait`, another
+//!   channel), and which stays readable while events wait in the
+//!   channel.
+//!
+//! A readable descriptor is a hint: `get_event` with a zero timeout (what
+//! `ibv_get_cq_event` does on a descriptor set to `O_NONBLOCK`) may find
+//! nothing (an interrupt for another CQ of the same EQ) and then reports
+//! `None` (libibverbs' `EAGAIN`); the vector's eventfd is emptied when
+//! the driver counts its interrupts.
+//!
+//! Limits: the interrupt half needs the driver on interrupts
 //! ([`WaitMode::Interrupts`](crate::WaitMode)) and a platform with
-//! interrupt descriptors ([`CompChannel::interrupt_driven`]); otherwise
-//! it becomes readable only once `get_event` has found events. A thread
-//! that sleeps on the same MSI-X vector meanwhile (a [`Cq::poll_wait`]
-//! on another CQ of the same EQ) empties the vector's eventfd: the
-//! channel's descriptor is then readable again only once some thread
-//! looks at the EQs (`get_event`, a command, `poll_wait`'s own look).
+//! interrupt descriptors ([`CompChannel::interrupt_driven`]); without
+//! them the descriptor becomes readable only once some thread has looked
+//! at the EQs.
 
 use core::fmt;
 use core::time::Duration;
@@ -166,41 +171,50 @@ impl<P: Platform + 'static, S: Share> CompChannel<P, S> {
 
     /// Binds a CQ (at its creation).
     pub(crate) fn bind(&self, cqn: Cqn, eqn: Eqn, cookie: u64) -> Result<()> {
+        {
+            let mut st = self.state.lock();
+            let capacity = st.cqs.capacity();
+            st.cqs
+                .push(Bound {
+                    cqn,
+                    cookie,
+                    eqn,
+                    pending: 0,
+                    since: 0,
+                    delivered: 0,
+                    acked: 0,
+                    arm_owed: 0,
+                })
+                .map_err(|_| Error::CapacityExceeded {
+                    what: "the completion channel's CQs",
+                    capacity,
+                })?;
+        }
         #[cfg(all(feature = "std", target_os = "linux"))]
         if let Some(f) = &self.fd {
             let hca = self.ctx.hca();
-            if let Some(fd) = hca
+            let vector_fd = hca
                 .eq_vector(eqn)
-                .and_then(|v| hca.platform().interrupt_fd(v))
-            {
-                f.add_interrupt(fd).map_err(|source| Error::Platform {
-                    what: "adding an MSI-X vector's eventfd to a completion channel",
-                    source,
-                })?;
+                .and_then(|v| hca.platform().interrupt_fd(v));
+            if let Some(fd) = vector_fd {
+                if let Err(source) = f.add_interrupt(fd) {
+                    self.unbind(cqn);
+                    return Err(Error::Platform {
+                        what: "adding an MSI-X vector's eventfd to a completion channel",
+                        source,
+                    });
+                }
             }
+            hca.events().set_cq_notify(cqn, Some(f.pending.clone()));
         }
-        let mut st = self.state.lock();
-        let capacity = st.cqs.capacity();
-        st.cqs
-            .push(Bound {
-                cqn,
-                cookie,
-                eqn,
-                pending: 0,
-                since: 0,
-                delivered: 0,
-                acked: 0,
-                arm_owed: 0,
-            })
-            .map_err(|_| Error::CapacityExceeded {
-                what: "the completion channel's CQs",
-                capacity,
-            })
+        Ok(())
     }
 
     /// Unbinds a CQ (at its destruction); its events not yet read are
     /// dropped.
     pub(crate) fn unbind(&self, cqn: Cqn) {
+        #[cfg(all(feature = "std", target_os = "linux"))]
+        self.ctx.hca().events().set_cq_notify(cqn, None);
         {
             let mut st = self.state.lock();
             if let Some(i) = st.cqs.iter().position(|b| b.cqn == cqn) {
@@ -266,7 +280,14 @@ impl<P: Platform + 'static, S: Share> CompChannel<P, S> {
     fn update_fd(&self) {
         #[cfg(all(feature = "std", target_os = "linux"))]
         if let Some(f) = &self.fd {
-            f.set_pending(self.has_pending());
+            // Empty it first: an event counted from now on signals it
+            // again (the EQ code signals after counting), one counted
+            // before is collected here.
+            f.pending.drain();
+            self.collect();
+            if self.has_pending() {
+                f.pending.signal();
+            }
         }
     }
 
@@ -424,19 +445,20 @@ impl<P: Platform + 'static, S: Share> CompChannel<P, S> {
 mod fd {
     use platform::notify::{Epoll, EventFd};
     use std::os::fd::RawFd;
+    use std::sync::Arc;
 
     /// An epoll set of the channel's own eventfd ("events are waiting")
     /// and the eventfds of its CQs' interrupt vectors.
     #[derive(Debug)]
     pub(super) struct ChannelFd {
         set: Epoll,
-        pending: EventFd,
+        pub(super) pending: Arc<EventFd>,
     }
 
     impl ChannelFd {
         pub(super) fn new() -> Result<Self, platform::Error> {
             let set = Epoll::new()?;
-            let pending = EventFd::new()?;
+            let pending = Arc::new(EventFd::new()?);
             set.add(pending.raw_fd())?;
             Ok(Self { set, pending })
         }
@@ -447,16 +469,6 @@ mod fd {
 
         pub(super) fn add_interrupt(&self, fd: RawFd) -> Result<(), platform::Error> {
             self.set.add(fd)
-        }
-
-        pub(super) fn set_pending(&self, on: bool) {
-            if on {
-                if !self.pending.is_readable() {
-                    self.pending.signal();
-                }
-            } else {
-                self.pending.drain();
-            }
         }
     }
 }

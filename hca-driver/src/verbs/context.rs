@@ -61,6 +61,19 @@ pub struct Context<P: Platform + 'static, S: Share = DefaultShare> {
     uidx: spin::Mutex<[u64; MAX_CONTEXT_QPS / 64]>,
     mkey_variant: AtomicU8,
     sport: AtomicU16,
+    /// The descriptor of [`async_fd`](Self::async_fd), made at its first
+    /// call.
+    #[cfg(all(feature = "std", target_os = "linux"))]
+    async_fd: spin::Once<AsyncFd>,
+}
+
+/// An epoll set of the HCA's "asynchronous events queued" eventfd and the
+/// eventfd of the asynchronous EQ's MSI-X vector.
+#[cfg(all(feature = "std", target_os = "linux"))]
+#[derive(Debug)]
+struct AsyncFd {
+    set: platform::notify::Epoll,
+    _queued: std::sync::Arc<platform::notify::EventFd>,
 }
 
 impl<P: Platform + 'static, S: Share> fmt::Debug for Context<P, S> {
@@ -100,6 +113,8 @@ impl<P: Platform + 'static, S: Share> Context<P, S> {
             // A fixed start: keys differ between contexts only by index.
             mkey_variant: AtomicU8::new(0x5a),
             sport: AtomicU16::new(0),
+            #[cfg(all(feature = "std", target_os = "linux"))]
+            async_fd: spin::Once::new(),
         };
         if info.caps.link_layer() == LinkLayer::Ethernet && info.caps.roce.is_some() {
             ctx.enable_roce()?;
@@ -141,6 +156,90 @@ impl<P: Platform + 'static, S: Share> Context<P, S> {
     /// closed when the last handle drops).
     pub fn try_destroy(this: impl Handle<Self, Share = S>) -> Result<()> {
         crate::verbs::share::destroy_last::<S, Self>(this.into_ref(), "the context", Self::destroy)
+    }
+
+    /// Reads the next asynchronous event (`ibv_get_async_event`): port
+    /// state changes, CQ errors, QP/SRQ events, internal errors, as the
+    /// driver's EQ code queues them ([`EventRouter::pop`](crate::EventRouter::pop);
+    /// the queue is the HCA's, shared by its contexts). Waits at most
+    /// `timeout` (platform time), looking at the EQs and, when the driver
+    /// runs on interrupts, sleeping on the asynchronous EQ's MSI-X vector
+    /// between two looks; `None` when nothing came (a zero timeout: a
+    /// non-blocking descriptor's `EAGAIN`). Nothing needs acknowledging
+    /// (events are values).
+    ///
+    /// # Errors
+    ///
+    /// What servicing the HCA reports.
+    pub fn get_async_event(
+        &self,
+        timeout: core::time::Duration,
+    ) -> Result<Option<crate::AsyncEvent>> {
+        let hca = &self.hca;
+        let p = hca.platform();
+        let deadline = crate::deadline::Deadline::start(p, timeout);
+        let vector =
+            (hca.interrupt_stats().vectors > 0).then(|| hca.vector_for(crate::eq::EqKind::Async));
+        loop {
+            let seen = vector.and_then(|v| hca.interrupt_seen(v).map(|s| (v, s)));
+            crate::verbs::queue::service(hca)?;
+            if let Some(e) = hca.events().pop() {
+                return Ok(Some(e));
+            }
+            let left = deadline.remaining(p);
+            if left.is_zero() {
+                return Ok(None);
+            }
+            match seen {
+                Some((v, count)) => {
+                    hca.wait_interrupt(v, count, left.min(hca.config().timeouts.health_poll))?;
+                }
+                None => {
+                    hca.note_poll();
+                    p.relax();
+                }
+            }
+        }
+    }
+
+    /// A file descriptor (`ibv_context.async_fd`) that becomes readable
+    /// when an asynchronous event is queued or the asynchronous EQ's
+    /// MSI-X vector interrupts (std, Linux): an epoll set of an eventfd
+    /// the EQ code signals while events are queued and of the vector's
+    /// eventfd ([`Platform::interrupt_fd`]). The vector is shared with
+    /// the command EQ, so readability is a hint:
+    /// [`get_async_event`](Self::get_async_event) with a zero timeout may
+    /// find nothing. The descriptor stays owned by the context.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Platform`] when `epoll_create1`, `eventfd` or `epoll_ctl`
+    /// fails.
+    #[cfg(all(feature = "std", target_os = "linux"))]
+    pub fn async_fd(&self) -> Result<std::os::fd::RawFd> {
+        let hca = &self.hca;
+        let make = || -> core::result::Result<AsyncFd, platform::Error> {
+            let set = platform::notify::Epoll::new()?;
+            let queued = hca.events().queued_fd()?;
+            set.add(queued.raw_fd())?;
+            if hca.interrupt_stats().vectors > 0 {
+                let v = hca.vector_for(crate::eq::EqKind::Async);
+                if let Some(fd) = hca.platform().interrupt_fd(v) {
+                    set.add(fd)?;
+                }
+            }
+            Ok(AsyncFd {
+                set,
+                _queued: queued,
+            })
+        };
+        self.async_fd
+            .try_call_once(make)
+            .map(|a| a.set.raw_fd())
+            .map_err(|source| Error::Platform {
+                what: "making the context's asynchronous event descriptor",
+                source,
+            })
     }
 
     /// The HCA's handle.

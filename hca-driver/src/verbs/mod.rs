@@ -11,7 +11,7 @@
 //! | `ibv_reg_mr` | [`DmaBuf::alloc`] → [`DmaBuf`], [`Mr::register`] → [`Mr`] (lkey, rkey) |
 //! | `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event` | [`Cq::create`] → [`Cq`], [`Cq::poll`], [`Cq::req_notify`], [`Cq::wait_event`] |
 //! | `ibv_create_comp_channel`, `ibv_create_cq` on a channel, `ibv_get_cq_event`, `ibv_ack_cq_events` | [`CompChannel::create`], [`Cq::create_on_channel`], [`CompChannel::get_event`] (and `CompChannel::fd` to poll on, Linux), [`Cq::ack_events`] |
-//! | `ibv_reg_mr` on user memory, `ibv_reg_mr_iova2`, `ibv_rereg_mr` | [`Mr::register_user`] over a [`platform::UserMemory`], [`Mr::rereg`] (not supported) |
+//! | `ibv_reg_mr` on user memory, `ibv_reg_mr_iova2`, `ibv_rereg_mr` | [`Mr::register_user`] over a [`platform::UserMemory`], [`Mr::rereg`] (PD, access), [`Mr::rereg_user`] (translation) |
 //! | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp` | [`Qp::create`] with [`QpInitAttr`] → [`Qp`], [`Qp::modify`] with [`QpAttr`], [`Qp::query`] |
 //! | `ibv_post_send`, `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_send_list`], [`Qp::post_send_sge`], [`Qp::batch`], [`Qp::post_recv`] (work requests are verbs-core's [`SendWr`], [`RecvWr`]) |
 //! | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`Srq::create`] → [`Srq`], [`Srq::post_recv`], [`Srq::arm_limit`] |

@@ -224,16 +224,13 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
                 (first, ((start - first) + len as u64).div_ceil(ps) as usize)
             }
         };
-        let (mkey, key) = create_key(
-            this,
-            start,
-            len,
-            access,
+        let layout = KeyLayout {
             mode,
-            MTT_LOG_PAGE,
+            log_page: MTT_LOG_PAGE,
             first_page,
             pages,
-        )?;
+        };
+        let (mkey, key) = create_key(this, start, len, access, &layout)?;
         Ok(Mr {
             pd: pd.clone().into_ref(),
             mkey: Some(mkey),
@@ -241,6 +238,7 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
             addr: start,
             len,
             access,
+            layout,
             backing: Backing::Buf(buf.clone().into_ref()),
         })
     }
@@ -282,74 +280,101 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
         access: AccessFlags,
     ) -> Result<Self> {
         let this: &Pd<P, S> = pd;
-        check_access(access)?;
-        let len = mem.len();
-        let host = mem.addr().as_ptr().addr();
-        let ps = PAS_PAGE_SIZE as u64;
-        if iova % ps != host as u64 % ps {
-            return Err(Error::InvalidArgument {
-                arg: "iova",
-                reason: "the IOVA and the memory's address differ in their offset inside a 4 KiB page",
-            });
-        }
-        if iova.checked_add(len as u64).is_none() {
-            return Err(Error::InvalidArgument {
-                arg: "iova",
-                reason: "the region wraps around the 64-bit address space",
-            });
-        }
-        if this.mrs.lock().is_full() {
-            return Err(Error::CapacityExceeded {
-                what: "the PD's memory region table",
-                capacity: this.mrs.lock().capacity(),
-            });
-        }
-        let hca = this.ctx.hca();
-        let mapping = hca
-            .platform()
-            .map_user(mem)
-            .map_err(|source| Error::Platform {
-                what: "mapping user memory for DMA",
-                source,
-            })?;
-        let Some(bus) = mapping.iova_of(host) else {
-            unmap_user(hca, mapping);
-            return Err(Error::InvalidArgument {
-                arg: "mem",
-                reason: "the platform's mapping does not cover the memory",
-            });
-        };
-        // The largest MTT page for which the bus address and `iova` agree
-        // below the page size (the device finds byte `x` of the key at
-        // MTT[(x - align_down(iova)) / page] + x % page).
-        let mut log = MTT_LOG_PAGE;
-        while log < MAX_MTT_LOG_PAGE
-            && (bus ^ iova) & ((2u64 << log) - 1) == 0
-            && (1u64 << log) < len as u64
-        {
-            log += 1;
-        }
-        let page = 1u64 << log;
-        let first = bus & !(page - 1);
-        let pages = ((iova & (page - 1)) + len as u64).div_ceil(page) as usize;
-        let made = create_key(this, iova, len, access, MrMode::Mtt, log, first, pages);
-        let (mkey, key) = match made {
-            Ok(k) => k,
-            Err(e) => {
-                unmap_user(hca, mapping);
-                return Err(e);
-            }
-        };
+        let (mkey, key, mapping, layout) = map_and_key(this, mem, iova, access)?;
         Ok(Mr {
             pd: pd.clone().into_ref(),
             mkey: Some(mkey),
             lkey: Lkey(key),
             addr: iova,
-            len,
+            len: mapping.1,
             access,
-            backing: Backing::User(Some(mapping)),
+            layout,
+            backing: Backing::User(Some(mapping.0)),
         })
     }
+}
+
+/// A key over user memory: maps `mem`, then CREATE_MKEY at `iova` in
+/// `this`. Returns the key, the mapping with the region's length, and the
+/// key's layout; unmaps again when the key cannot be made.
+#[allow(clippy::type_complexity)]
+fn map_and_key<P: Platform + 'static, S: Share>(
+    this: &Pd<P, S>,
+    mem: UserMemory,
+    iova: u64,
+    access: AccessFlags,
+) -> Result<(FwObj<P, S, MkeyObj>, u32, (UserMapping, usize), KeyLayout)> {
+    check_access(access)?;
+    let len = mem.len();
+    let host = mem.addr().as_ptr().addr();
+    let ps = PAS_PAGE_SIZE as u64;
+    if iova % ps != host as u64 % ps {
+        return Err(Error::InvalidArgument {
+            arg: "iova",
+            reason: "the IOVA and the memory's address differ in their offset inside a 4 KiB page",
+        });
+    }
+    if iova.checked_add(len as u64).is_none() {
+        return Err(Error::InvalidArgument {
+            arg: "iova",
+            reason: "the region wraps around the 64-bit address space",
+        });
+    }
+    if this.mrs.lock().is_full() {
+        return Err(Error::CapacityExceeded {
+            what: "the PD's memory region table",
+            capacity: this.mrs.lock().capacity(),
+        });
+    }
+    let hca = this.ctx.hca();
+    let mapping = hca
+        .platform()
+        .map_user(mem)
+        .map_err(|source| Error::Platform {
+            what: "mapping user memory for DMA",
+            source,
+        })?;
+    let Some(bus) = mapping.iova_of(host) else {
+        unmap_user(hca, mapping);
+        return Err(Error::InvalidArgument {
+            arg: "mem",
+            reason: "the platform's mapping does not cover the memory",
+        });
+    };
+    // The largest MTT page for which the bus address and `iova` agree
+    // below the page size (the device finds byte `x` of the key at
+    // MTT[(x - align_down(iova)) / page] + x % page).
+    let mut log = MTT_LOG_PAGE;
+    while log < MAX_MTT_LOG_PAGE
+        && (bus ^ iova) & ((2u64 << log) - 1) == 0
+        && (1u64 << log) < len as u64
+    {
+        log += 1;
+    }
+    let page = 1u64 << log;
+    let layout = KeyLayout {
+        mode: MrMode::Mtt,
+        log_page: log,
+        first_page: bus & !(page - 1),
+        pages: ((iova & (page - 1)) + len as u64).div_ceil(page) as usize,
+    };
+    match create_key(this, iova, len, access, &layout) {
+        Ok((mkey, key)) => Ok((mkey, key, (mapping, len), layout)),
+        Err(e) => {
+            unmap_user(hca, mapping);
+            Err(e)
+        }
+    }
+}
+
+/// How a memory key translates: mode, and for an MTT its pages (`pages`
+/// of `1 << log_page` bytes, consecutive on the bus from `first_page`).
+#[derive(Clone, Copy, Debug)]
+struct KeyLayout {
+    mode: MrMode,
+    log_page: u8,
+    first_page: u64,
+    pages: usize,
 }
 
 /// Refuses access flags as libibverbs does: unknown bits, remote write or
@@ -385,21 +410,22 @@ fn unmap_user<P: Platform>(hca: &crate::Hca<P>, mapping: UserMapping) {
     }
 }
 
-/// CREATE_MKEY of `len` bytes from `start` in `pd`'s table: with
-/// [`MrMode::Mtt`], an MTT of `pages` pages of `1 << log_page` bytes,
-/// consecutive on the bus from `first_page`. Returns the key object and
-/// the key, entered in the PD's table.
-#[allow(clippy::too_many_arguments)]
+/// CREATE_MKEY of `len` bytes from `start` in `pd`'s table, translated
+/// as `layout` says. Returns the key object and the key, entered in the
+/// PD's table.
 fn create_key<P: Platform + 'static, S: Share>(
     this: &Pd<P, S>,
     start: u64,
     len: usize,
     access: AccessFlags,
-    mode: MrMode,
-    log_page: u8,
-    first_page: u64,
-    pages: usize,
+    layout: &KeyLayout,
 ) -> Result<(FwObj<P, S, MkeyObj>, u32)> {
+    let KeyLayout {
+        mode,
+        log_page,
+        first_page,
+        pages,
+    } = *layout;
     let hca = this.ctx.hca();
     let capacity = this.mrs.lock().capacity();
     if this.mrs.lock().is_full() {
@@ -503,6 +529,7 @@ pub struct Mr<P: Platform + 'static, S: Share = DefaultShare> {
     addr: u64,
     len: usize,
     access: AccessFlags,
+    layout: KeyLayout,
     backing: Backing<P, S>,
 }
 
@@ -603,13 +630,86 @@ impl<P: Platform + 'static, S: Share> Mr<P, S> {
         self.dereg()
     }
 
-    /// Changes a registered region (`ibv_rereg_mr`): not supported (a
-    /// caller deregisters and registers again), refused with
-    /// [`Error::Unsupported`]; the region is unchanged.
-    pub fn rereg(&mut self) -> Result<()> {
-        Err(Error::Unsupported(
-            "re-registering a memory region (ibv_rereg_mr): deregister and register again",
-        ))
+    /// Changes the PD and/or the access flags of the region
+    /// (`ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_PD` /
+    /// `IBV_REREG_MR_CHANGE_ACCESS`; `None` keeps what it is): a new
+    /// memory key over the same translation is made in the (new) PD, then
+    /// the old key is destroyed, so the lkey and rkey change (read them
+    /// again), as they may with libibverbs.
+    ///
+    /// # Errors
+    ///
+    /// As [`register_range`](Self::register_range) for the flags and the
+    /// table; [`Error::InvalidArgument`] for a PD of another context.
+    /// When the new key cannot be made the region is unchanged; when the
+    /// old key cannot be destroyed the region already has the new one and
+    /// the error is returned (the old key is reclaimed at close).
+    pub fn rereg(
+        &mut self,
+        pd: Option<S::Ref<Pd<P, S>>>,
+        access: Option<AccessFlags>,
+    ) -> Result<()> {
+        let pd = pd.unwrap_or_else(|| self.pd.clone());
+        if !core::ptr::eq::<Context<P, S>>(&**pd.context(), &**self.pd.context()) {
+            return Err(Error::InvalidArgument {
+                arg: "pd",
+                reason: "the PD belongs to another context",
+            });
+        }
+        let access = access.unwrap_or(self.access);
+        check_access(access)?;
+        let (mkey, key) = create_key(&pd, self.addr, self.len, access, &self.layout)?;
+        self.replace_key(pd, mkey, key, access)
+    }
+
+    /// Points the region at other user memory (`ibv_rereg_mr` with
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`): `mem` is mapped and a new key
+    /// made over it at `iova` (same PD and access flags), then the old key
+    /// is destroyed and the old memory unmapped (a region over a
+    /// [`DmaBuf`] lets its buffer go). The lkey and rkey change.
+    ///
+    /// # Errors
+    ///
+    /// As [`register_user`](Self::register_user); when the new memory
+    /// cannot be mapped or keyed the region is unchanged.
+    pub fn rereg_user(&mut self, mem: UserMemory, iova: u64) -> Result<()> {
+        let pd = self.pd.clone();
+        let (mkey, key, (mapping, len), layout) = map_and_key(&pd, mem, iova, self.access)?;
+        let r = self.replace_key(pd, mkey, key, self.access);
+        let old = core::mem::replace(&mut self.backing, Backing::User(Some(mapping)));
+        self.addr = iova;
+        self.len = len;
+        self.layout = layout;
+        match old {
+            // The device must not reach the old memory any more, whether
+            // or not its key went.
+            Backing::User(Some(m)) => unmap_user(self.pd.ctx.hca(), m),
+            Backing::User(None) => {}
+            // A buffer the old key may still name is kept (leaked) rather
+            // than freed under the device.
+            Backing::Buf(b) if r.is_err() => core::mem::forget(b),
+            Backing::Buf(b) => drop(b),
+        }
+        r
+    }
+
+    /// Installs a new key (made in `pd`) and destroys the old one.
+    fn replace_key(
+        &mut self,
+        pd: S::Ref<Pd<P, S>>,
+        mkey: FwObj<P, S, MkeyObj>,
+        key: u32,
+        access: AccessFlags,
+    ) -> Result<()> {
+        let old = self.mkey.replace(mkey);
+        self.pd.forget(self.lkey.0);
+        self.pd = pd;
+        self.lkey = Lkey(key);
+        self.access = access;
+        match old {
+            Some(m) => m.destroy(),
+            None => Ok(()),
+        }
     }
 
     fn dereg(&mut self) -> Result<()> {
