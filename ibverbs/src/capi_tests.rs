@@ -622,3 +622,63 @@ fn the_srq_limit_event_comes_through_ibv_get_async_event() {
     assert_eq!(ibv_dealloc_pd(pd), 0);
     assert_eq!(ibv_close_device(ctx), 0);
 }
+
+#[test]
+fn rereg_mr_moves_a_region_to_other_memory() {
+    let ctx = ibv_open_device(device("tl"));
+    assert!(!ctx.is_null());
+    let pd = ibv_alloc_pd(ctx);
+    let pd2 = ibv_alloc_pd(ctx);
+    assert!(!pd.is_null() && !pd2.is_null());
+    let mut a = vec![0u8; 8192];
+    let mut b = vec![0u8; 4096];
+    let mr = ibv_reg_mr(pd, a.as_mut_ptr().cast(), a.len(), ACCESS);
+    assert!(!mr.is_null());
+    // SAFETY: a live MR.
+    let key0 = unsafe { (*mr).lkey };
+    // Nothing asked, or an unknown flag: input errors, the region unchanged.
+    assert_eq!(
+        ibv_rereg_mr(mr, 0, ptr::null_mut(), ptr::null_mut(), 0, 0),
+        -1
+    );
+    assert_eq!(
+        ibv_rereg_mr(mr, 8, ptr::null_mut(), ptr::null_mut(), 0, 0),
+        -1
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { (*mr).lkey }, key0);
+    // PD or access changes are refused (mlx5 would keep the keys; the
+    // driver cannot), the region unchanged.
+    assert_eq!(
+        ibv_rereg_mr(mr, 4, ptr::null_mut(), ptr::null_mut(), 0, 1),
+        -1
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EOPNOTSUPP)
+    );
+    assert_eq!(ibv_rereg_mr(mr, 2, pd2, ptr::null_mut(), 0, 0), -1);
+    // SAFETY: as above.
+    assert_eq!(unsafe { ((*mr).lkey, (*mr).pd) }, (key0, pd));
+    // Translation: other memory, a new key.
+    assert_eq!(
+        ibv_rereg_mr(mr, 1, ptr::null_mut(), b.as_mut_ptr().cast(), b.len(), 0),
+        0
+    );
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(((*mr).addr, (*mr).length), (b.as_mut_ptr().cast(), b.len()));
+        assert_ne!((*mr).lkey, key0);
+    }
+    assert_eq!(
+        ibv_rereg_mr(mr, 1, ptr::null_mut(), ptr::null_mut(), 64, 0),
+        -1
+    );
+    assert_eq!(ibv_dealloc_pd(pd2), 0, "nothing in it");
+    assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY, "the region is in it");
+    let pd3 = pd;
+    assert_eq!(ibv_dereg_mr(mr), 0);
+    drop((a, b));
+    assert_eq!(ibv_dealloc_pd(pd3), 0);
+    assert_eq!(ibv_close_device(ctx), 0);
+}

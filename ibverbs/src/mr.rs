@@ -129,6 +129,104 @@ pub extern "C" fn ibv_reg_mr_iova2(
     reg(pd, addr, length, iova, access)
 }
 
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`.
+const REREG_TRANSLATION: c_int = 1;
+/// `IBV_REREG_MR_CHANGE_PD`.
+const REREG_PD: c_int = 2;
+/// `IBV_REREG_MR_CHANGE_ACCESS`.
+const REREG_ACCESS: c_int = 4;
+/// `IBV_REREG_MR_ERR_INPUT`.
+const REREG_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_ERR_CMD`.
+const REREG_ERR_CMD: c_int = -4;
+
+/// `ibv_rereg_mr` (`Mr::rereg_user`): other memory
+/// (`IBV_REREG_MR_CHANGE_TRANSLATION`, known by its process address); a
+/// new memory key is made over it, so `lkey` and `rkey` change (read them
+/// again, as libibverbs says they may). Changing the PD or the access
+/// flags is refused (`IBV_REREG_MR_ERR_INPUT`, `EOPNOTSUPP`): the driver's
+/// `Mr::rereg` makes a new key for it too, while mlx5 keeps the key (the
+/// kernel modifies the mkey in place), and programs written for mlx5, such
+/// as rdma-core's own tests, keep using the old keys. 0, or
+/// `IBV_REREG_MR_ERR_INPUT` (the region is unchanged) /
+/// `IBV_REREG_MR_ERR_CMD` with `errno`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(REREG_ERR_CMD, || {
+        let o = mr.cast::<MrObj>();
+        let input = |e: c_int| {
+            crate::set_errno(e);
+            REREG_ERR_INPUT
+        };
+        if !registry::is_live(o, Kind::Mr) {
+            return input(libc::EINVAL);
+        }
+        if flags == 0 || flags & !(REREG_TRANSLATION | REREG_PD | REREG_ACCESS) != 0 {
+            return input(libc::EINVAL);
+        }
+        if flags & (REREG_PD | REREG_ACCESS) != 0 {
+            return input(libc::EOPNOTSUPP);
+        }
+        // SAFETY: the registry says `o` is a live region of this library.
+        let m = unsafe { &mut *o };
+        let new_pd = if flags & REREG_PD != 0 {
+            match live_pd(pd) {
+                Some(p) => Some(p.clone()),
+                None => return input(libc::EINVAL),
+            }
+        } else {
+            None
+        };
+        let new_access = if flags & REREG_ACCESS != 0 {
+            let a = access as c_uint;
+            if a & (ACCESS_ON_DEMAND | ACCESS_ZERO_BASED) != 0 {
+                return input(libc::EOPNOTSUPP);
+            }
+            Some(AccessFlags(a & AccessFlags::ALL.0))
+        } else {
+            None
+        };
+        if flags & REREG_TRANSLATION != 0 {
+            let Some(a) = NonNull::new(addr.cast::<u8>()) else {
+                return input(libc::EINVAL);
+            };
+            // SAFETY: as ibv_reg_mr's: the new memory stays allocated
+            // until the region is deregistered or moved again.
+            let mem = match unsafe { UserMemory::new(a, length) } {
+                Ok(mem) => mem,
+                Err(_) => return input(libc::EINVAL),
+            };
+            if let Err(e) = m.mr.rereg_user(mem, addr as usize as u64) {
+                log::info!("ibv_rereg_mr: {e}");
+                return input(errno_of(&e));
+            }
+            m.c.addr = addr;
+            m.c.length = length;
+        }
+        if new_pd.is_some() || new_access.is_some() {
+            if let Err(e) = m.mr.rereg(new_pd, new_access) {
+                log::info!("ibv_rereg_mr: {e}");
+                crate::set_errno(errno_of(&e));
+                return REREG_ERR_CMD;
+            }
+            if flags & REREG_PD != 0 {
+                m.c.pd = pd;
+            }
+        }
+        m.c.lkey = m.mr.lkey().0;
+        m.c.rkey = m.mr.rkey().0;
+        m.c.handle = m.c.lkey;
+        0
+    })
+}
+
 /// `ibv_dereg_mr`: destroys the key, then unmaps the pages.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {

@@ -2177,22 +2177,6 @@ pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     })
 }
 
-/// `ibv_rereg_mr`: not supported (`IBV_REREG_MR_ERR_INPUT`-free answer:
-/// errno `EOPNOTSUPP`, return value -1... libibverbs returns the
-/// `enum ibv_rereg_mr_err_code`; `IBV_REREG_MR_ERR_INPUT` is -1).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
-) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
