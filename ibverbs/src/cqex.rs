@@ -1,0 +1,154 @@
+//! Extended CQs (`ibv_create_cq_ex`): one completion at a time with
+//! `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll`, its fields read
+//! with `ibv_wc_read_*`.
+//!
+//! `start_poll` and `next_poll` take the next completion from the CQ
+//! (`ENOENT` when there is none) into the CQ object, set the extended CQ's
+//! `wr_id` and `status`, and the readers return its fields; `end_poll`
+//! has nothing to release (each completion was consumed when taken, as
+//! with `ibv_poll_cq`).
+
+use core::ffi::{c_int, c_uint};
+use std::sync::MutexGuard;
+
+use hca_driver::verbs::WorkCompletion;
+
+use crate::ffi::*;
+use crate::guard;
+use crate::verbs::CqObj;
+
+/// Installs the poll functions and the readers.
+pub fn install(c: &mut ibv_cq_ex, _wc_flags: u64) {
+    c.comp_mask = 0;
+    c.start_poll = Some(start_poll);
+    c.next_poll = Some(next_poll);
+    c.end_poll = Some(end_poll);
+    c.read_opcode = Some(read_opcode);
+    c.read_vendor_err = Some(read_vendor_err);
+    c.read_byte_len = Some(read_byte_len);
+    c.read_imm_data = Some(read_imm_data);
+    c.read_qp_num = Some(read_qp_num);
+    c.read_src_qp = Some(read_src_qp);
+    c.read_wc_flags = Some(read_wc_flags);
+    c.read_slid = Some(read_slid);
+    c.read_sl = Some(read_sl);
+    c.read_dlid_path_bits = Some(read_dlid_path_bits);
+}
+
+fn obj<'a>(cq: *mut ibv_cq_ex) -> Option<&'a CqObj> {
+    if cq.is_null() {
+        return None;
+    }
+    // SAFETY: data path, as libibverbs: an extended CQ of this library,
+    // whose object begins with it.
+    Some(unsafe { &*cq.cast::<CqObj>() })
+}
+
+fn cur(q: &CqObj) -> MutexGuard<'_, WorkCompletion> {
+    q.cur.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Takes the next completion: 0, `ENOENT` when the CQ is empty, `EIO`
+/// for a completion the device got wrong.
+fn take(cq: *mut ibv_cq_ex) -> c_int {
+    guard(libc::EIO, || {
+        let Some(q) = obj(cq) else {
+            return libc::EINVAL;
+        };
+        let mut one = [WorkCompletion::default()];
+        match q.cq.poll(&mut one) {
+            Ok(0) => libc::ENOENT,
+            Ok(_) => {
+                *cur(q) = one[0];
+                // SAFETY: the caller's extended CQ (checked non-null); its
+                // wr_id and status are the program's to read.
+                unsafe {
+                    (*cq).wr_id = one[0].wr_id;
+                    (*cq).status = one[0].status as c_int;
+                }
+                0
+            }
+            Err(e) => {
+                log::error!("ibv_start_poll/ibv_next_poll: {e}");
+                libc::EIO
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: the caller's attributes, when given.
+    if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+        return libc::EINVAL;
+    }
+    take(cq)
+}
+
+unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    take(cq)
+}
+
+unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
+
+fn read<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&WorkCompletion) -> T) -> T {
+    guard(T::default(), || {
+        obj(cq).map(|q| f(&cur(q))).unwrap_or_default()
+    })
+}
+
+unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> c_int {
+    read(cq, |w| w.opcode as c_int)
+}
+
+unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.vendor_err)
+}
+
+unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.byte_len)
+}
+
+unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
+    // Network order, as `ibv_wc.imm_data`; an invalidated rkey as it is.
+    read(cq, |w| crate::verbs::to_ibv_wc(w).imm_data)
+}
+
+unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.qp_num)
+}
+
+unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.src_qp)
+}
+
+unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
+    read(cq, |w| w.wc_flags.0)
+}
+
+unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| u32::from(w.slid))
+}
+
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    read(cq, |w| w.sl)
+}
+
+unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
+    read(cq, |w| w.dlid_path_bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hca_driver::verbs::WcFlags;
+
+    #[test]
+    fn imm_data_reads_in_network_order() {
+        let w = WorkCompletion {
+            imm_data: 0x1234_5678,
+            wc_flags: WcFlags(WcFlags::WITH_IMM),
+            ..WorkCompletion::default()
+        };
+        assert_eq!(crate::verbs::to_ibv_wc(&w).imm_data, 0x1234_5678u32.to_be());
+    }
+}
