@@ -36,6 +36,39 @@ pub mod virt {
     pub const XCHG: u64 = RAM + RAM_LEN - 4096;
 }
 
+/// Addresses of QEMU's x86_64 `q35` machine (QEMU 7.2, `-m 128M`, booted
+/// through SeaBIOS and the PVH entry of `-kernel`) that the image uses.
+pub mod q35 {
+    /// COM1, the 16550 UART's I/O port base.
+    pub const COM1: u16 = 0x3f8;
+    /// ECAM: the MCH's PCIEXBAR as SeaBIOS programs it (the ACPI MCFG
+    /// says the same): 256 buses.
+    pub const ECAM: usize = 0xb000_0000;
+    /// ECAM length.
+    pub const ECAM_LEN: usize = 256 << 20;
+    /// The ACPI PM timer (3.579545 MHz, 24 bits): SeaBIOS sets the ICH9
+    /// PMBASE to 0x600, the timer is at PMBASE + 8.
+    pub const PM_TIMER: u16 = 0x608;
+    /// `isa-debug-exit` (`iobase=0xf4,iosize=4`): writing `v` ends QEMU
+    /// with status `(v << 1) | 1`.
+    pub const DEBUG_EXIT: u16 = 0xf4;
+    /// RAM base: guest-physical 0 (the RAM file maps one to one below
+    /// 128 MiB; 640 KiB to 1 MiB is the legacy VGA/BIOS hole, unused).
+    pub const RAM: u64 = 0;
+    /// RAM size the image is linked for (`-m 128M`).
+    pub const RAM_LEN: u64 = 128 << 20;
+    /// The exchange page with the peer: 64 MiB, clear of the image (from
+    /// 1 MiB), of SeaBIOS (below 1 MiB and its tables at the top of RAM)
+    /// and of the PVH loader's start info (below 1 MiB).
+    pub const XCHG: u64 = 0x0400_0000;
+    /// QEMU's exit status for the image's status `s` (0 passed, 1 failed, 3
+    /// exception, 4 panic): `s + 1` is written, so that no status is 0
+    /// (QEMU also exits 0 on a reset with `-no-reboot`).
+    pub const fn exit_code(s: u32) -> u32 {
+        ((s + 1) << 1) | 1
+    }
+}
+
 /// The exchange page between the guest and the peer (big-endian 32-bit
 /// words at these offsets; each side fills its fields, then its flag):
 /// the out-of-band channel a TCP connection is for `hca pingpong`.
