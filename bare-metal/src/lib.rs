@@ -1,17 +1,25 @@
 //! # hca-bare-metal: hca-driver on bare metal, booted under QEMU
 //!
-//! The image (`src/main.rs`, target `aarch64-unknown-none`, QEMU `virt`)
-//! enumerates PCI through ECAM, assigns the BARs of an `ivshmem-plain`
-//! device whose BAR2 is an emulated ConnectX's BAR0 (served by
-//! `hca-ivshmem device` on the host), runs hca-driver on
+//! The image (`src/main.rs`) boots on QEMU's aarch64 `virt` (target
+//! `aarch64-unknown-none`, `-kernel` loads the ELF) and x86_64 `q35`
+//! (target `x86_64-unknown-none`, `-kernel` enters it through its PVH note
+//! after SeaBIOS). It enumerates PCI through ECAM, finds an
+//! `ivshmem-plain` device whose BAR2 is an emulated ConnectX's BAR0
+//! (served by `hca-ivshmem device` on the host), assigns its BARs (virt)
+//! or reads them as SeaBIOS placed them (q35), runs hca-driver on
 //! `platform::bare_metal`, makes an RDMA WRITE and a SEND to a peer
 //! (`hca-ivshmem peer`, a second emulated ConnectX on a socket wire) that
 //! checks the bytes, tears everything down and exits through semihosting
-//! with the verdict. `tests/peers/run.sh bare_metal` runs the three.
+//! (virt) or `isa-debug-exit` (q35) with the verdict.
+//! `tests/peers/run.sh bare_metal` runs the three, for both machines.
+//!
+//! The test itself is the same code on both (`src/image.rs`); each
+//! machine's boot code, console, clock, exit and addresses are in
+//! `src/arch/`.
 //!
 //! This library is what the image and its host-side peer share: the
-//! layout of the exchange page ([`xchg`]) and the machine's addresses
-//! ([`virt`]).
+//! layout of the exchange page ([`xchg`]) and the machines' addresses
+//! ([`virt`], [`q35`]).
 #![no_std]
 
 /// Addresses of QEMU's aarch64 `virt` machine (QEMU 7.2, `highmem=off`:
