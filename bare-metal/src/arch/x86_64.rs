@@ -3,8 +3,11 @@
 //! timer as clock, `isa-debug-exit` for the status, and the BARs as
 //! SeaBIOS assigned them (it runs before the PVH entry).
 //!
-//! No IDT is installed: an exception triple-faults, which QEMU with
-//! `-no-reboot` turns into exit status 0, never a pass (see
+//! Exceptions are reported on the console and end the program with
+//! status 3, as on aarch64: every vector of the IDT runs on its own stack
+//! (IST1 of the TSS), so that a stack overflow, which hits the unmapped
+//! 2 MiB guard below the stack, is reported too. Should even that fail
+//! (a triple fault), QEMU with `-no-reboot` exits 0, never a pass (see
 //! [`exit`]).
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -80,6 +83,9 @@ _start32:
     inc     %ecx
     cmp     $2048, %ecx
     jb      .Lpde
+    mov     $__stack_guard, %eax
+    shr     $21, %eax
+    movl    $0, (%edx,%eax,8)
     mov     %edi, %cr3
     mov     %cr4, %eax
     or      $0x20, %eax
@@ -103,23 +109,161 @@ _start32:
     mov     %ax, %fs
     mov     %ax, %gs
     mov     $__stack_top, %rsp
+    call    traps_init
     call    kmain
 .Lhalt:
     hlt
     jmp     .Lhalt
 
-.section .rodata.gdt, "a"
+.macro exc v
+.Lexc\v:
+    push    $0
+    push    $\v
+    jmp     .Lexc_common
+.endm
+.macro exc_err v
+.Lexc\v:
+    push    $\v
+    jmp     .Lexc_common
+.endm
+    exc 0
+    exc 1
+    exc 2
+    exc 3
+    exc 4
+    exc 5
+    exc 6
+    exc 7
+    exc_err 8
+    exc 9
+    exc_err 10
+    exc_err 11
+    exc_err 12
+    exc_err 13
+    exc_err 14
+    exc 15
+    exc 16
+    exc_err 17
+    exc 18
+    exc 19
+    exc 20
+    exc_err 21
+    exc 22
+    exc 23
+    exc 24
+    exc 25
+    exc 26
+    exc 27
+    exc 28
+    exc_err 29
+    exc_err 30
+    exc 31
+.Lexc_common:
+    pop     %rdi
+    pop     %rsi
+    mov     (%rsp), %rdx
+    mov     %cr2, %rcx
+    and     $-16, %rsp
+    call    exception
+
+.section .rodata.EXC_STUBS, "a"
 .balign 8
-.Lgdt:
+.global EXC_STUBS
+EXC_STUBS:
+.irp v, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    .quad .Lexc\v
+.endr
+
+.section .data.gdt, "aw"
+.balign 8
+.global BOOT_GDT
+BOOT_GDT:
     .quad 0
     .quad 0x00af9a000000ffff
     .quad 0x00cf92000000ffff
+    .quad 0
+    .quad 0
 .Lgdt_ptr:
-    .word .Lgdt_ptr - .Lgdt - 1
-    .long .Lgdt
+    .word .Lgdt_ptr - BOOT_GDT - 1
+    .long BOOT_GDT
 "#,
     options(att_syntax)
 );
+
+/// The exception stack (IST1) and the TSS that names it.
+#[repr(C, align(16))]
+struct ExcStack([u8; 16 << 10]);
+static mut EXC_STACK: ExcStack = ExcStack([0; 16 << 10]);
+/// The 64-bit TSS (104 bytes, as 32-bit words: IST1 at byte 0x24, the
+/// I/O map base at 0x66 set past the end: no I/O bitmap).
+static mut TSS: [u32; 26] = [0; 26];
+/// The IDT: 32 interrupt gates of 16 bytes.
+static mut IDT: [u64; 64] = [0; 64];
+
+unsafe extern "C" {
+    /// The exception entry stubs (boot assembly), one per vector.
+    static EXC_STUBS: [u64; 32];
+    /// The GDT (boot assembly): null, code, data, then the TSS
+    /// descriptor (two entries) filled in by [`traps_init`].
+    static mut BOOT_GDT: [u64; 5];
+}
+
+/// Installs the TSS (IST1 = the exception stack) and an IDT whose 32
+/// exception vectors run on IST1 and end in [`exception`]. Called once
+/// by the boot code, before `kmain`.
+#[unsafe(no_mangle)]
+extern "C" fn traps_init() {
+    // SAFETY: runs once, single core, before anything else uses these
+    // statics; the addresses stored are of statics that live forever;
+    // the descriptors follow the SDM's 64-bit TSS and interrupt gate
+    // formats, and the selectors (0x08 code, 0x18 TSS) are the boot
+    // GDT's.
+    unsafe {
+        let stack = core::ptr::addr_of_mut!(EXC_STACK) as u64 + (16 << 10);
+        let tss = &mut *core::ptr::addr_of_mut!(TSS);
+        tss[9] = stack as u32;
+        tss[10] = (stack >> 32) as u32;
+        tss[25] = 104 << 16;
+        let base = tss.as_ptr() as u64;
+        let limit = 103u64;
+        let gdt = &mut *core::ptr::addr_of_mut!(BOOT_GDT);
+        gdt[3] = (limit & 0xffff)
+            | ((base & 0xff_ffff) << 16)
+            | (0x89 << 40)
+            | (((limit >> 16) & 0xf) << 48)
+            | (((base >> 24) & 0xff) << 56);
+        gdt[4] = base >> 32;
+        core::arch::asm!("ltr {0:x}", in(reg) 0x18u16, options(nostack));
+        let idt = &mut *core::ptr::addr_of_mut!(IDT);
+        let stubs = &*core::ptr::addr_of!(EXC_STUBS);
+        for (v, &off) in stubs.iter().enumerate() {
+            idt[2 * v] = (off & 0xffff)
+                | (0x08 << 16)
+                | (1 << 32)
+                | (0x8e << 40)
+                | (((off >> 16) & 0xffff) << 48);
+            idt[2 * v + 1] = off >> 32;
+        }
+        let ptr: [u16; 5] = {
+            let b = idt.as_ptr() as u64;
+            [
+                (core::mem::size_of_val(idt) - 1) as u16,
+                b as u16,
+                (b >> 16) as u16,
+                (b >> 32) as u16,
+                (b >> 48) as u16,
+            ]
+        };
+        core::arch::asm!("lidt [{0}]", in(reg) ptr.as_ptr(), options(nostack));
+    }
+}
+
+/// An exception: said on the console, status 3.
+#[unsafe(no_mangle)]
+extern "C" fn exception(vector: u64, error: u64, rip: u64, cr2: u64) -> ! {
+    say!("FAIL: exception {vector} (error code {error:#x}, RIP {rip:#x}, CR2 {cr2:#x})");
+    exit(3)
+}
 
 fn inb(port: u16) -> u8 {
     let v: u8;
