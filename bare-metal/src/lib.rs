@@ -69,11 +69,13 @@ pub mod q35 {
     /// 1 MiB), of SeaBIOS (below 1 MiB and its tables at the top of RAM)
     /// and of the PVH loader's start info (below 1 MiB).
     pub const XCHG: u64 = 0x0400_0000;
-    /// QEMU's exit status for the image's status `s` (0 passed, 1 failed, 3
-    /// exception, 4 panic): `s + 1` is written, so that no status is 0
-    /// (QEMU also exits 0 on a reset with `-no-reboot`).
-    pub const fn exit_code(s: u32) -> u32 {
-        ((s + 1) << 1) | 1
+    /// What the image writes to [`DEBUG_EXIT`] for its status `s` (0
+    /// passed, 1 failed, 3 exception, 4 panic): `s + 1`, so that QEMU
+    /// exits with `(s + 1) << 1 | 1` (3 for a pass) and no outcome is
+    /// QEMU's 0, which is also what a triple fault gives with
+    /// `-no-reboot`. `tests/peers/run.sh` translates back.
+    pub const fn debug_exit_value(s: u32) -> u32 {
+        s.saturating_add(1)
     }
 }
 

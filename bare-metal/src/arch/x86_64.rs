@@ -292,12 +292,13 @@ pub fn put(b: u8) {
     outb(q35::COM1, b);
 }
 
-/// Ends QEMU through `isa-debug-exit` with [`q35::exit_code`]`(status)`.
+/// Ends QEMU through `isa-debug-exit` with
+/// [`q35::debug_exit_value`]`(status)`.
 pub fn exit(status: u32) -> ! {
     // SAFETY: a port write to isa-debug-exit, which ends QEMU; without the
     // device it is ignored and we halt.
     unsafe {
-        core::arch::asm!("out dx, eax", in("dx") q35::DEBUG_EXIT, in("eax") status + 1,
+        core::arch::asm!("out dx, eax", in("dx") q35::DEBUG_EXIT, in("eax") q35::debug_exit_value(status),
             options(nomem, nostack));
     }
     loop {
