@@ -1,140 +1,26 @@
-//! Everything of the image that is specific to aarch64 and QEMU `virt`:
-//! boot code, MMU, console, clock, exit, and the test itself ([`run`]).
+//! The test itself ([`run`]), the same on every machine: what differs
+//! (boot, console, clock, exit, where ECAM and the exchange page are, who
+//! assigns the BARs) is in `arch/`.
 //!
 //! No heap: the verbs objects live in static [`Slot`]s (`SlotShare`
 //! handles), the DMA memory is a static array handed to
 //! [`DmaMemory::identity`] (the MMU maps RAM one to one, and the device
 //! reaches it by guest-physical address).
 
-use core::fmt::Write;
 use core::ptr::NonNull;
 use core::time::Duration;
 
-use hca_bare_metal::{virt, xchg};
+use crate::arch::{self, exit, now};
+use hca_bare_metal::xchg;
 use hca_driver::verbs::{
     AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpAttr,
     QpInitAttr, QpState, QpType, SendFlags, SendOp, SendWr, SlotShare, WcOpcode, WcStatus,
     WorkCompletion,
 };
 use hca_driver::{Config, Hca, IbMtu, Rkey, WaitMode};
-use platform::bare_metal::pci::{BarWindow, COMMAND_MEMORY, Ecam, PciFunction};
+use platform::bare_metal::pci::{Ecam, PciFunction};
 use platform::bare_metal::{BareMetal, DmaMemory};
 use platform::slot::{Slot, SlotRef};
-
-// Boot: park every core but 0, stack, FP/SIMD on (the compiler uses the
-// NEON registers), bss zeroed, exception vectors, MMU on with an identity
-// map (0-1 GiB device memory: UART, PCI windows, ECAM; 1-2 GiB normal
-// write-back memory: RAM), then `kmain`.
-core::arch::global_asm!(
-    r#"
-.section .text.boot, "ax"
-.global _start
-_start:
-    mrs     x0, mpidr_el1
-    and     x0, x0, #0xff
-    cbnz    x0, 9f
-    ldr     x0, =__stack_top
-    mov     sp, x0
-    mov     x0, #(3 << 20)
-    msr     cpacr_el1, x0
-    isb
-    ldr     x0, =__bss_start
-    ldr     x1, =__bss_end
-1:  cmp     x0, x1
-    b.hs    2f
-    str     xzr, [x0], #8
-    b       1b
-2:  ldr     x0, =vectors
-    msr     vbar_el1, x0
-    ldr     x0, =0xff00
-    msr     mair_el1, x0
-    ldr     x0, =(25 | (1 << 8) | (1 << 10) | (3 << 12) | (1 << 23) | (2 << 32))
-    msr     tcr_el1, x0
-    ldr     x0, =translation_table
-    msr     ttbr0_el1, x0
-    tlbi    vmalle1
-    dsb     ish
-    isb
-    mrs     x0, sctlr_el1
-    orr     x0, x0, #1
-    orr     x0, x0, #(1 << 2)
-    orr     x0, x0, #(1 << 12)
-    msr     sctlr_el1, x0
-    isb
-    bl      kmain
-9:  wfe
-    b       9b
-
-.macro vector kind
-    .balign 0x80
-    mov     x0, #\kind
-    mrs     x1, esr_el1
-    mrs     x2, elr_el1
-    mrs     x3, far_el1
-    b       exception
-.endm
-
-.balign 0x800
-vectors:
-    vector 0
-    vector 1
-    vector 2
-    vector 3
-    vector 4
-    vector 5
-    vector 6
-    vector 7
-    vector 8
-    vector 9
-    vector 10
-    vector 11
-    vector 12
-    vector 13
-    vector 14
-    vector 15
-
-.section .rodata.translation_table, "a"
-.balign 4096
-translation_table:
-    .quad 0x0000000000000401
-    .quad 0x0000000040000705
-    .fill 510, 8, 0
-"#
-);
-
-/// PL011 data register and flag register (TX FIFO full: bit 5).
-const UART_DR: usize = virt::UART;
-const UART_FR: usize = virt::UART + 0x18;
-
-/// The console: PL011 on `virt`.
-struct Uart;
-
-impl Write for Uart {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        for b in s.bytes() {
-            if b == b'\n' {
-                put(b'\r');
-            }
-            put(b);
-        }
-        Ok(())
-    }
-}
-
-fn put(b: u8) {
-    // SAFETY: the PL011's registers, mapped as device memory by the
-    // identity map; 32-bit volatile accesses as the PL011 wants.
-    unsafe {
-        while core::ptr::read_volatile(UART_FR as *const u32) & (1 << 5) != 0 {}
-        core::ptr::write_volatile(UART_DR as *mut u32, u32::from(b));
-    }
-}
-
-macro_rules! say {
-    ($($t:tt)*) => {{
-        let _ = writeln!(Uart, $($t)*);
-    }};
-}
 
 /// The driver's `log` records, on the console.
 struct Logger;
@@ -152,46 +38,6 @@ impl log::Log for Logger {
 }
 
 static LOGGER: Logger = Logger;
-
-/// Ends the program through semihosting (SYS_EXIT with
-/// ADP_Stopped_ApplicationExit and `status`: QEMU exits with it).
-fn exit(status: u32) -> ! {
-    let block: [u64; 2] = [0x20026, u64::from(status)];
-    // SAFETY: the semihosting call reads the two-word block and does not
-    // return (QEMU exits); with semihosting off it is an undefined
-    // instruction, reported by the exception handler.
-    unsafe {
-        core::arch::asm!(
-            "hlt #0xf000",
-            in("x0") 0x18u64,
-            in("x1") block.as_ptr(),
-            options(nostack)
-        );
-    }
-    loop {
-        core::hint::spin_loop();
-    }
-}
-
-/// The generic timer's virtual count, as time.
-fn now() -> Duration {
-    let (count, freq): (u64, u64);
-    // SAFETY: reads of the EL0-accessible counter registers.
-    unsafe {
-        core::arch::asm!("isb; mrs {}, cntvct_el0", out(reg) count, options(nostack));
-        core::arch::asm!("mrs {}, cntfrq_el0", out(reg) freq, options(nostack));
-    }
-    let freq = freq.max(1);
-    let secs = count / freq;
-    let nanos = (count % freq) * 1_000_000_000 / freq;
-    Duration::new(secs, nanos as u32)
-}
-
-#[unsafe(no_mangle)]
-extern "C" fn exception(kind: u64, esr: u64, elr: u64, far: u64) -> ! {
-    say!("FAIL: exception {kind} (ESR {esr:#x}, ELR {elr:#x}, FAR {far:#x})");
-    exit(3)
-}
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
@@ -234,7 +80,7 @@ struct Xchg;
 
 impl Xchg {
     fn ptr(o: usize) -> *mut u32 {
-        (virt::XCHG as usize + o) as *mut u32
+        (arch::XCHG as usize + o) as *mut u32
     }
     fn get(o: usize) -> u32 {
         // SAFETY: the exchange page is RAM (identity mapped) that no Rust
@@ -268,8 +114,7 @@ impl Xchg {
             }
             hca.service().map_err(fail("service"))?;
             // Publish our stores and see the peer's.
-            // SAFETY: a barrier instruction.
-            unsafe { core::arch::asm!("dmb sy", options(nostack)) };
+            arch::fence();
         }
         Ok(())
     }
@@ -288,7 +133,10 @@ const SEED: u32 = 0x5eed_0001;
 extern "C" fn kmain() -> ! {
     let _ = log::set_logger(&LOGGER);
     log::set_max_level(log::LevelFilter::Info);
-    say!("hca-bare-metal: aarch64 QEMU virt, hca-driver on platform::bare_metal");
+    say!(
+        "hca-bare-metal: {}, hca-driver on platform::bare_metal",
+        arch::NAME
+    );
     match run() {
         Ok(()) => {
             say!("PASS");
@@ -301,10 +149,10 @@ extern "C" fn kmain() -> ! {
 /// Finds the device, brings it up, talks to the peer, tears down.
 fn run() -> Res<()> {
     // PCI: ECAM, the ivshmem device, its BARs.
-    let ecam_base = NonNull::new(virt::ECAM as *mut u8).ok_or(Failed)?;
-    // SAFETY: the ECAM window of `virt` (highmem=off), device memory in
-    // the identity map, used by nothing else.
-    let ecam = unsafe { Ecam::new(ecam_base, virt::ECAM_LEN) }.map_err(fail("ECAM"))?;
+    let ecam_base = NonNull::new(arch::ECAM as *mut u8).ok_or(Failed)?;
+    // SAFETY: the machine's ECAM window (`arch::ECAM`), mapped uncached by
+    // the boot code's identity map, used by nothing else.
+    let ecam = unsafe { Ecam::new(ecam_base, arch::ECAM_LEN) }.map_err(fail("ECAM"))?;
     let f = ecam
         .find(0x1af4, 0x1110)
         .map_err(fail("looking for ivshmem-plain"))?;
@@ -314,14 +162,9 @@ fn run() -> Res<()> {
         f.vendor_id(),
         f.device_id(),
         ecam.buses(),
-        virt::ECAM
+        arch::ECAM
     );
-    let mut window =
-        BarWindow::new(virt::PCI_MMIO, virt::PCI_MMIO_LEN).map_err(fail("MMIO window"))?;
-    // The largest first: each BAR is aligned to its size.
-    let bar2 = f.assign_bar(2, &mut window).map_err(fail("BAR2"))?;
-    let bar0 = f.assign_bar(0, &mut window).map_err(fail("BAR0"))?;
-    f.enable(COMMAND_MEMORY);
+    let (bar0, bar2) = arch::bars(&f).map_err(|()| Failed)?;
     say!(
         "pci: BAR0 {:#x} ({} bytes, ivshmem registers), BAR2 {:#x} ({} MiB, {:?}{}: the ConnectX BAR0)",
         bar0.address,
@@ -352,7 +195,7 @@ fn run() -> Res<()> {
             .map_err(fail("BAR"))?
     }
     .with_hooks(f)
-    .with_name("qemu-virt ivshmem");
+    .with_name(arch::NAME);
 
     let cfg = Config {
         wait_mode: WaitMode::Polling,
@@ -456,7 +299,7 @@ fn exchange_and_send(
 ) -> Res<()> {
     say!(
         "peer: waiting for its QP in the exchange page at {:#x}",
-        virt::XCHG
+        arch::XCHG
     );
     Xchg::wait(xchg::PEER_MAGIC, xchg::PEER, "the peer's QP", hca)?;
     let pqpn = Xchg::get(xchg::PEER_QPN);
@@ -505,8 +348,8 @@ fn exchange_and_send(
     Xchg::set(xchg::WRITE_LEN, WRITE_LEN as u32);
     Xchg::set(xchg::SEND_LEN, SEND_LEN as u32);
     Xchg::set(xchg::SEED, SEED);
-    // SAFETY: a barrier instruction: the fields before the flag.
-    unsafe { core::arch::asm!("dmb sy", options(nostack)) };
+    // The fields before the flag.
+    arch::fence();
     Xchg::set(xchg::GUEST_MAGIC, xchg::GUEST);
     Xchg::wait(
         xchg::PEER_READY,

@@ -1,17 +1,25 @@
 //! # hca-bare-metal: hca-driver on bare metal, booted under QEMU
 //!
-//! The image (`src/main.rs`, target `aarch64-unknown-none`, QEMU `virt`)
-//! enumerates PCI through ECAM, assigns the BARs of an `ivshmem-plain`
-//! device whose BAR2 is an emulated ConnectX's BAR0 (served by
-//! `hca-ivshmem device` on the host), runs hca-driver on
+//! The image (`src/main.rs`) boots on QEMU's aarch64 `virt` (target
+//! `aarch64-unknown-none`, `-kernel` loads the ELF) and x86_64 `q35`
+//! (target `x86_64-unknown-none`, `-kernel` enters it through its PVH note
+//! after SeaBIOS). It enumerates PCI through ECAM, finds an
+//! `ivshmem-plain` device whose BAR2 is an emulated ConnectX's BAR0
+//! (served by `hca-ivshmem device` on the host), assigns its BARs (virt)
+//! or reads them as SeaBIOS placed them (q35), runs hca-driver on
 //! `platform::bare_metal`, makes an RDMA WRITE and a SEND to a peer
 //! (`hca-ivshmem peer`, a second emulated ConnectX on a socket wire) that
 //! checks the bytes, tears everything down and exits through semihosting
-//! with the verdict. `tests/peers/run.sh bare_metal` runs the three.
+//! (virt) or `isa-debug-exit` (q35) with the verdict.
+//! `tests/peers/run.sh bare_metal` runs the three, for both machines.
+//!
+//! The test itself is the same code on both (`src/image.rs`); each
+//! machine's boot code, console, clock, exit and addresses are in
+//! `src/arch/`.
 //!
 //! This library is what the image and its host-side peer share: the
-//! layout of the exchange page ([`xchg`]) and the machine's addresses
-//! ([`virt`]).
+//! layout of the exchange page ([`xchg`]) and the machines' addresses
+//! ([`virt`], [`q35`]).
 #![no_std]
 
 /// Addresses of QEMU's aarch64 `virt` machine (QEMU 7.2, `highmem=off`:
@@ -34,6 +42,41 @@ pub mod virt {
     pub const RAM_LEN: u64 = 128 << 20;
     /// The exchange page with the peer: the last page of RAM.
     pub const XCHG: u64 = RAM + RAM_LEN - 4096;
+}
+
+/// Addresses of QEMU's x86_64 `q35` machine (QEMU 7.2, `-m 128M`, booted
+/// through SeaBIOS and the PVH entry of `-kernel`) that the image uses.
+pub mod q35 {
+    /// COM1, the 16550 UART's I/O port base.
+    pub const COM1: u16 = 0x3f8;
+    /// ECAM: the MCH's PCIEXBAR as SeaBIOS programs it (the ACPI MCFG
+    /// says the same): 256 buses.
+    pub const ECAM: usize = 0xb000_0000;
+    /// ECAM length.
+    pub const ECAM_LEN: usize = 256 << 20;
+    /// The ACPI PM timer (3.579545 MHz, 24 bits): SeaBIOS sets the ICH9
+    /// PMBASE to 0x600, the timer is at PMBASE + 8.
+    pub const PM_TIMER: u16 = 0x608;
+    /// `isa-debug-exit` (`iobase=0xf4,iosize=4`): writing `v` ends QEMU
+    /// with status `(v << 1) | 1`.
+    pub const DEBUG_EXIT: u16 = 0xf4;
+    /// RAM base: guest-physical 0 (the RAM file maps one to one below
+    /// 128 MiB; 640 KiB to 1 MiB is the legacy VGA/BIOS hole, unused).
+    pub const RAM: u64 = 0;
+    /// RAM size the image is linked for (`-m 128M`).
+    pub const RAM_LEN: u64 = 128 << 20;
+    /// The exchange page with the peer: 64 MiB, clear of the image (from
+    /// 1 MiB), of SeaBIOS (below 1 MiB and its tables at the top of RAM)
+    /// and of the PVH loader's start info (below 1 MiB).
+    pub const XCHG: u64 = 0x0400_0000;
+    /// What the image writes to [`DEBUG_EXIT`] for its status `s` (0
+    /// passed, 1 failed, 3 exception, 4 panic): `s + 1`, so that QEMU
+    /// exits with `(s + 1) << 1 | 1` (3 for a pass) and no outcome is
+    /// QEMU's 0, which is also what a triple fault gives with
+    /// `-no-reboot`. `tests/peers/run.sh` translates back.
+    pub const fn debug_exit_value(s: u32) -> u32 {
+        s.saturating_add(1)
+    }
 }
 
 /// The exchange page between the guest and the peer (big-endian 32-bit

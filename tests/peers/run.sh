@@ -28,11 +28,12 @@
 #              ib_atomic_bw, each side as server and as client, below and
 #              several MTUs above the path MTU; each side checks what it
 #              received (perftest and hca perf: exit 0 and a result row).
-#   bare_metal the bare-metal image (bare-metal/, aarch64-unknown-none)
-#              booted under QEMU TCG (Debian's qemu-system-arm, virt
-#              machine): it enumerates PCI through ECAM, finds the
-#              ivshmem-plain device whose BAR2 is an emulated ConnectX's
-#              BAR0 (`hca-ivshmem device`), runs hca-driver on
+#   bare_metal the bare-metal image (bare-metal/, aarch64-unknown-none and
+#              x86_64-unknown-none) booted under QEMU TCG (Debian's
+#              qemu-system-arm, virt machine; qemu-system-x86, q35
+#              machine through the PVH entry): it enumerates PCI
+#              through ECAM, finds the ivshmem-plain device whose BAR2
+#              is an emulated ConnectX's BAR0 (`hca-ivshmem device`), runs hca-driver on
 #              platform::bare_metal and makes an RDMA WRITE and a SEND to
 #              a second emulated ConnectX on the socket wire
 #              (`hca-ivshmem peer`), which checks the bytes; the guest's
@@ -453,19 +454,30 @@ suite_rxe() {
 # One boot of the bare-metal image (bare-metal/) under QEMU TCG: the
 # emulated ConnectX (`hca-ivshmem device`: BAR0 in the ivshmem-plain file,
 # DMA into the guest RAM file) and the peer (`hca-ivshmem peer`, a second
-# emulated ConnectX on the socket wire) on the host. Writes the three
-# logs under $1 and echoes "qemu device peer" exit statuses.
+# emulated ConnectX on the socket wire) on the host. $1 is the machine
+# (aarch64: virt, RAM at 0x4000_0000, exchange page at its last page, exit
+# through semihosting; x86_64: q35, RAM at 0, exchange page at 64 MiB,
+# exit through isa-debug-exit), $2 the directory for the three logs.
+# Echoes "status device peer" exit statuses, where status is the guest's
+# own (0 passed, 1 failed, 3 exception, 4 panic) or "none" when it gave
+# none (x86_64: isa-debug-exit reports (s + 1) << 1 | 1; anything else,
+# such as QEMU's 0 after a triple fault with -no-reboot, is no status).
 bare_metal_boot() {
-    local dir=$1
-    shift
+    local arch=$1 dir=$2
+    shift 2
     rm -rf "$dir" && mkdir -p "$dir"
-    # The guest RAM (128 MiB at 0x4000_0000, the image is linked for it;
-    # its last page is the exchange page) and the ConnectX BAR0 (32 MiB).
+    local base xchg image=$ROOT/target/$arch-unknown-none/release/hca-bare-metal
+    case $arch in
+        aarch64) base=0x40000000 xchg=0x47fff000 ;;
+        x86_64) base=0 xchg=0x4000000 ;;
+    esac
+    # The guest RAM (128 MiB, the image is linked for it) and the
+    # ConnectX BAR0 (32 MiB).
     truncate -s 128M "$dir/ram" && truncate -s 32M "$dir/bar"
-    "$IVSHMEM" device --bar "$dir/bar" --ram "$dir/ram" --sock "$dir/dev.sock" \
+    "$IVSHMEM" device --bar "$dir/bar" --ram "$dir/ram" --ram-base "$base" --sock "$dir/dev.sock" \
         --peer "$dir/peer.sock" --timeout 300 >"$dir/device.log" 2>&1 &
     local dev=$!
-    "$IVSHMEM" peer --ram "$dir/ram" --xchg 0x47fff000 --sock "$dir/peer.sock" \
+    "$IVSHMEM" peer --ram "$dir/ram" --ram-base "$base" --xchg "$xchg" --sock "$dir/peer.sock" \
         --peer "$dir/dev.sock" --timeout 300 "$@" >"$dir/peer.log" 2>&1 &
     local peer=$!
     # The device is ready (BAR0 initialised) before the guest starts.
@@ -474,18 +486,33 @@ bare_metal_boot() {
         grep -q ready "$dir/device.log" 2>/dev/null && break
         sleep 0.1
     done
-    timeout 300 qemu-system-aarch64 -machine virt,highmem=off,memory-backend=ram \
-        -accel tcg -cpu max -smp 1 -m 128M \
-        -object memory-backend-file,id=ram,share=on,mem-path="$dir/ram",size=128M \
-        -object memory-backend-file,id=bar,share=on,mem-path="$dir/bar",size=32M \
-        -device ivshmem-plain,memdev=bar \
-        -kernel "$IMAGE" -display none -serial stdio -monitor none -net none \
-        -semihosting-config enable=on,target=native -no-reboot \
-        >"$dir/console.log" 2>&1
-    local q=$?
+    local ram=(-object "memory-backend-file,id=ram,share=on,mem-path=$dir/ram,size=128M"
+        -object "memory-backend-file,id=bar,share=on,mem-path=$dir/bar,size=32M"
+        -device ivshmem-plain,memdev=bar -accel tcg -cpu max -smp 1 -m 128M
+        -kernel "$image" -display none -serial stdio -monitor none -net none -no-reboot)
+    local q s
+    case $arch in
+        aarch64)
+            timeout 300 qemu-system-aarch64 -machine virt,highmem=off,memory-backend=ram "${ram[@]}" \
+                -semihosting-config enable=on,target=native >"$dir/console.log" 2>&1
+            q=$?
+            case $q in 0 | 1 | 3 | 4) s=$q ;; *) s=none ;; esac
+            ;;
+        x86_64)
+            timeout 300 qemu-system-x86_64 -machine q35,memory-backend=ram "${ram[@]}" \
+                -device isa-debug-exit,iobase=0xf4,iosize=4 >"$dir/console.log" 2>&1
+            q=$?
+            if [ $q -ge 3 ] && [ $((q % 2)) = 1 ] && [ $q -lt 124 ]; then
+                s=$(((q - 3) / 2))
+            else
+                s=none
+            fi
+            ;;
+    esac
+    echo "qemu exit $q, guest status $s" >>"$dir/console.log"
     # A guest that failed early never closes the HCA nor talks to the
     # peer: do not wait for their timeouts.
-    if [ $q -ne 0 ]; then
+    if [ "$s" != 0 ]; then
         sleep 2
         kill "$dev" "$peer" 2>/dev/null
     fi
@@ -493,64 +520,64 @@ bare_metal_boot() {
     local d=$?
     wait "$peer"
     local p=$?
-    echo "$q $d $p"
+    echo "$s $d $p"
 }
 
-suite_bare_metal() {
-    say "== bare_metal: the bare-metal image under QEMU TCG (aarch64 virt) against hca-emu through ivshmem"
-    need_packages qemu-system-arm || { fail bare_metal "cannot install qemu-system-arm"; return; }
-    IMAGE=$ROOT/target/aarch64-unknown-none/release/hca-bare-metal
-    IVSHMEM=$ROOT/target/debug/hca-ivshmem
-    cargo build -q -p hca-bare-metal --release --target aarch64-unknown-none ||
-        { fail "bare_metal build" "cargo build -p hca-bare-metal --target aarch64-unknown-none"; return; }
-    cargo build -q -p hca-tools --bin hca-ivshmem ||
-        { fail "bare_metal build" "cargo build -p hca-tools --bin hca-ivshmem"; return; }
-    pass "bare_metal build (aarch64-unknown-none image, hca-ivshmem)"
+# The bare_metal checks for one machine ($1: aarch64 or x86_64).
+bare_metal_arch() {
+    local arch=$1 what
+    case $arch in
+        aarch64) what="aarch64 virt, exit status 0 through semihosting" ;;
+        x86_64) what="x86_64 q35 (PVH entry), status 0 through isa-debug-exit" ;;
+    esac
+    cargo build -q -p hca-bare-metal --release --target "$arch-unknown-none" ||
+        { fail "bare_metal $arch build" "cargo build -p hca-bare-metal --target $arch-unknown-none"; return; }
+    pass "bare_metal $arch build ($arch-unknown-none image)"
 
-    local dir=$OUT/bare_metal st q d p
-    st=$(bare_metal_boot "$dir")
-    read -r q d p <<<"$st"
+    local dir=$OUT/bare_metal_$arch st s d p
+    st=$(bare_metal_boot "$arch" "$dir")
+    read -r s d p <<<"$st"
     say "  (console: $dir/console.log; device: $dir/device.log; peer: $dir/peer.log)"
     sed 's/^/    | /' "$dir/console.log" >&2
-    if [ "$q" = 0 ] && grep -q '^PASS' "$dir/console.log"; then
-        pass "bare_metal guest: bring-up, PD, MR, CQ, RC QP, RDMA WRITE and SEND, teardown; exit status 0"
+    if [ "$s" = 0 ] && grep -q '^PASS' "$dir/console.log"; then
+        pass "bare_metal $arch guest: bring-up, PD, MR, CQ, RC QP, RDMA WRITE and SEND, teardown; $what"
     else
-        fail "bare_metal guest" "QEMU exit $q (see $dir/console.log)"
+        fail "bare_metal $arch guest" "guest status $s (see $dir/console.log)"
     fi
     if grep -q '^pci: .* 1af4:1110 (ivshmem-plain)' "$dir/console.log" &&
         grep -q '^pci: BAR0 .*BAR2 0x[0-9a-f]* (32 MiB, Memory64' "$dir/console.log"; then
-        pass "bare_metal guest found ivshmem-plain through ECAM and assigned its BARs"
+        pass "bare_metal $arch guest found ivshmem-plain through ECAM and its BARs"
     else
-        fail "bare_metal PCI" "no ivshmem-plain or no BARs in $dir/console.log"
+        fail "bare_metal $arch PCI" "no ivshmem-plain or no BARs in $dir/console.log"
     fi
     if [ "$p" = 0 ] && grep -q 'PASS: RDMA WRITE of [0-9]* bytes and SEND of [0-9]* bytes received intact' "$dir/peer.log"; then
-        pass "bare_metal peer checked the guest's RDMA WRITE and SEND byte for byte"
+        pass "bare_metal $arch peer checked the guest's RDMA WRITE and SEND byte for byte"
     else
-        fail "bare_metal peer" "exit $p (see $dir/peer.log)"
+        fail "bare_metal $arch peer" "exit $p (see $dir/peer.log)"
         tail -5 "$dir/peer.log" >&2
     fi
     if grep -q 'DMA memory in use after close: 0 bytes' "$dir/console.log"; then
-        pass "bare_metal guest got every DMA page back at teardown"
+        pass "bare_metal $arch guest got every DMA page back at teardown"
     else
-        fail "bare_metal teardown" "DMA memory left in use (see $dir/console.log)"
+        fail "bare_metal $arch teardown" "DMA memory left in use (see $dir/console.log)"
     fi
     if [ "$d" = 0 ] && grep -q 'firmware pages held 0, objects alive 0, IOMMU faults 0' "$dir/device.log" &&
         grep -q 'device: clean' "$dir/device.log"; then
-        pass "bare_metal device: every firmware page and object returned, no IOMMU fault ($(grep -o '[0-9]* commands' "$dir/device.log"))"
+        pass "bare_metal $arch device: every firmware page and object returned, no IOMMU fault ($(grep -o '[0-9]* commands' "$dir/device.log"))"
     else
-        fail "bare_metal device" "exit $d (see $dir/device.log)"
+        fail "bare_metal $arch device" "exit $d (see $dir/device.log)"
         tail -5 "$dir/device.log" >&2
     fi
 
     # The checks can fail: a peer that expects other bytes says FAIL, and
     # the guest reports it in its exit status.
-    dir=$OUT/bare_metal_wrong
-    st=$(bare_metal_boot "$dir" --expect-wrong-byte 1234)
-    read -r q d p <<<"$st"
-    if [ "$q" = 1 ] && [ "$p" != 0 ] && grep -q 'FAIL: peer: WRITE byte 1234 is' "$dir/console.log"; then
-        pass "bare_metal a wrong byte is caught: the peer says FAIL and the guest exits 1"
+    dir=$OUT/bare_metal_${arch}_wrong
+    st=$(bare_metal_boot "$arch" "$dir" --expect-wrong-byte 1234)
+    read -r s d p <<<"$st"
+    if [ "$s" = 1 ] && [ "$p" != 0 ] && grep -q 'FAIL: peer: WRITE byte 1234 is' "$dir/console.log"; then
+        pass "bare_metal $arch a wrong byte is caught: the peer says FAIL and the guest's status is 1"
     else
-        fail "bare_metal wrong byte" "QEMU exit $q, peer exit $p (see $dir/console.log, $dir/peer.log)"
+        fail "bare_metal $arch wrong byte" "guest status $s, peer exit $p (see $dir/console.log, $dir/peer.log)"
     fi
 }
 
@@ -841,6 +868,18 @@ suite_pyverbs() {
     SKIPS_ALLOWED=1
     say ""
     cat "$table" >&2
+}
+
+suite_bare_metal() {
+    say "== bare_metal: the bare-metal image under QEMU TCG (aarch64 virt, x86_64 q35) against hca-emu through ivshmem"
+    need_packages qemu-system-arm qemu-system-x86 ||
+        { fail bare_metal "cannot install qemu-system-arm qemu-system-x86"; return; }
+    IVSHMEM=$ROOT/target/debug/hca-ivshmem
+    cargo build -q -p hca-tools --bin hca-ivshmem ||
+        { fail "bare_metal build" "cargo build -p hca-tools --bin hca-ivshmem"; return; }
+    pass "bare_metal build (hca-ivshmem)"
+    bare_metal_arch aarch64
+    bare_metal_arch x86_64
 }
 
 case "${1:-}" in

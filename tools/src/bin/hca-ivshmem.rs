@@ -14,8 +14,8 @@
 //! - **DMA.** The guest's RAM is a shared memory file too
 //!   (`-object memory-backend-file,id=ram,share=on,mem-path=RAM
 //!   -machine memory-backend=ram`); `device` maps it into the emulator's
-//!   IOMMU at the guest-physical base of RAM (0x4000_0000 on aarch64
-//!   `virt`), so the device reaches guest memory by guest-physical address,
+//!   IOMMU at the guest-physical base of RAM (`--ram-base`: 0x4000_0000 on
+//!   aarch64 `virt`, 0 on x86_64 `q35`), so the device reaches guest memory by guest-physical address,
 //!   and anything else is an IOMMU fault.
 //! - **Interrupts.** None: the guest polls (ivshmem-plain has no MSI-X
 //!   the emulator could raise).
