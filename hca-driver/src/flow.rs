@@ -535,11 +535,12 @@ pub struct FlowGroup<'a, P: Platform> {
     live: bool,
 }
 
-/// Where a [`FlowRule`] sends the frames it matches.
-pub enum FlowDest<'d, P: Platform> {
+/// Where a [`FlowRule`] sends the frames it matches (the rule borrows the
+/// destinations `'d`, not the list `'s`).
+pub enum FlowDest<'s, 'd, P: Platform> {
     /// To TIRs (`FLOW_DESTINATION_TYPE_TIR`); a frame is delivered to
     /// each (at most 8 here).
-    Tirs(&'d [&'d Tir<'d, P>]),
+    Tirs(&'s [&'d Tir<'d, P>]),
     /// To another flow table of a higher level
     /// (`FLOW_DESTINATION_TYPE_FLOW_TABLE`).
     Table(&'d FlowTable<'d, P>),
@@ -564,7 +565,7 @@ impl<'a, P: Platform> FlowGroup<'a, P> {
         &'r self,
         index: u32,
         m: &FlowMatch,
-        dest: FlowDest<'r, P>,
+        dest: FlowDest<'_, 'r, P>,
     ) -> Result<FlowRule<'r, P>> {
         if index < self.start || index > self.end {
             return Err(invalid("index", "outside the flow group's entries"));
