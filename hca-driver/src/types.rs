@@ -92,3 +92,11 @@ object_number!(
     /// A flow group id (`create_flow_group_out.group_id`).
     FlowGroupId(u32), "flow group"
 );
+object_number!(
+    /// A send queue number (`create_sq_out.sqn`).
+    Sqn(u32), "SQ"
+);
+object_number!(
+    /// A transport interface send number (`create_tis_out.tisn`).
+    Tisn(u32), "TIS"
+);

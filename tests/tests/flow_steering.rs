@@ -5,17 +5,18 @@
 //! through a miss table to a catch-all, dropped and counted when nothing
 //! matches (after the catch-all rule is dropped), and spread over RQs by
 //! an indirect TIR's Toeplitz hash (the expected RQ computed here from
-//! `firmware_cmds::rss`). The RQs are created with raw commands (the
-//! driver has no RQ object yet) and observed through their buffers.
+//! `firmware_cmds::rss`). The RQs are the driver's raw RQ objects
+//! (`RawHca::create_rq`, `modify_state`) on memory of this test, observed
+//! through their buffers.
 
 use std::net::UdpSocket;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firmware_cmds::eth::{
-    CreateRqIn, CreateRqOut, DestroyRqIn, ModifyRqIn, RX_HASH_FIELD_SELECT_DST_IP,
-    RX_HASH_FIELD_SELECT_L4_DPORT, RX_HASH_FIELD_SELECT_L4_SPORT, RX_HASH_FIELD_SELECT_SRC_IP, Rqc,
-    WQ_STATE_RDY, WQ_TYPE_CYCLIC, Wq,
+    CreateRqIn, CreateSqIn, RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT,
+    RX_HASH_FIELD_SELECT_L4_SPORT, RX_HASH_FIELD_SELECT_SRC_IP, Rqc, Sqc, WQ_STATE_ERR,
+    WQ_STATE_RDY, WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
 };
 use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::flow::{
@@ -24,7 +25,7 @@ use hca_driver::flow::{
 };
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{AccessFlags, Context, Cq, DmaBuf, Mr, Pd};
-use hca_driver::{Config, Error, Hca, Rqn};
+use hca_driver::{Config, Error, Hca, PageList, QueueId, Rqn};
 use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, ObjKind, WireSpec};
 use hca_tests::Bench;
 
@@ -33,8 +34,8 @@ const SLOT: usize = 2048;
 
 /// A raw RQ (CREATE_RQ, cyclic, 16 WQEs of one 16-byte data segment),
 /// RDY, with 16 receive buffers of 2 KiB posted.
-struct RawRq {
-    rqn: u32,
+struct RawRq<'a> {
+    rq: hca_driver::fw::Rq<'a, EmuPlatform>,
     data: Arc<DmaBuf<EmuPlatform>>,
     _ring: Arc<DmaBuf<EmuPlatform>>,
     _dbr: Arc<DmaBuf<EmuPlatform>>,
@@ -43,8 +44,12 @@ struct RawRq {
     seen: usize,
 }
 
-impl RawRq {
-    fn new(hca: &Arc<Hca<EmuPlatform>>, pd: &Arc<Pd<EmuPlatform>>, cq: &Cq<EmuPlatform>) -> Self {
+impl<'a> RawRq<'a> {
+    fn new(
+        hca: &'a Arc<Hca<EmuPlatform>>,
+        pd: &Arc<Pd<EmuPlatform>>,
+        cq: &Cq<EmuPlatform>,
+    ) -> Self {
         let ring = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
         let dbr = Arc::new(DmaBuf::alloc(hca, 64).unwrap());
         let data = Arc::new(DmaBuf::alloc(hca, SLOTS * SLOT).unwrap());
@@ -69,17 +74,19 @@ impl RawRq {
         // SAFETY: the ring and doorbell record are DMA regions of this
         // HCA's platform, kept (in the RawRq) until after DESTROY_RQ.
         let raw = unsafe { hca.raw() };
-        let out: CreateRqOut = raw.exec_with_items(&create, &[ring.iova()]).unwrap();
-        let rqn = out.get(CreateRqOut::rqn);
-        let rdy = Rqc::new().with(Rqc::state, WQ_STATE_RDY).unwrap();
-        raw.exec(
-            &ModifyRqIn::new()
-                .with(ModifyRqIn::rqn, rqn)
-                .unwrap()
-                .with(ModifyRqIn::ctx, rdy)
-                .unwrap(),
-        )
-        .unwrap();
+        let pages = [ring.iova()];
+        let rq = raw.create_rq(&PageList::list(&create, &pages)).unwrap();
+        // ERR does not go straight to RDY: refused before any command.
+        assert!(matches!(
+            rq.modify_state(WQ_STATE_ERR, WQ_STATE_RDY),
+            Err(Error::InvalidArgument { arg: "state", .. })
+        ));
+        // The firmware checks the current state it is told.
+        assert!(matches!(
+            rq.modify_state(WQ_STATE_RDY, WQ_STATE_RDY),
+            Err(Error::Command(_))
+        ));
+        rq.modify_state(WQ_STATE_RST, WQ_STATE_RDY).unwrap();
         // The receive WQEs (`mlx5_wqe_data_seg`: byte_count, lkey, addr),
         // then the doorbell record's receive counter.
         for i in 0..SLOTS {
@@ -91,7 +98,7 @@ impl RawRq {
         }
         dbr.write(0, &(SLOTS as u32).to_be_bytes()).unwrap();
         RawRq {
-            rqn,
+            rq,
             data,
             _ring: ring,
             _dbr: dbr,
@@ -101,7 +108,7 @@ impl RawRq {
     }
 
     fn number(&self) -> Rqn {
-        Rqn(self.rqn)
+        self.rq.number()
     }
 
     fn slot(&self, i: usize, len: usize) -> Vec<u8> {
@@ -110,11 +117,17 @@ impl RawRq {
         b
     }
 
-    fn destroy(self, hca: &Arc<Hca<EmuPlatform>>) {
-        // SAFETY: as in `new`; the memory is freed after this.
-        let raw = unsafe { hca.raw() };
-        raw.exec(&DestroyRqIn::new().with(DestroyRqIn::rqn, self.rqn).unwrap())
-            .unwrap();
+    /// DESTROY_RQ, then the memory is freed.
+    fn destroy(self) {
+        let rqn = self.rq.number();
+        self.rq.destroy().unwrap();
+        assert!(
+            !self
+                .data
+                .hca()
+                .events()
+                .unregister_queue(QueueId::Rq(rqn.0))
+        );
     }
 }
 
@@ -490,7 +503,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
         assert!(emu.objects(ObjKind::Tir).is_empty());
         drop(td);
         for rq in rqs {
-            rq.destroy(hca);
+            rq.destroy();
         }
     });
 }
@@ -592,7 +605,70 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
         rqt.destroy().unwrap();
         drop(td);
         for rq in rqs {
-            rq.destroy(hca);
+            rq.destroy();
         }
+    });
+}
+
+#[test]
+fn sq_and_tis_objects_follow_the_work_queue_state_machine() {
+    let mut b = Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default());
+    b.with_open(|hca, emu| {
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Cq::create(&ctx, 16).unwrap();
+        let td = hca.alloc_transport_domain().unwrap();
+        let tis = hca.create_tis(td.number()).unwrap();
+        assert_eq!(emu.objects(ObjKind::Tis), vec![tis.number().0]);
+        let ring = DmaBuf::alloc(hca, 4096).unwrap();
+        let dbr = DmaBuf::alloc(hca, 64).unwrap();
+        let wq = Wq::new()
+            .with(Wq::wq_type, WQ_TYPE_CYCLIC)
+            .unwrap()
+            .with(Wq::pd, pd.number().0)
+            .unwrap()
+            .with(Wq::uar_page, ctx.uar().number().0)
+            .unwrap()
+            .with(Wq::dbr_addr, dbr.iova())
+            .unwrap()
+            .with(Wq::log_wq_stride, 6)
+            .unwrap()
+            .with(Wq::log_wq_sz, 6)
+            .unwrap();
+        let sqc = Sqc::new()
+            .with(Sqc::cqn, cq.number().0)
+            .unwrap()
+            .with(Sqc::tis_lst_sz, 1)
+            .unwrap()
+            .with(Sqc::tis_num_0, tis.number().0)
+            .unwrap()
+            .with(Sqc::wq, wq)
+            .unwrap();
+        let create = CreateSqIn::new().with(CreateSqIn::ctx, sqc).unwrap();
+        // SAFETY: the ring and doorbell record are DMA regions of this
+        // HCA's platform, freed after DESTROY_SQ below.
+        let raw = unsafe { hca.raw() };
+        let pages = [ring.iova()];
+        let sq = raw.create_sq(&PageList::list(&create, &pages)).unwrap();
+        let n = sq.number().0;
+        assert_eq!(emu.wq(ObjKind::Sq, n).unwrap().state, WQ_STATE_RST);
+        assert!(matches!(
+            sq.modify_state(2, WQ_STATE_RDY),
+            Err(Error::InvalidArgument { arg: "state", .. })
+        ));
+        sq.modify_state(WQ_STATE_RST, WQ_STATE_RDY).unwrap();
+        assert_eq!(emu.wq(ObjKind::Sq, n).unwrap().state, WQ_STATE_RDY);
+        sq.modify_state(WQ_STATE_RDY, WQ_STATE_ERR).unwrap();
+        assert_eq!(emu.wq(ObjKind::Sq, n).unwrap().state, WQ_STATE_ERR);
+        sq.modify_state(WQ_STATE_ERR, WQ_STATE_RST).unwrap();
+        sq.modify_state(WQ_STATE_RST, WQ_STATE_RDY).unwrap();
+        // The SQ goes before the TIS it sends through; dropping it
+        // destroys it and unregisters it for events.
+        drop(sq);
+        assert!(!hca.events().unregister_queue(QueueId::Sq(n)));
+        assert!(emu.objects(ObjKind::Sq).is_empty());
+        tis.destroy().unwrap();
+        assert!(emu.objects(ObjKind::Tis).is_empty());
+        drop((ring, dbr, td));
     });
 }
