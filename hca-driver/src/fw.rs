@@ -16,6 +16,11 @@ use core::ops::Deref;
 
 use firmware_cmds::Opcode;
 use firmware_cmds::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
+use firmware_cmds::eth::{
+    CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, CreateTisIn, CreateTisOut, DestroyRqIn,
+    DestroySqIn, DestroyTisIn, ModifyRqIn, ModifySqIn, Rqc, Sqc, Tisc, WQ_STATE_ERR, WQ_STATE_RDY,
+    WQ_STATE_RST,
+};
 use firmware_cmds::mkey::{CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn};
 use firmware_cmds::pd::{
     AllocPdIn, AllocPdOut, AllocTransportDomainIn, AllocTransportDomainOut, DeallocPdIn,
@@ -31,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::events::QueueId;
 use crate::hca::Hca;
 use crate::pas::PageList;
-use crate::types::{Cqn, MkeyIndex, Pdn, Qpn, Srqn, Tdn, Uarn};
+use crate::types::{Cqn, MkeyIndex, Pdn, Qpn, Rqn, Sqn, Srqn, Tdn, Tisn, Uarn};
 
 /// A kind of firmware object: its number type and how it is destroyed.
 pub trait FwObject {
@@ -131,6 +136,23 @@ pub enum SrqObj {}
 #[derive(Debug)]
 pub enum MkeyObj {}
 
+/// Transport interface send objects.
+#[derive(Debug)]
+pub enum TisObj {}
+/// Ethernet send queues.
+#[derive(Debug)]
+pub enum SqObj {}
+/// Ethernet receive queues.
+#[derive(Debug)]
+pub enum RqObj {}
+
+/// A transport interface send object (CREATE_TIS / DESTROY_TIS).
+pub type Tis<'a, P> = Object<&'a Hca<P>, TisObj>;
+/// A send queue (CREATE_SQ / DESTROY_SQ), registered for events.
+pub type Sq<'a, P> = Object<&'a Hca<P>, SqObj>;
+/// A receive queue (CREATE_RQ / DESTROY_RQ), registered for events.
+pub type Rq<'a, P> = Object<&'a Hca<P>, RqObj>;
+
 /// A UAR page (ALLOC_UAR / DEALLOC_UAR).
 pub type Uar<'a, P> = Object<&'a Hca<P>, UarObj>;
 /// A protection domain (ALLOC_PD / DEALLOC_PD).
@@ -223,6 +245,79 @@ impl FwObject for MkeyObj {
     }
 }
 
+impl FwObject for TisObj {
+    type Number = Tisn;
+    const NAME: &'static str = "TIS";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Tisn) -> Result<()> {
+        hca.exec(&DestroyTisIn::new().with(DestroyTisIn::tisn, n.0)?)
+            .map(drop)
+    }
+}
+
+impl FwObject for SqObj {
+    type Number = Sqn;
+    const NAME: &'static str = "SQ";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Sqn) -> Result<()> {
+        hca.exec(&DestroySqIn::new().with(DestroySqIn::sqn, n.0)?)?;
+        hca.events().unregister_queue(QueueId::Sq(n.0));
+        Ok(())
+    }
+}
+
+impl FwObject for RqObj {
+    type Number = Rqn;
+    const NAME: &'static str = "RQ";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Rqn) -> Result<()> {
+        hca.exec(&DestroyRqIn::new().with(DestroyRqIn::rqn, n.0)?)?;
+        hca.events().unregister_queue(QueueId::Rq(n.0));
+        Ok(())
+    }
+}
+
+/// Checks a work queue state transition (`WQ_STATE_*`): RST to RDY, RDY
+/// to RDY, any state to ERR or RST, as the PRM's SQ/RQ state machine
+/// allows.
+fn check_wq_transition(from: u8, to: u8) -> Result<()> {
+    let known = |s| matches!(s, WQ_STATE_RST | WQ_STATE_RDY | WQ_STATE_ERR);
+    if !known(from) || !known(to) {
+        return Err(Error::InvalidArgument {
+            arg: "state",
+            reason: "not a work queue state (RST 0, RDY 1, ERR 3)",
+        });
+    }
+    if to == WQ_STATE_RDY && from == WQ_STATE_ERR {
+        return Err(Error::InvalidArgument {
+            arg: "state",
+            reason: "ERR goes to RST before RDY",
+        });
+    }
+    Ok(())
+}
+
+impl<H: HcaRef> Object<H, SqObj> {
+    /// MODIFY_SQ from state `from` to `to` (`WQ_STATE_*`).
+    pub fn modify_state(&self, from: u8, to: u8) -> Result<()> {
+        check_wq_transition(from, to)?;
+        let input = ModifySqIn::new()
+            .with(ModifySqIn::sq_state, from)?
+            .with(ModifySqIn::sqn, self.number.0)?
+            .with(ModifySqIn::ctx, Sqc::new().with(Sqc::state, to)?)?;
+        self.hca.exec(&input).map(drop)
+    }
+}
+
+impl<H: HcaRef> Object<H, RqObj> {
+    /// MODIFY_RQ from state `from` to `to` (`WQ_STATE_*`).
+    pub fn modify_state(&self, from: u8, to: u8) -> Result<()> {
+        check_wq_transition(from, to)?;
+        let input = ModifyRqIn::new()
+            .with(ModifyRqIn::rq_state, from)?
+            .with(ModifyRqIn::rqn, self.number.0)?
+            .with(ModifyRqIn::ctx, Rqc::new().with(Rqc::state, to)?)?;
+        self.hca.exec(&input).map(drop)
+    }
+}
+
 impl<H: HcaRef> Object<H, UarObj> {
     /// Byte offset of the UAR page in BAR0 (checked against the BAR size
     /// when allocated).
@@ -284,6 +379,33 @@ impl<P: Platform> Hca<P> {
             self,
             Tdn(out.get(AllocTransportDomainOut::transport_domain)),
         ))
+    }
+
+    /// CREATE_TIS in transport domain `td`: what an SQ sends through.
+    pub fn create_tis(&self, td: Tdn) -> Result<Tis<'_, P>> {
+        let ctx = Tisc::new().with(Tisc::transport_domain, td.0)?;
+        let out: CreateTisOut = self.exec(&CreateTisIn::new().with(CreateTisIn::ctx, ctx)?)?;
+        Ok(Object::new(self, Tisn(out.get(CreateTisOut::tisn))))
+    }
+
+    /// CREATE_SQ with the caller's context and buffer pages (`ctx.wq.pas`);
+    /// the SQ is registered for events.
+    pub(crate) fn create_sq(&self, pages: &PageList<'_, CreateSqIn>) -> Result<Sq<'_, P>> {
+        let out: CreateSqOut = self.exec_encoded(pages)?;
+        let n = out.get(CreateSqOut::sqn);
+        let sq = Object::new(self, Sqn(n));
+        let registered = self.events.register_queue(QueueId::Sq(n));
+        self.register_created(sq, registered, Opcode::CREATE_SQ, "create_sq_out.sqn", n)
+    }
+
+    /// CREATE_RQ with the caller's context and buffer pages (`ctx.wq.pas`);
+    /// the RQ is registered for events.
+    pub(crate) fn create_rq(&self, pages: &PageList<'_, CreateRqIn>) -> Result<Rq<'_, P>> {
+        let out: CreateRqOut = self.exec_encoded(pages)?;
+        let n = out.get(CreateRqOut::rqn);
+        let rq = Object::new(self, Rqn(n));
+        let registered = self.events.register_queue(QueueId::Rq(n));
+        self.register_created(rq, registered, Opcode::CREATE_RQ, "create_rq_out.rqn", n)
     }
 
     /// CREATE_CQ with the caller's context and buffer pages; the CQ is

@@ -198,6 +198,7 @@ mod deadline;
 mod eq;
 mod error;
 mod events;
+pub mod flow;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 pub mod fw;
@@ -238,5 +239,8 @@ pub use pages::MAX_PAGE_CHUNKS;
 pub use pas::{PAS_PAGE_SIZE, PageList};
 pub use raw::RawHca;
 pub use record::{CommandRecorder, DumpRecorder, Exchange, LogRecorder, Outcome};
-pub use types::{Cqn, Eqn, Lkey, MkeyIndex, Pdn, Qpn, Rkey, Srqn, Tdn, Uarn};
+pub use types::{
+    Cqn, Eqn, FlowGroupId, FlowTableId, Lkey, MkeyIndex, Pdn, Qpn, Rkey, Rqn, Rqtn, Srqn, Tdn,
+    Tirn, Uarn,
+};
 pub use verbs::DmaBuf;

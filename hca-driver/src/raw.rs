@@ -4,6 +4,7 @@
 
 use firmware_cmds::command::{ArrayItem, Command, Encode};
 use firmware_cmds::cq::CreateCqIn;
+use firmware_cmds::eth::{CreateRqIn, CreateSqIn};
 use firmware_cmds::layout::Layout;
 use firmware_cmds::mkey::CreateMkeyIn;
 use firmware_cmds::qp::CreateQpIn;
@@ -13,7 +14,7 @@ use platform::Platform;
 
 use crate::cmd::Output;
 use crate::error::Result;
-use crate::fw::{Cq, Mkey, Qp, Srq};
+use crate::fw::{Cq, Mkey, Qp, Rq, Sq, Srq};
 use crate::hca::Hca;
 use crate::pas::PageList;
 
@@ -176,6 +177,18 @@ impl<'a, P: Platform> RawHca<'a, P> {
     /// RMP is registered for events under its number.
     pub fn create_rmp(&self, pages: &PageList<'_, CreateRmpIn>) -> Result<Srq<'a, P>> {
         self.hca.create_rmp(pages)
+    }
+
+    /// CREATE_SQ with the caller's context and buffer pages; the SQ is
+    /// registered for events.
+    pub fn create_sq(&self, pages: &PageList<'_, CreateSqIn>) -> Result<Sq<'a, P>> {
+        self.hca.create_sq(pages)
+    }
+
+    /// CREATE_RQ with the caller's context and buffer pages; the RQ is
+    /// registered for events.
+    pub fn create_rq(&self, pages: &PageList<'_, CreateRqIn>) -> Result<Rq<'a, P>> {
+        self.hca.create_rq(pages)
     }
 
     /// CREATE_MKEY with the caller's memory key context and MTT (page

@@ -72,3 +72,31 @@ object_number!(
     /// atomic request; on mlx5 the same key as the lkey.
     Rkey(u32), "rkey"
 );
+object_number!(
+    /// A receive queue number (`create_rq_out.rqn`).
+    Rqn(u32), "RQ"
+);
+object_number!(
+    /// A transport interface receive number (`create_tir_out.tirn`).
+    Tirn(u32), "TIR"
+);
+object_number!(
+    /// An RQ table number (`create_rqt_out.rqtn`).
+    Rqtn(u32), "RQT"
+);
+object_number!(
+    /// A flow table id (`create_flow_table_out.table_id`).
+    FlowTableId(u32), "flow table"
+);
+object_number!(
+    /// A flow group id (`create_flow_group_out.group_id`).
+    FlowGroupId(u32), "flow group"
+);
+object_number!(
+    /// A send queue number (`create_sq_out.sqn`).
+    Sqn(u32), "SQ"
+);
+object_number!(
+    /// A transport interface send number (`create_tis_out.tisn`).
+    Tisn(u32), "TIS"
+);

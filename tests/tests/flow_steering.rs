@@ -1,0 +1,674 @@
+//! NIC RX flow steering and RSS through the driver's API
+//! (`hca_driver::flow`): frames arriving on the wire (a UDP socket wire
+//! into an emulated ConnectX-4, the frames written here) are matched by
+//! flow rules of each selector kind into the right RQs, by priority,
+//! through a miss table to a catch-all, dropped and counted when nothing
+//! matches (after the catch-all rule is dropped), and spread over RQs by
+//! an indirect TIR's Toeplitz hash (the expected RQ computed here from
+//! `firmware_cmds::rss`). The RQs are the driver's raw RQ objects
+//! (`RawHca::create_rq`, `modify_state`) on memory of this test, observed
+//! through their buffers.
+
+use std::net::UdpSocket;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use firmware_cmds::eth::{
+    CreateRqIn, CreateSqIn, RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT,
+    RX_HASH_FIELD_SELECT_L4_SPORT, RX_HASH_FIELD_SELECT_SRC_IP, Rqc, Sqc, WQ_STATE_ERR,
+    WQ_STATE_RDY, WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
+};
+use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
+use hca_driver::flow::{
+    FlowDest, RX_HASH_DST_IPV4, RX_HASH_DST_PORT_UDP, RX_HASH_SRC_IPV4, RX_HASH_SRC_IPV6,
+    RX_HASH_SRC_PORT_TCP, RX_HASH_SRC_PORT_UDP, RxHashConf,
+};
+use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
+use hca_driver::verbs::{AccessFlags, Context, Cq, DmaBuf, Mr, Pd};
+use hca_driver::{Config, Error, Hca, PageList, QueueId, Rqn};
+use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, ObjKind, WireSpec};
+use hca_tests::Bench;
+
+const SLOTS: usize = 16;
+const SLOT: usize = 2048;
+
+/// A raw RQ (CREATE_RQ, cyclic, 16 WQEs of one 16-byte data segment),
+/// RDY, with 16 receive buffers of 2 KiB posted.
+struct RawRq<'a> {
+    rq: hca_driver::fw::Rq<'a, EmuPlatform>,
+    data: Arc<DmaBuf<EmuPlatform>>,
+    _ring: Arc<DmaBuf<EmuPlatform>>,
+    _dbr: Arc<DmaBuf<EmuPlatform>>,
+    _mr: Mr<EmuPlatform>,
+    /// Frames seen so far (the next slot to look at).
+    seen: usize,
+}
+
+impl<'a> RawRq<'a> {
+    fn new(
+        hca: &'a Arc<Hca<EmuPlatform>>,
+        pd: &Arc<Pd<EmuPlatform>>,
+        cq: &Cq<EmuPlatform>,
+    ) -> Self {
+        let ring = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
+        let dbr = Arc::new(DmaBuf::alloc(hca, 64).unwrap());
+        let data = Arc::new(DmaBuf::alloc(hca, SLOTS * SLOT).unwrap());
+        let mr = Mr::register(pd, &data, AccessFlags::LOCAL_WRITE).unwrap();
+        let wq = Wq::new()
+            .with(Wq::wq_type, WQ_TYPE_CYCLIC)
+            .unwrap()
+            .with(Wq::pd, pd.number().0)
+            .unwrap()
+            .with(Wq::dbr_addr, dbr.iova())
+            .unwrap()
+            .with(Wq::log_wq_stride, 4)
+            .unwrap()
+            .with(Wq::log_wq_sz, 4)
+            .unwrap();
+        let rqc = Rqc::new()
+            .with(Rqc::cqn, cq.number().0)
+            .unwrap()
+            .with(Rqc::wq, wq)
+            .unwrap();
+        let create = CreateRqIn::new().with(CreateRqIn::ctx, rqc).unwrap();
+        // SAFETY: the ring and doorbell record are DMA regions of this
+        // HCA's platform, kept (in the RawRq) until after DESTROY_RQ.
+        let raw = unsafe { hca.raw() };
+        let pages = [ring.iova()];
+        let rq = raw.create_rq(&PageList::list(&create, &pages)).unwrap();
+        // ERR does not go straight to RDY: refused before any command.
+        assert!(matches!(
+            rq.modify_state(WQ_STATE_ERR, WQ_STATE_RDY),
+            Err(Error::InvalidArgument { arg: "state", .. })
+        ));
+        // The firmware checks the current state it is told.
+        assert!(matches!(
+            rq.modify_state(WQ_STATE_RDY, WQ_STATE_RDY),
+            Err(Error::Command(_))
+        ));
+        rq.modify_state(WQ_STATE_RST, WQ_STATE_RDY).unwrap();
+        // The receive WQEs (`mlx5_wqe_data_seg`: byte_count, lkey, addr),
+        // then the doorbell record's receive counter.
+        for i in 0..SLOTS {
+            let mut seg = [0u8; 16];
+            seg[0..4].copy_from_slice(&(SLOT as u32).to_be_bytes());
+            seg[4..8].copy_from_slice(&mr.lkey().0.to_be_bytes());
+            seg[8..16].copy_from_slice(&(data.iova() + (i * SLOT) as u64).to_be_bytes());
+            ring.write(i * 16, &seg).unwrap();
+        }
+        dbr.write(0, &(SLOTS as u32).to_be_bytes()).unwrap();
+        RawRq {
+            rq,
+            data,
+            _ring: ring,
+            _dbr: dbr,
+            _mr: mr,
+            seen: 0,
+        }
+    }
+
+    fn number(&self) -> Rqn {
+        self.rq.number()
+    }
+
+    fn slot(&self, i: usize, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        self.data.read(i * SLOT, &mut b).unwrap();
+        b
+    }
+
+    /// DESTROY_RQ, then the memory is freed.
+    fn destroy(self) {
+        let rqn = self.rq.number();
+        self.rq.destroy().unwrap();
+        assert!(
+            !self
+                .data
+                .hca()
+                .events()
+                .unregister_queue(QueueId::Rq(rqn.0))
+        );
+    }
+}
+
+#[derive(Clone, Copy)]
+enum L3 {
+    V4([u8; 4], [u8; 4]),
+    V6([u8; 16], [u8; 16]),
+    Other(u16),
+}
+
+#[derive(Clone, Copy)]
+enum L4 {
+    Udp(u16, u16),
+    Tcp(u16, u16),
+    None,
+}
+
+/// A frame from the Ethernet, 802.1Q, IPv4/IPv6, TCP and UDP header
+/// formats (checksums zero: not checked by steering), with a marker byte
+/// `tag` in its 16-byte payload.
+fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag: u8) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dmac);
+    f.extend_from_slice(&smac);
+    if let Some(v) = vid {
+        f.extend_from_slice(&0x8100u16.to_be_bytes());
+        f.extend_from_slice(&v.to_be_bytes());
+    }
+    let mut l4b = match l4 {
+        L4::Udp(s, d) => {
+            let mut h = vec![0u8; 8];
+            h[0..2].copy_from_slice(&s.to_be_bytes());
+            h[2..4].copy_from_slice(&d.to_be_bytes());
+            h[4..6].copy_from_slice(&24u16.to_be_bytes());
+            h
+        }
+        L4::Tcp(s, d) => {
+            let mut h = vec![0u8; 20];
+            h[0..2].copy_from_slice(&s.to_be_bytes());
+            h[2..4].copy_from_slice(&d.to_be_bytes());
+            h[12] = 5 << 4;
+            h[13] = 0x18;
+            h
+        }
+        L4::None => vec![],
+    };
+    let mut pay = *b"sixteen byte pay";
+    pay[0] = tag;
+    l4b.extend_from_slice(&pay);
+    let proto = match l4 {
+        L4::Udp(..) => 17,
+        L4::Tcp(..) => 6,
+        L4::None => 253,
+    };
+    match l3 {
+        L3::V4(s, d) => {
+            f.extend_from_slice(&0x0800u16.to_be_bytes());
+            let mut h = [0u8; 20];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&((20 + l4b.len()) as u16).to_be_bytes());
+            h[8] = 64;
+            h[9] = proto;
+            h[12..16].copy_from_slice(&s);
+            h[16..20].copy_from_slice(&d);
+            f.extend_from_slice(&h);
+        }
+        L3::V6(s, d) => {
+            f.extend_from_slice(&0x86ddu16.to_be_bytes());
+            let mut h = [0u8; 40];
+            h[0] = 0x60;
+            h[4..6].copy_from_slice(&(l4b.len() as u16).to_be_bytes());
+            h[6] = proto;
+            h[7] = 64;
+            h[8..24].copy_from_slice(&s);
+            h[24..40].copy_from_slice(&d);
+            f.extend_from_slice(&h);
+        }
+        L3::Other(t) => f.extend_from_slice(&t.to_be_bytes()),
+    }
+    f.extend_from_slice(&l4b);
+    while f.len() < 60 {
+        f.push(0);
+    }
+    f
+}
+
+const V4A: [u8; 4] = [10, 1, 1, 1];
+const V4B: [u8; 4] = [10, 2, 2, 2];
+const V6A: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+const V6B: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6];
+const MCAST: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 1];
+const ME: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+const PEER: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+const OTHER_SMAC: [u8; 6] = [0x02, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa];
+const KEY: [u8; 40] = [
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
+    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
+    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+/// An emulated HCA on real time whose port 1 is cabled to a UDP socket
+/// this test writes frames into.
+struct Wire {
+    bench: Bench<EmuPlatform>,
+    sock: UdpSocket,
+    port_addr: std::net::SocketAddr,
+}
+
+fn wire() -> Wire {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port_addr = probe.local_addr().unwrap();
+    drop(probe);
+    let spec: WireSpec = format!("udp:{port_addr},{}", sock.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let bench = Bench::<EmuPlatform>::emulated(
+        EmuConfig {
+            clock: Clock::Real,
+            ..EmuConfig::default()
+        },
+        Config::default(),
+    );
+    bench.emu().unwrap().cable_to(1, &spec).unwrap();
+    Wire {
+        bench,
+        sock,
+        port_addr,
+    }
+}
+
+/// Puts `f` on the wire and waits until the device has taken it in
+/// (`frames_rx` went up).
+fn send(sock: &UdpSocket, to: std::net::SocketAddr, emu: &EmuHca, f: &[u8]) {
+    let before = emu.datapath().frames_rx;
+    sock.send_to(f, to).unwrap();
+    let t0 = Instant::now();
+    while emu.datapath().frames_rx == before {
+        assert!(t0.elapsed() < Duration::from_secs(10), "frame not received");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The frame is handled under the device lock that `datapath()` takes.
+    let _ = emu.datapath();
+}
+
+/// The RQ the frame tagged `tag` landed in (checked byte for byte), of
+/// `rqs`; None if none did.
+fn landed(rqs: &mut [RawRq], f: &[u8]) -> Option<usize> {
+    let mut hit = None;
+    for (i, rq) in rqs.iter_mut().enumerate() {
+        if rq.seen < SLOTS && rq.slot(rq.seen, f.len()) == f {
+            assert!(hit.is_none(), "frame delivered twice");
+            rq.seen += 1;
+            hit = Some(i);
+        }
+    }
+    hit
+}
+
+fn eth(dst: Option<[u8; 6]>, src: Option<[u8; 6]>, ty: Option<u16>, vid: Option<u16>) -> FlowSpec {
+    let mac = |m: Option<[u8; 6]>| m.map_or(Masked::default(), |m| Masked::exact(m, [0xff; 6]));
+    FlowSpec::Eth {
+        dst_mac: mac(dst),
+        src_mac: mac(src),
+        ether_type: ty.map_or(Masked::default(), |t| Masked::exact(t, 0xffff)),
+        vlan_tag: vid.map_or(Masked::default(), |v| Masked::exact(v, 0x0fff)),
+    }
+}
+
+fn any4() -> Masked<[u8; 4]> {
+    Masked::default()
+}
+
+fn any6() -> Masked<[u8; 16]> {
+    Masked::default()
+}
+
+fn any16() -> Masked<u16> {
+    Masked::default()
+}
+
+#[test]
+fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
+    let mut w = wire();
+    let (sock, to) = (&w.sock, w.port_addr);
+    w.bench.with_open(|hca, emu| {
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Cq::create(&ctx, 256).unwrap();
+        let mut rqs: Vec<RawRq> = (0..9).map(|_| RawRq::new(hca, &pd, &cq)).collect();
+        let td = hca.alloc_transport_domain().unwrap();
+        let tirs: Vec<_> = rqs
+            .iter()
+            .map(|r| hca.create_tir_direct(&td, r.number()).unwrap())
+            .collect();
+        // Level 1: the catch-all, reached by level 0's misses.
+        let t1 = hca.create_flow_table(1, 2, None).unwrap();
+        let all = FlowMatch::default();
+        let g_all = t1.create_group(0, 0, &all).unwrap();
+        let catch_all = g_all
+            .add_rule(0, &all, FlowDest::Tirs(&[&tirs[8]]))
+            .unwrap();
+        let t0 = hca.create_flow_table(0, 4, Some(&t1)).unwrap();
+        // One selector kind per group and rule, in priority order.
+        let specs: [FlowSpec; 8] = [
+            eth(Some(MCAST), None, None, None),
+            eth(None, Some(OTHER_SMAC), None, None),
+            eth(None, None, Some(0x88b5), None),
+            eth(None, None, None, Some(100)),
+            FlowSpec::Ipv4 {
+                src_ip: any4(),
+                dst_ip: Masked::exact(V4A, [0xff; 4]),
+            },
+            FlowSpec::Ipv6 {
+                src_ip: Masked::exact(V6A, [0xff; 16]),
+                dst_ip: any6(),
+            },
+            FlowSpec::Tcp {
+                src_port: any16(),
+                dst_port: Masked::exact(80, 0xffff),
+            },
+            FlowSpec::Udp {
+                src_port: any16(),
+                dst_port: Masked::exact(9000, 0xffff),
+            },
+        ];
+        let matches: Vec<FlowMatch> = specs
+            .iter()
+            .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
+            .collect();
+        let groups: Vec<_> = matches
+            .iter()
+            .enumerate()
+            .map(|(i, m)| t0.create_group(i as u32, i as u32, m).unwrap())
+            .collect();
+        let tir_refs: Vec<[&_; 1]> = tirs.iter().map(|t| [t]).collect();
+        let rules: Vec<_> = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                g.add_rule(i as u32, &matches[i], FlowDest::Tirs(&tir_refs[i]))
+                    .unwrap()
+            })
+            .collect();
+        t0.set_root().unwrap();
+
+        // Typed refusals, before any command is sent.
+        let refused = |e: Error, arg: &str| {
+            assert!(
+                matches!(e, Error::InvalidArgument { arg: a, .. } if a == arg),
+                "{e}"
+            );
+        };
+        refused(
+            groups[0]
+                .add_rule(1, &matches[0], FlowDest::Drop)
+                .unwrap_err(),
+            "index",
+        );
+        refused(
+            groups[0]
+                .add_rule(0, &matches[0], FlowDest::Drop)
+                .unwrap_err(),
+            "index",
+        );
+        refused(
+            groups[0]
+                .add_rule(0, &matches[1], FlowDest::Drop)
+                .unwrap_err(),
+            "match",
+        );
+        refused(t0.create_group(15, 16, &all).unwrap_err(), "start..=end");
+        refused(hca.create_flow_table(1, 2, Some(&t1)).unwrap_err(), "miss");
+        refused(hca.create_flow_table(0, 13, None).unwrap_err(), "log_size");
+        // An overlapping group: the firmware's refusal, typed.
+        match t0.create_group(0, 0, &all).unwrap_err() {
+            Error::Command(c) => {
+                assert_eq!(c.opcode, firmware_cmds::Opcode::CREATE_FLOW_GROUP);
+                assert_eq!(c.status, firmware_cmds::CmdStatus::BAD_PARAM);
+            }
+            e => panic!("{e}"),
+        }
+
+        let udp = |d| L4::Udp(1234, d);
+        let cases: [(Vec<u8>, Option<usize>); 10] = [
+            (
+                frame(MCAST, PEER, None, L3::V4(V4B, V4B), udp(1), 0),
+                Some(0),
+            ),
+            (
+                frame(ME, OTHER_SMAC, None, L3::V4(V4B, V4B), udp(1), 1),
+                Some(1),
+            ),
+            (
+                frame(ME, PEER, None, L3::Other(0x88b5), L4::None, 2),
+                Some(2),
+            ),
+            (
+                frame(ME, PEER, Some(100), L3::V4(V4B, V4B), udp(1), 3),
+                Some(3),
+            ),
+            (
+                frame(ME, PEER, Some(101), L3::V4(V4B, V4B), udp(1), 4),
+                Some(8),
+            ),
+            (frame(ME, PEER, None, L3::V4(V4B, V4A), udp(1), 5), Some(4)),
+            (frame(ME, PEER, None, L3::V6(V6A, V6B), udp(1), 6), Some(5)),
+            (
+                frame(ME, PEER, None, L3::V6(V6B, V6A), L4::Tcp(5, 80), 7),
+                Some(6),
+            ),
+            (
+                frame(ME, PEER, None, L3::V4(V4B, V4B), udp(9000), 8),
+                Some(7),
+            ),
+            // Matches rules 4 and 7: the lower flow index wins.
+            (
+                frame(ME, PEER, None, L3::V4(V4B, V4A), udp(9000), 9),
+                Some(4),
+            ),
+        ];
+        for (i, (f, want)) in cases.iter().enumerate() {
+            send(sock, to, emu, f);
+            assert_eq!(landed(&mut rqs, f), *want, "case {i}");
+        }
+        let dp = emu.datapath();
+        assert_eq!((dp.drops.steering_miss, dp.drops.steering_drop), (0, 0));
+
+        // The catch-all rule dropped: a frame matching nothing is dropped
+        // and counted, and reaches no RQ.
+        drop(catch_all);
+        let f = frame(ME, PEER, Some(102), L3::V4(V4B, V4B), udp(2), 10);
+        send(sock, to, emu, &f);
+        assert_eq!(landed(&mut rqs, &f), None);
+        assert_eq!(emu.datapath().drops.steering_miss, 1);
+        // A drop rule in its place: dropped and counted as such.
+        let drop_rule = g_all.add_rule(0, &all, FlowDest::Drop).unwrap();
+        send(sock, to, emu, &f);
+        assert_eq!(landed(&mut rqs, &f), None);
+        assert_eq!(emu.datapath().drops.steering_drop, 1);
+        // The UDP rule removed with `destroy`: its frame now misses level
+        // 0 and is dropped by level 1.
+        let mut rules = rules;
+        rules.pop().unwrap().destroy().unwrap();
+        send(sock, to, emu, &cases[8].0);
+        assert_eq!(landed(&mut rqs, &cases[8].0), None);
+        assert_eq!(emu.datapath().drops.steering_drop, 2);
+        // A table forwarding rule: level 0 entry 7 sends to table 1, whose
+        // drop rule is replaced by the catch-all again.
+        drop(drop_rule);
+        let back = g_all
+            .add_rule(0, &all, FlowDest::Tirs(&[&tirs[8]]))
+            .unwrap();
+        let to_t1 = groups[7]
+            .add_rule(7, &matches[7], FlowDest::Table(&t1))
+            .unwrap();
+        send(sock, to, emu, &cases[8].0);
+        assert_eq!(landed(&mut rqs, &cases[8].0), Some(8));
+        assert!(emu.objects(ObjKind::FlowEntry).len() == 9);
+
+        // Teardown in the order the borrows allow; nothing is left.
+        drop(to_t1);
+        drop(back);
+        drop(rules);
+        assert!(emu.objects(ObjKind::FlowEntry).is_empty());
+        drop(groups);
+        drop(g_all);
+        assert!(emu.objects(ObjKind::FlowGroup).is_empty());
+        t0.destroy().unwrap();
+        drop(t1);
+        assert!(emu.objects(ObjKind::FlowTable).is_empty());
+        drop(tirs);
+        assert!(emu.objects(ObjKind::Tir).is_empty());
+        drop(td);
+        for rq in rqs {
+            rq.destroy();
+        }
+    });
+}
+
+#[test]
+fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
+    let mut w = wire();
+    let (sock, to) = (&w.sock, w.port_addr);
+    w.bench.with_open(|hca, emu| {
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Cq::create(&ctx, 256).unwrap();
+        let mut rqs: Vec<RawRq> = (0..4).map(|_| RawRq::new(hca, &pd, &cq)).collect();
+        let td = hca.alloc_transport_domain().unwrap();
+        let numbers: Vec<Rqn> = rqs.iter().map(RawRq::number).collect();
+        let rqt = hca.create_rqt(&numbers).unwrap();
+        // ibv_rx_hash_conf refusals.
+        for (mask, why) in [
+            (RX_HASH_SRC_IPV4 | RX_HASH_SRC_IPV6, "IPv4 and IPv6"),
+            (RX_HASH_SRC_PORT_TCP | RX_HASH_SRC_PORT_UDP, "TCP and UDP"),
+            (0, "no hashed field"),
+            (1 << 20, "unknown"),
+        ] {
+            let e = rqt
+                .create_tir(
+                    &td,
+                    &RxHashConf {
+                        key: KEY,
+                        fields_mask: mask,
+                    },
+                )
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidArgument {
+                        arg: "rx_hash_fields_mask",
+                        ..
+                    }
+                ),
+                "{why}: {e}"
+            );
+        }
+        assert!(matches!(
+            hca.create_rqt(&[]).unwrap_err(),
+            Error::InvalidArgument { arg: "rqs", .. }
+        ));
+        let conf = RxHashConf {
+            key: KEY,
+            fields_mask: RX_HASH_SRC_IPV4
+                | RX_HASH_DST_IPV4
+                | RX_HASH_SRC_PORT_UDP
+                | RX_HASH_DST_PORT_UDP,
+        };
+        let tir = rqt.create_tir(&td, &conf).unwrap();
+        let t = hca.create_flow_table(0, 0, None).unwrap();
+        let all = FlowMatch::default();
+        let g = t.create_group(0, 0, &all).unwrap();
+        let rule = g.add_rule(0, &all, FlowDest::Tirs(&[&tir])).unwrap();
+        t.set_root().unwrap();
+        let selected = RX_HASH_FIELD_SELECT_SRC_IP
+            | RX_HASH_FIELD_SELECT_DST_IP
+            | RX_HASH_FIELD_SELECT_L4_SPORT
+            | RX_HASH_FIELD_SELECT_L4_DPORT;
+        let mut per_rq = [0usize; 4];
+        for sport in 0..24u16 {
+            let sport = 1000 + 7 * sport;
+            let f = frame(
+                ME,
+                PEER,
+                None,
+                L3::V4(V4A, V4B),
+                L4::Udp(sport, 4000),
+                sport as u8,
+            );
+            let fields = HashFields {
+                src_ip: &V4A,
+                dst_ip: &V4B,
+                ports: Some((sport, 4000)),
+            };
+            let mut input = [0u8; MAX_HASH_INPUT];
+            let n = hash_input(&fields, selected, &mut input);
+            let want = (toeplitz(&KEY, &input[..n]) % 4) as usize;
+            if rqs[want].seen == SLOTS {
+                continue;
+            }
+            send(sock, to, emu, &f);
+            assert_eq!(landed(&mut rqs, &f), Some(want), "sport {sport}");
+            per_rq[want] += 1;
+        }
+        assert!(
+            per_rq.iter().filter(|&&n| n > 0).count() >= 2,
+            "the hash spread the flows: {per_rq:?}"
+        );
+        drop(rule);
+        drop(g);
+        drop(t);
+        drop(tir);
+        rqt.destroy().unwrap();
+        drop(td);
+        for rq in rqs {
+            rq.destroy();
+        }
+    });
+}
+
+#[test]
+fn sq_and_tis_objects_follow_the_work_queue_state_machine() {
+    let mut b = Bench::<EmuPlatform>::emulated(EmuConfig::default(), Config::default());
+    b.with_open(|hca, emu| {
+        let ctx = Arc::new(Context::open(hca).unwrap());
+        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+        let cq = Cq::create(&ctx, 16).unwrap();
+        let td = hca.alloc_transport_domain().unwrap();
+        let tis = hca.create_tis(td.number()).unwrap();
+        assert_eq!(emu.objects(ObjKind::Tis), vec![tis.number().0]);
+        let ring = DmaBuf::alloc(hca, 4096).unwrap();
+        let dbr = DmaBuf::alloc(hca, 64).unwrap();
+        let wq = Wq::new()
+            .with(Wq::wq_type, WQ_TYPE_CYCLIC)
+            .unwrap()
+            .with(Wq::pd, pd.number().0)
+            .unwrap()
+            .with(Wq::uar_page, ctx.uar().number().0)
+            .unwrap()
+            .with(Wq::dbr_addr, dbr.iova())
+            .unwrap()
+            .with(Wq::log_wq_stride, 6)
+            .unwrap()
+            .with(Wq::log_wq_sz, 6)
+            .unwrap();
+        let sqc = Sqc::new()
+            .with(Sqc::cqn, cq.number().0)
+            .unwrap()
+            .with(Sqc::tis_lst_sz, 1)
+            .unwrap()
+            .with(Sqc::tis_num_0, tis.number().0)
+            .unwrap()
+            .with(Sqc::wq, wq)
+            .unwrap();
+        let create = CreateSqIn::new().with(CreateSqIn::ctx, sqc).unwrap();
+        // SAFETY: the ring and doorbell record are DMA regions of this
+        // HCA's platform, freed after DESTROY_SQ below.
+        let raw = unsafe { hca.raw() };
+        let pages = [ring.iova()];
+        let sq = raw.create_sq(&PageList::list(&create, &pages)).unwrap();
+        let n = sq.number().0;
+        assert_eq!(emu.wq(ObjKind::Sq, n).unwrap().state, WQ_STATE_RST);
+        assert!(matches!(
+            sq.modify_state(2, WQ_STATE_RDY),
+            Err(Error::InvalidArgument { arg: "state", .. })
+        ));
+        sq.modify_state(WQ_STATE_RST, WQ_STATE_RDY).unwrap();
+        assert_eq!(emu.wq(ObjKind::Sq, n).unwrap().state, WQ_STATE_RDY);
+        sq.modify_state(WQ_STATE_RDY, WQ_STATE_ERR).unwrap();
+        assert_eq!(emu.wq(ObjKind::Sq, n).unwrap().state, WQ_STATE_ERR);
+        sq.modify_state(WQ_STATE_ERR, WQ_STATE_RST).unwrap();
+        sq.modify_state(WQ_STATE_RST, WQ_STATE_RDY).unwrap();
+        // The SQ goes before the TIS it sends through; dropping it
+        // destroys it and unregisters it for events.
+        drop(sq);
+        assert!(!hca.events().unregister_queue(QueueId::Sq(n)));
+        assert!(emu.objects(ObjKind::Sq).is_empty());
+        tis.destroy().unwrap();
+        assert!(emu.objects(ObjKind::Tis).is_empty());
+        drop((ring, dbr, td));
+    });
+}
