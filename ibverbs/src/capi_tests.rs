@@ -164,6 +164,16 @@ fn reg_and_self_connect(
     mr
 }
 
+/// Deregisters `mr` (over `buf`), destroys `cq` and `pd` and closes `ctx`,
+/// each successfully: the end of a test whose QPs are gone.
+fn close(ctx: *mut ibv_context, pd: *mut ibv_pd, cq: *mut ibv_cq, mr: *mut ibv_mr, buf: Vec<u8>) {
+    assert_eq!(ibv_dereg_mr(mr), 0);
+    drop(buf);
+    assert_eq!(ibv_destroy_cq(cq), 0);
+    assert_eq!(ibv_dealloc_pd(pd), 0);
+    assert_eq!(ibv_close_device(ctx), 0);
+}
+
 fn ops(ctx: *mut ibv_context) -> &'static ibv_context_ops {
     // SAFETY: a live context; its ops table lives as long as it.
     unsafe { &(*ctx).ops }
@@ -484,11 +494,7 @@ fn the_wr_builder_of_an_extended_qp() {
     assert_eq!(&got, b"inline");
 
     assert_eq!(ibv_destroy_qp(qp), 0);
-    assert_eq!(ibv_dereg_mr(mr), 0);
-    drop(buf);
-    assert_eq!(ibv_destroy_cq(cq), 0);
-    assert_eq!(ibv_dealloc_pd(pd), 0);
-    assert_eq!(ibv_close_device(ctx), 0);
+    close(ctx, pd, cq, mr, buf);
 }
 
 #[test]
@@ -614,11 +620,7 @@ fn the_srq_limit_event_comes_through_ibv_get_async_event() {
     assert_eq!(ibv_destroy_srq(srq), libc::EBUSY, "the QP uses it");
     assert_eq!(ibv_destroy_qp(qp), 0);
     assert_eq!(ibv_destroy_srq(srq), 0);
-    assert_eq!(ibv_dereg_mr(mr), 0);
-    drop(buf);
-    assert_eq!(ibv_destroy_cq(cq), 0);
-    assert_eq!(ibv_dealloc_pd(pd), 0);
-    assert_eq!(ibv_close_device(ctx), 0);
+    close(ctx, pd, cq, mr, buf);
 }
 
 #[test]
