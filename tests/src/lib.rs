@@ -392,6 +392,49 @@ impl<P: Platform + 'static> Sides<P> {
 /// endpoints.
 pub type RcPair<P> = (Qp<P>, Qp<P>, verbs::Endpoint, verbs::Endpoint);
 
+/// The platform `P` reduced to the [`Platform`] trait's required calls
+/// (and `bar_write_combining`), each forwarded: every optional facility
+/// (interrupts, user-memory mappings...) is the trait's default, absent.
+/// The second field is what it describes itself as.
+pub struct Minimal<P>(pub P, pub &'static str);
+
+impl<P: Platform> Platform for Minimal<P> {
+    type Mmio = P::Mmio;
+    fn alloc_dma(&self, len: usize, align: usize) -> Result<platform::DmaRegion, platform::Error> {
+        self.0.alloc_dma(len, align)
+    }
+    fn free_dma(&self, region: platform::DmaRegion) {
+        self.0.free_dma(region)
+    }
+    fn map_bar(&self, bar: u8) -> Result<Self::Mmio, platform::Error> {
+        self.0.map_bar(bar)
+    }
+    fn bar_write_combining(&self, bar: u8) -> bool {
+        self.0.bar_write_combining(bar)
+    }
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), platform::Error> {
+        self.0.config_read(offset, buf)
+    }
+    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), platform::Error> {
+        self.0.config_write(offset, buf)
+    }
+    fn now(&self) -> std::time::Duration {
+        self.0.now()
+    }
+    fn delay(&self, d: std::time::Duration) {
+        self.0.delay(d)
+    }
+    fn relax(&self) {
+        self.0.relax()
+    }
+    fn reset_function(&self) -> Result<(), platform::Error> {
+        self.0.reset_function()
+    }
+    fn describe(&self) -> &str {
+        self.1
+    }
+}
+
 /// Two sides of a wire for data-path scenarios.
 pub struct Link<P: TestPlatform> {
     /// Side A's device.

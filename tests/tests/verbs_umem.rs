@@ -14,10 +14,10 @@ use hca_driver::verbs::{
     AccessFlags, Context, DmaBuf, Mr, Pd, Qp, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
 };
 use hca_driver::{Config, Error, Hca};
-use hca_emu::{EmuConfig, EmuHca, EmuPlatform};
+use hca_emu::{EmuConfig, EmuHca};
 use hca_tests::verbs::{RcParams, poll_n, poll_ok, post_recv_sge, qp_cap};
-use hca_tests::{Link, TestPlatform};
-use platform::{DmaRegion, Platform, UserMemory};
+use hca_tests::{Link, Minimal, TestPlatform};
+use platform::{Platform, UserMemory};
 
 /// `n` bytes at `p + off`, read as a device would see them (volatile
 /// loads through the raw pointer: no reference into registered memory).
@@ -437,52 +437,18 @@ fn emulated_iommu_maps_and_unmaps_the_pages() {
     drop(v);
 }
 
-/// The emulated platform without user mappings (every other call
-/// forwarded): what a platform that cannot map user memory looks like.
-struct NoUserMemory(EmuPlatform);
-
-impl Platform for NoUserMemory {
-    type Mmio = <EmuPlatform as Platform>::Mmio;
-    fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaRegion, platform::Error> {
-        self.0.alloc_dma(len, align)
-    }
-    fn free_dma(&self, region: DmaRegion) {
-        self.0.free_dma(region)
-    }
-    fn map_bar(&self, bar: u8) -> Result<Self::Mmio, platform::Error> {
-        self.0.map_bar(bar)
-    }
-    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), platform::Error> {
-        self.0.config_read(offset, buf)
-    }
-    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), platform::Error> {
-        self.0.config_write(offset, buf)
-    }
-    fn now(&self) -> std::time::Duration {
-        self.0.now()
-    }
-    fn delay(&self, d: std::time::Duration) {
-        self.0.delay(d)
-    }
-    fn relax(&self) {
-        self.0.relax()
-    }
-    fn reset_function(&self) -> Result<(), platform::Error> {
-        self.0.reset_function()
-    }
-    fn describe(&self) -> &str {
-        "emulated ConnectX-4 without user memory"
-    }
-}
-
 #[test]
 fn a_platform_without_user_mappings_refuses_with_a_typed_error() {
     hca_tests::init_logging();
     let emu = EmuHca::new(EmuConfig::default());
     let hca = Arc::new(
-        Hca::open(NoUserMemory(emu.platform()), Config::default())
-            .map_err(|f| f.error)
-            .unwrap(),
+        Hca::open(
+            // What a platform that cannot map user memory looks like.
+            Minimal(emu.platform(), "emulated ConnectX-4 without user memory"),
+            Config::default(),
+        )
+        .map_err(|f| f.error)
+        .unwrap(),
     );
     {
         let ctx = Arc::new(Context::open(&hca).unwrap());
