@@ -136,6 +136,44 @@ fn connect(s: &Side, remote_qpn: u32, dgid: ibv_gid) {
     assert_eq!(unsafe { (*s.qp).state }, 3);
 }
 
+/// Registers `buf` on `pd` and connects the RC QP `qp` (on `cq`) to
+/// itself through port 1: the MR.
+fn reg_and_self_connect(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    buf: &mut [u8],
+) -> *mut ibv_mr {
+    let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ACCESS);
+    assert!(!mr.is_null());
+    let mut gid = ibv_gid::default();
+    assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+    let s = Side {
+        ctx,
+        pd,
+        chan: ptr::null_mut(),
+        cq,
+        qp,
+        buf: Vec::new(),
+        mr,
+        gid,
+    };
+    // SAFETY: a live QP.
+    connect(&s, unsafe { (*qp).qp_num }, gid);
+    mr
+}
+
+/// Deregisters `mr` (over `buf`), destroys `cq` and `pd` and closes `ctx`,
+/// each successfully: the end of a test whose QPs are gone.
+fn close(ctx: *mut ibv_context, pd: *mut ibv_pd, cq: *mut ibv_cq, mr: *mut ibv_mr, buf: Vec<u8>) {
+    assert_eq!(ibv_dereg_mr(mr), 0);
+    drop(buf);
+    assert_eq!(ibv_destroy_cq(cq), 0);
+    assert_eq!(ibv_dealloc_pd(pd), 0);
+    assert_eq!(ibv_close_device(ctx), 0);
+}
+
 fn ops(ctx: *mut ibv_context) -> &'static ibv_context_ops {
     // SAFETY: a live context; its ops table lives as long as it.
     unsafe { &(*ctx).ops }
@@ -411,22 +449,7 @@ fn the_wr_builder_of_an_extended_qp() {
     let qpx = ibv_qp_to_qp_ex(qp);
     assert!(!qpx.is_null());
     let mut buf = vec![0u8; 4096];
-    let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ACCESS);
-    assert!(!mr.is_null());
-    let mut gid = ibv_gid::default();
-    assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
-    let s = Side {
-        ctx,
-        pd,
-        chan: ptr::null_mut(),
-        cq,
-        qp,
-        buf: Vec::new(),
-        mr,
-        gid,
-    };
-    // SAFETY: a live QP.
-    connect(&s, unsafe { (*qp).qp_num }, gid);
+    let mr = reg_and_self_connect(ctx, pd, cq, qp, &mut buf);
     // SAFETY: a live MR and extended QP of this library; the builder's
     // functions are installed.
     let (lkey, rkey, x) = unsafe { ((*mr).lkey, (*mr).rkey, &mut *qpx) };
@@ -471,11 +494,7 @@ fn the_wr_builder_of_an_extended_qp() {
     assert_eq!(&got, b"inline");
 
     assert_eq!(ibv_destroy_qp(qp), 0);
-    assert_eq!(ibv_dereg_mr(mr), 0);
-    drop(buf);
-    assert_eq!(ibv_destroy_cq(cq), 0);
-    assert_eq!(ibv_dealloc_pd(pd), 0);
-    assert_eq!(ibv_close_device(ctx), 0);
+    close(ctx, pd, cq, mr, buf);
 }
 
 #[test]
@@ -516,22 +535,7 @@ fn the_srq_limit_event_comes_through_ibv_get_async_event() {
     let qp = ibv_create_qp(pd, &mut init);
     assert!(!qp.is_null());
     let mut buf = vec![0u8; 4096];
-    let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ACCESS);
-    assert!(!mr.is_null());
-    let mut gid = ibv_gid::default();
-    assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
-    let s = Side {
-        ctx,
-        pd,
-        chan: ptr::null_mut(),
-        cq,
-        qp,
-        buf: Vec::new(),
-        mr,
-        gid,
-    };
-    // SAFETY: a live QP.
-    connect(&s, unsafe { (*qp).qp_num }, gid);
+    let mr = reg_and_self_connect(ctx, pd, cq, qp, &mut buf);
     // SAFETY: a live MR.
     let lkey = unsafe { (*mr).lkey };
 
@@ -616,11 +620,7 @@ fn the_srq_limit_event_comes_through_ibv_get_async_event() {
     assert_eq!(ibv_destroy_srq(srq), libc::EBUSY, "the QP uses it");
     assert_eq!(ibv_destroy_qp(qp), 0);
     assert_eq!(ibv_destroy_srq(srq), 0);
-    assert_eq!(ibv_dereg_mr(mr), 0);
-    drop(buf);
-    assert_eq!(ibv_destroy_cq(cq), 0);
-    assert_eq!(ibv_dealloc_pd(pd), 0);
-    assert_eq!(ibv_close_device(ctx), 0);
+    close(ctx, pd, cq, mr, buf);
 }
 
 #[test]

@@ -87,6 +87,15 @@ pub(crate) fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// The return value of a verb that gives 0 or an errno: 0 for success,
+/// else the errno of the driver error.
+pub(crate) fn status_of(r: Result<(), hca_driver::Error>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
+    }
+}
+
 /// The errno libibverbs gives for a driver error.
 pub(crate) fn errno_of(e: &hca_driver::Error) -> i32 {
     use hca_driver::Error as E;

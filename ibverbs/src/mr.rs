@@ -13,7 +13,7 @@ use platform::UserMemory;
 use crate::ffi::{ibv_mr, ibv_pd};
 use crate::registry::{self, Kind};
 use crate::verbs::{fail, live_pd};
-use crate::{P, errno_of, guard};
+use crate::{P, errno_of, guard, status_of};
 
 #[repr(C)]
 struct MrObj {
@@ -73,8 +73,7 @@ fn reg(
                     lkey: mr.lkey().0,
                     rkey: mr.rkey().0,
                 };
-                let obj = Box::into_raw(Box::new(MrObj { c, mr }));
-                registry::add(obj, Kind::Mr);
+                let obj = registry::publish(MrObj { c, mr }, Kind::Mr);
                 obj.cast()
             }
             Err(e) => {
@@ -232,14 +231,9 @@ pub extern "C" fn ibv_rereg_mr(
 pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard(libc::EIO, || {
         let o = mr.cast::<MrObj>();
-        if !registry::remove(o, Kind::Mr) {
+        let Some(b) = registry::take(o, Kind::Mr) else {
             return libc::EINVAL;
-        }
-        // SAFETY: was live, now removed from the registry: ours to free.
-        let b = unsafe { Box::from_raw(o) };
-        match b.mr.destroy() {
-            Ok(()) => 0,
-            Err(e) => errno_of(&e),
-        }
+        };
+        status_of(b.mr.destroy())
     })
 }

@@ -40,3 +40,25 @@ pub fn remove<T>(p: *const T, k: Kind) -> bool {
 pub fn is_live<T>(p: *const T, k: Kind) -> bool {
     !p.is_null() && with(|s| s.contains(&(p as usize, k)))
 }
+
+/// Boxes `obj`, records it as a live object of kind `k` and returns its
+/// address: the pointer a create call hands to the program, which its
+/// destroy call gives back to [`take`].
+pub fn publish<T>(obj: T, k: Kind) -> *mut T {
+    let p = Box::into_raw(Box::new(obj));
+    add(p, k);
+    p
+}
+
+/// Forgets the live object of kind `k` at `p` and takes back its box, or
+/// `None` when `p` is not a live object of that kind (null, stale or
+/// foreign).
+pub fn take<T>(p: *mut T, k: Kind) -> Option<Box<T>> {
+    if p.is_null() || !remove(p, k) {
+        return None;
+    }
+    // SAFETY: the registry holds only addresses that `publish` boxed as
+    // this kind and no `take` has freed yet; it no longer holds this one,
+    // so this box is the only owner.
+    Some(unsafe { Box::from_raw(p) })
+}

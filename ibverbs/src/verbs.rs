@@ -24,7 +24,7 @@ use crate::async_ev::{ContextEvents, Element, ty};
 use crate::devices::{self, DevEntry};
 use crate::ffi::*;
 use crate::registry::{self, Kind};
-use crate::{Dev, P, errno_of, guard, set_errno};
+use crate::{Dev, P, errno_of, guard, set_errno, status_of};
 
 // ---------------------------------------------------------------------
 // Objects.
@@ -118,6 +118,24 @@ fn live<'a, T>(p: *mut T, k: Kind) -> Option<&'a T> {
     } else {
         None
     }
+}
+
+/// The destroy call of an object that may be in use: `EINVAL` when `p` is
+/// not a live object of kind `k`, `EBUSY` (and it stays) while `busy` says
+/// something still uses it, else it is forgotten and handed to `destroy`.
+fn destroy_idle<T>(
+    p: *mut T,
+    k: Kind,
+    busy: impl FnOnce(&T) -> bool,
+    destroy: impl FnOnce(Box<T>) -> c_int,
+) -> c_int {
+    let Some(o) = live(p, k) else {
+        return libc::EINVAL;
+    };
+    if busy(o) {
+        return libc::EBUSY;
+    }
+    registry::take(p, k).map_or(libc::EINVAL, destroy)
 }
 
 pub(crate) fn zeroed<T>() -> T {
@@ -320,15 +338,17 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         v.context.ops.post_send = Some(op_post_send);
         v.context.ops.post_recv = Some(op_post_recv);
         v.context.ops.post_srq_recv = Some(op_post_srq_recv);
-        let obj = Box::into_raw(Box::new(CtxObj {
-            v,
-            entry,
-            dev: Some(dev),
-            ctx: Some(ctx),
-            events,
-            _cmd_fd: cmd_fd,
-        }));
-        registry::add(obj, Kind::Context);
+        let obj = registry::publish(
+            CtxObj {
+                v,
+                entry,
+                dev: Some(dev),
+                ctx: Some(ctx),
+                events,
+                _cmd_fd: cmd_fd,
+            },
+            Kind::Context,
+        );
         // SAFETY: `obj` was just boxed.
         unsafe { (*obj).cptr() }
     })
@@ -339,13 +359,12 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     guard(libc::EIO, || {
-        let o = ctx_obj(context);
-        if context.is_null() || !registry::remove(o, Kind::Context) {
+        if context.is_null() {
             return libc::EINVAL;
         }
-        // SAFETY: the registry said `o` was a live boxed CtxObj; it is now
-        // removed, so nothing else frees it.
-        let mut b = unsafe { Box::from_raw(o) };
+        let Some(mut b) = registry::take(ctx_obj(context), Kind::Context) else {
+            return libc::EINVAL;
+        };
         let entry = b.entry;
         if let Some(ctx) = b.ctx.take() {
             if let Err(e) = Context::try_destroy(ctx) {
@@ -748,11 +767,13 @@ pub extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
         match Pd::alloc(c.ctx()) {
             Ok(pd) => {
                 let handle = pd.number().0;
-                let obj = Box::into_raw(Box::new(PdObj {
-                    c: ibv_pd { context, handle },
-                    pd: Arc::new(pd),
-                }));
-                registry::add(obj, Kind::Pd);
+                let obj = registry::publish(
+                    PdObj {
+                        c: ibv_pd { context, handle },
+                        pd: Arc::new(pd),
+                    },
+                    Kind::Pd,
+                );
                 obj.cast()
             }
             Err(e) => fail(errno_of(&e)),
@@ -765,19 +786,12 @@ pub extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
 pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || {
         let o = pd.cast::<PdObj>();
-        let Some(p) = live(o, Kind::Pd) else {
-            return libc::EINVAL;
-        };
-        if Arc::strong_count(&p.pd) > 1 || p.pd.mr_count() > 0 {
-            return libc::EBUSY;
-        }
-        registry::remove(o, Kind::Pd);
-        // SAFETY: live and now removed from the registry: ours to free.
-        let b = unsafe { Box::from_raw(o) };
-        match Pd::try_destroy(b.pd) {
-            Ok(()) => 0,
-            Err(e) => errno_of(&e),
-        }
+        destroy_idle(
+            o,
+            Kind::Pd,
+            |p| Arc::strong_count(&p.pd) > 1 || p.pd.mr_count() > 0,
+            |b| status_of(Pd::try_destroy(b.pd)),
+        )
     })
 }
 
@@ -883,11 +897,14 @@ fn create_cq(
                 if let Some(flags) = ex {
                     crate::cqex::install(&mut cc, flags);
                 }
-                let obj = Box::into_raw(Box::new(CqObj {
-                    c: cc,
-                    cq: Arc::new(cq),
-                    cur: Mutex::new(WorkCompletion::default()),
-                }));
+                let obj = registry::publish(
+                    CqObj {
+                        c: cc,
+                        cq: Arc::new(cq),
+                        cur: Mutex::new(WorkCompletion::default()),
+                    },
+                    Kind::Cq,
+                );
                 if let Some(ch) = chan {
                     ch.cqs
                         .lock()
@@ -897,7 +914,6 @@ fn create_cq(
                     // counts its CQs, as libibverbs' does.
                     unsafe { (*channel).refcnt += 1 };
                 }
-                registry::add(obj, Kind::Cq);
                 obj.cast()
             }
             Err(e) => fail(errno_of(&e)),
@@ -910,31 +926,26 @@ fn create_cq(
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard(libc::EIO, || {
         let o = cq.cast::<CqObj>();
-        let Some(q) = live(o, Kind::Cq) else {
-            return libc::EINVAL;
-        };
         // libibverbs waits for the acknowledgement of every event it gave;
         // a program that did not acknowledge them would wait for ever in
         // one thread, so this says so instead.
-        if Arc::strong_count(&q.cq) > 1 || q.cq.unacked_events() > 0 {
-            return libc::EBUSY;
-        }
-        registry::remove(o, Kind::Cq);
-        // SAFETY: live and now removed from the registry: ours to free.
-        let b = unsafe { Box::from_raw(o) };
-        forget_object(b.c.context, o as usize);
-        if let Some(ch) = live(b.c.channel.cast::<ChanObj>(), Kind::Channel) {
-            ch.cqs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|&(_, x)| x != o as usize);
-            // SAFETY: the channel is live (checked just above).
-            unsafe { (*b.c.channel).refcnt -= 1 };
-        }
-        match Cq::try_destroy(b.cq) {
-            Ok(()) => 0,
-            Err(e) => errno_of(&e),
-        }
+        destroy_idle(
+            o,
+            Kind::Cq,
+            |q| Arc::strong_count(&q.cq) > 1 || q.cq.unacked_events() > 0,
+            |b| {
+                forget_object(b.c.context, o as usize);
+                if let Some(ch) = live(b.c.channel.cast::<ChanObj>(), Kind::Channel) {
+                    ch.cqs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .retain(|&(_, x)| x != o as usize);
+                    // SAFETY: the channel is live (checked just above).
+                    unsafe { (*b.c.channel).refcnt -= 1 };
+                }
+                status_of(Cq::try_destroy(b.cq))
+            },
+        )
     })
 }
 
@@ -1034,16 +1045,18 @@ pub extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv
             Ok(ch) => ch,
             Err(e) => return fail(errno_of(&e)),
         };
-        let obj = Box::into_raw(Box::new(ChanObj {
-            c: ibv_comp_channel {
-                context,
-                fd: ch.fd().unwrap_or(-1),
-                refcnt: 0,
+        let obj = registry::publish(
+            ChanObj {
+                c: ibv_comp_channel {
+                    context,
+                    fd: ch.fd().unwrap_or(-1),
+                    refcnt: 0,
+                },
+                ch: Arc::new(ch),
+                cqs: Mutex::new(Vec::new()),
             },
-            ch: Arc::new(ch),
-            cqs: Mutex::new(Vec::new()),
-        }));
-        registry::add(obj, Kind::Channel);
+            Kind::Channel,
+        );
         obj.cast()
     })
 }
@@ -1053,19 +1066,12 @@ pub extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv
 pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
     guard(libc::EIO, || {
         let o = channel.cast::<ChanObj>();
-        let Some(ch) = live(o, Kind::Channel) else {
-            return libc::EINVAL;
-        };
-        if ch.ch.cqs() != 0 || Arc::strong_count(&ch.ch) > 1 {
-            return libc::EBUSY;
-        }
-        registry::remove(o, Kind::Channel);
-        // SAFETY: was live, now removed from the registry: ours to free.
-        let b = unsafe { Box::from_raw(o) };
-        match CompChannel::try_destroy(b.ch) {
-            Ok(()) => 0,
-            Err(e) => errno_of(&e),
-        }
+        destroy_idle(
+            o,
+            Kind::Channel,
+            |ch| ch.ch.cqs() != 0 || Arc::strong_count(&ch.ch) > 1,
+            |b| status_of(CompChannel::try_destroy(b.ch)),
+        )
     })
 }
 
@@ -1252,16 +1258,18 @@ pub(crate) fn create_qp(
                 crate::qpex::install(&mut c, ops);
             }
             let qpn = qp.number().0;
-            let obj = Box::into_raw(Box::new(QpObj {
-                c,
-                qp: Mutex::new(qp),
-                sq_sig_all: ia.sq_sig_all != 0,
-                builder: Mutex::new(crate::qpex::Builder::default()),
-            }));
+            let obj = registry::publish(
+                QpObj {
+                    c,
+                    qp: Mutex::new(qp),
+                    sq_sig_all: ia.sq_sig_all != 0,
+                    builder: Mutex::new(crate::qpex::Builder::default()),
+                },
+                Kind::Qp,
+            );
             if let Some(cx) = live_ctx(p.c.context) {
                 cx.events.add_object(Element::Qp(qpn), obj as usize);
             }
-            registry::add(obj, Kind::Qp);
             obj.cast()
         }
         Err(e) => fail(errno_of(&e)),
@@ -1323,17 +1331,12 @@ pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
 pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
         let o = qp.cast::<QpObj>();
-        if !registry::remove(o, Kind::Qp) {
+        let Some(b) = registry::take(o, Kind::Qp) else {
             return libc::EINVAL;
-        }
-        // SAFETY: was live, now removed from the registry: ours to free.
-        let b = unsafe { Box::from_raw(o) };
+        };
         forget_object(b.c.qp_base.context, o as usize);
         let q = b.qp.into_inner().unwrap_or_else(|p| p.into_inner());
-        match q.destroy() {
-            Ok(()) => 0,
-            Err(e) => errno_of(&e),
-        }
+        status_of(q.destroy())
     })
 }
 
@@ -1820,14 +1823,16 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
         c.pd = pd;
         c.handle = srq.number().0;
         let srqn = srq.number().0;
-        let obj = Box::into_raw(Box::new(SrqObj {
-            c,
-            srq: Arc::new(srq),
-        }));
+        let obj = registry::publish(
+            SrqObj {
+                c,
+                srq: Arc::new(srq),
+            },
+            Kind::Srq,
+        );
         if let Some(cx) = live_ctx(p.c.context) {
             cx.events.add_object(Element::Srq(srqn), obj as usize);
         }
-        registry::add(obj, Kind::Srq);
         obj.cast()
     })
 }
@@ -1885,20 +1890,15 @@ pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c
 pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard(libc::EIO, || {
         let o = srq.cast::<SrqObj>();
-        let Some(s) = live(o, Kind::Srq) else {
-            return libc::EINVAL;
-        };
-        if Arc::strong_count(&s.srq) > 1 {
-            return libc::EBUSY;
-        }
-        registry::remove(o, Kind::Srq);
-        // SAFETY: was live, now removed from the registry: ours to free.
-        let b = unsafe { Box::from_raw(o) };
-        forget_object(b.c.context, o as usize);
-        match Srq::try_destroy(b.srq) {
-            Ok(()) => 0,
-            Err(e) => errno_of(&e),
-        }
+        destroy_idle(
+            o,
+            Kind::Srq,
+            |s| Arc::strong_count(&s.srq) > 1,
+            |b| {
+                forget_object(b.c.context, o as usize);
+                status_of(Srq::try_destroy(b.srq))
+            },
+        )
     })
 }
 
@@ -1919,15 +1919,17 @@ pub extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut
         let a = ah_attr_from_c(unsafe { &*attr });
         match Ah::create(&p.pd, &a) {
             Ok(ah) => {
-                let obj = Box::into_raw(Box::new(AhObj {
-                    c: ibv_ah {
-                        context: p.c.context,
-                        pd,
-                        handle: 0,
+                let obj = registry::publish(
+                    AhObj {
+                        c: ibv_ah {
+                            context: p.c.context,
+                            pd,
+                            handle: 0,
+                        },
+                        ah,
                     },
-                    ah,
-                }));
-                registry::add(obj, Kind::Ah);
+                    Kind::Ah,
+                );
                 obj.cast()
             }
             Err(e) => fail(errno_of(&e)),
@@ -1940,12 +1942,10 @@ pub extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut
 pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     guard(libc::EIO, || {
         let o = ah.cast::<AhObj>();
-        if !registry::remove(o, Kind::Ah) {
-            return libc::EINVAL;
+        match registry::take(o, Kind::Ah) {
+            Some(_) => 0,
+            None => libc::EINVAL,
         }
-        // SAFETY: was live, now removed from the registry: ours to free.
-        drop(unsafe { Box::from_raw(o) });
-        0
     })
 }
 

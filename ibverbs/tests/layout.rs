@@ -34,6 +34,11 @@ macro_rules! layout {
     };
 }
 
+/// A fact of a C expression `c` and its Rust value.
+fn fact(c: &str, rust: usize) -> Fact {
+    Fact { c: c.into(), rust }
+}
+
 fn facts() -> Vec<Fact> {
     let mut v = Vec::new();
     layout! { v;
@@ -256,32 +261,31 @@ fn facts() -> Vec<Fact> {
         preference
     });
     // The members of the send work request's unions.
-    v.push(Fact {
-        c: "offsetof(struct ibv_send_wr, wr.rdma.rkey)".into(),
-        rust: offset_of!(ffi::ibv_send_wr, wr) + offset_of!(ffi::ibv_send_wr_rdma, rkey),
-    });
-    v.push(Fact {
-        c: "offsetof(struct ibv_send_wr, wr.atomic.rkey)".into(),
-        rust: offset_of!(ffi::ibv_send_wr, wr) + offset_of!(ffi::ibv_send_wr_atomic, rkey),
-    });
-    v.push(Fact {
-        c: "offsetof(struct ibv_send_wr, wr.ud.remote_qkey)".into(),
-        rust: offset_of!(ffi::ibv_send_wr, wr) + offset_of!(ffi::ibv_send_wr_ud, remote_qkey),
-    });
-    v.push(Fact {
-        c: "offsetof(struct ibv_send_wr, tso.mss)".into(),
-        rust: offset_of!(ffi::ibv_send_wr, ext) + offset_of!(ffi::ibv_send_wr_tso, mss),
-    });
-    v.push(Fact {
-        c: "sizeof(union ibv_gid)".into(),
-        rust: size_of::<ffi::ibv_gid>(),
-    });
-    // The compat port attributes the IBVERBS_1.1 ibv_query_port writes end
-    // where port_cap_flags2 begins.
-    v.push(Fact {
-        c: "offsetof(struct ibv_port_attr, port_cap_flags2)".into(),
-        rust: ffi::COMPAT_PORT_ATTR_LEN,
-    });
+    v.extend([
+        fact(
+            "offsetof(struct ibv_send_wr, wr.rdma.rkey)",
+            offset_of!(ffi::ibv_send_wr, wr) + offset_of!(ffi::ibv_send_wr_rdma, rkey),
+        ),
+        fact(
+            "offsetof(struct ibv_send_wr, wr.atomic.rkey)",
+            offset_of!(ffi::ibv_send_wr, wr) + offset_of!(ffi::ibv_send_wr_atomic, rkey),
+        ),
+        fact(
+            "offsetof(struct ibv_send_wr, wr.ud.remote_qkey)",
+            offset_of!(ffi::ibv_send_wr, wr) + offset_of!(ffi::ibv_send_wr_ud, remote_qkey),
+        ),
+        fact(
+            "offsetof(struct ibv_send_wr, tso.mss)",
+            offset_of!(ffi::ibv_send_wr, ext) + offset_of!(ffi::ibv_send_wr_tso, mss),
+        ),
+        fact("sizeof(union ibv_gid)", size_of::<ffi::ibv_gid>()),
+        // The compat port attributes the IBVERBS_1.1 ibv_query_port writes end
+        // where port_cap_flags2 begins.
+        fact(
+            "offsetof(struct ibv_port_attr, port_cap_flags2)",
+            ffi::COMPAT_PORT_ATTR_LEN,
+        ),
+    ]);
     v
 }
 

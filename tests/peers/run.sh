@@ -592,6 +592,16 @@ ibv() {
     LD_LIBRARY_PATH=$IBV_LIB HCA_IBV_DEVICES=$devices "$@"
 }
 
+# wait_listening PORT: until a TCP socket listens on PORT (a peer
+# program's server), for at most 5 s.
+wait_listening() {
+    local i
+    for i in $(seq 50); do
+        ss -ltn 2>/dev/null | grep -q ":$1 " && break
+        sleep 0.1
+    done
+}
+
 # ibv_pingpong_case WIRE NAME PROGRAM [ARGS...]: server and client as two
 # processes, each on an emulated ConnectX-4 of its own, cabled by a socket
 # wire (WIRE udp or unix); both must exit 0 and report their iterations.
@@ -626,11 +636,7 @@ ibv_pingpong_case() {
     ibv "$sa" "${pre[@]}" "${vs[@]}" timeout 120 "$prog" -d "$dev" -g 1 -p "$port" "$@" \
         >"$dir/server.log" 2>&1 &
     local spid=$!
-    local i
-    for i in $(seq 50); do
-        ss -ltn 2>/dev/null | grep -q ":$port " && break
-        sleep 0.1
-    done
+    wait_listening "$port"
     ibv "$sb" "${pre[@]}" "${vc[@]}" timeout 120 "$prog" -d "$dev" -g 1 -p "$port" "$@" 127.0.0.1 \
         >"$dir/client.log" 2>&1
     local crc=$?
@@ -771,11 +777,7 @@ ibv_perftest_case() {
     local sb="emu:emu0=udp=127.0.0.1:$((port + 2)),udppeer=127.0.0.1:$((port + 1))"
     ibv "$sa" timeout 120 "$prog" -d emu0 -x 1 -p "$port" "$@" >"$dir/server.log" 2>&1 &
     local spid=$!
-    local i
-    for i in $(seq 50); do
-        ss -ltn 2>/dev/null | grep -q ":$port " && break
-        sleep 0.1
-    done
+    wait_listening "$port"
     ibv "$sb" timeout 120 "$prog" -d emu0 -x 1 -p "$port" "$@" 127.0.0.1 >"$dir/client.log" 2>&1
     local crc=$?
     wait "$spid"

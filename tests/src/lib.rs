@@ -42,6 +42,7 @@ pub use platform;
 
 pub mod verbs;
 
+use hca_driver::verbs::{Qp, QpCap, QpInitAttr, QpType};
 use hca_driver::{Config, Error, Hca};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform};
 use platform::Platform;
@@ -318,13 +319,20 @@ impl<P: Platform> Hcas<P> {
     /// CQ of `cqe` entries on each side.
     #[track_caller]
     pub fn sides(&self, cqe: u32) -> Sides<P> {
+        self.sides_cqe(cqe, cqe)
+    }
+
+    /// [`Hcas::sides`] with a CQ of `cqe_a` entries on side A and one of
+    /// `cqe_b` on side B.
+    #[track_caller]
+    pub fn sides_cqe(&self, cqe_a: u32, cqe_b: u32) -> Sides<P> {
         use hca_driver::verbs::{Context, Cq, Pd};
         let ca = Arc::new(Context::open(&self.a).expect("side A's context"));
         let cb = Arc::new(Context::open(self.b()).expect("side B's context"));
         let pda = Arc::new(Pd::alloc(&ca).expect("side A's PD"));
         let pdb = Arc::new(Pd::alloc(&cb).expect("side B's PD"));
-        let cqa = Arc::new(Cq::create(&ca, cqe).expect("side A's CQ"));
-        let cqb = Arc::new(Cq::create(&cb, cqe).expect("side B's CQ"));
+        let cqa = Arc::new(Cq::create(&ca, cqe_a).expect("side A's CQ"));
+        let cqb = Arc::new(Cq::create(&cb, cqe_b).expect("side B's CQ"));
         Sides {
             ca,
             cb,
@@ -350,6 +358,81 @@ pub struct Sides<P: Platform + 'static> {
     pub cqa: Arc<hca_driver::verbs::Cq<P>>,
     /// Side B's CQ.
     pub cqb: Arc<hca_driver::verbs::Cq<P>>,
+}
+
+impl<P: Platform + 'static> Sides<P> {
+    /// An RC QP on each side, sending and receiving on that side's CQ, of
+    /// capacities `caps` (side A's, side B's), connected to each other
+    /// through `ports` with `p` by [`verbs::connect_pair`] (`remote`: side
+    /// B's buffer address and rkey). Returns the QPs and their endpoints.
+    #[track_caller]
+    pub fn rc_pair(
+        &self,
+        ports: (u8, u8),
+        caps: (QpCap, QpCap),
+        remote: (u64, hca_driver::Rkey),
+        p: &verbs::RcParams,
+    ) -> RcPair<P> {
+        let qp = |pd, cq, cap| {
+            Qp::create(pd, &QpInitAttr::new(QpType::Rc, cq, cq).cap(cap)).expect("an RC QP")
+        };
+        let mut qa = qp(&self.pda, &self.cqa, caps.0);
+        let mut qb = qp(&self.pdb, &self.cqb, caps.1);
+        let (ea, eb) = verbs::connect_pair(
+            (&self.ca, ports.0, &mut qa),
+            (&self.cb, ports.1, &mut qb),
+            remote,
+            p,
+        );
+        (qa, qb, ea, eb)
+    }
+}
+
+/// What [`Sides::rc_pair`] makes: side A's QP, side B's, and their
+/// endpoints.
+pub type RcPair<P> = (Qp<P>, Qp<P>, verbs::Endpoint, verbs::Endpoint);
+
+/// The platform `P` reduced to the [`Platform`] trait's required calls
+/// (and `bar_write_combining`), each forwarded: every optional facility
+/// (interrupts, user-memory mappings...) is the trait's default, absent.
+/// The second field is what it describes itself as.
+pub struct Minimal<P>(pub P, pub &'static str);
+
+impl<P: Platform> Platform for Minimal<P> {
+    type Mmio = P::Mmio;
+    fn alloc_dma(&self, len: usize, align: usize) -> Result<platform::DmaRegion, platform::Error> {
+        self.0.alloc_dma(len, align)
+    }
+    fn free_dma(&self, region: platform::DmaRegion) {
+        self.0.free_dma(region)
+    }
+    fn map_bar(&self, bar: u8) -> Result<Self::Mmio, platform::Error> {
+        self.0.map_bar(bar)
+    }
+    fn bar_write_combining(&self, bar: u8) -> bool {
+        self.0.bar_write_combining(bar)
+    }
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), platform::Error> {
+        self.0.config_read(offset, buf)
+    }
+    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), platform::Error> {
+        self.0.config_write(offset, buf)
+    }
+    fn now(&self) -> std::time::Duration {
+        self.0.now()
+    }
+    fn delay(&self, d: std::time::Duration) {
+        self.0.delay(d)
+    }
+    fn relax(&self) {
+        self.0.relax()
+    }
+    fn reset_function(&self) -> Result<(), platform::Error> {
+        self.0.reset_function()
+    }
+    fn describe(&self) -> &str {
+        self.1
+    }
 }
 
 /// Two sides of a wire for data-path scenarios.

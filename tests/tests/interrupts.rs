@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hca_driver::{Config, Error, Hca, InterruptStats, Wait, WaitMode};
 use hca_emu::{Clock, EmuConfig, EmuHca};
-use hca_tests::{Bench, TestPlatform, scenarios};
+use hca_tests::{Bench, Minimal, TestPlatform, scenarios};
 use platform::Platform;
 
 /// Commands each scenario runs.
@@ -246,54 +246,15 @@ fn the_emulated_platform_checks_its_vectors() {
     assert!(p.interrupt_count(0).is_err());
 }
 
-/// The emulated platform with the trait's default interrupt facility: a
-/// platform without interrupts (bare metal without an interrupt hook).
-struct NoInterrupts(hca_emu::EmuPlatform);
-
-impl Platform for NoInterrupts {
-    type Mmio = <hca_emu::EmuPlatform as Platform>::Mmio;
-    fn alloc_dma(&self, len: usize, align: usize) -> Result<platform::DmaRegion, platform::Error> {
-        self.0.alloc_dma(len, align)
-    }
-    fn free_dma(&self, region: platform::DmaRegion) {
-        self.0.free_dma(region)
-    }
-    fn map_bar(&self, bar: u8) -> Result<Self::Mmio, platform::Error> {
-        self.0.map_bar(bar)
-    }
-    fn bar_write_combining(&self, bar: u8) -> bool {
-        self.0.bar_write_combining(bar)
-    }
-    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), platform::Error> {
-        self.0.config_read(offset, buf)
-    }
-    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), platform::Error> {
-        self.0.config_write(offset, buf)
-    }
-    fn now(&self) -> Duration {
-        self.0.now()
-    }
-    fn delay(&self, d: Duration) {
-        self.0.delay(d)
-    }
-    fn relax(&self) {
-        self.0.relax()
-    }
-    fn reset_function(&self) -> Result<(), platform::Error> {
-        self.0.reset_function()
-    }
-    fn describe(&self) -> &str {
-        "emulated ConnectX-4 without interrupts"
-    }
-}
-
 #[test]
 fn a_platform_without_interrupts_is_polled() {
     let emu = EmuHca::new(EmuConfig {
         command_latency: Duration::from_micros(20),
         ..EmuConfig::default()
     });
-    let p = NoInterrupts(emu.platform());
+    // The trait's default interrupt facility: a platform without interrupts
+    // (bare metal without an interrupt hook).
+    let p = Minimal(emu.platform(), "emulated ConnectX-4 without interrupts");
     assert_eq!(p.msix_vectors(), 0);
     assert!(matches!(
         p.enable_msix(1),

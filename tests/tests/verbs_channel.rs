@@ -27,9 +27,9 @@ use platform::Platform;
 /// does not sleep, when it is reached).
 const READABLE_MS: i32 = 10_000;
 
-/// Side A: a context, PD and CQ (no channel). Side B: a context, PD and
-/// the channel; nothing else on side B's completion EQ, so its vector
-/// interrupts only for the channel's CQs.
+/// Side A: a context, PD and CQ (no channel). Side B: a context, PD, the
+/// channel and a registered page for receives; nothing else on side B's
+/// completion EQ, so its vector interrupts only for the channel's CQs.
 struct Setup<P: Platform + 'static> {
     hcas: hca_tests::Hcas<P>,
     ca: Arc<Context<P>>,
@@ -38,6 +38,8 @@ struct Setup<P: Platform + 'static> {
     pdb: Arc<Pd<P>>,
     cqa: Arc<Cq<P>>,
     ch: Arc<CompChannel<P>>,
+    /// Side B's receive buffer (4 KiB, local write).
+    mb: Mr<P>,
 }
 
 fn setup<P: TestPlatform>(l: &mut Link<P>) -> Setup<P> {
@@ -52,6 +54,8 @@ fn setup<P: TestPlatform>(l: &mut Link<P>) -> Setup<P> {
         ch.interrupt_driven(),
         "the emulated platform gives interrupt fds"
     );
+    let bb = Arc::new(DmaBuf::alloc(hcas.b(), 4096).unwrap());
+    let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
     Setup {
         hcas,
         ca,
@@ -60,17 +64,13 @@ fn setup<P: TestPlatform>(l: &mut Link<P>) -> Setup<P> {
         pdb,
         cqa,
         ch,
+        mb,
     }
 }
 
 /// An RC pair: A's QP on `cqa`, B's on `cqb` (send and receive), with
-/// receives posted on B.
-fn pair<P: TestPlatform>(
-    l: &Link<P>,
-    s: &Setup<P>,
-    cqb: &Arc<Cq<P>>,
-    mb: &Mr<P>,
-) -> (Qp<P>, Qp<P>) {
+/// receives posted on B (into `s.mb`).
+fn pair<P: TestPlatform>(l: &Link<P>, s: &Setup<P>, cqb: &Arc<Cq<P>>) -> (Qp<P>, Qp<P>) {
     let mut qa = Qp::create(
         &s.pda,
         &QpInitAttr::new(QpType::Rc, &s.cqa, &s.cqa).cap(qp_cap(8, 1, 1, 32)),
@@ -88,7 +88,7 @@ fn pair<P: TestPlatform>(
         &RcParams::default(),
     );
     for i in 0..8 {
-        post_recv_sge(&mut qb, i, mb.sge(64 * i as usize, 64).unwrap());
+        post_recv_sge(&mut qb, i, s.mb.sge(64 * i as usize, 64).unwrap());
     }
     (qa, qb)
 }
@@ -111,11 +111,9 @@ fn emulated() -> Link<EmuPlatform> {
 fn armed_cq_makes_the_fd_readable_and_get_event_names_it<P: TestPlatform>(l: &mut Link<P>) {
     let s = setup(l);
     {
-        let bb = Arc::new(DmaBuf::alloc(s.hcas.b(), 4096).unwrap());
-        let mb = Mr::register(&s.pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let cqb = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 0xb0b).unwrap());
         assert!(cqb.channel().is_some());
-        let (mut qa, qb) = pair(l, &s, &cqb, &mb);
+        let (mut qa, qb) = pair(l, &s, &cqb);
         let fd = s.ch.fd().expect("a channel has a descriptor on Linux");
         assert!(!readable(fd, 0), "nothing happened yet");
 
@@ -206,10 +204,8 @@ fn armed_cq_makes_the_fd_readable_and_get_event_names_it<P: TestPlatform>(l: &mu
 fn solicited_only_arm_ignores_unsolicited_completions<P: TestPlatform>(l: &mut Link<P>) {
     let s = setup(l);
     {
-        let bb = Arc::new(DmaBuf::alloc(s.hcas.b(), 4096).unwrap());
-        let mb = Mr::register(&s.pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let cqb = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 7).unwrap());
-        let (mut qa, qb) = pair(l, &s, &cqb, &mb);
+        let (mut qa, qb) = pair(l, &s, &cqb);
         let fd = s.ch.fd().unwrap();
         cqb.req_notify(true);
         send(&mut qa, &s.cqa, 1, false);
@@ -231,13 +227,11 @@ fn solicited_only_arm_ignores_unsolicited_completions<P: TestPlatform>(l: &mut L
 fn two_cqs_on_one_channel<P: TestPlatform>(l: &mut Link<P>) {
     let s = setup(l);
     {
-        let bb = Arc::new(DmaBuf::alloc(s.hcas.b(), 4096).unwrap());
-        let mb = Mr::register(&s.pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let c1 = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 1).unwrap());
         let c2 = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 2).unwrap());
         assert_eq!(s.ch.cqs(), 2);
-        let (mut qa1, qb1) = pair(l, &s, &c1, &mb);
-        let (mut qa2, qb2) = pair(l, &s, &c2, &mb);
+        let (mut qa1, qb1) = pair(l, &s, &c1);
+        let (mut qa2, qb2) = pair(l, &s, &c2);
         let fd = s.ch.fd().unwrap();
         c1.req_notify(false);
         c2.req_notify(false);
@@ -273,10 +267,8 @@ fn two_cqs_on_one_channel<P: TestPlatform>(l: &mut Link<P>) {
 fn a_cq_with_unacknowledged_events_is_not_destroyed() {
     let mut l = emulated();
     let s = setup(&mut l);
-    let bb = Arc::new(DmaBuf::alloc(s.hcas.b(), 4096).unwrap());
-    let mb = Mr::register(&s.pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
     let cqb = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 5).unwrap());
-    let (mut qa, qb) = pair(&l, &s, &cqb, &mb);
+    let (mut qa, qb) = pair(&l, &s, &cqb);
     cqb.req_notify(false);
     send(&mut qa, &s.cqa, 1, false);
     assert_eq!(s.ch.get_event(WAIT).unwrap().map(|e| e.cookie), Some(5));
@@ -300,9 +292,10 @@ fn close<P: TestPlatform>(l: &mut Link<P>, s: Setup<P>) {
         pdb,
         cqa,
         ch,
+        mb,
     } = s;
     Arc::try_unwrap(ch).unwrap().destroy().unwrap();
-    drop((pda, pdb, cqa));
+    drop((mb, pda, pdb, cqa));
     drop((ca, cb));
     l.close(hcas);
 }

@@ -6,10 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hca_driver::verbs::{
-    AccessFlags, Completion, Context, Cq, DmaBuf, Mr, Pd, Qp, QpInitAttr, QpType, SendFlags,
-};
-use hca_tests::verbs::{RcParams, connect_pair, qp_cap};
+use hca_driver::verbs::{AccessFlags, Completion, DmaBuf, Mr, SendFlags};
+use hca_tests::verbs::{RcParams, qp_cap};
 use hca_tests::{Link, TestPlatform};
 
 /// Completions the scenario produces.
@@ -22,42 +20,21 @@ where
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let (ca, cb) = (
-            Arc::new(Context::open(&h.a).unwrap()),
-            Arc::new(Context::open(h.b()).unwrap()),
-        );
-        let (pda, pdb) = (
-            Arc::new(Pd::alloc(&ca).unwrap()),
-            Arc::new(Pd::alloc(&cb).unwrap()),
-        );
-        let (cqa, cqb) = (
-            Arc::new(Cq::create(&ca, 256).unwrap()),
-            Arc::new(Cq::create(&cb, 8).unwrap()),
-        );
+        let sides = h.sides_cqe(256, 8);
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 1 << 16).unwrap()),
         );
-        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let ma = Mr::register(&sides.pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
         let mb = Mr::register(
-            &pdb,
+            &sides.pdb,
             &bb,
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         )
         .unwrap();
-        let mut qa = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::Rc, &cqa, &cqa).cap(qp_cap(64, 1, 1, 0)),
-        )
-        .unwrap();
-        let mut qb = Qp::create(
-            &pdb,
-            &QpInitAttr::new(QpType::Rc, &cqb, &cqb).cap(qp_cap(1, 1, 1, 0)),
-        )
-        .unwrap();
-        let (_, eb) = connect_pair(
-            (&ca, pa, &mut qa),
-            (&cb, pb, &mut qb),
+        let (mut qa, qb, _, eb) = sides.rc_pair(
+            (pa, pb),
+            (qp_cap(64, 1, 1, 0), qp_cap(1, 1, 1, 0)),
             (mb.addr(), mb.rkey()),
             &RcParams::default(),
         );
@@ -67,7 +44,7 @@ where
             // Real time: the emulated device idles until the poster posts.
             let deadline = Instant::now() + Duration::from_secs(120);
             let poller = |single: bool| {
-                let (cq, taken, stop) = (&cqa, &taken, &stop);
+                let (cq, taken, stop) = (&sides.cqa, &taken, &stop);
                 s.spawn(move || {
                     let mut seen = Vec::new();
                     let mut c = Completion::default();

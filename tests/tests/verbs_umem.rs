@@ -11,22 +11,13 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use hca_driver::verbs::{
-    AccessFlags, Context, DmaBuf, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, SendFlags, SendOp, SendWr,
-    WcOpcode, WcStatus,
+    AccessFlags, Context, DmaBuf, Mr, Pd, Qp, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
 };
 use hca_driver::{Config, Error, Hca};
-use hca_emu::{EmuConfig, EmuHca, EmuPlatform};
-use hca_tests::verbs::{RcParams, connect_pair, poll_n, poll_ok, post_recv_sge, qp_cap};
-use hca_tests::{Link, Sides, TestPlatform};
-use platform::{DmaRegion, Platform, UserMemory};
-
-fn qp<P: Platform + 'static>(
-    pd: &Arc<Pd<P>>,
-    cq: &Arc<hca_driver::verbs::Cq<P>>,
-    c: QpCap,
-) -> Qp<P> {
-    Qp::create(pd, &QpInitAttr::new(QpType::Rc, cq, cq).cap(c)).unwrap()
-}
+use hca_emu::{EmuConfig, EmuHca};
+use hca_tests::verbs::{RcParams, poll_n, poll_ok, post_recv_sge, qp_cap};
+use hca_tests::{Link, Minimal, TestPlatform};
+use platform::{Platform, UserMemory};
 
 /// `n` bytes at `p + off`, read as a device would see them (volatile
 /// loads through the raw pointer: no reference into registered memory).
@@ -68,27 +59,19 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
     let len = 2 * 4096 + 517;
     let written = pattern(3000, 0x5a);
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(32);
+        let s = h.sides(32);
         let ba = Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap());
-        let ma = Mr::register(&pda, &ba, AccessFlags::ALL).unwrap();
-        let mb = Mr::register_user(&pdb, user(start, len), start as u64, AccessFlags::ALL).unwrap();
+        let ma = Mr::register(&s.pda, &ba, AccessFlags::ALL).unwrap();
+        let mb =
+            Mr::register_user(&s.pdb, user(start, len), start as u64, AccessFlags::ALL).unwrap();
         assert_eq!((mb.addr(), mb.len()), (start as u64, len));
         assert!(mb.buf().is_none());
         let m = mb.user_mapping().expect("a user region has its mapping");
         assert!(m.covers(start as usize, len));
-        assert_eq!(pdb.mr_count(), 1);
-        let mut qa = qp(&pda, &cqa, qp_cap(16, 16, 1, 0));
-        let mut qb = qp(&pdb, &cqb, qp_cap(16, 16, 1, 0));
-        let (_, eb) = connect_pair(
-            (&ca, pa, &mut qa),
-            (&cb, pb, &mut qb),
+        assert_eq!(s.pdb.mr_count(), 1);
+        let (mut qa, mut qb, _, eb) = s.rc_pair(
+            (pa, pb),
+            (qp_cap(16, 16, 1, 0), qp_cap(16, 16, 1, 0)),
             (mb.addr(), mb.rkey()),
             &rc_params(),
         );
@@ -106,7 +89,7 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
         .sgl(&sgl)
         .flags(SendFlags::SIGNALED);
         qa.post_send(&wr).unwrap();
-        assert_eq!(poll_ok(&cqa).opcode, WcOpcode::RdmaWrite);
+        assert_eq!(poll_ok(&s.cqa).opcode, WcOpcode::RdmaWrite);
         assert_eq!(
             peek(start, 4000, 3000),
             written,
@@ -124,10 +107,10 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
                 .flags(SendFlags::SIGNALED),
         )
         .unwrap();
-        let wc = poll_ok(&cqb);
+        let wc = poll_ok(&s.cqb);
         assert_eq!((wc.wr_id, wc.opcode, wc.byte_len), (7, WcOpcode::Recv, 19));
         assert_eq!(peek(start, 100, 19), b"through user memory");
-        poll_ok(&cqa);
+        poll_ok(&s.cqa);
 
         // A SEND gathered from the Vec (the bytes the write put there).
         post_recv_sge(&mut qa, 8, ma.sge(4096, 512).unwrap());
@@ -137,8 +120,8 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
                 .flags(SendFlags::SIGNALED),
         )
         .unwrap();
-        assert_eq!(poll_ok(&cqb).wr_id, 3);
-        assert_eq!(poll_ok(&cqa).byte_len, 300);
+        assert_eq!(poll_ok(&s.cqb).wr_id, 3);
+        assert_eq!(poll_ok(&s.cqa).byte_len, 300);
         let mut got = vec![0u8; 300];
         ba.read(4096, &mut got).unwrap();
         assert_eq!(got, written[..300]);
@@ -156,7 +139,7 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
             .flags(SendFlags::SIGNALED),
         )
         .unwrap();
-        assert_eq!(poll_ok(&cqa).opcode, WcOpcode::RdmaRead);
+        assert_eq!(poll_ok(&s.cqa).opcode, WcOpcode::RdmaRead);
         let mut got = [0u8; 64];
         ba.read(0, &mut got).unwrap();
         assert_eq!(got.to_vec(), peek(start, len - 64, 64));
@@ -165,7 +148,7 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
         // (ibv_reg_mr_iova2): same offset inside a page as the address.
         let iova = 0x5a00_0000_0000u64 | (start as u64 & 0xfff);
         let m2 = Mr::register_user(
-            &pdb,
+            &s.pdb,
             user(start, 1000),
             iova,
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
@@ -185,11 +168,11 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
             .flags(SendFlags::SIGNALED),
         )
         .unwrap();
-        poll_ok(&cqa);
+        poll_ok(&s.cqa);
         assert_eq!(peek(start, 10, 15), b"by another name");
 
         // An IOVA whose offset inside a page differs: refused (EINVAL).
-        let e = Mr::register_user(&pdb, user(start, 100), iova + 1, AccessFlags::LOCAL_WRITE)
+        let e = Mr::register_user(&s.pdb, user(start, 100), iova + 1, AccessFlags::LOCAL_WRITE)
             .unwrap_err();
         assert!(
             matches!(e, Error::InvalidArgument { arg: "iova", .. }),
@@ -197,7 +180,7 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
         );
         // Remote write without local write: refused like libibverbs.
         let e = Mr::register_user(
-            &pdb,
+            &s.pdb,
             user(start, 100),
             start as u64,
             AccessFlags::REMOTE_WRITE,
@@ -207,15 +190,15 @@ fn vec_written_read_and_messaged_in_place<P: TestPlatform>(l: &mut Link<P>) {
             matches!(e, Error::InvalidAttribute { attr: "access", .. }),
             "{e}"
         );
-        assert_eq!(pdb.mr_count(), 2);
+        assert_eq!(s.pdb.mr_count(), 2);
 
         // A PD with live regions cannot go.
-        let e = Pd::try_destroy(pdb.clone()).unwrap_err();
+        let e = Pd::try_destroy(s.pdb.clone()).unwrap_err();
         assert!(matches!(e, Error::InUse { .. }), "{e}");
         drop((qa, qb));
         m2.destroy().unwrap();
         mb.destroy().unwrap();
-        assert_eq!(pdb.mr_count(), 0);
+        assert_eq!(s.pdb.mr_count(), 0);
         drop(ma);
     }
     l.close(h);
@@ -232,16 +215,9 @@ fn violations_and_deregistered_keys_are_refused<P: TestPlatform>(l: &mut Link<P>
     let mut v = vec![0u8; 2 * 4096];
     let start = v.as_mut_ptr().wrapping_add(64);
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(32);
+        let s = h.sides(32);
         let ba = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
-        let ma = Mr::register(&pda, &ba, AccessFlags::ALL).unwrap();
+        let ma = Mr::register(&s.pda, &ba, AccessFlags::ALL).unwrap();
         ba.write(0, &[0xee; 64]).unwrap();
         let write = |qa: &mut Qp<P>, addr: u64, rkey: u32| {
             qa.post_send(
@@ -256,22 +232,20 @@ fn violations_and_deregistered_keys_are_refused<P: TestPlatform>(l: &mut Link<P>
                 .flags(SendFlags::SIGNALED),
             )
             .unwrap();
-            poll_n(&cqa, 1)[0]
+            poll_n(&s.cqa, 1)[0]
         };
 
         // Local write only: a peer's RDMA WRITE is a remote access error.
         let ro = Mr::register_user(
-            &pdb,
+            &s.pdb,
             user(start, 4096),
             start as u64,
             AccessFlags::LOCAL_WRITE,
         )
         .unwrap();
-        let mut qa = qp(&pda, &cqa, qp_cap(4, 4, 1, 0));
-        let mut qb = qp(&pdb, &cqb, qp_cap(4, 4, 1, 0));
-        connect_pair(
-            (&ca, pa, &mut qa),
-            (&cb, pb, &mut qb),
+        let (mut qa, qb, ..) = s.rc_pair(
+            (pa, pb),
+            (qp_cap(4, 4, 1, 0), qp_cap(4, 4, 1, 0)),
             (0, hca_driver::Rkey(0)),
             &rc_params(),
         );
@@ -284,14 +258,12 @@ fn violations_and_deregistered_keys_are_refused<P: TestPlatform>(l: &mut Link<P>
         // A deregistered key: the same error, and the memory untouched
         // (the key is gone from the device and the pages from the IOMMU).
         let rw =
-            Mr::register_user(&pdb, user(start, 4096), start as u64, AccessFlags::ALL).unwrap();
+            Mr::register_user(&s.pdb, user(start, 4096), start as u64, AccessFlags::ALL).unwrap();
         let (addr, rkey) = (rw.addr(), rw.rkey().0);
         rw.destroy().unwrap();
-        let mut qa = qp(&pda, &cqa, qp_cap(4, 4, 1, 0));
-        let mut qb = qp(&pdb, &cqb, qp_cap(4, 4, 1, 0));
-        connect_pair(
-            (&ca, pa, &mut qa),
-            (&cb, pb, &mut qb),
+        let (mut qa, qb, ..) = s.rc_pair(
+            (pa, pb),
+            (qp_cap(4, 4, 1, 0), qp_cap(4, 4, 1, 0)),
             (0, hca_driver::Rkey(0)),
             &rc_params(),
         );
@@ -314,23 +286,14 @@ fn rereg_changes_access_memory_and_pd<P: TestPlatform>(l: &mut Link<P>) {
     let mut v2 = vec![0u8; 4096];
     let (p1, p2) = (v1.as_mut_ptr(), v2.as_mut_ptr());
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(32);
+        let s = h.sides(32);
         let ba = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
-        let ma = Mr::register(&pda, &ba, AccessFlags::ALL).unwrap();
+        let ma = Mr::register(&s.pda, &ba, AccessFlags::ALL).unwrap();
         let mut mb =
-            Mr::register_user(&pdb, user(p1, 4096), p1 as u64, AccessFlags::LOCAL_WRITE).unwrap();
-        let mut qa = qp(&pda, &cqa, qp_cap(8, 8, 1, 0));
-        let mut qb = qp(&pdb, &cqb, qp_cap(8, 8, 1, 0));
-        connect_pair(
-            (&ca, pa, &mut qa),
-            (&cb, pb, &mut qb),
+            Mr::register_user(&s.pdb, user(p1, 4096), p1 as u64, AccessFlags::LOCAL_WRITE).unwrap();
+        let (mut qa, qb, ..) = s.rc_pair(
+            (pa, pb),
+            (qp_cap(8, 8, 1, 0), qp_cap(8, 8, 1, 0)),
             (0, hca_driver::Rkey(0)),
             &rc_params(),
         );
@@ -348,12 +311,12 @@ fn rereg_changes_access_memory_and_pd<P: TestPlatform>(l: &mut Link<P>) {
                 .flags(SendFlags::SIGNALED),
             )
             .unwrap();
-            poll_n(&cqa, 1)[0]
+            poll_n(&s.cqa, 1)[0]
         };
 
         // A PD of another context: refused, nothing changes.
         let k0 = mb.rkey();
-        let e = mb.rereg(Some(pda.clone()), None).unwrap_err();
+        let e = mb.rereg(Some(s.pda.clone()), None).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { arg: "pd", .. }), "{e}");
         assert_eq!(mb.rkey(), k0);
 
@@ -361,7 +324,7 @@ fn rereg_changes_access_memory_and_pd<P: TestPlatform>(l: &mut Link<P>) {
         mb.rereg(None, Some(AccessFlags::ALL)).unwrap();
         assert_ne!(mb.rkey(), k0);
         assert_eq!(mb.access(), AccessFlags::ALL);
-        assert_eq!(pdb.mr_count(), 1);
+        assert_eq!(s.pdb.mr_count(), 1);
         let wc = write(&mut qa, p1 as u64 + 8, mb.rkey().0, b"first");
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
         assert_eq!(peek(p1, 8, 5), b"first");
@@ -379,9 +342,9 @@ fn rereg_changes_access_memory_and_pd<P: TestPlatform>(l: &mut Link<P>) {
         // PD: another PD of side B's context; the key leaves the first
         // PD's table, and B's QP (in the first PD) cannot use it: the
         // peer's write is a remote access error.
-        let pdb2 = Arc::new(Pd::alloc(&cb).unwrap());
+        let pdb2 = Arc::new(Pd::alloc(&s.cb).unwrap());
         mb.rereg(Some(pdb2.clone()), None).unwrap();
-        assert_eq!((pdb.mr_count(), pdb2.mr_count()), (0, 1));
+        assert_eq!((s.pdb.mr_count(), pdb2.mr_count()), (0, 1));
         let wc = write(&mut qa, p2 as u64 + 8, mb.rkey().0, b"third!");
         assert_eq!(wc.status, WcStatus::RemAccessErr, "{wc:?}");
         assert_eq!(peek(p2, 8, 6), b"second");
@@ -474,52 +437,18 @@ fn emulated_iommu_maps_and_unmaps_the_pages() {
     drop(v);
 }
 
-/// The emulated platform without user mappings (every other call
-/// forwarded): what a platform that cannot map user memory looks like.
-struct NoUserMemory(EmuPlatform);
-
-impl Platform for NoUserMemory {
-    type Mmio = <EmuPlatform as Platform>::Mmio;
-    fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaRegion, platform::Error> {
-        self.0.alloc_dma(len, align)
-    }
-    fn free_dma(&self, region: DmaRegion) {
-        self.0.free_dma(region)
-    }
-    fn map_bar(&self, bar: u8) -> Result<Self::Mmio, platform::Error> {
-        self.0.map_bar(bar)
-    }
-    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), platform::Error> {
-        self.0.config_read(offset, buf)
-    }
-    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), platform::Error> {
-        self.0.config_write(offset, buf)
-    }
-    fn now(&self) -> std::time::Duration {
-        self.0.now()
-    }
-    fn delay(&self, d: std::time::Duration) {
-        self.0.delay(d)
-    }
-    fn relax(&self) {
-        self.0.relax()
-    }
-    fn reset_function(&self) -> Result<(), platform::Error> {
-        self.0.reset_function()
-    }
-    fn describe(&self) -> &str {
-        "emulated ConnectX-4 without user memory"
-    }
-}
-
 #[test]
 fn a_platform_without_user_mappings_refuses_with_a_typed_error() {
     hca_tests::init_logging();
     let emu = EmuHca::new(EmuConfig::default());
     let hca = Arc::new(
-        Hca::open(NoUserMemory(emu.platform()), Config::default())
-            .map_err(|f| f.error)
-            .unwrap(),
+        Hca::open(
+            // What a platform that cannot map user memory looks like.
+            Minimal(emu.platform(), "emulated ConnectX-4 without user memory"),
+            Config::default(),
+        )
+        .map_err(|f| f.error)
+        .unwrap(),
     );
     {
         let ctx = Arc::new(Context::open(&hca).unwrap());

@@ -850,27 +850,51 @@ impl<M: Mmio> Cq<M> {
                 break;
             }
             barrier::udma_from_device_barrier();
-            match self.general(off, op_own, queues) {
-                Ok(c) => {
-                    wc[n].set(c);
-                    self.ci = ci.wrapping_add(1);
-                    n += 1;
-                }
+            match self.general_step(ci, off, op_own, queues, &mut wc[n], n == 0) {
+                Ok(true) => n += 1,
+                Ok(false) => break,
                 Err(e) => {
-                    if n == 0 {
-                        // A contended SRQ lock is not the CQE's fault:
-                        // leave it for the next poll.
-                        if !matches!(e, Error::SrqLockTimeout(_)) {
-                            self.ci = ci.wrapping_add(1);
-                        }
-                        result = Err(e);
-                    }
+                    result = Err(e);
                     break;
                 }
             }
         }
         self.update_ci();
         result.map(|()| n)
+    }
+
+    /// One CQE of a batch poll ([`poll`](Self::poll) and its
+    /// cache-maintenance twin) through the general path: the owned CQE at
+    /// `off` (consumer index `ci`) decoded into `slot` and consumed
+    /// (`Ok(true)`). A CQE the general path refuses ends the batch: the
+    /// batch's first (`first`) is consumed and its error returned, except
+    /// that a contended SRQ lock, not the CQE's fault, leaves it for the
+    /// next poll; a later one is left for the next poll to report
+    /// (`Ok(false)`).
+    #[inline(always)]
+    fn general_step<R: CqResolver, W: CompletionSlot>(
+        &mut self,
+        ci: u32,
+        off: usize,
+        op_own: u8,
+        queues: &R,
+        slot: &mut W,
+        first: bool,
+    ) -> Result<bool, Error> {
+        match self.general(off, op_own, queues) {
+            Ok(c) => {
+                slot.set(c);
+                self.ci = ci.wrapping_add(1);
+                Ok(true)
+            }
+            Err(e) if first => {
+                if !matches!(e, Error::SrqLockTimeout(_)) {
+                    self.ci = ci.wrapping_add(1);
+                }
+                Err(e)
+            }
+            Err(_) => Ok(false),
+        }
     }
 
     /// [`poll`](Self::poll) into one slot: the single-CQE path, out of
@@ -1003,19 +1027,11 @@ impl<M: Mmio> Cq<M> {
             }
             barrier::udma_from_device_barrier();
             self.mmio.dma_invalidate(addr, 64);
-            match self.general(off, op_own, queues) {
-                Ok(c) => {
-                    wc[n].set(c);
-                    self.ci = ci.wrapping_add(1);
-                    n += 1;
-                }
+            match self.general_step(ci, off, op_own, queues, &mut wc[n], n == 0) {
+                Ok(true) => n += 1,
+                Ok(false) => break,
                 Err(e) => {
-                    if n == 0 {
-                        if !matches!(e, Error::SrqLockTimeout(_)) {
-                            self.ci = ci.wrapping_add(1);
-                        }
-                        result = Err(e);
-                    }
+                    result = Err(e);
                     break;
                 }
             }

@@ -249,13 +249,61 @@ pub fn op_api_poll32(cq: &ApiCq, wc: &mut [Completion; 32]) -> hca_driver::Resul
     cq.poll(wc)
 }
 
+/// An emulated HCA with a loopback plug on port 1, brought up on
+/// [`Shadow`] (doorbells kept in memory until [`ShadowHca::forward`]): what
+/// the scenarios' rigs start with.
+pub struct ShadowHca {
+    /// The emulator.
+    pub emu: EmuHca,
+    bar: <EmuPlatform as Platform>::Mmio,
+    bells: Doorbells,
+    /// The HCA.
+    pub hca: Arc<Hca<Shadow>>,
+}
+
+impl ShadowHca {
+    /// Brings the HCA up; with a context of it and a PD (unmeasured).
+    pub fn open() -> (Self, Arc<Context<Shadow>>, Arc<Pd<Shadow>>) {
+        let emu = EmuHca::new(EmuConfig::default());
+        emu.plug_loopback(1).expect("loopback plug");
+        let shadow = Shadow::new(emu.platform());
+        let bells = shadow.doorbells();
+        let bar = emu.platform().map_bar(0).expect("BAR0");
+        let hca = Arc::new(Hca::open(shadow, Config::default()).expect("bring-up"));
+        let ctx = Arc::new(Context::open(&hca).expect("context"));
+        let pd = Arc::new(Pd::alloc(&ctx).expect("PD"));
+        (
+            Self {
+                emu,
+                bar,
+                bells,
+                hca,
+            },
+            ctx,
+            pd,
+        )
+    }
+
+    /// Hands the last doorbell to the device.
+    pub fn forward(&self) {
+        self.bells.forward(&self.bar);
+    }
+
+    /// Checks nothing went wrong and closes the HCA (of which nothing may
+    /// be left).
+    pub fn close(self) {
+        Arc::into_inner(self.hca)
+            .expect("the last handle")
+            .close()
+            .expect("close");
+        self.emu.assert_clean();
+    }
+}
+
 /// An emulated HCA with a connected RC QP whose RDMA writes loop back to a
 /// second QP of the same HCA.
 pub struct Api {
-    emu: EmuHca,
-    bar: <EmuPlatform as Platform>::Mmio,
-    bells: Doorbells,
-    hca: Arc<Hca<Shadow>>,
+    dev: ShadowHca,
     /// The QP posted to.
     pub qp: ApiQp,
     /// Its send CQ.
@@ -278,17 +326,10 @@ impl Api {
     /// Opens the HCA and connects the QPs; `depth` work requests fit the
     /// send queue and the CQ.
     pub fn new(depth: u32) -> Self {
-        let emu = EmuHca::new(EmuConfig::default());
-        emu.plug_loopback(1).expect("loopback plug");
-        let shadow = Shadow::new(emu.platform());
-        let bells = shadow.doorbells();
-        let bar = emu.platform().map_bar(0).expect("BAR0");
-        let hca = Arc::new(Hca::open(shadow, Config::default()).expect("bring-up"));
-        let ctx = Arc::new(Context::open(&hca).expect("context"));
-        let pd = Arc::new(Pd::alloc(&ctx).expect("PD"));
+        let (dev, ctx, pd) = ShadowHca::open();
         let cq = Arc::new(Cq::create(&ctx, depth).expect("CQ"));
         let peer_cq = Arc::new(Cq::create(&ctx, 16).expect("CQ"));
-        let buf = Arc::new(DmaBuf::alloc(&hca, 1 << 16).expect("buffer"));
+        let buf = Arc::new(DmaBuf::alloc(&dev.hca, 1 << 16).expect("buffer"));
         let mr = Mr::register(&pd, &buf, ACCESS).expect("MR");
         let cap = QpCap {
             max_send_wr: depth,
@@ -337,10 +378,7 @@ impl Api {
             .expect("RTS");
         }
         Self {
-            emu,
-            bar,
-            bells,
-            hca,
+            dev,
             qp,
             cq,
             peer,
@@ -377,12 +415,12 @@ impl Api {
     /// Hands the last doorbell to the device and waits until it has
     /// written the completions of everything posted (unmeasured).
     pub fn complete(&mut self) {
-        self.bells.forward(&self.bar);
+        self.dev.forward();
         let cqn = self.cq.number().0;
         let want = self.cqes.wrapping_add(self.outstanding);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let pc = self.emu.cq(cqn).expect("CQ").pc;
+            let pc = self.dev.emu.cq(cqn).expect("CQ").pc;
             if pc == want {
                 break;
             }
@@ -420,8 +458,7 @@ impl Api {
     /// Checks nothing went wrong and closes the HCA.
     pub fn finish(self) {
         let Api {
-            emu,
-            hca,
+            dev,
             qp,
             cq,
             peer,
@@ -429,11 +466,7 @@ impl Api {
             ..
         } = self;
         drop((qp, peer, mr, cq));
-        Arc::into_inner(hca)
-            .expect("the last handle")
-            .close()
-            .expect("close");
-        emu.assert_clean();
+        dev.close();
     }
 }
 

@@ -50,16 +50,14 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use api::{Api, ApiCq, ApiQp, ApiWrite, Doorbells, Shadow};
+use api::{Api, ApiCq, ApiQp, ApiWrite, Shadow, ShadowHca};
 use doorbell_model::{doorbell_cost, doorbell_model_init};
 use hca_driver::verbs::{
-    AccessFlags, Ah, Completion, Context, Cq, DmaBuf, Mr, Pd, Qp, QpInitAttr, QpType, RecvWr,
-    SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus, WorkCompletion,
+    AccessFlags, Ah, Completion, Cq, DmaBuf, Mr, Qp, QpInitAttr, QpType, RecvWr, SendFlags, SendOp,
+    SendWr, Sge, UdDest, WcStatus, WorkCompletion,
 };
-use hca_driver::{Config, Hca, IbMtu, Rkey};
-use hca_emu::{EmuConfig, EmuHca, EmuPlatform};
+use hca_driver::{IbMtu, Rkey};
 use hca_tests::verbs::{Endpoint, RcParams, connect_pair, path_to, qp_cap, ud_ready};
-use platform::Platform;
 
 // ---- measured operations ---------------------------------------------------
 
@@ -134,10 +132,7 @@ const ACCESS: AccessFlags = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags
 /// An emulated HCA (UAR pages in memory, as [`Api`]) with two connected RC
 /// QPs `a` -> `b` and two UD QPs `ua` -> `ub` over a loopback plug.
 struct Rig {
-    emu: EmuHca,
-    bar: <EmuPlatform as Platform>::Mmio,
-    bells: Doorbells,
-    hca: Arc<Hca<Shadow>>,
+    dev: ShadowHca,
     /// Send completions of `a` and `ua`.
     cq_a: Arc<ApiCq>,
     /// Receive completions of `b` and `ub`.
@@ -153,17 +148,10 @@ struct Rig {
 
 impl Rig {
     fn new() -> Self {
-        let emu = EmuHca::new(EmuConfig::default());
-        emu.plug_loopback(1).expect("loopback plug");
-        let shadow = Shadow::new(emu.platform());
-        let bells = shadow.doorbells();
-        let bar = emu.platform().map_bar(0).expect("BAR0");
-        let hca = Arc::new(Hca::open(shadow, Config::default()).expect("bring-up"));
-        let ctx = Arc::new(Context::open(&hca).expect("context"));
-        let pd = Arc::new(Pd::alloc(&ctx).expect("PD"));
+        let (dev, ctx, pd) = ShadowHca::open();
         let cq_a = Arc::new(Cq::create(&ctx, 2 * ROUND).expect("CQ"));
         let cq_b = Arc::new(Cq::create(&ctx, 2 * ROUND).expect("CQ"));
-        let buf = Arc::new(DmaBuf::alloc(&hca, 1 << 16).expect("buffer"));
+        let buf = Arc::new(DmaBuf::alloc(&dev.hca, 1 << 16).expect("buffer"));
         let mr = Mr::register(&pd, &buf, ACCESS).expect("MR");
         let cap = qp_cap(ROUND, ROUND, 1, 64);
         let qp = |t, send: &Arc<ApiCq>, recv: &Arc<ApiCq>| {
@@ -186,10 +174,7 @@ impl Rig {
         let eb = Endpoint::of(&ctx, 1, ub_qpn, 0, Rkey(0));
         let ah = Ah::create(&pd, &path_to(&ctx, 1, &eb, 64)).expect("AH");
         Self {
-            emu,
-            bar,
-            bells,
-            hca,
+            dev,
             cq_a,
             cq_b,
             a,
@@ -218,7 +203,7 @@ impl Rig {
     /// Hands the last doorbell to the device and takes `sends` completions
     /// from `cq_a` and `recvs` from `cq_b`, all successful (unmeasured).
     fn settle(&mut self, sends: u32, recvs: u32) {
-        self.bells.forward(&self.bar);
+        self.dev.forward();
         for (cq, n) in [(&self.cq_a, sends), (&self.cq_b, recvs)] {
             let mut wc = [WorkCompletion::default(); 16];
             let mut got = 0u32;
@@ -244,8 +229,7 @@ impl Rig {
     /// Checks nothing went wrong and closes the HCA.
     fn finish(self) {
         let Rig {
-            emu,
-            hca,
+            dev,
             cq_a,
             cq_b,
             a,
@@ -257,11 +241,7 @@ impl Rig {
             ..
         } = self;
         drop((a, b, ua, ub, ah, mr, cq_a, cq_b));
-        Arc::into_inner(hca)
-            .expect("the last handle")
-            .close()
-            .expect("close");
-        emu.assert_clean();
+        dev.close();
     }
 }
 
