@@ -87,6 +87,10 @@ syndromes! {
     CQ_LOG_SIZE = 0x0004_0001, "CREATE_CQ: log_cq_size above log_max_cq_sz";
     CQ_BAD_EQN = 0x0004_0002, "CREATE_CQ: c_eqn is not an existing EQ";
     CQ_CQE_SIZE = 0x0004_0003, "CREATE_CQ: cqe_sz must be 0 (64 B) or 1 (128 B)";
+    // MODIFY_CQ 0x403.
+    CQ_RESIZE_FIELDS = 0x0004_0301, "MODIFY_CQ resize: resize_field_select lacks log_cq_size (bit 0)";
+    CQ_RESIZE_UMEM = 0x0004_0302, "MODIFY_CQ resize: a new buffer on a UMEM (cq_umem_valid) is not emulated";
+    CQ_RESIZE_IN_ERROR = 0x0004_0303, "MODIFY_CQ resize: the CQ is in error";
     // QP.
     QP_ST = 0x0005_0001, "CREATE_QP: service type not supported (RC, UC, UD)";
     QP_LOG_SIZE = 0x0005_0002, "CREATE_QP: log_rq_size or log_sq_size above log_max_qp_sz";
