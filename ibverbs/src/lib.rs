@@ -33,6 +33,7 @@ mod async_ev;
 mod capi_tests;
 mod compat;
 mod cqex;
+mod cqresize;
 pub mod devices;
 pub mod ffi;
 

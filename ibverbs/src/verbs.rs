@@ -938,15 +938,6 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
-/// `ibv_resize_cq`: not supported by the driver.
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    if live(cq.cast::<CqObj>(), Kind::Cq).is_none() {
-        return libc::EINVAL;
-    }
-    libc::EOPNOTSUPP
-}
-
 pub(crate) fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
     let imm = if w.wc_flags.has(WcFlags::WITH_IMM) {
         w.imm_data.to_be()
