@@ -91,6 +91,8 @@ syndromes! {
     CQ_RESIZE_FIELDS = 0x0004_0301, "MODIFY_CQ resize: resize_field_select lacks log_cq_size (bit 0)";
     CQ_RESIZE_UMEM = 0x0004_0302, "MODIFY_CQ resize: a new buffer on a UMEM (cq_umem_valid) is not emulated";
     CQ_RESIZE_IN_ERROR = 0x0004_0303, "MODIFY_CQ resize: the CQ is in error";
+    CQ_RESIZE_TOO_SMALL = 0x0004_0304, "MODIFY_CQ resize: the CQEs not yet consumed do not fit in the new size (or the old ring is full)";
+    CQ_RESIZE_DBR = 0x0004_0305, "MODIFY_CQ resize: the doorbell record cannot be read";
     // QP.
     QP_ST = 0x0005_0001, "CREATE_QP: service type not supported (RC, UC, UD)";
     QP_LOG_SIZE = 0x0005_0002, "CREATE_QP: log_rq_size or log_sq_size above log_max_qp_sz";

@@ -724,6 +724,7 @@ fn resize_cq(d: &mut Device, c: &Cmd, cqn: u32) -> R {
     }
     let cqe_sz = cq.cqe_sz;
     let old_lps = cq.log_page_size;
+    let (dbr, old_log, pc) = (cq.dbr_addr, cq.log_size, cq.pc);
     let log = g("log_cq_size");
     d.cap_le(log, "log_max_cq_sz", syn::CQ_LOG_SIZE)?;
     if c.get("cq_umem_valid") == 1 {
@@ -739,6 +740,20 @@ fn resize_cq(d: &mut Device, c: &Cmd, cqn: u32) -> R {
     };
     let bytes = (64u64 << cqe_sz) << log;
     let pas = read_pas(c, "pas", pages_for(bytes, lps))?;
+    // The CQEs not yet consumed (producer counter minus the consumer index
+    // in the doorbell record) must fit in the new size, and the old ring
+    // must have room for the RESIZE_CQ CQE.
+    let mut w = [0u8; 4];
+    if d.iommu
+        .read(dbr, &mut w, &|| format!("CQ {cqn:#x} doorbell record"))
+        .is_err()
+    {
+        return fail(st::BAD_PARAM, syn::CQ_RESIZE_DBR);
+    }
+    let used = pc.wrapping_sub(u32::from_be_bytes(w)) & 0xff_ffff;
+    if used >= 1 << log || used >= 1 << old_log {
+        return fail(st::BAD_PARAM, syn::CQ_RESIZE_TOO_SMALL);
+    }
     // The RESIZE_CQ CQE in the old buffer, without an event.
     let mut e = [0u8; 64];
     e[63] = CQE_RESIZE_CQ << 4;
