@@ -122,6 +122,8 @@ fn resize_case(log: u8, ci: u32, n: u32, new_log: u8) {
         let parts = cq.into_parts();
         mem.reclaim(parts.region).unwrap();
         assert!(parts.resized.is_none());
+        drop(table.remove(1));
+        a.reclaim();
         return;
     }
     assert!(old.map_err(|(e, _)| e).unwrap().is_none());
