@@ -152,6 +152,18 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
         0x401 => spec!("destroy_cq_in", "destroy_cq_out", Initialized, destroy_cq),
         0x402 => spec!("query_cq_in", "query_cq_out", Initialized, query_cq),
         0x403 => spec!("modify_cq_in", "modify_cq_out", Initialized, modify_cq),
+        0x806 => spec!(
+            "attach_to_mcg_in",
+            "attach_to_mcg_out",
+            Initialized,
+            attach_to_mcg
+        ),
+        0x807 => spec!(
+            "detach_from_mcg_in",
+            "detach_from_mcg_out",
+            Initialized,
+            detach_from_mcg
+        ),
         0x500 => spec!("create_qp_in", "create_qp_out", Initialized, qp::create_qp, in = 0x110),
         0x501 => spec!(
             "destroy_qp_in",
@@ -777,6 +789,55 @@ fn resize_cq(d: &mut Device, c: &Cmd, cqn: u32) -> R {
 
 /// CQE opcode RESIZE_CQ (`MLX5_CQE_RESIZE_CQ`).
 const CQE_RESIZE_CQ: u8 = 5;
+
+// ---- Multicast groups ----------------------------------------------------------
+
+/// The QP and MGID of ATTACH_TO_MCG / DETACH_FROM_MCG: the QP exists and is
+/// UD, the GID is a multicast one (IBA 4.1.1: MGIDs start with 0xff).
+fn mcg_args(d: &Device, c: &Cmd) -> Result<(u32, [u8; 16]), Fail> {
+    let qpn = c.get("qpn") as u32;
+    let Some(q) = d.fw.objs.qp(qpn) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    if q.st != 2 {
+        return fail(st::BAD_PARAM, syn::MCG_NOT_UD);
+    }
+    let off = c.off("multicast_gid");
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&c.input[off..off + 16]);
+    if gid[0] != 0xff {
+        return fail(st::BAD_PARAM, syn::MCG_NOT_MULTICAST);
+    }
+    Ok((qpn, gid))
+}
+
+/// ATTACH_TO_MCG: the UD QP joins the group of `multicast_gid`; UD sends
+/// to the group reach it (see the data path's multicast delivery).
+fn attach_to_mcg(d: &mut Device, c: &Cmd) -> R {
+    let (qpn, gid) = mcg_args(d, c)?;
+    let qps = d.fw.mcast.entry(gid).or_default();
+    if qps.contains(&qpn) {
+        return fail(st::BAD_PARAM, syn::MCG_ATTACHED);
+    }
+    qps.push(qpn);
+    c.out().done()
+}
+
+/// DETACH_FROM_MCG: the QP leaves the group.
+fn detach_from_mcg(d: &mut Device, c: &Cmd) -> R {
+    let (qpn, gid) = mcg_args(d, c)?;
+    let Some(qps) = d.fw.mcast.get_mut(&gid) else {
+        return fail(st::BAD_PARAM, syn::MCG_NOT_ATTACHED);
+    };
+    let Some(i) = qps.iter().position(|&q| q == qpn) else {
+        return fail(st::BAD_PARAM, syn::MCG_NOT_ATTACHED);
+    };
+    qps.remove(i);
+    if qps.is_empty() {
+        d.fw.mcast.remove(&gid);
+    }
+    c.out().done()
+}
 
 // ---- SRQ and RMP -------------------------------------------------------------------
 
