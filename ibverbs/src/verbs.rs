@@ -2032,24 +2032,6 @@ pub extern "C" fn ibv_create_ah_from_wc(
 // ---------------------------------------------------------------------
 // Not supported: the errno libibverbs gives for a verb the provider lacks.
 
-/// `ibv_attach_mcast`: not supported yet (`EOPNOTSUPP`).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    if live(qp.cast::<QpObj>(), Kind::Qp).is_none() {
-        return libc::EINVAL;
-    }
-    libc::EOPNOTSUPP
-}
-
-/// `ibv_detach_mcast`: not supported yet (`EOPNOTSUPP`).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    if live(qp.cast::<QpObj>(), Kind::Qp).is_none() {
-        return libc::EINVAL;
-    }
-    libc::EOPNOTSUPP
-}
-
 /// Forgets a destroyed object in its context's event routing.
 fn forget_object(ctx: *mut ibv_context, c: usize) {
     if let Some(cx) = live_ctx(ctx) {
