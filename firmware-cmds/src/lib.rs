@@ -74,6 +74,7 @@ pub mod flow;
 pub mod hca;
 pub mod init_seg;
 pub mod mad;
+pub mod mcg;
 pub mod mkey;
 pub mod pd;
 pub mod qp;

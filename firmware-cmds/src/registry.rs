@@ -20,8 +20,8 @@ use crate::command::{Command, input_header};
 use crate::layout::{Layout, LayoutInfo, read_bits};
 use crate::opcode::Opcode;
 use crate::{
-    caps, cmdq, cq, eq, eth, flow, hca, init_seg, mad, mailbox, mkey, pd, qp, reg, rmp, roce, srq,
-    uar, vport,
+    caps, cmdq, cq, eq, eth, flow, hca, init_seg, mad, mailbox, mcg, mkey, pd, qp, reg, rmp, roce,
+    srq, uar, vport,
 };
 
 /// The input and output layouts of one command.
@@ -156,6 +156,11 @@ static LAYOUTS: &[&LayoutInfo] = infos![
     cq::QueryCqOut,
     cq::ModifyCqIn,
     cq::ModifyCqOut,
+    // mcg
+    mcg::AttachToMcgIn,
+    mcg::AttachToMcgOut,
+    mcg::DetachFromMcgIn,
+    mcg::DetachFromMcgOut,
     // pd
     pd::AllocPdIn,
     pd::AllocPdOut,
@@ -339,6 +344,8 @@ static COMMANDS: &[CommandLayouts] = commands![
     cq::ModifyCqIn,
     pd::AllocPdIn,
     pd::DeallocPdIn,
+    mcg::AttachToMcgIn,
+    mcg::DetachFromMcgIn,
     pd::AllocTransportDomainIn,
     pd::DeallocTransportDomainIn,
     mkey::CreateMkeyIn,

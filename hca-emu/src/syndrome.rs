@@ -87,6 +87,17 @@ syndromes! {
     CQ_LOG_SIZE = 0x0004_0001, "CREATE_CQ: log_cq_size above log_max_cq_sz";
     CQ_BAD_EQN = 0x0004_0002, "CREATE_CQ: c_eqn is not an existing EQ";
     CQ_CQE_SIZE = 0x0004_0003, "CREATE_CQ: cqe_sz must be 0 (64 B) or 1 (128 B)";
+    // ATTACH_TO_MCG 0x806 / DETACH_FROM_MCG 0x807.
+    MCG_NOT_UD = 0x0008_0601, "ATTACH_TO_MCG: the QP is not a UD QP";
+    MCG_NOT_MULTICAST = 0x0008_0602, "ATTACH_TO_MCG/DETACH_FROM_MCG: multicast_gid does not start with 0xff";
+    MCG_ATTACHED = 0x0008_0603, "ATTACH_TO_MCG: the QP is already attached to the group";
+    MCG_NOT_ATTACHED = 0x0008_0701, "DETACH_FROM_MCG: the QP is not attached to the group";
+    // MODIFY_CQ 0x403.
+    CQ_RESIZE_FIELDS = 0x0004_0301, "MODIFY_CQ resize: resize_field_select lacks log_cq_size (bit 0)";
+    CQ_RESIZE_UMEM = 0x0004_0302, "MODIFY_CQ resize: a new buffer on a UMEM (cq_umem_valid) is not emulated";
+    CQ_RESIZE_IN_ERROR = 0x0004_0303, "MODIFY_CQ resize: the CQ is in error";
+    CQ_RESIZE_TOO_SMALL = 0x0004_0304, "MODIFY_CQ resize: the CQEs not yet consumed do not fit in the new size (or the old ring is full)";
+    CQ_RESIZE_DBR = 0x0004_0305, "MODIFY_CQ resize: the doorbell record cannot be read";
     // QP.
     QP_ST = 0x0005_0001, "CREATE_QP: service type not supported (RC, UC, UD)";
     QP_LOG_SIZE = 0x0005_0002, "CREATE_QP: log_rq_size or log_sq_size above log_max_qp_sz";

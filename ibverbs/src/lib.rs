@@ -33,8 +33,10 @@ mod async_ev;
 mod capi_tests;
 mod compat;
 mod cqex;
+mod cqresize;
 pub mod devices;
 pub mod ffi;
+mod mcast;
 
 /// The kernel-ABI structs (`<rdma/ib_user_verbs.h>`, `<rdma/ib_user_sa.h>`)
 /// and `<infiniband/sa.h>`'s path record, which the historical

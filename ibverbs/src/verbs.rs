@@ -949,15 +949,6 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
-/// `ibv_resize_cq`: not supported by the driver.
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    if live(cq.cast::<CqObj>(), Kind::Cq).is_none() {
-        return libc::EINVAL;
-    }
-    libc::EOPNOTSUPP
-}
-
 pub(crate) fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
     let imm = if w.wc_flags.has(WcFlags::WITH_IMM) {
         w.imm_data.to_be()
@@ -2040,24 +2031,6 @@ pub extern "C" fn ibv_create_ah_from_wc(
 
 // ---------------------------------------------------------------------
 // Not supported: the errno libibverbs gives for a verb the provider lacks.
-
-/// `ibv_attach_mcast`: not supported yet (`EOPNOTSUPP`).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    if live(qp.cast::<QpObj>(), Kind::Qp).is_none() {
-        return libc::EINVAL;
-    }
-    libc::EOPNOTSUPP
-}
-
-/// `ibv_detach_mcast`: not supported yet (`EOPNOTSUPP`).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    if live(qp.cast::<QpObj>(), Kind::Qp).is_none() {
-        return libc::EINVAL;
-    }
-    libc::EOPNOTSUPP
-}
 
 /// Forgets a destroyed object in its context's event routing.
 fn forget_object(ctx: *mut ibv_context, c: usize) {

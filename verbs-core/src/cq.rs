@@ -174,6 +174,44 @@ pub struct CqParts<M> {
     pub region: DmaRegion,
     /// The register window.
     pub uar: M,
+    /// The ring region of the last resize ([`Cq::finish_resize`]), if the
+    /// CQ was resized (free it after DESTROY_CQ too).
+    pub resized: Option<DmaRegion>,
+}
+
+/// A new CQE ring for a CQ being resized (MODIFY_CQ, op_mod resize), made
+/// by [`Cq::prepare_resize`] before the command and installed by
+/// [`Cq::finish_resize`] after it.
+#[derive(Debug)]
+pub struct CqResizeRing {
+    mem: QueueMem,
+    buf: Ring,
+    log_cq_size: u8,
+}
+
+impl CqResizeRing {
+    /// The ring's region (for the command's page list).
+    pub fn region(&self) -> RegionInfo {
+        self.mem.region()
+    }
+
+    /// log2 of its number of CQEs (the command's `log_cq_size`).
+    pub fn log_cq_size(&self) -> u8 {
+        self.log_cq_size
+    }
+
+    /// Gives the region back (the resize was not done).
+    pub fn into_region(self) -> DmaRegion {
+        let Self { mem, buf, .. } = self;
+        drop(buf);
+        crate::mem::into_region(mem)
+    }
+}
+
+/// The bytes of the region [`Cq::prepare_resize`] needs for a ring of
+/// `2^log_cq_size` CQEs: the ring and the platform's view counter.
+pub const fn resize_region_bytes(log_cq_size: u8) -> usize {
+    (64usize << log_cq_size) + 64
 }
 
 /// Finds the queues a CQE names. Implemented by [`CqTable`]; a driver may
@@ -362,6 +400,9 @@ pub struct Cq<M: Mmio> {
     ci: u32,
     arm_sn: u32,
     version: CqeVersion,
+    /// The ring's memory after a resize (`buf` is then in it; `mem` keeps
+    /// the doorbell record, which a resize does not move).
+    resized: Option<QueueMem>,
 }
 
 // Requester CQE: the WQE opcode (`sop`) to the completion, as rdma-core's
@@ -516,16 +557,39 @@ impl<M: Mmio> Cq<M> {
     ) -> Result<Self, (Error, CqParts<M>)> {
         let l = cfg.layout;
         if let Err(e) = check_region(&region, l.total_bytes) {
-            return Err((e, CqParts { region, uar }));
+            return Err((
+                e,
+                CqParts {
+                    region,
+                    uar,
+                    resized: None,
+                },
+            ));
         }
         if l.dbr_offset % 8 != 0 || l.dbr_offset + 16 > l.total_bytes {
-            return Err((Error::InvalidGeometry("CQ layout"), CqParts { region, uar }));
+            return Err((
+                Error::InvalidGeometry("CQ layout"),
+                CqParts {
+                    region,
+                    uar,
+                    resized: None,
+                },
+            ));
         }
         // Device part: the CQEs and the doorbell record; the platform's
         // view counter right after the record.
         let mut mem = match QueueMem::new(region, l.dbr_offset + 8) {
             Ok(m) => m,
-            Err((e, region)) => return Err((e.into(), CqParts { region, uar })),
+            Err((e, region)) => {
+                return Err((
+                    e.into(),
+                    CqParts {
+                        region,
+                        uar,
+                        resized: None,
+                    },
+                ));
+            }
         };
         let setup = (|| -> Result<_, Error> {
             if l.log_cq_size > 24
@@ -558,6 +622,7 @@ impl<M: Mmio> Cq<M> {
                     CqParts {
                         region: crate::mem::into_region(mem),
                         uar,
+                        resized: None,
                     },
                 ));
             }
@@ -578,6 +643,7 @@ impl<M: Mmio> Cq<M> {
             ci,
             arm_sn: 0,
             version: cfg.version,
+            resized: None,
         };
         cq.update_ci();
         Ok(cq)
@@ -1621,13 +1687,156 @@ impl<M: Mmio> Cq<M> {
             buf,
             dbr,
             mmio,
+            resized,
             ..
         } = self;
         drop((buf, dbr));
         CqParts {
             region: crate::mem::into_region(mem),
             uar: mmio,
+            resized: resized.map(crate::mem::into_region),
         }
+    }
+
+    /// The CQEs software owns now and has not polled (from the consumer
+    /// index on, at most a ring's worth).
+    pub fn pending(&self) -> u32 {
+        let (ci, mask) = (self.ci, self.mask);
+        let mut n = 0u32;
+        while n <= mask {
+            let i = ci.wrapping_add(n);
+            let op_own = self
+                .buf
+                .r8((((i & mask) as usize) << 6) + cqe_offset::OP_OWN);
+            if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(i & self.size != 0) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Makes the new ring of a resize to `2^log_cq_size` CQEs in `region`
+    /// (at least [`resize_region_bytes`], 64-byte aligned): every CQE
+    /// invalid (`op_own` 0xf0). Send MODIFY_CQ (op_mod resize) with its
+    /// page list next, then [`finish_resize`](Self::finish_resize).
+    pub fn prepare_resize(
+        &self,
+        region: DmaRegion,
+        log_cq_size: u8,
+    ) -> Result<CqResizeRing, (Error, DmaRegion)> {
+        if log_cq_size > 24 {
+            return Err((Error::InvalidGeometry("CQ layout"), region));
+        }
+        let bytes = 64usize << log_cq_size;
+        if let Err(e) = check_region(&region, resize_region_bytes(log_cq_size)) {
+            return Err((e, region));
+        }
+        let mut mem = match QueueMem::new(region, bytes) {
+            Ok(m) => m,
+            Err((e, region)) => return Err((e.into(), region)),
+        };
+        let buf = match mem.ring(0, bytes) {
+            Ok(b) => b,
+            Err(e) => return Err((e.into(), crate::mem::into_region(mem))),
+        };
+        for i in 0..(1usize << log_cq_size) {
+            buf.w8(64 * i + cqe_offset::OP_OWN, 0xf0);
+        }
+        Ok(CqResizeRing {
+            mem,
+            buf,
+            log_cq_size,
+        })
+    }
+
+    /// Completes a resize after MODIFY_CQ succeeded (rdma-core's
+    /// `mlx5_cq_resize_copy_cqes`): the CQEs not yet polled, up to the
+    /// RESIZE_CQ CQE the device wrote in the old ring, are copied into
+    /// `new` one place on (CQE `i` to index `i + 1`, owner bit of the new
+    /// ring), the consumer index steps over the RESIZE_CQ CQE and polling
+    /// goes on in `new`. Returns the region of the ring of a previous
+    /// resize, now unused (the first ring stays: it holds the doorbell
+    /// record).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidGeometry`] when no
+    /// RESIZE_CQ CQE follows the unpolled CQEs or they do not fit in `new`;
+    /// the CQ is then left as it was and `new` comes back.
+    pub fn finish_resize(
+        &mut self,
+        new: CqResizeRing,
+    ) -> Result<Option<DmaRegion>, (Error, CqResizeRing)> {
+        barrier::udma_from_device_barrier();
+        let (ci, mask) = (self.ci, self.mask);
+        let nsize = 1u32 << new.log_cq_size;
+        let nmask = nsize - 1;
+        let mut n = 0u32;
+        let found = loop {
+            if n > mask {
+                break false;
+            }
+            let i = ci.wrapping_add(n);
+            let off = ((i & mask) as usize) << 6;
+            let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
+            if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(i & self.size != 0) {
+                break false;
+            }
+            if op_own >> 4 == cqe_opcode::RESIZE_CQ {
+                break true;
+            }
+            n += 1;
+        };
+        if !found {
+            return Err((
+                Error::InvalidGeometry("resize: no RESIZE_CQ CQE after the unpolled CQEs"),
+                new,
+            ));
+        }
+        if n >= nsize {
+            return Err((
+                Error::InvalidGeometry("resize: the unpolled CQEs do not fit in the new ring"),
+                new,
+            ));
+        }
+        for k in 0..n {
+            let i = ci.wrapping_add(k);
+            let src = ((i & mask) as usize) << 6;
+            let j = i.wrapping_add(1);
+            let dst = ((j & nmask) as usize) << 6;
+            for w in 0..7 {
+                new.buf.w64(dst + 8 * w, self.buf.r64(src + 8 * w));
+            }
+            new.buf.w32(dst + 56, self.buf.r32(src + 56));
+            new.buf.w16(
+                dst + cqe_offset::WQE_COUNTER,
+                self.buf.r16(src + cqe_offset::WQE_COUNTER),
+            );
+            new.buf.w8(
+                dst + cqe_offset::SIGNATURE,
+                self.buf.r8(src + cqe_offset::SIGNATURE),
+            );
+            let op_own = self.buf.r8(src + cqe_offset::OP_OWN);
+            new.buf.w8(
+                dst + cqe_offset::OP_OWN,
+                (op_own & !1) | u8::from(j & nsize != 0),
+            );
+        }
+        let CqResizeRing {
+            mem,
+            buf,
+            log_cq_size,
+        } = new;
+        self.buf = buf;
+        self.mask = nmask;
+        self.size = nsize;
+        debug_assert_eq!(nsize, 1 << log_cq_size);
+        let old = self.resized.replace(mem).map(crate::mem::into_region);
+        self.ci = ci.wrapping_add(1);
+        barrier::udma_to_device_barrier();
+        self.update_ci();
+        Ok(old)
     }
 }
 

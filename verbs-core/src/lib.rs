@@ -248,7 +248,10 @@ pub mod wc;
 pub mod wqe;
 
 pub use av::{AddressVector, AhAttr, GlobalRoute, PortLinkLayer};
-pub use cq::{Cq, CqClean, CqConfig, CqParts, CqResolver, CqTable, CqeVersion, QpCompletions};
+pub use cq::{
+    Cq, CqClean, CqConfig, CqParts, CqResizeRing, CqResolver, CqTable, CqeVersion, QpCompletions,
+    resize_region_bytes,
+};
 pub use error::{Error, PollError, PollErrorKind, SendError, SendErrorKind};
 pub use qp::{
     Payload, PostError, Qp, QpConfig, QpParts, QpType, RecvQueue, RecvWr, SendBatch, SendFlags,

@@ -4,7 +4,11 @@
 use core::fmt;
 use core::time::Duration;
 
-use firmware_cmds::cq::{CQE_SZ_64, Cqc, CreateCqIn};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use firmware_cmds::cq::{
+    CQE_SZ_64, Cqc, CreateCqIn, MODIFY_CQ_OP_MOD_RESIZE, ModifyCqIn, ModifyCqOut,
+};
 use platform::Platform;
 use verbs_core::{
     Completion, CompletionSlot, CqClean, CqConfig, CqLayout, CqResolver, CqeVersion, QpCompletions,
@@ -15,7 +19,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, Result, Wait};
 use crate::fw::CqObj;
 use crate::hca::DmaUse;
-use crate::pas::PAS_PAGE_SIZE;
+use crate::pas::{PAS_PAGE_SIZE, PageList};
 use crate::types::{Cqn, Eqn};
 #[cfg(not(feature = "alloc"))]
 use crate::verbs::capacity::Bounded;
@@ -273,14 +277,15 @@ pub struct Cq<P: Platform + 'static, S: Share = DefaultShare> {
     inner: spin::Mutex<Option<Inner<P::Mmio>>>,
     cqn: Cqn,
     eqn: Eqn,
-    cqe: u32,
+    /// Entries (changed by [`Cq::resize`]).
+    cqe: AtomicU32,
     /// The completion channel the CQ reports its events to, if any.
     channel: Option<S::Ref<CompChannel<P, S>>>,
 }
 
 impl<P: Platform + 'static, S: Share> fmt::Debug for Cq<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({} entries)", self.cqn, self.cqe)
+        write!(f, "{} ({} entries)", self.cqn, self.cqe())
     }
 }
 
@@ -393,7 +398,7 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
             })),
             cqn,
             eqn,
-            cqe: (1u32 << layout.log_cq_size) - 1,
+            cqe: AtomicU32::new((1u32 << layout.log_cq_size) - 1),
             ctx,
             channel: None,
         })
@@ -470,7 +475,106 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
 
     /// Entries (`ibv_cq.cqe`: the ring holds this many plus one).
     pub fn cqe(&self) -> u32 {
-        self.cqe
+        self.cqe.load(Ordering::Relaxed)
+    }
+
+    /// Resizes the CQ to at least `cqe` entries (`ibv_resize_cq`: MODIFY_CQ
+    /// with op_mod resize) and returns the entries it now has (rounded as
+    /// at creation, `2^n - 1`). Completions not yet polled are kept: they
+    /// are copied into the new ring (rdma-core's
+    /// `mlx5_cq_resize_copy_cqes`) and polled next, in order. The size
+    /// asked for being the current one, nothing is done. Polling waits on
+    /// the CQ's lock meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidAttribute`] (`cqe`) for 0, more than `max_cqe`, or
+    /// fewer entries than the completions not yet polled;
+    /// [`Error::Command`] when the device refuses (the CQ stays as it
+    /// was); [`Error::DataPath`] when the device did not move to the new
+    /// ring as the PRM says (the CQ is then unusable).
+    pub fn resize(&self, cqe: u32) -> Result<u32> {
+        let this: &Context<P, S> = &self.ctx;
+        let hca = this.hca();
+        if cqe == 0 || cqe > this.query_device().max_cqe {
+            return Err(Error::InvalidAttribute {
+                attr: "cqe",
+                value: u64::from(cqe),
+                reason: "a CQ has 1 ..= max_cqe entries",
+            });
+        }
+        let layout = CqLayout::for_entries(cqe).map_err(Error::DataPath)?;
+        let log = layout.log_cq_size;
+        let mut g = self.inner.lock();
+        let Some(inner) = g.as_mut() else {
+            return Err(Error::InvalidArgument {
+                arg: "cq",
+                reason: "the CQ is destroyed",
+            });
+        };
+        if inner.cq.entries() == 1 << log {
+            return Ok(self.cqe());
+        }
+        let pending = inner.cq.pending();
+        if pending > (1u32 << log) - 1 {
+            return Err(Error::InvalidAttribute {
+                attr: "cqe",
+                value: u64::from(cqe),
+                reason: "fewer entries than the completions not yet polled",
+            });
+        }
+        let region = hca.dma_alloc(
+            verbs_core::resize_region_bytes(log),
+            PAS_PAGE_SIZE,
+            DmaUse::Queues,
+            "resizing a CQ",
+        )?;
+        let ring = inner.cq.prepare_resize(region, log).map_err(|(e, r)| {
+            hca.dma_free(r, DmaUse::Queues);
+            Error::DataPath(e)
+        })?;
+        let iova = ring.region().iova();
+        let input = (|| -> Result<ModifyCqIn> {
+            let cqc = Cqc::new()
+                .with(Cqc::log_cq_size, log)?
+                .with(Cqc::log_page_size, 0)?;
+            Ok(ModifyCqIn::new()
+                .with(ModifyCqIn::op_mod, MODIFY_CQ_OP_MOD_RESIZE)?
+                .with(ModifyCqIn::cqn, self.cqn.0)?
+                // log_cq_size, page_offset, log_page_size.
+                .with(ModifyCqIn::modify_field_select_resize_field_select, 0b111)?
+                .with(ModifyCqIn::cq_context, cqc)?)
+        })();
+        let input = match input {
+            Ok(i) => i,
+            Err(e) => {
+                hca.dma_free(ring.into_region(), DmaUse::Queues);
+                return Err(e);
+            }
+        };
+        let pages = (64usize << log).div_ceil(PAS_PAGE_SIZE);
+        let sent: Result<ModifyCqOut> =
+            hca.exec_encoded(&PageList::contiguous(&input, iova, PAS_PAGE_SIZE, pages));
+        if let Err(e) = sent {
+            release_after_failure(hca, ring.into_region(), &e);
+            return Err(e);
+        }
+        match inner.cq.finish_resize(ring) {
+            // The device writes the new ring only: the ring of a previous
+            // resize is free.
+            Ok(old) => {
+                if let Some(r) = old {
+                    hca.dma_free(r, DmaUse::Queues);
+                }
+            }
+            Err((e, ring)) => {
+                hca.retire(ring.into_region(), DmaUse::Queues);
+                return Err(Error::DataPath(e));
+            }
+        }
+        let n = (1u32 << log) - 1;
+        self.cqe.store(n, Ordering::Relaxed);
+        Ok(n)
     }
 
     /// The context's handle.
@@ -813,7 +917,11 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         if let Some(inner) = self.inner.lock().take() {
             // The table is empty (QPs detach before they go).
             drop(inner.table);
-            release_after_destroy(hca, inner.cq.into_parts().region, r.is_ok());
+            let parts = inner.cq.into_parts();
+            if let Some(ring) = parts.resized {
+                release_after_destroy(hca, ring, r.is_ok());
+            }
+            release_after_destroy(hca, parts.region, r.is_ok());
         }
         r
     }

@@ -840,6 +840,11 @@ impl Device {
         match kind {
             ObjKind::Qp => {
                 self.engine.qps.remove(&n);
+                // A destroyed QP leaves its multicast groups.
+                self.fw.mcast.retain(|_, qps| {
+                    qps.retain(|&q| q != n);
+                    !qps.is_empty()
+                });
             }
             ObjKind::Sq => {
                 self.engine.sqs.remove(&n);

@@ -65,14 +65,51 @@ const NAK_OP: Nak = Nak {
     event: ev::INVALID_REQUEST_LOCAL_WQ,
 };
 
+/// The destination QP number of a multicast packet.
+const MULTICAST_QPN: u32 = 0xff_ffff;
+
 impl Device {
     /// A RoCE packet for this port.
     pub(crate) fn roce_receive(&mut self, port: u8, p: &Roce<'_>) {
+        if p.bth.dqpn == MULTICAST_QPN && p.dgid[0] == 0xff && !self.fw.infiniband() {
+            self.mcast_receive(port, p);
+            return;
+        }
         if !self.port_owns_mac(port, &p.dmac) || !self.port_owns_gid(port, &p.dgid, p.ver) {
             self.datapath.drops.not_for_us += 1;
             return;
         }
-        let qpn = p.bth.dqpn;
+        self.qp_receive(port, p, p.bth.dqpn);
+    }
+
+    /// A RoCE packet to a multicast group (DQPN 0xffffff, the DGID an MGID,
+    /// the destination MAC the MGID's 33:33 MAC): a copy to each UD QP of
+    /// this port attached to the group (IBA 10.5.2.3: one packet replicated
+    /// to every member QP), dropped when none is.
+    fn mcast_receive(&mut self, port: u8, p: &Roce<'_>) {
+        let g = &p.dgid;
+        if p.dmac != [0x33, 0x33, g[12], g[13], g[14], g[15]] {
+            self.datapath.drops.not_for_us += 1;
+            return;
+        }
+        let Some(qps) = self.fw.mcast.get(g).cloned() else {
+            self.datapath.drops.not_for_us += 1;
+            return;
+        };
+        for qpn in qps {
+            if self
+                .engine
+                .qps
+                .get(&qpn)
+                .is_some_and(|e| e.info.port == port)
+            {
+                self.qp_receive(port, p, qpn);
+            }
+        }
+    }
+
+    /// A packet for QP `qpn` of this port.
+    fn qp_receive(&mut self, port: u8, p: &Roce<'_>, qpn: u32) {
         let Some(state) = self.fw.objs.qp(qpn).map(|q| q.state) else {
             self.datapath.drops.no_qp += 1;
             return;

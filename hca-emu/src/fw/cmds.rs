@@ -152,6 +152,18 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
         0x401 => spec!("destroy_cq_in", "destroy_cq_out", Initialized, destroy_cq),
         0x402 => spec!("query_cq_in", "query_cq_out", Initialized, query_cq),
         0x403 => spec!("modify_cq_in", "modify_cq_out", Initialized, modify_cq),
+        0x806 => spec!(
+            "attach_to_mcg_in",
+            "attach_to_mcg_out",
+            Initialized,
+            attach_to_mcg
+        ),
+        0x807 => spec!(
+            "detach_from_mcg_in",
+            "detach_from_mcg_out",
+            Initialized,
+            detach_from_mcg
+        ),
         0x500 => spec!("create_qp_in", "create_qp_out", Initialized, qp::create_qp, in = 0x110),
         0x501 => spec!(
             "destroy_qp_in",
@@ -686,9 +698,10 @@ fn query_cq(d: &mut Device, c: &Cmd) -> R {
 
 fn modify_cq(d: &mut Device, c: &Cmd) -> R {
     let cqn = c.get("cqn") as u32;
-    if c.op_mod != 0 {
-        // Resize is not emulated.
-        return fail(st::BAD_PARAM, syn::BAD_OP_MOD);
+    match c.op_mod {
+        0 => {}
+        1 => return resize_cq(d, c, cqn),
+        _ => return fail(st::BAD_PARAM, syn::BAD_OP_MOD),
     }
     let period = c.get("cq_context.cq_period");
     let count = c.get("cq_context.cq_max_count");
@@ -697,6 +710,132 @@ fn modify_cq(d: &mut Device, c: &Cmd) -> R {
     };
     ifc().set(&mut cq.ctx, "cqc", "cq_period", period);
     ifc().set(&mut cq.ctx, "cqc", "cq_max_count", count);
+    c.out().done()
+}
+
+/// MODIFY_CQ with op_mod 1 (resize): the new size and page list take
+/// effect at once. A RESIZE_CQ CQE (opcode 5) goes to the old buffer at the
+/// producer counter (it raises no completion event), then the device
+/// writes the new buffer, the producer counter going on: CQE `pc` at index
+/// `pc mod 2^log_cq_size` of the new buffer with owner bit
+/// `pc >> log_cq_size`. Software copies the CQEs it has not polled (up to
+/// the RESIZE_CQ CQE) into the new buffer and steps its consumer index
+/// over the RESIZE_CQ CQE (Linux `mlx5_ib` `copy_resize_cqes`, rdma-core
+/// `mlx5_cq_resize_copy_cqes`). The doorbell record and EQ stay.
+fn resize_cq(d: &mut Device, c: &Cmd, cqn: u32) -> R {
+    let g = |p: &str| c.get(&format!("cq_context.{p}"));
+    let select = c.get("modify_field_select_resize_field_select");
+    if select & 1 == 0 {
+        return fail(st::BAD_PARAM, syn::CQ_RESIZE_FIELDS);
+    }
+    let Some(cq) = d.fw.objs.cq(cqn) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    if cq.error {
+        return fail(st::BAD_RES_STATE, syn::CQ_RESIZE_IN_ERROR);
+    }
+    let cqe_sz = cq.cqe_sz;
+    let old_lps = cq.log_page_size;
+    let (dbr, old_log, pc) = (cq.dbr_addr, cq.log_size, cq.pc);
+    let log = g("log_cq_size");
+    d.cap_le(log, "log_max_cq_sz", syn::CQ_LOG_SIZE)?;
+    if c.get("cq_umem_valid") == 1 {
+        return fail(st::BAD_PARAM, syn::CQ_RESIZE_UMEM);
+    }
+    if select & 2 != 0 && g("page_offset") != 0 {
+        return fail(st::BAD_PARAM, syn::PAGE_OFFSET);
+    }
+    let lps = if select & 4 != 0 {
+        check_lps(g("log_page_size"))?
+    } else {
+        old_lps
+    };
+    let bytes = (64u64 << cqe_sz) << log;
+    let pas = read_pas(c, "pas", pages_for(bytes, lps))?;
+    // The CQEs not yet consumed (producer counter minus the consumer index
+    // in the doorbell record) must fit in the new size, and the old ring
+    // must have room for the RESIZE_CQ CQE.
+    let mut w = [0u8; 4];
+    if d.iommu
+        .read(dbr, &mut w, &|| format!("CQ {cqn:#x} doorbell record"))
+        .is_err()
+    {
+        return fail(st::BAD_PARAM, syn::CQ_RESIZE_DBR);
+    }
+    let used = pc.wrapping_sub(u32::from_be_bytes(w)) & 0xff_ffff;
+    if used >= 1 << log || used >= 1 << old_log {
+        return fail(st::BAD_PARAM, syn::CQ_RESIZE_TOO_SMALL);
+    }
+    // The RESIZE_CQ CQE in the old buffer, without an event.
+    let mut e = [0u8; 64];
+    e[63] = CQE_RESIZE_CQ << 4;
+    let armed = d.fw.objs.cq_mut(cqn).and_then(|q| q.armed.take());
+    let wrote = d.write_cqe(cqn, &e);
+    let Some(cq) = d.fw.objs.cq_mut(cqn) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    cq.armed = armed;
+    if wrote.is_err() {
+        // Overrun (the CQ is now in error) or a fault writing the buffer.
+        return fail(st::BAD_RES_STATE, syn::CQ_RESIZE_IN_ERROR);
+    }
+    cq.log_size = log as u8;
+    cq.log_page_size = lps;
+    cq.pas = pas;
+    ifc().set(&mut cq.ctx, "cqc", "log_cq_size", log);
+    ifc().set(&mut cq.ctx, "cqc", "log_page_size", u64::from(lps));
+    c.out().done()
+}
+
+/// CQE opcode RESIZE_CQ (`MLX5_CQE_RESIZE_CQ`).
+const CQE_RESIZE_CQ: u8 = 5;
+
+// ---- Multicast groups ----------------------------------------------------------
+
+/// The QP and MGID of ATTACH_TO_MCG / DETACH_FROM_MCG: the QP exists and is
+/// UD, the GID is a multicast one (IBA 4.1.1: MGIDs start with 0xff).
+fn mcg_args(d: &Device, c: &Cmd) -> Result<(u32, [u8; 16]), Fail> {
+    let qpn = c.get("qpn") as u32;
+    let Some(q) = d.fw.objs.qp(qpn) else {
+        return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
+    };
+    if q.st != 2 {
+        return fail(st::BAD_PARAM, syn::MCG_NOT_UD);
+    }
+    let off = c.off("multicast_gid");
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&c.input[off..off + 16]);
+    if gid[0] != 0xff {
+        return fail(st::BAD_PARAM, syn::MCG_NOT_MULTICAST);
+    }
+    Ok((qpn, gid))
+}
+
+/// ATTACH_TO_MCG: the UD QP joins the group of `multicast_gid`; UD sends
+/// to the group reach it (see the data path's multicast delivery).
+fn attach_to_mcg(d: &mut Device, c: &Cmd) -> R {
+    let (qpn, gid) = mcg_args(d, c)?;
+    let qps = d.fw.mcast.entry(gid).or_default();
+    if qps.contains(&qpn) {
+        return fail(st::BAD_PARAM, syn::MCG_ATTACHED);
+    }
+    qps.push(qpn);
+    c.out().done()
+}
+
+/// DETACH_FROM_MCG: the QP leaves the group.
+fn detach_from_mcg(d: &mut Device, c: &Cmd) -> R {
+    let (qpn, gid) = mcg_args(d, c)?;
+    let Some(qps) = d.fw.mcast.get_mut(&gid) else {
+        return fail(st::BAD_PARAM, syn::MCG_NOT_ATTACHED);
+    };
+    let Some(i) = qps.iter().position(|&q| q == qpn) else {
+        return fail(st::BAD_PARAM, syn::MCG_NOT_ATTACHED);
+    };
+    qps.remove(i);
+    if qps.is_empty() {
+        d.fw.mcast.remove(&gid);
+    }
     c.out().done()
 }
 

@@ -41,6 +41,7 @@ use crate::verbs::share::{DefaultShare, Handle, Share};
 use crate::verbs::srq::Srq;
 
 mod create;
+mod mcast;
 mod post;
 mod state;
 
