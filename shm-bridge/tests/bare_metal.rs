@@ -212,6 +212,9 @@ fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
         .filter(|o| o.0 == Op::Clean && o.2 == ring_len)
         .collect();
     assert_eq!(rings.len(), 1, "{ops:?}");
+    // Before CREATE_CQ (the last command entry cleaned).
+    let ring_at = ops.iter().position(|o| o == rings[0]).unwrap();
+    assert!(ops[ring_at..].iter().any(|o| o.0 == Op::Clean && o.2 == 64));
     let cq_ring = rings[0].1..rings[0].1 + ring_len;
     assert!(rig.inside(cq_ring.start, ring_len));
     assert!(ops.iter().any(|o| o.0 == Op::Clean && o.2 == 8));
@@ -378,6 +381,20 @@ fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
         "five CQEs and the empty slot after them: {inv:x?}"
     );
     assert!(ops.iter().any(|o| o.0 == Op::Clean && o.2 == 8));
+
+    // A resize: the new ring's invalid CQEs cleaned before MODIFY_CQ
+    // (a command entry after them).
+    rec.take();
+    cq.resize(64).unwrap();
+    let ops = rec.take();
+    let new_len = 64usize << rig.emu.cq(cq.number().0).unwrap().log_size;
+    assert!(new_len > ring_len);
+    let at = ops
+        .iter()
+        .position(|o| o.0 == Op::Clean && o.2 == new_len)
+        .unwrap_or_else(|| panic!("{ops:?}"));
+    assert!(ops[at..].iter().any(|o| o.0 == Op::Clean && o.2 == 64));
+    let cq_ring = ops[at].1..ops[at].1 + new_len;
 
     // CQ compaction: a CQE of `a` (older) and one of `b` (newer) wait in
     // the CQ; destroying `b` drops its CQE and moves `a`'s up over it,

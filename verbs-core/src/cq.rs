@@ -1786,6 +1786,12 @@ impl<M: Mmio> Cq<M> {
         for i in 0..(1usize << log_cq_size) {
             buf.w8(64 * i + cqe_offset::OP_OWN, 0xf0);
         }
+        // Without coherent DMA: the invalid CQEs reach memory before
+        // MODIFY_CQ hands the ring to the device.
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE {
+            self.mmio.dma_clean(buf.host_addr(), bytes);
+        }
         Ok(CqResizeRing {
             mem,
             buf,
@@ -1822,6 +1828,9 @@ impl<M: Mmio> Cq<M> {
             }
             let i = ci.wrapping_add(n);
             let off = ((i & mask) as usize) << 6;
+            // Without coherent DMA: the CQE as the device wrote it.
+            #[cfg(feature = "cache-maintenance")]
+            self.cqe_cache_op(i, 1, false);
             let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
             if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(i & self.size != 0) {
                 break false;
@@ -1846,6 +1855,9 @@ impl<M: Mmio> Cq<M> {
         for k in 0..n {
             let i = ci.wrapping_add(k);
             let src = ((i & mask) as usize) << 6;
+            // Without coherent DMA: the old CQE as the device wrote it.
+            #[cfg(feature = "cache-maintenance")]
+            self.cqe_cache_op(i, 1, false);
             let j = i.wrapping_add(1);
             let dst = ((j & nmask) as usize) << 6;
             for w in 0..7 {
@@ -1865,6 +1877,20 @@ impl<M: Mmio> Cq<M> {
                 dst + cqe_offset::OP_OWN,
                 (op_own & !1) | u8::from(j & nsize != 0),
             );
+        }
+        // Without coherent DMA: the copies are written back before the
+        // device writes after them (and no dirty line is left over a slot
+        // it writes later).
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE && n > 0 {
+            let first = (ci.wrapping_add(1) & nmask) as usize;
+            let to_end = (nsize as usize - first).min(n as usize);
+            self.mmio
+                .dma_clean(new.buf.host_addr() + (first << 6), to_end << 6);
+            if n as usize > to_end {
+                self.mmio
+                    .dma_clean(new.buf.host_addr(), (n as usize - to_end) << 6);
+            }
         }
         let CqResizeRing {
             mem,
