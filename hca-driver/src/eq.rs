@@ -177,6 +177,9 @@ impl<P: Platform> Hca<P> {
         for i in 0..entries {
             buf.write_u8(i * EQE_SIZE + EQE_OWNER_OFFSET, EQE_OWNER_INIT);
         }
+        // Without coherent DMA: the initial owner bits reach memory (and
+        // no dirty line is left to overwrite an EQE) before CREATE_EQ.
+        self.p().dma_clean(&buf, 0, entries * EQE_SIZE);
         let vector = self.vector_for(kind);
         let mut eqc = Eqc::new();
         eqc.set(Eqc::log_eq_size, log_size)?

@@ -47,24 +47,25 @@
 //!   feature, which `hca-driver`'s feature of the same name turns on;
 //!   `Hca::open` refuses at compile time a platform with `CacheOps`
 //!   without it), through the BAR window, see
-//!   [`Mmio::dma_clean`]: the WQEs posted and the
-//!   send doorbell record are cleaned before the send doorbell; a CQE is
-//!   invalidated before and after its ownership check, and the CQ's
-//!   doorbell record cleaned when the consumer index or the arm word is
-//!   written;
+//!   [`Mmio::dma_clean`]: the send WQEs posted and the send doorbell
+//!   record are cleaned before the send doorbell; receive WQEs (receive
+//!   queue and SRQ, the `_synced` posts) are cleaned, then the receive
+//!   doorbell record (the receive side's doorbell) is written and
+//!   cleaned; a CQE is invalidated before and after its ownership check,
+//!   and the CQ's doorbell record cleaned when the consumer index or the
+//!   arm word is written; memory made for the device is cleaned before
+//!   the device may read it (a new or resized CQ's ring of invalid CQEs,
+//!   a QP's and an SRQ's initial doorbell record, an SRQ's linked ring);
+//!   CQEs rewritten by compaction after a QP is destroyed (or copied by a
+//!   resize) are cleaned after the rewrite, the CQEs read there
+//!   invalidated first;
 //! - the control plane (`hca-driver`, through
 //!   [`Platform::dma_clean`]): a command queue
 //!   entry and its input and output mailboxes are cleaned before the
 //!   command doorbell; the entry's status word is invalidated before each
 //!   ownership poll, and the entry and the output mailboxes before they
-//!   are read; each EQE is invalidated before and after its ownership
-//!   check.
-//!
-//! Not covered (coherent memory is still assumed there): receive WQEs and
-//! the receive doorbell record (verbs-core's receive queue does not hold
-//! the BAR window the hooks ride on), the EQ buffers' initial owner bits
-//! written at creation, and the CQEs a destroyed QP's completions are
-//! compacted over.
+//!   are read; an EQ's initial owner bits are cleaned before CREATE_EQ,
+//!   and each EQE is invalidated before and after its ownership check.
 //!
 //! Without `CacheOps` the platform uses [`Coherent`]: the BAR window type
 //! is the plain [`MmioWindow`] and the hooks do nothing. Without the

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use hca_driver::verbs::{
     AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Mr, Pd, Qp, QpAttr, QpInitAttr,
-    QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Srq, SrqInitAttr, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use hca_driver::{Config, Hca, IbMtu, WaitMode};
 use hca_emu::{EmuConfig, EmuHca};
@@ -182,13 +183,48 @@ fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
         "no EQE invalidated around its ownership check"
     );
     assert!(ops.iter().all(|&(_, a, l)| rig.inside(a, l)));
+    // The EQ rings' initial owner bits (the default configuration's
+    // command, async and completion EQs: 2^5, 2^7 and 2^8 EQEs of 64
+    // bytes) cleaned before their CREATE_EQ (a command entry after them).
+    let last_entry = ops
+        .iter()
+        .rposition(|o| o.0 == Op::Clean && o.2 == 64)
+        .unwrap();
+    for len in [64 << 5, 64 << 7, 64 << 8] {
+        let at = ops.iter().position(|o| o.0 == Op::Clean && o.2 == len);
+        assert!(
+            at.is_some_and(|i| i < last_entry),
+            "EQ ring of {len} bytes: {at:?}"
+        );
+    }
 
     let ctx = Arc::new(Context::open(&hca).unwrap());
     let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+    rec.take();
     let cq = Arc::new(Cq::create(&ctx, 16).unwrap());
+    // The CQ's ring of invalid CQEs cleaned (once, whole) before the
+    // device can write it; its doorbell record too.
+    let ops = rec.take();
+    let cq_log = rig.emu.cq(cq.number().0).unwrap().log_size;
+    let ring_len = 64usize << cq_log;
+    let rings: Vec<_> = ops
+        .iter()
+        .filter(|o| o.0 == Op::Clean && o.2 == ring_len)
+        .collect();
+    assert_eq!(rings.len(), 1, "{ops:?}");
+    // Before CREATE_CQ (the last command entry cleaned).
+    let ring_at = ops.iter().position(|o| o == rings[0]).unwrap();
+    assert!(ops[ring_at..].iter().any(|o| o.0 == Op::Clean && o.2 == 64));
+    let cq_ring = rings[0].1..rings[0].1 + ring_len;
+    assert!(rig.inside(cq_ring.start, ring_len));
+    assert!(ops.iter().any(|o| o.0 == Op::Clean && o.2 == 8));
     let buf = Arc::new(DmaBuf::alloc(&hca, 8192).unwrap());
     let mr = Mr::register(&pd, &buf, ACCESS).unwrap();
+    rec.take();
     let mut a = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
+    // The doorbell record the QP starts with.
+    let ops = rec.take();
+    assert!(ops.iter().any(|o| o.0 == Op::Clean && o.2 == 8), "{ops:?}");
     let mut b = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
     let gid = ctx.query_gid(1, u16::from(DEFAULT_GID_INDEX)).unwrap();
     let (qa, qb) = (a.number().0, b.number().0);
@@ -223,11 +259,45 @@ fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
         )
         .unwrap();
     }
+    rec.take();
     b.post_recv(&RecvWr {
         wr_id: 9,
         sgl: &[mr.sge(4096, 64).unwrap()],
     })
     .unwrap();
+    // A receive: the WQE (one stride) cleaned, then the doorbell record
+    // (the RQ's doorbell), nothing else.
+    let ops = rec.take();
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    let stride = ops[0].2;
+    assert_eq!(ops[0].0, Op::Clean, "the WQE: {ops:?}");
+    assert!(stride >= 16 && stride.is_power_of_two(), "{ops:?}");
+    assert_eq!((ops[1].0, ops[1].2), (Op::Clean, 8), "the record: {ops:?}");
+    assert!(rig.inside(ops[0].1, stride) && rig.inside(ops[1].1, 8));
+    assert_ne!(ops[0].1, ops[1].1);
+    let rq_record = ops[1].1;
+    // Two in one list: both WQEs in one clean (they follow the first),
+    // then the record.
+    let sge = [mr.sge(4096, 64).unwrap()];
+    b.post_recv_list(&[
+        RecvWr {
+            wr_id: 7,
+            sgl: &sge,
+        },
+        RecvWr {
+            wr_id: 8,
+            sgl: &sge,
+        },
+    ])
+    .unwrap();
+    let list = rec.take();
+    assert_eq!(
+        list,
+        [
+            (Op::Clean, ops[0].1 + stride, 2 * stride),
+            (Op::Clean, rq_record, 8)
+        ]
+    );
     buf.write(0, b"non-coherent hello").unwrap();
     rec.take();
 
@@ -312,8 +382,82 @@ fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
     );
     assert!(ops.iter().any(|o| o.0 == Op::Clean && o.2 == 8));
 
-    a.destroy().unwrap();
+    // A resize: the new ring's invalid CQEs cleaned before MODIFY_CQ
+    // (a command entry after them).
+    rec.take();
+    cq.resize(64).unwrap();
+    let ops = rec.take();
+    let new_len = 64usize << rig.emu.cq(cq.number().0).unwrap().log_size;
+    assert!(new_len > ring_len);
+    let at = ops
+        .iter()
+        .position(|o| o.0 == Op::Clean && o.2 == new_len)
+        .unwrap_or_else(|| panic!("{ops:?}"));
+    assert!(ops[at..].iter().any(|o| o.0 == Op::Clean && o.2 == 64));
+    let cq_ring = ops[at].1..ops[at].1 + new_len;
+
+    // CQ compaction: a CQE of `a` (older) and one of `b` (newer) wait in
+    // the CQ; destroying `b` drops its CQE and moves `a`'s up over it,
+    // then cleans the rewritten slot (inside the ring) so no dirty line
+    // overwrites what the device writes there later.
+    let cqn = cq.number().0;
+    let produced = |n: u32| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rig.emu.cq(cqn).unwrap().pc < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(rig.emu.cq(cqn).unwrap().pc, n);
+    };
+    let pc = rig.emu.cq(cqn).unwrap().pc;
+    a.post_recv(&RecvWr {
+        wr_id: 20,
+        sgl: &[mr.sge(4096, 64).unwrap()],
+    })
+    .unwrap();
+    b.post_send(&SendWr::new(21, SendOp::Send).sgl(&[mr.sge(0, 18).unwrap()]))
+        .unwrap();
+    produced(pc + 1);
+    a.post_send(&SendWr::new(22, SendOp::Send).sgl(&[mr.sge(0, 18).unwrap()]))
+        .unwrap();
+    produced(pc + 2);
+    rec.take();
     b.destroy().unwrap();
+    let ops = rec.take();
+    let rewritten: Vec<_> = ops
+        .iter()
+        .filter(|o| o.0 == Op::Clean && cq_ring.contains(&o.1))
+        .collect();
+    assert_eq!(rewritten.len(), 1, "{ops:?}");
+    assert_eq!(rewritten[0].2, 64, "{ops:?}");
+    assert!(rewritten[0].1 + 64 <= cq_ring.end);
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].opcode), (20, WcOpcode::Recv));
+
+    // An SRQ: its linked ring and record cleaned when it is made (last
+    // thing, before any post), a post cleans the WQE then the record.
+    rec.take();
+    let srq = Srq::create(&pd, &SrqInitAttr::new(4, 1)).unwrap();
+    let ops = rec.take();
+    let n = ops.len();
+    assert!(n >= 2, "{ops:?}");
+    let (ring, record) = (ops[n - 2], ops[n - 1]);
+    assert_eq!((ring.0, record.0, record.2), (Op::Clean, Op::Clean, 8));
+    assert!(rig.inside(ring.1, ring.2) && rig.inside(record.1, 8));
+    srq.post_recv(&RecvWr {
+        wr_id: 30,
+        sgl: &[mr.sge(4096, 64).unwrap()],
+    })
+    .unwrap();
+    let ops = rec.take();
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    assert_eq!(ops[0].0, Op::Clean);
+    assert!(ops[0].2 < ring.2 && ring.2 % ops[0].2 == 0, "{ops:?}");
+    assert!(ops[0].1 >= ring.1 && ops[0].1 + ops[0].2 <= ring.1 + ring.2);
+    assert_eq!(ops[1], (Op::Clean, record.1, 8));
+    srq.destroy().unwrap();
+
+    a.destroy().unwrap();
     mr.destroy().unwrap();
     drop((cq, buf, pd, ctx));
     let p = Arc::into_inner(hca)

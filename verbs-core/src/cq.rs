@@ -630,6 +630,13 @@ impl<M: Mmio> Cq<M> {
         for i in 0..(1usize << l.log_cq_size) {
             buf.w8(64 * i + cqe_offset::OP_OWN, 0xf0);
         }
+        // Without coherent DMA the device must see the invalid CQEs (and
+        // no dirty line may later overwrite what it writes) before
+        // CREATE_CQ; the doorbell record is cleaned by `update_ci` below.
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE {
+            uar.dma_clean(buf.host_addr(), l.ring_bytes);
+        }
         dbr.write64(0);
         let mut cq = Self {
             buf,
@@ -655,6 +662,31 @@ impl<M: Mmio> Cq<M> {
         self.dbr.write32(0, (self.ci & 0xff_ffff).to_be());
         #[cfg(feature = "cache-maintenance")]
         self.clean_dbr();
+    }
+
+    /// Without coherent DMA (`M::DMA_CACHE_MAINTENANCE`; otherwise this is
+    /// nothing at all): cleans (`clean`) or invalidates the `n` CQEs from
+    /// index `from`, as at most two ranges (the ring wraps).
+    #[cfg(feature = "cache-maintenance")]
+    fn cqe_cache_op(&self, from: u32, n: u32, clean: bool) {
+        if !M::DMA_CACHE_MAINTENANCE || n == 0 {
+            return;
+        }
+        let n = n.min(self.size);
+        let first = from & self.mask;
+        let to_end = (self.size - first).min(n);
+        let base = self.buf.host_addr();
+        let op = |addr: usize, len: usize| {
+            if clean {
+                self.mmio.dma_clean(addr, len);
+            } else {
+                self.mmio.dma_invalidate(addr, len);
+            }
+        };
+        op(base + ((first as usize) << 6), (to_end as usize) << 6);
+        if n > to_end {
+            op(base, ((n - to_end) as usize) << 6);
+        }
     }
 
     /// Without coherent DMA (`M::DMA_CACHE_MAINTENANCE`; otherwise this is
@@ -717,6 +749,8 @@ impl<M: Mmio> Cq<M> {
         let mut n = 0u32;
         while n <= mask {
             let i = ci.wrapping_add(n);
+            #[cfg(feature = "cache-maintenance")]
+            self.cqe_cache_op(i, 1, false);
             let op_own = buf.r8((((i & mask) as usize) << 6) + cqe_offset::OP_OWN);
             if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(i & self.size != 0) {
                 break;
@@ -727,6 +761,10 @@ impl<M: Mmio> Cq<M> {
             return report;
         }
         barrier::udma_from_device_barrier();
+        // (Again after the barrier, as `poll_synced` does: a line fetched
+        // early may hold the CQE from before the owner bit.)
+        #[cfg(feature = "cache-maintenance")]
+        self.cqe_cache_op(ci, n, false);
         let key = key & 0xff_ffff;
         let mut dropped = 0u32;
         for k in (0..n).rev() {
@@ -785,6 +823,11 @@ impl<M: Mmio> Cq<M> {
         }
         report.removed = dropped;
         if dropped > 0 {
+            // Without coherent DMA: the rewritten slots (from `ci +
+            // dropped` to `ci + n`) are written back now, so no dirty line
+            // overwrites a CQE the device writes there after the wrap.
+            #[cfg(feature = "cache-maintenance")]
+            self.cqe_cache_op(ci.wrapping_add(dropped), n - dropped, true);
             self.ci = ci.wrapping_add(dropped);
             // The moved CQEs before the consumer index.
             barrier::udma_to_device_barrier();
@@ -1743,6 +1786,12 @@ impl<M: Mmio> Cq<M> {
         for i in 0..(1usize << log_cq_size) {
             buf.w8(64 * i + cqe_offset::OP_OWN, 0xf0);
         }
+        // Without coherent DMA: the invalid CQEs reach memory before
+        // MODIFY_CQ hands the ring to the device.
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE {
+            self.mmio.dma_clean(buf.host_addr(), bytes);
+        }
         Ok(CqResizeRing {
             mem,
             buf,
@@ -1779,6 +1828,9 @@ impl<M: Mmio> Cq<M> {
             }
             let i = ci.wrapping_add(n);
             let off = ((i & mask) as usize) << 6;
+            // Without coherent DMA: the CQE as the device wrote it.
+            #[cfg(feature = "cache-maintenance")]
+            self.cqe_cache_op(i, 1, false);
             let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
             if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(i & self.size != 0) {
                 break false;
@@ -1803,6 +1855,9 @@ impl<M: Mmio> Cq<M> {
         for k in 0..n {
             let i = ci.wrapping_add(k);
             let src = ((i & mask) as usize) << 6;
+            // Without coherent DMA: the old CQE as the device wrote it.
+            #[cfg(feature = "cache-maintenance")]
+            self.cqe_cache_op(i, 1, false);
             let j = i.wrapping_add(1);
             let dst = ((j & nmask) as usize) << 6;
             for w in 0..7 {
@@ -1822,6 +1877,20 @@ impl<M: Mmio> Cq<M> {
                 dst + cqe_offset::OP_OWN,
                 (op_own & !1) | u8::from(j & nsize != 0),
             );
+        }
+        // Without coherent DMA: the copies are written back before the
+        // device writes after them (and no dirty line is left over a slot
+        // it writes later).
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE && n > 0 {
+            let first = (ci.wrapping_add(1) & nmask) as usize;
+            let to_end = (nsize as usize - first).min(n as usize);
+            self.mmio
+                .dma_clean(new.buf.host_addr() + (first << 6), to_end << 6);
+            if n as usize > to_end {
+                self.mmio
+                    .dma_clean(new.buf.host_addr(), (n as usize - to_end) << 6);
+            }
         }
         let CqResizeRing {
             mem,

@@ -1991,6 +1991,92 @@ impl RecvQueue {
         }
     }
 
+    /// [`post_recv`](Self::post_recv) for a system without coherent DMA
+    /// (`C::DMA_CACHE_MAINTENANCE`; otherwise the same as `post_recv`):
+    /// cleans the WQE through `mmio`'s [`dma_clean`](Mmio::dma_clean), then
+    /// writes the doorbell record (the RQ's doorbell) and cleans it, so
+    /// the device cannot see the record before the WQE.
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(always)]
+    pub fn post_recv_synced<C: Mmio>(&mut self, wr: &RecvWr<'_>, mmio: &C) -> Result<(), Error> {
+        self.build(wr, 0)?;
+        self.publish_synced(1, mmio);
+        Ok(())
+    }
+
+    /// [`post_recv_list`](Self::post_recv_list) for a system without
+    /// coherent DMA: the posted WQEs are cleaned (one range, two at the
+    /// ring's wrap), then the doorbell record is written and cleaned.
+    #[cfg(feature = "cache-maintenance")]
+    pub fn post_recv_list_synced<C: Mmio>(
+        &mut self,
+        wrs: &[RecvWr<'_>],
+        mmio: &C,
+    ) -> Result<(), PostError> {
+        let mut n = 0u32;
+        let mut err = None;
+        for wr in wrs {
+            if let Err(e) = self.build(wr, n) {
+                err = Some(e);
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            self.publish_synced(n, mmio);
+        }
+        match err {
+            None => Ok(()),
+            Some(error) => Err(PostError {
+                posted: n as usize,
+                error,
+            }),
+        }
+    }
+
+    /// `publish` with the cleans: the `n` WQEs from `head`, then the record.
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(always)]
+    fn publish_synced<C: Mmio>(&mut self, n: u32, mmio: &C) {
+        if C::DMA_CACHE_MAINTENANCE {
+            let count = self.mask + 1;
+            let n = n.min(count);
+            let first = self.head & self.mask;
+            let to_end = (count - first).min(n);
+            let stride = 1usize << self.shift;
+            let base = self.buf.host_addr();
+            mmio.dma_clean(base + first as usize * stride, to_end as usize * stride);
+            if n > to_end {
+                mmio.dma_clean(base, (n - to_end) as usize * stride);
+            }
+        }
+        self.publish(n);
+        if self.dbr_enabled {
+            self.clean_dbr(mmio);
+        }
+    }
+
+    /// Without coherent DMA: cleans the doorbell record (nothing at all
+    /// otherwise).
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(always)]
+    fn clean_dbr<C: Mmio>(&self, mmio: &C) {
+        if C::DMA_CACHE_MAINTENANCE {
+            mmio.dma_clean(self.dbr.host_addr(), 8);
+        }
+    }
+
+    /// [`set_doorbell_record_enabled`](Self::set_doorbell_record_enabled)
+    /// for a system without coherent DMA: enabling writes the record and
+    /// cleans it.
+    #[cfg(feature = "cache-maintenance")]
+    pub fn set_doorbell_record_enabled_synced<C: Mmio>(&mut self, enabled: bool, mmio: &C) {
+        self.set_doorbell_record_enabled(enabled);
+        if enabled {
+            self.clean_dbr(mmio);
+        }
+    }
+
     /// Raw packet QPs must not update the receive doorbell record before the
     /// QP reaches RTR (rdma-core `mlx5_post_recv`). The driver disables it at
     /// creation and enables it after INIT2RTR, which writes the current
@@ -2034,6 +2120,10 @@ pub struct Qp<M: Mmio> {
     qpn: u32,
     sq: Option<SendQueue<M>>,
     rq: Option<RecvQueue>,
+    /// The doorbell register window of a QP without a send queue, kept
+    /// for the receive side's cache maintenance ([`rq_synced`](Self::rq_synced)).
+    #[cfg(feature = "cache-maintenance")]
+    spare_uar: Option<M>,
 }
 
 impl<M: Mmio> Qp<M> {
@@ -2131,6 +2221,8 @@ impl<M: Mmio> Qp<M> {
             Ok(x) => x,
             Err(e) => return Err((e, QpParts::give_back(mem, uar))),
         };
+        #[cfg(feature = "cache-maintenance")]
+        let mut spare_uar = None;
         let sq = match (&cfg.geometry.sq, uar, &sq_table) {
             (Some(g), Some(mmio), Some(table)) => {
                 let db = match SqDoorbell::new(mmio, bf.expect("bf config comes with the uar")) {
@@ -2156,12 +2248,19 @@ impl<M: Mmio> Qp<M> {
                 ));
             }
             (_, uar, _) => {
-                // No send queue: the window is not needed.
-                drop((uar, dbr));
+                // No send queue: the window is only needed for the
+                // receive side's cache maintenance.
+                #[cfg(feature = "cache-maintenance")]
+                {
+                    spare_uar = uar;
+                }
+                #[cfg(not(feature = "cache-maintenance"))]
+                drop(uar);
+                drop(dbr);
                 None
             }
         };
-        Ok(Self {
+        let qp = Self {
             mem,
             hdr,
             sq_table,
@@ -2169,7 +2268,12 @@ impl<M: Mmio> Qp<M> {
             qpn: cfg.qpn,
             sq,
             rq,
-        })
+            #[cfg(feature = "cache-maintenance")]
+            spare_uar,
+        };
+        #[cfg(feature = "cache-maintenance")]
+        qp.clean_initialised();
+        Ok(qp)
     }
 
     /// The send queue.
@@ -2180,6 +2284,50 @@ impl<M: Mmio> Qp<M> {
     /// The receive queue.
     pub fn rq(&mut self) -> Result<&mut RecvQueue, Error> {
         self.rq.as_mut().ok_or(Error::NoSuchQueue("receive queue"))
+    }
+
+    /// The receive queue with the register window whose
+    /// [`dma_clean`](Mmio::dma_clean) its `_synced` posts go through (the
+    /// send queue's, or the one given to a QP without a send queue);
+    /// [`Error::NoSuchQueue`] without a receive queue or a window.
+    #[cfg(feature = "cache-maintenance")]
+    pub fn rq_synced(&mut self) -> Result<(&mut RecvQueue, &M), Error> {
+        let rq = self
+            .rq
+            .as_mut()
+            .ok_or(Error::NoSuchQueue("receive queue"))?;
+        let mmio = match (&self.sq, &self.spare_uar) {
+            (Some(sq), _) => sq.db.bf.mmio(),
+            (None, Some(m)) => m,
+            (None, None) => {
+                return Err(Error::NoSuchQueue(
+                    "register window for the receive queue's cache maintenance",
+                ));
+            }
+        };
+        Ok((rq, mmio))
+    }
+
+    /// Without coherent DMA (`M::DMA_CACHE_MAINTENANCE`; otherwise nothing
+    /// at all): cleans the doorbell record `new` wrote (the only QP memory
+    /// it initialises for the device; the rings are the device's to read
+    /// only after a doorbell), so CREATE_QP finds the initial counters.
+    #[cfg(feature = "cache-maintenance")]
+    fn clean_initialised(&self) {
+        if !M::DMA_CACHE_MAINTENANCE {
+            return;
+        }
+        let mmio = match (&self.sq, &self.spare_uar) {
+            (Some(sq), _) => sq.db.bf.mmio(),
+            (None, Some(m)) => m,
+            (None, None) => return,
+        };
+        let dbr = match (&self.sq, &self.rq) {
+            (Some(sq), _) => &sq.dbr,
+            (None, Some(rq)) => &rq.dbr,
+            (None, None) => return,
+        };
+        mmio.dma_clean(dbr.host_addr(), 8);
     }
 
     /// Both queues at once (e.g. to post sends and receives from two
@@ -2276,10 +2424,14 @@ impl<M: Mmio> Qp<M> {
             sq_table,
             sq,
             rq,
+            #[cfg(feature = "cache-maintenance")]
+            spare_uar,
             ..
         } = self;
         drop((hdr, sq_table, rq));
         let uar = sq.map(|s| s.db.bf.into_inner());
+        #[cfg(feature = "cache-maintenance")]
+        let uar = uar.or(spare_uar);
         Ok(QpParts::give_back(mem, uar))
     }
 }

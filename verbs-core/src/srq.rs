@@ -21,6 +21,8 @@
 
 use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
+#[cfg(feature = "cache-maintenance")]
+use platform::Mmio;
 use platform::ring::{DoorbellRecord, HostTable, QueueMem, RegionInfo, Ring};
 use platform::{Be32, DmaRegion, barrier};
 
@@ -226,6 +228,81 @@ impl Srq {
         match err {
             None => Ok(()),
             Some(error) => Err(PostError { posted: n, error }),
+        }
+    }
+
+    /// [`post_recv`](Self::post_recv) for a system without coherent DMA
+    /// (`C::DMA_CACHE_MAINTENANCE`; otherwise the same as `post_recv`):
+    /// cleans the WQE through `mmio`'s [`dma_clean`](Mmio::dma_clean), then
+    /// writes the doorbell record (the SRQ's doorbell) and cleans it.
+    #[cfg(feature = "cache-maintenance")]
+    pub fn post_recv_synced<C: Mmio>(&mut self, wr: &RecvWr<'_>, mmio: &C) -> Result<(), Error> {
+        self.build_synced(wr, mmio)?;
+        self.publish_synced(mmio);
+        Ok(())
+    }
+
+    /// [`post_recv_list`](Self::post_recv_list) for a system without
+    /// coherent DMA: each posted WQE is cleaned (they follow the free list,
+    /// not the ring order), then the doorbell record is written and
+    /// cleaned.
+    #[cfg(feature = "cache-maintenance")]
+    pub fn post_recv_list_synced<C: Mmio>(
+        &mut self,
+        wrs: &[RecvWr<'_>],
+        mmio: &C,
+    ) -> Result<(), PostError> {
+        let mut n = 0;
+        let mut err = None;
+        for wr in wrs {
+            if let Err(e) = self.build_synced(wr, mmio) {
+                err = Some(e);
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            self.publish_synced(mmio);
+        }
+        match err {
+            None => Ok(()),
+            Some(error) => Err(PostError { posted: n, error }),
+        }
+    }
+
+    /// `build`, then the clean of the WQE it wrote (the one at the free
+    /// list's head before it).
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(always)]
+    fn build_synced<C: Mmio>(&mut self, wr: &RecvWr<'_>, mmio: &C) -> Result<(), Error> {
+        let idx = self.head as usize;
+        self.build(wr)?;
+        if C::DMA_CACHE_MAINTENANCE {
+            let stride = 1usize << self.geometry.wqe_shift;
+            mmio.dma_clean(self.v.buf.host_addr() + idx * stride, stride);
+        }
+        Ok(())
+    }
+
+    /// `publish`, then the clean of the doorbell record.
+    #[cfg(feature = "cache-maintenance")]
+    #[inline(always)]
+    fn publish_synced<C: Mmio>(&mut self, mmio: &C) {
+        self.publish();
+        if C::DMA_CACHE_MAINTENANCE {
+            mmio.dma_clean(self.dbr.host_addr(), 8);
+        }
+    }
+
+    /// Cleans the memory [`new`](Self::new) initialised for the device
+    /// (the ring with its next-WQE links, and the doorbell record) on a
+    /// system without coherent DMA (nothing at all otherwise): call it
+    /// before CREATE_SRQ.
+    #[cfg(feature = "cache-maintenance")]
+    pub fn clean_initialised<C: Mmio>(&self, mmio: &C) {
+        if C::DMA_CACHE_MAINTENANCE {
+            mmio.dma_clean(self.v.buf.host_addr(), self.geometry.bytes());
+            mmio.dma_clean(self.dbr.host_addr(), 8);
         }
     }
 

@@ -106,6 +106,10 @@ pub struct Srq<P: Platform + 'static, S: Share = DefaultShare> {
     events: AtomicU64,
     /// The CQ named in the SRQ context, kept alive while the SRQ is.
     _cq: Option<S::Ref<Cq<P, S>>>,
+    /// The register window whose cache-maintenance hooks the posts call
+    /// (`cache-maintenance` builds only).
+    #[cfg(feature = "cache-maintenance")]
+    mmio: P::Mmio,
 }
 
 impl<P: Platform + 'static, S: Share> fmt::Debug for Srq<P, S> {
@@ -146,6 +150,9 @@ impl<P: Platform + 'static, S: Share> Srq<P, S> {
             });
         }
         let layout = SrqLayout::new(&g);
+        // Mapped before anything is made, so a failure leaves nothing.
+        #[cfg(feature = "cache-maintenance")]
+        let mmio = ctx.map_bar()?;
         let region = hca.dma_alloc(
             layout.total_bytes,
             PAS_PAGE_SIZE,
@@ -195,6 +202,10 @@ impl<P: Platform + 'static, S: Share> Srq<P, S> {
             Ok(s) => s,
             Err((e, region)) => return Err(destroy_and_free(hca, obj, region, Error::DataPath(e))),
         };
+        // Without coherent DMA: the linked ring and the doorbell record
+        // reach memory before the first post can make them the device's.
+        #[cfg(feature = "cache-maintenance")]
+        srq.clean_initialised(&mmio);
         let s = Srq {
             obj: Some(obj),
             dp: spin::Mutex::new(Some(Checked {
@@ -211,6 +222,8 @@ impl<P: Platform + 'static, S: Share> Srq<P, S> {
             events: AtomicU64::new(0),
             pd,
             _cq: init.cq.clone(),
+            #[cfg(feature = "cache-maintenance")]
+            mmio,
         };
         if init.srq_limit > 0 {
             s.arm_limit(init.srq_limit)?;
@@ -252,9 +265,11 @@ impl<P: Platform + 'static, S: Share> Srq<P, S> {
         let check = self.sge_check;
         self.with(|c| {
             let (n, refused) = check_recv_list(pd, &mut c.cache, check, wrs);
-            c.srq
-                .post_recv_list(&wrs[..n])
-                .map_err(|e| rejected(e.posted, e.error))?;
+            #[cfg(not(feature = "cache-maintenance"))]
+            let posted = c.srq.post_recv_list(&wrs[..n]);
+            #[cfg(feature = "cache-maintenance")]
+            let posted = c.srq.post_recv_list_synced(&wrs[..n], &self.mmio);
+            posted.map_err(|e| rejected(e.posted, e.error))?;
             refused
         })
     }

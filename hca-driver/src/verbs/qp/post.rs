@@ -198,6 +198,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         if self.state.can_post_recv() {
             let generation = self.pd.generation();
             let cache = &self.cache;
+            #[cfg(not(feature = "cache-maintenance"))]
             if wr
                 .sgl
                 .iter()
@@ -205,6 +206,19 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 && let Some(rq) = self.dp.as_mut().and_then(|d| d.rq().ok())
             {
                 return match rq.post_recv(wr) {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(rejected_cold(e)),
+                };
+            }
+            // Without coherent DMA: the WQE, then the record, cleaned.
+            #[cfg(feature = "cache-maintenance")]
+            if wr
+                .sgl
+                .iter()
+                .all(|s| s.length == 0 || cache.hit(generation, *s, AccessFlags::LOCAL_WRITE))
+                && let Some((rq, mmio)) = self.dp.as_mut().and_then(|d| d.rq_synced().ok())
+            {
+                return match rq.post_recv_synced(wr, mmio) {
                     Ok(()) => Ok(()),
                     Err(e) => Err(rejected_cold(e)),
                 };
@@ -232,13 +246,24 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             ));
         }
         let (n, refused) = check_recv_list(&self.pd, &mut self.cache, self.sge_check, wrs);
+        #[cfg(not(feature = "cache-maintenance"))]
         let rq = self
             .dp()
             .and_then(|d| d.rq().map_err(WrError::DataPath))
             .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
+        #[cfg(feature = "cache-maintenance")]
+        let rq = self
+            .dp()
+            .and_then(|d| d.rq_synced().map_err(WrError::DataPath))
+            .map_err(|reason| Error::InvalidWorkRequest { index: 0, reason })?;
         if n > 0 {
-            rq.post_recv_list(&wrs[..n])
-                .map_err(|e| rejected(e.posted, e.error))?;
+            #[cfg(not(feature = "cache-maintenance"))]
+            let posted = rq.post_recv_list(&wrs[..n]);
+            #[cfg(feature = "cache-maintenance")]
+            let (rq, mmio) = rq;
+            #[cfg(feature = "cache-maintenance")]
+            let posted = rq.post_recv_list_synced(&wrs[..n], mmio);
+            posted.map_err(|e| rejected(e.posted, e.error))?;
         }
         refused
     }

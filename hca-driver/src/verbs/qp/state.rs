@@ -399,12 +399,26 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                     log::debug!("QP {qpn:#x} drain: no NOP marker ({e})");
                 }
             }
+            #[cfg(not(feature = "cache-maintenance"))]
             if let (Some(rq), true) = (rq, has_rq) {
                 let r = RecvWr {
                     wr_id: DRAIN_WR_ID,
                     sgl: &[],
                 };
                 if let Err(e) = rq.post_recv(&r) {
+                    log::debug!("QP {qpn:#x} drain: no receive marker ({e})");
+                }
+            }
+            // Without coherent DMA: the marker WQE, then the record, cleaned.
+            #[cfg(feature = "cache-maintenance")]
+            let _ = rq;
+            #[cfg(feature = "cache-maintenance")]
+            if let (true, Ok((rq, mmio))) = (has_rq, d.rq_synced()) {
+                let r = RecvWr {
+                    wr_id: DRAIN_WR_ID,
+                    sgl: &[],
+                };
+                if let Err(e) = rq.post_recv_synced(&r, mmio) {
                     log::debug!("QP {qpn:#x} drain: no receive marker ({e})");
                 }
             }
