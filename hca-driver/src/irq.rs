@@ -44,6 +44,12 @@ pub struct InterruptStats {
     pub mode: WaitMode,
     /// MSI-X vectors enabled.
     pub vectors: u16,
+    /// Interrupts the device raised on those vectors, as the platform
+    /// counts them (VFIO: eventfd signals; emulator: MSI-X messages). An
+    /// armed EQ raises one for its next EQE whether or not a wait is
+    /// sleeping: a wait that finds its completion at the first look does
+    /// not sleep, so `wakeups` may stay 0 while this grows.
+    pub interrupts: u64,
     /// Sleeps that an interrupt ended.
     pub wakeups: u64,
     /// Sleeps that ran to their time limit without an interrupt (a health
@@ -61,8 +67,8 @@ impl fmt::Display for InterruptStats {
         match self.mode {
             WaitMode::Interrupts => write!(
                 f,
-                "interrupts ({} MSI-X vectors): {} wakeups by interrupt, {} sleeps to their limit, {} polling steps (commands before the EQs exist, or while another thread consumes the EQ)",
-                self.vectors, self.wakeups, self.idle_sleeps, self.polls
+                "interrupts ({} MSI-X vectors): {} interrupts raised, {} wakeups by interrupt, {} sleeps to their limit, {} polling steps (commands before the EQs exist, or while another thread consumes the EQ)",
+                self.vectors, self.interrupts, self.wakeups, self.idle_sleeps, self.polls
             ),
             WaitMode::Polling => write!(f, "polling: {} polling steps", self.polls),
         }
@@ -134,6 +140,9 @@ impl<P: Platform> Hca<P> {
                 WaitMode::Polling
             },
             vectors,
+            interrupts: (0..vectors)
+                .filter_map(|v| self.p().interrupt_count(v).ok())
+                .sum(),
             wakeups: self.irq.wakeups.load(Ordering::Relaxed),
             idle_sleeps: self.irq.idle.load(Ordering::Relaxed),
             polls: self.irq.polls.load(Ordering::Relaxed),

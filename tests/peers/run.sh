@@ -214,9 +214,10 @@ suite_vfio_hca() {
 }
 
 # EQ interrupts reach platform::vfio through the MSI-X eventfds: the
-# driver's command waits after bring-up wake by interrupt (its statistics,
-# logged at info level when the device closes), and the same run with
-# --poll takes none.
+# armed command EQ raises interrupts that the platform counts on the
+# vector's eventfd (the driver's statistics, logged at info level when the
+# device closes). Whether a wait sleeps for one depends on timing, so the
+# check is on the interrupts, not on the wakeups.
 interrupts_reach_eventfds() {
     local bdf=$1 spec=$2
     local name="EQ interrupts reach platform::vfio through eventfds"
@@ -225,13 +226,13 @@ interrupts_reach_eventfds() {
         fail "vfio_hca $name" "hca info failed (see $log)"
         return
     fi
-    local line woken
+    local line raised
     line=$(grep -o 'waits: interrupts.*' "$log" | head -1)
-    woken=$(sed -n 's/.*: \([0-9]*\) wakeups by interrupt.*/\1/p' <<<"$line")
-    if [ -n "$woken" ] && [ "$woken" -gt 0 ]; then
+    raised=$(sed -n 's/.*: \([0-9]*\) interrupts raised,.*/\1/p' <<<"$line")
+    if [ -n "$raised" ] && [ "$raised" -gt 0 ]; then
         pass "vfio_hca $name ($line)"
     else
-        fail "vfio_hca $name" "no wakeup by interrupt: '${line:-no waits line}' (see $log)"
+        fail "vfio_hca $name" "no interrupt on the eventfds: '${line:-no waits line}' (see $log)"
     fi
 }
 
