@@ -307,11 +307,7 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
     assert_eq!(ibv_get_cq_event(b.chan, &mut ecq, &mut ectx), 0);
     assert_eq!(ecq, b.cq);
     assert_eq!(ectx as usize, 0x5eed);
-    assert_eq!(
-        ibv_destroy_cq(b.cq),
-        libc::EBUSY,
-        "an event not acknowledged"
-    );
+    assert_eq!(ibv_destroy_cq(b.cq), libc::EBUSY, "the QP uses it");
     ibv_ack_cq_events(b.cq, 1);
     let rc = poll_one(b.cq);
     assert_eq!(
@@ -680,5 +676,140 @@ fn rereg_mr_moves_a_region_to_other_memory() {
     assert_eq!(ibv_dereg_mr(mr), 0);
     drop((a, b));
     assert_eq!(ibv_dealloc_pd(pd3), 0);
+    assert_eq!(ibv_close_device(ctx), 0);
+}
+
+/// A CQ on a channel with one completion event read: an RDMA WRITE with
+/// immediate data of the self-connected `qp` into its own receive queue.
+fn one_event(
+    ctx: *mut ibv_context,
+    chan: *mut ibv_comp_channel,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    mr: *mut ibv_mr,
+    buf: &mut [u8],
+) {
+    // SAFETY: a live MR.
+    let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+    let mut rwr = ibv_recv_wr {
+        wr_id: 1,
+        next: ptr::null_mut(),
+        sg_list: ptr::null_mut(),
+        num_sge: 0,
+    };
+    let mut bad_r = ptr::null_mut();
+    // SAFETY: a valid work request list.
+    let r = unsafe { ops(ctx).post_recv.unwrap()(qp, &mut rwr, &mut bad_r) };
+    assert_eq!(r, 0);
+    // SAFETY: live CQ.
+    assert_eq!(unsafe { ops(ctx).req_notify_cq.unwrap()(cq, 0) }, 0);
+    let mut sge = ibv_sge {
+        addr: buf.as_ptr() as u64,
+        length: 8,
+        lkey,
+    };
+    // SAFETY: all-zero is a valid ibv_send_wr.
+    let mut w: ibv_send_wr = unsafe { core::mem::zeroed() };
+    w.wr_id = 2;
+    w.sg_list = &mut sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    w.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: buf.as_ptr() as u64 + 64,
+        rkey,
+    };
+    let mut bad = ptr::null_mut();
+    // SAFETY: a valid one-element list.
+    let r = unsafe { ops(ctx).post_send.unwrap()(qp, &mut w, &mut bad) };
+    assert_eq!(r, 0);
+    let (mut ecq, mut ectx) = (ptr::null_mut(), ptr::null_mut());
+    assert_eq!(ibv_get_cq_event(chan, &mut ecq, &mut ectx), 0);
+    assert_eq!(ecq, cq);
+    assert_eq!(poll_one(cq).wr_id, 1);
+}
+
+/// libibverbs' `ibv_destroy_cq` waits for the acknowledgement of the
+/// events read from the CQ: here another thread gives it, and the destroy
+/// returns once it did. With none given, the destroy gives up waiting,
+/// destroys the CQ all the same and leaves nothing behind: its channel is
+/// free to go (the CQ is unbound, its device object destroyed).
+#[test]
+fn destroy_cq_waits_for_its_events_acknowledgement_and_leaks_nothing() {
+    let ctx = ibv_open_device(device("tl"));
+    assert!(!ctx.is_null());
+    let pd = ibv_alloc_pd(ctx);
+    let chan = ibv_create_comp_channel(ctx);
+    assert!(!pd.is_null() && !chan.is_null());
+    let mut buf = vec![0u8; 4096];
+    let mut mr: *mut ibv_mr = ptr::null_mut();
+    for round in 0..2 {
+        let cq = ibv_create_cq(ctx, 16, ptr::null_mut(), chan, 0);
+        assert!(!cq.is_null());
+        let mut init = ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: ptr::null_mut(),
+            cap: ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(pd, &mut init);
+        assert!(!qp.is_null());
+        if mr.is_null() {
+            mr = reg_and_self_connect(ctx, pd, cq, qp, &mut buf);
+        } else {
+            // SAFETY: a live QP.
+            let (qpn, mut gid) = (unsafe { (*qp).qp_num }, ibv_gid::default());
+            assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+            let s = Side {
+                ctx,
+                pd,
+                chan,
+                cq,
+                qp,
+                buf: Vec::new(),
+                mr,
+                gid,
+            };
+            connect(&s, qpn, gid);
+        }
+        one_event(ctx, chan, cq, qp, mr, &mut buf);
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        if round == 0 {
+            // Another thread acknowledges the event a while later.
+            let acked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (c, a) = (cq as usize, acked.clone());
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                a.store(true, std::sync::atomic::Ordering::SeqCst);
+                ibv_ack_cq_events(c as *mut ibv_cq, 1);
+            });
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert!(
+                acked.load(std::sync::atomic::Ordering::SeqCst),
+                "the destroy returned before the acknowledgement"
+            );
+            t.join().unwrap();
+        } else {
+            // Nobody acknowledges: the wait ends, the CQ goes all the same.
+            set_destroy_ack_wait(Duration::from_millis(200));
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            // A stale pointer: ignored.
+            ibv_ack_cq_events(cq, 1);
+            assert_eq!(ibv_destroy_cq(cq), libc::EINVAL);
+        }
+    }
+    // The channel has no CQ left (a CQ given up would keep it: EBUSY).
+    assert_eq!(ibv_destroy_comp_channel(chan), 0);
+    assert_eq!(ibv_dereg_mr(mr), 0);
+    drop(buf);
+    assert_eq!(ibv_dealloc_pd(pd), 0);
     assert_eq!(ibv_close_device(ctx), 0);
 }

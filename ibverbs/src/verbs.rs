@@ -56,6 +56,12 @@ pub(crate) struct CqObj {
     pub(crate) cq: Arc<Cq<P>>,
     /// The completion `ibv_start_poll`/`ibv_next_poll` took last.
     pub(crate) cur: Mutex<WorkCompletion>,
+    /// Held while events are acknowledged; `ibv_destroy_cq` waits on
+    /// [`acked`](Self::acked) for the acknowledgements (libibverbs' `cq->mutex`
+    /// and `cq->cond`).
+    pub(crate) ack_lock: Mutex<()>,
+    /// Signalled by `ibv_ack_cq_events`.
+    pub(crate) acked: std::sync::Condvar,
 }
 
 #[repr(C)]
@@ -902,6 +908,8 @@ fn create_cq(
                         c: cc,
                         cq: Arc::new(cq),
                         cur: Mutex::new(WorkCompletion::default()),
+                        ack_lock: Mutex::new(()),
+                        acked: std::sync::Condvar::new(),
                     },
                     Kind::Cq,
                 );
@@ -921,18 +929,80 @@ fn create_cq(
     }
 }
 
-/// `ibv_destroy_cq`: `EBUSY` while a QP uses it.
+/// How long `ibv_destroy_cq` waits for the acknowledgement of the
+/// completion events read from its CQ (milliseconds).
+static DESTROY_ACK_WAIT_MS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(10_000);
+
+/// Sets how long `ibv_destroy_cq` waits for acknowledgements (tests).
+#[cfg(test)]
+pub(crate) fn set_destroy_ack_wait(d: std::time::Duration) {
+    DESTROY_ACK_WAIT_MS.store(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Waits until every completion event read from `q`'s channel is
+/// acknowledged (by another thread's `ibv_ack_cq_events`), as libibverbs'
+/// destroy does, for at most [`DESTROY_ACK_WAIT_MS`]; then acknowledges
+/// those still owed itself, so that the CQ can be destroyed. Returns how
+/// many that were.
+fn await_acks(q: &CqObj) -> u64 {
+    let wait = std::time::Duration::from_millis(
+        DESTROY_ACK_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let deadline = std::time::Instant::now() + wait;
+    let mut g = q.ack_lock.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let owed = q.cq.unacked_events();
+        if owed == 0 {
+            return 0;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            let n = u32::try_from(owed).unwrap_or(u32::MAX);
+            if let Err(e) = q.cq.ack_events(n) {
+                log::error!("ibv_destroy_cq: acknowledging {n} events: {e}");
+            }
+            return owed;
+        }
+        g = q
+            .acked
+            .wait_timeout(g, left)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+/// `ibv_destroy_cq`: `EBUSY` while a QP uses it. As in libibverbs, it
+/// waits for the acknowledgement (`ibv_ack_cq_events`, by another thread)
+/// of every completion event read from the CQ; where libibverbs would wait
+/// for ever, it waits at most 10 s, then destroys the CQ all the same (its
+/// device object, memory and channel binding: nothing is left until close)
+/// and logs the events it acknowledged for the program.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard(libc::EIO, || {
         let o = cq.cast::<CqObj>();
-        // libibverbs waits for the acknowledgement of every event it gave;
-        // a program that did not acknowledge them would wait for ever in
-        // one thread, so this says so instead.
+        let Some(q) = live(o, Kind::Cq) else {
+            return libc::EINVAL;
+        };
+        if Arc::strong_count(&q.cq) > 1 {
+            return libc::EBUSY;
+        }
+        let owed = await_acks(q);
+        if owed > 0 {
+            log::warn!(
+                "ibv_destroy_cq: {owed} completion events read from CQ {} were not \
+                 acknowledged (ibv_ack_cq_events); destroyed all the same",
+                q.cq.number()
+            );
+        }
         destroy_idle(
             o,
             Kind::Cq,
-            |q| Arc::strong_count(&q.cq) > 1 || q.cq.unacked_events() > 0,
+            |q| Arc::strong_count(&q.cq) > 1,
             |b| {
                 forget_object(b.c.context, o as usize);
                 if let Some(ch) = live(b.c.channel.cast::<ChanObj>(), Kind::Channel) {
@@ -1141,6 +1211,9 @@ pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
         let Some(q) = live(o, Kind::Cq) else {
             return;
         };
+        // Under the lock a waiting ibv_destroy_cq checks the count with:
+        // it frees the CQ only after this call is done with it.
+        let _g = q.ack_lock.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = q.cq.ack_events(nevents) {
             log::error!("ibv_ack_cq_events: {e}");
             return;
@@ -1150,6 +1223,7 @@ pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
         unsafe {
             (*o).c.comp_events_completed = (*o).c.comp_events_completed.wrapping_add(nevents)
         };
+        q.acked.notify_all();
     })
 }
 
