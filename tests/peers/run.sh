@@ -58,7 +58,8 @@
 #   pyverbs    rdma-core's own tests (Debian's python3-pyverbs, system
 #              python3), the provider-independent modules, over this
 #              project's libibverbs.so.1 on an emulated ConnectX-4 with a
-#              loopback plug; counts tests, prints a table of each
+#              loopback plug (test_atomic on the ConnectX-5 personality,
+#              which has host-endian atomics); counts tests, prints a table of each
 #              module's counts and the reasons of the skips. The only
 #              suite whose skips do not fail it: rdma-core's tests skip
 #              themselves for features a device does not offer.
@@ -847,7 +848,11 @@ suite_pyverbs() {
     local m log ran failed errors skipped passed
     for m in $PYVERBS_MODULES; do
         log="$dir/$m.log"
-        (cd "$dir" && LD_LIBRARY_PATH=$IBV_LIB HCA_IBV_DEVICES="emu:emu0=loop" \
+        # test_atomic on the ConnectX-5 personality: host-endian atomics
+        # (IBV_ATOMIC_HCA); the recorded ConnectX-4 has big-endian ones only.
+        local devs="emu:emu0=loop"
+        [ "$m" = test_atomic ] && devs="emu:emu0=cx5,loop"
+        (cd "$dir" && LD_LIBRARY_PATH=$IBV_LIB HCA_IBV_DEVICES="$devs" \
             timeout 600 /usr/bin/python3 tests/run_tests.py --dev emu0 -v "$m") >"$log" 2>&1
         ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in .*/\1/p' "$log")
         failed=$(grep -Eo 'failures=[0-9]+' "$log" | tail -n 1 | cut -d= -f2)
