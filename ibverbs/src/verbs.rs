@@ -315,8 +315,10 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
                 return fail(e.raw_os_error().unwrap_or(libc::EMFILE));
             }
         };
-        // SAFETY: eventfd with valid flags; checked below.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        // A memfd: a file of its own (every eventfd shares one inode), so
+        // that ibv_import_device knows the context by its descriptor.
+        // SAFETY: a NUL-terminated name and valid flags; checked below.
+        let raw = unsafe { libc::memfd_create(c"hca-ibverbs-context".as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
             let _ = Context::try_destroy(ctx);
             let _ = entry.release(dev);
@@ -324,6 +326,21 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         }
         // SAFETY: a new descriptor nothing else owns.
         let cmd_fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        publish_context(device, entry, dev, ctx, events, cmd_fd)
+    })
+}
+
+/// Publishes a context object over driver context `ctx` of `dev`, with its
+/// own asynchronous events and `cmd_fd`; returns its `ibv_context`.
+fn publish_context(
+    device: *mut ibv_device,
+    entry: &'static DevEntry,
+    dev: Arc<Dev>,
+    ctx: Arc<Context<P>>,
+    events: Arc<ContextEvents>,
+    cmd_fd: OwnedFd,
+) -> *mut ibv_context {
+    {
         dev.subscribers().add(&events);
         let mut v: verbs_context = zeroed();
         v.query_port = Some(op_query_port);
@@ -334,7 +351,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         v.context.device = device;
         // A descriptor standing for the context (libibverbs' is the
         // kernel's uverbs device): programs dup and pass it around
-        // (ibv_import_device, which answers EOPNOTSUPP here).
+        // (ibv_import_device finds the context by it, in this process).
         v.context.cmd_fd = cmd_fd.as_raw_fd();
         v.context.async_fd = events.fd();
         v.context.num_comp_vectors = 1;
@@ -357,6 +374,106 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         );
         // SAFETY: `obj` was just boxed.
         unsafe { (*obj).cptr() }
+    }
+}
+
+/// The `(st_dev, st_ino)` of descriptor `fd`: a `dup` of it, or the same
+/// descriptor passed to another process, has the same.
+fn file_id(fd: c_int) -> Option<(u64, u64)> {
+    let mut st: libc::stat = zeroed();
+    // SAFETY: fstat writes the caller's struct; a bad fd gives -1.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_dev, st.st_ino))
+}
+
+/// `ibv_import_device` (`IBVERBS_1.10`): a new context over the device
+/// context whose `cmd_fd` (or a `dup` of it) is `cmd_fd`, as rdma-core's
+/// shares the kernel's uverbs file: the two contexts share their PDs, MRs
+/// and other objects, each has its own asynchronous events; the new
+/// context owns `cmd_fd` (closed by `ibv_close_device`). Only a context
+/// of this process can be imported: a device is driven by the process
+/// that opened it (its VFIO descriptors, or the emulated device in its
+/// memory), which another process has no way into; any other descriptor
+/// gets `EOPNOTSUPP`, as a kernel without the import command gives.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
+    guard(ptr::null_mut(), || {
+        let Some(id) = file_id(cmd_fd) else {
+            return fail(libc::EBADF);
+        };
+        let found = registry::live_of(Kind::Context).into_iter().find_map(|o| {
+            let c = live(o as *mut CtxObj, Kind::Context)?;
+            (file_id(c._cmd_fd.as_raw_fd()) == Some(id)).then_some(c)
+        });
+        let Some(c) = found else {
+            log::info!(
+                "ibv_import_device: descriptor {cmd_fd} is not the cmd_fd of a context of this \
+                 process (a device is driven by the process that opened it)"
+            );
+            return fail(libc::EOPNOTSUPP);
+        };
+        let entry = c.entry;
+        let dev = match entry.acquire() {
+            Ok(d) => d,
+            Err(msg) => {
+                eprintln!("libibverbs (hca-ibverbs): {msg}");
+                return fail(libc::EIO);
+            }
+        };
+        let events = match ContextEvents::new() {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = entry.release(dev);
+                return fail(e.raw_os_error().unwrap_or(libc::EMFILE));
+            }
+        };
+        // SAFETY: libibverbs' contract: the imported context owns cmd_fd
+        // (checked open above).
+        let fd = unsafe { OwnedFd::from_raw_fd(cmd_fd) };
+        publish_context(c.v.context.device, entry, dev, c.ctx().clone(), events, fd)
+    })
+}
+
+/// `ibv_import_pd` (`IBVERBS_1.10`): the PD numbered `handle`
+/// (`ibv_pd.handle`) of a context that shares `context`'s device context
+/// (see [`ibv_import_device`]); `EINVAL` when there is none. Released with
+/// `ibv_unimport_pd`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> *mut ibv_pd {
+    guard(ptr::null_mut(), || {
+        let Some(c) = live_ctx(context) else {
+            return fail(libc::EINVAL);
+        };
+        let found = registry::live_of(Kind::Pd).into_iter().find_map(|o| {
+            let p = live(o as *mut PdObj, Kind::Pd)?;
+            let same = p.pd.number().0 == handle
+                && live_ctx(p.c.context).is_some_and(|pc| Arc::ptr_eq(pc.ctx(), c.ctx()));
+            same.then(|| p.pd.clone())
+        });
+        let Some(pd) = found else {
+            return fail(libc::EINVAL);
+        };
+        let obj = registry::publish(
+            PdObj {
+                c: ibv_pd { context, handle },
+                pd,
+            },
+            Kind::Pd,
+        );
+        obj.cast()
+    })
+}
+
+/// `ibv_unimport_pd` (`IBVERBS_1.10`): forgets an imported (or any) PD
+/// object without destroying the PD, which its other objects keep.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
+    guard((), || {
+        if let Some(b) = registry::take(pd.cast::<PdObj>(), Kind::Pd) {
+            drop(b);
+        }
     })
 }
 
@@ -373,7 +490,15 @@ pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         };
         let entry = b.entry;
         if let Some(ctx) = b.ctx.take() {
-            if let Err(e) = Context::try_destroy(ctx) {
+            let shared = registry::live_of(Kind::Context).into_iter().any(|o| {
+                live(o as *mut CtxObj, Kind::Context)
+                    .is_some_and(|c| c.ctx.as_ref().is_some_and(|x| Arc::ptr_eq(x, &ctx)))
+            });
+            if shared {
+                // Another context of this process imported it (or it
+                // imported another): the last one closed destroys it.
+                drop(ctx);
+            } else if let Err(e) = Context::try_destroy(ctx) {
                 log::warn!("{}: context still in use at close: {e}", entry.name());
             }
         }
