@@ -48,6 +48,14 @@ pub struct Sge {
     pub length: u32,
 }
 
+// The layout the posts rely on: the lkey and the length as one 8-byte
+// word, lkey in the low half.
+const _: () = assert!(
+    core::mem::offset_of!(Sge, lkey) == 8
+        && core::mem::offset_of!(Sge, length) == 12
+        && core::mem::size_of::<Sge>() == 16
+);
+
 /// `send_flags` of a work request (`IBV_SEND_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SendFlags(pub u8);
