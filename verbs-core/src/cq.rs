@@ -449,6 +449,16 @@ static REQ_FAST: [u64; 256] = {
     t
 };
 
+/// A CQE's `wqe_counter` times 8 plus three bits below it, from its last
+/// 8 bytes `t` as they sit in memory (`wqe_counter` is bits 31:16 of the
+/// big-endian word): the index [`Cells::entry8`] masks, one shift.
+///
+/// [`Cells::entry8`]: platform::ring::Cells::entry8
+#[inline(always)]
+fn wqe_counter8(t: u64) -> usize {
+    ((u64::from_be(t) as u32) >> 13) as usize
+}
+
 /// The send queue a run of requester CQEs retires, in locals.
 ///
 /// The outstanding window [tail, head) is kept as `last = head - 1` and
@@ -473,7 +483,7 @@ impl Run<'_> {
         // goes to the general path, which reports the error.)
         // wqe_counter is bits 31:16 of the big-endian 8 bytes; the table
         // masks it.
-        let e = self.table.entry(u32::from((u64::from_be(t) >> 16) as u16));
+        let e = self.table.entry8(wqe_counter8(t));
         let wqe_head = e.head.load(Ordering::Relaxed);
         let u = self.last.wrapping_sub(wqe_head);
         if u >= self.room {
@@ -510,7 +520,7 @@ impl Run<'_> {
     /// (nothing changed) if the WQE is not outstanding.
     #[inline(always)]
     fn take_same_op(&mut self, t: u64) -> Option<u64> {
-        let e = self.table.entry(u32::from((u64::from_be(t) >> 16) as u16));
+        let e = self.table.entry8(wqe_counter8(t));
         let wqe_head = e.head.load(Ordering::Relaxed);
         let u = self.last.wrapping_sub(wqe_head);
         if u >= self.room {
@@ -1087,7 +1097,7 @@ impl<M: Mmio> Cq<M> {
                 if let Some(table) = h.send_table(raw_sop_qpn(t) & KEY24)
                     && (w2 as i64) >= 0
                 {
-                    let e = table.entry(u32::from((u64::from_be(t) >> 16) as u16));
+                    let e = table.entry8(wqe_counter8(t));
                     out.w1w2(Completion::word1_raw(0, raw_sop_qpn(t)), w2);
                     let tail_a = sq_hdr(table, META_SQ_TAIL);
                     let tail = tail_a.load(Ordering::Relaxed);

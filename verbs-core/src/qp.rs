@@ -30,16 +30,31 @@ pub enum QpType {
 
 /// A scatter/gather entry (`struct ibv_sge`): a bus address (IOVA) inside a
 /// registered memory region, its length and the region's lkey.
+///
+/// The fields are laid out (`repr(C)`) with the lkey before the length:
+/// read as one little-endian 8-byte word, the pair is then `length << 32 |
+/// lkey`, which one byte swap turns into the data segment's first 8 bytes
+/// (be32 `byte_count`, be32 `lkey`). `struct ibv_sge`'s order (length
+/// first) would need a rotate as well, on every posted SGE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct Sge {
     /// Bus address of the first byte.
     pub addr: u64,
+    /// Local key of the memory region.
+    pub lkey: u32,
     /// Length in bytes. Zero-length entries are skipped, as rdma-core does
     /// (a data segment byte count of 0 would mean 2 GiB to the device).
     pub length: u32,
-    /// Local key of the memory region.
-    pub lkey: u32,
 }
+
+// The layout the posts rely on: the lkey and the length as one 8-byte
+// word, lkey in the low half.
+const _: () = assert!(
+    core::mem::offset_of!(Sge, lkey) == 8
+        && core::mem::offset_of!(Sge, length) == 12
+        && core::mem::size_of::<Sge>() == 16
+);
 
 /// `send_flags` of a work request (`IBV_SEND_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

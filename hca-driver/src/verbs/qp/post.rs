@@ -329,12 +329,20 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
 
     /// Checks and writes a work request of one SGE through verbs-core's
     /// one-SGE fast path (errors built out of line).
+    ///
+    /// A cache miss goes out of line with the cache by value (it comes
+    /// back updated): no call takes the address of a field of the batch,
+    /// so its fields and verbs-core's cursor can stay in registers.
     #[inline(always)]
     fn push_sge(&mut self, wr_id: u64, op: SendOp, flags: SendFlags, sge: Sge) -> Result<()> {
-        if let Err(reason) =
-            check_single_sge(self.pd, &mut self.cache, self.check, sge, local_needs(&op))
-        {
-            return Err(refused(self.b.len(), reason));
+        let needs = local_needs(&op);
+        if !self.cache.hit(self.pd.generation(), sge, needs) {
+            let (checked, cache) =
+                check_single_by_value(self.pd, self.cache, self.check, sge, needs);
+            self.cache = cache;
+            if let Err(reason) = checked {
+                return Err(refused(self.b.len(), reason));
+            }
         }
         if let Err(e) = self.b.post_send_sge(wr_id, op, flags, sge) {
             return Err(refused(self.b.len(), WrError::DataPath(e.into())));
@@ -393,6 +401,22 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
         *self.qp_cache = self.cache;
         self.b.ring();
     }
+}
+
+/// `check_single_sge` past the cache hit, on a copy of the cache: the
+/// result and the cache as the check left it (the batch's path, which
+/// takes no address of its own state).
+#[cold]
+#[inline(never)]
+fn check_single_by_value<P: Platform + 'static, S: Share>(
+    pd: &Pd<P, S>,
+    mut cache: KeyCache,
+    check: SgeCheck,
+    sge: Sge,
+    needs: AccessFlags,
+) -> (core::result::Result<(), WrError>, KeyCache) {
+    let r = check_single_sge(pd, &mut cache, check, sge, needs);
+    (r, cache)
 }
 
 /// [`Error::InvalidWorkRequest`] of the request at `index`, built out of
