@@ -760,6 +760,7 @@ struct cqe_vec {
 	unsigned cons_index;
 	int ne, n;
 	struct cqe_in c[2];
+	unsigned rq_start; /* receive counter of the first outstanding receive */
 };
 
 static void build_cqe(const struct cqe_in *c, unsigned cons_index, uint8_t *out)
@@ -810,7 +811,8 @@ static void cq_reset(const struct cqe_vec *v, uint8_t q, uint8_t d)
 	/* Outstanding work: 16 send WQEs and 16 receives. */
 	qp.sq.head = 16;
 	qp.sq.cur_post = 16;
-	qp.rq.head = 16;
+	qp.rq.head = v->rq_start + 16;
+	qp.rq.tail = v->rq_start;
 }
 
 #define RQ_OK (1 << 0)
@@ -839,8 +841,8 @@ static const struct cqe_vec CQES[] = {
 	  { { 0, MLX5_CQE_RESP_SEND, RAW_QPN, 0, 128, RQ_OK | L3OK | L4OK, T(1, 2, 0), 0, 0x9e3779b9, 0x2c, 0x1234 } } },
 	{ "raw_recv_no_rx_csum_cap", "QP without MLX5_RX_CSUM_VALID (device without IBV_DEVICE_RAW_IP_CSUM): no IBV_WC_IP_CSUM_OK", 0, 0, 1, 1,
 	  { { 0, MLX5_CQE_RESP_SEND, 0, 0, 60, RQ_OK | L3OK | L4OK, T(2, 2, 0), 0, 0, 0, 0 } } },
-	{ "raw_recv_counter_masked", "wqe_counter 0x1043 takes receive slot 3", CAPS_ETH, 0, 1, 1,
-	  { { 0, MLX5_CQE_RESP_SEND, 0, 0x1043, 60, RQ_OK | L3OK | L4OK, T(2, 2, 0), 0, 0, 0, 0 } } },
+	{ "raw_recv_counter_masked", "receive counters 0x1040..0x104f outstanding; wqe_counter 0x1043 takes receive slot 3", CAPS_ETH, 0, 1, 1,
+	  { { 0, MLX5_CQE_RESP_SEND, 0, 0x1043, 60, RQ_OK | L3OK | L4OK, T(2, 2, 0), 0, 0, 0, 0 } }, 0x1040 },
 	{ "raw_req_send", "requester completion of a raw SEND (WQE opcode 0x0a, QPN 0x125)", CAPS_ETH, 0, 1, 1,
 	  { { 0, MLX5_CQE_REQ, 0x0a000000 | RAW_QPN, 0, 0, 0, 0, 0, 0, 0, 0 } } },
 	{ "raw_resp_err_flush", "responder error, syndrome 0x05 (flushed), vendor 0xf9", CAPS_ETH, 0, 1, 1,
@@ -901,8 +903,8 @@ static void emit_cqe(const struct cqe_vec *v, bool first)
 	kint("cq_cons_index", v->cons_index);
 	kint("sq_head", 16);
 	kint("sq_tail", 0);
-	kint("rq_head", 16);
-	kint("rq_tail", 0);
+	kint("rq_head", v->rq_start + 16);
+	kint("rq_tail", v->rq_start);
 	kbool("rx_csum_valid", v->cap_cache & MLX5_RX_CSUM_VALID);
 	obj_end();
 	key("cqes");
