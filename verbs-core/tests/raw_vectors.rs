@@ -88,25 +88,33 @@ fn seg(v: &Value) -> Seg {
 }
 
 /// The provider's split of a gather list into `n` inline header bytes
-/// (taken from the front, across entries) and the rest: an entry consumed
-/// whole is dropped, a partly consumed one starts after the header bytes.
+/// (taken from the front, across entries) and the rest, through
+/// [`EthSplit`]. A list too short for the headers gives all its bytes as
+/// headers and no rest (verbs-core then refuses the short headers).
 fn split(segs: &[Seg], n: usize) -> (Vec<u8>, Vec<Seg>) {
-    let mut hdr = Vec::new();
-    let mut rest = Vec::new();
-    for s in segs {
-        let take = (n - hdr.len()).min(s.data.len());
-        hdr.extend_from_slice(&s.data[..take]);
-        if take < s.data.len() {
-            rest.push(Seg {
-                sge: Sge {
-                    addr: s.sge.addr + take as u64,
-                    length: s.sge.length - take as u32,
-                    lkey: s.sge.lkey,
-                },
-                data: s.data[take..].to_vec(),
-            });
+    let sgl: Vec<Sge> = segs.iter().map(|s| s.sge).collect();
+    let hdr: Vec<u8> = segs.iter().flat_map(|s| s.data.clone()).take(n).collect();
+    let sp = match EthSplit::new(&sgl, n) {
+        Ok(sp) => sp,
+        Err(e) => {
+            assert_eq!(
+                e,
+                Error::EthSegment("inline headers shorter than the queue's minimum")
+            );
+            return (hdr, Vec::new());
         }
-    }
+    };
+    let mut out = vec![Sge::default(); sgl.len()];
+    let rest = sp
+        .data(&sgl, &mut out)
+        .iter()
+        .zip(&segs[sp.index..])
+        .enumerate()
+        .map(|(i, (sge, s))| Seg {
+            sge: *sge,
+            data: s.data[if i == 0 { sp.offset as usize } else { 0 }..].to_vec(),
+        })
+        .collect();
     (hdr, rest)
 }
 
