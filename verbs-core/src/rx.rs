@@ -332,7 +332,8 @@ pub struct EthSplit {
 
 impl EthSplit {
     /// The split of `sgl` after `n` header bytes. A list with fewer bytes,
-    /// or an empty list, is refused with [`Error::EthSegment`] (the
+    /// or an empty list, is refused with
+    /// [`Error::EthSegment`](crate::Error::EthSegment) (the
     /// provider's `EINVAL`).
     pub fn new(sgl: &[crate::Sge], n: usize) -> Result<Self, crate::Error> {
         if sgl.is_empty() {
