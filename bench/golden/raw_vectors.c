@@ -307,6 +307,7 @@ struct send_vec {
 	unsigned start;
 	int nwr;
 	struct wr_in wr[2];
+	bool no_csum_cap; /* QP without MLX5_CSUM_SUPPORT_RAW_OVER_ETH */
 };
 
 static void post(const struct send_vec *v, struct snap *s, uint8_t q, uint8_t d)
@@ -316,7 +317,7 @@ static void post(const struct send_vec *v, struct snap *s, uint8_t q, uint8_t d)
 	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(qp.ibv_qp);
 	int i, j;
 
-	reset(q, d, v->start, 0, v->min_inline, CAPS_ETH, IBV_QPS_RTS);
+	reset(q, d, v->start, 0, v->min_inline, v->no_csum_cap ? 0 : CAPS_ETH, IBV_QPS_RTS);
 	memset(wrs, 0, sizeof(wrs));
 	for (i = 0; i < v->nwr; i++) {
 		for (j = 0; j < v->wr[i].n; j++) {
@@ -439,7 +440,7 @@ static void emit_send(const struct send_vec *v, bool first)
 	kint("sq_tail", v->start);
 	khex("bf_offset", 0);
 	kstr("qp_state", "IBV_QPS_RTS");
-	kbool("csum_cap", true);
+	kbool("csum_cap", !v->no_csum_cap);
 	obj_end();
 	if (v->api == POST_SEND) {
 		key("wrs");
@@ -617,6 +618,8 @@ static const struct send_vec SENDS[] = {
 	  POST_SEND, 18, 0xffff, 1, { { 7, SIG, 1, { { 0, 60, LK } } } } },
 	{ "raw_send_l2_header_too_short", "one SGE of 10 bytes, fewer than the 18 inline header bytes: EINVAL, nothing posted",
 	  POST_SEND, 18, 0, 1, { { 7, SIG, 1, { { 0, 10, LK } } } } },
+	{ "raw_send_ip_csum_no_cap", "IBV_SEND_IP_CSUM on a QP without MLX5_CSUM_SUPPORT_RAW_OVER_ETH (device without IBV_DEVICE_RAW_IP_CSUM): EINVAL, nothing posted",
+	  POST_SEND, 18, 0, 1, { { 7, SIG | IBV_SEND_IP_CSUM, 1, { { 0, 60, LK } } } }, true },
 	{ "raw_wr_api_send_sge", "raw_send_l2_1sge through ibv_wr_send + ibv_wr_set_sge",
 	  WR_SGE, 18, 0, 1, { { 7, SIG, 1, { { 0, 60, LK } } } } },
 	{ "raw_wr_api_send_sge_list_ip_csum", "ibv_wr_set_sge_list with the header across SGEs 0 and 1, IBV_SEND_IP_CSUM",

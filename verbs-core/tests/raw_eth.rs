@@ -289,3 +289,36 @@ fn vlan_tag_in_long_inline_headers_wraps_with_them() {
     );
     env.reclaim();
 }
+
+#[test]
+fn ip_csum_refused_where_the_device_does_not_offer_it() {
+    let uar = UarPage::new();
+    let mut env = make_qp_cfg(&raw_cfg(0, false), &uar, 0, 0);
+    env.fill_rings(SENTINEL_Q);
+    let sq = env.qp.sq().unwrap();
+    sq.set_ip_csum_offload(false);
+    let err = Error::EthSegment(
+        "checksum offload (IBV_SEND_IP_CSUM) not supported by the device or port",
+    );
+    let wr = SendWr::new(1, SendOp::Send)
+        .sgl(&SGE)
+        .flags(SendFlags::IP_CSUM);
+    assert_eq!(sq.post_send(&wr), Err(err));
+    // The one-SGE entry point says the same in its compact form.
+    let e = sq
+        .post_send_sge(1, SendOp::Send, SendFlags::IP_CSUM, SGE[0])
+        .unwrap_err();
+    assert_eq!(e.kind(), SendErrorKind::EthCsumUnsupported);
+    assert_eq!(Error::from(e), err);
+    assert_eq!(sq.post_send_vlan(&wr, VlanInsert::cvlan(1)), Err(err));
+    assert_eq!(sq.cur_post(), 0);
+    assert!(env.sq_slot(0).iter().all(|&b| b == SENTINEL_Q));
+    // Without the flag, and with the offload back on, it posts.
+    let sq = env.qp.sq().unwrap();
+    sq.post_send(&SendWr::new(2, SendOp::Send).sgl(&SGE))
+        .unwrap();
+    sq.set_ip_csum_offload(true);
+    sq.post_send(&wr).unwrap();
+    assert_eq!(sq.cur_post(), 2);
+    env.reclaim();
+}
