@@ -41,6 +41,15 @@
 #define SQ_MAX_POST 64
 #define SQ_MAX_GS 4
 #define SQ_MAX_INLINE 76
+/* raw_tso_qp: created with max_tso_header 64 (WQE 48 + 64 + 4 x 16 = 176
+ * -> 192 B, 64 x 192 -> 16384 B = 256 WQEBBs, max_post 85, max_inline
+ * 192 - 48 - 4 = 140) and the device's max_tso (256 KiB). */
+#define TSO_WQEBBS 256
+#define TSO_MAX_POST 85
+#define TSO_MAX_INLINE 140
+#define TSO_MAX_HEADER 64
+#define TSO_MAX_PAYLOAD 262144
+#define SQ_MAX_WQEBBS TSO_WQEBBS
 #define RQ_ENTRIES 64
 #define RQ_SHIFT 4
 #define CQ_ENTRIES 256
@@ -55,6 +64,7 @@ static struct mlx5_bf bf;
 static uint8_t *pkt;
 static uint8_t *sq_mem, *rq_mem, *cq_mem;
 static uint32_t *qp_db;
+static unsigned sq_wqebbs = SQ_WQEBBS;
 static uint32_t cq_dbrec[2] __attribute__((aligned(8)));
 
 static void *zalloc(size_t n)
@@ -168,7 +178,7 @@ static void setup(void)
 	qp.buf.ibv_buf.addr = rq_mem;
 	qp.buf.ibv_buf.size = RQ_ENTRIES << RQ_SHIFT;
 	qp.buf_size = RQ_ENTRIES << RQ_SHIFT;
-	sq_mem = zalloc(SQ_WQEBBS * 64);
+	sq_mem = zalloc(SQ_MAX_WQEBBS * 64);
 	qp.sq_buf.ibv_buf.addr = sq_mem;
 	qp.sq_buf.ibv_buf.size = SQ_WQEBBS * 64;
 	qp.sq_buf_size = SQ_WQEBBS * 64;
@@ -182,9 +192,9 @@ static void setup(void)
 	qp.sq.qp_state_max_gs = SQ_MAX_GS;
 	qp.sq.offset = 0;
 	qp.sq.qend = sq_mem + SQ_WQEBBS * 64;
-	qp.sq.wrid = calloc(SQ_WQEBBS, sizeof(uint64_t));
-	qp.sq.wqe_head = calloc(SQ_WQEBBS, sizeof(unsigned));
-	qp.sq.wr_data = calloc(SQ_WQEBBS, sizeof(uint32_t));
+	qp.sq.wrid = calloc(SQ_MAX_WQEBBS, sizeof(uint64_t));
+	qp.sq.wqe_head = calloc(SQ_MAX_WQEBBS, sizeof(unsigned));
+	qp.sq.wr_data = calloc(SQ_MAX_WQEBBS, sizeof(uint32_t));
 
 	qp.rq.wqe_cnt = RQ_ENTRIES;
 	qp.rq.wqe_shift = RQ_SHIFT;
@@ -234,17 +244,34 @@ static void fill_packets(void)
 	memcpy(pkt, FRAME, sizeof(FRAME));
 	for (unsigned i = 0; i < 0x300; i++)
 		pkt[0x100 + i] = (uint8_t)(0x80 + i);
+	/* TSO headers at +0x800: the frame's Ethernet and IPv4 headers, then a
+	 * TCP header and options (pattern bytes). */
+	memcpy(pkt + 0x800, FRAME, 34);
+	pkt[0x800 + 23] = 0x06;
+	for (unsigned i = 34; i < 80; i++)
+		pkt[0x800 + i] = (uint8_t)(0x40 + i);
 }
 
 /* Resets the queues to a fresh state with every byte `q` (queues) or `d`
  * (doorbell records, UAR page). */
-static void reset(uint8_t q, uint8_t d, unsigned sq_start, unsigned rq_start,
-		  uint32_t eth_min_inline, uint32_t cap_cache, enum ibv_qp_state state)
+static void reset_tso(uint8_t q, uint8_t d, unsigned sq_start, unsigned rq_start,
+		      uint32_t eth_min_inline, uint32_t cap_cache, enum ibv_qp_state state,
+		      bool tso)
 {
 	unsigned i;
 
+	/* raw_qp, or raw_tso_qp (the same QP created with max_tso_header). */
+	sq_wqebbs = tso ? TSO_WQEBBS : SQ_WQEBBS;
+	qp.sq.wqe_cnt = sq_wqebbs;
+	qp.sq.max_post = tso ? TSO_MAX_POST : SQ_MAX_POST;
+	qp.sq.qend = sq_mem + sq_wqebbs * 64;
+	qp.sq_buf.ibv_buf.size = sq_wqebbs * 64;
+	qp.sq_buf_size = sq_wqebbs * 64;
+	qp.max_inline_data = tso ? TSO_MAX_INLINE : SQ_MAX_INLINE;
+	qp.max_tso_header = tso ? TSO_MAX_HEADER : 0;
+	qp.max_tso = tso ? TSO_MAX_PAYLOAD : 0;
 	fill_packets();
-	memset(sq_mem, q, SQ_WQEBBS * 64);
+	memset(sq_mem, q, SQ_MAX_WQEBBS * 64);
 	memset(rq_mem, q, RQ_ENTRIES << RQ_SHIFT);
 	memset(qp_db, d, 8);
 	memset(bf.uar, d, 4096);
@@ -259,13 +286,19 @@ static void reset(uint8_t q, uint8_t d, unsigned sq_start, unsigned rq_start,
 	qp.ibv_qp->state = state;
 	qp.qp_cap_cache = cap_cache;
 	ctx->eth_min_inline_size = eth_min_inline;
-	for (i = 0; i < SQ_WQEBBS; i++) {
+	for (i = 0; i < sq_wqebbs; i++) {
 		qp.sq.wrid[i] = SQ_WRID_BASE + i;
 		qp.sq.wqe_head[i] = i;
 		qp.sq.wr_data[i] = 0;
 	}
 	for (i = 0; i < RQ_ENTRIES; i++)
 		qp.rq.wrid[i] = RQ_WRID_BASE + i;
+}
+
+static void reset(uint8_t q, uint8_t d, unsigned sq_start, unsigned rq_start,
+		  uint32_t eth_min_inline, uint32_t cap_cache, enum ibv_qp_state state)
+{
+	reset_tso(q, d, sq_start, rq_start, eth_min_inline, cap_cache, state, false);
 }
 
 #define CAPS_ETH (MLX5_CSUM_SUPPORT_RAW_OVER_ETH | MLX5_RX_CSUM_VALID)
@@ -276,11 +309,11 @@ struct snap {
 	int ret;
 	int bad;
 	unsigned cur_post, head;
-	uint8_t sq[SQ_WQEBBS * 64];
+	uint8_t sq[SQ_MAX_WQEBBS * 64];
 	uint8_t db[8];
 	uint8_t uar[4096];
 	unsigned bf_offset;
-	uint64_t wrid[SQ_WQEBBS];
+	uint64_t wrid[SQ_MAX_WQEBBS];
 };
 
 static struct snap sa, sb;
@@ -308,6 +341,8 @@ struct send_vec {
 	int nwr;
 	struct wr_in wr[2];
 	bool no_csum_cap; /* QP without MLX5_CSUM_SUPPORT_RAW_OVER_ETH */
+	uint16_t mss; /* non-zero: IBV_WR_TSO on raw_tso_qp */
+	uint16_t hdr_off, hdr_sz; /* the TSO header in the packet buffers */
 };
 
 static void post(const struct send_vec *v, struct snap *s, uint8_t q, uint8_t d)
@@ -317,7 +352,8 @@ static void post(const struct send_vec *v, struct snap *s, uint8_t q, uint8_t d)
 	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(qp.ibv_qp);
 	int i, j;
 
-	reset(q, d, v->start, 0, v->min_inline, v->no_csum_cap ? 0 : CAPS_ETH, IBV_QPS_RTS);
+	reset_tso(q, d, v->start, 0, v->min_inline, v->no_csum_cap ? 0 : CAPS_ETH, IBV_QPS_RTS,
+		  v->mss != 0);
 	memset(wrs, 0, sizeof(wrs));
 	for (i = 0; i < v->nwr; i++) {
 		for (j = 0; j < v->wr[i].n; j++) {
@@ -326,7 +362,12 @@ static void post(const struct send_vec *v, struct snap *s, uint8_t q, uint8_t d)
 			sges[i][j].lkey = v->wr[i].sg[j].lkey;
 		}
 		wrs[i].wr_id = v->wr[i].wr_id;
-		wrs[i].opcode = IBV_WR_SEND;
+		wrs[i].opcode = v->mss ? IBV_WR_TSO : IBV_WR_SEND;
+		if (v->mss) {
+			wrs[i].tso.hdr = pkt + v->hdr_off;
+			wrs[i].tso.hdr_sz = v->hdr_sz;
+			wrs[i].tso.mss = v->mss;
+		}
 		wrs[i].send_flags = v->wr[i].flags;
 		wrs[i].num_sge = v->wr[i].n;
 		wrs[i].sg_list = sges[i];
@@ -431,7 +472,7 @@ static void emit_send(const struct send_vec *v, bool first)
 	kstr("name", v->name);
 	kstr("description", v->desc);
 	kstr("api", v->api == POST_SEND ? "ibv_post_send" : "ibv_wr_*");
-	kstr("qp", "raw_qp");
+	kstr("qp", v->mss ? "raw_tso_qp" : "raw_qp");
 	kint("eth_min_inline_size", v->min_inline);
 	key("state_before");
 	obj_begin();
@@ -450,7 +491,15 @@ static void emit_send(const struct send_vec *v, bool first)
 				printf(", ");
 			obj_begin();
 			khex64("wr_id", v->wr[i].wr_id);
-			kstr("opcode", "IBV_WR_SEND");
+			kstr("opcode", v->mss ? "IBV_WR_TSO" : "IBV_WR_SEND");
+			if (v->mss) {
+				key("tso");
+				obj_begin();
+				kbytes("hdr", pkt + v->hdr_off, v->hdr_sz);
+				kint("hdr_sz", v->hdr_sz);
+				kint("mss", v->mss);
+				obj_end();
+			}
 			flags_out("send_flags", v->wr[i].flags);
 			kint("num_sge", v->wr[i].n);
 			sgl_out("sg_list", &v->wr[i]);
@@ -518,19 +567,22 @@ static void emit_send(const struct send_vec *v, bool first)
 	/* The WQEs, found by following each control segment's DS count. */
 	key("wqes");
 	putchar('[');
+	static bool covered[SQ_MAX_WQEBBS];
+	memset(covered, 0, sizeof(covered));
 	{
 		unsigned idx = v->start, nw = sa.head - v->start;
 
 		for (unsigned k = 0; k < nw; k++) {
-			unsigned slot = idx & (SQ_WQEBBS - 1);
+			unsigned slot = idx & (sq_wqebbs - 1);
 			uint8_t *ctrl = sa.sq + 64 * slot;
 			unsigned ds = ctrl[7] & 0x3f;
 			unsigned cnt = (ds * 16 + 63) / 64;
 			uint8_t bytes[64 * 16], mask[64 * 16];
 
 			for (unsigned b = 0; b < cnt; b++) {
-				unsigned s = (slot + b) & (SQ_WQEBBS - 1);
+				unsigned s = (slot + b) & (sq_wqebbs - 1);
 
+				covered[s] = true;
 				memcpy(bytes + 64 * b, sa.sq + 64 * s, 64);
 				for (unsigned x = 0; x < 64; x++)
 					mask[64 * b + x] = sa.sq[64 * s + x] == sb.sq[64 * s + x] ? 0xff : 0;
@@ -542,7 +594,7 @@ static void emit_send(const struct send_vec *v, bool first)
 			key("slots");
 			putchar('[');
 			for (unsigned b = 0; b < cnt; b++)
-				printf("%s%u", b ? ", " : "", (slot + b) & (SQ_WQEBBS - 1));
+				printf("%s%u", b ? ", " : "", (slot + b) & (sq_wqebbs - 1));
 			putchar(']');
 			kbytes("bytes", bytes, 64 * cnt);
 			kbytes("written_mask", mask, 64 * cnt);
@@ -551,6 +603,33 @@ static void emit_send(const struct send_vec *v, bool first)
 			khex64("sq_wrid_at_first_slot", sa.wrid[slot]);
 			obj_end();
 			idx += cnt;
+		}
+	}
+	putchar(']');
+	/* Send queue blocks outside every WQE that the library wrote. */
+	key("sq_written_outside_wqes");
+	putchar('[');
+	{
+		int k = 0;
+
+		for (unsigned sl = 0; sl < sq_wqebbs; sl++) {
+			uint8_t mask[64];
+			bool any = false;
+
+			if (covered[sl])
+				continue;
+			for (unsigned x = 0; x < 64; x++) {
+				mask[x] = sa.sq[64 * sl + x] == sb.sq[64 * sl + x] ? 0xff : 0;
+				any |= mask[x] != 0;
+			}
+			if (!any)
+				continue;
+			printf(k++ ? ", " : "");
+			obj_begin();
+			kint("slot", sl);
+			kbytes("bytes", sa.sq + 64 * sl, 64);
+			kbytes("written_mask", mask, 64);
+			obj_end();
 		}
 	}
 	putchar(']');
@@ -620,6 +699,14 @@ static const struct send_vec SENDS[] = {
 	  POST_SEND, 18, 0, 1, { { 7, SIG, 1, { { 0, 10, LK } } } } },
 	{ "raw_send_ip_csum_no_cap", "IBV_SEND_IP_CSUM on a QP without MLX5_CSUM_SUPPORT_RAW_OVER_ETH (device without IBV_DEVICE_RAW_IP_CSUM): EINVAL, nothing posted",
 	  POST_SEND, 18, 0, 1, { { 7, SIG | IBV_SEND_IP_CSUM, 1, { { 0, 60, LK } } } }, true },
+	{ "raw_tso_hdr54_ip_csum", "IBV_WR_TSO on raw_tso_qp: a 54-byte Ethernet/IPv4/TCP header inline in the Ethernet segment, mss 1448, IBV_SEND_IP_CSUM, 300 payload bytes",
+	  POST_SEND, 18, 0, 1, { { 7, SIG | IBV_SEND_IP_CSUM, 1, { { 0x100, 300, LK } } } }, false, 1448, 0x800, 54 },
+	{ "raw_tso_hdr14", "IBV_WR_TSO with the shortest header (14 bytes, below eth_min_inline_size), two payload SGEs",
+	  POST_SEND, 18, 0, 1, { { 7, SIG, 2, { { 0x100, 100, LK }, { 0x200, 200, LK + 1 } } } }, false, 536, 0x800, 14 },
+	{ "raw_tso_hdr64_wrap_at_255", "IBV_WR_TSO from the last WQEBB (255) with the largest header (64 bytes): the inline header wraps to the start of the queue. The provider then writes the data segments 32 bytes too far, into slot 1 outside the WQE (set_tso_eth_seg moves seg to the queue start and mlx5_post_send adds sizeof(struct mlx5_wqe_eth_seg) again), and leaves the WQE's units 2-3 of slot 0 unwritten: see sq_written_outside_wqes",
+	  POST_SEND, 18, 255, 1, { { 7, SIG | IBV_SEND_IP_CSUM, 2, { { 0x100, 100, LK }, { 0x200, 200, LK + 1 } } } }, false, 1448, 0x800, 64 },
+	{ "raw_tso_header_too_long", "IBV_WR_TSO with a 65-byte header, one more than max_tso_header: EINVAL, nothing posted",
+	  POST_SEND, 18, 0, 1, { { 7, SIG, 1, { { 0x100, 300, LK } } } }, false, 1448, 0x800, 65 },
 	{ "raw_wr_api_send_sge", "raw_send_l2_1sge through ibv_wr_send + ibv_wr_set_sge",
 	  WR_SGE, 18, 0, 1, { { 7, SIG, 1, { { 0, 60, LK } } } } },
 	{ "raw_wr_api_send_sge_list_ip_csum", "ibv_wr_set_sge_list with the header across SGEs 0 and 1, IBV_SEND_IP_CSUM",
@@ -1061,11 +1148,11 @@ int main(int argc, char **argv)
 	kstr("program", "bench/golden/raw_vectors.c, built and run by bench/golden/run.sh");
 	kstr("host", "x86_64, little-endian");
 	key("library_functions_exercised");
-	printf("[\"mlx5_post_send (via ibv_post_send)\", \"mlx5_qp_fill_wr_pfns + ibv_wr_start/ibv_wr_send/ibv_wr_set_sge/ibv_wr_set_sge_list/ibv_wr_set_inline_data/ibv_wr_set_inline_data_list/ibv_wr_complete\", \"mlx5_post_recv (via ibv_post_recv)\", \"mlx5_poll_cq_v1 (via ibv_poll_cq)\", \"mlx5_cq_fill_pfns + ibv_start_poll/ibv_next_poll/ibv_end_poll/ibv_wc_read_*\", \"mlx5_store_uidx\"]");
+	printf("[\"mlx5_post_send (via ibv_post_send, IBV_WR_SEND and IBV_WR_TSO)\", \"mlx5_qp_fill_wr_pfns + ibv_wr_start/ibv_wr_send/ibv_wr_set_sge/ibv_wr_set_sge_list/ibv_wr_set_inline_data/ibv_wr_set_inline_data_list/ibv_wr_complete\", \"mlx5_post_recv (via ibv_post_recv)\", \"mlx5_poll_cq_v1 (via ibv_poll_cq)\", \"mlx5_cq_fill_pfns + ibv_start_poll/ibv_next_poll/ibv_end_poll/ibv_wc_read_*\", \"mlx5_store_uidx\"]");
 	kstr("method", "every vector runs twice from a fresh state: run A over zeroed queues, doorbell records, UAR page and ibv_wc; run B over 0xa5 (queues, ibv_wc) and 0x5a (UAR page, doorbell records). Bytes equal in both runs were written by the library; reported values are run A's.");
 	key("not_in_the_provider");
 	printf("[\"VLAN insertion on send: rdma-core's mlx5_wqe_eth_seg (mlx5dv.h) has no insert field and mlx5_post_send sets none for IBV_QPT_RAW_PACKET; there is no ibv_send_flags bit for it, so no vector can come from the provider\", "
-	       "\"inline header sizes other than 0 and 18 for SEND: mlx5.c sets eth_min_inline_size to 0 for vport min inline mode NONE and to MLX5_ETH_L2_INLINE_HEADER_SIZE (18) for every other mode (L2, IP, TCP/UDP), so larger header lists are only inlined by TSO (IBV_WR_TSO / ibv_wr_tso), which verbs-core does not implement\", "
+	       "\"inline header sizes other than 0 and 18 for SEND: mlx5.c sets eth_min_inline_size to 0 for vport min inline mode NONE and to MLX5_ETH_L2_INLINE_HEADER_SIZE (18) for every other mode (L2, IP, TCP/UDP), so larger header lists are only inlined by TSO (IBV_WR_TSO), whose vectors are here (raw_tso_*)\", "
 	       "\"the RSS hash result and type, the L3/L4 header types and check_sum are not reported through ibv_wc or ibv_wc_read_*: the CQE bytes are the vector, and IBV_WC_IP_CSUM_OK is what the provider derives from them\"]");
 	obj_end();
 	printf(",\n  \"conventions\": {\"bytes\": \"hex strings in memory order (device view; multi-byte device fields big-endian)\", \"written_mask\": \"ff = written by the library, 00 = left as it was\", \"hex_numbers\": \"strings 0x... are host-order values\", \"not_written\": \"ibv_wc fields the library did not store\", \"data\": \"the bytes at an SGE's address when the library ran (packet buffers at a fixed address)\"},\n");
@@ -1091,6 +1178,16 @@ int main(int argc, char **argv)
 	khex64("rq_wrid_base", RQ_WRID_BASE);
 	kstr("bf", "dedicated BlueFlame register at UAR page offset 0x800, buf_size 256, no lock");
 	khex64("packet_buffers", PKT_BASE);
+	obj_end();
+	key("raw_tso_qp");
+	obj_begin();
+	kstr("same_as", "raw_qp, created with max_tso_header 64 (IBV_QP_INIT_ATTR_MAX_TSO_HEADER) and the device's max_tso");
+	kint("max_tso_header", TSO_MAX_HEADER);
+	kint("max_tso", TSO_MAX_PAYLOAD);
+	kint("sq_wqebbs", TSO_WQEBBS);
+	kint("sq_max_post", TSO_MAX_POST);
+	kint("max_inline_data", TSO_MAX_INLINE);
+	kstr("sizing", "rdma-core verbs.c rules: 48 + align(64, 16) + 4 x 16 = 176 -> 192 B (3 WQEBBs), 64 x 192 B -> 16384 B = 256 WQEBBs, max_post 85, max_inline 192 - 48 - 4 = 140");
 	obj_end();
 	key("cq0");
 	printf("{\"entries\": 256, \"cqn\": 7, \"cqe_size\": 64, \"cqe_version\": 1, \"extended_cq_wc_flags\": \"IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG\", \"single_threaded\": true}");

@@ -416,6 +416,15 @@ pub(crate) const ETH_SHORT: &str = "inline headers shorter than the queue's mini
 pub(crate) const ETH_LONG: &str = "inline headers longer than 65535 bytes";
 /// `Error::EthSegment`: Ethernet options on a QP that is not raw.
 pub(crate) const ETH_NON_RAW: &str = "Ethernet headers or checksum offload on a non-raw QP";
+/// `Error::EthSegment`: TSO on a non-raw QP or for another operation.
+pub(crate) const ETH_TSO_NON_RAW: &str = "TSO on a non-raw QP or for an operation other than SEND";
+/// `Error::EthSegment`: a TSO header out of bounds.
+pub(crate) const ETH_TSO_HEADER: &str =
+    "TSO header shorter than 14 bytes or longer than the queue's largest";
+/// `Error::EthSegment`: TSO with an inline payload.
+pub(crate) const ETH_TSO_INLINE: &str = "TSO with an inline payload";
+/// `Error::EthSegment`: a TSO payload beyond the device's largest.
+pub(crate) const ETH_TSO_LONG: &str = "TSO payload longer than the device's largest";
 /// `Error::EthSegment`: checksum offload on a queue without it.
 pub(crate) const ETH_NO_CSUM: &str =
     "checksum offload (IBV_SEND_IP_CSUM) not supported by the device or port";

@@ -322,3 +322,64 @@ fn ip_csum_refused_where_the_device_does_not_offer_it() {
     assert_eq!(sq.cur_post(), 2);
     env.reclaim();
 }
+
+#[test]
+fn tso_puts_mss_and_the_header_in_the_ethernet_segment() {
+    let uar = UarPage::new();
+    let mut env = make_qp_cfg(&raw_cfg(18, false), &uar, 0, 0);
+    env.fill_rings(SENTINEL_Q);
+    let hdr: Vec<u8> = (0..54).collect();
+    let wr = SendWr::new(3, SendOp::Send)
+        .sgl(&SGE)
+        .eth_headers(&hdr)
+        .flags(SendFlags::IP_CSUM);
+    let sq = env.qp.sq().unwrap();
+    let refused = |e| Err(Error::EthSegment(e));
+    // No TSO limits set: refused.
+    assert_eq!(
+        sq.post_send_tso(&wr, 1448),
+        refused("TSO header shorter than 14 bytes or longer than the queue's largest")
+    );
+    sq.set_tso(64, 64);
+    assert_eq!(
+        sq.post_send_tso(&wr.eth_headers(&hdr[..13]), 1448),
+        refused("TSO header shorter than 14 bytes or longer than the queue's largest")
+    );
+    assert_eq!(
+        sq.post_send_tso(
+            &SendWr::new(3, SendOp::Send).inline(&hdr).eth_headers(&hdr),
+            1448
+        ),
+        refused("TSO with an inline payload")
+    );
+    assert_eq!(
+        sq.post_send_tso(&SendWr::new(3, SendOp::Nop), 1448),
+        refused("TSO on a non-raw QP or for an operation other than SEND")
+    );
+    sq.set_tso(64, 63);
+    assert_eq!(
+        sq.post_send_tso(&wr, 1448),
+        refused("TSO payload longer than the device's largest")
+    );
+    sq.set_tso(64, 64);
+    assert_eq!(sq.cur_post(), 0);
+    sq.post_send_tso(&wr, 1448).unwrap();
+    let w = env.sq_slot(0);
+    // TSO opcode 0x0e; ds = 1 + 5 (14 + 54 bytes) + 1.
+    assert_eq!(w[0..8], [0, 0, 0, 0x0e, 0, 0, 0x99, 7]);
+    assert_eq!(
+        w[16..30],
+        [0, 0, 0, 0, 0xc0, 0, 0x05, 0xa8, 0, 0, 0, 0, 0, 54]
+    );
+    let mut all = w.clone();
+    all.extend(env.sq_slot(1));
+    assert_eq!(all[30..84], hdr[..]);
+    assert_eq!(all[96..100], [0, 0, 0, 64]);
+    env.reclaim();
+    let mut rc = make_qp("rc_qp", &uar, 0, 0);
+    assert_eq!(
+        rc.qp.sq().unwrap().post_send_tso(&wr, 1448),
+        refused("TSO on a non-raw QP or for an operation other than SEND")
+    );
+    rc.reclaim();
+}
