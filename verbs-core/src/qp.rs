@@ -7,8 +7,12 @@ use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
 use crate::av::AddressVector;
 use crate::cq::RecvSide;
-use crate::error::{ETH_LONG, ETH_NON_RAW, ETH_SHORT, UD_MISSING, UD_NOT_ALLOWED};
+use crate::error::{
+    ETH_LONG, ETH_NO_CSUM, ETH_NON_RAW, ETH_SHORT, ETH_TSO_HEADER, ETH_TSO_INLINE, ETH_TSO_LONG,
+    ETH_TSO_NON_RAW, ETH_VLAN_NON_RAW, ETH_VLAN_SHORT, UD_MISSING, UD_NOT_ALLOWED,
+};
 use crate::mem::{Hdr, QpHdr, SqRing, check_region, hdr, sq_hdr};
+use crate::rx::{ETH_MACS_LEN, VLAN_HLEN, VlanInsert};
 use crate::sizing::{QpGeometry, QpLayout, RqGeometry, SqGeometry};
 use crate::uar::{BfConfig, SqDoorbell};
 use crate::wqe::{self, Opcode, fm_ce_se};
@@ -420,7 +424,21 @@ pub struct SendQueue<M: Mmio> {
     qp_type: QpType,
     atomics: bool,
     eth_min_inline: u16,
+    /// `IBV_SEND_IP_CSUM` allowed (rdma-core `MLX5_CSUM_SUPPORT_RAW_OVER_ETH`).
+    ip_csum: bool,
+    /// TSO: the largest header (`max_tso_header`; 0: no TSO) and payload
+    /// (`max_tso`).
+    tso: (u16, u32),
     db: SqDoorbell<M>,
+}
+
+/// Ethernet segment options of a raw packet send beyond the plain one
+/// ([`SendQueue::post_send_vlan`], [`SendQueue::post_send_tso`]).
+#[derive(Clone, Copy, Default)]
+struct EthOpts {
+    vlan: Option<VlanInsert>,
+    /// TSO with this MSS.
+    mss: Option<u16>,
 }
 
 /// What building one WQE left for the doorbell.
@@ -1216,7 +1234,23 @@ impl<M: Mmio> SendQueue<M> {
     /// Everything the fast path does not handle.
     #[inline(never)]
     fn build_general(&mut self, wr: &SendWr<'_>, wr_num: u32) -> Result<Built, Error> {
+        self.build_general_with(wr, wr_num, EthOpts::default())
+    }
+
+    /// [`build_general`](Self::build_general), with the Ethernet segment
+    /// options `eo`: VLAN insertion (see [`VlanInsert`]) and TSO.
+    #[inline(always)]
+    fn build_general_with(
+        &mut self,
+        wr: &SendWr<'_>,
+        wr_num: u32,
+        eo: EthOpts,
+    ) -> Result<Built, Error> {
+        let vlan = eo.vlan;
         self.op_allowed(&wr.op)?;
+        if eo.mss.is_some() {
+            self.tso_check(wr)?;
+        }
 
         // Queue space (rdma-core `mlx5_wq_overflow`).
         self.room(wr_num)?;
@@ -1276,16 +1310,32 @@ impl<M: Mmio> SendQueue<M> {
         }
         let mut cs = 0;
         let eth = self.qp_type == QpType::RawPacket && !nop;
+        // Inline header bytes: the caller's, plus an inserted VLAN tag.
+        let mut inl = wr.eth_headers.len();
+        if vlan.is_some() {
+            if !eth {
+                return Err(Error::EthSegment(ETH_VLAN_NON_RAW));
+            }
+            if inl > 0 {
+                if inl < wqe::ETH_L2_MIN_HEADER_SIZE {
+                    return Err(Error::EthSegment(ETH_VLAN_SHORT));
+                }
+                inl += VLAN_HLEN;
+            }
+        }
         if eth {
-            let n = wr.eth_headers.len();
-            if n < self.eth_min_inline as usize {
+            // (TSO headers were checked against their own bounds.)
+            if inl < self.eth_min_inline as usize && eo.mss.is_none() {
                 return Err(Error::EthSegment(ETH_SHORT));
             }
-            if n > u16::MAX as usize {
+            if inl > u16::MAX as usize {
                 return Err(Error::EthSegment(ETH_LONG));
             }
-            units += wqe::eth_seg_units(n) as u32;
+            units += wqe::eth_seg_units(inl) as u32;
             if wr.flags.contains(SendFlags::IP_CSUM) {
+                if !self.ip_csum {
+                    return Err(Error::EthSegment(ETH_NO_CSUM));
+                }
                 cs = wqe::cs_flags::L3_CSUM | wqe::cs_flags::L4_CSUM;
             }
         } else if !wr.eth_headers.is_empty() || wr.flags.contains(SendFlags::IP_CSUM) {
@@ -1367,7 +1417,7 @@ impl<M: Mmio> SendQueue<M> {
         }
         if eth {
             let n = wr.eth_headers.len();
-            let head = wqe::eth_seg_head(cs, 0, n as u16);
+            let head = wqe::eth_seg_head(cs, eo.mss.unwrap_or(0), inl as u16);
             // Bytes 0..14 of the Ethernet segment (unit k, never wraps
             // mid-unit), then the headers from byte 14.
             let off = self.unit(start, k);
@@ -1375,14 +1425,47 @@ impl<M: Mmio> SendQueue<M> {
             w0.copy_from_slice(&head[0..8]);
             self.buf.w64(off, u64::from_ne_bytes(w0));
             self.buf.w32(off + 8, 0);
-            self.buf
-                .w16(off + 12, u16::from_ne_bytes([head[12], head[13]]));
-            if n < 2 {
-                // The two inline_hdr_start bytes are part of the segment.
-                self.buf.w16(off + 14, 0);
+            match vlan {
+                // Hardware insertion: bytes 12..16 are `insert.type` and
+                // `insert.vlan_tci` (no inline headers).
+                Some(v) if n == 0 => {
+                    self.buf.w16(off + 12, v.insert_type().to_be());
+                    self.buf.w16(off + 14, v.tci.to_be());
+                }
+                // The tag goes into the inline headers after the MACs.
+                Some(v) => {
+                    self.buf
+                        .w16(off + 12, u16::from_ne_bytes([head[12], head[13]]));
+                    let (macs, rest) = wr.eth_headers.split_at(ETH_MACS_LEN);
+                    self.copy_in(start, 16 * k + 14, macs);
+                    self.copy_in(start, 16 * k + 14 + ETH_MACS_LEN, &v.tag_bytes());
+                    self.copy_in(start, 16 * k + 14 + ETH_MACS_LEN + VLAN_HLEN, rest);
+                }
+                None => {
+                    self.buf
+                        .w16(off + 12, u16::from_ne_bytes([head[12], head[13]]));
+                    if n < 2 {
+                        // The two inline_hdr_start bytes are part of the segment.
+                        self.buf.w16(off + 14, 0);
+                    }
+                    self.copy_in(start, 16 * k + 14, wr.eth_headers);
+                }
             }
-            self.copy_in(start, 16 * k + 14, wr.eth_headers);
-            k += wqe::eth_seg_units(n);
+            // rdma-core clears the 32 bytes of `struct mlx5_wqe_eth_seg`
+            // first: the padding after fewer than 18 inline header bytes
+            // is zero.
+            // (Bytes 14..16 hold the TCI of a hardware VLAN insertion.)
+            let used = if vlan.is_some() && n == 0 {
+                16
+            } else {
+                14 + inl
+            };
+            let end = 16 * wqe::eth_seg_units(inl);
+            if used < end && end <= 32 {
+                const ZERO: [u8; 16] = [0; 16];
+                self.copy_in(start, 16 * k + used, &ZERO[..end - used]);
+            }
+            k += wqe::eth_seg_units(inl);
         }
         let mut inline = false;
         match wr.payload {
@@ -1412,9 +1495,38 @@ impl<M: Mmio> SendQueue<M> {
             }
         }
         let fm = self.fm[usize::from(wr.flags.0 & 0xf)];
+        let opcode = if eo.mss.is_some() {
+            Opcode::Tso
+        } else {
+            opcode
+        };
         Ok(self.finish(
             wr.wr_id, wr_num, idx, start, opcode, k as u32, fm, imm, inline,
         ))
+    }
+
+    /// What a TSO send must be (rdma-core `set_tso_eth_seg` and the data
+    /// loop of `mlx5_post_send` for `IBV_WR_TSO`): a raw packet SEND with
+    /// a gather list, headers of 14 bytes up to the queue's largest TSO
+    /// header, a payload of at most the largest TSO payload.
+    #[cold]
+    fn tso_check(&self, wr: &SendWr<'_>) -> Result<(), Error> {
+        if self.qp_type != QpType::RawPacket || !matches!(wr.op, SendOp::Send) {
+            return Err(Error::EthSegment(ETH_TSO_NON_RAW));
+        }
+        let (max_hdr, max_payload) = self.tso;
+        let n = wr.eth_headers.len();
+        if n < wqe::ETH_L2_MIN_HEADER_SIZE || n > usize::from(max_hdr) {
+            return Err(Error::EthSegment(ETH_TSO_HEADER));
+        }
+        let Payload::Sgl(sgl) = wr.payload else {
+            return Err(Error::EthSegment(ETH_TSO_INLINE));
+        };
+        let total: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
+        if total > u64::from(max_payload) {
+            return Err(Error::EthSegment(ETH_TSO_LONG));
+        }
+        Ok(())
     }
 
     /// Publishes `n` work requests and rings the doorbell for the last
@@ -1509,6 +1621,59 @@ impl<M: Mmio> SendQueue<M> {
     #[inline(always)]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
         let b = self.build(wr, self.head())?;
+        self.ring(1, b);
+        Ok(())
+    }
+
+    /// Whether a raw packet send may ask for checksum offload
+    /// (`IBV_SEND_IP_CSUM`). On by default; the driver turns it off for a
+    /// device without `IBV_DEVICE_RAW_IP_CSUM` or a port that is not
+    /// Ethernet, and such sends are then refused with
+    /// [`Error::EthSegment`] (rdma-core's `EINVAL` when the QP lacks
+    /// `MLX5_CSUM_SUPPORT_RAW_OVER_ETH`).
+    pub fn set_ip_csum_offload(&mut self, on: bool) {
+        self.ip_csum = on;
+    }
+
+    /// [`post_send`](Self::post_send) of a raw packet send with VLAN
+    /// insertion: the tag goes into the inline headers after the MAC
+    /// addresses, or, when `wr` has no inline headers (min inline mode
+    /// none), the device inserts it (see [`VlanInsert`]). Refused with
+    /// [`Error::EthSegment`] on other QPs, for a NOP, and when the inline
+    /// headers are shorter than an Ethernet header. (rdma-core's mlx5
+    /// provider has no VLAN insertion; this is Linux `mlx5e`'s encoding.)
+    pub fn post_send_vlan(&mut self, wr: &SendWr<'_>, vlan: VlanInsert) -> Result<(), Error> {
+        let eo = EthOpts {
+            vlan: Some(vlan),
+            mss: None,
+        };
+        let b = self.build_general_with(wr, self.head(), eo)?;
+        self.ring(1, b);
+        Ok(())
+    }
+
+    /// The TSO limits of a raw packet send queue: the largest header
+    /// (`max_tso_header` of the QP's creation, which the geometry must
+    /// have room for) and the largest payload (the device's `max_tso`).
+    /// Both 0 (the default): TSO refused.
+    pub fn set_tso(&mut self, max_header: u16, max_payload: u32) {
+        self.tso = (max_header, max_payload);
+    }
+
+    /// A TSO send (`IBV_WR_TSO`): `wr.eth_headers` is the header the
+    /// device replicates in front of each segment of `mss` payload bytes
+    /// (opcode `MLX5_OPCODE_TSO`, the Ethernet segment's `mss`, the
+    /// header inline there, wrapping at the queue's end), the gather list
+    /// the payload. Refused with [`Error::EthSegment`] on other QPs, for
+    /// other operations, an inline payload, a header shorter than 14 bytes
+    /// or longer than [`set_tso`](Self::set_tso)'s, or a payload longer
+    /// than its limit.
+    pub fn post_send_tso(&mut self, wr: &SendWr<'_>, mss: u16) -> Result<(), Error> {
+        let eo = EthOpts {
+            vlan: None,
+            mss: Some(mss),
+        };
+        let b = self.build_general_with(wr, self.head(), eo)?;
         self.ring(1, b);
         Ok(())
     }
@@ -2133,6 +2298,8 @@ pub struct Qp<M: Mmio> {
     sq_table: Option<SqRing>,
     layout: QpLayout,
     qpn: u32,
+    /// The transport (a raw packet QP's completion handles know it).
+    qp_type: QpType,
     sq: Option<SendQueue<M>>,
     rq: Option<RecvQueue>,
     /// The doorbell register window of a QP without a send queue, kept
@@ -2281,6 +2448,7 @@ impl<M: Mmio> Qp<M> {
             sq_table,
             layout,
             qpn: cfg.qpn,
+            qp_type: cfg.qp_type,
             sq,
             rq,
             #[cfg(feature = "cache-maintenance")]
@@ -2415,7 +2583,11 @@ impl<M: Mmio> Qp<M> {
             (_, _, Some(s)) => RecvSide::Srq(s),
             _ => RecvSide::None,
         };
-        Ok(QpCompletions::new(self.qpn, self.hdr.clone(), want, sq, rq))
+        let mut h = QpCompletions::new(self.qpn, self.hdr.clone(), want, sq, rq);
+        if self.qp_type == QpType::RawPacket {
+            h.set_raw();
+        }
+        Ok(h)
     }
 
     /// Completion handles still alive for this QP (bit 0 send, bit 1
@@ -2643,6 +2815,8 @@ fn new_sq<M: Mmio>(
         qp_type: cfg.qp_type,
         atomics: cfg.atomics,
         eth_min_inline: cfg.eth_min_inline,
+        ip_csum: true,
+        tso: (0, 0),
         db,
     })
 }
