@@ -539,9 +539,15 @@ fn a_doorbell_written_twice_with_the_same_value_is_delivered_twice() {
     for _ in 0..2 {
         bar_write64(bar, 0x5020, 0x1234_5678);
         bar_write32(bar, 0x5048, 0x2a);
-        // Longer than the bridge's sweep of unallocated UAR pages (1024
-        // polls of 50-160 µs).
-        std::thread::sleep(Duration::from_millis(400));
+        // The bridge takes a doorbell by swapping all ones back into the
+        // BAR word; its sweep of unallocated UAR pages comes round in 1024
+        // polls, longer on a loaded machine. The second write must not
+        // land on a word not yet taken.
+        wait_for("the bridge to take both doorbells", || {
+            bar_read32(bar, 0x5020) == u32::MAX
+                && bar_read32(bar, 0x5024) == u32::MAX
+                && bar_read32(bar, 0x5048) == u32::MAX
+        });
     }
     // SAFETY: ours; closing delivers the report.
     unsafe { libc::close(d) };
