@@ -184,7 +184,10 @@ pub use context::{Context, DEFAULT_GID_INDEX, DEFAULT_PKEY, ROCE_V1_GID_INDEX};
 pub use cq::Cq;
 pub use modify::{PathMigState, QpAttr, QpAttrMask, QpState, qp_type_name, transition_masks};
 pub use pd::{AccessFlags, Mr, MrMode, Pd};
-pub use qp::{DRAIN_WR_ID, Qp, QpCap, QpInitAttr, SendBatch, SgeCheck, WrError};
+pub use qp::{
+    DRAIN_WR_ID, ETH_L2_INLINE_HEADER_SIZE, Qp, QpCap, QpCreateFlags, QpInitAttr, SendBatch,
+    SgeCheck, WrError,
+};
 #[cfg(feature = "alloc")]
 pub use share::ArcShare;
 pub use share::{DefaultShare, Handle, Share, SlotShare, StaticShare};

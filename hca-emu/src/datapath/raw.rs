@@ -366,6 +366,49 @@ impl Device {
         self.emit_cqe(cqn, c);
     }
 
+    /// A raw SQ or RQ went to ERR (MODIFY_SQ/MODIFY_RQ): with
+    /// `flush_in_error_en` its posted WQEs complete with the flush error
+    /// now, and those posted later at the next error poll.
+    pub(crate) fn raw_wq_error(&mut self, k: ObjKind, n: u32) {
+        let flush = self.fw.objs.wq(k, n).is_some_and(|w| {
+            let f = if k == ObjKind::Sq { "sqc" } else { "rqc" };
+            ifc().get(&w.ctx, f, "flush_in_error_en") == 1
+        });
+        if !flush {
+            return;
+        }
+        if k == ObjKind::Sq {
+            self.raw_sq_flush(n);
+        } else {
+            self.engine.rqs.entry(n).or_insert(0);
+            self.raw_rq_flush(n);
+        }
+        self.arm_err_poll();
+    }
+
+    /// Flushes the receive WQEs posted to a raw RQ in the error state
+    /// (up to its doorbell record's counter), one flush-error CQE each.
+    pub(crate) fn raw_rq_flush(&mut self, rqn: u32) {
+        let Some(w) = self.fw.objs.wq(ObjKind::Rq, rqn) else {
+            return;
+        };
+        if ifc().get(&w.ctx, "rqc", "flush_in_error_en") != 1 {
+            return;
+        }
+        let (cqn, dbr_addr, log_size) = (w.cqn, w.dbr_addr, w.log_wq_sz.min(15));
+        let uidx = ifc().get(&w.ctx, "rqc", "user_index") as u32;
+        let Ok(dbr) = self.read_dbr_word(dbr_addr, &format!("RQ {rqn:#x}")) else {
+            return;
+        };
+        let dbr = dbr as u16;
+        let ci = *self.engine.rqs.entry(rqn).or_insert(0);
+        let n = dbr.wrapping_sub(ci).min(1u16 << log_size);
+        self.engine.rqs.insert(rqn, ci.wrapping_add(n));
+        for i in 0..n {
+            self.raw_rq_err(rqn, cqn, uidx, ci.wrapping_add(i), syn::WR_FLUSH);
+        }
+    }
+
     fn raw_rq_err(&mut self, rqn: u32, cqn: u32, uidx: u32, ci: u16, s: u8) {
         let c = Cqe {
             opcode: cqe_op::RESP_ERR,

@@ -1,0 +1,413 @@
+//! Raw packet QPs through the verbs API (issue 15): two emulated
+//! ConnectX-4s cabled port to port; side A's raw QP sends Ethernet frames
+//! that side B's flow rules steer into side B's raw QPs, completing on
+//! ordinary verbs CQs. The QP is built as mlx5_ib builds it (transport
+//! domain, TIS + SQ, RQ + direct TIR), moves through RST/INIT/RTR/RTS as
+//! MODIFY_RQ/MODIFY_SQ, and its destroy gives every object and page back.
+
+use std::sync::Arc;
+
+use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST};
+use hca_driver::Error;
+use hca_driver::flow::{FlowDest, TirDest};
+use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
+use hca_driver::verbs::{
+    AccessFlags, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr, QpState, QpType,
+    RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
+};
+use hca_driver::{Config, Hca};
+use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, PortType};
+use hca_tests::{Link, Sides};
+
+type P = EmuPlatform;
+
+const SLOT: usize = 2048;
+
+/// A raw QP's receive buffers: `n` slots of [`SLOT`] bytes.
+struct Bufs {
+    buf: Arc<DmaBuf<P>>,
+    mr: Mr<P>,
+}
+
+impl Bufs {
+    fn new(hca: &Arc<Hca<P>>, pd: &Arc<Pd<P>>, n: usize) -> Self {
+        let buf = Arc::new(DmaBuf::alloc(hca, n * SLOT).unwrap());
+        let mr = Mr::register(pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
+        Self { buf, mr }
+    }
+
+    fn post(&self, qp: &mut Qp<P>, slot: usize) {
+        let sge = self.mr.sge(slot * SLOT, SLOT as u32).unwrap();
+        qp.post_recv(&RecvWr {
+            wr_id: slot as u64,
+            sgl: &[sge],
+        })
+        .unwrap();
+    }
+
+    fn read(&self, slot: usize, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        self.buf.read(slot * SLOT, &mut b).unwrap();
+        b
+    }
+}
+
+fn raw_cap(send: u32, recv: u32) -> QpCap {
+    QpCap {
+        max_send_wr: send,
+        max_recv_wr: recv,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+/// RESET -> INIT (port 1) -> RTR -> RTS.
+fn to_rts(qp: &mut Qp<P>) {
+    qp.modify(&QpAttr::new().state(QpState::Init).port(1))
+        .unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Rtr)).unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
+}
+
+/// Polls `cq` until one completion arrives (the emulator runs inline).
+fn poll_one(cq: &Cq<P>) -> WorkCompletion {
+    let mut wc = [WorkCompletion::default(); 1];
+    for _ in 0..10_000 {
+        if cq.poll(&mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        std::thread::yield_now();
+    }
+    panic!("no completion on {cq:?}");
+}
+
+fn poll_none(cq: &Cq<P>) {
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(cq.poll(&mut wc).unwrap(), 0, "{:?}", wc[0]);
+}
+
+const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+
+/// An Ethernet + IPv4 + UDP frame with `payload` (checksums zero).
+fn udp4(dst: [u8; 6], src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&MAC_A);
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&src_port.to_be_bytes());
+    f.extend_from_slice(&dst_port.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Sends `frame` from side A's raw QP: its first `hdr` bytes inline in the
+/// Ethernet segment, the rest from `mr` at offset 0.
+fn send_frame(qp: &mut Qp<P>, cq: &Cq<P>, mr: &Mr<P>, buf: &DmaBuf<P>, frame: &[u8], csum: bool) {
+    let hdr = usize::from(qp.eth_min_inline()).max(18).min(frame.len());
+    buf.write(0, &frame[hdr..]).unwrap();
+    let sge = mr.sge(0, (frame.len() - hdr) as u32).unwrap();
+    let mut flags = SendFlags::SIGNALED;
+    if csum {
+        flags = flags | SendFlags::IP_CSUM;
+    }
+    qp.post_send(
+        &SendWr::new(7, SendOp::Send)
+            .sgl(&[sge])
+            .eth_headers(&frame[..hdr])
+            .flags(flags),
+    )
+    .unwrap();
+    let wc = poll_one(cq);
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    assert_eq!(wc.opcode, WcOpcode::Send);
+    assert_eq!(wc.qp_num, qp.number().0);
+}
+
+fn link() -> Link<P> {
+    Link::emulated(EmuConfig::default(), Config::default())
+}
+
+#[test]
+fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything() {
+    let mut l = link();
+    let h = l.open();
+    {
+        let (ea, eb) = (l.emu_a(), l.emu_b());
+        let Sides {
+            pda, pdb, cqa, cqb, ..
+        } = h.sides(64);
+        let kinds = [
+            ObjKind::Sq,
+            ObjKind::Rq,
+            ObjKind::Tis,
+            ObjKind::Tir,
+            ObjKind::TransportDomain,
+        ];
+        let counts = |e: &EmuHca| kinds.map(|k| e.objects(k).len());
+        let (start_a, start_b) = (counts(ea), counts(eb));
+        let pages_b = eb.firmware_pages();
+
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(16, 0)),
+        )
+        .unwrap();
+        let mut qb = Qp::create(
+            &pdb,
+            &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(16, 16)),
+        )
+        .unwrap();
+        assert_eq!(qa.qp_type(), QpType::RawPacket);
+        assert_eq!(qa.number().0, qa.sq_number().unwrap().0);
+        assert!(qa.rq_number().is_none() && qa.tir().is_none());
+        let rqn = qb.rq_number().unwrap();
+        // mlx5_ib's objects: TD, TIS + SQ, RQ + TIR.
+        assert_eq!(
+            counts(eb),
+            [
+                start_b[0] + 1,
+                start_b[1] + 1,
+                start_b[2] + 1,
+                start_b[3] + 1,
+                start_b[4] + 1
+            ]
+        );
+        assert_eq!(
+            counts(ea)[..3],
+            [start_a[0] + 1, start_a[1], start_a[2] + 1]
+        );
+        let wq = |e: &EmuHca, k, n| e.wq(k, n).unwrap();
+        assert_eq!(wq(eb, ObjKind::Rq, rqn.0).state, WQ_STATE_RST);
+        // Without CVLAN stripping the RQ is created with vsd = 1.
+        let ctx = &wq(eb, ObjKind::Rq, rqn.0).ctx;
+        assert_eq!(ctx[0] & 0x10, 0x10, "rqc.vsd");
+
+        // Raw QP transitions: only the port at RESET to INIT.
+        let e = qb.modify(&QpAttr::new().state(QpState::Init)).unwrap_err();
+        assert!(matches!(e, Error::QpAttrMask { .. }), "{e}");
+        let e = qb
+            .modify(&QpAttr::new().state(QpState::Init).port(1).pkey_index(0))
+            .unwrap_err();
+        assert!(matches!(e, Error::QpAttrMask { .. }), "{e}");
+        let e = qb.modify(&QpAttr::new().state(QpState::Rtr)).unwrap_err();
+        assert!(matches!(e, Error::InvalidTransition { .. }), "{e}");
+        let e = qb
+            .modify(&QpAttr::new().state(QpState::Init).port(9))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidAttribute {
+                    attr: "port_num",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        qb.modify(&QpAttr::new().state(QpState::Init).port(1))
+            .unwrap();
+        assert_eq!(wq(eb, ObjKind::Rq, rqn.0).state, WQ_STATE_RDY);
+        assert_eq!(
+            wq(eb, ObjKind::Sq, qb.sq_number().unwrap().0).state,
+            WQ_STATE_RDY
+        );
+        qb.modify(&QpAttr::new().state(QpState::Rtr)).unwrap();
+        qb.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
+        assert_eq!(qb.query().unwrap().qp_state, QpState::Rts);
+        to_rts(&mut qa);
+
+        // Side B: a flow rule on its MAC into qb.
+        let hb = h.b();
+        let t = hb.create_flow_table(0, 2, None).unwrap();
+        let m = FlowMatch::from_specs(&[FlowSpec::Eth {
+            dst_mac: Masked::exact(MAC_B, [0xff; 6]),
+            src_mac: Masked::default(),
+            ether_type: Masked::default(),
+            vlan_tag: Masked::default(),
+        }])
+        .unwrap();
+        let g = t.create_group(0, 0, &m).unwrap();
+        let dest: [&dyn TirDest; 1] = [&qb];
+        let rule = g.add_rule(0, &m, FlowDest::Receivers(&dest)).unwrap();
+        // A QP without a receive queue is no destination.
+        let bad: [&dyn TirDest; 1] = [&qa];
+        assert!(matches!(
+            g.add_rule(0, &m, FlowDest::Receivers(&bad)),
+            Err(Error::InvalidArgument { arg: "dest", .. })
+        ));
+        t.set_root().unwrap();
+
+        let rb = Bufs::new(hb, &pdb, 16);
+        for i in 0..4 {
+            rb.post(&mut qb, i);
+        }
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+
+        // Too short an inline header: refused before the device.
+        if qa.eth_min_inline() > 0 {
+            let f = udp4(MAC_B, 1, 2, b"x");
+            let e = qa
+                .post_send(
+                    &SendWr::new(1, SendOp::Send)
+                        .eth_headers(&f[..(qa.eth_min_inline() - 1) as usize])
+                        .sgl(&[ma.sge(0, 8).unwrap()]),
+                )
+                .unwrap_err();
+            assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e}");
+        }
+
+        let f = udp4(MAC_B, 1234, 5678, b"hello raw world, from side A");
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        let wc = poll_one(&cqb);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert_eq!(wc.opcode, WcOpcode::Recv);
+        assert_eq!(wc.wr_id, 0);
+        assert_eq!(wc.byte_len as usize, f.len());
+        assert_eq!(wc.qp_num, rqn.0, "receive completions name the RQ");
+        assert_eq!(rb.read(0, f.len()), f);
+        // A frame for another MAC matches nothing: dropped.
+        let f2 = udp4([0x02, 9, 9, 9, 9, 9], 1, 2, b"nobody's");
+        send_frame(&mut qa, &cqa, &ma, &sa, &f2, false);
+        poll_none(&cqb);
+
+        // Drain to ERR: the posted receives come back flushed.
+        let mut flushed = 0;
+        qb.drain(std::time::Duration::from_secs(5), |w| {
+            assert_eq!(w.status, WcStatus::WrFlushErr);
+            flushed += 1;
+        })
+        .unwrap();
+        assert_eq!(flushed, 3);
+        assert_eq!(wq(eb, ObjKind::Rq, rqn.0).state, WQ_STATE_ERR);
+        // Back to RESET and up again.
+        qb.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+        assert_eq!(wq(eb, ObjKind::Rq, rqn.0).state, WQ_STATE_RST);
+        to_rts(&mut qb);
+        rb.post(&mut qb, 5);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        let wc = poll_one(&cqb);
+        assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, 5));
+        assert_eq!(rb.read(5, f.len()), f);
+
+        // The rule borrows qb: dropped first.
+        drop(rule);
+        drop(g);
+        drop(t);
+        qb.destroy().unwrap();
+        qa.destroy().unwrap();
+        assert_eq!(counts(ea), start_a);
+        assert_eq!(counts(eb), start_b);
+        assert_eq!(eb.firmware_pages(), pages_b);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn raw_qp_bad_input_gets_typed_errors() {
+    let mut l = link();
+    let h = l.open();
+    {
+        let Sides { pda, cqa, .. } = h.sides(16);
+        let qp = |a: QpInitAttr<P>| Qp::create(&pda, &a);
+        // No queue at all.
+        let e = qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(0, 0))).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "cap", .. }),
+            "{e}"
+        );
+        // Create flags on an RC QP; unknown flags on a raw one.
+        let e =
+            qp(QpInitAttr::new(QpType::Rc, &cqa, &cqa)
+                .create_flags(QpCreateFlags::CVLAN_STRIPPING))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidAttribute {
+                    attr: "create_flags",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e =
+            qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).create_flags(QpCreateFlags(1 << 1)))
+                .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidAttribute {
+                    attr: "create_flags",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Operations a raw QP does not have.
+        let mut q = qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4))).unwrap();
+        to_rts(&mut q);
+        let buf = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let mr = Mr::register(&pda, &buf, AccessFlags::LOCAL_WRITE).unwrap();
+        let hdr = [0u8; 18];
+        for op in [
+            SendOp::RdmaWrite {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            SendOp::SendWithImm(1),
+        ] {
+            let e = q
+                .post_send(
+                    &SendWr::new(1, op)
+                        .eth_headers(&hdr)
+                        .sgl(&[mr.sge(0, 8).unwrap()]),
+                )
+                .unwrap_err();
+            assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e}");
+        }
+        // Ethernet headers on an RC QP.
+        let mut rc = qp(QpInitAttr::new(QpType::Rc, &cqa, &cqa)).unwrap();
+        let _ = &mut rc;
+        poll_none(&cqa);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn raw_qp_on_an_infiniband_port_is_refused() {
+    let mut l = Link::emulated(
+        EmuConfig {
+            port_type: PortType::InfiniBand,
+            ..EmuConfig::default()
+        },
+        Config::default(),
+    );
+    let h = l.open();
+    {
+        let Sides { pda, cqa, .. } = h.sides(16);
+        let e = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4)),
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{e}");
+        assert!(e.to_string().contains("InfiniBand"), "{e}");
+    }
+    l.close(h);
+    l.assert_clean();
+}
