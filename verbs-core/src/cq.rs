@@ -45,6 +45,7 @@ use platform::ring::{Block64, DoorbellRecord, HostTable, QueueMem, RegionInfo, R
 
 use crate::mem::{QpHdr, SqCells, SqRing, check_region, hdr, sq_hdr};
 use crate::qp::{HANDLE_SQ, META_HANDLES, META_RQ_HEAD, META_RQ_TAIL, META_SQ_HEAD, META_SQ_TAIL};
+use crate::rx::RxCqe;
 use crate::sizing::CqLayout;
 use crate::srq::SrqCompletions;
 use crate::uar::{CQ_DOORBELL, check_cq_doorbell};
@@ -100,6 +101,18 @@ pub mod cqe_offset {
     pub const SIGNATURE: usize = 0x3e;
     /// `op_own`.
     pub const OP_OWN: usize = 0x3f;
+    /// `rss_hash_result` (be32, raw Ethernet receive).
+    pub const RSS_HASH_RESULT: usize = 0x0c;
+    /// `rss_hash_type` (raw Ethernet receive).
+    pub const RSS_HASH_TYPE: usize = 0x10;
+    /// `check_sum` (be16, raw Ethernet receive).
+    pub const CHECK_SUM: usize = 0x14;
+    /// `hds_ip_ext`: L2/L3/L4 OK bits (raw Ethernet receive).
+    pub const HDS_IP_EXT: usize = 0x1c;
+    /// `l4_hdr_type_etc`: L4 type 6:4, L3 type 3:2, VLAN present 0.
+    pub const L4_HDR_TYPE_ETC: usize = 0x1d;
+    /// `vlan_info` (be16 TCI of a stripped VLAN tag).
+    pub const VLAN_INFO: usize = 0x1e;
 }
 
 /// The CQ doorbell record's arm word (word 1): `sn(2) << 28 | cmd << 24 |
@@ -258,6 +271,12 @@ pub struct QpCompletions {
     /// The send table, if the handle retires the send queue.
     sq: Option<SqRing>,
     rq: RecvSide,
+    /// A raw packet QP: its receive CQEs carry the flow tag, not the QPN,
+    /// in `sop_drop_qpn` bits 23:0, so the QPN is not checked against it.
+    raw: bool,
+    /// Receive completions get `IBV_WC_IP_CSUM_OK` from the CQE's
+    /// checksum bits (rdma-core `MLX5_RX_CSUM_VALID`).
+    rx_csum: bool,
 }
 
 impl QpCompletions {
@@ -279,7 +298,36 @@ impl QpCompletions {
             },
             sq,
             rq,
+            raw: false,
+            rx_csum: false,
         }
+    }
+
+    /// Marks the handle as a raw packet QP's (set by
+    /// [`Qp::completions`](crate::Qp::completions) for
+    /// [`QpType::RawPacket`](crate::QpType::RawPacket)), which also turns
+    /// on [`set_rx_csum`](Self::set_rx_csum).
+    pub(crate) fn set_raw(&mut self) {
+        self.raw = true;
+        self.rx_csum = true;
+    }
+
+    /// Whether receive completions report `IBV_WC_IP_CSUM_OK` from the
+    /// CQE (rdma-core sets it for raw packet QPs on an Ethernet port of a
+    /// device with `IBV_DEVICE_RAW_IP_CSUM`: a raw packet handle starts
+    /// with it on; turn it off for a device without that capability).
+    pub fn set_rx_csum(&mut self, on: bool) {
+        self.rx_csum = on;
+    }
+
+    /// Whether receive completions report `IBV_WC_IP_CSUM_OK`.
+    pub fn rx_csum(&self) -> bool {
+        self.rx_csum
+    }
+
+    /// Whether the handle is a raw packet QP's.
+    pub fn is_raw(&self) -> bool {
+        self.raw
     }
 
     /// The QP number.
@@ -1124,6 +1172,49 @@ impl<M: Mmio> Cq<M> {
         self.poll_one_slow(queues, out)
     }
 
+    /// [`poll_one`](Self::poll_one) with the raw Ethernet fields of the
+    /// CQE: when a CQE was taken (`Ok(true)`), `out` holds its completion
+    /// and `rx` the CQE's L3/L4 header types, checksum bits, VLAN, RSS hash
+    /// and flow tag ([`RxCqe`], decoded on demand; for a requester CQE they
+    /// mean nothing). `IBV_WC_IP_CSUM_OK` is in the completion's flags as
+    /// for every poll (see [`QpCompletions::set_rx_csum`]). The same checks
+    /// and error rules as [`poll`](Self::poll). This is rdma-core's
+    /// extended CQ (`ibv_start_poll` and `ibv_wc_read_*`) for one CQE; the
+    /// plain polls do not copy these words.
+    pub fn poll_one_rx<R: CqResolver>(
+        &mut self,
+        queues: &R,
+        out: &mut Completion,
+        rx: &mut RxCqe,
+    ) -> Result<bool, Error> {
+        let ci = self.ci;
+        let off = ((ci & self.mask) as usize) << 6;
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE {
+            self.mmio.dma_invalidate(self.buf.host_addr() + off, 64);
+        }
+        let op_own = self.buf.r8(off + cqe_offset::OP_OWN);
+        if op_own >> 4 == cqe_opcode::INVALID || op_own & 1 != u8::from(ci & self.size != 0) {
+            return Ok(false);
+        }
+        barrier::udma_from_device_barrier();
+        #[cfg(feature = "cache-maintenance")]
+        if M::DMA_CACHE_MAINTENANCE {
+            self.mmio.dma_invalidate(self.buf.host_addr() + off, 64);
+        }
+        // Copied before the CQE is consumed (after that the device may
+        // write the slot again).
+        let fields = RxCqe::read(self.buf.block64(off));
+        match self.poll_one_full(queues)? {
+            Some(c) => {
+                *out = c;
+                *rx = fields;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// [`poll`](Self::poll) without coherent DMA (`M::DMA_CACHE_MAINTENANCE`):
     /// each CQE is invalidated before its ownership check and again after
     /// it (before its fields are read), and decoded by the general path;
@@ -1533,6 +1624,33 @@ impl<M: Mmio> Cq<M> {
         Ok(h)
     }
 
+    /// [`resolve`](Self::resolve) for a receive CQE: a raw packet QP's
+    /// carries the flow tag where the QPN would be, so only the key
+    /// (version 1: the user index) names its queue.
+    #[inline(always)]
+    fn resolve_recv<'r, R: CqResolver>(
+        &self,
+        queues: &'r R,
+        key: u32,
+        qpn: u32,
+    ) -> Result<&'r QpCompletions, Error> {
+        if self.version == CqeVersion::V1
+            && let Some(h) = queues.by_user_index(key)
+            && h.raw
+        {
+            return Ok(h);
+        }
+        self.resolve(queues, key, qpn)
+    }
+
+    /// rdma-core `get_csum_ok` of the CQE at `off`.
+    #[inline(always)]
+    fn csum_ok(&self, off: usize) -> bool {
+        let b = self.buf.r16(off + cqe_offset::HDS_IP_EXT).to_ne_bytes();
+        let both = crate::rx::CQE_L3_OK | crate::rx::CQE_L4_OK;
+        b[0] & both == both && (b[1] >> 2) & 3 == 2
+    }
+
     /// Validates and decodes one CQE; changes nothing.
     #[inline(always)]
     fn parse<'r, R: CqResolver>(
@@ -1647,7 +1765,7 @@ impl<M: Mmio> Cq<M> {
                 let (h, srq) = match srq_v0 {
                     Some(s) => (None, Some(s)),
                     None => {
-                        let h = self.resolve(queues, key, qpn)?;
+                        let h = self.resolve_recv(queues, key, qpn)?;
                         (Some(h), h.srq())
                     }
                 };
@@ -1689,6 +1807,9 @@ impl<M: Mmio> Cq<M> {
                     });
                 }
                 w.wr_id = wrid.get(u32::from(counter)).load(Ordering::Relaxed);
+                if h.rx_csum && !is_err && self.csum_ok(off) {
+                    w.wc_flags.0 |= WcFlags::IP_CSUM_OK;
+                }
                 *out = w;
                 Ok(Commit::RqTail(h, tail.wrapping_add(1)))
             }

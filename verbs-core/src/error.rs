@@ -410,6 +410,12 @@ pub(crate) const ETH_SHORT: &str = "inline headers shorter than the queue's mini
 pub(crate) const ETH_LONG: &str = "inline headers longer than 65535 bytes";
 /// `Error::EthSegment`: Ethernet options on a QP that is not raw.
 pub(crate) const ETH_NON_RAW: &str = "Ethernet headers or checksum offload on a non-raw QP";
+/// `Error::EthSegment`: VLAN insertion on a non-raw QP or a NOP.
+pub(crate) const ETH_VLAN_NON_RAW: &str = "VLAN insertion on a non-raw QP or a NOP";
+/// `Error::EthSegment`: VLAN insertion into inline headers that do not
+/// hold a whole Ethernet header.
+pub(crate) const ETH_VLAN_SHORT: &str =
+    "VLAN insertion into inline headers shorter than an Ethernet header (14 bytes)";
 
 impl From<SendError> for Error {
     #[inline(always)]

@@ -241,6 +241,7 @@ pub mod cq;
 mod error;
 mod mem;
 pub mod qp;
+pub mod rx;
 pub mod sizing;
 pub mod srq;
 pub mod uar;
@@ -257,6 +258,7 @@ pub use qp::{
     Payload, PostError, Qp, QpConfig, QpParts, QpType, RecvQueue, RecvWr, SendBatch, SendFlags,
     SendOp, SendQueue, SendWr, Sge, UdDest,
 };
+pub use rx::{L3HdrType, L4HdrType, RxCqe, VlanInsert};
 pub use sizing::{
     CqLayout, DeviceLimits, QpCaps, QpGeometry, QpLayout, RqGeometry, SqGeometry, SrqGeometry,
     SrqLayout,

@@ -7,8 +7,11 @@ use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 
 use crate::av::AddressVector;
 use crate::cq::RecvSide;
-use crate::error::{ETH_LONG, ETH_NON_RAW, ETH_SHORT, UD_MISSING, UD_NOT_ALLOWED};
+use crate::error::{
+    ETH_LONG, ETH_NON_RAW, ETH_SHORT, ETH_VLAN_NON_RAW, ETH_VLAN_SHORT, UD_MISSING, UD_NOT_ALLOWED,
+};
 use crate::mem::{Hdr, QpHdr, SqRing, check_region, hdr, sq_hdr};
+use crate::rx::{ETH_MACS_LEN, VLAN_HLEN, VlanInsert};
 use crate::sizing::{QpGeometry, QpLayout, RqGeometry, SqGeometry};
 use crate::uar::{BfConfig, SqDoorbell};
 use crate::wqe::{self, Opcode, fm_ce_se};
@@ -1201,6 +1204,18 @@ impl<M: Mmio> SendQueue<M> {
     /// Everything the fast path does not handle.
     #[inline(never)]
     fn build_general(&mut self, wr: &SendWr<'_>, wr_num: u32) -> Result<Built, Error> {
+        self.build_general_with(wr, wr_num, None)
+    }
+
+    /// [`build_general`](Self::build_general), with VLAN insertion in the
+    /// Ethernet segment when `vlan` is given (see [`VlanInsert`]).
+    #[inline(always)]
+    fn build_general_with(
+        &mut self,
+        wr: &SendWr<'_>,
+        wr_num: u32,
+        vlan: Option<VlanInsert>,
+    ) -> Result<Built, Error> {
         self.op_allowed(&wr.op)?;
 
         // Queue space (rdma-core `mlx5_wq_overflow`).
@@ -1261,15 +1276,27 @@ impl<M: Mmio> SendQueue<M> {
         }
         let mut cs = 0;
         let eth = self.qp_type == QpType::RawPacket && !nop;
+        // Inline header bytes: the caller's, plus an inserted VLAN tag.
+        let mut inl = wr.eth_headers.len();
+        if vlan.is_some() {
+            if !eth {
+                return Err(Error::EthSegment(ETH_VLAN_NON_RAW));
+            }
+            if inl > 0 {
+                if inl < wqe::ETH_L2_MIN_HEADER_SIZE {
+                    return Err(Error::EthSegment(ETH_VLAN_SHORT));
+                }
+                inl += VLAN_HLEN;
+            }
+        }
         if eth {
-            let n = wr.eth_headers.len();
-            if n < self.eth_min_inline as usize {
+            if inl < self.eth_min_inline as usize {
                 return Err(Error::EthSegment(ETH_SHORT));
             }
-            if n > u16::MAX as usize {
+            if inl > u16::MAX as usize {
                 return Err(Error::EthSegment(ETH_LONG));
             }
-            units += wqe::eth_seg_units(n) as u32;
+            units += wqe::eth_seg_units(inl) as u32;
             if wr.flags.contains(SendFlags::IP_CSUM) {
                 cs = wqe::cs_flags::L3_CSUM | wqe::cs_flags::L4_CSUM;
             }
@@ -1352,7 +1379,7 @@ impl<M: Mmio> SendQueue<M> {
         }
         if eth {
             let n = wr.eth_headers.len();
-            let head = wqe::eth_seg_head(cs, 0, n as u16);
+            let head = wqe::eth_seg_head(cs, 0, inl as u16);
             // Bytes 0..14 of the Ethernet segment (unit k, never wraps
             // mid-unit), then the headers from byte 14.
             let off = self.unit(start, k);
@@ -1360,14 +1387,33 @@ impl<M: Mmio> SendQueue<M> {
             w0.copy_from_slice(&head[0..8]);
             self.buf.w64(off, u64::from_ne_bytes(w0));
             self.buf.w32(off + 8, 0);
-            self.buf
-                .w16(off + 12, u16::from_ne_bytes([head[12], head[13]]));
-            if n < 2 {
-                // The two inline_hdr_start bytes are part of the segment.
-                self.buf.w16(off + 14, 0);
+            match vlan {
+                // Hardware insertion: bytes 12..16 are `insert.type` and
+                // `insert.vlan_tci` (no inline headers).
+                Some(v) if n == 0 => {
+                    self.buf.w16(off + 12, v.insert_type().to_be());
+                    self.buf.w16(off + 14, v.tci.to_be());
+                }
+                // The tag goes into the inline headers after the MACs.
+                Some(v) => {
+                    self.buf
+                        .w16(off + 12, u16::from_ne_bytes([head[12], head[13]]));
+                    let (macs, rest) = wr.eth_headers.split_at(ETH_MACS_LEN);
+                    self.copy_in(start, 16 * k + 14, macs);
+                    self.copy_in(start, 16 * k + 14 + ETH_MACS_LEN, &v.tag_bytes());
+                    self.copy_in(start, 16 * k + 14 + ETH_MACS_LEN + VLAN_HLEN, rest);
+                }
+                None => {
+                    self.buf
+                        .w16(off + 12, u16::from_ne_bytes([head[12], head[13]]));
+                    if n < 2 {
+                        // The two inline_hdr_start bytes are part of the segment.
+                        self.buf.w16(off + 14, 0);
+                    }
+                    self.copy_in(start, 16 * k + 14, wr.eth_headers);
+                }
             }
-            self.copy_in(start, 16 * k + 14, wr.eth_headers);
-            k += wqe::eth_seg_units(n);
+            k += wqe::eth_seg_units(inl);
         }
         let mut inline = false;
         match wr.payload {
@@ -1494,6 +1540,19 @@ impl<M: Mmio> SendQueue<M> {
     #[inline(always)]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
         let b = self.build(wr, self.head())?;
+        self.ring(1, b);
+        Ok(())
+    }
+
+    /// [`post_send`](Self::post_send) of a raw packet send with VLAN
+    /// insertion: the tag goes into the inline headers after the MAC
+    /// addresses, or, when `wr` has no inline headers (min inline mode
+    /// none), the device inserts it (see [`VlanInsert`]). Refused with
+    /// [`Error::EthSegment`] on other QPs, for a NOP, and when the inline
+    /// headers are shorter than an Ethernet header. (rdma-core's mlx5
+    /// provider has no VLAN insertion; this is Linux `mlx5e`'s encoding.)
+    pub fn post_send_vlan(&mut self, wr: &SendWr<'_>, vlan: VlanInsert) -> Result<(), Error> {
+        let b = self.build_general_with(wr, self.head(), Some(vlan))?;
         self.ring(1, b);
         Ok(())
     }
@@ -2118,6 +2177,8 @@ pub struct Qp<M: Mmio> {
     sq_table: Option<SqRing>,
     layout: QpLayout,
     qpn: u32,
+    /// The transport (a raw packet QP's completion handles know it).
+    qp_type: QpType,
     sq: Option<SendQueue<M>>,
     rq: Option<RecvQueue>,
     /// The doorbell register window of a QP without a send queue, kept
@@ -2266,6 +2327,7 @@ impl<M: Mmio> Qp<M> {
             sq_table,
             layout,
             qpn: cfg.qpn,
+            qp_type: cfg.qp_type,
             sq,
             rq,
             #[cfg(feature = "cache-maintenance")]
@@ -2400,7 +2462,11 @@ impl<M: Mmio> Qp<M> {
             (_, _, Some(s)) => RecvSide::Srq(s),
             _ => RecvSide::None,
         };
-        Ok(QpCompletions::new(self.qpn, self.hdr.clone(), want, sq, rq))
+        let mut h = QpCompletions::new(self.qpn, self.hdr.clone(), want, sq, rq);
+        if self.qp_type == QpType::RawPacket {
+            h.set_raw();
+        }
+        Ok(h)
     }
 
     /// Completion handles still alive for this QP (bit 0 send, bit 1

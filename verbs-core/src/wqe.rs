@@ -30,6 +30,8 @@ pub const ATOMIC_SIZE: u32 = 8;
 /// `MLX5_ETH_L2_INLINE_HEADER_SIZE`: the L2 header bytes a ConnectX-4
 /// needs inline (14-byte Ethernet header plus a VLAN tag).
 pub const ETH_L2_INLINE_HEADER_SIZE: usize = 18;
+/// `MLX5_ETH_L2_MIN_HEADER_SIZE`: an Ethernet header without a VLAN tag.
+pub const ETH_L2_MIN_HEADER_SIZE: usize = 14;
 
 /// `fm_ce_se` bits of the control segment.
 pub mod fm_ce_se {
