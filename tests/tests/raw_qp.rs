@@ -7,16 +7,21 @@
 
 use std::sync::Arc;
 
+use firmware_cmds::caps::{CAP_ETHERNET_OFFLOADS, CAP_GENERAL};
 use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST};
+use hca_driver::CapMode;
 use hca_driver::Error;
 use hca_driver::flow::{FlowDest, TirDest};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
-    AccessFlags, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr, QpState, QpType,
-    RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Cq, DEVICE_MANAGED_FLOW_STEERING, DEVICE_RAW_IP_CSUM, DEVICE_RAW_SCATTER_FCS,
+    DmaBuf, L3HdrType, L4HdrType, Mr, Pd, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr, QpState,
+    QpType, RAW_PACKET_CAP_CVLAN_STRIPPING, RAW_PACKET_CAP_DELAY_DROP, RAW_PACKET_CAP_IP_CSUM,
+    RAW_PACKET_CAP_SCATTER_FCS, RecvWr, RxCqe, SendFlags, SendOp, SendWr, VlanInsert, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, Hca};
-use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, PortType};
+use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
 use hca_tests::{Link, Sides};
 
 type P = EmuPlatform;
@@ -276,7 +281,10 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         assert_eq!(wc.opcode, WcOpcode::Recv);
         assert_eq!(wc.wr_id, 0);
         assert_eq!(wc.byte_len as usize, f.len());
-        assert_eq!(wc.qp_num, rqn.0, "receive completions name the RQ");
+        assert_eq!(
+            wc.qp_num, 0,
+            "receive completions carry the (default) flow tag"
+        );
         assert_eq!(rb.read(0, f.len()), f);
         // A frame for another MAC matches nothing: dropped.
         let f2 = udp4([0x02, 9, 9, 9, 9, 9], 1, 2, b"nobody's");
@@ -410,4 +418,358 @@ fn raw_qp_on_an_infiniband_port_is_refused() {
     }
     l.close(h);
     l.assert_clean();
+}
+
+/// The Ethernet FCS computed bit by bit (IEEE 802.3 CRC-32: reflected
+/// polynomial 0xEDB88320, initial and final inversion), least significant
+/// byte first on the wire.
+fn fcs(f: &[u8]) -> [u8; 4] {
+    let mut c = !0u32;
+    for &b in f {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xEDB8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    (!c).to_le_bytes()
+}
+
+/// Inserts an 802.1Q tag (TCI `tci`) after the MAC addresses.
+fn tag(f: &[u8], tci: u16) -> Vec<u8> {
+    let mut g = f[..12].to_vec();
+    g.extend_from_slice(&0x8100u16.to_be_bytes());
+    g.extend_from_slice(&tci.to_be_bytes());
+    g.extend_from_slice(&f[12..]);
+    g
+}
+
+/// The frame with the IPv4 header and UDP checksums a correct sender
+/// writes (what the device inserts with `IBV_SEND_IP_CSUM`), computed
+/// here: RFC 791/768 one's complement sums.
+fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
+    fn sum(b: &[u8], mut s: u32) -> u32 {
+        for c in b.chunks(2) {
+            s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        }
+        s
+    }
+    fn fold(mut s: u32) -> u16 {
+        while s >> 16 != 0 {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        !(s as u16)
+    }
+    let ip = 14;
+    f[ip + 10] = 0;
+    f[ip + 11] = 0;
+    let c = fold(sum(&f[ip..ip + 20], 0));
+    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+    let udp = ip + 20;
+    let len = f.len() - udp;
+    f[udp + 6] = 0;
+    f[udp + 7] = 0;
+    let ps = sum(&f[ip + 12..ip + 20], 0) + 17 + len as u32;
+    let mut c = fold(sum(&f[udp..], ps));
+    if c == 0 {
+        c = 0xffff;
+    }
+    f[udp + 6..udp + 8].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// A raw receive on side B, its completion and the CQE's raw fields.
+fn recv_rx(cq: &Cq<P>) -> (hca_driver::verbs::Completion, RxCqe) {
+    let mut c = hca_driver::verbs::Completion::default();
+    let mut rx = RxCqe::default();
+    for _ in 0..10_000 {
+        if cq.poll_one_rx(&mut c, &mut rx).unwrap() {
+            return (c, rx);
+        }
+        std::thread::yield_now();
+    }
+    panic!("no completion on {cq:?}");
+}
+
+#[test]
+fn receive_cqe_fields_checksum_vlan_stripping_connectx4() {
+    cqe_fields(Personality::ConnectX4);
+}
+
+#[test]
+fn receive_cqe_fields_checksum_vlan_stripping_scatter_fcs_connectx5() {
+    cqe_fields(Personality::ConnectX5);
+}
+
+fn cqe_fields(personality: Personality) {
+    let mut l = Link::emulated(
+        EmuConfig {
+            personality,
+            ..EmuConfig::default()
+        },
+        Config::default(),
+    );
+    let h = l.open();
+    {
+        let Sides {
+            pda,
+            pdb,
+            cqa,
+            cqb,
+            cb,
+            ..
+        } = h.sides(64);
+        let dev = *cb.query_device();
+        assert!(dev.has_raw_packet_cap(RAW_PACKET_CAP_CVLAN_STRIPPING | RAW_PACKET_CAP_IP_CSUM));
+        // Room for the inline headers with an inserted tag.
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(QpCap {
+                max_inline_data: 64,
+                ..raw_cap(16, 0)
+            }),
+        )
+        .unwrap();
+        to_rts(&mut qa);
+        // qs strips VLAN tags; qf keeps them and (where the device can)
+        // the FCS; qn is plain.
+        let new = |flags| {
+            let mut q = Qp::create(
+                &pdb,
+                &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb)
+                    .cap(raw_cap(0, 16))
+                    .create_flags(flags),
+            )
+            .unwrap();
+            to_rts(&mut q);
+            q
+        };
+        let fcs_ok = dev.has_raw_packet_cap(RAW_PACKET_CAP_SCATTER_FCS);
+        assert_eq!(fcs_ok, personality != Personality::ConnectX4);
+        if !fcs_ok {
+            let e = Qp::create(
+                &pdb,
+                &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb)
+                    .cap(raw_cap(0, 16))
+                    .create_flags(QpCreateFlags::SCATTER_FCS),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidAttribute {
+                        attr: "create_flags",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+        let mut qs = new(QpCreateFlags::CVLAN_STRIPPING);
+        let mut qf = new(if fcs_ok {
+            QpCreateFlags::SCATTER_FCS
+        } else {
+            QpCreateFlags::NONE
+        });
+        let mut qn = new(QpCreateFlags::NONE);
+        let hb = h.b();
+        // UDP port 1 -> qs, 2 -> qf, 3 -> qn.
+        let t = hb.create_flow_table(0, 2, None).unwrap();
+        let spec = |p| {
+            FlowMatch::from_specs(&[FlowSpec::Udp {
+                src_port: Masked::default(),
+                dst_port: Masked::exact(p, 0xffff),
+            }])
+            .unwrap()
+        };
+        let g = t.create_group(0, 2, &spec(1)).unwrap();
+        let rules: Vec<_> = [&qs, &qf, &qn]
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let d: [&dyn TirDest; 1] = [*q];
+                g.add_rule(i as u32, &spec(i as u16 + 1), FlowDest::Receivers(&d))
+                    .unwrap()
+            })
+            .collect();
+        t.set_root().unwrap();
+        let bufs: Vec<Bufs> = (0..3).map(|_| Bufs::new(hb, &pdb, 8)).collect();
+        for (q, b) in [&mut qs, &mut qf, &mut qn].into_iter().zip(&bufs) {
+            for i in 0..4 {
+                b.post(q, i);
+            }
+        }
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+
+        // 1. A tagged UDP frame, checksums inserted by the device
+        //    (IP_CSUM), into the stripping QP: the tag leaves the data for
+        //    the CQE, both checksums verify.
+        let plain = udp4(MAC_B, 7, 1, b"checksummed and tagged");
+        let tci = 0x6000 | 100;
+        let f = tag(&plain, tci);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
+        let (c, rx) = recv_rx(&cqb);
+        let w = WorkCompletion::from(c);
+        assert_eq!(w.status, WcStatus::Success);
+        assert_eq!(w.wr_id, 0);
+        let expect = with_checksums(plain.clone());
+        assert_eq!(w.byte_len as usize, expect.len(), "the tag is stripped");
+        assert_eq!(bufs[0].read(0, expect.len()), expect);
+        assert!(rx.cvlan_present());
+        assert_eq!((rx.vlan_tci(), rx.vlan_id(), rx.vlan_pcp()), (tci, 100, 3));
+        assert_eq!(rx.l3_hdr_type(), L3HdrType::Ipv4);
+        assert_eq!(rx.l4_hdr_type(), L4HdrType::Udp);
+        assert!(rx.l3_ok() && rx.l4_ok() && rx.ip_csum_ok());
+        assert!(w.wc_flags.has(WcFlags::IP_CSUM_OK), "{:?}", w.wc_flags);
+
+        // 2. The same without IP_CSUM: zero checksums do not verify (a UDP
+        //    checksum of 0 means none; the IPv4 header's does not).
+        send_frame(&mut qa, &cqa, &ma, &sa, &tag(&plain, tci), false);
+        let (c, rx) = recv_rx(&cqb);
+        assert!(!rx.l3_ok() && !rx.ip_csum_ok());
+        assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
+        // A corrupted UDP checksum: L3 fine, L4 not.
+        let mut bad = with_checksums(udp4(MAC_B, 7, 1, b"corrupted checksum"));
+        let n = bad.len();
+        bad[n - 1] ^= 0xff;
+        send_frame(&mut qa, &cqa, &ma, &sa, &tag(&bad, tci), false);
+        let (c, rx) = recv_rx(&cqb);
+        assert!(rx.l3_ok() && !rx.l4_ok() && !rx.ip_csum_ok());
+        assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
+
+        // 3. Tagged into the QP that keeps tags (vsd 1): the frame as sent,
+        //    no VLAN in the CQE, and its FCS after it with scatter FCS.
+        let f = tag(
+            &with_checksums(udp4(
+                MAC_B,
+                7,
+                2,
+                b"kept with its tag and its frame check sequence",
+            )),
+            tci,
+        );
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        let (c, rx) = recv_rx(&cqb);
+        let w = WorkCompletion::from(c);
+        assert!(!rx.cvlan_present());
+        let mut want = f.clone();
+        if fcs_ok {
+            want.extend_from_slice(&fcs(&f));
+        }
+        assert_eq!(w.byte_len as usize, want.len());
+        assert_eq!(bufs[1].read(0, want.len()), want);
+        assert!(rx.ip_csum_ok());
+
+        // 4. VLAN insertion on send (qa): an untagged frame goes out with
+        //    the tag, which the stripping QP takes off again.
+        let hdr = 18usize.max(usize::from(qa.eth_min_inline()));
+        let u = with_checksums(udp4(MAC_B, 7, 1, b"vlan inserted on send"));
+        sa.write(0, &u[hdr..]).unwrap();
+        qa.post_send_vlan(
+            &SendWr::new(9, SendOp::Send)
+                .eth_headers(&u[..hdr])
+                .sgl(&[ma.sge(0, (u.len() - hdr) as u32).unwrap()])
+                .flags(SendFlags::SIGNALED),
+            VlanInsert::cvlan(0x0123),
+        )
+        .unwrap();
+        assert_eq!(poll_one(&cqa).status, WcStatus::Success);
+        let (c, rx) = recv_rx(&cqb);
+        assert_eq!(WorkCompletion::from(c).byte_len as usize, u.len());
+        assert_eq!(WorkCompletion::from(c).wr_id, 3);
+        assert_eq!(bufs[0].read(3, u.len()), u);
+        assert!(rx.cvlan_present());
+        assert_eq!(rx.vlan_tci(), 0x0123);
+        // Not on the receive-only QPs' neighbours: an RC QP refuses it.
+        let mut rc = Qp::create(&pda, &QpInitAttr::new(QpType::Rc, &cqa, &cqa)).unwrap();
+        assert!(matches!(
+            rc.post_send_vlan(&SendWr::new(1, SendOp::Send), VlanInsert::cvlan(1)),
+            Err(Error::InvalidWorkRequest { .. })
+        ));
+        drop(rc);
+        let _ = &mut qn;
+        drop(rules);
+        drop(g);
+        drop(t);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn device_attr_raw_caps_follow_the_hca_caps() {
+    for port_type in [PortType::Ethernet, PortType::InfiniBand] {
+        let mut b = hca_tests::Bench::<P>::emulated(
+            EmuConfig {
+                port_type,
+                ..EmuConfig::default()
+            },
+            Config::default(),
+        );
+        let hca = b.open();
+        {
+            let ctx = hca_driver::verbs::Context::open(&hca).unwrap();
+            let d = ctx.query_device();
+            let caps = hca.caps();
+            // Read back by PRM name, the other way into the same caps.
+            let eth = |n: &str| {
+                caps.get(CAP_ETHERNET_OFFLOADS, n, CapMode::Current)
+                    .unwrap_or(0)
+                    == 1
+            };
+            let gen_ = |n: &str| caps.get(CAP_GENERAL, n, CapMode::Current).unwrap_or(0) == 1;
+            let e = port_type == PortType::Ethernet && gen_("eth_net_offloads");
+            eprintln!(
+                "{port_type:?}: device_cap_flags {:#x} raw_packet_caps {:#x} (csum {} vlan {} fcs {} wqe_inline_mode {:?})",
+                d.device_cap_flags,
+                d.raw_packet_caps,
+                eth("csum_cap"),
+                eth("vlan_cap"),
+                eth("scatter_fcs"),
+                caps.get(CAP_ETHERNET_OFFLOADS, "wqe_inline_mode", CapMode::Current)
+            );
+            assert_eq!(d.has_device_cap(DEVICE_RAW_IP_CSUM), e && eth("csum_cap"));
+            assert_eq!(
+                d.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM),
+                e && eth("csum_cap")
+            );
+            assert_eq!(
+                d.has_raw_packet_cap(RAW_PACKET_CAP_CVLAN_STRIPPING),
+                e && eth("vlan_cap")
+            );
+            assert_eq!(
+                d.has_device_cap(DEVICE_RAW_SCATTER_FCS),
+                e && eth("scatter_fcs")
+            );
+            assert_eq!(
+                d.has_raw_packet_cap(RAW_PACKET_CAP_SCATTER_FCS),
+                e && eth("scatter_fcs")
+            );
+            assert_eq!(
+                d.has_raw_packet_cap(RAW_PACKET_CAP_DELAY_DROP),
+                port_type == PortType::Ethernet
+                    && gen_("rq_delay_drop")
+                    && gen_("general_notification_event")
+            );
+            assert_eq!(
+                d.has_device_cap(DEVICE_MANAGED_FLOW_STEERING),
+                port_type == PortType::Ethernet && gen_("nic_flow_table")
+            );
+            if port_type == PortType::Ethernet {
+                // The recorded ConnectX-4 offers checksums and VLAN
+                // stripping.
+                assert!(
+                    d.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM | RAW_PACKET_CAP_CVLAN_STRIPPING)
+                );
+            } else {
+                assert_eq!((d.device_cap_flags, d.raw_packet_caps), (0, 0));
+            }
+        }
+        b.close(hca);
+        b.assert_clean();
+    }
 }
