@@ -215,6 +215,13 @@ impl Caps {
                 );
             }
         }
+        if !cfg.eth_csum_cap {
+            for m in [&mut caps.cur, &mut caps.max] {
+                if let Some(e) = m.get_mut(&CAP_ETHERNET_OFFLOADS) {
+                    crate::ifc::ifc().set(e, "per_protocol_networking_offload_caps", "csum_cap", 0);
+                }
+            }
+        }
         let ts = u64::from(cfg.effective_ts_format_caps().cap());
         for max in [false, true] {
             caps.set_general(max, "sq_ts_format", ts);

@@ -1139,3 +1139,75 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
     l.close(h);
     l.assert_clean();
 }
+
+#[test]
+fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
+    let mut l = Link::emulated(
+        EmuConfig {
+            eth_csum_cap: false,
+            ..EmuConfig::default()
+        },
+        Config::default(),
+    );
+    let h = l.open();
+    {
+        let Sides {
+            pda,
+            pdb,
+            cqa,
+            cqb,
+            ca,
+            ..
+        } = h.sides(16);
+        let dev = ca.query_device();
+        assert!(!dev.has_device_cap(DEVICE_RAW_IP_CSUM));
+        assert!(!dev.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM));
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 0)),
+        )
+        .unwrap();
+        to_rts(&mut qa);
+        let mut qb = Qp::create(
+            &pdb,
+            &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(0, 4)),
+        )
+        .unwrap();
+        to_rts(&mut qb);
+        let hb = h.b();
+        let t = hb.create_flow_table(0, 1, None).unwrap();
+        let all = FlowMatch::default();
+        let g = t.create_group(0, 0, &all).unwrap();
+        let d: [&dyn TirDest; 1] = [&qb];
+        let rule = g.add_rule(0, &all, FlowDest::Receivers(&d)).unwrap();
+        t.set_root().unwrap();
+        let rb = Bufs::new(hb, &pdb, 4);
+        rb.post(&mut qb, 0);
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+        let f = with_checksums(udp4(MAC_B, 1, 2, b"checksums computed by the sender"));
+        // IBV_SEND_IP_CSUM: refused before the device, as rdma-core does.
+        let e = qa
+            .post_send(
+                &SendWr::new(1, SendOp::Send)
+                    .eth_headers(&f[..18])
+                    .sgl(&[ma.sge(0, 8).unwrap()])
+                    .flags(SendFlags::IP_CSUM),
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e}");
+        // Without it the frame goes; its good checksums earn no
+        // IBV_WC_IP_CSUM_OK from a device that does not check them.
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        let (c, _) = recv_rx(&cqb);
+        let w = WorkCompletion::from(c);
+        assert_eq!(w.status, WcStatus::Success);
+        assert!(!w.wc_flags.has(WcFlags::IP_CSUM_OK));
+        assert_eq!(rb.read(0, f.len()), f);
+        drop(rule);
+        drop(g);
+        drop(t);
+    }
+    l.close(h);
+    l.assert_clean();
+}
