@@ -408,6 +408,23 @@ fn raw_qp_bad_input_gets_typed_errors() {
 }
 
 #[test]
+fn raw_qp_with_cqe_version_0_is_refused() {
+    let mut l = Link::emulated(EmuConfig::default().with_cqe_version(0), Config::default());
+    let h = l.open();
+    {
+        let Sides { pda, cqa, .. } = h.sides(16);
+        let e = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4)),
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
 fn raw_qp_on_an_infiniband_port_is_refused() {
     let mut l = Link::emulated(
         EmuConfig {

@@ -28,9 +28,16 @@
 //!   start over.
 //! - Destroy runs in mlx5_ib's order (`destroy_raw_packet_qp`): TIR, RQ,
 //!   SQ, TIS, then the transport domain.
-//! - The receive side is a flow-rule destination: [`Qp::tir`] hands the
-//!   direct TIR to [`FlowDest::Tirs`](crate::flow::FlowDest) through
-//!   [`TirDest`](crate::flow::TirDest), as `ibv_create_flow` on a raw QP.
+//! - The receive side is a flow-rule destination: the QP is a
+//!   [`TirDest`](crate::flow::TirDest) for
+//!   [`FlowDest::Receivers`](crate::flow::FlowDest), as `ibv_create_flow`
+//!   on a raw QP. The rule does not borrow the QP (which must stay
+//!   postable): destroy the rules first. A QP destroyed while a rule still
+//!   names its TIR gets the firmware's refusal of DESTROY_TIR back and
+//!   keeps its RQ, TIS and transport domain (and its memory, retired)
+//!   until the HCA is closed, which then reports the objects still held.
+//! - CQE version 1 only: raw receive CQEs carry the flow tag where a
+//!   version 0 CQE names its queue.
 
 use firmware_cmds::caps::{CmdHcaCap, PerProtocolNetworkingOffloadCaps};
 use firmware_cmds::eth::{
@@ -221,6 +228,13 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 "raw packet QPs: the device has no Ethernet offloads (eth_net_offloads 0)",
             ));
         };
+        if dev.cqe_version != 1 {
+            // Their receive CQEs carry the flow tag where a CQE of version
+            // 0 names the queue: only the user index can route them.
+            return Err(Error::Unsupported(
+                "raw packet QPs with CQE version 0 (their receive CQEs name no queue)",
+            ));
+        }
         if init.srq.is_some() {
             return Err(Error::InvalidArgument {
                 arg: "srq",
