@@ -535,12 +535,35 @@ pub struct FlowGroup<'a, P: Platform> {
     live: bool,
 }
 
+/// Something a flow rule can deliver frames to through a TIR: a [`Tir`],
+/// or a raw packet QP ([`crate::verbs::Qp`], its direct TIR), as
+/// `ibv_create_flow` attaches rules to a raw QP.
+pub trait TirDest {
+    /// The TIR number; `None` when there is none (a QP without a receive
+    /// queue, or not a raw packet QP).
+    fn tir_number(&self) -> Option<Tirn>;
+}
+
+impl<P: Platform> TirDest for Tir<'_, P> {
+    fn tir_number(&self) -> Option<Tirn> {
+        Some(self.tirn)
+    }
+}
+
 /// Where a [`FlowRule`] sends the frames it matches (the rule borrows the
 /// destinations `'d`, not the list `'s`).
 pub enum FlowDest<'s, 'd, P: Platform> {
     /// To TIRs (`FLOW_DESTINATION_TYPE_TIR`); a frame is delivered to
     /// each (at most 8 here).
     Tirs(&'s [&'d Tir<'d, P>]),
+    /// To the TIRs of raw packet QPs or other [`TirDest`]s
+    /// (`FLOW_DESTINATION_TYPE_TIR`), at most 8. The rule does not
+    /// borrow them (a QP must stay postable while rules deliver to it):
+    /// the order is checked at runtime instead, by the firmware, which
+    /// refuses to destroy a TIR a flow table entry names. Destroy the
+    /// rules before the QP; a QP destroyed first fails with that error
+    /// and keeps its objects until the HCA is closed.
+    Receivers(&'s [&'s dyn TirDest]),
     /// To another flow table of a higher level
     /// (`FLOW_DESTINATION_TYPE_FLOW_TABLE`).
     Table(&'d FlowTable<'d, P>),
@@ -610,6 +633,25 @@ impl<'a, P: Platform> FlowGroup<'a, P> {
                         .as_bytes();
                 }
                 (FLOW_CONTEXT_ACTION_FWD_DEST, tirs.len())
+            }
+            FlowDest::Receivers(list) => {
+                if list.is_empty() || list.len() > MAX_FLOW_DESTS {
+                    return Err(invalid("dest", "from 1 to 8 receivers"));
+                }
+                for (d, t) in dests.iter_mut().zip(list.iter()) {
+                    let tirn = t.tir_number().ok_or(invalid(
+                        "dest",
+                        "a receiver without a TIR (a QP that is not raw or has no receive queue)",
+                    ))?;
+                    *d = *DestFormatStruct::new()
+                        .with(
+                            DestFormatStruct::destination_type,
+                            FLOW_DESTINATION_TYPE_TIR,
+                        )?
+                        .with(DestFormatStruct::destination_id, tirn.0)?
+                        .as_bytes();
+                }
+                (FLOW_CONTEXT_ACTION_FWD_DEST, list.len())
             }
         };
         let value = FteMatchParam::new().with(FteMatchParam::outer_headers, m.value.clone())?;

@@ -17,9 +17,9 @@ use core::ops::Deref;
 use firmware_cmds::Opcode;
 use firmware_cmds::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
 use firmware_cmds::eth::{
-    CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, CreateTisIn, CreateTisOut, DestroyRqIn,
-    DestroySqIn, DestroyTisIn, ModifyRqIn, ModifySqIn, Rqc, Sqc, Tisc, WQ_STATE_ERR, WQ_STATE_RDY,
-    WQ_STATE_RST,
+    CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, CreateTirIn, CreateTirOut, CreateTisIn,
+    CreateTisOut, DestroyRqIn, DestroySqIn, DestroyTirIn, DestroyTisIn, ModifyRqIn, ModifySqIn,
+    Rqc, Sqc, Tirc, Tisc, WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST,
 };
 use firmware_cmds::mkey::{CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn};
 use firmware_cmds::pd::{
@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::events::QueueId;
 use crate::hca::Hca;
 use crate::pas::PageList;
-use crate::types::{Cqn, MkeyIndex, Pdn, Qpn, Rqn, Sqn, Srqn, Tdn, Tisn, Uarn};
+use crate::types::{Cqn, MkeyIndex, Pdn, Qpn, Rqn, Sqn, Srqn, Tdn, Tirn, Tisn, Uarn};
 
 /// A kind of firmware object: its number type and how it is destroyed.
 pub trait FwObject {
@@ -145,6 +145,9 @@ pub enum SqObj {}
 /// Ethernet receive queues.
 #[derive(Debug)]
 pub enum RqObj {}
+/// Transport interface receive objects.
+#[derive(Debug)]
+pub enum TirObj {}
 
 /// A transport interface send object (CREATE_TIS / DESTROY_TIS).
 pub type Tis<'a, P> = Object<&'a Hca<P>, TisObj>;
@@ -261,6 +264,15 @@ impl FwObject for SqObj {
         hca.exec(&DestroySqIn::new().with(DestroySqIn::sqn, n.0)?)?;
         hca.events().unregister_queue(QueueId::Sq(n.0));
         Ok(())
+    }
+}
+
+impl FwObject for TirObj {
+    type Number = Tirn;
+    const NAME: &'static str = "TIR";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: Tirn) -> Result<()> {
+        hca.exec(&DestroyTirIn::new().with(DestroyTirIn::tirn, n.0)?)
+            .map(drop)
     }
 }
 
@@ -386,6 +398,13 @@ impl<P: Platform> Hca<P> {
         let ctx = Tisc::new().with(Tisc::transport_domain, td.0)?;
         let out: CreateTisOut = self.exec(&CreateTisIn::new().with(CreateTisIn::ctx, ctx)?)?;
         Ok(Object::new(self, Tisn(out.get(CreateTisOut::tisn))))
+    }
+
+    /// CREATE_TIR with context `ctx` (its RQ or RQ table and transport
+    /// domain must outlive it).
+    pub(crate) fn create_tir_object(&self, ctx: Tirc) -> Result<Object<&Hca<P>, TirObj>> {
+        let out: CreateTirOut = self.exec(&CreateTirIn::new().with(CreateTirIn::ctx, ctx)?)?;
+        Ok(Object::new(self, Tirn(out.get(CreateTirOut::tirn))))
     }
 
     /// CREATE_SQ with the caller's context and buffer pages (`ctx.wq.pas`);

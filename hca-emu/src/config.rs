@@ -236,6 +236,12 @@ pub struct EmuConfig {
     /// `p` gets `lid_base + p - 1`). Default 1. HCAs cabled together
     /// need distinct LIDs, as a subnet manager would assign them.
     pub lid_base: u16,
+    /// The Ethernet offload capabilities offer checksum offload
+    /// (`csum_cap`, current and maximum). Default true, as the recorded
+    /// ConnectX-4; false models a device without it (raw sends asking
+    /// for checksums are then refused by the driver, receives report no
+    /// checksum verdict).
+    pub eth_csum_cap: bool,
 }
 
 impl Default for EmuConfig {
@@ -262,6 +268,7 @@ impl Default for EmuConfig {
             ts_format_caps: TsFormatCaps::FreeRunning,
             sm_delay: Duration::ZERO,
             lid_base: 1,
+            eth_csum_cap: true,
         }
     }
 }

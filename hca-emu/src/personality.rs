@@ -127,6 +127,8 @@ pub(crate) struct Caps {
 
 /// Capability type: general device caps.
 pub(crate) const CAP_GENERAL: u8 = 0;
+/// Capability type: Ethernet offloads.
+pub(crate) const CAP_ETHERNET_OFFLOADS: u8 = 1;
 /// Capability type: atomic.
 pub(crate) const CAP_ATOMIC: u8 = 3;
 /// Capability type: RoCE.
@@ -191,6 +193,15 @@ impl Caps {
                 if let Some(g) = m.get_mut(&CAP_GENERAL) {
                     crate::ifc::set_bits(g, UMEM_UID_0, 1);
                 }
+                // Scatter FCS for raw packet QPs (`IBV_RAW_PACKET_CAP_SCATTER_FCS`).
+                if let Some(e) = m.get_mut(&CAP_ETHERNET_OFFLOADS) {
+                    crate::ifc::ifc().set(
+                        e,
+                        "per_protocol_networking_offload_caps",
+                        "scatter_fcs",
+                        1,
+                    );
+                }
             }
             // Host-endian 8-byte atomics can be asked for (SET_HCA_CAP of
             // the atomic caps, as Linux's handle_hca_cap_atomic does);
@@ -202,6 +213,13 @@ impl Caps {
                     "supported_atomic_req_8B_endianness_mode_1",
                     1,
                 );
+            }
+        }
+        if !cfg.eth_csum_cap {
+            for m in [&mut caps.cur, &mut caps.max] {
+                if let Some(e) = m.get_mut(&CAP_ETHERNET_OFFLOADS) {
+                    crate::ifc::ifc().set(e, "per_protocol_networking_offload_caps", "csum_cap", 0);
+                }
             }
         }
         let ts = u64::from(cfg.effective_ts_format_caps().cap());

@@ -234,10 +234,10 @@ fn object_sizes_and_refusals<P: TestPlatform>(b: &mut Bench<P>) {
                 r => panic!("{attr}: {:?}", r.map(|q| q.number())),
             }
         }
-        assert!(matches!(
-            Qp::create(&pd, &QpInitAttr::new(QpType::RawPacket, &cq, &cq)),
-            Err(Error::Unsupported(_))
-        ));
+        // Raw packet QPs exist (tests/raw_qp.rs), on an Ethernet port.
+        let raw = Qp::create(&pd, &QpInitAttr::new(QpType::RawPacket, &cq, &cq)).unwrap();
+        assert_eq!(raw.qp_type(), QpType::RawPacket);
+        raw.destroy().unwrap();
         // An SRQ of 100 holds 127.
         let srq = Arc::new(Srq::create(&pd, &SrqInitAttr::new(100, 2)).unwrap());
         // A WQE of 16 + 2 * 16 bytes rounds to 64: room for 3 SGEs.

@@ -335,6 +335,19 @@ impl QpCompletions {
         self.qpn
     }
 
+    /// The handle for CQEs that name the queue by `qpn` rather than the
+    /// QP's number: a raw packet QP's receive queue is a firmware object of
+    /// its own (CREATE_RQ), whose CQEs carry the RQ number. `None` (the
+    /// handle dropped) for a handle that retires the send queue, whose
+    /// CQEs carry the send queue's number.
+    pub fn for_queue_number(mut self, qpn: u32) -> Option<Self> {
+        if self.serves_send() {
+            return None;
+        }
+        self.qpn = qpn & 0xff_ffff;
+        Some(self)
+    }
+
     /// Whether the handle retires the send queue.
     pub fn serves_send(&self) -> bool {
         self.flags & HANDLE_SQ != 0

@@ -478,6 +478,19 @@ pub fn transition_masks(
     };
     let none = M::NONE;
     let valid = || Some((M::NONE, M::NONE));
+    if t == QpType::RawPacket {
+        // Linux's qp_state_table for IB_QPT_RAW_PACKET: the port at
+        // RESET to INIT, nothing else (the rate limit it accepts at RTR to
+        // RTS and RTS to RTS is not offered here).
+        return match (cur, next) {
+            (Reset, Reset) => valid(),
+            (Reset, Init) => Some((M::PORT, none)),
+            (Reset, _) => None,
+            (_, Reset) | (_, Err) => valid(),
+            (Init, Init) | (Init, Rtr) | (Rtr, Rts) | (Rts, Rts) => valid(),
+            _ => None,
+        };
+    }
     match (cur, next) {
         (Reset, Reset) => valid(),
         (Reset, Init) => {

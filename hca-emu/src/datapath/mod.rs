@@ -1012,12 +1012,27 @@ impl Device {
                     .is_some_and(|w| w.state == 3)
             })
             .collect();
-        let any = !errs.is_empty() || !raw.is_empty();
+        let raw_rqs: Vec<u32> = self
+            .engine
+            .rqs
+            .keys()
+            .copied()
+            .filter(|&n| {
+                self.fw
+                    .objs
+                    .wq(ObjKind::Rq, n)
+                    .is_some_and(|w| w.state == 3)
+            })
+            .collect();
+        let any = !errs.is_empty() || !raw.is_empty() || !raw_rqs.is_empty();
         for n in errs {
             self.qp_flush(n);
         }
         for n in raw {
             self.raw_sq_flush(n);
+        }
+        for n in raw_rqs {
+            self.raw_rq_flush(n);
         }
         if any {
             self.arm_err_poll();

@@ -1160,13 +1160,29 @@ fn modify_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str, cur: &str) -> R {
     let Some(w) = d.fw.objs.wq_mut(k, n) else {
         return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
     };
-    let mut ctx = ctx;
+    // The state changes, and the fields `modify_bitmask` selects (RQ: vsd
+    // bit 1, scatter_fcs bit 2, counter_set_id bit 3; SQ: the packet
+    // pacing rate limit index, bit 0); every other field keeps its
+    // creation-time value (user_index, cqn, the wq...), as Linux's
+    // modify_raw_packet_qp_rq/_sq rely on when they send the state alone.
+    let bitmask = c.get("modify_bitmask");
     let sfield = if k == ObjKind::Sq { "sqc" } else { "rqc" };
-    ifc().set(&mut ctx, sfield, "state", u64::from(new_state));
-    // Creation-time fields stay.
-    let wq_off = ifc().field(sfield, "wq").byte_offset();
-    ctx[wq_off..].copy_from_slice(&w.ctx[wq_off..]);
-    w.ctx = ctx;
+    let selected: &[(u64, &str)] = if k == ObjKind::Sq {
+        &[(1, "packet_pacing_rate_limit_index")]
+    } else {
+        &[(2, "vsd"), (4, "scatter_fcs"), (8, "counter_set_id")]
+    };
+    let mut kept = w.ctx.clone();
+    ifc().set(&mut kept, sfield, "state", u64::from(new_state));
+    for (bit, f) in selected {
+        if bitmask & bit != 0 {
+            ifc().set(&mut kept, sfield, f, ifc().get(&ctx, sfield, f));
+        }
+    }
+    w.ctx = kept;
+    if new_state == 3 && cur_state != 3 {
+        d.raw_wq_error(k, n);
+    }
     c.out().done()
 }
 

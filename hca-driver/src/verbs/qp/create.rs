@@ -1,6 +1,7 @@
 //! Creating a QP: the init attributes, CREATE_QP over verbs-core's queues.
 
 use super::*;
+use crate::verbs::qp::raw::QpCreateFlags;
 
 /// What a QP is created with (`struct ibv_qp_init_attr`).
 pub struct QpInitAttr<P: Platform + 'static, S: Share = DefaultShare> {
@@ -25,6 +26,9 @@ pub struct QpInitAttr<P: Platform + 'static, S: Share = DefaultShare> {
     /// ([`Platform::bar_write_combining`]); through an uncached mapping
     /// (vfio) the QP rings its own UAR's doorbell only.
     pub blueflame: bool,
+    /// `ibv_qp_create_flags` (raw packet QPs: CVLAN stripping, scatter
+    /// FCS).
+    pub create_flags: QpCreateFlags,
 }
 
 impl<P: Platform + 'static, S: Share> Clone for QpInitAttr<P, S> {
@@ -61,7 +65,14 @@ impl<P: Platform + 'static, S: Share> QpInitAttr<P, S> {
             sq_sig_all: false,
             sge_check: SgeCheck::Full,
             blueflame: false,
+            create_flags: QpCreateFlags::NONE,
         }
+    }
+
+    /// Sets the create flags (raw packet QPs).
+    pub fn create_flags(mut self, f: QpCreateFlags) -> Self {
+        self.create_flags = f;
+        self
     }
 
     /// Sets the capabilities.
@@ -105,10 +116,15 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         let hca = ctx.hca();
         let dev = *ctx.query_device();
         let t = init.qp_type;
-        if !matches!(t, QpType::Rc | QpType::Uc | QpType::Ud) {
-            return Err(Error::Unsupported(
-                "raw packet QPs (the Ethernet SQ/RQ objects serve raw traffic)",
-            ));
+        if t == QpType::RawPacket {
+            return Self::create_raw(pd, init);
+        }
+        if init.create_flags != QpCreateFlags::NONE {
+            return Err(Error::InvalidAttribute {
+                attr: "create_flags",
+                value: u64::from(init.create_flags.0),
+                reason: "create flags are for raw packet QPs",
+            });
         }
         let same = |c: &Cq<P, S>| core::ptr::eq::<Context<P, S>>(&**c.context(), ctx);
         if !same(&init.send_cq) || !same(&init.recv_cq) {
@@ -292,6 +308,8 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             recv_cq: init.recv_cq.clone(),
             srq: init.srq.clone(),
             obj: Some(obj),
+            raw: None,
+            recv_uidx: uidx,
             own_uar,
             dp: Some(dp),
             orphan: None,

@@ -18,7 +18,7 @@ use firmware_cmds::qp::{
 use platform::{DmaRegion, Platform};
 use verbs_core::{
     BfConfig, Payload, QpCaps, QpConfig, QpGeometry, QpType, RecvWr, SendFlags, SendOp, SendWr,
-    Sge, WorkCompletion,
+    Sge, WcOpcode, WorkCompletion,
 };
 
 use crate::deadline::Deadline;
@@ -43,10 +43,12 @@ use crate::verbs::srq::Srq;
 mod create;
 mod mcast;
 mod post;
+mod raw;
 mod state;
 
 pub use create::QpInitAttr;
 pub use post::SendBatch;
+pub use raw::{ETH_L2_INLINE_HEADER_SIZE, QpCreateFlags};
 
 /// `qpc.log_ack_req_freq` of every QP transition: the requester asks for an
 /// ACK at least every 2^8 packets, Linux's `MLX5_IB_ACK_REQ_FREQ`.
@@ -396,6 +398,11 @@ pub struct Qp<P: Platform + 'static, S: Share = DefaultShare> {
     recv_cq: S::Ref<Cq<P, S>>,
     srq: Option<S::Ref<Srq<P, S>>>,
     obj: Option<FwObj<P, S, QpObj>>,
+    /// A raw packet QP's firmware objects (it has no `obj`).
+    raw: Option<raw::RawParts<P, S>>,
+    /// The user index of the receive queue's completions: `uidx` but for
+    /// a raw packet QP with both queues.
+    recv_uidx: u32,
     own_uar: Option<FwObj<P, S, UarObj>>,
     dp: Option<verbs_core::Qp<P::Mmio>>,
     orphan: Option<DmaRegion>,
@@ -487,6 +494,9 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
 
     /// Registers the completion handles with the CQ(s).
     fn attach(&mut self) -> Result<()> {
+        if self.raw.is_some() {
+            return self.attach_raw();
+        }
         let Some(dp) = self.dp.as_ref() else {
             return Ok(());
         };
@@ -522,12 +532,12 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// going back to the SRQ, as rdma-core's `mlx5_modify_qp` and
     /// `mlx5_destroy_qp` do; then unregisters its completion handles.
     fn clean_and_detach(&self) {
-        let cqs: [Option<&Cq<P, S>>; 2] = [
-            Some(&self.recv_cq),
-            (!self.same_cq()).then_some(&self.send_cq),
+        let cqs: [Option<(&Cq<P, S>, u32)>; 2] = [
+            Some((&self.recv_cq, self.recv_uidx)),
+            (!self.same_cq() || self.recv_uidx != self.uidx).then_some((&self.send_cq, self.uidx)),
         ];
-        for cq in cqs.into_iter().flatten() {
-            if let Some((h, c)) = cq.clean_and_detach(self.uidx) {
+        for (cq, uidx) in cqs.into_iter().flatten() {
+            if let Some((h, c)) = cq.clean_and_detach(uidx) {
                 if c.removed > 0 {
                     log::debug!(
                         "QP {:#x}: {} completions not polled removed from {cq:?} ({} SRQ WQEs returned)",
@@ -559,12 +569,13 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     }
 
     fn teardown(&mut self) -> Result<()> {
-        let Some(obj) = self.obj.take() else {
-            return Ok(());
+        let r = match (self.obj.take(), self.raw.take()) {
+            (Some(obj), _) => obj.destroy(),
+            (None, Some(mut raw)) => raw.destroy(),
+            (None, None) => return Ok(()),
         };
         let ctx: &Context<P, S> = self.pd.context();
         let hca = ctx.hca();
-        let r = obj.destroy();
         self.clean_and_detach();
         let mut regions: [Option<DmaRegion>; 2] = [self.orphan.take(), None];
         if let Some(dp) = self.dp.take() {
@@ -583,6 +594,9 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             release_after_destroy(hca, reg, r.is_ok());
         }
         ctx.free_user_index(self.uidx);
+        if self.recv_uidx != self.uidx {
+            ctx.free_user_index(self.recv_uidx);
+        }
         let u = match self.own_uar.take() {
             Some(u) if r.is_ok() => u.destroy(),
             Some(u) => {

@@ -71,6 +71,10 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 "alternate paths (automatic path migration)",
             ));
         }
+        if self.raw.is_some() {
+            self.check_values(attr, given)?;
+            return self.modify_raw(cur, next, attr, given);
+        }
         let cmd = command(cur, next, t).map_err(Error::Unsupported)?;
         self.check_values(attr, given)?;
         let hca = self.pd.context().hca();
@@ -118,7 +122,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// may have moved the QP on its own (RTR, RTS, SQD: an error completion
     /// puts it in ERR or SQE).
     fn refresh_state(&mut self) -> Result<QpState> {
-        if matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        if self.raw.is_none() && matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             self.query()?;
         }
         Ok(self.state)
@@ -318,6 +322,9 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// Queries the QP (QUERY_QP, `ibv_query_qp`): state and attributes as
     /// the device has them, capabilities as the driver sized them.
     pub fn query(&mut self) -> Result<QpAttr> {
+        if self.raw.is_some() {
+            return Ok(self.query_raw());
+        }
         let hca = self.pd.context().hca();
         let out: QueryQpOut = hca.exec(&QueryQpIn::new().with(QueryQpIn::qpn, self.qpn.0)?)?;
         let qpc: Qpc = out.get(QueryQpOut::qpc);
@@ -336,7 +343,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
 
     /// After 2RST: the queues start over (counters 0, doorbell record 0),
     /// as the device's do.
-    fn reset_queues(&mut self) -> Result<()> {
+    pub(super) fn reset_queues(&mut self) -> Result<()> {
         let Some(dp) = self.dp.take() else {
             return Ok(());
         };
@@ -389,6 +396,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             self.modify(&QpAttr::new().state(QpState::Err))?;
         }
         let qpn = self.qpn.0;
+        let raw_rq = self.rq_number().is_some();
         let has_sq = self.cfg.geometry.sq.is_some();
         let has_rq = self.cfg.geometry.rq.is_some() && self.srq.is_none();
         if let Some(d) = self.dp.as_mut() {
@@ -441,7 +449,11 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 let n = cq.poll(&mut wc)?;
                 got += n;
                 for w in &wc[..n] {
-                    if !(w.wr_id == DRAIN_WR_ID && w.qp_num == qpn) {
+                    // (A raw packet QP's receive completions carry the
+                    // flow tag where the QP number would be: its receive
+                    // marker is known by its work request id.)
+                    let mine = w.qp_num == qpn || (raw_rq && w.opcode == WcOpcode::Recv);
+                    if !(w.wr_id == DRAIN_WR_ID && mine) {
                         on_wc(w);
                     }
                 }
