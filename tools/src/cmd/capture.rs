@@ -487,16 +487,21 @@ fn capture(a: &CaptureArgs, m: &FlowMatch, dev: &Device, sink: &mut Sink<'_>) ->
     } else {
         "the frames the selectors match".to_string()
     };
-    eprintln!(
-        "hca capture: port {} ({}) of {}: {what}; {} buffers of {} bytes; timestamps: host clock (the driver does not read CQE timestamps)",
-        a.port,
-        mac_text(&mac),
-        dev.desc().describe,
-        a.buffers,
-        a.buf_size
-    );
     let tir = rq.tir()?;
-    let r = with_steering(hca, m, tir, || receive(a, &mut rq, emu, sink));
+    // The device's drops are counted from here.
+    let emu = emu.map(|e| (e, emu_drops(e)));
+    // Said once the rule is in place: from here on frames are captured.
+    let r = with_steering(hca, m, tir, || {
+        eprintln!(
+            "hca capture: port {} ({}) of {}: {what}; {} buffers of {} bytes; timestamps: host clock (the driver does not read CQE timestamps)",
+            a.port,
+            mac_text(&mac),
+            dev.desc().describe,
+            a.buffers,
+            a.buf_size
+        );
+        receive(a, &mut rq, emu, sink)
+    });
     let closed = rq.close();
     let c = r?;
     closed?;
@@ -506,14 +511,14 @@ fn capture(a: &CaptureArgs, m: &FlowMatch, dev: &Device, sink: &mut Sink<'_>) ->
 fn receive(
     a: &CaptureArgs,
     rq: &mut RawQp<crate::device::ToolPlatform>,
-    emu: Option<&EmuHca>,
+    emu: Option<(&EmuHca, EmuDrops)>,
     sink: &mut Sink<'_>,
 ) -> Result<Counters> {
     let hca = rq.ctx.hca().clone();
     let mut st = Stats {
         c: Counters::default(),
         start: Instant::now(),
-        emu: emu.map(|e| (e, emu_drops(e))),
+        emu,
     };
     let deadline = a.duration.map(|d| st.start + Duration::from_secs_f64(d));
     let mut last_report = Instant::now();
