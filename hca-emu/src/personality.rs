@@ -127,6 +127,8 @@ pub(crate) struct Caps {
 
 /// Capability type: general device caps.
 pub(crate) const CAP_GENERAL: u8 = 0;
+/// Capability type: Ethernet offloads.
+pub(crate) const CAP_ETHERNET_OFFLOADS: u8 = 1;
 /// Capability type: atomic.
 pub(crate) const CAP_ATOMIC: u8 = 3;
 /// Capability type: RoCE.
@@ -190,6 +192,15 @@ impl Caps {
             for m in [&mut caps.cur, &mut caps.max] {
                 if let Some(g) = m.get_mut(&CAP_GENERAL) {
                     crate::ifc::set_bits(g, UMEM_UID_0, 1);
+                }
+                // Scatter FCS for raw packet QPs (`IBV_RAW_PACKET_CAP_SCATTER_FCS`).
+                if let Some(e) = m.get_mut(&CAP_ETHERNET_OFFLOADS) {
+                    crate::ifc::ifc().set(
+                        e,
+                        "per_protocol_networking_offload_caps",
+                        "scatter_fcs",
+                        1,
+                    );
                 }
             }
         }

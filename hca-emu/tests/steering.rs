@@ -118,8 +118,9 @@ const OTHER_SMAC: [u8; 6] = [0x02, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa];
 fn rqs(b: &mut Node, n: usize) -> (Vec<Qp>, Cq) {
     let cq = b.cq(8);
     let mut v = Vec::new();
-    for _ in 0..n {
-        let mut rq = b.raw_wq(false, cq.cqn, 0, 4, 6);
+    for i in 0..n {
+        // User index i + 1: receive CQEs name their RQ by it.
+        let mut rq = b.raw_wq_uidx(false, cq.cqn, 0, 4, 6, i as u32 + 1);
         let buf = b.mr(16 * 2048, 0, LW);
         for i in 0..16u64 {
             b.post_recv(&mut rq, &[(buf.addr + 2048 * i, 2048, buf.key)]);
@@ -185,7 +186,11 @@ fn flow_rules_of_each_selector_kind_priorities_miss_and_catch_all() {
         send(&mut a, &mut sq, f);
         let c = &b.wait(&mut cq, 1)[0];
         c.ok();
-        assert_eq!(c.qpn, rq[*want].qpn, "case {i}: frame to RQ {want}");
+        assert_eq!(
+            c.srqn_uidx,
+            *want as u32 + 1,
+            "case {i}: frame to RQ {want}"
+        );
         assert_eq!(c.byte_cnt as usize, f.len().max(60), "case {i}");
     }
     let dp = b.r.emu.datapath();
@@ -233,7 +238,11 @@ fn one_frame_to_two_tirs_and_through_a_forward_to_a_deeper_table() {
     s.root(&mut b, t0);
     let f = frame(b.mac(1), a.mac(1), None, L3::V4(V4A, V4B), L4::Udp(3, 7));
     send(&mut a, &mut sq, &f);
-    let mut got: Vec<u32> = b.wait(&mut cq, 3).iter().map(|c| c.ok().qpn).collect();
+    let mut got: Vec<u32> = b
+        .wait(&mut cq, 3)
+        .iter()
+        .map(|c| rq[c.ok().srqn_uidx as usize - 1].qpn)
+        .collect();
     got.sort_unstable();
     let mut want: Vec<u32> = rq.iter().map(|r| r.qpn).collect();
     want.sort_unstable();
@@ -296,7 +305,11 @@ fn rss_spreads_udp_flows_across_rqs_by_the_toeplitz_hash() {
         let want = (hash % 4) as usize;
         let c = &b.wait(&mut cq, 1)[0];
         c.ok();
-        assert_eq!(c.qpn, rqns[want], "sport {sport}: hash {hash:#x}");
+        assert_eq!(
+            rq[c.srqn_uidx as usize - 1].qpn,
+            rqns[want],
+            "sport {sport}: hash {hash:#x}"
+        );
         let raw = &c.raw;
         assert_eq!(
             u32::from_be_bytes(raw[0x0c..0x10].try_into().unwrap()),
@@ -441,7 +454,7 @@ fn rss_hash_in_the_cqe_is_the_published_toeplitz_value() {
             hash
         );
         assert_eq!(raw[0x10], htype, "rx_hash_type");
-        assert_eq!(c.qpn, rqns[(hash % 2) as usize]);
+        assert_eq!(rq[c.srqn_uidx as usize - 1].qpn, rqns[(hash % 2) as usize]);
     }
     s.teardown(&mut b);
     a.finish();

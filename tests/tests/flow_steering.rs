@@ -65,7 +65,10 @@ impl<'a> RawRq<'a> {
             .unwrap()
             .with(Wq::log_wq_sz, 4)
             .unwrap();
+        // `vsd`: VLAN tags stay in the frame (mlx5_ib's default).
         let rqc = Rqc::new()
+            .with(Rqc::vsd, true)
+            .unwrap()
             .with(Rqc::cqn, cq.number().0)
             .unwrap()
             .with(Rqc::wq, wq)

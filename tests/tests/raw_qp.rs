@@ -7,16 +7,30 @@
 
 use std::sync::Arc;
 
+use firmware_cmds::caps::{CAP_ETHERNET_OFFLOADS, CAP_GENERAL};
+use firmware_cmds::eth::{
+    RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT, RX_HASH_FIELD_SELECT_L4_SPORT,
+    RX_HASH_FIELD_SELECT_SRC_IP,
+};
 use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST};
+use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
+use hca_driver::CapMode;
 use hca_driver::Error;
-use hca_driver::flow::{FlowDest, TirDest};
+use hca_driver::flow::{
+    FlowDest, RX_HASH_DST_IPV4, RX_HASH_DST_PORT_UDP, RX_HASH_SRC_IPV4, RX_HASH_SRC_PORT_UDP,
+    RxHashConf, TirDest,
+};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
+use hca_driver::verbs::ETH_L2_INLINE_HEADER_SIZE;
 use hca_driver::verbs::{
-    AccessFlags, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr, QpState, QpType,
-    RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Cq, DEVICE_MANAGED_FLOW_STEERING, DEVICE_RAW_IP_CSUM, DEVICE_RAW_SCATTER_FCS,
+    DmaBuf, L3HdrType, L4HdrType, Mr, Pd, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr, QpState,
+    QpType, RAW_PACKET_CAP_CVLAN_STRIPPING, RAW_PACKET_CAP_DELAY_DROP, RAW_PACKET_CAP_IP_CSUM,
+    RAW_PACKET_CAP_SCATTER_FCS, RecvWr, RxCqe, SendFlags, SendOp, SendWr, VlanInsert, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, Hca};
-use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, PortType};
+use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
 use hca_tests::{Link, Sides};
 
 type P = EmuPlatform;
@@ -257,7 +271,9 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
 
         // Too short an inline header: refused before the device.
-        if qa.eth_min_inline() > 0 {
+        // The emulated ConnectX-4 asks for the L2 headers inline.
+        assert_eq!(qa.eth_min_inline(), ETH_L2_INLINE_HEADER_SIZE);
+        {
             let f = udp4(MAC_B, 1, 2, b"x");
             let e = qa
                 .post_send(
@@ -276,7 +292,10 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         assert_eq!(wc.opcode, WcOpcode::Recv);
         assert_eq!(wc.wr_id, 0);
         assert_eq!(wc.byte_len as usize, f.len());
-        assert_eq!(wc.qp_num, rqn.0, "receive completions name the RQ");
+        assert_eq!(
+            wc.qp_num, 0,
+            "receive completions carry the (default) flow tag"
+        );
         assert_eq!(rb.read(0, f.len()), f);
         // A frame for another MAC matches nothing: dropped.
         let f2 = udp4([0x02, 9, 9, 9, 9, 9], 1, 2, b"nobody's");
@@ -407,6 +426,715 @@ fn raw_qp_on_an_infiniband_port_is_refused() {
         .unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)), "{e}");
         assert!(e.to_string().contains("InfiniBand"), "{e}");
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+/// The Ethernet FCS computed bit by bit (IEEE 802.3 CRC-32: reflected
+/// polynomial 0xEDB88320, initial and final inversion), least significant
+/// byte first on the wire.
+fn fcs(f: &[u8]) -> [u8; 4] {
+    let mut c = !0u32;
+    for &b in f {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xEDB8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    (!c).to_le_bytes()
+}
+
+/// Inserts an 802.1Q tag (TCI `tci`) after the MAC addresses.
+fn tag(f: &[u8], tci: u16) -> Vec<u8> {
+    let mut g = f[..12].to_vec();
+    g.extend_from_slice(&0x8100u16.to_be_bytes());
+    g.extend_from_slice(&tci.to_be_bytes());
+    g.extend_from_slice(&f[12..]);
+    g
+}
+
+/// The frame with the IPv4 header and UDP checksums a correct sender
+/// writes (what the device inserts with `IBV_SEND_IP_CSUM`), computed
+/// here: RFC 791/768 one's complement sums.
+fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
+    fn sum(b: &[u8], mut s: u32) -> u32 {
+        for c in b.chunks(2) {
+            s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        }
+        s
+    }
+    fn fold(mut s: u32) -> u16 {
+        while s >> 16 != 0 {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        !(s as u16)
+    }
+    let ip = 14;
+    f[ip + 10] = 0;
+    f[ip + 11] = 0;
+    let c = fold(sum(&f[ip..ip + 20], 0));
+    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+    let udp = ip + 20;
+    let len = f.len() - udp;
+    f[udp + 6] = 0;
+    f[udp + 7] = 0;
+    let ps = sum(&f[ip + 12..ip + 20], 0) + 17 + len as u32;
+    let mut c = fold(sum(&f[udp..], ps));
+    if c == 0 {
+        c = 0xffff;
+    }
+    f[udp + 6..udp + 8].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// A raw receive on side B, its completion and the CQE's raw fields.
+fn recv_rx(cq: &Cq<P>) -> (hca_driver::verbs::Completion, RxCqe) {
+    let mut c = hca_driver::verbs::Completion::default();
+    let mut rx = RxCqe::default();
+    for _ in 0..10_000 {
+        if cq.poll_one_rx(&mut c, &mut rx).unwrap() {
+            return (c, rx);
+        }
+        std::thread::yield_now();
+    }
+    panic!("no completion on {cq:?}");
+}
+
+#[test]
+fn receive_cqe_fields_checksum_vlan_stripping_connectx4() {
+    cqe_fields(Personality::ConnectX4);
+}
+
+#[test]
+fn receive_cqe_fields_checksum_vlan_stripping_scatter_fcs_connectx5() {
+    cqe_fields(Personality::ConnectX5);
+}
+
+fn cqe_fields(personality: Personality) {
+    let mut l = Link::emulated(
+        EmuConfig {
+            personality,
+            ..EmuConfig::default()
+        },
+        Config::default(),
+    );
+    let h = l.open();
+    {
+        let Sides {
+            pda,
+            pdb,
+            cqa,
+            cqb,
+            cb,
+            ..
+        } = h.sides(64);
+        let dev = *cb.query_device();
+        assert!(dev.has_raw_packet_cap(RAW_PACKET_CAP_CVLAN_STRIPPING | RAW_PACKET_CAP_IP_CSUM));
+        // Room for the inline headers with an inserted tag.
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(QpCap {
+                max_inline_data: 64,
+                ..raw_cap(16, 0)
+            }),
+        )
+        .unwrap();
+        to_rts(&mut qa);
+        // qs strips VLAN tags; qf keeps them and (where the device can)
+        // the FCS; qn is plain.
+        let new = |flags| {
+            let mut q = Qp::create(
+                &pdb,
+                &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb)
+                    .cap(raw_cap(0, 16))
+                    .create_flags(flags),
+            )
+            .unwrap();
+            to_rts(&mut q);
+            q
+        };
+        let fcs_ok = dev.has_raw_packet_cap(RAW_PACKET_CAP_SCATTER_FCS);
+        assert_eq!(fcs_ok, personality != Personality::ConnectX4);
+        if !fcs_ok {
+            let e = Qp::create(
+                &pdb,
+                &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb)
+                    .cap(raw_cap(0, 16))
+                    .create_flags(QpCreateFlags::SCATTER_FCS),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidAttribute {
+                        attr: "create_flags",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+        let mut qs = new(QpCreateFlags::CVLAN_STRIPPING);
+        let mut qf = new(if fcs_ok {
+            QpCreateFlags::SCATTER_FCS
+        } else {
+            QpCreateFlags::NONE
+        });
+        let mut qn = new(QpCreateFlags::NONE);
+        let hb = h.b();
+        // UDP port 1 -> qs, 2 -> qf, 3 -> qn.
+        let t = hb.create_flow_table(0, 2, None).unwrap();
+        let spec = |p| {
+            FlowMatch::from_specs(&[FlowSpec::Udp {
+                src_port: Masked::default(),
+                dst_port: Masked::exact(p, 0xffff),
+            }])
+            .unwrap()
+        };
+        let g = t.create_group(0, 2, &spec(1)).unwrap();
+        let rules: Vec<_> = [&qs, &qf, &qn]
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let d: [&dyn TirDest; 1] = [*q];
+                g.add_rule(i as u32, &spec(i as u16 + 1), FlowDest::Receivers(&d))
+                    .unwrap()
+            })
+            .collect();
+        t.set_root().unwrap();
+        let bufs: Vec<Bufs> = (0..3).map(|_| Bufs::new(hb, &pdb, 8)).collect();
+        for (q, b) in [&mut qs, &mut qf, &mut qn].into_iter().zip(&bufs) {
+            for i in 0..4 {
+                b.post(q, i);
+            }
+        }
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+
+        // 1. A tagged UDP frame, checksums inserted by the device
+        //    (IP_CSUM), into the stripping QP: the tag leaves the data for
+        //    the CQE, both checksums verify.
+        let plain = udp4(MAC_B, 7, 1, b"checksummed and tagged");
+        let tci = 0x6000 | 100;
+        let f = tag(&plain, tci);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
+        let (c, rx) = recv_rx(&cqb);
+        let w = WorkCompletion::from(c);
+        assert_eq!(w.status, WcStatus::Success);
+        assert_eq!(w.wr_id, 0);
+        let expect = with_checksums(plain.clone());
+        assert_eq!(w.byte_len as usize, expect.len(), "the tag is stripped");
+        assert_eq!(bufs[0].read(0, expect.len()), expect);
+        assert!(rx.cvlan_present());
+        assert_eq!((rx.vlan_tci(), rx.vlan_id(), rx.vlan_pcp()), (tci, 100, 3));
+        assert_eq!(rx.l3_hdr_type(), L3HdrType::Ipv4);
+        assert_eq!(rx.l4_hdr_type(), L4HdrType::Udp);
+        assert!(rx.l3_ok() && rx.l4_ok() && rx.ip_csum_ok());
+        assert!(w.wc_flags.has(WcFlags::IP_CSUM_OK), "{:?}", w.wc_flags);
+
+        // 2. The same without IP_CSUM: zero checksums do not verify (a UDP
+        //    checksum of 0 means none; the IPv4 header's does not).
+        send_frame(&mut qa, &cqa, &ma, &sa, &tag(&plain, tci), false);
+        let (c, rx) = recv_rx(&cqb);
+        assert!(!rx.l3_ok() && !rx.ip_csum_ok());
+        assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
+        // A corrupted UDP checksum: L3 fine, L4 not.
+        let mut bad = with_checksums(udp4(MAC_B, 7, 1, b"corrupted checksum"));
+        let n = bad.len();
+        bad[n - 1] ^= 0xff;
+        send_frame(&mut qa, &cqa, &ma, &sa, &tag(&bad, tci), false);
+        let (c, rx) = recv_rx(&cqb);
+        assert!(rx.l3_ok() && !rx.l4_ok() && !rx.ip_csum_ok());
+        assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
+
+        // 3. Tagged into the QP that keeps tags (vsd 1): the frame as sent,
+        //    no VLAN in the CQE, and its FCS after it with scatter FCS.
+        let f = tag(
+            &with_checksums(udp4(
+                MAC_B,
+                7,
+                2,
+                b"kept with its tag and its frame check sequence",
+            )),
+            tci,
+        );
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        let (c, rx) = recv_rx(&cqb);
+        let w = WorkCompletion::from(c);
+        assert!(!rx.cvlan_present());
+        let mut want = f.clone();
+        if fcs_ok {
+            want.extend_from_slice(&fcs(&f));
+        }
+        assert_eq!(w.byte_len as usize, want.len());
+        assert_eq!(bufs[1].read(0, want.len()), want);
+        assert!(rx.ip_csum_ok());
+
+        // 4. VLAN insertion on send (qa): an untagged frame goes out with
+        //    the tag, which the stripping QP takes off again.
+        let hdr = 18usize.max(usize::from(qa.eth_min_inline()));
+        let u = with_checksums(udp4(MAC_B, 7, 1, b"vlan inserted on send"));
+        sa.write(0, &u[hdr..]).unwrap();
+        qa.post_send_vlan(
+            &SendWr::new(9, SendOp::Send)
+                .eth_headers(&u[..hdr])
+                .sgl(&[ma.sge(0, (u.len() - hdr) as u32).unwrap()])
+                .flags(SendFlags::SIGNALED),
+            VlanInsert::cvlan(0x0123),
+        )
+        .unwrap();
+        assert_eq!(poll_one(&cqa).status, WcStatus::Success);
+        let (c, rx) = recv_rx(&cqb);
+        assert_eq!(WorkCompletion::from(c).byte_len as usize, u.len());
+        assert_eq!(WorkCompletion::from(c).wr_id, 3);
+        assert_eq!(bufs[0].read(3, u.len()), u);
+        assert!(rx.cvlan_present());
+        assert_eq!(rx.vlan_tci(), 0x0123);
+        // Not on the receive-only QPs' neighbours: an RC QP refuses it.
+        let mut rc = Qp::create(&pda, &QpInitAttr::new(QpType::Rc, &cqa, &cqa)).unwrap();
+        assert!(matches!(
+            rc.post_send_vlan(&SendWr::new(1, SendOp::Send), VlanInsert::cvlan(1)),
+            Err(Error::InvalidWorkRequest { .. })
+        ));
+        drop(rc);
+        let _ = &mut qn;
+        drop(rules);
+        drop(g);
+        drop(t);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn device_attr_raw_caps_follow_the_hca_caps() {
+    for port_type in [PortType::Ethernet, PortType::InfiniBand] {
+        let mut b = hca_tests::Bench::<P>::emulated(
+            EmuConfig {
+                port_type,
+                ..EmuConfig::default()
+            },
+            Config::default(),
+        );
+        let hca = b.open();
+        {
+            let ctx = hca_driver::verbs::Context::open(&hca).unwrap();
+            let d = ctx.query_device();
+            let caps = hca.caps();
+            // Read back by PRM name, the other way into the same caps.
+            let eth = |n: &str| {
+                caps.get(CAP_ETHERNET_OFFLOADS, n, CapMode::Current)
+                    .unwrap_or(0)
+                    == 1
+            };
+            let gen_ = |n: &str| caps.get(CAP_GENERAL, n, CapMode::Current).unwrap_or(0) == 1;
+            let e = port_type == PortType::Ethernet && gen_("eth_net_offloads");
+            eprintln!(
+                "{port_type:?}: device_cap_flags {:#x} raw_packet_caps {:#x} (csum {} vlan {} fcs {} wqe_inline_mode {:?})",
+                d.device_cap_flags,
+                d.raw_packet_caps,
+                eth("csum_cap"),
+                eth("vlan_cap"),
+                eth("scatter_fcs"),
+                caps.get(CAP_ETHERNET_OFFLOADS, "wqe_inline_mode", CapMode::Current)
+            );
+            assert_eq!(d.has_device_cap(DEVICE_RAW_IP_CSUM), e && eth("csum_cap"));
+            assert_eq!(
+                d.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM),
+                e && eth("csum_cap")
+            );
+            assert_eq!(
+                d.has_raw_packet_cap(RAW_PACKET_CAP_CVLAN_STRIPPING),
+                e && eth("vlan_cap")
+            );
+            assert_eq!(
+                d.has_device_cap(DEVICE_RAW_SCATTER_FCS),
+                e && eth("scatter_fcs")
+            );
+            assert_eq!(
+                d.has_raw_packet_cap(RAW_PACKET_CAP_SCATTER_FCS),
+                e && eth("scatter_fcs")
+            );
+            assert_eq!(
+                d.has_raw_packet_cap(RAW_PACKET_CAP_DELAY_DROP),
+                port_type == PortType::Ethernet
+                    && gen_("rq_delay_drop")
+                    && gen_("general_notification_event")
+            );
+            assert_eq!(
+                d.has_device_cap(DEVICE_MANAGED_FLOW_STEERING),
+                port_type == PortType::Ethernet && gen_("nic_flow_table")
+            );
+            if port_type == PortType::Ethernet {
+                // The recorded ConnectX-4 offers checksums and VLAN
+                // stripping.
+                assert!(
+                    d.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM | RAW_PACKET_CAP_CVLAN_STRIPPING)
+                );
+            } else {
+                assert_eq!((d.device_cap_flags, d.raw_packet_caps), (0, 0));
+            }
+        }
+        b.close(hca);
+        b.assert_clean();
+    }
+}
+
+#[derive(Clone, Copy)]
+enum L3 {
+    V4([u8; 4], [u8; 4]),
+    V6([u8; 16], [u8; 16]),
+    Other(u16),
+}
+
+#[derive(Clone, Copy)]
+enum L4 {
+    Udp(u16, u16),
+    Tcp(u16, u16),
+    None,
+}
+
+/// A frame from the Ethernet, 802.1Q, IPv4/IPv6, TCP and UDP header
+/// formats with valid IPv4 header checksums, `tag` in its payload.
+fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag_byte: u8) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dmac);
+    f.extend_from_slice(&smac);
+    if let Some(v) = vid {
+        f.extend_from_slice(&0x8100u16.to_be_bytes());
+        f.extend_from_slice(&v.to_be_bytes());
+    }
+    let mut l4b = match l4 {
+        L4::Udp(s, d) => {
+            let mut h = vec![0u8; 8];
+            h[0..2].copy_from_slice(&s.to_be_bytes());
+            h[2..4].copy_from_slice(&d.to_be_bytes());
+            h[4..6].copy_from_slice(&40u16.to_be_bytes());
+            h
+        }
+        L4::Tcp(s, d) => {
+            let mut h = vec![0u8; 20];
+            h[0..2].copy_from_slice(&s.to_be_bytes());
+            h[2..4].copy_from_slice(&d.to_be_bytes());
+            h[12] = 5 << 4;
+            h[13] = 0x18;
+            h
+        }
+        L4::None => vec![],
+    };
+    let mut pay = *b"a payload of thirty-two bytes!!!";
+    pay[0] = tag_byte;
+    l4b.extend_from_slice(&pay);
+    let proto = match l4 {
+        L4::Udp(..) => 17,
+        L4::Tcp(..) => 6,
+        L4::None => 253,
+    };
+    match l3 {
+        L3::V4(s, d) => {
+            f.extend_from_slice(&0x0800u16.to_be_bytes());
+            let mut h = [0u8; 20];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&((20 + l4b.len()) as u16).to_be_bytes());
+            h[8] = 64;
+            h[9] = proto;
+            h[12..16].copy_from_slice(&s);
+            h[16..20].copy_from_slice(&d);
+            f.extend_from_slice(&h);
+        }
+        L3::V6(s, d) => {
+            f.extend_from_slice(&0x86ddu16.to_be_bytes());
+            let mut h = [0u8; 40];
+            h[0] = 0x60;
+            h[4..6].copy_from_slice(&(l4b.len() as u16).to_be_bytes());
+            h[6] = proto;
+            h[7] = 64;
+            h[8..24].copy_from_slice(&s);
+            h[24..40].copy_from_slice(&d);
+            f.extend_from_slice(&h);
+        }
+        L3::Other(t) => f.extend_from_slice(&t.to_be_bytes()),
+    }
+    f.extend_from_slice(&l4b);
+    while f.len() < 60 {
+        f.push(0);
+    }
+    f
+}
+
+/// Completions polled from `cq` until `n` arrived (and a little after,
+/// to see that no more come), as (QP index, slot, completion, CQE).
+fn collect(cq: &Cq<P>, n: usize) -> Vec<(usize, usize, WorkCompletion, RxCqe)> {
+    let mut got = Vec::new();
+    let mut idle = 0;
+    while idle < 200 {
+        let mut c = hca_driver::verbs::Completion::default();
+        let mut rx = RxCqe::default();
+        if cq.poll_one_rx(&mut c, &mut rx).unwrap() {
+            let w = WorkCompletion::from(c);
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            got.push(((w.wr_id / 1000) as usize, (w.wr_id % 1000) as usize, w, rx));
+            idle = 0;
+        } else {
+            idle += if got.len() >= n { 1 } else { 0 };
+            std::thread::yield_now();
+        }
+    }
+    assert_eq!(got.len(), n, "completions");
+    got
+}
+
+#[test]
+fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
+    const V4A: [u8; 4] = [10, 1, 1, 1];
+    const V4B: [u8; 4] = [10, 2, 2, 2];
+    const V6A: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+    const V6B: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6];
+    const MCAST: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 1];
+    const OTHER_SMAC: [u8; 6] = [0x02, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa];
+    const KEY: [u8; 40] = [
+        0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f,
+        0xb0, 0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30,
+        0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+    ];
+    let mut l = link();
+    let h = l.open();
+    {
+        let eb = l.emu_b();
+        let Sides {
+            pda, pdb, cqa, cqb, ..
+        } = h.sides(256);
+        let hb = h.b();
+        let kinds = [ObjKind::Rq, ObjKind::Tir, ObjKind::Rqt, ObjKind::FlowEntry];
+        let counts = || kinds.map(|k| eb.objects(k).len());
+        let start = counts();
+        let pages = eb.firmware_pages();
+
+        let mut qa = Qp::create(
+            &pda,
+            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(64, 0)),
+        )
+        .unwrap();
+        to_rts(&mut qa);
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+        // Side B: 0..8 one per selector kind, 8 the catch-all, 9 the
+        // sniffer, 10..14 the RSS QPs; receive only.
+        let mut qs: Vec<Qp<P>> = (0..14)
+            .map(|_| {
+                let mut q = Qp::create(
+                    &pdb,
+                    &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(0, 64)),
+                )
+                .unwrap();
+                to_rts(&mut q);
+                q
+            })
+            .collect();
+        let bufs: Vec<Bufs> = (0..14).map(|_| Bufs::new(hb, &pdb, 64)).collect();
+        for (i, (q, b)) in qs.iter_mut().zip(&bufs).enumerate() {
+            for k in 0..64 {
+                let sge = b.mr.sge(k * SLOT, SLOT as u32).unwrap();
+                q.post_recv(&RecvWr {
+                    wr_id: (i * 1000 + k) as u64,
+                    sgl: &[sge],
+                })
+                .unwrap();
+            }
+        }
+        let me = MAC_B;
+        let peer = MAC_A;
+        let eth =
+            |dst: Option<[u8; 6]>, src: Option<[u8; 6]>, ty: Option<u16>, vid: Option<u16>| {
+                let mac = |m: Option<[u8; 6]>| {
+                    m.map_or(Masked::default(), |m| Masked::exact(m, [0xff; 6]))
+                };
+                FlowSpec::Eth {
+                    dst_mac: mac(dst),
+                    src_mac: mac(src),
+                    ether_type: ty.map_or(Masked::default(), |t| Masked::exact(t, 0xffff)),
+                    vlan_tag: vid.map_or(Masked::default(), |v| Masked::exact(v, 0x0fff)),
+                }
+            };
+        let specs: [FlowSpec; 9] = [
+            eth(Some(MCAST), None, None, None),
+            eth(None, Some(OTHER_SMAC), None, None),
+            eth(None, None, Some(0x88b5), None),
+            eth(None, None, None, Some(100)),
+            FlowSpec::Ipv4 {
+                src_ip: Masked::default(),
+                dst_ip: Masked::exact(V4A, [0xff; 4]),
+            },
+            FlowSpec::Ipv6 {
+                src_ip: Masked::exact(V6A, [0xff; 16]),
+                dst_ip: Masked::default(),
+            },
+            FlowSpec::Tcp {
+                src_port: Masked::default(),
+                dst_port: Masked::exact(80, 0xffff),
+            },
+            FlowSpec::Udp {
+                src_port: Masked::default(),
+                dst_port: Masked::exact(9000, 0xffff),
+            },
+            // The RSS rule: UDP to port 4000.
+            FlowSpec::Udp {
+                src_port: Masked::default(),
+                dst_port: Masked::exact(4000, 0xffff),
+            },
+        ];
+        let matches: Vec<FlowMatch> = specs
+            .iter()
+            .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
+            .collect();
+        // RSS: an RQ table over the RSS QPs' RQs, an indirect TIR hashing
+        // IPv4 addresses and UDP ports.
+        let td = hb.alloc_transport_domain().unwrap();
+        let rss_rqs: Vec<_> = qs[10..14].iter().map(|q| q.rq_number().unwrap()).collect();
+        let rqt = hb.create_rqt(&rss_rqs).unwrap();
+        let conf = RxHashConf {
+            key: KEY,
+            fields_mask: RX_HASH_SRC_IPV4
+                | RX_HASH_DST_IPV4
+                | RX_HASH_SRC_PORT_UDP
+                | RX_HASH_DST_PORT_UDP,
+        };
+        let rss_tir = rqt.create_tir(&td, &conf).unwrap();
+
+        // Level 1: the catch-all (default miss of level 0), copied to the
+        // sniffer.
+        let t1 = hb.create_flow_table(1, 2, None).unwrap();
+        let all = FlowMatch::default();
+        let g_all = t1.create_group(0, 0, &all).unwrap();
+        let d: [&dyn TirDest; 2] = [&qs[8], &qs[9]];
+        let catch_all = g_all.add_rule(0, &all, FlowDest::Receivers(&d)).unwrap();
+        let t0 = hb.create_flow_table(0, 4, Some(&t1)).unwrap();
+        let groups: Vec<_> = matches
+            .iter()
+            .enumerate()
+            .map(|(i, m)| t0.create_group(i as u32, i as u32, m).unwrap())
+            .collect();
+        // Every rule copies to the sniffer (QP 9) as well.
+        let rules: Vec<_> = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let d: [&dyn TirDest; 2] = if i < 8 {
+                    [&qs[i], &qs[9]]
+                } else {
+                    [&rss_tir, &qs[9]]
+                };
+                g.add_rule(i as u32, &matches[i], FlowDest::Receivers(&d))
+                    .unwrap()
+            })
+            .collect();
+        t0.set_root().unwrap();
+
+        let udp = |d| L4::Udp(1234, d);
+        let cases: Vec<(Vec<u8>, usize)> = vec![
+            (frame(MCAST, peer, None, L3::V4(V4B, V4B), udp(1), 0), 0),
+            (frame(me, OTHER_SMAC, None, L3::V4(V4B, V4B), udp(1), 1), 1),
+            (frame(me, peer, None, L3::Other(0x88b5), L4::None, 2), 2),
+            (frame(me, peer, Some(100), L3::V4(V4B, V4B), udp(1), 3), 3),
+            (frame(me, peer, None, L3::V4(V4B, V4A), udp(1), 4), 4),
+            (frame(me, peer, None, L3::V6(V6A, V6B), udp(1), 5), 5),
+            (
+                frame(me, peer, None, L3::V4(V4B, V4B), L4::Tcp(5, 80), 6),
+                6,
+            ),
+            (
+                frame(me, peer, None, L3::V6(V6B, V6B), L4::Tcp(5, 80), 7),
+                6,
+            ),
+            (frame(me, peer, None, L3::V4(V4B, V4B), udp(9000), 8), 7),
+            // Rules 4 and 7 both match: the lower index (priority) wins.
+            (frame(me, peer, None, L3::V4(V4B, V4A), udp(9000), 9), 4),
+            // Nothing matches at level 0: the default miss to level 1.
+            (frame(me, peer, None, L3::V4(V4B, V4B), udp(2), 10), 8),
+            (frame(me, peer, Some(7), L3::Other(0x1234), L4::None, 11), 8),
+        ];
+        for (f, want) in &cases {
+            send_frame(&mut qa, &cqa, &ma, &sa, f, false);
+            let got = collect(&cqb, 2);
+            let mut who: Vec<usize> = got.iter().map(|g| g.0).collect();
+            who.sort_unstable();
+            assert_eq!(who, vec![*want, 9], "frame {}", f[f.len() - 32]);
+            for (q, slot, w, _) in &got {
+                assert_eq!(w.byte_len as usize, f.len());
+                assert_eq!(&bufs[*q].read(*slot, f.len()), f, "QP {q}");
+            }
+        }
+
+        // RSS: UDP flows to port 4000 land in the RSS QP the Toeplitz
+        // hash names (entry hash % 4 of the RQ table), and the CQE
+        // carries the hash.
+        let sel = RX_HASH_FIELD_SELECT_SRC_IP
+            | RX_HASH_FIELD_SELECT_DST_IP
+            | RX_HASH_FIELD_SELECT_L4_SPORT
+            | RX_HASH_FIELD_SELECT_L4_DPORT;
+        let mut seen = [0u32; 4];
+        for sport in 1000..1032u16 {
+            // (To 10.2.2.2: rule 4 takes 10.1.1.1.)
+            let f = frame(me, peer, None, L3::V4(V4A, V4B), L4::Udp(sport, 4000), 0x40);
+            send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
+            let mut input = [0u8; MAX_HASH_INPUT];
+            let n = hash_input(
+                &HashFields {
+                    src_ip: &V4A,
+                    dst_ip: &V4B,
+                    ports: Some((sport, 4000)),
+                },
+                sel,
+                &mut input,
+            );
+            let hash = toeplitz(&KEY, &input[..n]);
+            let want = 10 + (hash % 4) as usize;
+            let got = collect(&cqb, 2);
+            let (q, _, _, rx) = got.iter().find(|g| g.0 != 9).copied().unwrap();
+            assert_eq!(q, want, "sport {sport}: hash {hash:#x}");
+            assert_eq!(rx.rss_hash(), hash);
+            assert_ne!(rx.rss_hash_type(), 0);
+            assert!(rx.ip_csum_ok());
+            seen[q - 10] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 0), "spread {seen:?}");
+
+        // Without the catch-all a frame matching nothing is dropped and
+        // counted, and reaches no QP.
+        catch_all.destroy().unwrap();
+        let miss = eb.datapath().drops.steering_miss;
+        send_frame(
+            &mut qa,
+            &cqa,
+            &ma,
+            &sa,
+            &frame(me, peer, None, L3::V4(V4B, V4B), udp(3), 12),
+            false,
+        );
+        collect(&cqb, 0);
+        assert_eq!(eb.datapath().drops.steering_miss, miss + 1);
+
+        // Rules first (the firmware refuses to destroy a TIR a rule
+        // names), then everything goes.
+        drop(rules);
+        drop(groups);
+        drop(t0);
+        drop(g_all);
+        drop(t1);
+        drop(rss_tir);
+        drop(rqt);
+        drop(td);
+        for q in qs {
+            q.destroy().unwrap();
+        }
+        qa.destroy().unwrap();
+        assert_eq!(counts(), start);
+        assert_eq!(eb.firmware_pages(), pages);
     }
     l.close(h);
     l.assert_clean();

@@ -7,7 +7,7 @@ use core::fmt;
 
 use firmware_cmds::caps::{
     ATOMIC_OPS_CMP_SWAP, ATOMIC_OPS_FETCH_ADD, ATOMIC_REQ_8B_ENDIANNESS_MODE_HOST_ENDIANNESS,
-    AtomicCaps, CmdHcaCap, RoceCap,
+    AtomicCaps, CmdHcaCap, PerProtocolNetworkingOffloadCaps, RoceCap,
 };
 use firmware_cmds::init_seg::FwVersion;
 
@@ -159,6 +159,84 @@ pub struct DeviceAttr {
     pub max_msg_sz: u64,
     /// CQEs carry the QP's user index (`cqe_version` 1).
     pub cqe_version: u8,
+    /// The `ibv_device_cap_flags` (and `device_cap_flags_ex`) bits of raw
+    /// Ethernet and flow steering, as Linux mlx5_ib's
+    /// `mlx5_ib_query_device` derives them: [`DEVICE_RAW_IP_CSUM`],
+    /// [`DEVICE_MANAGED_FLOW_STEERING`], [`DEVICE_RAW_SCATTER_FCS`]. (The
+    /// other bits are not derived here: 0.)
+    pub device_cap_flags: u64,
+    /// `ibv_raw_packet_caps` ([`RAW_PACKET_CAP_CVLAN_STRIPPING`],
+    /// [`RAW_PACKET_CAP_SCATTER_FCS`], [`RAW_PACKET_CAP_IP_CSUM`],
+    /// [`RAW_PACKET_CAP_DELAY_DROP`]); 0 on an InfiniBand device or one
+    /// without Ethernet offloads.
+    pub raw_packet_caps: u32,
+}
+
+/// `IBV_DEVICE_RAW_IP_CSUM`: raw packet QPs offload IP/TCP/UDP checksums
+/// (`csum_cap`).
+pub const DEVICE_RAW_IP_CSUM: u64 = 1 << 26;
+/// `IBV_DEVICE_MANAGED_FLOW_STEERING`: flow rules (`ibv_create_flow`) on
+/// raw packet QPs (NIC RX flow tables, `nic_flow_table`).
+pub const DEVICE_MANAGED_FLOW_STEERING: u64 = 1 << 29;
+/// `IBV_DEVICE_RAW_SCATTER_FCS` (a `device_cap_flags_ex` bit): raw packet
+/// QPs can keep the FCS (`scatter_fcs`).
+pub const DEVICE_RAW_SCATTER_FCS: u64 = 1 << 34;
+/// `IBV_RAW_PACKET_CAP_CVLAN_STRIPPING` (`vlan_cap`).
+pub const RAW_PACKET_CAP_CVLAN_STRIPPING: u32 = 1 << 0;
+/// `IBV_RAW_PACKET_CAP_SCATTER_FCS` (`scatter_fcs`).
+pub const RAW_PACKET_CAP_SCATTER_FCS: u32 = 1 << 1;
+/// `IBV_RAW_PACKET_CAP_IP_CSUM` (`csum_cap`).
+pub const RAW_PACKET_CAP_IP_CSUM: u32 = 1 << 2;
+/// `IBV_RAW_PACKET_CAP_DELAY_DROP` (`rq_delay_drop` and
+/// `general_notification_event`).
+pub const RAW_PACKET_CAP_DELAY_DROP: u32 = 1 << 3;
+
+impl DeviceAttr {
+    /// Whether every bit of `flags` (`DEVICE_*`) is in
+    /// [`device_cap_flags`](Self::device_cap_flags) (InfinibandVerbs.jl's
+    /// `hascapability` for `ibv_device_cap_flags`).
+    pub fn has_device_cap(&self, flags: u64) -> bool {
+        self.device_cap_flags & flags == flags
+    }
+
+    /// Whether every bit of `caps` (`RAW_PACKET_CAP_*`) is in
+    /// [`raw_packet_caps`](Self::raw_packet_caps).
+    pub fn has_raw_packet_cap(&self, caps: u32) -> bool {
+        self.raw_packet_caps & caps == caps
+    }
+}
+
+/// The raw Ethernet bits of [`DeviceAttr`]: `(device_cap_flags,
+/// raw_packet_caps)` from the general and Ethernet offload capabilities
+/// of an Ethernet device (mlx5_ib `mlx5_ib_query_device`).
+fn raw_caps(info: &DeviceInfo) -> (u64, u32) {
+    let g = info.caps.general();
+    if info.caps.link_layer() != LinkLayer::Ethernet {
+        return (0, 0);
+    }
+    let mut flags = 0;
+    let mut raw = 0;
+    if g.get(CmdHcaCap::nic_flow_table) {
+        flags |= DEVICE_MANAGED_FLOW_STEERING;
+    }
+    if let (true, Some(e)) = (g.get(CmdHcaCap::eth_net_offloads), &info.caps.ethernet) {
+        let e = &e.cur;
+        if e.get(PerProtocolNetworkingOffloadCaps::csum_cap) {
+            flags |= DEVICE_RAW_IP_CSUM;
+            raw |= RAW_PACKET_CAP_IP_CSUM;
+        }
+        if e.get(PerProtocolNetworkingOffloadCaps::vlan_cap) {
+            raw |= RAW_PACKET_CAP_CVLAN_STRIPPING;
+        }
+        if e.get(PerProtocolNetworkingOffloadCaps::scatter_fcs) {
+            flags |= DEVICE_RAW_SCATTER_FCS;
+            raw |= RAW_PACKET_CAP_SCATTER_FCS;
+        }
+    }
+    if g.get(CmdHcaCap::rq_delay_drop) && g.get(CmdHcaCap::general_notification_event) {
+        raw |= RAW_PACKET_CAP_DELAY_DROP;
+    }
+    (flags, raw)
 }
 
 fn pow2(log: u8) -> u32 {
@@ -200,6 +278,7 @@ impl DeviceAttr {
             ),
             _ => AtomicCap::None,
         };
+        let raw = raw_caps(info);
         DeviceAttr {
             fw_ver: info.fw_version,
             node_guid: info.node_guid,
@@ -233,6 +312,8 @@ impl DeviceAttr {
             phys_port_cnt: g.get(CmdHcaCap::num_ports),
             max_msg_sz: 1u64 << g.get(CmdHcaCap::log_max_msg).min(63),
             cqe_version: g.get(CmdHcaCap::cqe_version),
+            device_cap_flags: raw.0,
+            raw_packet_caps: raw.1,
         }
     }
 }

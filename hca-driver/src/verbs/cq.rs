@@ -635,6 +635,16 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         self.with(|i| i.cq.poll_one(&i.table, out))
     }
 
+    /// [`poll_one`](Self::poll_one) with the raw Ethernet fields of the
+    /// CQE (verbs-core's [`Cq::poll_one_rx`](verbs_core::Cq::poll_one_rx),
+    /// rdma-core's extended CQ): on `Ok(true)` `rx` holds the L3/L4 header
+    /// types, the checksum bits, the stripped VLAN, the RSS hash and type
+    /// and the flow tag of a raw packet QP's receive.
+    pub fn poll_one_rx(&self, out: &mut Completion, rx: &mut verbs_core::RxCqe) -> Result<bool> {
+        self.with(|i| i.cq.poll_one_rx(&i.table, out, rx))
+            .map_err(Error::InvalidCompletion)
+    }
+
     /// Requests a completion event for the next completion, or the next
     /// solicited one (`ibv_req_notify_cq`).
     pub fn req_notify(&self, solicited_only: bool) {

@@ -174,7 +174,9 @@ mod srq;
 
 pub use ah::{Ah, AhAttr};
 pub use attr::{
-    AtomicByteOrder, AtomicCap, DeviceAttr, Gid, GidEntry, PortAttr, RoceVersion,
+    AtomicByteOrder, AtomicCap, DEVICE_MANAGED_FLOW_STEERING, DEVICE_RAW_IP_CSUM,
+    DEVICE_RAW_SCATTER_FCS, DeviceAttr, Gid, GidEntry, PortAttr, RAW_PACKET_CAP_CVLAN_STRIPPING,
+    RAW_PACKET_CAP_DELAY_DROP, RAW_PACKET_CAP_IP_CSUM, RAW_PACKET_CAP_SCATTER_FCS, RoceVersion,
     eth_oper_width_speed, eth_width_speed, ib_width_from_ptys, linux_atomic_cap, speed, width,
 };
 pub use buf::{DMA_BUF_ALIGN, DmaBuf};
@@ -226,6 +228,7 @@ fn write_flags(
 
 // The data-path types the API takes and returns.
 pub use verbs_core::{
-    Completion, GlobalRoute, Payload, PollError, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge,
-    UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    Completion, GlobalRoute, L3HdrType, L4HdrType, Payload, PollError, QpType, RecvWr, RxCqe,
+    SendFlags, SendOp, SendWr, Sge, UdDest, VlanInsert, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
 };

@@ -325,6 +325,12 @@ const CRC_TABLES: [[u32; 256]; 8] = {
     t
 };
 
+/// The Ethernet FCS of `f` (CRC-32 of IEEE 802.3 clause 3.2.9: reflected,
+/// initial all ones, final inversion), in its wire byte order.
+pub(crate) fn ethernet_fcs(f: &[u8]) -> [u8; 4] {
+    (!crc32_update(!0, f)).to_le_bytes()
+}
+
 /// Continues a reflected CRC-32 (no final inversion) over `b`.
 fn crc32_update(mut c: u32, b: &[u8]) -> u32 {
     let t = &CRC_TABLES;

@@ -6,7 +6,7 @@
 
 use super::cqe::{Cqe, op as cqe_op, syndrome as syn};
 use super::mem::{self, Access};
-use super::packet::{ETH_MIN_FRAME, ETH_P_IPV4, ETH_P_IPV6, ETH_P_VLAN};
+use super::packet::{ETH_MIN_FRAME, ETH_P_IPV4, ETH_P_IPV6, ETH_P_VLAN, ethernet_fcs};
 use super::steer;
 use super::wqe::{self, SqKind, opcode};
 use crate::device::Device;
@@ -285,6 +285,33 @@ impl Device {
             w.dbr_addr,
         );
         let uidx = ifc().get(&w.ctx, "rqc", "user_index") as u32;
+        let strip = ifc().get(&w.ctx, "rqc", "vsd") == 0;
+        let scatter_fcs = ifc().get(&w.ctx, "rqc", "scatter_fcs") == 1;
+        // VLAN stripping (`vsd` 0): the first 802.1Q tag leaves the frame
+        // for the CQE's `vlan_info`, and `cv` (bit 0 of `l4_l3_hdr_type`)
+        // says so. Scatter FCS: the frame's FCS follows it.
+        let tagged = f.len() >= 18 && u16::from_be_bytes([f[12], f[13]]) == ETH_P_VLAN;
+        let mut data: Vec<u8>;
+        let mut vlan_info = 0u16;
+        let mut cv = 0u8;
+        let f_in = f;
+        let f: &[u8] = if (strip && tagged) || scatter_fcs {
+            data = Vec::with_capacity(f.len() + 4);
+            if strip && tagged {
+                vlan_info = u16::from_be_bytes([f[14], f[15]]);
+                cv = 1;
+                data.extend_from_slice(&f[..12]);
+                data.extend_from_slice(&f[16..]);
+            } else {
+                data.extend_from_slice(f);
+            }
+            if scatter_fcs {
+                data.extend_from_slice(&ethernet_fcs(f_in));
+            }
+            &data
+        } else {
+            f
+        };
         let Ok(dbr) = self.read_dbr_word(dbr_addr, &format!("RQ {rqn:#x}")) else {
             return;
         };
@@ -353,11 +380,14 @@ impl Device {
         }
         let c = Cqe {
             opcode: cqe_op::RESP_SEND,
-            qpn: rqn,
+            // `sop_drop_qpn` of a raw receive holds the flow tag (flow tags
+            // are not modelled: the default tag, 0).
+            qpn: 0,
             wqe_counter: ci,
             srqn_uidx: uidx,
             byte_cnt: f.len() as u32,
-            l4_l3_hdr_type: (l4 << 4) | (l3 << 2),
+            l4_l3_hdr_type: (l4 << 4) | (l3 << 2) | cv,
+            vlan_info,
             hds_ip_ext: ok,
             rss_hash_result: hash.result,
             rss_hash_type: hash.htype,

@@ -438,7 +438,11 @@ pub(crate) fn query_nic_vport_context(d: &mut Device, c: &Cmd) -> R {
     let p = &d.fw.ports[0];
     let mut o = c.out();
     let m = &p.mac;
-    o.set("nic_vport_context.roce_en", u64::from(p.roce_en))
+    // `min_wqe_inline_mode` L2 (1): the SQ WQEs must inline the L2
+    // headers (the Ethernet caps say `wqe_inline_mode` 1, "as the vport
+    // context says").
+    o.set("nic_vport_context.min_wqe_inline_mode", 1)
+        .set("nic_vport_context.roce_en", u64::from(p.roce_en))
         .set("nic_vport_context.mtu", u64::from(p.vport_mtu))
         .set(
             "nic_vport_context.permanent_address.mac_addr_47_32",

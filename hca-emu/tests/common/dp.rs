@@ -971,12 +971,31 @@ impl Node {
     /// entries of `2^log_stride` bytes, then MODIFY to RDY. Returned as a
     /// [`Qp`] for the posting helpers.
     pub fn raw_wq(&mut self, sq: bool, cqn: u32, tisn: u32, log: u32, log_stride: u32) -> Qp {
+        self.raw_wq_uidx(sq, cqn, tisn, log, log_stride, 0)
+    }
+
+    /// [`raw_wq`](Self::raw_wq) with `user_index` `uidx` (what its CQEs
+    /// carry in `srqn_uidx`: a raw receive CQE names no RQ).
+    pub fn raw_wq_uidx(
+        &mut self,
+        sq: bool,
+        cqn: u32,
+        tisn: u32,
+        log: u32,
+        log_stride: u32,
+        uidx: u32,
+    ) -> Qp {
         let bytes = (1usize << (log + log_stride)).next_multiple_of(4096);
         let buf = self.mem(bytes, 0);
         let dbr = self.mem(64, 0);
         let pages = bytes / 4096;
         let mut m = inp(if sq { 0x904 } else { 0x908 }, 0, 0x110 + 8 * pages);
         setf(&mut m, 0x28, 23, 0, u64::from(cqn));
+        setf(&mut m, 0x24, 23, 0, u64::from(uidx));
+        if !sq {
+            // `vsd`: VLAN tags stay in the frame (Linux mlx5_ib's default).
+            setf(&mut m, 0x20, 28, 28, 1);
+        }
         if sq {
             setf(&mut m, 0x20 + 0x2c, 23, 0, u64::from(tisn));
         }

@@ -18,7 +18,7 @@ use firmware_cmds::qp::{
 use platform::{DmaRegion, Platform};
 use verbs_core::{
     BfConfig, Payload, QpCaps, QpConfig, QpGeometry, QpType, RecvWr, SendFlags, SendOp, SendWr,
-    Sge, WorkCompletion,
+    Sge, WcOpcode, WorkCompletion,
 };
 
 use crate::deadline::Deadline;

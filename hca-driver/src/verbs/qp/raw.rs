@@ -12,13 +12,13 @@
 //!   that both work queues name in `wq.dbr_addr`.
 //! - The QP number is the SQ's (the RQ's without a send queue), as
 //!   mlx5_ib's `qp->trans_qp.base.mqp.qpn`; send completions carry the SQ
-//!   number and receive completions the RQ number, as the device writes
-//!   them ([`Qp::rq_number`]).
+//!   number, receive completions the flow tag ([`Qp::rq_number`]).
 //! - Completions reach the ordinary verbs CQs by user index: the SQ and the
 //!   RQ each carry one (`sqc.user_index`, `rqc.user_index`). mlx5_ib gives
 //!   both the QP's; here the RQ gets a second one when the QP has both
-//!   queues, because the CQ checks the number a CQE names against its
-//!   queue's handle and the SQ and RQ numbers differ.
+//!   queues, so that each queue's completion handle stands alone on its CQ
+//!   (the send handle checks the SQ number CQEs carry, the receive handle
+//!   is a raw one that takes the flow tag instead).
 //! - State transitions become work queue transitions as mlx5_ib's
 //!   `modify_raw_packet_qp` makes them: RESET to INIT moves the RQ and the
 //!   SQ from RST to RDY (MODIFY_RQ, MODIFY_SQ); INIT to INIT, INIT to RTR,
@@ -529,13 +529,20 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             self.send_cq.attach(self.uidx, h)?;
         }
         if let Some(rqn) = self.rq_number() {
-            let h = dp
+            let mut h = dp
                 .completions(false, true, None)
                 .map_err(Error::DataPath)?
                 .for_queue_number(rqn.0)
                 .ok_or(Error::DataPath(verbs_core::Error::NoSuchQueue(
                     "receive queue",
                 )))?;
+            // IBV_WC_IP_CSUM_OK only where the device checks checksums
+            // (rdma-core's MLX5_RX_CSUM_VALID with IBV_DEVICE_RAW_IP_CSUM).
+            let ctx = self.pd.context();
+            h.set_rx_csum(
+                ctx.query_device()
+                    .has_device_cap(crate::verbs::attr::DEVICE_RAW_IP_CSUM),
+            );
             self.recv_cq.attach(self.recv_uidx, h)?;
         }
         Ok(())
@@ -612,8 +619,10 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     }
 
     /// The receive queue's number (CREATE_RQ) of a raw packet QP with a
-    /// receive queue: what its receive completions carry
-    /// (`WorkCompletion::qp_num`, as with rdma-core's mlx5 provider).
+    /// receive queue. (Its receive completions carry the flow tag of the
+    /// rule that steered the frame where the QP number would be, and
+    /// report it as `WorkCompletion::qp_num`, as rdma-core's mlx5 provider
+    /// does.)
     pub fn rq_number(&self) -> Option<Rqn> {
         self.raw.as_ref()?.rq.as_ref().map(|r| r.number())
     }
@@ -623,6 +632,40 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// then deliver into this QP.
     pub fn tir(&self) -> Option<Tirn> {
         self.raw.as_ref()?.tir.as_ref().map(|t| t.number())
+    }
+
+    /// Posts a send work request of a raw packet QP with a VLAN tag
+    /// inserted (`vlan`: the TCI and TPID; verbs-core's
+    /// `SendQueue::post_send_vlan`, Linux mlx5e's encoding: the tag goes
+    /// into the inline headers after the MAC addresses). Checked as
+    /// [`post_send`](Self::post_send) checks; refused with
+    /// [`Error::InvalidWorkRequest`] on other QPs and without the device's
+    /// `vlan_cap` (the device inserts no tag it cannot).
+    pub fn post_send_vlan(&mut self, wr: &SendWr<'_>, vlan: verbs_core::VlanInsert) -> Result<()> {
+        let refuse = |reason| Error::InvalidWorkRequest { index: 0, reason };
+        if !self.state.can_post_send() {
+            return Err(refuse(WrError::WrongState {
+                queue: "send queue",
+                state: self.state,
+            }));
+        }
+        let vlan_cap = self.pd.context().query_device().raw_packet_caps
+            & crate::verbs::attr::RAW_PACKET_CAP_CVLAN_STRIPPING
+            != 0;
+        if self.raw.is_none() || !vlan_cap {
+            return Err(refuse(WrError::DataPath(verbs_core::Error::EthSegment(
+                "VLAN insertion needs a raw packet QP on a device with vlan_cap",
+            ))));
+        }
+        if self.sge_check == SgeCheck::Full {
+            check_send_sges(&self.pd, &mut self.cache, wr).map_err(refuse)?;
+        }
+        let sq = self
+            .dp()
+            .and_then(|d| d.sq().map_err(WrError::DataPath))
+            .map_err(refuse)?;
+        sq.post_send_vlan(wr, vlan)
+            .map_err(|e| refuse(WrError::DataPath(e)))
     }
 
     /// The create flags of a raw packet QP (`NONE` for other QPs).

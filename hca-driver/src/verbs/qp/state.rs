@@ -396,7 +396,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             self.modify(&QpAttr::new().state(QpState::Err))?;
         }
         let qpn = self.qpn.0;
-        let rqn = self.rq_number().map(|r| r.0);
+        let raw_rq = self.rq_number().is_some();
         let has_sq = self.cfg.geometry.sq.is_some();
         let has_rq = self.cfg.geometry.rq.is_some() && self.srq.is_none();
         if let Some(d) = self.dp.as_mut() {
@@ -449,8 +449,10 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 let n = cq.poll(&mut wc)?;
                 got += n;
                 for w in &wc[..n] {
-                    // (A raw packet QP's receive completions name its RQ.)
-                    let mine = w.qp_num == qpn || Some(w.qp_num) == rqn;
+                    // (A raw packet QP's receive completions carry the
+                    // flow tag where the QP number would be: its receive
+                    // marker is known by its work request id.)
+                    let mine = w.qp_num == qpn || (raw_rq && w.opcode == WcOpcode::Recv);
                     if !(w.wr_id == DRAIN_WR_ID && mine) {
                         on_wc(w);
                     }
