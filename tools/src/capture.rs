@@ -1,6 +1,7 @@
-//! `--pcap FILE`: every frame on the emulated HCA's wire into a classic
-//! pcap file (LINKTYPE_ETHERNET, nanosecond timestamps), read by tshark,
-//! Wireshark or tcpdump.
+//! pcap files (LINKTYPE_ETHERNET, nanosecond timestamps), read by tshark,
+//! Wireshark or tcpdump: [`PcapWriter`], which `hca capture -w` writes
+//! its frames with, and `--pcap FILE`, every frame on the emulated HCA's
+//! wire.
 //!
 //! The frames come from the emulator's tap on the port
 //! ([`hca_emu::EmuHca::capture`]), both directions, as seen at the port.
@@ -30,7 +31,7 @@ const SNAPLEN: u32 = 262_144;
 /// A pcap file being written (`-w` of `hca capture`, `--pcap` of the
 /// emulator's wire tap): the file header at creation, then one record per
 /// frame; the first write error is kept and reported by
-/// [`finish`](Self::finish), later frames are then dropped.
+/// [`flush`](Self::flush), later frames are then dropped.
 pub struct PcapWriter<W: Write> {
     w: W,
     frames: u64,
