@@ -560,3 +560,98 @@ fn bad_options_are_one_clear_error() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Under VFIO: `-d <bdf>` of a function of the emulated VFIO device
+/// (`LD_PRELOAD` of `hca-vfio-emu`) whose port is on a Unix datagram wire
+/// this test writes frames into; the device drops are then not available
+/// (no Q counter query), which the counters line says. A function with an
+/// InfiniBand port is refused by name. Needs the preload library next to
+/// the binary: `cargo build -p hca-vfio-emu && cargo test -p hca-tools
+/// --test capture -- --ignored vfio_preload`.
+#[test]
+#[ignore = "needs target/<profile>/libhca_vfio_emu.so: cargo build -p hca-vfio-emu, then run with --ignored"]
+fn vfio_preload_capture_through_a_raw_qp_and_an_infiniband_port_refused() {
+    use std::os::unix::net::UnixDatagram;
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_hca"));
+    let lib = bin.with_file_name("libhca_vfio_emu.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: cargo build -p hca-vfio-emu",
+        lib.display()
+    );
+    let dir = scratch("vfio");
+    let (hca_end, my_end) = (dir.join("hca.sock"), dir.join("test.sock"));
+    let file = dir.join("v.pcap");
+    let sock = UnixDatagram::bind(&my_end).unwrap();
+    let mut child = Command::new(&bin)
+        .args(["-d", "0000:00:13.0", "capture", "-c", "2", "--proto", "udp"])
+        .args(["--dst-port", "4000", "-w", file.to_str().unwrap()])
+        .env("LD_PRELOAD", &lib)
+        .env(
+            "HCA_EMU_VFIO",
+            format!(
+                "0000:00:13.0=cx4,sock={},peer={}",
+                hca_end.display(),
+                my_end.display()
+            ),
+        )
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(|l| l.ok()) {
+            let _ = tx.send(l);
+        }
+    });
+    loop {
+        let l = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the capture starts");
+        if l.starts_with("hca capture: port") {
+            assert!(l.contains("vfio 0000:00:13.0"), "{l}");
+            break;
+        }
+    }
+    let frames = [
+        F::default().bytes(),
+        F {
+            dport: 4001,
+            ..F::default()
+        }
+        .bytes(),
+        F {
+            v6: true,
+            ..F::default()
+        }
+        .bytes(),
+    ];
+    for f in &frames {
+        sock.send_to(f, &hca_end).unwrap();
+    }
+    let st = child.wait().unwrap();
+    let err: Vec<String> = rx.iter().collect();
+    assert!(st.success(), "{err:?}");
+    let got = pcap_frames(&std::fs::read(&file).unwrap());
+    assert_eq!(got, vec![frames[0].clone(), frames[2].clone()]);
+    let line = done_line(&err);
+    assert!(line.contains("done: 2 frames"), "{line}");
+    assert!(line.contains("device drops: not available"), "{line}");
+    // An InfiniBand port: refused by name.
+    let o = Command::new(&bin)
+        .args(["-d", "0000:00:10.0", "capture", "-c", "1"])
+        .env("LD_PRELOAD", &lib)
+        .env("HCA_EMU_VFIO", "0000:00:10.0=cx4,ib,loop")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("is an InfiniBand port: raw packet QPs need an Ethernet port"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
