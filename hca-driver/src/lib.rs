@@ -192,6 +192,8 @@ extern crate alloc;
 extern crate std;
 
 mod bits;
+#[cfg(feature = "alloc")]
+pub mod capture;
 mod cmd;
 mod config;
 mod deadline;

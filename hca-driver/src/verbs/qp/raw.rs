@@ -521,6 +521,17 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// the device's CQEs name by the RQ number) under the receive user
     /// index on the receive CQ.
     pub(super) fn attach_raw(&mut self) -> Result<()> {
+        let csum = self
+            .pd
+            .context()
+            .query_device()
+            .has_device_cap(crate::verbs::attr::DEVICE_RAW_IP_CSUM);
+        // IBV_SEND_IP_CSUM refused where the device has no checksum
+        // offload (rdma-core's MLX5_CSUM_SUPPORT_RAW_OVER_ETH); set again
+        // for the queues a reset starts over.
+        if let Some(sq) = self.dp.as_mut().and_then(|d| d.sq().ok()) {
+            sq.set_ip_csum_offload(csum);
+        }
         let Some(dp) = self.dp.as_ref() else {
             return Ok(());
         };
@@ -538,11 +549,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 )))?;
             // IBV_WC_IP_CSUM_OK only where the device checks checksums
             // (rdma-core's MLX5_RX_CSUM_VALID with IBV_DEVICE_RAW_IP_CSUM).
-            let ctx = self.pd.context();
-            h.set_rx_csum(
-                ctx.query_device()
-                    .has_device_cap(crate::verbs::attr::DEVICE_RAW_IP_CSUM),
-            );
+            h.set_rx_csum(csum);
             self.recv_cq.attach(self.recv_uidx, h)?;
         }
         Ok(())
