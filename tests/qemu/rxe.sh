@@ -7,7 +7,8 @@
 # tests/qemu/rxe-cases, as server (the host's `hca pingpong` connects through
 # a QEMU user-network forward on 127.0.0.1) or as client (to the host's
 # `hca pingpong --server`, through the user network's gateway). Both sides
-# check what they received. Prints one `RXE: NAME PASS|FAIL ...` line per
+# check what they received. The capture case has the guest send UDP
+# datagrams with netcat to the host's `hca capture`, whose pcap tshark reads. Prints one `RXE: NAME PASS|FAIL ...` line per
 # case and exits 0 only if every case passed. See tests/qemu/README.md.
 #
 # Environment: RXE_TIMEOUT (seconds for the whole guest run, default 480),
@@ -30,7 +31,7 @@ net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/infiniband/core/ib_cor
 drivers/infiniband/core/ib_uverbs.ko drivers/infiniband/sw/rxe/rdma_rxe.ko"
 # Programs for the guest; their shared libraries are found with ldd.
 PROGRAMS="ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_devinfo rdma ip
-ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw"
+ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw nc.openbsd"
 
 say() { printf '[qemu-rxe] %s\n' "$*" >&2; }
 die() { say "FAIL: $*"; exit 1; }
@@ -40,8 +41,11 @@ mkdir -p "$CACHE"
 # shellcheck source=tests/qemu/common.sh
 . tests/qemu/common.sh
 
-# 1. Host packages.
-need_host_packages qemu-system-x86 cpio busybox-static ibverbs-utils ibverbs-providers perftest iproute2
+# 1. Host packages (tshark: without the question whether non-root users
+# may capture).
+echo "wireshark-common wireshark-common/install-setuid boolean false" |
+    $SUDO debconf-set-selections 2>/dev/null || true
+need_host_packages qemu-system-x86 cpio busybox-static ibverbs-utils ibverbs-providers perftest iproute2 netcat-openbsd tshark
 BUSYBOX=$(command -v busybox)
 
 # 2. A Debian kernel (cached; the same cache as run.sh).
@@ -159,6 +163,10 @@ result() { # name verdict detail
 while read -r name server tr size iters; do
     case $name in ''|'#'*) continue ;; esac
     case $tr in
+        capture)
+            kind=capture peer="nc -u"
+            args=(capture --wire "$WIRE" --proto udp --dst-port "$size" -c "$iters" --duration 60 -w "$HLOG/$name.pcap")
+            ;;
         rc|uc|ud)
             kind=pingpong peer="ibv_${tr}_pingpong"
             args=(pingpong "$tr" --wire "$WIRE" -g 1 -s "$size" -n "$iters" -c)
@@ -174,7 +182,16 @@ while read -r name server tr size iters; do
     hlog=$HLOG/$name.log
     : > "$hlog"
     hrc=1
-    if [ "$server" = guest ]; then
+    if [ "$kind" = capture ]; then
+        # The guest sends for 10 s from the start of its case; the
+        # capture ends after $iters frames (or 60 s).
+        timeout 90 "$HCA" "${args[@]}" >"$hlog" 2>&1 && hrc=0 || hrc=$?
+        if [ "$hrc" = 0 ]; then
+            n=$(tshark -r "$HLOG/$name.pcap" -Y "ip.src == 192.168.77.2 && udp.dstport == $size && data.text contains \"hca-capture-\" && !_ws.malformed && !_ws.expert" \
+                -o data.show_as_text:TRUE -T fields -e frame.number 2>>"$hlog" | grep -c . || true)
+            [ "$n" = "$iters" ] || hrc="0 but tshark found $n of $iters datagrams in $HLOG/$name.pcap"
+        fi
+    elif [ "$server" = guest ]; then
         if ! wait_line "RXE-READY $name"; then
             result "$name" FAIL "the guest ended before the case (console: $LOG)"
             continue
@@ -215,7 +232,9 @@ while read -r name server tr size iters; do
        ! grep -qE "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$hlog"; then
         hrc="0 but no result row"
     fi
-    if [ "$hrc" = 0 ] && [ "${guest%% *}" = PASS ]; then
+    if [ "$hrc" = 0 ] && [ "${guest%% *}" = PASS ] && [ "$kind" = capture ]; then
+        result "$name" PASS "(hca capture -c $iters of the guest's nc -u datagrams to UDP port $size, read by tshark)"
+    elif [ "$hrc" = 0 ] && [ "${guest%% *}" = PASS ]; then
         result "$name" PASS "(hca $kind $tr, $peer server: $server; -s $size -n $iters)"
     else
         result "$name" FAIL "hca exit $hrc ($(tail -n1 "$hlog")); guest: ${guest:-no result} ($(grep "^RXE-OUT $name:" "$LOG" | tail -n2 | tr -d '\r' | cut -d: -f2- | paste -sd';' -))"

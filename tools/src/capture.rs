@@ -1,6 +1,7 @@
-//! `--pcap FILE`: every frame on the emulated HCA's wire into a classic
-//! pcap file (LINKTYPE_ETHERNET, nanosecond timestamps), read by tshark,
-//! Wireshark or tcpdump.
+//! pcap files (LINKTYPE_ETHERNET, nanosecond timestamps), read by tshark,
+//! Wireshark or tcpdump: [`PcapWriter`], which `hca capture -w` writes
+//! its frames with, and `--pcap FILE`, every frame on the emulated HCA's
+//! wire.
 //!
 //! The frames come from the emulator's tap on the port
 //! ([`hca_emu::EmuHca::capture`]), both directions, as seen at the port.
@@ -13,7 +14,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hca_emu::{Direction, EmuHca};
 
@@ -27,24 +28,44 @@ const LINKTYPE_ETHERNET: u32 = 1;
 /// (the emulator's largest frame is 64 KiB).
 const SNAPLEN: u32 = 262_144;
 
-/// The capture file being written.
-struct Writer {
-    w: BufWriter<File>,
+/// A pcap file being written (`-w` of `hca capture`, `--pcap` of the
+/// emulator's wire tap): the file header at creation, then one record per
+/// frame; the first write error is kept and reported by
+/// [`flush`](Self::flush), later frames are then dropped.
+pub struct PcapWriter<W: Write> {
+    w: W,
     frames: u64,
     error: Option<std::io::Error>,
 }
 
-impl Writer {
-    fn frame(&mut self, bytes: &[u8]) {
+impl<W: Write> PcapWriter<W> {
+    /// Writes the 24-byte file header into `w` (nanosecond timestamps,
+    /// LINKTYPE_ETHERNET, this machine's byte order).
+    pub fn new(mut w: W) -> std::io::Result<Self> {
+        let mut h = [0u8; 24];
+        h[0..4].copy_from_slice(&MAGIC_NSEC.to_ne_bytes());
+        h[4..6].copy_from_slice(&2u16.to_ne_bytes());
+        h[6..8].copy_from_slice(&4u16.to_ne_bytes());
+        // thiszone and sigfigs: 0.
+        h[16..20].copy_from_slice(&SNAPLEN.to_ne_bytes());
+        h[20..24].copy_from_slice(&LINKTYPE_ETHERNET.to_ne_bytes());
+        w.write_all(&h)?;
+        Ok(Self {
+            w,
+            frames: 0,
+            error: None,
+        })
+    }
+
+    /// One frame, received at `t` (since the Unix epoch).
+    pub fn frame_at(&mut self, t: Duration, bytes: &[u8]) {
         if self.error.is_some() {
             return;
         }
-        let t = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let len = bytes.len() as u32;
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         let caplen = len.min(SNAPLEN);
         let mut h = [0u8; 16];
+        // pcap's seconds are 32 bits (until 2106).
         h[0..4].copy_from_slice(&(t.as_secs() as u32).to_ne_bytes());
         h[4..8].copy_from_slice(&t.subsec_nanos().to_ne_bytes());
         h[8..12].copy_from_slice(&caplen.to_ne_bytes());
@@ -58,7 +79,34 @@ impl Writer {
             Err(e) => self.error = Some(e),
         }
     }
+
+    /// One frame, received now (the host's clock).
+    pub fn frame(&mut self, bytes: &[u8]) {
+        self.frame_at(host_time(), bytes);
+    }
+
+    /// Frames written so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Flushes what is buffered; the first write error, if any.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => self.w.flush(),
+        }
+    }
 }
+
+/// The host's clock as a pcap timestamp (time since the Unix epoch).
+pub fn host_time() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+type Writer = PcapWriter<BufWriter<File>>;
 
 /// A running capture of one port of an emulated HCA into a pcap file.
 pub struct Capture {
@@ -76,20 +124,9 @@ impl Capture {
             source,
         };
         let f = File::create(path).map_err(file_err)?;
-        let mut w = BufWriter::new(f);
-        let mut h = [0u8; 24];
-        h[0..4].copy_from_slice(&MAGIC_NSEC.to_ne_bytes());
-        h[4..6].copy_from_slice(&2u16.to_ne_bytes());
-        h[6..8].copy_from_slice(&4u16.to_ne_bytes());
-        // thiszone and sigfigs: 0.
-        h[16..20].copy_from_slice(&SNAPLEN.to_ne_bytes());
-        h[20..24].copy_from_slice(&LINKTYPE_ETHERNET.to_ne_bytes());
-        w.write_all(&h).map_err(file_err)?;
-        let writer = Arc::new(Mutex::new(Writer {
-            w,
-            frames: 0,
-            error: None,
-        }));
+        let writer = Arc::new(Mutex::new(
+            PcapWriter::new(BufWriter::new(f)).map_err(file_err)?,
+        ));
         let tap = writer.clone();
         emu.capture(
             port,
@@ -115,16 +152,12 @@ impl Capture {
         let mut g = self.writer.lock().map_err(|_| {
             ToolError::Usage(format!("--pcap {}: writer poisoned", self.path.display()))
         })?;
-        let r = match g.error.take() {
-            Some(e) => Err(e),
-            None => g.w.flush(),
-        };
-        r.map_err(|source| ToolError::File {
+        g.flush().map_err(|source| ToolError::File {
             path: self.path.clone(),
             source,
         })?;
-        eprintln!("hca: --pcap {}: {} frames", self.path.display(), g.frames);
-        Ok(g.frames)
+        eprintln!("hca: --pcap {}: {} frames", self.path.display(), g.frames());
+        Ok(g.frames())
     }
 }
 

@@ -498,6 +498,12 @@ impl Device {
         &self.desc
     }
 
+    /// The emulated HCA this process built for the device, if it is one
+    /// (its counters are the device's own view).
+    pub fn emulator(&self) -> Option<&EmuHca> {
+        self.backing.emu.as_ref()
+    }
+
     /// Tears the device down and returns `result`, unless the command
     /// succeeded and the teardown, the capture or the command dump failed.
     pub fn finish<T>(self, result: Result<T>) -> Result<T> {

@@ -9,7 +9,8 @@
 //! hca trace <file>              decode a Linux mlx5_core command dump
 //! hca pingpong rc|uc|ud [host]  ibv_rc/uc/ud_pingpong
 //! hca perf <test> [host]        perftest: write-bw write-lat read-bw read-lat
-//!                               send-bw send-lat atomic-bw atomic-lat
+//!                               send-bw send-lat atomic-bw atomic-lat raw-bw
+//! hca capture [selectors] -w F  frames through a raw packet QP into pcap
 //! ```
 //!
 //! `-d <bdf>` runs on a PCI function bound to vfio-pci; without it (or with
@@ -48,6 +49,7 @@ mod error;
 mod output;
 mod peer;
 mod progress;
+mod raw;
 mod rdma;
 
 use std::io::Write;
@@ -254,6 +256,20 @@ enum Command {
         #[command(flatten)]
         out: JsonOpt,
     },
+    /// tcpdump for a port the driver owns: a raw packet QP receives the
+    /// frames a flow rule built from the selectors (none: every frame)
+    /// steers to it, into a pcap file (-w) or one line each; counters on
+    /// stderr.
+    Capture {
+        #[command(flatten)]
+        args: cmd::capture::CaptureArgs,
+        #[command(flatten)]
+        dev: DeviceOpt,
+        #[command(flatten)]
+        emu: EmuOpt,
+        #[command(flatten)]
+        dump: DumpOpt,
+    },
     /// perftest: write-bw, write-lat, read-bw, read-lat, send-bw,
     /// send-lat, atomic-bw, atomic-lat; in this process (two QPs), or as
     /// a server or client over TCP.
@@ -280,6 +296,7 @@ impl Command {
                 (None, None, out.json)
             }
             Command::Trace { out, .. } => (None, None, out.json),
+            Command::Capture { dev, dump, .. } => (Some(dev), Some(dump), false),
             Command::Health { dev, out, .. } => (Some(dev), None, out.json),
             Command::Info { dev, dump, out, .. }
             | Command::Caps { dev, dump, out, .. }
@@ -299,6 +316,7 @@ impl Command {
             | Command::Info { emu, .. }
             | Command::Caps { emu, .. }
             | Command::Pingpong { emu, .. }
+            | Command::Capture { emu, .. }
             | Command::Perf { emu, .. } => Some(emu),
         }
     }
@@ -314,6 +332,7 @@ impl Command {
             Command::Trace { .. } => "trace",
             Command::Pingpong { .. } => "pingpong",
             Command::Perf { .. } => "perf",
+            Command::Capture { .. } => "capture",
         }
     }
 }
@@ -424,6 +443,14 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Trace { args, .. } => cmd::trace::run(args, json, out),
         Command::Pingpong { args, .. } => {
             cmd::pingpong::run(args, &sel()?, &open, json, out).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Capture { args, .. } => {
+            if json {
+                return Err(ToolError::Usage(
+                    "--json does not apply to `hca capture` (frames go to -w FILE or one line each; counters to stderr)".into(),
+                ));
+            }
+            cmd::capture::run(args, &sel()?, &open, out).map(|_| ExitCode::SUCCESS)
         }
         Command::Perf { args, .. } => {
             cmd::perf::run(args, &sel()?, &open, json, out).map(|()| ExitCode::SUCCESS)

@@ -5,6 +5,7 @@
 
 pub mod bind;
 pub mod caps;
+pub mod capture;
 pub mod devattr;
 pub mod health;
 pub mod info;

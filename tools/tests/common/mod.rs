@@ -17,6 +17,7 @@ pub fn hca(args: &[&str]) -> Output {
 }
 
 /// Parses `s` as JSON; panics saying what it was otherwise.
+#[allow(dead_code)] // not every test binary that includes this module uses it
 pub fn json(s: &str) -> Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
 }

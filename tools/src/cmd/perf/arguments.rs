@@ -21,7 +21,9 @@ const MAX_QPS: u32 = hca_driver::verbs::MAX_CONTEXT_QPS as u32;
 #[derive(Debug, Args)]
 pub struct PerfArgs {
     /// The test: write-bw, write-lat, read-bw, read-lat, send-bw,
-    /// send-lat, atomic-bw or atomic-lat.
+    /// send-lat, atomic-bw, atomic-lat, or raw-bw (UDP/IPv4 frames on raw
+    /// packet QPs, as perftest's raw_ethernet_bw; -s is the frame size,
+    /// default 1024).
     #[arg(value_name = "TEST")]
     test: String,
 
@@ -147,7 +149,7 @@ impl Spec {
             "atomic-lat" => (Verb::Atomic, false),
             other => {
                 return Err(ToolError::Usage(format!(
-                    "unknown perf test '{other}' (one of write-bw, write-lat, read-bw, read-lat, send-bw, send-lat, atomic-bw, atomic-lat)"
+                    "unknown perf test '{other}' (one of write-bw, write-lat, read-bw, read-lat, send-bw, send-lat, atomic-bw, atomic-lat, raw-bw)"
                 )));
             }
         };
@@ -356,6 +358,134 @@ impl Spec {
             gbits: a.report_gbits,
             no_peak: a.no_peak || a.duration.is_some(),
         })
+    }
+}
+
+/// What `hca perf raw-bw` takes from the arguments.
+#[derive(Clone, Debug)]
+pub(super) struct RawOpts {
+    /// Frame size in bytes (Ethernet header to the end of the UDP
+    /// payload, no FCS).
+    pub(super) size: u64,
+    /// Frames to send (when no duration).
+    pub(super) iters: u64,
+    /// Seconds to send for instead.
+    pub(super) duration: Option<u64>,
+    /// Sends outstanding.
+    pub(super) tx_depth: u32,
+    /// Receive buffers posted.
+    pub(super) rx_depth: u32,
+    /// Signal one send in this many.
+    pub(super) cq_mod: u32,
+    /// Report in Gb/sec.
+    pub(super) gbits: bool,
+    /// No peak.
+    pub(super) no_peak: bool,
+    /// The port.
+    pub(super) ib_port: u8,
+}
+
+/// The smallest raw-bw frame: Ethernet, IPv4 and UDP headers and 8 bytes
+/// of payload (the frame's sequence number).
+pub(super) const RAW_MIN_SIZE: u64 = 14 + 20 + 8 + 8;
+/// The largest raw-bw frame: a 9000-byte jumbo IP packet in an Ethernet
+/// frame.
+pub(super) const RAW_MAX_SIZE: u64 = 9014;
+
+impl PerfArgs {
+    /// Whether the test is `raw-bw` (which has its own options).
+    pub(super) fn is_raw(&self) -> bool {
+        self.test.eq_ignore_ascii_case("raw-bw")
+    }
+
+    /// Validates the arguments of `raw-bw`: the options of the RDMA tests
+    /// that have no meaning for raw Ethernet frames are refused by name.
+    pub(super) fn raw(&self) -> Result<(RawOpts, Mode)> {
+        let refuse = |given: bool, opt: &str, why: &str| {
+            if given {
+                Err(ToolError::Usage(format!(
+                    "{opt} does not apply to raw-bw: {why}"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        refuse(self.all, "-a", "one frame size per run (-s)")?;
+        refuse(
+            self.qps != 1,
+            "-q",
+            "raw-bw runs on one raw packet QP per side",
+        )?;
+        refuse(
+            self.connection.is_some(),
+            "-c",
+            "the QPs are raw packet QPs",
+        )?;
+        refuse(self.mtu.is_some(), "-m", "-s is the whole frame")?;
+        refuse(self.gid_index.is_some(), "-x", "raw frames use no GID")?;
+        refuse(
+            self.inline_size.is_some(),
+            "-I",
+            "the L2 headers are inlined as the device requires",
+        )?;
+        refuse(self.outs.is_some(), "-o", "no RDMA READs")?;
+        refuse(self.atomic_type.is_some(), "-A", "no atomics")?;
+        refuse(
+            self.perftest,
+            "--perftest",
+            "perftest's raw_ethernet_bw exchange is not spoken",
+        )?;
+        let size = self.size.unwrap_or(1024);
+        if !(RAW_MIN_SIZE..=RAW_MAX_SIZE).contains(&size) {
+            return Err(ToolError::Usage(format!(
+                "-s {size}: a raw-bw frame is {RAW_MIN_SIZE} to {RAW_MAX_SIZE} bytes (Ethernet + IPv4 + UDP headers and an 8-byte sequence number at least)"
+            )));
+        }
+        let iters = self.iters.unwrap_or(5000);
+        if !(MIN_ITER..=MAX_ITER).contains(&iters) {
+            return Err(ToolError::Usage(format!(
+                "-n {iters}: the iterations must be between {MIN_ITER} and {MAX_ITER}"
+            )));
+        }
+        if self.duration == Some(0) {
+            return Err(ToolError::Usage("-D 0: run for at least a second".into()));
+        }
+        let tx_depth = self.tx_depth.unwrap_or(128);
+        if !(1..=15000).contains(&tx_depth) {
+            return Err(ToolError::Usage(format!(
+                "-t {tx_depth}: the TX depth must be between 1 and 15000"
+            )));
+        }
+        let rx_depth = self.rx_depth.unwrap_or(512);
+        if !(1..=16384).contains(&rx_depth) {
+            return Err(ToolError::Usage(format!(
+                "-r {rx_depth}: the RX depth must be between 1 and 16384"
+            )));
+        }
+        let cq_mod = self.cq_mod.unwrap_or(100);
+        if !(1..=1024).contains(&cq_mod) {
+            return Err(ToolError::Usage(format!(
+                "-Q {cq_mod}: the CQ moderation must be between 1 and 1024"
+            )));
+        }
+        if self.conn.ib_port == 0 {
+            return Err(ToolError::Usage("-i 0: ports are numbered from 1".into()));
+        }
+        let mode = self.conn.mode()?;
+        Ok((
+            RawOpts {
+                size,
+                iters,
+                duration: self.duration,
+                tx_depth,
+                rx_depth,
+                cq_mod: cq_mod.min(tx_depth),
+                gbits: self.report_gbits,
+                no_peak: self.no_peak || self.duration.is_some(),
+                ib_port: self.conn.ib_port,
+            },
+            mode,
+        ))
     }
 }
 

@@ -43,13 +43,16 @@
 //! - `local`: both sides in this process;
 //! - `remote`: one side per process, the server or the client (also the
 //!   two threads of `--tcp-loopback`);
-//! - [`report`]: perftest's report, and how a run prints it.
+//! - [`report`]: perftest's report, and how a run prints it;
+//! - `raw`: `raw-bw`, perftest's raw_ethernet_bw on raw packet QPs (its
+//!   own small exchange; the report's bandwidth rows).
 
 mod arguments;
 mod engine;
 mod local;
 pub mod perftest;
 mod protocol;
+mod raw;
 mod remote;
 pub mod report;
 mod side;
@@ -72,6 +75,9 @@ pub fn run(
     as_json: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
+    if a.is_raw() {
+        return raw::run(a, sel, open, as_json, out);
+    }
     let (spec, local, mode) = a.validate()?;
     match mode {
         Mode::Loopback => {
