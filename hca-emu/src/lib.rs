@@ -92,7 +92,7 @@ use std::time::Duration;
 pub use config::{
     Clock, EmuConfig, Execution, IssiSupport, PageCounts, Personality, PortType, TsFormatCaps,
 };
-pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome};
+pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome, ib_mlid};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
 pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Umem, Wq, buf_addr};

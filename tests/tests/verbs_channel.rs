@@ -14,7 +14,7 @@ use hca_driver::verbs::{
     SendOp, SendWr,
 };
 use hca_driver::{Config, Error};
-use hca_emu::{EmuConfig, EmuPlatform};
+use hca_emu::{EmuConfig, EmuPlatform, ObjKind};
 use hca_tests::Link;
 use hca_tests::verbs::{RcParams, WAIT, connect_pair, poll_ok, post_recv_sge, qp_cap};
 use platform::notify::readable;
@@ -317,14 +317,18 @@ fn two_cqs_on_one_channel<P: TestPlatform>(l: &mut Link<P>) {
     close(l, s);
 }
 
-/// `ibv_destroy_cq` waits until the events read are acknowledged; here
-/// the destroy is refused (`InUse`) and the CQ given up (not destroyed:
-/// the HCA's close reclaims it), so this test does not close the HCA.
+/// `ibv_destroy_cq` waits until the events read are acknowledged; with
+/// no other handle of the CQ left to acknowledge through, the driver's
+/// destroy removes the CQ all the same (DESTROY_CQ, memory, channel
+/// binding) and the channel accounts the events still owed, which
+/// `CompChannel::ack_destroyed_events` acknowledges; the HCA then closes
+/// clean.
 #[test]
-fn a_cq_with_unacknowledged_events_is_not_destroyed() {
+fn a_cq_with_unacknowledged_events_is_destroyed_and_its_acks_go_to_the_channel() {
     let mut l = emulated();
     let s = setup(&mut l);
     let cqb = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 5).unwrap());
+    let cqn = cqb.number().0;
     let (mut qa, qb) = pair(&l, &s, &cqb);
     cqb.req_notify(false);
     send(&mut qa, &s.cqa, 1, false);
@@ -332,12 +336,29 @@ fn a_cq_with_unacknowledged_events_is_not_destroyed() {
     poll_ok(&cqb);
     drop((qa, qb));
     assert_eq!(cqb.unacked_events(), 1);
-    let e = Cq::try_destroy(cqb).unwrap_err();
-    assert!(matches!(e, Error::InUse { users: 1, .. }), "{e}");
-    // The channel is still held by the CQ that was given up.
-    assert_eq!(s.ch.cqs(), 1);
-    let e = CompChannel::try_destroy(s.ch.clone()).unwrap_err();
-    assert!(matches!(e, Error::InUse { .. }), "{e}");
+    assert!(l.emu_b().objects(ObjKind::Cq).contains(&cqn));
+    assert_eq!(s.ch.destroyed_unacked_events(), 0);
+    Cq::try_destroy(cqb).unwrap();
+    // Gone from the device and from the channel; the event is owed to it.
+    assert!(!l.emu_b().objects(ObjKind::Cq).contains(&cqn));
+    assert_eq!(s.ch.cqs(), 0);
+    assert_eq!(s.ch.destroyed_unacked_events(), 1);
+    let e = s.ch.ack_destroyed_events(2).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidAttribute {
+                attr: "nevents",
+                value: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    s.ch.ack_destroyed_events(1).unwrap();
+    assert_eq!(s.ch.destroyed_unacked_events(), 0);
+    close(&mut l, s);
+    l.assert_clean();
 }
 
 fn close<P: TestPlatform>(l: &mut Link<P>, s: Setup<P>) {

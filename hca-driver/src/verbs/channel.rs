@@ -87,6 +87,9 @@ struct Bound {
 struct State {
     cqs: Bounded<Bound, MAX_CHANNEL_CQS>,
     tick: u64,
+    /// Events read from CQs destroyed since, not yet acknowledged (see
+    /// [`CompChannel::ack_destroyed_events`]).
+    destroyed_unacked: u64,
 }
 
 /// A completion channel (`ibv_comp_channel`): CQs created on it
@@ -125,6 +128,7 @@ impl<P: Platform + 'static, S: Share> CompChannel<P, S> {
             state: spin::Mutex::new(State {
                 cqs: Bounded::new(cap),
                 tick: 1,
+                destroyed_unacked: 0,
             }),
             #[cfg(all(feature = "std", target_os = "linux"))]
             fd: Some(fd::ChannelFd::new().map_err(|source| Error::Platform {
@@ -211,14 +215,16 @@ impl<P: Platform + 'static, S: Share> CompChannel<P, S> {
     }
 
     /// Unbinds a CQ (at its destruction); its events not yet read are
-    /// dropped.
+    /// dropped, those read and not acknowledged move to the channel's
+    /// account ([`destroyed_unacked_events`](Self::destroyed_unacked_events)).
     pub(crate) fn unbind(&self, cqn: Cqn) {
         #[cfg(all(feature = "std", target_os = "linux"))]
         self.ctx.hca().events().set_cq_notify(cqn, None);
         {
             let mut st = self.state.lock();
             if let Some(i) = st.cqs.iter().position(|b| b.cqn == cqn) {
-                st.cqs.swap_remove(i);
+                let b = st.cqs.swap_remove(i);
+                st.destroyed_unacked += b.delivered - b.acked;
             }
         }
         self.update_fd();
@@ -411,6 +417,36 @@ impl<P: Platform + 'static, S: Share> CompChannel<P, S> {
             });
         }
         b.acked += n;
+        Ok(())
+    }
+
+    /// Completion events read from CQs of this channel that were destroyed
+    /// before the events were acknowledged ([`Cq::destroy`](crate::verbs::Cq::destroy)
+    /// destroys such a CQ and leaves its count here), not acknowledged yet.
+    pub fn destroyed_unacked_events(&self) -> u64 {
+        self.state.lock().destroyed_unacked
+    }
+
+    /// Acknowledges `n` completion events read from CQs destroyed since
+    /// (`ibv_ack_cq_events` for a CQ whose handle is gone): the program's
+    /// code that acknowledges each event it read keeps working when the
+    /// CQ was destroyed first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidAttribute`] when `n` is more than
+    /// [`destroyed_unacked_events`](Self::destroyed_unacked_events).
+    pub fn ack_destroyed_events(&self, n: u32) -> Result<()> {
+        let mut st = self.state.lock();
+        let n = u64::from(n);
+        if n > st.destroyed_unacked {
+            return Err(Error::InvalidAttribute {
+                attr: "nevents",
+                value: n,
+                reason: "more events acknowledged than were read from the destroyed CQs",
+            });
+        }
+        st.destroyed_unacked -= n;
         Ok(())
     }
 

@@ -463,7 +463,7 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
 
     /// Completion events read from the CQ's channel and not yet
     /// acknowledged (0 without a channel). [`destroy`](Self::destroy)
-    /// refuses while there are any, as `ibv_destroy_cq` waits for them.
+    /// hands those still owed to the channel.
     pub fn unacked_events(&self) -> u64 {
         self.channel.as_ref().map_or(0, |ch| ch.unacked(self.cqn))
     }
@@ -890,17 +890,22 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
 
     /// Destroys the CQ (DESTROY_CQ) and frees its memory. Refused while a
     /// QP still completes to it (possible only if a QP was leaked).
+    ///
+    /// Completion events read from its channel and not acknowledged do not
+    /// stop it: `ibv_destroy_cq` waits for their acknowledgements, but no
+    /// other handle of this CQ is left to acknowledge them through, so the
+    /// CQ is destroyed (device object, memory, channel binding) and its
+    /// outstanding count moves to the channel, where
+    /// [`CompChannel::ack_destroyed_events`](crate::verbs::CompChannel::ack_destroyed_events) acknowledges them
+    /// ([`CompChannel::destroyed_unacked_events`](crate::verbs::CompChannel::destroyed_unacked_events)).
     pub fn destroy(mut self) -> Result<()> {
         let unacked = self.unacked_events();
         if unacked > 0 {
-            let e = Error::InUse {
-                what: "the CQ (completion events read from its channel and not acknowledged)",
-                users: u32::try_from(unacked).unwrap_or(u32::MAX),
-            };
-            // As ibv_destroy_cq, which waits for the acknowledgements:
-            // nothing is destroyed (and, the CQ being given up, kept).
-            core::mem::forget(self);
-            return Err(e);
+            log::warn!(
+                "destroying {} with {unacked} completion events not acknowledged; \
+                 they are now counted by its channel",
+                self.cqn
+            );
         }
         let users = self.users();
         if users > 0 {

@@ -131,7 +131,11 @@
 //!   taken by the port whose LID it names (its own LID loops back inside
 //!   the HCA). UD address vectors name the destination by `rlid` too; a
 //!   UD receive on InfiniBand skips the 40 bytes of the GRH area (written
-//!   as zeros) and its CQE says no GRH.
+//!   as zeros) and its CQE says no GRH. UD multicast: DLID an MLID
+//!   (0xc000..=0xfffe) that the modelled subnet manager derives from the
+//!   MGID ([`ib_mlid`]), GRH mandatory (DGID the MGID, SGID the sender's
+//!   LID GID), DQPN 0xffffff; a member port's attached QPs receive it with
+//!   the GRH, the sender's own port too (not the sender when `block_lb_mc`).
 //! - Each HCA has its own virtual clock; `relax`/`delay` wait for the peers
 //!   on the wire to be quiet before the clock advances.
 //! - The UD message limit is the IB MTU that fits the port's PMTU admin MTU
@@ -317,6 +321,8 @@ pub(crate) struct QpInfo {
     pub(crate) cqe_v1: bool,
     /// Atomics on host-endian memory (`atomic_req_8B_endianness_mode` 1).
     pub(crate) atomic_host_endian: bool,
+    /// `block_lb_mc`: multicast packets it sends are not looped back to it.
+    pub(crate) block_lb_mc: bool,
     /// The connected route (RC/UC), if the address path resolves.
     pub(crate) route: Result<Route, String>,
 }
@@ -531,6 +537,27 @@ pub(crate) fn lid_mac(lid: u16) -> [u8; 6] {
     [0x02, 0x1b, 0, 0, l[0], l[1]]
 }
 
+/// Whether a LID is a multicast LID (IBA vol 1 4.1.1, 7.11.1:
+/// 0xc000..=0xfffe; 0xffff is the permissive LID).
+pub(crate) fn is_mlid(lid: u16) -> bool {
+    (0xc000..=0xfffe).contains(&lid)
+}
+
+/// The multicast LID the emulator's modelled subnet manager gives the
+/// InfiniBand multicast group `mgid`: `0xc000 + (the MGID's last 16 bits
+/// mod 0x3fff)`, a value in 0xc000..=0xfffe.
+///
+/// Assumption (there is no subnet administrator, so no MCMemberRecord
+/// join assigns MLIDs): every HCA derives the same MLID from the MGID, so
+/// a sender and the group's members agree without exchanging anything;
+/// a port is a member of the MLID's multicast tree while one of its QPs
+/// is attached (ATTACH_TO_MCG) to a group with that MLID. Two MGIDs may
+/// share an MLID (as IBA allows); the receiving HCA then sorts them by
+/// the GRH's DGID.
+pub fn ib_mlid(mgid: &[u8; 16]) -> u16 {
+    0xc000 + u16::from_be_bytes([mgid[14], mgid[15]]) % 0x3fff
+}
+
 /// The GRH address standing for a LID on the emulator's wire: the
 /// link-local prefix with the LID in the last two bytes.
 pub(crate) fn lid_gid(lid: u16) -> [u8; 16] {
@@ -611,6 +638,37 @@ impl Device {
             hop_limit: 0,
             udp_sport: 0,
         })
+    }
+
+    /// The route of a UD packet to an InfiniBand multicast group: DLID the
+    /// MLID `av.rlid`, the GRH mandatory (IBA vol 1: a packet with a
+    /// multicast DLID carries a GRH) and its DGID an MGID, DQPN 0xffffff
+    /// (IBA 10.5.2.3).
+    pub(crate) fn ib_mcast_route(&self, port: u8, av: &wqe::Av) -> Result<Route, String> {
+        if !av.grh {
+            return Err(format!(
+                "multicast DLID {:#x} without a GRH (the address vector's grh bit is 0)",
+                av.rlid
+            ));
+        }
+        if av.rgid[0] != 0xff {
+            return Err(format!(
+                "multicast DLID {:#x} with a DGID that is not an MGID",
+                av.rlid
+            ));
+        }
+        if av.dqpn != 0xff_ffff {
+            return Err(format!(
+                "multicast DLID {:#x} with DQPN {:#x} (not 0xffffff)",
+                av.rlid, av.dqpn
+            ));
+        }
+        let mut r = self.ib_route(port, av.rlid)?;
+        r.dgid = av.rgid;
+        r.tclass = av.tclass;
+        r.flow_label = av.flow_label;
+        r.hop_limit = av.hop_limit;
+        Ok(r)
     }
 
     /// Whether a destination MAC is this port's (its own MAC or the MAC of
@@ -781,6 +839,7 @@ impl Device {
             max_msg: 1u64 << self.fw.caps.general("log_max_msg").min(31),
             cqe_v1: self.fw.caps.general("cqe_version") == 1,
             atomic_host_endian: atomic == 1,
+            block_lb_mc: g("block_lb_mc") == 1,
             route,
         }
     }

@@ -1159,9 +1159,17 @@ impl Device {
                 }
             }
         };
+        let ib_mcast = info.st == 2
+            && self.fw.infiniband()
+            && w.av.as_ref().is_some_and(|a| super::is_mlid(a.rlid));
         match frames {
             Ok(fs) => {
                 for f in fs {
+                    if ib_mcast {
+                        // The HCA's own port's members get a copy (the
+                        // switch does not send it back on its way in).
+                        self.ib_mcast_loopback(info, &f);
+                    }
                     self.transmit(info.port, f);
                 }
                 if w.signaled() {
@@ -1204,7 +1212,9 @@ impl Device {
             ));
             return Err(syn::LOCAL_LENGTH);
         }
-        let route = if self.fw.infiniband() {
+        let route = if self.fw.infiniband() && super::is_mlid(av.rlid) {
+            self.ib_mcast_route(info.port, av)
+        } else if self.fw.infiniband() {
             self.ib_route(info.port, av.rlid)
         } else {
             self.route(

@@ -71,8 +71,12 @@ const MULTICAST_QPN: u32 = 0xff_ffff;
 impl Device {
     /// A RoCE packet for this port.
     pub(crate) fn roce_receive(&mut self, port: u8, p: &Roce<'_>) {
-        if p.bth.dqpn == MULTICAST_QPN && p.dgid[0] == 0xff && !self.fw.infiniband() {
-            self.mcast_receive(port, p);
+        if p.bth.dqpn == MULTICAST_QPN && p.dgid[0] == 0xff {
+            if self.fw.infiniband() {
+                self.ib_mcast_receive(port, p, None);
+            } else {
+                self.mcast_receive(port, p);
+            }
             return;
         }
         if !self.port_owns_mac(port, &p.dmac) || !self.port_owns_gid(port, &p.dgid, p.ver) {
@@ -105,6 +109,53 @@ impl Device {
             {
                 self.qp_receive(port, p, qpn);
             }
+        }
+    }
+
+    /// An InfiniBand packet to a multicast group: its DLID (the wire's
+    /// [`lid_mac`](super::lid_mac)) is the MLID the modelled subnet
+    /// manager gives its DGID ([`ib_mlid`](super::ib_mlid)), and the port
+    /// is a member of that MLID (one of its QPs is attached to the DGID):
+    /// a copy to each UD QP of this port attached to the DGID (IBA
+    /// 10.5.2.3), but `exclude` (the sender of a looped-back copy that
+    /// blocks its own multicast loopback).
+    pub(crate) fn ib_mcast_receive(&mut self, port: u8, p: &Roce<'_>, exclude: Option<u32>) {
+        let mlid = u16::from_be_bytes([p.dmac[4], p.dmac[5]]);
+        if p.dmac != super::lid_mac(mlid)
+            || !super::is_mlid(mlid)
+            || super::ib_mlid(&p.dgid) != mlid
+            || self.port_lid(port) == 0
+        {
+            self.datapath.drops.not_for_us += 1;
+            return;
+        }
+        let Some(qps) = self.fw.mcast.get(&p.dgid).cloned() else {
+            self.datapath.drops.not_for_us += 1;
+            return;
+        };
+        for qpn in qps {
+            if Some(qpn) != exclude
+                && self
+                    .engine
+                    .qps
+                    .get(&qpn)
+                    .is_some_and(|e| e.info.port == port)
+            {
+                self.qp_receive(port, p, qpn);
+            }
+        }
+    }
+
+    /// The local copy of an InfiniBand multicast packet QP `info` sent:
+    /// to the members on its own port, not to the QP itself when its
+    /// `block_lb_mc` is set.
+    pub(crate) fn ib_mcast_loopback(&mut self, info: &QpInfo, frame: &[u8]) {
+        if !self.link_up(info.port) {
+            return;
+        }
+        if let packet::Frame::Roce(p) = packet::parse(frame) {
+            let exclude = info.block_lb_mc.then_some(info.qpn);
+            self.ib_mcast_receive(info.port, &p, exclude);
         }
     }
 
@@ -1247,7 +1298,8 @@ impl Device {
         // InfiniBand (LID routed, no GRH): the 40 bytes the GRH would take
         // are skipped (written as zeros: their contents are undefined) and
         // the CQE says no GRH.
-        let ib = self.fw.infiniband();
+        // A multicast packet always carries its GRH (IBA vol 1).
+        let ib = self.fw.infiniband() && !(p.bth.dqpn == MULTICAST_QPN && p.dgid[0] == 0xff);
         let grh: &[u8] = if ib { &[0; 40] } else { &p.grh_area };
         match self.scatter_recv(&rw, &[grh, payload], qpn) {
             Ok(n) => {

@@ -29,6 +29,10 @@ pub struct QpInitAttr<P: Platform + 'static, S: Share = DefaultShare> {
     /// `ibv_qp_create_flags` (raw packet QPs: CVLAN stripping, scatter
     /// FCS).
     pub create_flags: QpCreateFlags,
+    /// UD: multicast packets this QP sends are not looped back to it
+    /// (`IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`, the QPC's `block_lb_mc`;
+    /// needs the `block_lb_mc` capability).
+    pub block_self_mcast_lb: bool,
 }
 
 impl<P: Platform + 'static, S: Share> Clone for QpInitAttr<P, S> {
@@ -66,6 +70,7 @@ impl<P: Platform + 'static, S: Share> QpInitAttr<P, S> {
             sge_check: SgeCheck::Full,
             blueflame: false,
             create_flags: QpCreateFlags::NONE,
+            block_self_mcast_lb: false,
         }
     }
 
@@ -104,6 +109,12 @@ impl<P: Platform + 'static, S: Share> QpInitAttr<P, S> {
         self.blueflame = bf;
         self
     }
+
+    /// Sets [`block_self_mcast_lb`](Self::block_self_mcast_lb).
+    pub fn block_self_mcast_lb(mut self, block: bool) -> Self {
+        self.block_self_mcast_lb = block;
+        self
+    }
 }
 
 impl<P: Platform + 'static, S: Share> Qp<P, S> {
@@ -139,6 +150,19 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                     arg: "srq",
                     reason: "the SRQ belongs to another context",
                 });
+            }
+        }
+        if init.block_self_mcast_lb {
+            if t != QpType::Ud {
+                return Err(Error::InvalidArgument {
+                    arg: "block_self_mcast_lb",
+                    reason: "multicast loopback concerns UD QPs only",
+                });
+            }
+            if !hca.caps().general().get(CmdHcaCap::block_lb_mc) {
+                return Err(Error::Unsupported(
+                    "blocking multicast loopback (capability block_lb_mc is 0)",
+                ));
             }
         }
         let c = &init.cap;
@@ -219,6 +243,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 },
             )?
             .set(Qpc::pm_state, QP_PM_MIGRATED)?
+            .set(Qpc::block_lb_mc, init.block_self_mcast_lb)?
             .set(Qpc::pd, this.number().0)?
             .set(Qpc::uar_page, uar_number.0)?
             // The user index is a field of CQE version 1 only; at version
