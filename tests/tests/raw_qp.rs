@@ -30,6 +30,7 @@ use hca_driver::verbs::{
     WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, Hca};
+use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
 use hca_tests::{Link, Sides};
 
@@ -104,26 +105,18 @@ fn poll_none(cq: &Cq<P>) {
 const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 
-/// An Ethernet + IPv4 + UDP frame with `payload` (checksums zero).
+/// An Ethernet + IPv4 + UDP frame from side A with `payload` (checksums
+/// zero).
 fn udp4(dst: [u8; 6], src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&MAC_A);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
-    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&src_port.to_be_bytes());
-    f.extend_from_slice(&dst_port.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
-    f
+    udp4_frame(dst, src_port, dst_port, payload).build()
+}
+
+/// [`udp4`]'s frame, to build with more options.
+fn udp4_frame(dst: [u8; 6], src_port: u16, dst_port: u16, payload: &[u8]) -> Frame<'_> {
+    Frame::new(dst, MAC_A)
+        .l3(L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
+        .l4(L4::Udp(src_port, dst_port))
+        .payload(payload)
 }
 
 /// Sends `frame` from side A's raw QP: its first `hdr` bytes inline in the
@@ -466,49 +459,6 @@ fn fcs(f: &[u8]) -> [u8; 4] {
     (!c).to_le_bytes()
 }
 
-/// Inserts an 802.1Q tag (TCI `tci`) after the MAC addresses.
-fn tag(f: &[u8], tci: u16) -> Vec<u8> {
-    let mut g = f[..12].to_vec();
-    g.extend_from_slice(&0x8100u16.to_be_bytes());
-    g.extend_from_slice(&tci.to_be_bytes());
-    g.extend_from_slice(&f[12..]);
-    g
-}
-
-/// The frame with the IPv4 header and UDP checksums a correct sender
-/// writes (what the device inserts with `IBV_SEND_IP_CSUM`), computed
-/// here: RFC 791/768 one's complement sums.
-fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
-    fn sum(b: &[u8], mut s: u32) -> u32 {
-        for c in b.chunks(2) {
-            s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-        }
-        s
-    }
-    fn fold(mut s: u32) -> u16 {
-        while s >> 16 != 0 {
-            s = (s & 0xffff) + (s >> 16);
-        }
-        !(s as u16)
-    }
-    let ip = 14;
-    f[ip + 10] = 0;
-    f[ip + 11] = 0;
-    let c = fold(sum(&f[ip..ip + 20], 0));
-    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
-    let udp = ip + 20;
-    let len = f.len() - udp;
-    f[udp + 6] = 0;
-    f[udp + 7] = 0;
-    let ps = sum(&f[ip + 12..ip + 20], 0) + 17 + len as u32;
-    let mut c = fold(sum(&f[udp..], ps));
-    if c == 0 {
-        c = 0xffff;
-    }
-    f[udp + 6..udp + 8].copy_from_slice(&c.to_be_bytes());
-    f
-}
-
 /// A raw receive on side B, its completion and the CQE's raw fields.
 fn recv_rx(cq: &Cq<P>) -> (hca_driver::verbs::Completion, RxCqe) {
     let mut c = hca_driver::verbs::Completion::default();
@@ -636,15 +586,15 @@ fn cqe_fields(personality: Personality) {
         // 1. A tagged UDP frame, checksums inserted by the device
         //    (IP_CSUM), into the stripping QP: the tag leaves the data for
         //    the CQE, both checksums verify.
-        let plain = udp4(MAC_B, 7, 1, b"checksummed and tagged");
+        let plain = udp4_frame(MAC_B, 7, 1, b"checksummed and tagged");
         let tci = 0x6000 | 100;
-        let f = tag(&plain, tci);
+        let f = plain.clone().vlan(tci).build();
         send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
         let (c, rx) = recv_rx(&cqb);
         let w = WorkCompletion::from(c);
         assert_eq!(w.status, WcStatus::Success);
         assert_eq!(w.wr_id, 0);
-        let expect = with_checksums(plain.clone());
+        let expect = plain.clone().checksums().build();
         assert_eq!(w.byte_len as usize, expect.len(), "the tag is stripped");
         assert_eq!(bufs[0].read(0, expect.len()), expect);
         assert!(rx.cvlan_present());
@@ -656,30 +606,33 @@ fn cqe_fields(personality: Personality) {
 
         // 2. The same without IP_CSUM: zero checksums do not verify (a UDP
         //    checksum of 0 means none; the IPv4 header's does not).
-        send_frame(&mut qa, &cqa, &ma, &sa, &tag(&plain, tci), false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
         let (c, rx) = recv_rx(&cqb);
         assert!(!rx.l3_ok() && !rx.ip_csum_ok());
         assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
         // A corrupted UDP checksum: L3 fine, L4 not.
-        let mut bad = with_checksums(udp4(MAC_B, 7, 1, b"corrupted checksum"));
+        let mut bad = udp4_frame(MAC_B, 7, 1, b"corrupted checksum")
+            .checksums()
+            .vlan(tci)
+            .build();
         let n = bad.len();
         bad[n - 1] ^= 0xff;
-        send_frame(&mut qa, &cqa, &ma, &sa, &tag(&bad, tci), false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &bad, false);
         let (c, rx) = recv_rx(&cqb);
         assert!(rx.l3_ok() && !rx.l4_ok() && !rx.ip_csum_ok());
         assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
 
         // 3. Tagged into the QP that keeps tags (vsd 1): the frame as sent,
         //    no VLAN in the CQE, and its FCS after it with scatter FCS.
-        let f = tag(
-            &with_checksums(udp4(
-                MAC_B,
-                7,
-                2,
-                b"kept with its tag and its frame check sequence",
-            )),
-            tci,
-        );
+        let f = udp4_frame(
+            MAC_B,
+            7,
+            2,
+            b"kept with its tag and its frame check sequence",
+        )
+        .checksums()
+        .vlan(tci)
+        .build();
         send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
         let (c, rx) = recv_rx(&cqb);
         let w = WorkCompletion::from(c);
@@ -695,7 +648,9 @@ fn cqe_fields(personality: Personality) {
         // 4. VLAN insertion on send (qa): an untagged frame goes out with
         //    the tag, which the stripping QP takes off again.
         let hdr = 18usize.max(usize::from(qa.eth_min_inline()));
-        let u = with_checksums(udp4(MAC_B, 7, 1, b"vlan inserted on send"));
+        let u = udp4_frame(MAC_B, 7, 1, b"vlan inserted on send")
+            .checksums()
+            .build();
         sa.write(0, &u[hdr..]).unwrap();
         qa.post_send_vlan(
             &SendWr::new(9, SendOp::Send)
@@ -802,86 +757,18 @@ fn device_attr_raw_caps_follow_the_hca_caps() {
     }
 }
 
-#[derive(Clone, Copy)]
-enum L3 {
-    V4([u8; 4], [u8; 4]),
-    V6([u8; 16], [u8; 16]),
-    Other(u16),
-}
-
-#[derive(Clone, Copy)]
-enum L4 {
-    Udp(u16, u16),
-    Tcp(u16, u16),
-    None,
-}
-
-/// A frame from the Ethernet, 802.1Q, IPv4/IPv6, TCP and UDP header
-/// formats with valid IPv4 header checksums, `tag` in its payload.
+/// A frame (`hca_emu::frame`, checksums zero) with `tag_byte` first in
+/// its 32-byte payload, padded to 60 bytes.
 fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag_byte: u8) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dmac);
-    f.extend_from_slice(&smac);
-    if let Some(v) = vid {
-        f.extend_from_slice(&0x8100u16.to_be_bytes());
-        f.extend_from_slice(&v.to_be_bytes());
-    }
-    let mut l4b = match l4 {
-        L4::Udp(s, d) => {
-            let mut h = vec![0u8; 8];
-            h[0..2].copy_from_slice(&s.to_be_bytes());
-            h[2..4].copy_from_slice(&d.to_be_bytes());
-            h[4..6].copy_from_slice(&40u16.to_be_bytes());
-            h
-        }
-        L4::Tcp(s, d) => {
-            let mut h = vec![0u8; 20];
-            h[0..2].copy_from_slice(&s.to_be_bytes());
-            h[2..4].copy_from_slice(&d.to_be_bytes());
-            h[12] = 5 << 4;
-            h[13] = 0x18;
-            h
-        }
-        L4::None => vec![],
-    };
     let mut pay = *b"a payload of thirty-two bytes!!!";
     pay[0] = tag_byte;
-    l4b.extend_from_slice(&pay);
-    let proto = match l4 {
-        L4::Udp(..) => 17,
-        L4::Tcp(..) => 6,
-        L4::None => 253,
-    };
-    match l3 {
-        L3::V4(s, d) => {
-            f.extend_from_slice(&0x0800u16.to_be_bytes());
-            let mut h = [0u8; 20];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&((20 + l4b.len()) as u16).to_be_bytes());
-            h[8] = 64;
-            h[9] = proto;
-            h[12..16].copy_from_slice(&s);
-            h[16..20].copy_from_slice(&d);
-            f.extend_from_slice(&h);
-        }
-        L3::V6(s, d) => {
-            f.extend_from_slice(&0x86ddu16.to_be_bytes());
-            let mut h = [0u8; 40];
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&(l4b.len() as u16).to_be_bytes());
-            h[6] = proto;
-            h[7] = 64;
-            h[8..24].copy_from_slice(&s);
-            h[24..40].copy_from_slice(&d);
-            f.extend_from_slice(&h);
-        }
-        L3::Other(t) => f.extend_from_slice(&t.to_be_bytes()),
-    }
-    f.extend_from_slice(&l4b);
-    while f.len() < 60 {
-        f.push(0);
-    }
-    f
+    Frame::new(dmac, smac)
+        .vlan(vid)
+        .l3(l3)
+        .l4(l4)
+        .payload(&pay)
+        .pad_to(60)
+        .build()
 }
 
 /// Completions polled from `cq` until `n` arrived (and a little after,
@@ -1202,7 +1089,9 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
         rb.post(&mut qb, 0);
         let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
-        let f = with_checksums(udp4(MAC_B, 1, 2, b"checksums computed by the sender"));
+        let f = udp4_frame(MAC_B, 1, 2, b"checksums computed by the sender")
+            .checksums()
+            .build();
         // IBV_SEND_IP_CSUM: refused before the device, as rdma-core does.
         let e = qa
             .post_send(
