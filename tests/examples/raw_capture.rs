@@ -18,6 +18,7 @@ use hca_driver::verbs::{
     AccessFlags, DmaBuf, Mr, QpState, RecvWr, SendFlags, SendOp, SendWr, WcStatus,
 };
 use hca_emu::EmuConfig;
+use hca_emu::frame::{Frame, L3, L4};
 use hca_tests::Link;
 
 /// The UDP destination port captured.
@@ -31,24 +32,11 @@ const RING: usize = 32;
 /// left to the device.
 pub fn udp_frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Vec<u8> {
     let payload = format!("capture frame {seq:08}");
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&[192, 168, 0, 1]);
-    ip[16..20].copy_from_slice(&[192, 168, 0, 2]);
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&(10000 + (seq % 7) as u16).to_be_bytes());
-    f.extend_from_slice(&PORT.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload.as_bytes());
-    f
+    Frame::new(dst, src)
+        .l3(L3::V4([192, 168, 0, 1], [192, 168, 0, 2]))
+        .l4(L4::Udp(10000 + (seq % 7) as u16, PORT))
+        .payload(payload.as_bytes())
+        .build()
 }
 
 /// Sends `frames` frames from side A and captures them on side B; returns

@@ -19,6 +19,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::hca;
+use hca_emu::frame::{Frame, L3, L4};
 
 const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
@@ -62,78 +63,36 @@ impl Default for F {
     }
 }
 
-fn csum(b: &[u8]) -> u16 {
-    let mut s: u32 = b
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
 impl F {
+    /// Its bytes, through `hca_emu::frame`.
     fn bytes(&self) -> Vec<u8> {
         let payload = vec![0x5a; 4 + self.pad];
-        let mut l4 = Vec::new();
-        l4.extend_from_slice(&self.sport.to_be_bytes());
-        l4.extend_from_slice(&self.dport.to_be_bytes());
-        if self.tcp {
-            l4.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+        let l3 = if self.v6 {
+            let src = "fd00::1".parse::<std::net::Ipv6Addr>().unwrap();
+            let dst = format!("fd00::{}", self.ip_dst)
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap();
+            L3::V6(src.octets(), dst.octets())
         } else {
-            l4.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-            l4.extend_from_slice(&[0, 0]);
-        }
-        l4.extend_from_slice(&payload);
-        let proto = if self.tcp { 6 } else { 17 };
-        let mut f = Vec::new();
-        f.extend_from_slice(&self.dst);
-        f.extend_from_slice(&self.src);
-        if let Some(v) = self.vlan {
-            f.extend_from_slice(&0x8100u16.to_be_bytes());
-            f.extend_from_slice(&v.to_be_bytes());
-        }
-        if self.v6 {
-            f.extend_from_slice(&0x86ddu16.to_be_bytes());
-            let mut ip = [0u8; 40];
-            ip[0] = 0x60;
-            ip[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
-            ip[6] = proto;
-            ip[7] = 64;
-            ip[8..24].copy_from_slice(&"fd00::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
-            ip[24..40].copy_from_slice(
-                &format!("fd00::{}", self.ip_dst)
-                    .parse::<std::net::Ipv6Addr>()
-                    .unwrap()
-                    .octets(),
-            );
-            f.extend_from_slice(&ip);
-            if !self.tcp {
-                // UDP over IPv6 needs its checksum.
-                let mut ph = Vec::new();
-                ph.extend_from_slice(&ip[8..40]);
-                ph.extend_from_slice(&(l4.len() as u32).to_be_bytes());
-                ph.extend_from_slice(&[0, 0, 0, 17]);
-                ph.extend_from_slice(&l4);
-                let c = csum(&ph);
-                l4[6..8].copy_from_slice(&c.to_be_bytes());
-            }
+            L3::V4([10, 0, 0, 1], [10, 0, 0, self.ip_dst])
+        };
+        let l4 = if self.tcp {
+            L4::Tcp(self.sport, self.dport)
         } else {
-            f.extend_from_slice(&0x0800u16.to_be_bytes());
-            let mut ip = [0u8; 20];
-            ip[0] = 0x45;
-            ip[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
-            ip[8] = 64;
-            ip[9] = proto;
-            ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
-            ip[16..20].copy_from_slice(&[10, 0, 0, self.ip_dst]);
-            let c = csum(&ip);
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-            f.extend_from_slice(&ip);
+            L4::Udp(self.sport, self.dport)
+        };
+        let f = Frame::new(self.dst, self.src)
+            .vlan(self.vlan)
+            .l3(l3)
+            .l4(l4)
+            .payload(&payload)
+            .ip_checksum();
+        // UDP over IPv6 needs its checksum.
+        if self.v6 && !self.tcp {
+            f.l4_checksum().build()
+        } else {
+            f.build()
         }
-        f.extend_from_slice(&l4);
-        f
     }
 }
 
