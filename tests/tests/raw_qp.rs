@@ -85,6 +85,24 @@ fn to_rts(qp: &mut Qp<P>) {
     qp.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
 }
 
+/// A raw packet QP's attributes: `cq` for both queues, `send` and `recv`
+/// work requests of one SGE.
+fn raw_attr(cq: &Arc<Cq<P>>, send: u32, recv: u32) -> QpInitAttr<P> {
+    QpInitAttr::new(QpType::RawPacket, cq, cq).cap(raw_cap(send, recv))
+}
+
+/// The QP of `attr` on `pd`, at RTS.
+fn rts_qp(pd: &Arc<Pd<P>>, attr: QpInitAttr<P>) -> Qp<P> {
+    let mut q = Qp::create(pd, &attr).unwrap();
+    to_rts(&mut q);
+    q
+}
+
+/// A link of two emulated HCAs made as `emu` says.
+fn link_with(emu: EmuConfig) -> Link<P> {
+    Link::emulated(emu, Config::default())
+}
+
 /// Polls `cq` until one completion arrives (the emulator runs inline).
 fn poll_one(cq: &Cq<P>) -> WorkCompletion {
     let mut wc = [WorkCompletion::default(); 1];
@@ -143,7 +161,7 @@ fn send_frame(qp: &mut Qp<P>, cq: &Cq<P>, mr: &Mr<P>, buf: &DmaBuf<P>, frame: &[
 }
 
 fn link() -> Link<P> {
-    Link::emulated(EmuConfig::default(), Config::default())
+    link_with(EmuConfig::default())
 }
 
 #[test]
@@ -166,16 +184,8 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         let (start_a, start_b) = (counts(ea), counts(eb));
         let pages_b = eb.firmware_pages();
 
-        let mut qa = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(16, 0)),
-        )
-        .unwrap();
-        let mut qb = Qp::create(
-            &pdb,
-            &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(16, 16)),
-        )
-        .unwrap();
+        let mut qa = Qp::create(&pda, &raw_attr(&cqa, 16, 0)).unwrap();
+        let mut qb = Qp::create(&pdb, &raw_attr(&cqb, 16, 16)).unwrap();
         assert_eq!(qa.qp_type(), QpType::RawPacket);
         assert_eq!(qa.number().0, qa.sq_number().unwrap().0);
         assert!(qa.rq_number().is_none() && qa.tir().is_none());
@@ -336,7 +346,7 @@ fn raw_qp_bad_input_gets_typed_errors() {
         let Sides { pda, cqa, .. } = h.sides(16);
         let qp = |a: QpInitAttr<P>| Qp::create(&pda, &a);
         // No queue at all.
-        let e = qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(0, 0))).unwrap_err();
+        let e = qp(raw_attr(&cqa, 0, 0)).unwrap_err();
         assert!(
             matches!(e, Error::InvalidArgument { arg: "cap", .. }),
             "{e}"
@@ -370,7 +380,7 @@ fn raw_qp_bad_input_gets_typed_errors() {
             "{e}"
         );
         // Operations a raw QP does not have.
-        let mut q = qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4))).unwrap();
+        let mut q = qp(raw_attr(&cqa, 4, 4)).unwrap();
         to_rts(&mut q);
         let buf = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let mr = Mr::register(&pda, &buf, AccessFlags::LOCAL_WRITE).unwrap();
@@ -402,15 +412,11 @@ fn raw_qp_bad_input_gets_typed_errors() {
 
 #[test]
 fn raw_qp_with_cqe_version_0_is_refused() {
-    let mut l = Link::emulated(EmuConfig::default().with_cqe_version(0), Config::default());
+    let mut l = link_with(EmuConfig::default().with_cqe_version(0));
     let h = l.open();
     {
         let Sides { pda, cqa, .. } = h.sides(16);
-        let e = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4)),
-        )
-        .unwrap_err();
+        let e = Qp::create(&pda, &raw_attr(&cqa, 4, 4)).unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)), "{e}");
     }
     l.close(h);
@@ -419,21 +425,14 @@ fn raw_qp_with_cqe_version_0_is_refused() {
 
 #[test]
 fn raw_qp_on_an_infiniband_port_is_refused() {
-    let mut l = Link::emulated(
-        EmuConfig {
-            port_type: PortType::InfiniBand,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = link_with(EmuConfig {
+        port_type: PortType::InfiniBand,
+        ..EmuConfig::default()
+    });
     let h = l.open();
     {
         let Sides { pda, cqa, .. } = h.sides(16);
-        let e = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4)),
-        )
-        .unwrap_err();
+        let e = Qp::create(&pda, &raw_attr(&cqa, 4, 4)).unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)), "{e}");
         assert!(e.to_string().contains("InfiniBand"), "{e}");
     }
@@ -483,13 +482,10 @@ fn receive_cqe_fields_checksum_vlan_stripping_scatter_fcs_connectx5() {
 }
 
 fn cqe_fields(personality: Personality) {
-    let mut l = Link::emulated(
-        EmuConfig {
-            personality,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = link_with(EmuConfig {
+        personality,
+        ..EmuConfig::default()
+    });
     let h = l.open();
     {
         let Sides {
@@ -503,36 +499,22 @@ fn cqe_fields(personality: Personality) {
         let dev = *cb.query_device();
         assert!(dev.has_raw_packet_cap(RAW_PACKET_CAP_CVLAN_STRIPPING | RAW_PACKET_CAP_IP_CSUM));
         // Room for the inline headers with an inserted tag.
-        let mut qa = Qp::create(
+        let mut qa = rts_qp(
             &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(QpCap {
+            raw_attr(&cqa, 0, 0).cap(QpCap {
                 max_inline_data: 64,
                 ..raw_cap(16, 0)
             }),
-        )
-        .unwrap();
-        to_rts(&mut qa);
+        );
         // qs strips VLAN tags; qf keeps them and (where the device can)
         // the FCS; qn is plain.
-        let new = |flags| {
-            let mut q = Qp::create(
-                &pdb,
-                &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb)
-                    .cap(raw_cap(0, 16))
-                    .create_flags(flags),
-            )
-            .unwrap();
-            to_rts(&mut q);
-            q
-        };
+        let new = |flags| rts_qp(&pdb, raw_attr(&cqb, 0, 16).create_flags(flags));
         let fcs_ok = dev.has_raw_packet_cap(RAW_PACKET_CAP_SCATTER_FCS);
         assert_eq!(fcs_ok, personality != Personality::ConnectX4);
         if !fcs_ok {
             let e = Qp::create(
                 &pdb,
-                &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb)
-                    .cap(raw_cap(0, 16))
-                    .create_flags(QpCreateFlags::SCATTER_FCS),
+                &raw_attr(&cqb, 0, 16).create_flags(QpCreateFlags::SCATTER_FCS),
             )
             .unwrap_err();
             assert!(
@@ -819,26 +801,13 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         let start = counts();
         let pages = eb.firmware_pages();
 
-        let mut qa = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(64, 0)),
-        )
-        .unwrap();
-        to_rts(&mut qa);
+        let mut qa = rts_qp(&pda, raw_attr(&cqa, 64, 0));
         let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
         // Side B: 0..8 one per selector kind, 8 the catch-all, 9 the
         // sniffer, 10..14 the RSS QPs; receive only.
         let mut qs: Vec<Qp<P>> = (0..14)
-            .map(|_| {
-                let mut q = Qp::create(
-                    &pdb,
-                    &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(0, 64)),
-                )
-                .unwrap();
-                to_rts(&mut q);
-                q
-            })
+            .map(|_| rts_qp(&pdb, raw_attr(&cqb, 0, 64)))
             .collect();
         let bufs: Vec<Bufs> = (0..14).map(|_| Bufs::new(hb, &pdb, 64)).collect();
         for (i, (q, b)) in qs.iter_mut().zip(&bufs).enumerate() {
@@ -1046,13 +1015,10 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
 
 #[test]
 fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
-    let mut l = Link::emulated(
-        EmuConfig {
-            eth_csum_cap: false,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = link_with(EmuConfig {
+        eth_csum_cap: false,
+        ..EmuConfig::default()
+    });
     let h = l.open();
     {
         let Sides {
@@ -1066,18 +1032,8 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
         let dev = ca.query_device();
         assert!(!dev.has_device_cap(DEVICE_RAW_IP_CSUM));
         assert!(!dev.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM));
-        let mut qa = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 0)),
-        )
-        .unwrap();
-        to_rts(&mut qa);
-        let mut qb = Qp::create(
-            &pdb,
-            &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(0, 4)),
-        )
-        .unwrap();
-        to_rts(&mut qb);
+        let mut qa = rts_qp(&pda, raw_attr(&cqa, 4, 0));
+        let mut qb = rts_qp(&pdb, raw_attr(&cqb, 0, 4));
         let hb = h.b();
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let all = FlowMatch::default();
