@@ -358,23 +358,8 @@ fn raw_send_vectors() {
                 mask[96..128].fill(0xff);
                 assert!(env.sq_slot(1).iter().all(|&b| b == SENTINEL_Q), "{name}");
             }
-            let mut got = Vec::new();
-            for s in w["slots"].as_array().unwrap() {
-                got.extend(env.sq_slot(num(s) as usize));
-            }
-            assert_eq!(got.len(), bytes.len(), "{name}");
-            for i in 0..bytes.len() {
-                if mask[i] == 0xff {
-                    assert_eq!(got[i], bytes[i], "{name}: WQE byte {i}");
-                } else if v["api"] != "ibv_post_send" && (12..16).contains(&i) {
-                    // The ibv_wr_* path leaves the control segment's
-                    // immediate alone; verbs-core writes 0 there, as
-                    // ibv_post_send does for the same WQE.
-                    assert_eq!(got[i], 0, "{name}: ctrl imm byte {i}");
-                } else {
-                    assert_eq!(got[i], SENTINEL_Q, "{name}: byte {i} must stay unwritten");
-                }
-            }
+            let got = sq_wqe(&env, w);
+            assert_send_wqe(&got, &bytes, &mask, v["api"] == "ibv_post_send", name);
             first_counters.push((
                 num(&w["wqe_index"]) as u16,
                 num(&w["sq_wrid_at_first_slot"]),
@@ -396,67 +381,15 @@ fn raw_send_vectors() {
             "{name}: receive word untouched"
         );
 
-        let reg = &r["doorbell_register"];
-        let off = num(&reg["uar_page_offset"]) as usize;
-        let len = num(&reg["length"]) as usize;
-        let expect = hex(reg["bytes"].as_str().unwrap());
-        let page = uar.bytes();
-        match reg["kind"].as_str().unwrap() {
-            "doorbell" => {
-                assert_eq!(page[off..off + len].to_vec(), expect, "{name} doorbell")
-            }
-            "blueflame" => {
-                // The WQE's blocks as they are in the ring (stale padding
-                // included); the provider's bytes under the WQE's mask.
-                let w = r["wqes"].as_array().unwrap().last().unwrap();
-                let mask = hex(w["written_mask"].as_str().unwrap());
-                let mut ring = Vec::new();
-                for s in w["slots"].as_array().unwrap() {
-                    ring.extend(env.sq_slot(num(s) as usize));
-                }
-                assert_eq!(
-                    page[off..off + len].to_vec(),
-                    ring[..len].to_vec(),
-                    "{name} BF"
-                );
-                for i in 0..len {
-                    if mask[i] == 0xff {
-                        assert_eq!(page[off + i], expect[i], "{name} BlueFlame byte {i}");
-                    }
-                }
-            }
+        let blueflame = match r["doorbell_register"]["kind"].as_str().unwrap() {
+            "doorbell" => false,
+            "blueflame" => true,
             k => panic!("{name}: kind {k}"),
-        }
-        for (i, b) in page.iter().enumerate() {
-            if !(off..off + len).contains(&i) {
-                assert_eq!(*b, SENTINEL_UAR, "{name}: UAR byte {i:#x} written");
-            }
-        }
-        assert_eq!(bf_after, num(&reg["bf_offset_after"]) as usize, "{name} bf");
+        };
+        assert_doorbell_register(&env, &uar, r, blueflame, bf_after, name);
 
         // The wr_id at each WQE's first slot, through requester CQEs.
-        let mut cq = make_cq(&uar, 8, 0);
-        let mut table = CqTable::<8>::new();
-        table
-            .insert(1, env.qp.completions(true, false, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
-        let qpn = env.qp.qpn();
-        for (i, (counter, wr_id)) in first_counters.iter().enumerate() {
-            cq.write_cqe(
-                i,
-                &CqeImage::new(0, 0)
-                    .qpn(0x0a, qpn)
-                    .uidx(1)
-                    .counter(*counter)
-                    .0,
-            );
-            let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
-            assert_eq!(wc[0].wr_id, *wr_id, "{name} wr_id");
-        }
-        assert_eq!(env.qp.sq().unwrap().outstanding(), 0, "{name}: all retired");
-        drop(table);
+        assert_send_wr_ids(&mut env, &uar, &first_counters, name);
         env.reclaim();
         matched += 1;
     }

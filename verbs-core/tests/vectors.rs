@@ -291,23 +291,8 @@ fn send_vectors_through(api: Api) {
         for w in r["wqes"].as_array().unwrap() {
             let bytes = hex(w["bytes"].as_str().unwrap());
             let mask = hex(w["written_mask"].as_str().unwrap());
-            let mut got = Vec::new();
-            for s in w["slots"].as_array().unwrap() {
-                got.extend(env.sq_slot(num(s) as usize));
-            }
-            assert_eq!(got.len(), bytes.len(), "{name}");
-            for i in 0..bytes.len() {
-                if mask[i] == 0xff {
-                    assert_eq!(got[i], bytes[i], "{name}: WQE byte {i}");
-                } else if v["api"] != "ibv_post_send" && (12..16).contains(&i) {
-                    // The ibv_wr_* path leaves the control segment's immediate
-                    // alone for opcodes without one; we always write it (0),
-                    // like ibv_post_send does for the same WQE.
-                    assert_eq!(got[i], 0, "{name}: ctrl imm byte {i}");
-                } else {
-                    assert_eq!(got[i], SENTINEL_Q, "{name}: byte {i} must stay unwritten");
-                }
-            }
+            let got = sq_wqe(&env, w);
+            assert_send_wqe(&got, &bytes, &mask, v["api"] == "ibv_post_send", name);
             first_counters.push((
                 num(&w["ctrl_decoded"]["wqe_index"]) as u16,
                 num(&w["sq_wrid_at_first_slot"]),
@@ -325,68 +310,11 @@ fn send_vectors_through(api: Api) {
         assert_eq!(dbr[0..4], dbr_before[0..4], "{name} rq dbr");
 
         // Doorbell register: exactly the range the provider wrote.
-        let reg = &r["doorbell_register"];
-        let off = num(&reg["uar_page_offset"]) as usize;
-        let len = num(&reg["length"]) as usize;
-        let page = uar.bytes();
-        let expect = hex(reg["bytes"].as_str().unwrap());
-        if reg.get("equals_wqe_bytes").is_some() {
-            // BlueFlame copies the WQE's blocks as they are in the ring: the
-            // provider's bytes under the WQE's written mask, the ring's stale
-            // (here: sentinel) bytes in the padding, in both implementations.
-            let w = &r["wqes"].as_array().unwrap().last().unwrap();
-            let mask = hex(w["written_mask"].as_str().unwrap());
-            let mut ring = Vec::new();
-            for s in w["slots"].as_array().unwrap() {
-                ring.extend(env.sq_slot(num(s) as usize));
-            }
-            assert_eq!(
-                page[off..off + len].to_vec(),
-                ring[..len].to_vec(),
-                "{name} BlueFlame = ring"
-            );
-            for i in 0..len {
-                if mask[i] == 0xff {
-                    assert_eq!(page[off + i], expect[i], "{name} BlueFlame byte {i}");
-                }
-            }
-        } else {
-            assert_eq!(page[off..off + len].to_vec(), expect, "{name} doorbell");
-        }
-        for (i, b) in page.iter().enumerate() {
-            if !(off..off + len).contains(&i) {
-                assert_eq!(*b, SENTINEL_UAR, "{name}: UAR byte {i:#x} written");
-            }
-        }
-        assert_eq!(
-            bf_after,
-            num(&reg["bf_offset_after"]) as usize,
-            "{name} bf offset"
-        );
+        let blueflame = r["doorbell_register"].get("equals_wqe_bytes").is_some();
+        assert_doorbell_register(&env, &uar, r, blueflame, bf_after, name);
 
         // wr_id at each WQE's first slot, read back through a requester CQE.
-        let mut cq = make_cq(&uar, 8, 0);
-        let mut table = CqTable::<8>::new();
-        table
-            .insert(1, env.qp.completions(true, false, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
-        let qpn = env.qp.qpn();
-        for (i, (counter, wr_id)) in first_counters.iter().enumerate() {
-            cq.write_cqe(
-                i,
-                &CqeImage::new(0, 0)
-                    .qpn(0x0a, qpn)
-                    .uidx(1)
-                    .counter(*counter)
-                    .0,
-            );
-            let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
-            assert_eq!(wc[0].wr_id, *wr_id, "{name} wr_id");
-        }
-        assert_eq!(env.qp.sq().unwrap().outstanding(), 0, "{name}: all retired");
-        drop(table);
+        assert_send_wr_ids(&mut env, &uar, &first_counters, name);
         env.reclaim();
     }
     if api == Api::Typed {

@@ -8,7 +8,7 @@
 use serde_json::Value;
 use verbs_core::*;
 
-use super::{CqEnv, CqeImage, QpEnv, SENTINEL_Q, UarPage, hex, make_cq, num};
+use super::{CqEnv, CqeImage, QpEnv, SENTINEL_Q, SENTINEL_UAR, UarPage, hex, make_cq, num};
 
 /// A vector file of `data/prm/`.
 pub fn load(file: &str) -> Value {
@@ -242,4 +242,108 @@ pub fn assert_tails(env: &mut QpEnv<'_>, r: &Value, name: &str) {
         num(&r["rq_tail_after"]),
         "{name} rq tail"
     );
+}
+
+/// The bytes of a vector's send WQE `w` as they are in the ring (its
+/// `slots`, in order).
+pub fn sq_wqe(env: &QpEnv<'_>, w: &Value) -> Vec<u8> {
+    let mut got = Vec::new();
+    for s in w["slots"].as_array().unwrap() {
+        got.extend(env.sq_slot(num(s) as usize));
+    }
+    got
+}
+
+/// Asserts a send WQE as the ring holds it (`got`) against the provider's
+/// `bytes` under its `mask`: bytes it did not write stay the sentinel,
+/// except the control segment's immediate (bytes 12..16) where the
+/// provider took the `ibv_wr_*` path (`post_send` false), which leaves it
+/// alone for opcodes without one; verbs-core always writes it (0), as
+/// `ibv_post_send` does for the same WQE.
+pub fn assert_send_wqe(got: &[u8], bytes: &[u8], mask: &[u8], post_send: bool, name: &str) {
+    assert_eq!(got.len(), bytes.len(), "{name}");
+    for i in 0..bytes.len() {
+        if mask[i] == 0xff {
+            assert_eq!(got[i], bytes[i], "{name}: WQE byte {i}");
+        } else if !post_send && (12..16).contains(&i) {
+            assert_eq!(got[i], 0, "{name}: ctrl imm byte {i}");
+        } else {
+            assert_eq!(got[i], SENTINEL_Q, "{name}: byte {i} must stay unwritten");
+        }
+    }
+}
+
+/// Asserts the doorbell register write of a vector's result `r`: exactly
+/// the range the provider wrote in the UAR page, and the BlueFlame offset
+/// after. A BlueFlame write (`blueflame`) copies the last WQE's blocks as
+/// they are in the ring: the provider's bytes under the WQE's written
+/// mask, the ring's stale (here: sentinel) bytes in the padding.
+pub fn assert_doorbell_register(
+    env: &QpEnv<'_>,
+    uar: &UarPage,
+    r: &Value,
+    blueflame: bool,
+    bf_after: usize,
+    name: &str,
+) {
+    let reg = &r["doorbell_register"];
+    let off = num(&reg["uar_page_offset"]) as usize;
+    let len = num(&reg["length"]) as usize;
+    let page = uar.bytes();
+    let expect = hex(reg["bytes"].as_str().unwrap());
+    if blueflame {
+        let w = r["wqes"].as_array().unwrap().last().unwrap();
+        let mask = hex(w["written_mask"].as_str().unwrap());
+        let ring = sq_wqe(env, w);
+        assert_eq!(
+            page[off..off + len].to_vec(),
+            ring[..len].to_vec(),
+            "{name} BlueFlame = ring"
+        );
+        for i in 0..len {
+            if mask[i] == 0xff {
+                assert_eq!(page[off + i], expect[i], "{name} BlueFlame byte {i}");
+            }
+        }
+    } else {
+        assert_eq!(page[off..off + len].to_vec(), expect, "{name} doorbell");
+    }
+    for (i, b) in page.iter().enumerate() {
+        if !(off..off + len).contains(&i) {
+            assert_eq!(*b, SENTINEL_UAR, "{name}: UAR byte {i:#x} written");
+        }
+    }
+    assert_eq!(
+        bf_after,
+        num(&reg["bf_offset_after"]) as usize,
+        "{name} bf offset"
+    );
+}
+
+/// Asserts, through one requester CQE per (WQE counter, `wr_id`) of
+/// `first`, that each WQE's completion carries the `wr_id` the provider
+/// had at its first slot, and that none is left outstanding after.
+pub fn assert_send_wr_ids(env: &mut QpEnv<'_>, uar: &UarPage, first: &[(u16, u64)], name: &str) {
+    let mut cq = make_cq(uar, 8, 0);
+    let mut table = CqTable::<8>::new();
+    table
+        .insert(1, env.qp.completions(true, false, None).unwrap())
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let qpn = env.qp.qpn();
+    for (i, (counter, wr_id)) in first.iter().enumerate() {
+        cq.write_cqe(
+            i,
+            &CqeImage::new(0, 0)
+                .qpn(0x0a, qpn)
+                .uidx(1)
+                .counter(*counter)
+                .0,
+        );
+        let mut wc = [WorkCompletion::default(); 1];
+        assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
+        assert_eq!(wc[0].wr_id, *wr_id, "{name} wr_id");
+    }
+    drop(table);
+    assert_eq!(env.qp.sq().unwrap().outstanding(), 0, "{name}: all retired");
 }
