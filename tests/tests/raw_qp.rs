@@ -16,10 +16,7 @@ use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST};
 use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::CapMode;
 use hca_driver::Error;
-use hca_driver::flow::{
-    FlowDest, RX_HASH_DST_IPV4, RX_HASH_DST_PORT_UDP, RX_HASH_SRC_IPV4, RX_HASH_SRC_PORT_UDP,
-    RxHashConf, TirDest,
-};
+use hca_driver::flow::{FlowDest, TirDest};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::ETH_L2_INLINE_HEADER_SIZE;
 use hca_driver::verbs::{
@@ -32,6 +29,9 @@ use hca_driver::verbs::{
 use hca_driver::{Config, Hca};
 use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
+use hca_tests::steer::{
+    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, selector_specs, udp4_rss,
+};
 use hca_tests::{Link, Sides};
 
 type P = EmuPlatform;
@@ -739,18 +739,18 @@ fn device_attr_raw_caps_follow_the_hca_caps() {
     }
 }
 
-/// A frame (`hca_emu::frame`, checksums zero) with `tag_byte` first in
-/// its 32-byte payload, padded to 60 bytes.
+/// A frame with `tag_byte` first in its 32-byte payload
+/// ([`marked_frame`]).
 fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag_byte: u8) -> Vec<u8> {
-    let mut pay = *b"a payload of thirty-two bytes!!!";
-    pay[0] = tag_byte;
-    Frame::new(dmac, smac)
-        .vlan(vid)
-        .l3(l3)
-        .l4(l4)
-        .payload(&pay)
-        .pad_to(60)
-        .build()
+    marked_frame(
+        dmac,
+        smac,
+        vid,
+        l3,
+        l4,
+        b"a payload of thirty-two bytes!!!",
+        tag_byte,
+    )
 }
 
 /// Completions polled from `cq` until `n` arrived (and a little after,
@@ -777,17 +777,6 @@ fn collect(cq: &Cq<P>, n: usize) -> Vec<(usize, usize, WorkCompletion, RxCqe)> {
 
 #[test]
 fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
-    const V4A: [u8; 4] = [10, 1, 1, 1];
-    const V4B: [u8; 4] = [10, 2, 2, 2];
-    const V6A: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
-    const V6B: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6];
-    const MCAST: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 1];
-    const OTHER_SMAC: [u8; 6] = [0x02, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa];
-    const KEY: [u8; 40] = [
-        0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f,
-        0xb0, 0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30,
-        0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-    ];
     let mut l = link();
     let h = l.open();
     {
@@ -822,45 +811,14 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         }
         let me = MAC_B;
         let peer = MAC_A;
-        let eth =
-            |dst: Option<[u8; 6]>, src: Option<[u8; 6]>, ty: Option<u16>, vid: Option<u16>| {
-                let mac = |m: Option<[u8; 6]>| {
-                    m.map_or(Masked::default(), |m| Masked::exact(m, [0xff; 6]))
-                };
-                FlowSpec::Eth {
-                    dst_mac: mac(dst),
-                    src_mac: mac(src),
-                    ether_type: ty.map_or(Masked::default(), |t| Masked::exact(t, 0xffff)),
-                    vlan_tag: vid.map_or(Masked::default(), |v| Masked::exact(v, 0x0fff)),
-                }
-            };
-        let specs: [FlowSpec; 9] = [
-            eth(Some(MCAST), None, None, None),
-            eth(None, Some(OTHER_SMAC), None, None),
-            eth(None, None, Some(0x88b5), None),
-            eth(None, None, None, Some(100)),
-            FlowSpec::Ipv4 {
-                src_ip: Masked::default(),
-                dst_ip: Masked::exact(V4A, [0xff; 4]),
-            },
-            FlowSpec::Ipv6 {
-                src_ip: Masked::exact(V6A, [0xff; 16]),
-                dst_ip: Masked::default(),
-            },
-            FlowSpec::Tcp {
-                src_port: Masked::default(),
-                dst_port: Masked::exact(80, 0xffff),
-            },
-            FlowSpec::Udp {
-                src_port: Masked::default(),
-                dst_port: Masked::exact(9000, 0xffff),
-            },
+        let mut specs = selector_specs().to_vec();
+        specs.push(
             // The RSS rule: UDP to port 4000.
             FlowSpec::Udp {
                 src_port: Masked::default(),
                 dst_port: Masked::exact(4000, 0xffff),
             },
-        ];
+        );
         let matches: Vec<FlowMatch> = specs
             .iter()
             .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
@@ -870,13 +828,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         let td = hb.alloc_transport_domain().unwrap();
         let rss_rqs: Vec<_> = qs[10..14].iter().map(|q| q.rq_number().unwrap()).collect();
         let rqt = hb.create_rqt(&rss_rqs).unwrap();
-        let conf = RxHashConf {
-            key: KEY,
-            fields_mask: RX_HASH_SRC_IPV4
-                | RX_HASH_DST_IPV4
-                | RX_HASH_SRC_PORT_UDP
-                | RX_HASH_DST_PORT_UDP,
-        };
+        let conf = udp4_rss();
         let rss_tir = rqt.create_tir(&td, &conf).unwrap();
 
         // Level 1: the catch-all (default miss of level 0), copied to the
@@ -965,7 +917,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
                 sel,
                 &mut input,
             );
-            let hash = toeplitz(&KEY, &input[..n]);
+            let hash = toeplitz(&RSS_KEY, &input[..n]);
             let want = 10 + (hash % 4) as usize;
             let got = collect(&cqb, 2);
             let (q, _, _, rx) = got.iter().find(|g| g.0 != 9).copied().unwrap();
