@@ -98,6 +98,20 @@ fn rts_qp(pd: &Arc<Pd<P>>, attr: QpInitAttr<P>) -> Qp<P> {
     q
 }
 
+/// Asserts that `e` is the typed refusal of a QP's create flags.
+fn assert_create_flags_refused(e: &Error) {
+    assert!(
+        matches!(
+            e,
+            Error::InvalidAttribute {
+                attr: "create_flags",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
 /// A link of two emulated HCAs made as `emu` says.
 fn link_with(emu: EmuConfig) -> Link<P> {
     Link::emulated(emu, Config::default())
@@ -356,29 +370,11 @@ fn raw_qp_bad_input_gets_typed_errors() {
             qp(QpInitAttr::new(QpType::Rc, &cqa, &cqa)
                 .create_flags(QpCreateFlags::CVLAN_STRIPPING))
             .unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::InvalidAttribute {
-                    attr: "create_flags",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_create_flags_refused(&e);
         let e =
             qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).create_flags(QpCreateFlags(1 << 1)))
                 .unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::InvalidAttribute {
-                    attr: "create_flags",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_create_flags_refused(&e);
         // Operations a raw QP does not have.
         let mut q = qp(raw_attr(&cqa, 4, 4)).unwrap();
         to_rts(&mut q);
@@ -517,16 +513,7 @@ fn cqe_fields(personality: Personality) {
                 &raw_attr(&cqb, 0, 16).create_flags(QpCreateFlags::SCATTER_FCS),
             )
             .unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    Error::InvalidAttribute {
-                        attr: "create_flags",
-                        ..
-                    }
-                ),
-                "{e}"
-            );
+            assert_create_flags_refused(&e);
         }
         let mut qs = new(QpCreateFlags::CVLAN_STRIPPING);
         let mut qf = new(if fcs_ok {
