@@ -77,6 +77,7 @@ mod config;
 pub mod datapath;
 mod device;
 mod faults;
+pub mod frame;
 mod fw;
 pub mod ifc;
 mod iommu;

@@ -16,86 +16,17 @@ use firmware_cmds::eth::{
     RX_HASH_FIELD_SELECT_SRC_IP,
 };
 use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
+use hca_emu::frame::{Frame, L3, L4};
 
-#[derive(Clone, Copy)]
-enum L3 {
-    V4([u8; 4], [u8; 4]),
-    V6([u8; 16], [u8; 16]),
-    Other(u16),
-}
-
-#[derive(Clone, Copy)]
-enum L4 {
-    Udp(u16, u16),
-    Tcp(u16, u16),
-    None,
-}
-
-/// A frame written from the Ethernet, 802.1Q, IPv4/IPv6, TCP and UDP
-/// header formats, 16 bytes of payload, checksums left for the sender's
-/// `cs_flags`.
+/// A frame (`hca_emu::frame`) with 16 bytes of payload, checksums left
+/// for the sender's `cs_flags`.
 fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dmac);
-    f.extend_from_slice(&smac);
-    if let Some(v) = vid {
-        f.extend_from_slice(&0x8100u16.to_be_bytes());
-        f.extend_from_slice(&v.to_be_bytes());
-    }
-    let mut l4b = match l4 {
-        L4::Udp(s, d) => {
-            let mut h = vec![0u8; 8];
-            h[0..2].copy_from_slice(&s.to_be_bytes());
-            h[2..4].copy_from_slice(&d.to_be_bytes());
-            h[4..6].copy_from_slice(&24u16.to_be_bytes());
-            h
-        }
-        L4::Tcp(s, d) => {
-            let mut h = vec![0u8; 20];
-            h[0..2].copy_from_slice(&s.to_be_bytes());
-            h[2..4].copy_from_slice(&d.to_be_bytes());
-            h[12] = 5 << 4;
-            h[13] = 0x18; // PSH ACK
-            h
-        }
-        L4::None => vec![],
-    };
-    l4b.extend_from_slice(b"sixteen byte pay");
-    let proto = match l4 {
-        L4::Udp(..) => 17,
-        L4::Tcp(..) => 6,
-        L4::None => 253,
-    };
-    match l3 {
-        L3::V4(s, d) => {
-            f.extend_from_slice(&0x0800u16.to_be_bytes());
-            let mut h = [0u8; 20];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&((20 + l4b.len()) as u16).to_be_bytes());
-            h[8] = 64;
-            h[9] = proto;
-            h[12..16].copy_from_slice(&s);
-            h[16..20].copy_from_slice(&d);
-            f.extend_from_slice(&h);
-        }
-        L3::V6(s, d) => {
-            f.extend_from_slice(&0x86ddu16.to_be_bytes());
-            let mut h = [0u8; 40];
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&(l4b.len() as u16).to_be_bytes());
-            h[6] = proto;
-            h[7] = 64;
-            h[8..24].copy_from_slice(&s);
-            h[24..40].copy_from_slice(&d);
-            f.extend_from_slice(&h);
-        }
-        L3::Other(t) => {
-            f.extend_from_slice(&t.to_be_bytes());
-            l4b.truncate(16);
-        }
-    }
-    f.extend_from_slice(&l4b);
-    f
+    Frame::new(dmac, smac)
+        .vlan(vid)
+        .l3(l3)
+        .l4(l4)
+        .payload(b"sixteen byte pay")
+        .build()
 }
 
 /// Sends `f` from A's raw SQ with IPv4 and TCP/UDP checksum insertion.

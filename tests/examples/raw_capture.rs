@@ -10,15 +10,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hca_driver::Config;
 use hca_driver::capture::{Flow, LoopStats, RawContextBuilder};
 use hca_driver::flow::{FlowDest, TirDest};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
-    AccessFlags, DmaBuf, Mr, QpState, RecvWr, SendFlags, SendOp, SendWr, WcStatus,
+    AccessFlags, DmaBuf, Mr, Pd, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus,
 };
+use hca_driver::{Config, Hca};
 use hca_emu::EmuConfig;
+use hca_emu::frame::{Frame, L3, L4};
 use hca_tests::Link;
+use platform::Platform;
 
 /// The UDP destination port captured.
 pub const PORT: u16 = 4660;
@@ -31,24 +33,46 @@ const RING: usize = 32;
 /// left to the device.
 pub fn udp_frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Vec<u8> {
     let payload = format!("capture frame {seq:08}");
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&[192, 168, 0, 1]);
-    ip[16..20].copy_from_slice(&[192, 168, 0, 2]);
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&(10000 + (seq % 7) as u16).to_be_bytes());
-    f.extend_from_slice(&PORT.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload.as_bytes());
-    f
+    Frame::new(dst, src)
+        .l3(L3::V4([192, 168, 0, 1], [192, 168, 0, 2]))
+        .l4(L4::Udp(10000 + (seq % 7) as u16, PORT))
+        .payload(payload.as_bytes())
+        .build()
+}
+
+/// Receive buffers: slots of [`SLOT`] bytes in one DMA buffer, its
+/// memory region and each slot's scatter entry.
+pub struct RecvSlots<P: Platform + 'static> {
+    /// The slots, back to back.
+    pub buf: Arc<DmaBuf<P>>,
+    /// The region the scatter entries name, kept while they are in use.
+    _mr: Mr<P>,
+    /// Slot `i`'s scatter entry.
+    pub sges: Vec<Sge>,
+}
+
+impl<P: Platform + 'static> RecvSlots<P> {
+    /// `n` slots registered on `pd`.
+    pub fn new(hca: &Arc<Hca<P>>, pd: &Arc<Pd<P>>, n: usize) -> Result<Self, hca_driver::Error> {
+        let buf = Arc::new(DmaBuf::alloc(hca, n * SLOT)?);
+        let mr = Mr::register(pd, &buf, AccessFlags::LOCAL_WRITE)?;
+        let sges = (0..n)
+            .map(|i| mr.sge(i * SLOT, SLOT as u32))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { buf, _mr: mr, sges })
+    }
+
+    /// One receive work request per slot, its `wr_id` the slot.
+    pub fn wrs(&self) -> Vec<RecvWr<'_>> {
+        self.sges
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RecvWr {
+                wr_id: i as u64,
+                sgl: std::slice::from_ref(s),
+            })
+            .collect()
+    }
 }
 
 /// Sends `frames` frames from side A and captures them on side B; returns
@@ -66,19 +90,8 @@ pub fn run(frames: u32) -> Result<(LoopStats, Vec<u32>), hca_driver::Error> {
             .send_wr(0)
             .recv_wr(RING as u32)
             .build(hb)?;
-        let buf = Arc::new(DmaBuf::alloc(hb, RING * SLOT)?);
-        let mr = Mr::register(&rx.pd, &buf, AccessFlags::LOCAL_WRITE)?;
-        let sges: Vec<_> = (0..RING)
-            .map(|i| mr.sge(i * SLOT, SLOT as u32))
-            .collect::<Result<_, _>>()?;
-        let wrs: Vec<RecvWr> = sges
-            .iter()
-            .enumerate()
-            .map(|(i, s)| RecvWr {
-                wr_id: i as u64,
-                sgl: std::slice::from_ref(s),
-            })
-            .collect();
+        let slots = RecvSlots::new(hb, &rx.pd, RING)?;
+        let wrs = slots.wrs();
         let table = hb.create_flow_table(0, 1, None)?;
         let m = FlowMatch::from_specs(&[FlowSpec::Udp {
             src_port: Masked::default(),
@@ -127,7 +140,7 @@ pub fn run(frames: u32) -> Result<(LoopStats, Vec<u32>), hca_driver::Error> {
         let stats = rx.repost_loop_posted(&wrs, Duration::from_millis(500), |wc, cqe| {
             let slot = wc.wr_id as usize;
             let mut b = vec![0u8; wc.byte_len as usize];
-            buf.read(slot * SLOT, &mut b).expect("the slot");
+            slots.buf.read(slot * SLOT, &mut b).expect("the slot");
             let text = String::from_utf8_lossy(&b[42..]);
             let seq: u32 = text
                 .trim_start_matches("capture frame ")

@@ -40,6 +40,7 @@ pub use hca_driver;
 pub use hca_emu;
 pub use platform;
 
+pub mod steer;
 pub mod verbs;
 
 use hca_driver::verbs::{Qp, QpCap, QpInitAttr, QpType};

@@ -20,14 +20,18 @@ use firmware_cmds::eth::{
 };
 use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::flow::{
-    FlowDest, RX_HASH_DST_IPV4, RX_HASH_DST_PORT_UDP, RX_HASH_SRC_IPV4, RX_HASH_SRC_IPV6,
-    RX_HASH_SRC_PORT_TCP, RX_HASH_SRC_PORT_UDP, RxHashConf,
+    FlowDest, RX_HASH_SRC_IPV4, RX_HASH_SRC_IPV6, RX_HASH_SRC_PORT_TCP, RX_HASH_SRC_PORT_UDP,
+    RxHashConf,
 };
-use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
+use hca_driver::steering::FlowMatch;
 use hca_driver::verbs::{AccessFlags, Context, Cq, DmaBuf, Mr, Pd};
 use hca_driver::{Config, Error, Hca, PageList, QueueId, Rqn};
+use hca_emu::frame::{L3, L4};
 use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, ObjKind, WireSpec};
 use hca_tests::Bench;
+use hca_tests::steer::{
+    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, selector_specs, udp4_rss,
+};
 
 const SLOTS: usize = 16;
 const SLOT: usize = 2048;
@@ -134,102 +138,14 @@ impl<'a> RawRq<'a> {
     }
 }
 
-#[derive(Clone, Copy)]
-enum L3 {
-    V4([u8; 4], [u8; 4]),
-    V6([u8; 16], [u8; 16]),
-    Other(u16),
-}
-
-#[derive(Clone, Copy)]
-enum L4 {
-    Udp(u16, u16),
-    Tcp(u16, u16),
-    None,
-}
-
-/// A frame from the Ethernet, 802.1Q, IPv4/IPv6, TCP and UDP header
-/// formats (checksums zero: not checked by steering), with a marker byte
-/// `tag` in its 16-byte payload.
+/// A frame with a marker byte `tag` in its 16-byte payload
+/// ([`marked_frame`]).
 fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag: u8) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dmac);
-    f.extend_from_slice(&smac);
-    if let Some(v) = vid {
-        f.extend_from_slice(&0x8100u16.to_be_bytes());
-        f.extend_from_slice(&v.to_be_bytes());
-    }
-    let mut l4b = match l4 {
-        L4::Udp(s, d) => {
-            let mut h = vec![0u8; 8];
-            h[0..2].copy_from_slice(&s.to_be_bytes());
-            h[2..4].copy_from_slice(&d.to_be_bytes());
-            h[4..6].copy_from_slice(&24u16.to_be_bytes());
-            h
-        }
-        L4::Tcp(s, d) => {
-            let mut h = vec![0u8; 20];
-            h[0..2].copy_from_slice(&s.to_be_bytes());
-            h[2..4].copy_from_slice(&d.to_be_bytes());
-            h[12] = 5 << 4;
-            h[13] = 0x18;
-            h
-        }
-        L4::None => vec![],
-    };
-    let mut pay = *b"sixteen byte pay";
-    pay[0] = tag;
-    l4b.extend_from_slice(&pay);
-    let proto = match l4 {
-        L4::Udp(..) => 17,
-        L4::Tcp(..) => 6,
-        L4::None => 253,
-    };
-    match l3 {
-        L3::V4(s, d) => {
-            f.extend_from_slice(&0x0800u16.to_be_bytes());
-            let mut h = [0u8; 20];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&((20 + l4b.len()) as u16).to_be_bytes());
-            h[8] = 64;
-            h[9] = proto;
-            h[12..16].copy_from_slice(&s);
-            h[16..20].copy_from_slice(&d);
-            f.extend_from_slice(&h);
-        }
-        L3::V6(s, d) => {
-            f.extend_from_slice(&0x86ddu16.to_be_bytes());
-            let mut h = [0u8; 40];
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&(l4b.len() as u16).to_be_bytes());
-            h[6] = proto;
-            h[7] = 64;
-            h[8..24].copy_from_slice(&s);
-            h[24..40].copy_from_slice(&d);
-            f.extend_from_slice(&h);
-        }
-        L3::Other(t) => f.extend_from_slice(&t.to_be_bytes()),
-    }
-    f.extend_from_slice(&l4b);
-    while f.len() < 60 {
-        f.push(0);
-    }
-    f
+    marked_frame(dmac, smac, vid, l3, l4, b"sixteen byte pay", tag)
 }
 
-const V4A: [u8; 4] = [10, 1, 1, 1];
-const V4B: [u8; 4] = [10, 2, 2, 2];
-const V6A: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
-const V6B: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6];
-const MCAST: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 1];
 const ME: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const PEER: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const OTHER_SMAC: [u8; 6] = [0x02, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa];
-const KEY: [u8; 40] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
 
 /// An emulated HCA on real time whose port 1 is cabled to a UDP socket
 /// this test writes frames into.
@@ -290,28 +206,6 @@ fn landed(rqs: &mut [RawRq], f: &[u8]) -> Option<usize> {
     hit
 }
 
-fn eth(dst: Option<[u8; 6]>, src: Option<[u8; 6]>, ty: Option<u16>, vid: Option<u16>) -> FlowSpec {
-    let mac = |m: Option<[u8; 6]>| m.map_or(Masked::default(), |m| Masked::exact(m, [0xff; 6]));
-    FlowSpec::Eth {
-        dst_mac: mac(dst),
-        src_mac: mac(src),
-        ether_type: ty.map_or(Masked::default(), |t| Masked::exact(t, 0xffff)),
-        vlan_tag: vid.map_or(Masked::default(), |v| Masked::exact(v, 0x0fff)),
-    }
-}
-
-fn any4() -> Masked<[u8; 4]> {
-    Masked::default()
-}
-
-fn any6() -> Masked<[u8; 16]> {
-    Masked::default()
-}
-
-fn any16() -> Masked<u16> {
-    Masked::default()
-}
-
 #[test]
 fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
     let mut w = wire();
@@ -335,28 +229,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
             .unwrap();
         let t0 = hca.create_flow_table(0, 4, Some(&t1)).unwrap();
         // One selector kind per group and rule, in priority order.
-        let specs: [FlowSpec; 8] = [
-            eth(Some(MCAST), None, None, None),
-            eth(None, Some(OTHER_SMAC), None, None),
-            eth(None, None, Some(0x88b5), None),
-            eth(None, None, None, Some(100)),
-            FlowSpec::Ipv4 {
-                src_ip: any4(),
-                dst_ip: Masked::exact(V4A, [0xff; 4]),
-            },
-            FlowSpec::Ipv6 {
-                src_ip: Masked::exact(V6A, [0xff; 16]),
-                dst_ip: any6(),
-            },
-            FlowSpec::Tcp {
-                src_port: any16(),
-                dst_port: Masked::exact(80, 0xffff),
-            },
-            FlowSpec::Udp {
-                src_port: any16(),
-                dst_port: Masked::exact(9000, 0xffff),
-            },
-        ];
+        let specs = selector_specs();
         let matches: Vec<FlowMatch> = specs
             .iter()
             .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
@@ -534,7 +407,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
                 .create_tir(
                     &td,
                     &RxHashConf {
-                        key: KEY,
+                        key: RSS_KEY,
                         fields_mask: mask,
                     },
                 )
@@ -554,13 +427,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
             hca.create_rqt(&[]).unwrap_err(),
             Error::InvalidArgument { arg: "rqs", .. }
         ));
-        let conf = RxHashConf {
-            key: KEY,
-            fields_mask: RX_HASH_SRC_IPV4
-                | RX_HASH_DST_IPV4
-                | RX_HASH_SRC_PORT_UDP
-                | RX_HASH_DST_PORT_UDP,
-        };
+        let conf = udp4_rss();
         let tir = rqt.create_tir(&td, &conf).unwrap();
         let t = hca.create_flow_table(0, 0, None).unwrap();
         let all = FlowMatch::default();
@@ -589,7 +456,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
             };
             let mut input = [0u8; MAX_HASH_INPUT];
             let n = hash_input(&fields, selected, &mut input);
-            let want = (toeplitz(&KEY, &input[..n]) % 4) as usize;
+            let want = (toeplitz(&RSS_KEY, &input[..n]) % 4) as usize;
             if rqs[want].seen == SLOTS {
                 continue;
             }

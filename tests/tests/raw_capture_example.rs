@@ -36,7 +36,7 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
     use hca_driver::capture::{Flow, RawContextBuilder};
     use hca_driver::flow::{FlowDest, TirDest};
     use hca_driver::steering::FlowMatch;
-    use hca_driver::verbs::{AccessFlags, DmaBuf, Mr, QpState, RecvWr, SendFlags, SendOp, SendWr};
+    use hca_driver::verbs::{AccessFlags, DmaBuf, Mr, QpState, SendFlags, SendOp, SendWr};
     use hca_emu::{Clock, EmuConfig};
     use hca_tests::Link;
 
@@ -57,17 +57,8 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
             .recv_wr(8)
             .build(&hb)
             .unwrap();
-        let buf = Arc::new(DmaBuf::alloc(&hb, 8 * 2048).unwrap());
-        let mr = Mr::register(&rx.pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
-        let sges: Vec<_> = (0..8).map(|i| mr.sge(i * 2048, 2048).unwrap()).collect();
-        let wrs: Vec<RecvWr> = sges
-            .iter()
-            .enumerate()
-            .map(|(i, s)| RecvWr {
-                wr_id: i as u64,
-                sgl: std::slice::from_ref(s),
-            })
-            .collect();
+        let slots = example::RecvSlots::new(&hb, &rx.pd, 8).unwrap();
+        let wrs = slots.wrs();
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let all = FlowMatch::default();
         let g = t.create_group(0, 0, &all).unwrap();

@@ -16,10 +16,7 @@ use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST};
 use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::CapMode;
 use hca_driver::Error;
-use hca_driver::flow::{
-    FlowDest, RX_HASH_DST_IPV4, RX_HASH_DST_PORT_UDP, RX_HASH_SRC_IPV4, RX_HASH_SRC_PORT_UDP,
-    RxHashConf, TirDest,
-};
+use hca_driver::flow::{FlowDest, TirDest};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::ETH_L2_INLINE_HEADER_SIZE;
 use hca_driver::verbs::{
@@ -30,7 +27,11 @@ use hca_driver::verbs::{
     WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, Hca};
+use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
+use hca_tests::steer::{
+    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, selector_specs, udp4_rss,
+};
 use hca_tests::{Link, Sides};
 
 type P = EmuPlatform;
@@ -84,6 +85,38 @@ fn to_rts(qp: &mut Qp<P>) {
     qp.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
 }
 
+/// A raw packet QP's attributes: `cq` for both queues, `send` and `recv`
+/// work requests of one SGE.
+fn raw_attr(cq: &Arc<Cq<P>>, send: u32, recv: u32) -> QpInitAttr<P> {
+    QpInitAttr::new(QpType::RawPacket, cq, cq).cap(raw_cap(send, recv))
+}
+
+/// The QP of `attr` on `pd`, at RTS.
+fn rts_qp(pd: &Arc<Pd<P>>, attr: QpInitAttr<P>) -> Qp<P> {
+    let mut q = Qp::create(pd, &attr).unwrap();
+    to_rts(&mut q);
+    q
+}
+
+/// Asserts that `e` is the typed refusal of a QP's create flags.
+fn assert_create_flags_refused(e: &Error) {
+    assert!(
+        matches!(
+            e,
+            Error::InvalidAttribute {
+                attr: "create_flags",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+/// A link of two emulated HCAs made as `emu` says.
+fn link_with(emu: EmuConfig) -> Link<P> {
+    Link::emulated(emu, Config::default())
+}
+
 /// Polls `cq` until one completion arrives (the emulator runs inline).
 fn poll_one(cq: &Cq<P>) -> WorkCompletion {
     let mut wc = [WorkCompletion::default(); 1];
@@ -104,26 +137,18 @@ fn poll_none(cq: &Cq<P>) {
 const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 
-/// An Ethernet + IPv4 + UDP frame with `payload` (checksums zero).
+/// An Ethernet + IPv4 + UDP frame from side A with `payload` (checksums
+/// zero).
 fn udp4(dst: [u8; 6], src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&MAC_A);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
-    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&src_port.to_be_bytes());
-    f.extend_from_slice(&dst_port.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
-    f
+    udp4_frame(dst, src_port, dst_port, payload).build()
+}
+
+/// [`udp4`]'s frame, to build with more options.
+fn udp4_frame(dst: [u8; 6], src_port: u16, dst_port: u16, payload: &[u8]) -> Frame<'_> {
+    Frame::new(dst, MAC_A)
+        .l3(L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
+        .l4(L4::Udp(src_port, dst_port))
+        .payload(payload)
 }
 
 /// Sends `frame` from side A's raw QP: its first `hdr` bytes inline in the
@@ -150,7 +175,7 @@ fn send_frame(qp: &mut Qp<P>, cq: &Cq<P>, mr: &Mr<P>, buf: &DmaBuf<P>, frame: &[
 }
 
 fn link() -> Link<P> {
-    Link::emulated(EmuConfig::default(), Config::default())
+    link_with(EmuConfig::default())
 }
 
 #[test]
@@ -173,16 +198,8 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         let (start_a, start_b) = (counts(ea), counts(eb));
         let pages_b = eb.firmware_pages();
 
-        let mut qa = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(16, 0)),
-        )
-        .unwrap();
-        let mut qb = Qp::create(
-            &pdb,
-            &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(16, 16)),
-        )
-        .unwrap();
+        let mut qa = Qp::create(&pda, &raw_attr(&cqa, 16, 0)).unwrap();
+        let mut qb = Qp::create(&pdb, &raw_attr(&cqb, 16, 16)).unwrap();
         assert_eq!(qa.qp_type(), QpType::RawPacket);
         assert_eq!(qa.number().0, qa.sq_number().unwrap().0);
         assert!(qa.rq_number().is_none() && qa.tir().is_none());
@@ -343,7 +360,7 @@ fn raw_qp_bad_input_gets_typed_errors() {
         let Sides { pda, cqa, .. } = h.sides(16);
         let qp = |a: QpInitAttr<P>| Qp::create(&pda, &a);
         // No queue at all.
-        let e = qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(0, 0))).unwrap_err();
+        let e = qp(raw_attr(&cqa, 0, 0)).unwrap_err();
         assert!(
             matches!(e, Error::InvalidArgument { arg: "cap", .. }),
             "{e}"
@@ -353,31 +370,13 @@ fn raw_qp_bad_input_gets_typed_errors() {
             qp(QpInitAttr::new(QpType::Rc, &cqa, &cqa)
                 .create_flags(QpCreateFlags::CVLAN_STRIPPING))
             .unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::InvalidAttribute {
-                    attr: "create_flags",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_create_flags_refused(&e);
         let e =
             qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).create_flags(QpCreateFlags(1 << 1)))
                 .unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::InvalidAttribute {
-                    attr: "create_flags",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_create_flags_refused(&e);
         // Operations a raw QP does not have.
-        let mut q = qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4))).unwrap();
+        let mut q = qp(raw_attr(&cqa, 4, 4)).unwrap();
         to_rts(&mut q);
         let buf = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let mr = Mr::register(&pda, &buf, AccessFlags::LOCAL_WRITE).unwrap();
@@ -409,15 +408,11 @@ fn raw_qp_bad_input_gets_typed_errors() {
 
 #[test]
 fn raw_qp_with_cqe_version_0_is_refused() {
-    let mut l = Link::emulated(EmuConfig::default().with_cqe_version(0), Config::default());
+    let mut l = link_with(EmuConfig::default().with_cqe_version(0));
     let h = l.open();
     {
         let Sides { pda, cqa, .. } = h.sides(16);
-        let e = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4)),
-        )
-        .unwrap_err();
+        let e = Qp::create(&pda, &raw_attr(&cqa, 4, 4)).unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)), "{e}");
     }
     l.close(h);
@@ -426,21 +421,14 @@ fn raw_qp_with_cqe_version_0_is_refused() {
 
 #[test]
 fn raw_qp_on_an_infiniband_port_is_refused() {
-    let mut l = Link::emulated(
-        EmuConfig {
-            port_type: PortType::InfiniBand,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = link_with(EmuConfig {
+        port_type: PortType::InfiniBand,
+        ..EmuConfig::default()
+    });
     let h = l.open();
     {
         let Sides { pda, cqa, .. } = h.sides(16);
-        let e = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 4)),
-        )
-        .unwrap_err();
+        let e = Qp::create(&pda, &raw_attr(&cqa, 4, 4)).unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)), "{e}");
         assert!(e.to_string().contains("InfiniBand"), "{e}");
     }
@@ -464,49 +452,6 @@ fn fcs(f: &[u8]) -> [u8; 4] {
         }
     }
     (!c).to_le_bytes()
-}
-
-/// Inserts an 802.1Q tag (TCI `tci`) after the MAC addresses.
-fn tag(f: &[u8], tci: u16) -> Vec<u8> {
-    let mut g = f[..12].to_vec();
-    g.extend_from_slice(&0x8100u16.to_be_bytes());
-    g.extend_from_slice(&tci.to_be_bytes());
-    g.extend_from_slice(&f[12..]);
-    g
-}
-
-/// The frame with the IPv4 header and UDP checksums a correct sender
-/// writes (what the device inserts with `IBV_SEND_IP_CSUM`), computed
-/// here: RFC 791/768 one's complement sums.
-fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
-    fn sum(b: &[u8], mut s: u32) -> u32 {
-        for c in b.chunks(2) {
-            s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-        }
-        s
-    }
-    fn fold(mut s: u32) -> u16 {
-        while s >> 16 != 0 {
-            s = (s & 0xffff) + (s >> 16);
-        }
-        !(s as u16)
-    }
-    let ip = 14;
-    f[ip + 10] = 0;
-    f[ip + 11] = 0;
-    let c = fold(sum(&f[ip..ip + 20], 0));
-    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
-    let udp = ip + 20;
-    let len = f.len() - udp;
-    f[udp + 6] = 0;
-    f[udp + 7] = 0;
-    let ps = sum(&f[ip + 12..ip + 20], 0) + 17 + len as u32;
-    let mut c = fold(sum(&f[udp..], ps));
-    if c == 0 {
-        c = 0xffff;
-    }
-    f[udp + 6..udp + 8].copy_from_slice(&c.to_be_bytes());
-    f
 }
 
 /// A raw receive on side B, its completion and the CQE's raw fields.
@@ -533,13 +478,10 @@ fn receive_cqe_fields_checksum_vlan_stripping_scatter_fcs_connectx5() {
 }
 
 fn cqe_fields(personality: Personality) {
-    let mut l = Link::emulated(
-        EmuConfig {
-            personality,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = link_with(EmuConfig {
+        personality,
+        ..EmuConfig::default()
+    });
     let h = l.open();
     {
         let Sides {
@@ -553,48 +495,25 @@ fn cqe_fields(personality: Personality) {
         let dev = *cb.query_device();
         assert!(dev.has_raw_packet_cap(RAW_PACKET_CAP_CVLAN_STRIPPING | RAW_PACKET_CAP_IP_CSUM));
         // Room for the inline headers with an inserted tag.
-        let mut qa = Qp::create(
+        let mut qa = rts_qp(
             &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(QpCap {
+            raw_attr(&cqa, 0, 0).cap(QpCap {
                 max_inline_data: 64,
                 ..raw_cap(16, 0)
             }),
-        )
-        .unwrap();
-        to_rts(&mut qa);
+        );
         // qs strips VLAN tags; qf keeps them and (where the device can)
         // the FCS; qn is plain.
-        let new = |flags| {
-            let mut q = Qp::create(
-                &pdb,
-                &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb)
-                    .cap(raw_cap(0, 16))
-                    .create_flags(flags),
-            )
-            .unwrap();
-            to_rts(&mut q);
-            q
-        };
+        let new = |flags| rts_qp(&pdb, raw_attr(&cqb, 0, 16).create_flags(flags));
         let fcs_ok = dev.has_raw_packet_cap(RAW_PACKET_CAP_SCATTER_FCS);
         assert_eq!(fcs_ok, personality != Personality::ConnectX4);
         if !fcs_ok {
             let e = Qp::create(
                 &pdb,
-                &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb)
-                    .cap(raw_cap(0, 16))
-                    .create_flags(QpCreateFlags::SCATTER_FCS),
+                &raw_attr(&cqb, 0, 16).create_flags(QpCreateFlags::SCATTER_FCS),
             )
             .unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    Error::InvalidAttribute {
-                        attr: "create_flags",
-                        ..
-                    }
-                ),
-                "{e}"
-            );
+            assert_create_flags_refused(&e);
         }
         let mut qs = new(QpCreateFlags::CVLAN_STRIPPING);
         let mut qf = new(if fcs_ok {
@@ -636,15 +555,15 @@ fn cqe_fields(personality: Personality) {
         // 1. A tagged UDP frame, checksums inserted by the device
         //    (IP_CSUM), into the stripping QP: the tag leaves the data for
         //    the CQE, both checksums verify.
-        let plain = udp4(MAC_B, 7, 1, b"checksummed and tagged");
+        let plain = udp4_frame(MAC_B, 7, 1, b"checksummed and tagged");
         let tci = 0x6000 | 100;
-        let f = tag(&plain, tci);
+        let f = plain.clone().vlan(tci).build();
         send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
         let (c, rx) = recv_rx(&cqb);
         let w = WorkCompletion::from(c);
         assert_eq!(w.status, WcStatus::Success);
         assert_eq!(w.wr_id, 0);
-        let expect = with_checksums(plain.clone());
+        let expect = plain.clone().checksums().build();
         assert_eq!(w.byte_len as usize, expect.len(), "the tag is stripped");
         assert_eq!(bufs[0].read(0, expect.len()), expect);
         assert!(rx.cvlan_present());
@@ -656,30 +575,33 @@ fn cqe_fields(personality: Personality) {
 
         // 2. The same without IP_CSUM: zero checksums do not verify (a UDP
         //    checksum of 0 means none; the IPv4 header's does not).
-        send_frame(&mut qa, &cqa, &ma, &sa, &tag(&plain, tci), false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
         let (c, rx) = recv_rx(&cqb);
         assert!(!rx.l3_ok() && !rx.ip_csum_ok());
         assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
         // A corrupted UDP checksum: L3 fine, L4 not.
-        let mut bad = with_checksums(udp4(MAC_B, 7, 1, b"corrupted checksum"));
+        let mut bad = udp4_frame(MAC_B, 7, 1, b"corrupted checksum")
+            .checksums()
+            .vlan(tci)
+            .build();
         let n = bad.len();
         bad[n - 1] ^= 0xff;
-        send_frame(&mut qa, &cqa, &ma, &sa, &tag(&bad, tci), false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &bad, false);
         let (c, rx) = recv_rx(&cqb);
         assert!(rx.l3_ok() && !rx.l4_ok() && !rx.ip_csum_ok());
         assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
 
         // 3. Tagged into the QP that keeps tags (vsd 1): the frame as sent,
         //    no VLAN in the CQE, and its FCS after it with scatter FCS.
-        let f = tag(
-            &with_checksums(udp4(
-                MAC_B,
-                7,
-                2,
-                b"kept with its tag and its frame check sequence",
-            )),
-            tci,
-        );
+        let f = udp4_frame(
+            MAC_B,
+            7,
+            2,
+            b"kept with its tag and its frame check sequence",
+        )
+        .checksums()
+        .vlan(tci)
+        .build();
         send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
         let (c, rx) = recv_rx(&cqb);
         let w = WorkCompletion::from(c);
@@ -695,7 +617,9 @@ fn cqe_fields(personality: Personality) {
         // 4. VLAN insertion on send (qa): an untagged frame goes out with
         //    the tag, which the stripping QP takes off again.
         let hdr = 18usize.max(usize::from(qa.eth_min_inline()));
-        let u = with_checksums(udp4(MAC_B, 7, 1, b"vlan inserted on send"));
+        let u = udp4_frame(MAC_B, 7, 1, b"vlan inserted on send")
+            .checksums()
+            .build();
         sa.write(0, &u[hdr..]).unwrap();
         qa.post_send_vlan(
             &SendWr::new(9, SendOp::Send)
@@ -802,86 +726,18 @@ fn device_attr_raw_caps_follow_the_hca_caps() {
     }
 }
 
-#[derive(Clone, Copy)]
-enum L3 {
-    V4([u8; 4], [u8; 4]),
-    V6([u8; 16], [u8; 16]),
-    Other(u16),
-}
-
-#[derive(Clone, Copy)]
-enum L4 {
-    Udp(u16, u16),
-    Tcp(u16, u16),
-    None,
-}
-
-/// A frame from the Ethernet, 802.1Q, IPv4/IPv6, TCP and UDP header
-/// formats with valid IPv4 header checksums, `tag` in its payload.
+/// A frame with `tag_byte` first in its 32-byte payload
+/// ([`marked_frame`]).
 fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag_byte: u8) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dmac);
-    f.extend_from_slice(&smac);
-    if let Some(v) = vid {
-        f.extend_from_slice(&0x8100u16.to_be_bytes());
-        f.extend_from_slice(&v.to_be_bytes());
-    }
-    let mut l4b = match l4 {
-        L4::Udp(s, d) => {
-            let mut h = vec![0u8; 8];
-            h[0..2].copy_from_slice(&s.to_be_bytes());
-            h[2..4].copy_from_slice(&d.to_be_bytes());
-            h[4..6].copy_from_slice(&40u16.to_be_bytes());
-            h
-        }
-        L4::Tcp(s, d) => {
-            let mut h = vec![0u8; 20];
-            h[0..2].copy_from_slice(&s.to_be_bytes());
-            h[2..4].copy_from_slice(&d.to_be_bytes());
-            h[12] = 5 << 4;
-            h[13] = 0x18;
-            h
-        }
-        L4::None => vec![],
-    };
-    let mut pay = *b"a payload of thirty-two bytes!!!";
-    pay[0] = tag_byte;
-    l4b.extend_from_slice(&pay);
-    let proto = match l4 {
-        L4::Udp(..) => 17,
-        L4::Tcp(..) => 6,
-        L4::None => 253,
-    };
-    match l3 {
-        L3::V4(s, d) => {
-            f.extend_from_slice(&0x0800u16.to_be_bytes());
-            let mut h = [0u8; 20];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&((20 + l4b.len()) as u16).to_be_bytes());
-            h[8] = 64;
-            h[9] = proto;
-            h[12..16].copy_from_slice(&s);
-            h[16..20].copy_from_slice(&d);
-            f.extend_from_slice(&h);
-        }
-        L3::V6(s, d) => {
-            f.extend_from_slice(&0x86ddu16.to_be_bytes());
-            let mut h = [0u8; 40];
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&(l4b.len() as u16).to_be_bytes());
-            h[6] = proto;
-            h[7] = 64;
-            h[8..24].copy_from_slice(&s);
-            h[24..40].copy_from_slice(&d);
-            f.extend_from_slice(&h);
-        }
-        L3::Other(t) => f.extend_from_slice(&t.to_be_bytes()),
-    }
-    f.extend_from_slice(&l4b);
-    while f.len() < 60 {
-        f.push(0);
-    }
-    f
+    marked_frame(
+        dmac,
+        smac,
+        vid,
+        l3,
+        l4,
+        b"a payload of thirty-two bytes!!!",
+        tag_byte,
+    )
 }
 
 /// Completions polled from `cq` until `n` arrived (and a little after,
@@ -908,17 +764,6 @@ fn collect(cq: &Cq<P>, n: usize) -> Vec<(usize, usize, WorkCompletion, RxCqe)> {
 
 #[test]
 fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
-    const V4A: [u8; 4] = [10, 1, 1, 1];
-    const V4B: [u8; 4] = [10, 2, 2, 2];
-    const V6A: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
-    const V6B: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6];
-    const MCAST: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 1];
-    const OTHER_SMAC: [u8; 6] = [0x02, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa];
-    const KEY: [u8; 40] = [
-        0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f,
-        0xb0, 0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30,
-        0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-    ];
     let mut l = link();
     let h = l.open();
     {
@@ -932,26 +777,13 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         let start = counts();
         let pages = eb.firmware_pages();
 
-        let mut qa = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(64, 0)),
-        )
-        .unwrap();
-        to_rts(&mut qa);
+        let mut qa = rts_qp(&pda, raw_attr(&cqa, 64, 0));
         let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
         // Side B: 0..8 one per selector kind, 8 the catch-all, 9 the
         // sniffer, 10..14 the RSS QPs; receive only.
         let mut qs: Vec<Qp<P>> = (0..14)
-            .map(|_| {
-                let mut q = Qp::create(
-                    &pdb,
-                    &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(0, 64)),
-                )
-                .unwrap();
-                to_rts(&mut q);
-                q
-            })
+            .map(|_| rts_qp(&pdb, raw_attr(&cqb, 0, 64)))
             .collect();
         let bufs: Vec<Bufs> = (0..14).map(|_| Bufs::new(hb, &pdb, 64)).collect();
         for (i, (q, b)) in qs.iter_mut().zip(&bufs).enumerate() {
@@ -966,45 +798,14 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         }
         let me = MAC_B;
         let peer = MAC_A;
-        let eth =
-            |dst: Option<[u8; 6]>, src: Option<[u8; 6]>, ty: Option<u16>, vid: Option<u16>| {
-                let mac = |m: Option<[u8; 6]>| {
-                    m.map_or(Masked::default(), |m| Masked::exact(m, [0xff; 6]))
-                };
-                FlowSpec::Eth {
-                    dst_mac: mac(dst),
-                    src_mac: mac(src),
-                    ether_type: ty.map_or(Masked::default(), |t| Masked::exact(t, 0xffff)),
-                    vlan_tag: vid.map_or(Masked::default(), |v| Masked::exact(v, 0x0fff)),
-                }
-            };
-        let specs: [FlowSpec; 9] = [
-            eth(Some(MCAST), None, None, None),
-            eth(None, Some(OTHER_SMAC), None, None),
-            eth(None, None, Some(0x88b5), None),
-            eth(None, None, None, Some(100)),
-            FlowSpec::Ipv4 {
-                src_ip: Masked::default(),
-                dst_ip: Masked::exact(V4A, [0xff; 4]),
-            },
-            FlowSpec::Ipv6 {
-                src_ip: Masked::exact(V6A, [0xff; 16]),
-                dst_ip: Masked::default(),
-            },
-            FlowSpec::Tcp {
-                src_port: Masked::default(),
-                dst_port: Masked::exact(80, 0xffff),
-            },
-            FlowSpec::Udp {
-                src_port: Masked::default(),
-                dst_port: Masked::exact(9000, 0xffff),
-            },
+        let mut specs = selector_specs().to_vec();
+        specs.push(
             // The RSS rule: UDP to port 4000.
             FlowSpec::Udp {
                 src_port: Masked::default(),
                 dst_port: Masked::exact(4000, 0xffff),
             },
-        ];
+        );
         let matches: Vec<FlowMatch> = specs
             .iter()
             .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
@@ -1014,13 +815,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         let td = hb.alloc_transport_domain().unwrap();
         let rss_rqs: Vec<_> = qs[10..14].iter().map(|q| q.rq_number().unwrap()).collect();
         let rqt = hb.create_rqt(&rss_rqs).unwrap();
-        let conf = RxHashConf {
-            key: KEY,
-            fields_mask: RX_HASH_SRC_IPV4
-                | RX_HASH_DST_IPV4
-                | RX_HASH_SRC_PORT_UDP
-                | RX_HASH_DST_PORT_UDP,
-        };
+        let conf = udp4_rss();
         let rss_tir = rqt.create_tir(&td, &conf).unwrap();
 
         // Level 1: the catch-all (default miss of level 0), copied to the
@@ -1109,7 +904,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
                 sel,
                 &mut input,
             );
-            let hash = toeplitz(&KEY, &input[..n]);
+            let hash = toeplitz(&RSS_KEY, &input[..n]);
             let want = 10 + (hash % 4) as usize;
             let got = collect(&cqb, 2);
             let (q, _, _, rx) = got.iter().find(|g| g.0 != 9).copied().unwrap();
@@ -1159,13 +954,10 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
 
 #[test]
 fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
-    let mut l = Link::emulated(
-        EmuConfig {
-            eth_csum_cap: false,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = link_with(EmuConfig {
+        eth_csum_cap: false,
+        ..EmuConfig::default()
+    });
     let h = l.open();
     {
         let Sides {
@@ -1179,18 +971,8 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
         let dev = ca.query_device();
         assert!(!dev.has_device_cap(DEVICE_RAW_IP_CSUM));
         assert!(!dev.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM));
-        let mut qa = Qp::create(
-            &pda,
-            &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).cap(raw_cap(4, 0)),
-        )
-        .unwrap();
-        to_rts(&mut qa);
-        let mut qb = Qp::create(
-            &pdb,
-            &QpInitAttr::new(QpType::RawPacket, &cqb, &cqb).cap(raw_cap(0, 4)),
-        )
-        .unwrap();
-        to_rts(&mut qb);
+        let mut qa = rts_qp(&pda, raw_attr(&cqa, 4, 0));
+        let mut qb = rts_qp(&pdb, raw_attr(&cqb, 0, 4));
         let hb = h.b();
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let all = FlowMatch::default();
@@ -1202,7 +984,9 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
         rb.post(&mut qb, 0);
         let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
-        let f = with_checksums(udp4(MAC_B, 1, 2, b"checksums computed by the sender"));
+        let f = udp4_frame(MAC_B, 1, 2, b"checksums computed by the sender")
+            .checksums()
+            .build();
         // IBV_SEND_IP_CSUM: refused before the device, as rdma-core does.
         let e = qa
             .post_send(

@@ -11,23 +11,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
 
-use common::hca;
+use common::{hca, scratch, spawn_until, vfio_preload};
+use hca_emu::frame::{Frame, L3, L4};
 
 const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hca-capture-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// A frame: Ethernet (optionally 802.1Q-tagged), then IPv4 or IPv6, then
 /// UDP or TCP with 4 bytes of payload (checksums as tshark expects: IPv4
@@ -62,78 +55,36 @@ impl Default for F {
     }
 }
 
-fn csum(b: &[u8]) -> u16 {
-    let mut s: u32 = b
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
 impl F {
+    /// Its bytes, through `hca_emu::frame`.
     fn bytes(&self) -> Vec<u8> {
         let payload = vec![0x5a; 4 + self.pad];
-        let mut l4 = Vec::new();
-        l4.extend_from_slice(&self.sport.to_be_bytes());
-        l4.extend_from_slice(&self.dport.to_be_bytes());
-        if self.tcp {
-            l4.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+        let l3 = if self.v6 {
+            let src = "fd00::1".parse::<std::net::Ipv6Addr>().unwrap();
+            let dst = format!("fd00::{}", self.ip_dst)
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap();
+            L3::V6(src.octets(), dst.octets())
         } else {
-            l4.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-            l4.extend_from_slice(&[0, 0]);
-        }
-        l4.extend_from_slice(&payload);
-        let proto = if self.tcp { 6 } else { 17 };
-        let mut f = Vec::new();
-        f.extend_from_slice(&self.dst);
-        f.extend_from_slice(&self.src);
-        if let Some(v) = self.vlan {
-            f.extend_from_slice(&0x8100u16.to_be_bytes());
-            f.extend_from_slice(&v.to_be_bytes());
-        }
-        if self.v6 {
-            f.extend_from_slice(&0x86ddu16.to_be_bytes());
-            let mut ip = [0u8; 40];
-            ip[0] = 0x60;
-            ip[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
-            ip[6] = proto;
-            ip[7] = 64;
-            ip[8..24].copy_from_slice(&"fd00::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
-            ip[24..40].copy_from_slice(
-                &format!("fd00::{}", self.ip_dst)
-                    .parse::<std::net::Ipv6Addr>()
-                    .unwrap()
-                    .octets(),
-            );
-            f.extend_from_slice(&ip);
-            if !self.tcp {
-                // UDP over IPv6 needs its checksum.
-                let mut ph = Vec::new();
-                ph.extend_from_slice(&ip[8..40]);
-                ph.extend_from_slice(&(l4.len() as u32).to_be_bytes());
-                ph.extend_from_slice(&[0, 0, 0, 17]);
-                ph.extend_from_slice(&l4);
-                let c = csum(&ph);
-                l4[6..8].copy_from_slice(&c.to_be_bytes());
-            }
+            L3::V4([10, 0, 0, 1], [10, 0, 0, self.ip_dst])
+        };
+        let l4 = if self.tcp {
+            L4::Tcp(self.sport, self.dport)
         } else {
-            f.extend_from_slice(&0x0800u16.to_be_bytes());
-            let mut ip = [0u8; 20];
-            ip[0] = 0x45;
-            ip[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
-            ip[8] = 64;
-            ip[9] = proto;
-            ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
-            ip[16..20].copy_from_slice(&[10, 0, 0, self.ip_dst]);
-            let c = csum(&ip);
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-            f.extend_from_slice(&ip);
+            L4::Udp(self.sport, self.dport)
+        };
+        let f = Frame::new(self.dst, self.src)
+            .vlan(self.vlan)
+            .l3(l3)
+            .l4(l4)
+            .payload(&payload)
+            .ip_checksum();
+        // UDP over IPv6 needs its checksum.
+        if self.v6 && !self.tcp {
+            f.l4_checksum().build()
+        } else {
+            f.build()
         }
-        f.extend_from_slice(&l4);
-        f
     }
 }
 
@@ -203,35 +154,17 @@ fn start(args: &[&str]) -> Run {
         .unwrap()
         .to_string();
     let wire = format!("udp:{hca_addr},{mine}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
-        .env_remove("RUST_LOG")
-        .env_remove("HCA_EMU_WIRE")
-        .arg("capture")
-        .args(args)
-        .args(["--wire", &wire])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run hca capture");
-    let err = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(|l| l.ok()) {
-            let _ = tx.send(l);
-        }
-    });
-    let mut seen = Vec::new();
-    loop {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(l) if l.starts_with("hca capture: port") => break,
-            Ok(l) => seen.push(l),
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("hca capture did not start ({e}): {seen:?}");
-            }
-        }
-    }
+    let (child, rx, _) = spawn_until(
+        Command::new(env!("CARGO_BIN_EXE_hca"))
+            .env_remove("RUST_LOG")
+            .env_remove("HCA_EMU_WIRE")
+            .arg("capture")
+            .args(args)
+            .args(["--wire", &wire])
+            .stdout(Stdio::piped()),
+        "hca capture",
+        |l| l.starts_with("hca capture: port"),
+    );
     Run {
         child,
         rx,
@@ -269,7 +202,7 @@ fn done_line(err: &[String]) -> String {
 /// checks that the pcap holds exactly `expected` (in order), the
 /// counters, and tshark's reading.
 fn check(tag: &str, selectors: &[&str], all: &[F], expected: &[usize]) {
-    let dir = scratch(tag);
+    let dir = scratch(&format!("capture-{tag}"));
     let file = dir.join("c.pcap");
     let count = expected.len().to_string();
     let mut args = vec!["-w", file.to_str().unwrap(), "-c", &count];
@@ -447,7 +380,7 @@ fn l2_selectors_take_exactly_the_frames_they_match() {
 
 #[test]
 fn sniffer_to_stdout_takes_every_frame_and_counts_frames_larger_than_a_buffer() {
-    let dir = scratch("sniffer");
+    let dir = scratch("capture-sniffer");
     // 128-byte buffers: a frame with 200 bytes of padding does not fit.
     let run = start(&["-w", "-", "-c", "3", "--sniffer", "--buf-size", "128"]);
     let arp = {
@@ -516,7 +449,7 @@ fn without_a_file_each_frame_is_one_line() {
 
 #[test]
 fn duration_ends_a_capture_that_sees_nothing() {
-    let dir = scratch("duration");
+    let dir = scratch("capture-duration");
     let file = dir.join("empty.pcap");
     let run = start(&["-w", file.to_str().unwrap(), "--duration", "0.5", "-v"]);
     let (_, err) = run.finish();
@@ -545,7 +478,7 @@ fn bad_options_are_one_clear_error() {
     assert!(e(&["capture", "--ethertype", "0x0800", "--src-ip", "::1"]).contains("contradict"));
     assert!(e(&["capture", "--sniffer", "--proto", "tcp"]).contains("--sniffer"));
     assert!(e(&["capture", "-n", "0"]).contains("-n 0"));
-    let dir = scratch("unwritable");
+    let dir = scratch("capture-unwritable");
     let bad = dir.join("no/such/dir/x.pcap");
     let msg = e(&["capture", "-w", bad.to_str().unwrap()]);
     assert!(
@@ -572,49 +505,29 @@ fn bad_options_are_one_clear_error() {
 #[ignore = "needs target/<profile>/libhca_vfio_emu.so: cargo build -p hca-vfio-emu, then run with --ignored"]
 fn vfio_preload_capture_through_a_raw_qp_and_an_infiniband_port_refused() {
     use std::os::unix::net::UnixDatagram;
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_hca"));
-    let lib = bin.with_file_name("libhca_vfio_emu.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: cargo build -p hca-vfio-emu",
-        lib.display()
-    );
-    let dir = scratch("vfio");
+    let (bin, lib) = vfio_preload();
+    let dir = scratch("capture-vfio");
     let (hca_end, my_end) = (dir.join("hca.sock"), dir.join("test.sock"));
     let file = dir.join("v.pcap");
     let sock = UnixDatagram::bind(&my_end).unwrap();
-    let mut child = Command::new(&bin)
-        .args(["-d", "0000:00:13.0", "capture", "-c", "2", "--proto", "udp"])
-        .args(["--dst-port", "4000", "-w", file.to_str().unwrap()])
-        .env("LD_PRELOAD", &lib)
-        .env(
-            "HCA_EMU_VFIO",
-            format!(
-                "0000:00:13.0=cx4,sock={},peer={}",
-                hca_end.display(),
-                my_end.display()
-            ),
-        )
-        .env_remove("RUST_LOG")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(|l| l.ok()) {
-            let _ = tx.send(l);
-        }
-    });
-    loop {
-        let l = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the capture starts");
-        if l.starts_with("hca capture: port") {
-            assert!(l.contains("vfio 0000:00:13.0"), "{l}");
-            break;
-        }
-    }
+    let (mut child, rx, l) = spawn_until(
+        Command::new(&bin)
+            .args(["-d", "0000:00:13.0", "capture", "-c", "2", "--proto", "udp"])
+            .args(["--dst-port", "4000", "-w", file.to_str().unwrap()])
+            .env("LD_PRELOAD", &lib)
+            .env(
+                "HCA_EMU_VFIO",
+                format!(
+                    "0000:00:13.0=cx4,sock={},peer={}",
+                    hca_end.display(),
+                    my_end.display()
+                ),
+            )
+            .env_remove("RUST_LOG"),
+        "hca capture under the VFIO preload",
+        |l| l.starts_with("hca capture: port"),
+    );
+    assert!(l.contains("vfio 0000:00:13.0"), "{l}");
     let frames = [
         F::default().bytes(),
         F {

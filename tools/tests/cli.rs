@@ -9,7 +9,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{hca, json};
+use common::{hca, json, scratch, vfio_preload};
 use platform::vfio::sysfs::fake::{FakeSysfs, temp_dir};
 use serde_json::Value;
 
@@ -61,12 +61,6 @@ fn trace_file() -> PathBuf {
 
 fn trace_path() -> String {
     trace_file().display().to_string()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hca-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 // ---- info ------------------------------------------------------------------
@@ -386,7 +380,7 @@ fn trace_refuses_what_is_not_a_trace() {
     let e = fails(&["trace", "/nonexistent/hca-trace.txt"]);
     assert!(e.contains("/nonexistent/hca-trace.txt"), "{e}");
 
-    let dir = scratch("trace-errors");
+    let dir = scratch("cli-trace-errors");
     let e = fails(&["trace", &dir.display().to_string()]);
     assert!(e.contains("directory"), "{e}");
 
@@ -479,7 +473,7 @@ fn a_closed_pipe_ends_quietly() {
 
 #[test]
 fn dump_commands_round_trips_through_trace() {
-    let dir = scratch("dump");
+    let dir = scratch("cli-dump");
     let dump = dir.join("info.trace");
     let o = hca(&["--dump-commands", &dump.display().to_string(), "info"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -931,13 +925,7 @@ fn poll_flag_switches_the_driver_to_polling() {
 #[test]
 #[ignore = "needs target/<profile>/libhca_vfio_emu.so: cargo build -p hca-vfio-emu, then run with --ignored"]
 fn vfio_preload_interrupts_reach_the_eventfds() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_hca"));
-    let lib = bin.with_file_name("libhca_vfio_emu.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: cargo build -p hca-vfio-emu",
-        lib.display()
-    );
+    let (bin, lib) = vfio_preload();
     let run = |extra: &[&str]| {
         let mut args = vec!["-d", "0000:00:10.0"];
         args.extend_from_slice(extra);

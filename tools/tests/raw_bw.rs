@@ -7,33 +7,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, UdpSocket};
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
-use common::{hca, json};
-
-fn free_tcp_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{free_tcp_port, free_udp_port, hca, json, scratch, spawn_until, text};
 
 #[test]
 fn raw_bw_in_one_process_receives_every_frame() {
@@ -71,36 +48,21 @@ fn raw_bw_between_two_processes_on_a_wire_with_frames_tshark_accepts() {
         format!("udp:127.0.0.1:{a},127.0.0.1:{b}"),
         format!("udp:127.0.0.1:{b},127.0.0.1:{a}"),
     );
-    let dir = std::env::temp_dir().join(format!("hca-raw-bw-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("raw-bw");
     let pcap = dir.join("server.pcap");
     let port = free_tcp_port().to_string();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_hca"))
-        .env_remove("RUST_LOG")
-        .env_remove("HCA_EMU_WIRE")
-        .args([
-            "perf", "raw-bw", "--server", "-p", &port, "--json", "--wire", &ws,
-        ])
-        .args(["--pcap", pcap.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = server.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(|l| l.ok()) {
-            let _ = tx.send(l);
-        }
-    });
-    loop {
-        let l = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the server listens");
-        if l.contains("waiting for a client") {
-            break;
-        }
-    }
+    let (server, rx, _) = spawn_until(
+        Command::new(env!("CARGO_BIN_EXE_hca"))
+            .env_remove("RUST_LOG")
+            .env_remove("HCA_EMU_WIRE")
+            .args([
+                "perf", "raw-bw", "--server", "-p", &port, "--json", "--wire", &ws,
+            ])
+            .args(["--pcap", pcap.to_str().unwrap()])
+            .stdout(Stdio::piped()),
+        "the raw-bw server",
+        |l| l.contains("waiting for a client"),
+    );
     let client = Command::new(env!("CARGO_BIN_EXE_hca"))
         .env_remove("RUST_LOG")
         .env_remove("HCA_EMU_WIRE")

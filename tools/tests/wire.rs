@@ -6,40 +6,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, UdpSocket};
-use std::path::PathBuf;
+use std::net::UdpSocket;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::hca;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn free_tcp_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hca-wire-tools-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use common::{free_tcp_port, free_udp_port, hca, scratch, spawn_until, text};
 
 /// The two ends of a wire: (server's spec, client's spec).
 fn udp_wire() -> (String, String) {
@@ -85,32 +57,11 @@ fn command(args: &[&str], wire: &str, via: Via) -> Command {
 
 /// Starts the server and returns once it listens (its stderr says so).
 fn start_server(args: &[&str], wire: &str, via: Via) -> (Child, mpsc::Receiver<String>) {
-    let mut child = command(args, wire, via)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the hca server");
-    let err = child.stderr.take().unwrap();
-    // The reader ends (and drops `tx`) at the end of the server's stderr,
-    // when it exits: after waiting for it, `rx.iter()` has every line (a
-    // `try_iter` there would race with this thread).
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(|l| l.ok()) {
-            let _ = tx.send(l);
-        }
-    });
-    let mut seen = Vec::new();
-    loop {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(l) if l.contains("waiting for a client") => break,
-            Ok(l) => seen.push(l),
-            Err(e) => {
-                let _ = child.kill();
-                panic!("the server did not listen ({e}): {seen:?}");
-            }
-        }
-    }
+    let (child, rx, _) = spawn_until(
+        command(args, wire, via).stdout(Stdio::piped()),
+        "the hca server",
+        |l| l.contains("waiting for a client"),
+    );
     (child, rx)
 }
 
@@ -201,7 +152,7 @@ fn perf_between_two_processes_over_a_wire() {
 
 #[test]
 fn pcap_holds_every_frame_of_the_wire() {
-    let d = scratch("pcap");
+    let d = scratch("wire-pcap");
     let (sp, cp) = (d.join("server.pcap"), d.join("client.pcap"));
     let wires = udp_wire();
     let port = free_tcp_port().to_string();
@@ -284,7 +235,7 @@ fn pcap_holds_every_frame_of_the_wire() {
 
 #[test]
 fn pcap_in_one_process_and_with_tcp_loopback() {
-    let d = scratch("pcap1");
+    let d = scratch("wire-pcap1");
     let f = d.join("a.pcap");
     for mode in [None, Some("--tcp-loopback")] {
         let mut args = vec![

@@ -15,16 +15,13 @@
 
 mod common;
 
+use common::replay::*;
 use common::*;
 use serde_json::Value;
 use verbs_core::*;
 
 fn raw_vectors() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../data/prm/libmlx5-raw-vectors.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    load("libmlx5-raw-vectors.json")
 }
 
 /// `raw_qp` of the fixtures with the vector's minimum inline size.
@@ -361,23 +358,8 @@ fn raw_send_vectors() {
                 mask[96..128].fill(0xff);
                 assert!(env.sq_slot(1).iter().all(|&b| b == SENTINEL_Q), "{name}");
             }
-            let mut got = Vec::new();
-            for s in w["slots"].as_array().unwrap() {
-                got.extend(env.sq_slot(num(s) as usize));
-            }
-            assert_eq!(got.len(), bytes.len(), "{name}");
-            for i in 0..bytes.len() {
-                if mask[i] == 0xff {
-                    assert_eq!(got[i], bytes[i], "{name}: WQE byte {i}");
-                } else if v["api"] != "ibv_post_send" && (12..16).contains(&i) {
-                    // The ibv_wr_* path leaves the control segment's
-                    // immediate alone; verbs-core writes 0 there, as
-                    // ibv_post_send does for the same WQE.
-                    assert_eq!(got[i], 0, "{name}: ctrl imm byte {i}");
-                } else {
-                    assert_eq!(got[i], SENTINEL_Q, "{name}: byte {i} must stay unwritten");
-                }
-            }
+            let got = sq_wqe(&env, w);
+            assert_send_wqe(&got, &bytes, &mask, v["api"] == "ibv_post_send", name);
             first_counters.push((
                 num(&w["wqe_index"]) as u16,
                 num(&w["sq_wrid_at_first_slot"]),
@@ -399,67 +381,15 @@ fn raw_send_vectors() {
             "{name}: receive word untouched"
         );
 
-        let reg = &r["doorbell_register"];
-        let off = num(&reg["uar_page_offset"]) as usize;
-        let len = num(&reg["length"]) as usize;
-        let expect = hex(reg["bytes"].as_str().unwrap());
-        let page = uar.bytes();
-        match reg["kind"].as_str().unwrap() {
-            "doorbell" => {
-                assert_eq!(page[off..off + len].to_vec(), expect, "{name} doorbell")
-            }
-            "blueflame" => {
-                // The WQE's blocks as they are in the ring (stale padding
-                // included); the provider's bytes under the WQE's mask.
-                let w = r["wqes"].as_array().unwrap().last().unwrap();
-                let mask = hex(w["written_mask"].as_str().unwrap());
-                let mut ring = Vec::new();
-                for s in w["slots"].as_array().unwrap() {
-                    ring.extend(env.sq_slot(num(s) as usize));
-                }
-                assert_eq!(
-                    page[off..off + len].to_vec(),
-                    ring[..len].to_vec(),
-                    "{name} BF"
-                );
-                for i in 0..len {
-                    if mask[i] == 0xff {
-                        assert_eq!(page[off + i], expect[i], "{name} BlueFlame byte {i}");
-                    }
-                }
-            }
+        let blueflame = match r["doorbell_register"]["kind"].as_str().unwrap() {
+            "doorbell" => false,
+            "blueflame" => true,
             k => panic!("{name}: kind {k}"),
-        }
-        for (i, b) in page.iter().enumerate() {
-            if !(off..off + len).contains(&i) {
-                assert_eq!(*b, SENTINEL_UAR, "{name}: UAR byte {i:#x} written");
-            }
-        }
-        assert_eq!(bf_after, num(&reg["bf_offset_after"]) as usize, "{name} bf");
+        };
+        assert_doorbell_register(&env, &uar, r, blueflame, bf_after, name);
 
         // The wr_id at each WQE's first slot, through requester CQEs.
-        let mut cq = make_cq(&uar, 8, 0);
-        let mut table = CqTable::<8>::new();
-        table
-            .insert(1, env.qp.completions(true, false, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
-        let qpn = env.qp.qpn();
-        for (i, (counter, wr_id)) in first_counters.iter().enumerate() {
-            cq.write_cqe(
-                i,
-                &CqeImage::new(0, 0)
-                    .qpn(0x0a, qpn)
-                    .uidx(1)
-                    .counter(*counter)
-                    .0,
-            );
-            let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
-            assert_eq!(wc[0].wr_id, *wr_id, "{name} wr_id");
-        }
-        assert_eq!(env.qp.sq().unwrap().outstanding(), 0, "{name}: all retired");
-        drop(table);
+        assert_send_wr_ids(&mut env, &uar, &first_counters, name);
         env.reclaim();
         matched += 1;
     }
@@ -479,26 +409,8 @@ fn raw_recv_vectors() {
         env.fill_rings(SENTINEL_Q);
         uar.fill(SENTINEL_UAR);
         let dbr_before = env.dbr();
-        let sgls: Vec<(u64, Vec<Sge>)> = v["wrs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| {
-                (
-                    num(&w["wr_id"]),
-                    w["sg_list"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(seg_nodata)
-                        .collect(),
-                )
-            })
-            .collect();
-        let wrs: Vec<RecvWr<'_>> = sgls
-            .iter()
-            .map(|(id, s)| RecvWr { wr_id: *id, sgl: s })
-            .collect();
+        let sgls = recv_sgls(v);
+        let wrs = recv_wrs(&sgls);
         let rq = env.qp.rq().unwrap();
         // A raw packet QP's receive doorbell record is off until RTR.
         match v["state_before"]["qp_state"].as_str().unwrap() {
@@ -506,30 +418,11 @@ fn raw_recv_vectors() {
             "IBV_QPS_INIT" => {}
             s => panic!("{name}: state {s}"),
         }
-        if wrs.len() == 1 {
-            rq.post_recv(&wrs[0]).unwrap();
-        } else {
-            rq.post_recv_list(&wrs).unwrap();
-        }
+        post_recvs(rq, &wrs);
         let r = &v["result"];
         assert_eq!(num(&r["return"]), 0, "{name}");
         assert_eq!(rq.head(), num(&r["rq_head_after"]) as u32, "{name}");
-        let rq_off = env.qp.layout().rq_offset;
-        for w in r["wqes"].as_array().unwrap() {
-            let bytes = hex(w["bytes"].as_str().unwrap());
-            let mask = hex(w["written_mask"].as_str().unwrap());
-            let got = env.read(
-                rq_off + num(&w["buffer_offset"]) as usize,
-                num(&w["stride"]) as usize,
-            );
-            for i in 0..bytes.len() {
-                if mask[i] == 0xff {
-                    assert_eq!(got[i], bytes[i], "{name}: byte {i}");
-                } else {
-                    assert_eq!(got[i], SENTINEL_Q, "{name}: byte {i} must stay unwritten");
-                }
-            }
-        }
+        assert_recv_wqes(&env, r, name);
         let d = &r["doorbell_record"];
         let dbr = env.dbr();
         if d["rq_dbrec_written"] == true {
@@ -550,50 +443,9 @@ fn raw_recv_vectors() {
         assert!(uar.bytes().iter().all(|&b| b == SENTINEL_UAR), "{name}");
 
         // wr_id per slot through raw receive CQEs (flow tag 0, not the QPN).
-        let mut cq = make_cq(&uar, 8, 0);
-        let mut table = CqTable::<8>::new();
-        table
-            .insert(2, env.qp.completions(false, true, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
-        for (i, w) in r["wqes"].as_array().unwrap().iter().enumerate() {
-            let counter = head.wrapping_add(i as u32) as u16;
-            assert_eq!(u32::from(counter) & 63, num(&w["slot"]) as u32);
-            cq.write_cqe(
-                i,
-                &CqeImage::new(2, 0)
-                    .qpn(0, 0)
-                    .uidx(2)
-                    .counter(counter)
-                    .byte_cnt(8)
-                    .0,
-            );
-            let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
-            assert_eq!(wc[0].wr_id, num(&w["rq_wrid_at_slot"]), "{name}");
-        }
-        drop(table);
+        assert_recv_wr_ids(&mut env, &uar, r, head, 0, name);
         env.reclaim();
     }
-}
-
-fn seg_nodata(v: &Value) -> Sge {
-    Sge {
-        addr: num(&v["addr"]),
-        length: num(&v["length"]) as u32,
-        lkey: num(&v["lkey"]) as u32,
-    }
-}
-
-/// How the CQE vectors are polled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PollApi {
-    /// `Cq::poll` with `ne` `WorkCompletion` slots (`ibv_poll_cq`).
-    Slice,
-    /// `Cq::poll_one` until nothing or `ne` are taken.
-    One,
-    /// `Cq::poll_one_rx`, also held to the extended CQ's reads.
-    Rx,
 }
 
 #[test]
@@ -661,66 +513,10 @@ fn raw_cqe_vectors_through(api: PollApi) {
             images.push((c["fields"].clone(), bytes));
         }
         let p = &v["poll"];
-        let ne = num(&p["ne"]) as usize;
-        let mut wc = vec![WorkCompletion::default(); ne];
-        let mut rx = Vec::new();
-        let n = match api {
-            PollApi::Slice => cq.cq().poll(&table, &mut wc).unwrap(),
-            PollApi::One | PollApi::Rx => {
-                let mut got = Vec::new();
-                let mut c = Completion::default();
-                let mut r = RxCqe::default();
-                let q = cq.cq();
-                while got.len() < ne
-                    && match api {
-                        PollApi::One => q.poll_one(&table, &mut c).unwrap(),
-                        _ => q.poll_one_rx(&table, &mut c, &mut r).unwrap(),
-                    }
-                {
-                    got.push(WorkCompletion::from(c));
-                    rx.push(r);
-                }
-                wc[..got.len()].copy_from_slice(&got);
-                got.len()
-            }
-        };
+        let (wc, n, rx) = poll_vector(&mut cq, &table, num(&p["ne"]) as usize, api);
         assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
         for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
-            let nw: Vec<&str> = e["not_written"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap())
-                .collect();
-            let chk = |fld: &str, got: u64| {
-                if !nw.contains(&fld) {
-                    assert_eq!(got, num(&e[fld]), "{name}: {fld} ({api:?})");
-                }
-            };
-            chk("wr_id", w.wr_id);
-            chk("status", w.status as u64);
-            assert_eq!(
-                w.status.as_str(),
-                e["status_str"].as_str().unwrap(),
-                "{name}"
-            );
-            chk("opcode", w.opcode as u64);
-            chk("vendor_err", u64::from(w.vendor_err));
-            chk("byte_len", u64::from(w.byte_len));
-            chk("qp_num", u64::from(w.qp_num));
-            chk("src_qp", u64::from(w.src_qp));
-            chk("wc_flags", u64::from(w.wc_flags.0));
-            chk("pkey_index", u64::from(w.pkey_index));
-            chk("slid", u64::from(w.slid));
-            chk("sl", u64::from(w.sl));
-            chk("dlid_path_bits", u64::from(w.dlid_path_bits));
-            if !nw.contains(&"imm_data") {
-                assert_eq!(
-                    w.imm_data.to_be_bytes().to_vec(),
-                    hex(e["imm_data"].as_str().unwrap()),
-                    "{name}"
-                );
-            }
+            assert_wc(w, e, name, api);
         }
         if api == PollApi::Rx {
             // The extended CQ's reads of the same CQEs.
@@ -783,30 +579,8 @@ fn raw_cqe_vectors_through(api: PollApi) {
             );
         }
         let r = &v["result"];
-        assert_eq!(
-            u64::from(cq.cq().consumer_index()),
-            num(&r["cq_cons_index_after"]),
-            "{name}"
-        );
-        let dbr = cq.dbr();
-        assert_eq!(
-            dbr[0..4].to_vec(),
-            hex(r["cq_dbrec_ci_bytes"].as_str().unwrap()),
-            "{name}"
-        );
-        assert_eq!(dbr[4..8], [0; 4], "{name}: arm word untouched");
-        let sq = env.qp.sq().unwrap();
-        assert_eq!(
-            u64::from(sq.head() - sq.outstanding()),
-            num(&r["sq_tail_after"]),
-            "{name} sq tail"
-        );
-        let rq = env.qp.rq().unwrap();
-        assert_eq!(
-            u64::from(rq.head() - rq.outstanding()),
-            num(&r["rq_tail_after"]),
-            "{name} rq tail"
-        );
+        assert_cq_after(&mut cq, r, name);
+        assert_tails(&mut env, r, name);
         drop(table);
         env.reclaim();
     }

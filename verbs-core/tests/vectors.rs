@@ -10,17 +10,10 @@
 
 mod common;
 
+use common::replay::*;
 use common::*;
 use serde_json::Value;
 use verbs_core::*;
-
-fn sge(v: &Value) -> Sge {
-    Sge {
-        addr: num(&v["addr"]),
-        length: num(&v["length"]) as u32,
-        lkey: num(&v["lkey"]) as u32,
-    }
-}
 
 fn flags(v: &Value) -> SendFlags {
     let mut f = SendFlags::NONE;
@@ -298,23 +291,8 @@ fn send_vectors_through(api: Api) {
         for w in r["wqes"].as_array().unwrap() {
             let bytes = hex(w["bytes"].as_str().unwrap());
             let mask = hex(w["written_mask"].as_str().unwrap());
-            let mut got = Vec::new();
-            for s in w["slots"].as_array().unwrap() {
-                got.extend(env.sq_slot(num(s) as usize));
-            }
-            assert_eq!(got.len(), bytes.len(), "{name}");
-            for i in 0..bytes.len() {
-                if mask[i] == 0xff {
-                    assert_eq!(got[i], bytes[i], "{name}: WQE byte {i}");
-                } else if v["api"] != "ibv_post_send" && (12..16).contains(&i) {
-                    // The ibv_wr_* path leaves the control segment's immediate
-                    // alone for opcodes without one; we always write it (0),
-                    // like ibv_post_send does for the same WQE.
-                    assert_eq!(got[i], 0, "{name}: ctrl imm byte {i}");
-                } else {
-                    assert_eq!(got[i], SENTINEL_Q, "{name}: byte {i} must stay unwritten");
-                }
-            }
+            let got = sq_wqe(&env, w);
+            assert_send_wqe(&got, &bytes, &mask, v["api"] == "ibv_post_send", name);
             first_counters.push((
                 num(&w["ctrl_decoded"]["wqe_index"]) as u16,
                 num(&w["sq_wrid_at_first_slot"]),
@@ -332,68 +310,11 @@ fn send_vectors_through(api: Api) {
         assert_eq!(dbr[0..4], dbr_before[0..4], "{name} rq dbr");
 
         // Doorbell register: exactly the range the provider wrote.
-        let reg = &r["doorbell_register"];
-        let off = num(&reg["uar_page_offset"]) as usize;
-        let len = num(&reg["length"]) as usize;
-        let page = uar.bytes();
-        let expect = hex(reg["bytes"].as_str().unwrap());
-        if reg.get("equals_wqe_bytes").is_some() {
-            // BlueFlame copies the WQE's blocks as they are in the ring: the
-            // provider's bytes under the WQE's written mask, the ring's stale
-            // (here: sentinel) bytes in the padding, in both implementations.
-            let w = &r["wqes"].as_array().unwrap().last().unwrap();
-            let mask = hex(w["written_mask"].as_str().unwrap());
-            let mut ring = Vec::new();
-            for s in w["slots"].as_array().unwrap() {
-                ring.extend(env.sq_slot(num(s) as usize));
-            }
-            assert_eq!(
-                page[off..off + len].to_vec(),
-                ring[..len].to_vec(),
-                "{name} BlueFlame = ring"
-            );
-            for i in 0..len {
-                if mask[i] == 0xff {
-                    assert_eq!(page[off + i], expect[i], "{name} BlueFlame byte {i}");
-                }
-            }
-        } else {
-            assert_eq!(page[off..off + len].to_vec(), expect, "{name} doorbell");
-        }
-        for (i, b) in page.iter().enumerate() {
-            if !(off..off + len).contains(&i) {
-                assert_eq!(*b, SENTINEL_UAR, "{name}: UAR byte {i:#x} written");
-            }
-        }
-        assert_eq!(
-            bf_after,
-            num(&reg["bf_offset_after"]) as usize,
-            "{name} bf offset"
-        );
+        let blueflame = r["doorbell_register"].get("equals_wqe_bytes").is_some();
+        assert_doorbell_register(&env, &uar, r, blueflame, bf_after, name);
 
         // wr_id at each WQE's first slot, read back through a requester CQE.
-        let mut cq = make_cq(&uar, 8, 0);
-        let mut table = CqTable::<8>::new();
-        table
-            .insert(1, env.qp.completions(true, false, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
-        let qpn = env.qp.qpn();
-        for (i, (counter, wr_id)) in first_counters.iter().enumerate() {
-            cq.write_cqe(
-                i,
-                &CqeImage::new(0, 0)
-                    .qpn(0x0a, qpn)
-                    .uidx(1)
-                    .counter(*counter)
-                    .0,
-            );
-            let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
-            assert_eq!(wc[0].wr_id, *wr_id, "{name} wr_id");
-        }
-        assert_eq!(env.qp.sq().unwrap().outstanding(), 0, "{name}: all retired");
-        drop(table);
+        assert_send_wr_ids(&mut env, &uar, &first_counters, name);
         env.reclaim();
     }
     if api == Api::Typed {
@@ -415,45 +336,13 @@ fn recv_vectors() {
         env.fill_rings(SENTINEL_Q);
         uar.fill(SENTINEL_UAR);
         let dbr_before = env.dbr();
-        let sgls: Vec<(u64, Vec<Sge>)> = v["wrs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| {
-                (
-                    num(&w["wr_id"]),
-                    w["sg_list"].as_array().unwrap().iter().map(sge).collect(),
-                )
-            })
-            .collect();
-        let wrs: Vec<RecvWr<'_>> = sgls
-            .iter()
-            .map(|(id, s)| RecvWr { wr_id: *id, sgl: s })
-            .collect();
+        let sgls = recv_sgls(v);
+        let wrs = recv_wrs(&sgls);
         let rq = env.qp.rq().unwrap();
-        if wrs.len() == 1 {
-            rq.post_recv(&wrs[0]).unwrap();
-        } else {
-            rq.post_recv_list(&wrs).unwrap();
-        }
+        post_recvs(rq, &wrs);
         let r = &v["result"];
         assert_eq!(rq.head(), num(&r["rq_head_after"]) as u32, "{name}");
-        let rq_off = env.qp.layout().rq_offset;
-        for w in r["wqes"].as_array().unwrap() {
-            let bytes = hex(w["bytes"].as_str().unwrap());
-            let mask = hex(w["written_mask"].as_str().unwrap());
-            let got = env.read(
-                rq_off + num(&w["buffer_offset"]) as usize,
-                num(&w["stride"]) as usize,
-            );
-            for i in 0..bytes.len() {
-                if mask[i] == 0xff {
-                    assert_eq!(got[i], bytes[i], "{name}: byte {i}");
-                } else {
-                    assert_eq!(got[i], SENTINEL_Q, "{name}: byte {i} must stay unwritten");
-                }
-            }
-        }
+        assert_recv_wqes(&env, r, name);
         let d = &r["doorbell_record"];
         let dbr = env.dbr();
         assert_eq!(
@@ -468,41 +357,10 @@ fn recv_vectors() {
         );
 
         // wr_id per slot, through responder CQEs.
-        let mut cq = make_cq(&uar, 8, 0);
-        let mut table = CqTable::<8>::new();
-        table
-            .insert(2, env.qp.completions(false, true, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
         let qpn = env.qp.qpn();
-        for (i, w) in r["wqes"].as_array().unwrap().iter().enumerate() {
-            let counter = head.wrapping_add(i as u32) as u16;
-            assert_eq!(u32::from(counter) & 63, num(&w["slot"]) as u32);
-            cq.write_cqe(
-                i,
-                &CqeImage::new(2, 0)
-                    .qpn(0, qpn)
-                    .uidx(2)
-                    .counter(counter)
-                    .byte_cnt(8)
-                    .0,
-            );
-            let mut wc = [WorkCompletion::default(); 1];
-            assert_eq!(cq.cq().poll(&table, &mut wc), Ok(1), "{name}");
-            assert_eq!(wc[0].wr_id, num(&w["rq_wrid_at_slot"]), "{name}");
-        }
-        drop(table);
+        assert_recv_wr_ids(&mut env, &uar, r, head, qpn, name);
         env.reclaim();
     }
-}
-
-/// How the CQE vectors are polled.
-#[derive(Clone, Copy, Debug)]
-enum PollApi {
-    /// `Cq::poll` with `ne` `WorkCompletion` slots.
-    Slice,
-    /// `Cq::poll_one` until it gives nothing or `ne` are taken.
-    One,
 }
 
 #[test]
@@ -575,93 +433,20 @@ fn cqe_vectors_through(api: PollApi) {
             cq.write_cqe(num(&c["slot"]) as usize, &hex(c["bytes"].as_str().unwrap()));
         }
         let p = &v["poll"];
-        let ne = num(&p["ne"]) as usize;
-        let mut wc = vec![WorkCompletion::default(); ne];
-        let n = match api {
-            PollApi::Slice => cq.cq().poll(&table, &mut wc).unwrap(),
-            PollApi::One => {
-                let mut got = Vec::new();
-                let mut c = Completion::default();
-                let q = cq.cq();
-                while got.len() < ne && q.poll_one(&table, &mut c).unwrap() {
-                    got.push(WorkCompletion::from(c));
-                }
-                wc[..got.len()].copy_from_slice(&got);
-                got.len()
-            }
-        };
+        let (wc, n, _) = poll_vector(&mut cq, &table, num(&p["ne"]) as usize, api);
         assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
         for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
-            let nw: Vec<&str> = e["not_written"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap())
-                .collect();
-            let chk = |f: &str, got: u64| {
-                if !nw.contains(&f) {
-                    assert_eq!(got, num(&e[f]), "{name}: {f}");
-                }
-            };
-            chk("wr_id", w.wr_id);
-            chk("status", w.status as u64);
-            assert_eq!(
-                w.status.as_str(),
-                e["status_str"].as_str().unwrap(),
-                "{name}"
-            );
+            assert_wc(w, e, name, api);
             assert_eq!(
                 w.status.name(),
                 e["status_name"].as_str().unwrap(),
                 "{name}"
             );
-            chk("opcode", w.opcode as u64);
-            chk("vendor_err", u64::from(w.vendor_err));
-            chk("byte_len", u64::from(w.byte_len));
-            chk("qp_num", u64::from(w.qp_num));
-            chk("src_qp", u64::from(w.src_qp));
-            chk("wc_flags", u64::from(w.wc_flags.0));
-            chk("pkey_index", u64::from(w.pkey_index));
-            chk("slid", u64::from(w.slid));
-            chk("sl", u64::from(w.sl));
-            chk("dlid_path_bits", u64::from(w.dlid_path_bits));
-            if let Some(rkey) = e.get("invalidated_rkey") {
-                assert_eq!(w.invalidated_rkey(), Some(num(rkey) as u32), "{name}");
-            } else if !nw.contains(&"imm_data") {
-                // imm_data as the 4 bytes of ibv_wc (network order).
-                assert_eq!(
-                    w.imm_data.to_be_bytes().to_vec(),
-                    hex(e["imm_data"].as_str().unwrap()),
-                    "{name}"
-                );
-            }
         }
         let r = &v["result"];
-        assert_eq!(
-            u64::from(cq.cq().consumer_index()),
-            num(&r["cq_cons_index_after"]),
-            "{name}"
-        );
-        let dbr = cq.dbr();
-        assert_eq!(
-            dbr[0..4].to_vec(),
-            hex(r["cq_dbrec_ci_bytes"].as_str().unwrap()),
-            "{name}"
-        );
-        assert_eq!(dbr[4..8], [0; 4], "{name}: arm word untouched");
+        assert_cq_after(&mut cq, r, name);
         let env = if v["qp"] == "rc_qp" { &mut rc } else { &mut ud };
-        let sq = env.qp.sq().unwrap();
-        assert_eq!(
-            u64::from(sq.head() - sq.outstanding()),
-            num(&r["sq_tail_after"]),
-            "{name} sq tail"
-        );
-        let rq = env.qp.rq().unwrap();
-        assert_eq!(
-            u64::from(rq.head() - rq.outstanding()),
-            num(&r["rq_tail_after"]),
-            "{name} rq tail"
-        );
+        assert_tails(env, r, name);
         drop(table);
         rc.reclaim();
         ud.reclaim();

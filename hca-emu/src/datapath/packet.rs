@@ -30,6 +30,8 @@
 //! Ethernet send queue can put any frame on the wire): parsing never
 //! panics and rejects anything inconsistent.
 
+use crate::frame::internet_checksum as ip_checksum;
+
 /// IPv4 ethertype.
 pub(crate) const ETH_P_IPV4: u16 = 0x0800;
 /// IPv6 ethertype.
@@ -173,18 +175,6 @@ impl Bth {
             psn: u32::from_be_bytes([0, b[9], b[10], b[11]]),
         }
     }
-}
-
-fn ip_checksum(h: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in h.chunks(2) {
-        let w = u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]);
-        s += u32::from(w);
-    }
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
 }
 
 /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`).

@@ -10,6 +10,7 @@ use super::packet::{ETH_MIN_FRAME, ETH_P_IPV4, ETH_P_IPV6, ETH_P_VLAN, ethernet_
 use super::steer;
 use super::wqe::{self, SqKind, opcode};
 use crate::device::Device;
+use crate::frame::{fold, ones_sum as sum16};
 use crate::fw::{ObjKind, buf_addr};
 use crate::ifc::ifc;
 
@@ -17,20 +18,6 @@ use crate::ifc::ifc;
 const CS_L3: u8 = 0x40;
 /// `cs_flags`: insert the TCP/UDP checksum.
 const CS_L4: u8 = 0x80;
-
-fn sum16(b: &[u8], mut s: u32) -> u32 {
-    for c in b.chunks(2) {
-        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    s
-}
-
-fn fold(mut s: u32) -> u16 {
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
 
 /// Inserts checksums into an outgoing frame (IPv4 header; TCP or UDP
 /// over IPv4/IPv6 without extension headers). Anything else is left alone.

@@ -658,16 +658,10 @@ mod tests {
 
     #[test]
     fn summary_names_addresses_and_ports() {
-        let mut f = vec![0u8; 14 + 20 + 8];
-        f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xb]);
-        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xa]);
-        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-        f[14] = 0x45;
-        f[23] = 17;
-        f[26..30].copy_from_slice(&[10, 0, 0, 1]);
-        f[30..34].copy_from_slice(&[10, 0, 0, 2]);
-        f[34..36].copy_from_slice(&1234u16.to_be_bytes());
-        f[36..38].copy_from_slice(&4000u16.to_be_bytes());
+        let f = hca_emu::frame::Frame::new([2, 0, 0, 0, 0, 0xb], [2, 0, 0, 0, 0, 0xa])
+            .l3(hca_emu::frame::L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
+            .l4(hca_emu::frame::L4::Udp(1234, 4000))
+            .build();
         let s = summary(Duration::from_secs(3661), &f);
         assert_eq!(
             s,

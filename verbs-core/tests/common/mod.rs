@@ -1,6 +1,8 @@
 //! Test fixtures: the golden-vector queue setups on heap memory.
 #![allow(dead_code, missing_docs)]
 
+pub mod replay;
+
 use platform::MmioWindow;
 use platform::host::HostBlock;
 use verbs_core::*;
@@ -248,11 +250,7 @@ pub fn num(v: &serde_json::Value) -> u64 {
 }
 
 pub fn vectors() -> serde_json::Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../data/prm/libmlx5-vectors.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    replay::load("libmlx5-vectors.json")
 }
 
 /// The fixture address handles, built by our `mlx5_create_ah`.

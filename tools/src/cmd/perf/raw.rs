@@ -30,6 +30,7 @@ use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
     DeviceAttr, RAW_PACKET_CAP_IP_CSUM, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
 };
+use hca_emu::frame::{Frame, L3, L4};
 use platform::Platform;
 use serde::{Deserialize, Serialize};
 
@@ -64,43 +65,21 @@ const DRAIN: Duration = Duration::from_secs(1);
 /// How long a side waits without progress before giving up.
 const STALL: Duration = Duration::from_secs(10);
 
-/// The frame of `size` bytes from `src` to `dst` (sequence number 0).
+/// The frame of `size` bytes (at least [`SEQ_AT`] + 8) from `src` to
+/// `dst`: IPv4 with don't-fragment and its header checksum, UDP with
+/// checksum 0, sequence number 0 then the bytes 0, 1, 2... as payload.
 pub fn udp_frame(src: [u8; 6], dst: [u8; 6], size: usize) -> Vec<u8> {
-    let mut f = vec![0u8; size];
-    f[0..6].copy_from_slice(&dst);
-    f[6..12].copy_from_slice(&src);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip_len = (size - 14) as u16;
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    ip[6] = 0x40; // don't fragment
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&CLIENT_IP);
-    ip[16..20].copy_from_slice(&SERVER_IP);
-    let c = ipv4_checksum(ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let udp = &mut f[34..42];
-    udp[0..2].copy_from_slice(&SRC_PORT.to_be_bytes());
-    udp[2..4].copy_from_slice(&DST_PORT.to_be_bytes());
-    udp[4..6].copy_from_slice(&(ip_len - 20).to_be_bytes());
-    for (i, b) in f[SEQ_AT + 8..].iter_mut().enumerate() {
+    let mut payload = vec![0u8; size - SEQ_AT];
+    for (i, b) in payload[8..].iter_mut().enumerate() {
         *b = i as u8;
     }
-    f
-}
-
-/// The Internet checksum of an IPv4 header (its checksum field 0).
-pub fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut s: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
+    Frame::new(dst, src)
+        .l3(L3::V4(CLIENT_IP, SERVER_IP))
+        .l4(L4::Udp(SRC_PORT, DST_PORT))
+        .payload(&payload)
+        .dont_fragment()
+        .ip_checksum()
+        .build()
 }
 
 /// The server's flow rule: its MAC, the server IP and the UDP port.
@@ -766,6 +745,7 @@ fn client(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hca_emu::frame::internet_checksum;
 
     #[test]
     fn frames_have_a_valid_ipv4_header_and_the_udp_lengths() {
@@ -774,16 +754,15 @@ mod tests {
         assert_eq!(&f[0..6], &[2, 0, 0, 0, 0, 2]);
         assert_eq!(&f[12..14], &[0x08, 0x00]);
         // A header with its checksum sums to 0xffff (complement 0).
-        assert_eq!(ipv4_checksum(&f[14..34]), 0);
+        assert_eq!(internet_checksum(&f[14..34]), 0);
         assert_eq!(u16::from_be_bytes([f[16], f[17]]), 86);
         assert_eq!(u16::from_be_bytes([f[38], f[39]]), 66);
         assert_eq!(u16::from_be_bytes([f[36], f[37]]), DST_PORT);
-        // A published example (RFC 1071 style): 4500 0073 0000 4000 4011
-        // 0000 c0a8 0001 c0a8 00c7 has checksum b861.
-        let h = [
-            0x45, 0, 0, 0x73, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 0xc0, 0xa8, 0, 1, 0xc0, 0xa8, 0,
-            0xc7,
-        ];
-        assert_eq!(ipv4_checksum(&h), 0xb861);
+        // Byte for byte as before the frame builder was shared: DF, TTL 64,
+        // UDP, the header checksum, checksum 0, the counting payload.
+        assert_eq!(&f[20..24], &[0x40, 0, 64, 17]);
+        assert_eq!(&f[40..42], &[0, 0]);
+        assert_eq!(&f[42..50], &[0; 8]);
+        assert!(f[50..].iter().enumerate().all(|(i, &b)| b == i as u8));
     }
 }
