@@ -6,6 +6,7 @@
 //! MODIFY_RQ/MODIFY_SQ, and its destroy gives every object and page back.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use firmware_cmds::caps::{CAP_ETHERNET_OFFLOADS, CAP_GENERAL};
 use firmware_cmds::eth::{
@@ -117,16 +118,21 @@ fn link_with(emu: EmuConfig) -> Link<P> {
     Link::emulated(emu, Config::default())
 }
 
-/// Polls `cq` until one completion arrives (the emulator runs inline).
+/// How long a completion may take: the emulated devices run on their own
+/// threads, which a loaded machine may not schedule for a while.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Polls `cq` until one completion arrives ([`WAIT`] at the most).
 fn poll_one(cq: &Cq<P>) -> WorkCompletion {
     let mut wc = [WorkCompletion::default(); 1];
-    for _ in 0..10_000 {
+    let t = Instant::now();
+    while t.elapsed() < WAIT {
         if cq.poll(&mut wc).unwrap() == 1 {
             return wc[0];
         }
         std::thread::yield_now();
     }
-    panic!("no completion on {cq:?}");
+    panic!("no completion on {cq:?} in {WAIT:?}");
 }
 
 fn poll_none(cq: &Cq<P>) {
@@ -458,13 +464,14 @@ fn fcs(f: &[u8]) -> [u8; 4] {
 fn recv_rx(cq: &Cq<P>) -> (hca_driver::verbs::Completion, RxCqe) {
     let mut c = hca_driver::verbs::Completion::default();
     let mut rx = RxCqe::default();
-    for _ in 0..10_000 {
+    let t = Instant::now();
+    while t.elapsed() < WAIT {
         if cq.poll_one_rx(&mut c, &mut rx).unwrap() {
             return (c, rx);
         }
         std::thread::yield_now();
     }
-    panic!("no completion on {cq:?}");
+    panic!("no completion on {cq:?} in {WAIT:?}");
 }
 
 #[test]
@@ -745,7 +752,13 @@ fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag_byt
 fn collect(cq: &Cq<P>, n: usize) -> Vec<(usize, usize, WorkCompletion, RxCqe)> {
     let mut got = Vec::new();
     let mut idle = 0;
+    let t = Instant::now();
     while idle < 200 {
+        assert!(
+            t.elapsed() < WAIT,
+            "{} of {n} completions on {cq:?} in {WAIT:?}",
+            got.len()
+        );
         let mut c = hca_driver::verbs::Completion::default();
         let mut rx = RxCqe::default();
         if cq.poll_one_rx(&mut c, &mut rx).unwrap() {
