@@ -11,13 +11,12 @@ use core::ptr::NonNull;
 use core::time::Duration;
 
 use crate::arch::{self, exit, now};
-use hca_bare_metal::xchg;
+use hca_bare_metal::{rc, xchg};
 use hca_driver::verbs::{
-    AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpAttr,
-    QpInitAttr, QpState, QpType, SendFlags, SendOp, SendWr, SlotShare, WcOpcode, WcStatus,
-    WorkCompletion,
+    Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpInitAttr, QpType, SendFlags, SendOp,
+    SendWr, SlotShare, WcOpcode, WcStatus, WorkCompletion,
 };
-use hca_driver::{Config, Hca, IbMtu, Rkey, WaitMode};
+use hca_driver::{Config, Hca, Rkey, WaitMode};
 use platform::bare_metal::pci::{Ecam, PciFunction};
 use platform::bare_metal::{BareMetal, DmaMemory};
 use platform::slot::{Slot, SlotRef};
@@ -245,8 +244,6 @@ fn run() -> Res<()> {
     r
 }
 
-const ACCESS: AccessFlags = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
-
 /// PD, MR, CQ, QP; the exchange with the peer; RDMA WRITE and SEND; the
 /// verdict; every object destroyed.
 fn traffic(hca: &SlotRef<Hca<Plat>>) -> Res<()> {
@@ -262,10 +259,10 @@ fn traffic(hca: &SlotRef<Hca<Plat>>) -> Res<()> {
     let buf = BUF
         .put(DmaBuf::alloc(hca, 16 << 10).map_err(fail("buffer"))?)
         .map_err(|_| Failed)?;
-    let mr = Mr::register(&pd, &buf, ACCESS).map_err(fail("MR"))?;
+    let mr = Mr::register(&pd, &buf, rc::ACCESS).map_err(fail("MR"))?;
     let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).map_err(fail("QP"))?;
     let gid = ctx
-        .query_gid(1, u16::from(DEFAULT_GID_INDEX))
+        .query_gid(rc::PORT, u16::from(DEFAULT_GID_INDEX))
         .map_err(fail("GID"))?;
     say!(
         "verbs: {}, {}, {} lkey {:#x}, {}; GID {:?}",
@@ -312,35 +309,9 @@ fn exchange_and_send(
         prkey.0
     );
 
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .port(1)
-            .pkey_index(0)
-            .access(ACCESS),
-    )
-    .map_err(fail("QP to INIT"))?;
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Rtr)
-            .path_mtu(IbMtu::Mtu1024)
-            .dest_qp_num(pqpn)
-            .rq_psn(0)
-            .max_dest_rd_atomic(1)
-            .min_rnr_timer(12)
-            .ah(AhAttr::roce(1, pgid, DEFAULT_GID_INDEX)),
-    )
-    .map_err(fail("QP to RTR"))?;
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Rts)
-            .sq_psn(0)
-            .timeout(14)
-            .retry_cnt(7)
-            .rnr_retry(7)
-            .max_rd_atomic(1),
-    )
-    .map_err(fail("QP to RTS"))?;
+    qp.modify(&rc::init()).map_err(fail("QP to INIT"))?;
+    qp.modify(&rc::rtr(pqpn, pgid)).map_err(fail("QP to RTR"))?;
+    qp.modify(&rc::rts()).map_err(fail("QP to RTS"))?;
 
     Xchg::set(xchg::GUEST_QPN, qp.number().0);
     Xchg::set_gid(xchg::GUEST_GID, gid);

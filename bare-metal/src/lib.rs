@@ -18,8 +18,8 @@
 //! `src/arch/`.
 //!
 //! This library is what the image and its host-side peer share: the
-//! layout of the exchange page ([`xchg`]) and the machines' addresses
-//! ([`virt`], [`q35`]).
+//! layout of the exchange page ([`xchg`]), the machines' addresses
+//! ([`virt`], [`q35`]) and the RC connection both ends set up ([`rc`]).
 #![no_std]
 
 /// Addresses of QEMU's aarch64 `virt` machine (QEMU 7.2, `highmem=off`:
@@ -76,6 +76,57 @@ pub mod q35 {
     /// `-no-reboot`. `tests/peers/run.sh` translates back.
     pub const fn debug_exit_value(s: u32) -> u32 {
         s.saturating_add(1)
+    }
+}
+
+/// The RC connection the image and its peer agree on: the attributes of
+/// the INIT, RTR and RTS transitions (`ibv_modify_qp`'s), the same on both
+/// ends, so that one cannot drift from the other.
+pub mod rc {
+    use hca_driver::IbMtu;
+    use hca_driver::verbs::{AccessFlags, AhAttr, DEFAULT_GID_INDEX, Gid, QpAttr, QpState};
+
+    /// The port both ends use.
+    pub const PORT: u8 = 1;
+
+    /// Remote access granted on the QP (and the peer's memory region):
+    /// RDMA WRITE into the buffer, and local writes of received SENDs.
+    pub const ACCESS: AccessFlags =
+        AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
+
+    /// RESET → INIT on [`PORT`], P_Key index 0, with [`ACCESS`].
+    pub fn init() -> QpAttr {
+        QpAttr::new()
+            .state(QpState::Init)
+            .port(PORT)
+            .pkey_index(0)
+            .access(ACCESS)
+    }
+
+    /// INIT → RTR toward the remote QP `dest_qpn` at RoCE GID `gid`: path
+    /// MTU 1024, receive PSN 0, one incoming RDMA READ/atomic, RNR timer 12
+    /// (0.64 ms).
+    pub fn rtr(dest_qpn: u32, gid: Gid) -> QpAttr {
+        QpAttr::new()
+            .state(QpState::Rtr)
+            .path_mtu(IbMtu::Mtu1024)
+            .dest_qp_num(dest_qpn)
+            .rq_psn(0)
+            .max_dest_rd_atomic(1)
+            .min_rnr_timer(12)
+            .ah(AhAttr::roce(PORT, gid, DEFAULT_GID_INDEX))
+    }
+
+    /// RTR → RTS: send PSN 0, ACK timeout 14 (67 ms), seven retries and
+    /// seven RNR retries, one outstanding RDMA READ/atomic.
+    pub fn rts() -> QpAttr {
+        QpAttr::new()
+            .state(QpState::Rts)
+            .sq_psn(0)
+            .timeout(14)
+            .retry_cnt(7)
+            .rnr_retry(7)
+            .max_rd_atomic(1)
     }
 }
 

@@ -203,6 +203,17 @@ impl Caps {
                     );
                 }
             }
+            // Host-endian 8-byte atomics can be asked for (SET_HCA_CAP of
+            // the atomic caps, as Linux's handle_hca_cap_atomic does);
+            // the recorded ConnectX-4 cannot.
+            if let Some(a) = caps.max.get_mut(&CAP_ATOMIC) {
+                crate::ifc::ifc().set(
+                    a,
+                    "atomic_caps",
+                    "supported_atomic_req_8B_endianness_mode_1",
+                    1,
+                );
+            }
         }
         let ts = u64::from(cfg.effective_ts_format_caps().cap());
         for max in [false, true] {

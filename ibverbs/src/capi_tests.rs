@@ -307,11 +307,7 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
     assert_eq!(ibv_get_cq_event(b.chan, &mut ecq, &mut ectx), 0);
     assert_eq!(ecq, b.cq);
     assert_eq!(ectx as usize, 0x5eed);
-    assert_eq!(
-        ibv_destroy_cq(b.cq),
-        libc::EBUSY,
-        "an event not acknowledged"
-    );
+    assert_eq!(ibv_destroy_cq(b.cq), libc::EBUSY, "the QP uses it");
     ibv_ack_cq_events(b.cq, 1);
     let rc = poll_one(b.cq);
     assert_eq!(
@@ -681,4 +677,272 @@ fn rereg_mr_moves_a_region_to_other_memory() {
     drop((a, b));
     assert_eq!(ibv_dealloc_pd(pd3), 0);
     assert_eq!(ibv_close_device(ctx), 0);
+}
+
+/// A CQ on a channel with one completion event read: an RDMA WRITE with
+/// immediate data of the self-connected `qp` into its own receive queue.
+fn one_event(
+    ctx: *mut ibv_context,
+    chan: *mut ibv_comp_channel,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    mr: *mut ibv_mr,
+    buf: &mut [u8],
+) {
+    // SAFETY: a live MR.
+    let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+    let mut rwr = ibv_recv_wr {
+        wr_id: 1,
+        next: ptr::null_mut(),
+        sg_list: ptr::null_mut(),
+        num_sge: 0,
+    };
+    let mut bad_r = ptr::null_mut();
+    // SAFETY: a valid work request list.
+    let r = unsafe { ops(ctx).post_recv.unwrap()(qp, &mut rwr, &mut bad_r) };
+    assert_eq!(r, 0);
+    // SAFETY: live CQ.
+    assert_eq!(unsafe { ops(ctx).req_notify_cq.unwrap()(cq, 0) }, 0);
+    let mut sge = ibv_sge {
+        addr: buf.as_ptr() as u64,
+        length: 8,
+        lkey,
+    };
+    // SAFETY: all-zero is a valid ibv_send_wr.
+    let mut w: ibv_send_wr = unsafe { core::mem::zeroed() };
+    w.wr_id = 2;
+    w.sg_list = &mut sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    w.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: buf.as_ptr() as u64 + 64,
+        rkey,
+    };
+    let mut bad = ptr::null_mut();
+    // SAFETY: a valid one-element list.
+    let r = unsafe { ops(ctx).post_send.unwrap()(qp, &mut w, &mut bad) };
+    assert_eq!(r, 0);
+    let (mut ecq, mut ectx) = (ptr::null_mut(), ptr::null_mut());
+    assert_eq!(ibv_get_cq_event(chan, &mut ecq, &mut ectx), 0);
+    assert_eq!(ecq, cq);
+    assert_eq!(poll_one(cq).wr_id, 1);
+}
+
+/// libibverbs' `ibv_destroy_cq` waits for the acknowledgement of the
+/// events read from the CQ: here another thread gives it, and the destroy
+/// returns once it did. With none given, the destroy gives up waiting,
+/// destroys the CQ all the same and leaves nothing behind: its channel is
+/// free to go (the CQ is unbound, its device object destroyed).
+#[test]
+fn destroy_cq_waits_for_its_events_acknowledgement_and_leaks_nothing() {
+    let ctx = ibv_open_device(device("tl"));
+    assert!(!ctx.is_null());
+    let pd = ibv_alloc_pd(ctx);
+    let chan = ibv_create_comp_channel(ctx);
+    assert!(!pd.is_null() && !chan.is_null());
+    let mut buf = vec![0u8; 4096];
+    let mut mr: *mut ibv_mr = ptr::null_mut();
+    for round in 0..2 {
+        let cq = ibv_create_cq(ctx, 16, ptr::null_mut(), chan, 0);
+        assert!(!cq.is_null());
+        let mut init = ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: ptr::null_mut(),
+            cap: ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(pd, &mut init);
+        assert!(!qp.is_null());
+        if mr.is_null() {
+            mr = reg_and_self_connect(ctx, pd, cq, qp, &mut buf);
+        } else {
+            // SAFETY: a live QP.
+            let (qpn, mut gid) = (unsafe { (*qp).qp_num }, ibv_gid::default());
+            assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+            let s = Side {
+                ctx,
+                pd,
+                chan,
+                cq,
+                qp,
+                buf: Vec::new(),
+                mr,
+                gid,
+            };
+            connect(&s, qpn, gid);
+        }
+        one_event(ctx, chan, cq, qp, mr, &mut buf);
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        if round == 0 {
+            // Another thread acknowledges the event a while later.
+            let acked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (c, a) = (cq as usize, acked.clone());
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                a.store(true, std::sync::atomic::Ordering::SeqCst);
+                ibv_ack_cq_events(c as *mut ibv_cq, 1);
+            });
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert!(
+                acked.load(std::sync::atomic::Ordering::SeqCst),
+                "the destroy returned before the acknowledgement"
+            );
+            t.join().unwrap();
+        } else {
+            // Nobody acknowledges: the wait ends, the CQ goes all the same.
+            set_destroy_ack_wait(Duration::from_millis(200));
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            // A stale pointer: ignored.
+            ibv_ack_cq_events(cq, 1);
+            assert_eq!(ibv_destroy_cq(cq), libc::EINVAL);
+        }
+    }
+    // The channel has no CQ left (a CQ given up would keep it: EBUSY).
+    assert_eq!(ibv_destroy_comp_channel(chan), 0);
+    assert_eq!(ibv_dereg_mr(mr), 0);
+    drop(buf);
+    assert_eq!(ibv_dealloc_pd(pd), 0);
+    assert_eq!(ibv_close_device(ctx), 0);
+}
+
+/// `ibv_import_device`, `ibv_import_pd`, `ibv_import_mr` in one process:
+/// a context imported by a `dup` of another's `cmd_fd` shares its PD and
+/// region (same keys); an RDMA WRITE between a QP of each context, on the
+/// shared PD, through the imported region's keys, lands in the region's
+/// memory; bad descriptors and handles are refused; unimporting leaves
+/// the objects to their owner.
+#[test]
+fn import_device_pd_and_mr_of_a_context_of_this_process() {
+    let ctx = ibv_open_device(device("tl"));
+    assert!(!ctx.is_null());
+    let pd = ibv_alloc_pd(ctx);
+    assert!(!pd.is_null());
+    let mut buf = vec![0u8; 4096];
+    let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ACCESS);
+    assert!(!mr.is_null());
+
+    // A descriptor that is no context's: EOPNOTSUPP; a closed one: EBADF.
+    // SAFETY: a new eventfd, closed below.
+    let other = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(ibv_import_device(other).is_null());
+    assert_eq!(errno(), libc::EOPNOTSUPP);
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(other) };
+    assert!(ibv_import_device(-1).is_null());
+    assert_eq!(errno(), libc::EBADF);
+
+    // SAFETY: a live context's descriptor, duplicated for the import to own.
+    let fd = unsafe { libc::dup((*ctx).cmd_fd) };
+    let ctx2 = ibv_import_device(fd);
+    assert!(!ctx2.is_null());
+    // SAFETY: live contexts.
+    unsafe { assert_eq!((*ctx2).device, (*ctx).device) };
+    // SAFETY: a live PD and region.
+    let (pdh, mrh, lkey, rkey) = unsafe { ((*pd).handle, (*mr).handle, (*mr).lkey, (*mr).rkey) };
+    assert!(ibv_import_pd(ctx2, pdh + 1000).is_null());
+    assert_eq!(errno(), libc::EINVAL);
+    let pd2 = ibv_import_pd(ctx2, pdh);
+    assert!(!pd2.is_null());
+    assert!(ibv_import_mr(pd2, mrh ^ 0x100).is_null());
+    let mr2 = ibv_import_mr(pd2, mrh);
+    assert!(!mr2.is_null());
+    // SAFETY: the imported region.
+    unsafe {
+        assert_eq!(
+            ((*mr2).lkey, (*mr2).rkey, (*mr2).length),
+            (lkey, rkey, 4096)
+        );
+        assert!((*mr2).addr.is_null(), "the kernel gives no address");
+        assert_eq!(((*pd2).handle, (*pd2).context), (pdh, ctx2));
+    }
+    assert_eq!(ibv_dereg_mr(mr), libc::EBUSY, "imported elsewhere");
+
+    // A QP on the imported context and PD writes, through the imported
+    // region's keys, into the region (a self-connected QP).
+    let cq = ibv_create_cq(ctx2, 16, ptr::null_mut(), ptr::null_mut(), 0);
+    assert!(!cq.is_null());
+    let mut init = ibv_qp_init_attr {
+        qp_context: ptr::null_mut(),
+        send_cq: cq,
+        recv_cq: cq,
+        srq: ptr::null_mut(),
+        cap: ibv_qp_cap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 0,
+    };
+    let qp = ibv_create_qp(pd2, &mut init);
+    assert!(!qp.is_null());
+    let mut gid = ibv_gid::default();
+    assert_eq!(ibv_query_gid(ctx2, 1, 1, &mut gid), 0);
+    let s = Side {
+        ctx: ctx2,
+        pd: pd2,
+        chan: ptr::null_mut(),
+        cq,
+        qp,
+        buf: Vec::new(),
+        mr: mr2,
+        gid,
+    };
+    // SAFETY: a live QP.
+    connect(&s, unsafe { (*qp).qp_num }, gid);
+    buf[..8].copy_from_slice(b"imported");
+    let mut sge = ibv_sge {
+        addr: buf.as_ptr() as u64,
+        length: 8,
+        lkey,
+    };
+    // SAFETY: all-zero is a valid ibv_send_wr.
+    let mut w: ibv_send_wr = unsafe { core::mem::zeroed() };
+    w.wr_id = 9;
+    w.sg_list = &mut sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: buf.as_ptr() as u64 + 2048,
+        rkey,
+    };
+    let mut bad = ptr::null_mut();
+    // SAFETY: a valid one-element list.
+    let r = unsafe { ops(ctx2).post_send.unwrap()(qp, &mut w, &mut bad) };
+    assert_eq!(r, 0);
+    let wc = poll_one(cq);
+    assert_eq!((wc.wr_id, wc.status), (9, 0));
+    let mut got = [0u8; 8];
+    // SAFETY: reading bytes of the live Vec the device wrote.
+    unsafe { ptr::copy_nonoverlapping(buf.as_ptr().add(2048), got.as_mut_ptr(), 8) };
+    assert_eq!(&got, b"imported");
+    assert_eq!(ibv_destroy_qp(qp), 0);
+    assert_eq!(ibv_destroy_cq(cq), 0);
+
+    // Unimported: the owner's objects stay, and go with their owner.
+    ibv_unimport_mr(mr2);
+    ibv_unimport_pd(pd2);
+    assert_eq!(ibv_close_device(ctx2), 0);
+    // SAFETY: the owner's region is live.
+    assert_eq!(unsafe { (*mr).lkey }, lkey);
+    assert_eq!(ibv_dereg_mr(mr), 0);
+    drop(buf);
+    assert_eq!(ibv_dealloc_pd(pd), 0);
+    assert_eq!(ibv_close_device(ctx), 0);
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

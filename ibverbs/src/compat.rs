@@ -11,9 +11,10 @@
 //! - `_ibv_query_gid_table`, `ibv_is_fork_initialized`,
 //!   `ibv_query_qp_data_in_order`;
 //! - verbs the driver does not offer, with the errno libibverbs gives for
-//!   a provider without them: importing objects of another process's
-//!   context (`ibv_import_*`), ECE (`ibv_query_ece`, `ibv_set_ece`), and
-//!   dma-buf memory regions (`ibv_reg_dmabuf_mr`).
+//!   a provider without them: device memory (`ibv_import_dm`), ECE
+//!   (`ibv_query_ece`, `ibv_set_ece`), and dma-buf memory regions
+//!   (`ibv_reg_dmabuf_mr`). (`ibv_import_device`, `_pd` and `_mr` are in
+//!   `verbs` and `mr`: within one process.)
 
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr;
@@ -374,33 +375,6 @@ pub extern "C" fn ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
 pub extern "C" fn ibv_set_ece(_qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
     libc::EOPNOTSUPP
 }
-
-/// `ibv_import_device` (`IBVERBS_1.10`): there is no kernel command fd to
-/// import from (`EOPNOTSUPP`).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_import_device(_cmd_fd: c_int) -> *mut ibv_context {
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `ibv_import_pd` (`IBVERBS_1.10`): not offered (`EOPNOTSUPP`).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_import_pd(_context: *mut ibv_context, _handle: u32) -> *mut ibv_pd {
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `ibv_unimport_pd` (`IBVERBS_1.10`): nothing was imported.
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_unimport_pd(_pd: *mut ibv_pd) {}
-
-/// `ibv_import_mr` (`IBVERBS_1.10`): not offered (`EOPNOTSUPP`).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_import_mr(_pd: *mut ibv_pd, _handle: u32) -> *mut ibv_mr {
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `ibv_unimport_mr` (`IBVERBS_1.10`): nothing was imported.
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_unimport_mr(_mr: *mut ibv_mr) {}
 
 /// `ibv_import_dm` (`IBVERBS_1.13`): not offered (`EOPNOTSUPP`).
 #[unsafe(no_mangle)]

@@ -6,6 +6,7 @@
 
 use core::ffi::{c_int, c_uint, c_void};
 use core::ptr::{self, NonNull};
+use std::sync::Arc;
 
 use hca_driver::verbs::{AccessFlags, Mr};
 use platform::UserMemory;
@@ -18,7 +19,8 @@ use crate::{P, errno_of, guard, status_of};
 #[repr(C)]
 struct MrObj {
     c: ibv_mr,
-    mr: Mr<P>,
+    /// Shared with the objects `ibv_import_mr` made of it.
+    mr: Arc<Mr<P>>,
 }
 
 /// `IBV_ACCESS_MW_BIND`: no memory windows are offered, so it changes
@@ -73,7 +75,13 @@ fn reg(
                     lkey: mr.lkey().0,
                     rkey: mr.rkey().0,
                 };
-                let obj = registry::publish(MrObj { c, mr }, Kind::Mr);
+                let obj = registry::publish(
+                    MrObj {
+                        c,
+                        mr: Arc::new(mr),
+                    },
+                    Kind::Mr,
+                );
                 obj.cast()
             }
             Err(e) => {
@@ -175,6 +183,10 @@ pub extern "C" fn ibv_rereg_mr(
         }
         // SAFETY: the registry says `o` is a live region of this library.
         let m = unsafe { &mut *o };
+        let Some(mr) = Arc::get_mut(&mut m.mr) else {
+            // Another object of it (ibv_import_mr) keeps its keys.
+            return input(libc::EBUSY);
+        };
         let new_pd = if flags & REREG_PD != 0 {
             match live_pd(pd) {
                 Some(p) => Some(p.clone()),
@@ -202,7 +214,7 @@ pub extern "C" fn ibv_rereg_mr(
                 Ok(mem) => mem,
                 Err(_) => return input(libc::EINVAL),
             };
-            if let Err(e) = m.mr.rereg_user(mem, addr as usize as u64) {
+            if let Err(e) = mr.rereg_user(mem, addr as usize as u64) {
                 log::info!("ibv_rereg_mr: {e}");
                 return input(errno_of(&e));
             }
@@ -210,7 +222,7 @@ pub extern "C" fn ibv_rereg_mr(
             m.c.length = length;
         }
         if new_pd.is_some() || new_access.is_some() {
-            if let Err(e) = m.mr.rereg(new_pd, new_access) {
+            if let Err(e) = mr.rereg(new_pd, new_access) {
                 log::info!("ibv_rereg_mr: {e}");
                 crate::set_errno(errno_of(&e));
                 return REREG_ERR_CMD;
@@ -219,21 +231,85 @@ pub extern "C" fn ibv_rereg_mr(
                 m.c.pd = pd;
             }
         }
-        m.c.lkey = m.mr.lkey().0;
-        m.c.rkey = m.mr.rkey().0;
+        m.c.lkey = mr.lkey().0;
+        m.c.rkey = mr.rkey().0;
         m.c.handle = m.c.lkey;
         0
     })
 }
 
-/// `ibv_dereg_mr`: destroys the key, then unmaps the pages.
+/// `ibv_dereg_mr`: destroys the key, then unmaps the pages; `EBUSY` (the
+/// region stays) while an object `ibv_import_mr` made of it lives.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard(libc::EIO, || {
         let o = mr.cast::<MrObj>();
+        if !registry::is_live(o, Kind::Mr) {
+            return libc::EINVAL;
+        }
+        // SAFETY: the registry says `o` is a live region of this library.
+        if Arc::strong_count(unsafe { &(*o).mr }) > 1 {
+            return libc::EBUSY;
+        }
         let Some(b) = registry::take(o, Kind::Mr) else {
             return libc::EINVAL;
         };
-        status_of(b.mr.destroy())
+        match Arc::try_unwrap(b.mr) {
+            Ok(m) => status_of(m.destroy()),
+            Err(_) => libc::EBUSY,
+        }
+    })
+}
+
+/// `ibv_import_mr` (`IBVERBS_1.10`): the region whose handle
+/// (`ibv_mr.handle`, its lkey) is `handle`, registered in the PD `pd`
+/// names (an imported one, see `ibv_import_device`, or the same); the
+/// object has the region's keys and length, and a NULL address, as
+/// rdma-core's (the kernel does not give it). `EINVAL` when there is no
+/// such region. Released with `ibv_unimport_mr`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> *mut ibv_mr {
+    guard(ptr::null_mut(), || {
+        let Some(p) = live_pd(pd) else {
+            return fail(libc::EINVAL);
+        };
+        let found = registry::live_of(Kind::Mr).into_iter().find_map(|o| {
+            if !registry::is_live(o as *const MrObj, Kind::Mr) {
+                return None;
+            }
+            // SAFETY: the registry says `o` is a live region.
+            let m = unsafe { &*(o as *const MrObj) };
+            let same = m.c.handle == handle && live_pd(m.c.pd).is_some_and(|q| Arc::ptr_eq(q, p));
+            same.then(|| (m.mr.clone(), m.c.length))
+        });
+        let Some((mr, length)) = found else {
+            return fail(libc::EINVAL);
+        };
+        let c = ibv_mr {
+            context: p_context(pd),
+            pd,
+            addr: ptr::null_mut(),
+            length,
+            handle,
+            lkey: mr.lkey().0,
+            rkey: mr.rkey().0,
+        };
+        registry::publish(MrObj { c, mr }, Kind::Mr).cast()
+    })
+}
+
+/// `ibv_unimport_mr` (`IBVERBS_1.10`): forgets an imported region object
+/// without destroying the region. A region this is the last object of is
+/// deregistered (nothing would be left to do it).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
+    guard((), || {
+        if let Some(b) = registry::take(mr.cast::<MrObj>(), Kind::Mr) {
+            if let Ok(m) = Arc::try_unwrap(b.mr) {
+                if let Err(e) = m.destroy() {
+                    log::error!("ibv_unimport_mr: {e}");
+                }
+            }
+        }
     })
 }

@@ -62,3 +62,14 @@ pub fn take<T>(p: *mut T, k: Kind) -> Option<Box<T>> {
     // so this box is the only owner.
     Some(unsafe { Box::from_raw(p) })
 }
+
+/// The live objects of kind `k` (their addresses), for the imports that
+/// look an object up by its handle.
+pub fn live_of(k: Kind) -> Vec<usize> {
+    with(|s| {
+        s.iter()
+            .filter(|&&(_, kk)| kk == k)
+            .map(|&(p, _)| p)
+            .collect()
+    })
+}

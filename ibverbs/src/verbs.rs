@@ -56,6 +56,12 @@ pub(crate) struct CqObj {
     pub(crate) cq: Arc<Cq<P>>,
     /// The completion `ibv_start_poll`/`ibv_next_poll` took last.
     pub(crate) cur: Mutex<WorkCompletion>,
+    /// Held while events are acknowledged; `ibv_destroy_cq` waits on
+    /// [`acked`](Self::acked) for the acknowledgements (libibverbs' `cq->mutex`
+    /// and `cq->cond`).
+    pub(crate) ack_lock: Mutex<()>,
+    /// Signalled by `ibv_ack_cq_events`.
+    pub(crate) acked: std::sync::Condvar,
 }
 
 #[repr(C)]
@@ -309,8 +315,10 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
                 return fail(e.raw_os_error().unwrap_or(libc::EMFILE));
             }
         };
-        // SAFETY: eventfd with valid flags; checked below.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        // A memfd: a file of its own (every eventfd shares one inode), so
+        // that ibv_import_device knows the context by its descriptor.
+        // SAFETY: a NUL-terminated name and valid flags; checked below.
+        let raw = unsafe { libc::memfd_create(c"hca-ibverbs-context".as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
             let _ = Context::try_destroy(ctx);
             let _ = entry.release(dev);
@@ -318,6 +326,21 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         }
         // SAFETY: a new descriptor nothing else owns.
         let cmd_fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        publish_context(device, entry, dev, ctx, events, cmd_fd)
+    })
+}
+
+/// Publishes a context object over driver context `ctx` of `dev`, with its
+/// own asynchronous events and `cmd_fd`; returns its `ibv_context`.
+fn publish_context(
+    device: *mut ibv_device,
+    entry: &'static DevEntry,
+    dev: Arc<Dev>,
+    ctx: Arc<Context<P>>,
+    events: Arc<ContextEvents>,
+    cmd_fd: OwnedFd,
+) -> *mut ibv_context {
+    {
         dev.subscribers().add(&events);
         let mut v: verbs_context = zeroed();
         v.query_port = Some(op_query_port);
@@ -328,7 +351,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         v.context.device = device;
         // A descriptor standing for the context (libibverbs' is the
         // kernel's uverbs device): programs dup and pass it around
-        // (ibv_import_device, which answers EOPNOTSUPP here).
+        // (ibv_import_device finds the context by it, in this process).
         v.context.cmd_fd = cmd_fd.as_raw_fd();
         v.context.async_fd = events.fd();
         v.context.num_comp_vectors = 1;
@@ -351,6 +374,106 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         );
         // SAFETY: `obj` was just boxed.
         unsafe { (*obj).cptr() }
+    }
+}
+
+/// The `(st_dev, st_ino)` of descriptor `fd`: a `dup` of it, or the same
+/// descriptor passed to another process, has the same.
+fn file_id(fd: c_int) -> Option<(u64, u64)> {
+    let mut st: libc::stat = zeroed();
+    // SAFETY: fstat writes the caller's struct; a bad fd gives -1.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_dev, st.st_ino))
+}
+
+/// `ibv_import_device` (`IBVERBS_1.10`): a new context over the device
+/// context whose `cmd_fd` (or a `dup` of it) is `cmd_fd`, as rdma-core's
+/// shares the kernel's uverbs file: the two contexts share their PDs, MRs
+/// and other objects, each has its own asynchronous events; the new
+/// context owns `cmd_fd` (closed by `ibv_close_device`). Only a context
+/// of this process can be imported: a device is driven by the process
+/// that opened it (its VFIO descriptors, or the emulated device in its
+/// memory), which another process has no way into; any other descriptor
+/// gets `EOPNOTSUPP`, as a kernel without the import command gives.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
+    guard(ptr::null_mut(), || {
+        let Some(id) = file_id(cmd_fd) else {
+            return fail(libc::EBADF);
+        };
+        let found = registry::live_of(Kind::Context).into_iter().find_map(|o| {
+            let c = live(o as *mut CtxObj, Kind::Context)?;
+            (file_id(c._cmd_fd.as_raw_fd()) == Some(id)).then_some(c)
+        });
+        let Some(c) = found else {
+            log::info!(
+                "ibv_import_device: descriptor {cmd_fd} is not the cmd_fd of a context of this \
+                 process (a device is driven by the process that opened it)"
+            );
+            return fail(libc::EOPNOTSUPP);
+        };
+        let entry = c.entry;
+        let dev = match entry.acquire() {
+            Ok(d) => d,
+            Err(msg) => {
+                eprintln!("libibverbs (hca-ibverbs): {msg}");
+                return fail(libc::EIO);
+            }
+        };
+        let events = match ContextEvents::new() {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = entry.release(dev);
+                return fail(e.raw_os_error().unwrap_or(libc::EMFILE));
+            }
+        };
+        // SAFETY: libibverbs' contract: the imported context owns cmd_fd
+        // (checked open above).
+        let fd = unsafe { OwnedFd::from_raw_fd(cmd_fd) };
+        publish_context(c.v.context.device, entry, dev, c.ctx().clone(), events, fd)
+    })
+}
+
+/// `ibv_import_pd` (`IBVERBS_1.10`): the PD numbered `handle`
+/// (`ibv_pd.handle`) of a context that shares `context`'s device context
+/// (see [`ibv_import_device`]); `EINVAL` when there is none. Released with
+/// `ibv_unimport_pd`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> *mut ibv_pd {
+    guard(ptr::null_mut(), || {
+        let Some(c) = live_ctx(context) else {
+            return fail(libc::EINVAL);
+        };
+        let found = registry::live_of(Kind::Pd).into_iter().find_map(|o| {
+            let p = live(o as *mut PdObj, Kind::Pd)?;
+            let same = p.pd.number().0 == handle
+                && live_ctx(p.c.context).is_some_and(|pc| Arc::ptr_eq(pc.ctx(), c.ctx()));
+            same.then(|| p.pd.clone())
+        });
+        let Some(pd) = found else {
+            return fail(libc::EINVAL);
+        };
+        let obj = registry::publish(
+            PdObj {
+                c: ibv_pd { context, handle },
+                pd,
+            },
+            Kind::Pd,
+        );
+        obj.cast()
+    })
+}
+
+/// `ibv_unimport_pd` (`IBVERBS_1.10`): forgets an imported (or any) PD
+/// object without destroying the PD, which its other objects keep.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
+    guard((), || {
+        if let Some(b) = registry::take(pd.cast::<PdObj>(), Kind::Pd) {
+            drop(b);
+        }
     })
 }
 
@@ -367,7 +490,15 @@ pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         };
         let entry = b.entry;
         if let Some(ctx) = b.ctx.take() {
-            if let Err(e) = Context::try_destroy(ctx) {
+            let shared = registry::live_of(Kind::Context).into_iter().any(|o| {
+                live(o as *mut CtxObj, Kind::Context)
+                    .is_some_and(|c| c.ctx.as_ref().is_some_and(|x| Arc::ptr_eq(x, &ctx)))
+            });
+            if shared {
+                // Another context of this process imported it (or it
+                // imported another): the last one closed destroys it.
+                drop(ctx);
+            } else if let Err(e) = Context::try_destroy(ctx) {
                 log::warn!("{}: context still in use at close: {e}", entry.name());
             }
         }
@@ -902,6 +1033,8 @@ fn create_cq(
                         c: cc,
                         cq: Arc::new(cq),
                         cur: Mutex::new(WorkCompletion::default()),
+                        ack_lock: Mutex::new(()),
+                        acked: std::sync::Condvar::new(),
                     },
                     Kind::Cq,
                 );
@@ -921,18 +1054,80 @@ fn create_cq(
     }
 }
 
-/// `ibv_destroy_cq`: `EBUSY` while a QP uses it.
+/// How long `ibv_destroy_cq` waits for the acknowledgement of the
+/// completion events read from its CQ (milliseconds).
+static DESTROY_ACK_WAIT_MS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(10_000);
+
+/// Sets how long `ibv_destroy_cq` waits for acknowledgements (tests).
+#[cfg(test)]
+pub(crate) fn set_destroy_ack_wait(d: std::time::Duration) {
+    DESTROY_ACK_WAIT_MS.store(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Waits until every completion event read from `q`'s channel is
+/// acknowledged (by another thread's `ibv_ack_cq_events`), as libibverbs'
+/// destroy does, for at most [`DESTROY_ACK_WAIT_MS`]; then acknowledges
+/// those still owed itself, so that the CQ can be destroyed. Returns how
+/// many that were.
+fn await_acks(q: &CqObj) -> u64 {
+    let wait = std::time::Duration::from_millis(
+        DESTROY_ACK_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let deadline = std::time::Instant::now() + wait;
+    let mut g = q.ack_lock.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let owed = q.cq.unacked_events();
+        if owed == 0 {
+            return 0;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            let n = u32::try_from(owed).unwrap_or(u32::MAX);
+            if let Err(e) = q.cq.ack_events(n) {
+                log::error!("ibv_destroy_cq: acknowledging {n} events: {e}");
+            }
+            return owed;
+        }
+        g = q
+            .acked
+            .wait_timeout(g, left)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+/// `ibv_destroy_cq`: `EBUSY` while a QP uses it. As in libibverbs, it
+/// waits for the acknowledgement (`ibv_ack_cq_events`, by another thread)
+/// of every completion event read from the CQ; where libibverbs would wait
+/// for ever, it waits at most 10 s, then destroys the CQ all the same (its
+/// device object, memory and channel binding: nothing is left until close)
+/// and logs the events it acknowledged for the program.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard(libc::EIO, || {
         let o = cq.cast::<CqObj>();
-        // libibverbs waits for the acknowledgement of every event it gave;
-        // a program that did not acknowledge them would wait for ever in
-        // one thread, so this says so instead.
+        let Some(q) = live(o, Kind::Cq) else {
+            return libc::EINVAL;
+        };
+        if Arc::strong_count(&q.cq) > 1 {
+            return libc::EBUSY;
+        }
+        let owed = await_acks(q);
+        if owed > 0 {
+            log::warn!(
+                "ibv_destroy_cq: {owed} completion events read from CQ {} were not \
+                 acknowledged (ibv_ack_cq_events); destroyed all the same",
+                q.cq.number()
+            );
+        }
         destroy_idle(
             o,
             Kind::Cq,
-            |q| Arc::strong_count(&q.cq) > 1 || q.cq.unacked_events() > 0,
+            |q| Arc::strong_count(&q.cq) > 1,
             |b| {
                 forget_object(b.c.context, o as usize);
                 if let Some(ch) = live(b.c.channel.cast::<ChanObj>(), Kind::Channel) {
@@ -1141,6 +1336,9 @@ pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
         let Some(q) = live(o, Kind::Cq) else {
             return;
         };
+        // Under the lock a waiting ibv_destroy_cq checks the count with:
+        // it frees the CQ only after this call is done with it.
+        let _g = q.ack_lock.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = q.cq.ack_events(nevents) {
             log::error!("ibv_ack_cq_events: {e}");
             return;
@@ -1150,6 +1348,7 @@ pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
         unsafe {
             (*o).c.comp_events_completed = (*o).c.comp_events_completed.wrapping_add(nevents)
         };
+        q.acked.notify_all();
     })
 }
 

@@ -8,12 +8,12 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use hca_bare_metal::rc;
 use hca_driver::verbs::{
-    AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Mr, Pd, Qp, QpAttr, QpInitAttr,
-    QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Srq, SrqInitAttr, WcOpcode, WcStatus,
-    WorkCompletion,
+    Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Mr, Pd, Qp, QpInitAttr, QpType, RecvWr, SendFlags,
+    SendOp, SendWr, Srq, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
 };
-use hca_driver::{Config, Hca, IbMtu, WaitMode};
+use hca_driver::{Config, Hca, WaitMode};
 use hca_emu::{EmuConfig, EmuHca};
 use hca_shm_bridge::bridge::Bridge;
 use hca_shm_bridge::shm::SharedBar;
@@ -145,8 +145,6 @@ fn coherent_bare_metal_maps_plain_windows_and_runs_the_driver() {
     assert!(rig.emu.iommu_faults().is_empty());
 }
 
-const ACCESS: AccessFlags = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
-
 #[test]
 fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
     let rig = Rig::new();
@@ -219,7 +217,7 @@ fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
     assert!(rig.inside(cq_ring.start, ring_len));
     assert!(ops.iter().any(|o| o.0 == Op::Clean && o.2 == 8));
     let buf = Arc::new(DmaBuf::alloc(&hca, 8192).unwrap());
-    let mr = Mr::register(&pd, &buf, ACCESS).unwrap();
+    let mr = Mr::register(&pd, &buf, rc::ACCESS).unwrap();
     rec.take();
     let mut a = Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
     // The doorbell record the QP starts with.
@@ -229,35 +227,9 @@ fn cache_operations_are_called_where_non_coherent_dma_needs_them() {
     let gid = ctx.query_gid(1, u16::from(DEFAULT_GID_INDEX)).unwrap();
     let (qa, qb) = (a.number().0, b.number().0);
     for (q, to) in [(&mut a, qb), (&mut b, qa)] {
-        q.modify(
-            &QpAttr::new()
-                .state(QpState::Init)
-                .port(1)
-                .pkey_index(0)
-                .access(ACCESS),
-        )
-        .unwrap();
-        q.modify(
-            &QpAttr::new()
-                .state(QpState::Rtr)
-                .path_mtu(IbMtu::Mtu1024)
-                .dest_qp_num(to)
-                .rq_psn(0)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(12)
-                .ah(AhAttr::roce(1, gid, DEFAULT_GID_INDEX)),
-        )
-        .unwrap();
-        q.modify(
-            &QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(0)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(1),
-        )
-        .unwrap();
+        q.modify(&rc::init()).unwrap();
+        q.modify(&rc::rtr(to, gid)).unwrap();
+        q.modify(&rc::rts()).unwrap();
     }
     rec.take();
     b.post_recv(&RecvWr {

@@ -224,6 +224,63 @@ fn solicited_only_arm_ignores_unsolicited_completions<P: TestPlatform>(l: &mut L
     close(l, s);
 }
 
+/// The arm rule of issue 14 (perftest's `ib_send_lat -e` loop): an arm
+/// whose consumer index is behind the producer raises the event at once
+/// only for a CQE no event reported yet. Re-arming after an event, before
+/// polling the CQE that raised it, raises nothing until the next CQE; a
+/// CQE written while the CQ was not armed (between the last poll and the
+/// arm, as in Linux's NAPI loop) raises the event as the arm comes.
+fn rearm_fires_only_for_unreported_completions<P: TestPlatform>(l: &mut Link<P>) {
+    let s = setup(l);
+    {
+        let cqb = Arc::new(Cq::create_on_channel(&s.cb, 16, 0, &s.ch, 9).unwrap());
+        let (mut qa, qb) = pair(l, &s, &cqb);
+        let fd = s.ch.fd().unwrap();
+        let hb = s.hcas.b();
+        // The event of the first completion; acknowledged and re-armed with
+        // that completion still in the CQ (perftest's ctx_notify_events).
+        cqb.req_notify(false);
+        send(&mut qa, &s.cqa, 1, false);
+        let ev = s.ch.get_event(WAIT).unwrap().expect("the first event");
+        assert_eq!(ev.cookie, 9);
+        cqb.ack_events(1).unwrap();
+        cqb.req_notify(false);
+        hb.poll_events().unwrap();
+        assert_eq!(
+            s.ch.get_event(Duration::ZERO).unwrap(),
+            None,
+            "the unpolled completion was reported already: no second event"
+        );
+        assert!(!readable(fd, 0));
+        poll_ok(&cqb);
+        // Still armed: the next completion raises the event.
+        send(&mut qa, &s.cqa, 2, false);
+        assert!(readable(fd, READABLE_MS), "the next completion's event");
+        let ev = s.ch.get_event(Duration::ZERO).unwrap().expect("event 2");
+        assert_eq!(ev.cookie, 9);
+        cqb.ack_events(1).unwrap();
+        poll_ok(&cqb);
+        // Not armed: a completion comes and is left in the CQ; the arm
+        // that follows finds it unreported and raises the event at once.
+        send(&mut qa, &s.cqa, 3, false);
+        hb.poll_events().unwrap();
+        assert_eq!(s.ch.get_event(Duration::ZERO).unwrap(), None);
+        cqb.req_notify(false);
+        assert!(readable(fd, READABLE_MS), "the arm's immediate event");
+        let ev = s.ch.get_event(Duration::ZERO).unwrap().expect("event 3");
+        assert_eq!(ev.cookie, 9);
+        cqb.ack_events(1).unwrap();
+        poll_ok(&cqb);
+        // Re-armed with the CQ empty: quiet.
+        cqb.req_notify(false);
+        hb.poll_events().unwrap();
+        assert_eq!(s.ch.get_event(Duration::ZERO).unwrap(), None);
+        drop((qa, qb));
+        Cq::<P>::try_destroy(cqb).unwrap();
+    }
+    close(l, s);
+}
+
 fn two_cqs_on_one_channel<P: TestPlatform>(l: &mut Link<P>) {
     let s = setup(l);
     {
@@ -303,6 +360,7 @@ fn close<P: TestPlatform>(l: &mut Link<P>, s: Setup<P>) {
 hca_tests::link_scenarios!(
     armed_cq_makes_the_fd_readable_and_get_event_names_it,
     solicited_only_arm_ignores_unsolicited_completions,
+    rearm_fires_only_for_unreported_completions,
     two_cqs_on_one_channel,
 );
 

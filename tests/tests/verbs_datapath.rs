@@ -1158,3 +1158,27 @@ hca_tests::link_scenarios!(
     uc_writes_and_sends,
     scatter_gather_and_fences,
 );
+
+/// The ConnectX-5 personality offers host-endian 8-byte atomics: the
+/// driver asks for them (SET_HCA_CAP of the atomic caps), reports
+/// `IBV_ATOMIC_HCA` as Linux does, and the atomics of the scenario above
+/// read and write host-order counters.
+#[test]
+fn host_endian_atomics_on_a_connectx5() {
+    use hca_driver::verbs::{AtomicByteOrder, AtomicCap};
+    let emu = hca_emu::EmuConfig::default().with_personality(hca_emu::Personality::ConnectX5);
+    let mut l = Link::emulated(emu, hca_driver::Config::default());
+    let h = l.open();
+    {
+        let ctx = Context::open(&h.a).unwrap();
+        let d = *ctx.query_device();
+        assert!(d.atomic_ops);
+        assert_eq!(
+            (d.atomic_cap, d.atomic_byte_order),
+            (AtomicCap::Hca, AtomicByteOrder::Host)
+        );
+    }
+    l.close(h);
+    atomics(&mut l);
+    l.assert_clean();
+}

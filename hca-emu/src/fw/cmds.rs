@@ -672,6 +672,8 @@ fn create_cq(d: &mut Device, c: &Cmd) -> R {
         pc: 0,
         armed: None,
         arm_sn: 0,
+        reported: 0,
+        solicited_unreported: false,
         error: false,
         ctx: c.bytes("cq_context").to_vec(),
     };

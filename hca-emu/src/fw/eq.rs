@@ -425,13 +425,25 @@ impl Device {
             ));
             return;
         }
-        cq.armed = Some(cmd == 1);
+        let solicited_only = cmd == 1;
+        cq.armed = Some(solicited_only);
         cq.arm_sn = sn;
         self.datapath.cq_arms += 1;
-        let pending = cq.pc & 0xff_ffff != ci;
+        // An arm raises the event at once only for a CQE that is both
+        // unconsumed (at or after the arm's consumer index) and unreported
+        // (written after the CQ's last completion event). Both sets are
+        // the newest CQEs, so they share one iff neither is empty. A CQE
+        // already reported by the event the program is handling does not
+        // raise another: the verbs' "next completion".
+        let unconsumed = cq.pc.wrapping_sub(ci) & 0xff_ffff;
+        let unreported = cq.pc.wrapping_sub(cq.reported);
+        let fire =
+            unconsumed != 0 && unreported != 0 && (!solicited_only || cq.solicited_unreported);
         let eqn = cq.c_eqn;
-        if pending {
+        if fire {
             cq.armed = None;
+            cq.reported = cq.pc;
+            cq.solicited_unreported = false;
             self.post_eqe_completion(eqn, cqn);
         }
     }
@@ -520,10 +532,15 @@ impl Device {
             Some(false) => true,
             None => false,
         };
-        if fire {
-            if let Some(cq) = self.fw.objs.cq_mut(cqn) {
+        if let Some(cq) = self.fw.objs.cq_mut(cqn) {
+            cq.solicited_unreported |= solicited;
+            if fire {
                 cq.armed = None;
+                cq.reported = cq.pc;
+                cq.solicited_unreported = false;
             }
+        }
+        if fire {
             self.post_eqe_completion(eqn, cqn);
         }
         Ok(())

@@ -87,6 +87,12 @@ pub struct Cq {
     pub armed: Option<bool>,
     /// Arm sequence number of the last arm doorbell.
     pub arm_sn: u8,
+    /// Producer counter when the CQ last raised a completion event: the
+    /// CQEs before it were reported by an event, those from it on were
+    /// not.
+    pub reported: u32,
+    /// A solicited CQE was written since the last completion event.
+    pub solicited_unreported: bool,
     /// Overrun or write failure happened: the CQ is in error.
     pub error: bool,
     /// The context as created.

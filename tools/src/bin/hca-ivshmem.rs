@@ -44,12 +44,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use hca_bare_metal::xchg;
+use hca_bare_metal::{rc, xchg};
 use hca_driver::verbs::{
-    AccessFlags, AhAttr, Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpAttr,
-    QpInitAttr, QpState, QpType, RecvWr, WcOpcode, WcStatus, WorkCompletion,
+    Context, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpInitAttr, QpType, RecvWr, WcOpcode,
+    WcStatus, WorkCompletion,
 };
-use hca_driver::{Config, Hca, IbMtu};
+use hca_driver::{Config, Hca};
 use hca_emu::{EmuConfig, EmuHca, HcaState, WireSpec};
 use hca_shm_bridge::bridge::Bridge;
 use hca_shm_bridge::shm::SharedBar;
@@ -314,7 +314,6 @@ impl Xchg {
 }
 
 type P = hca_emu::EmuPlatform;
-const ACCESS: AccessFlags = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
 
 /// The `peer` subcommand.
 fn run_peer(
@@ -356,11 +355,11 @@ fn run_peer(
         let pd = Arc::new(Pd::alloc(&ctx).map_err(e("PD"))?);
         let cq = Arc::new(Cq::create(&ctx, 16).map_err(e("CQ"))?);
         let buf = Arc::new(DmaBuf::alloc(&hca, PEER_BUF).map_err(e("buffer"))?);
-        let mr: Mr<P> = Mr::register(&pd, &buf, ACCESS).map_err(e("MR"))?;
+        let mr: Mr<P> = Mr::register(&pd, &buf, rc::ACCESS).map_err(e("MR"))?;
         let mut qp: Qp<P> =
             Qp::create(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq)).map_err(e("QP"))?;
         let gid = ctx
-            .query_gid(1, u16::from(DEFAULT_GID_INDEX))
+            .query_gid(rc::PORT, u16::from(DEFAULT_GID_INDEX))
             .map_err(e("GID"))?;
         x.set(xchg::PEER_QPN, qp.number().0);
         x.set_gid(xchg::PEER_GID, gid);
@@ -391,14 +390,7 @@ fn run_peer(
             x.verdict(false, &m);
             return Err(m);
         }
-        qp.modify(
-            &QpAttr::new()
-                .state(QpState::Init)
-                .port(1)
-                .pkey_index(0)
-                .access(ACCESS),
-        )
-        .map_err(e("QP to INIT"))?;
+        qp.modify(&rc::init()).map_err(e("QP to INIT"))?;
         qp.post_recv(&RecvWr {
             wr_id: 7,
             sgl: &[mr
@@ -406,27 +398,8 @@ fn run_peer(
                 .map_err(e("SGE"))?],
         })
         .map_err(e("post receive"))?;
-        qp.modify(
-            &QpAttr::new()
-                .state(QpState::Rtr)
-                .path_mtu(IbMtu::Mtu1024)
-                .dest_qp_num(gqpn)
-                .rq_psn(0)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(12)
-                .ah(AhAttr::roce(1, ggid, DEFAULT_GID_INDEX)),
-        )
-        .map_err(e("QP to RTR"))?;
-        qp.modify(
-            &QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(0)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(1),
-        )
-        .map_err(e("QP to RTS"))?;
+        qp.modify(&rc::rtr(gqpn, ggid)).map_err(e("QP to RTR"))?;
+        qp.modify(&rc::rts()).map_err(e("QP to RTS"))?;
         x.set(xchg::PEER_READY, xchg::READY);
         // The SEND comes after the WRITE on the same RC QP: when its
         // completion is here, the WRITE has landed.
