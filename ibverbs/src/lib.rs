@@ -36,6 +36,7 @@ mod cqex;
 mod cqresize;
 pub mod devices;
 pub mod ffi;
+pub mod flow;
 mod mcast;
 
 /// The kernel-ABI structs (`<rdma/ib_user_verbs.h>`, `<rdma/ib_user_sa.h>`)
@@ -53,6 +54,7 @@ mod qpex;
 mod registry;
 mod strs;
 mod verbs;
+mod wq;
 
 use std::sync::Arc;
 

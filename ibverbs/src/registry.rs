@@ -17,6 +17,7 @@ pub enum Kind {
     Srq,
     Ah,
     Channel,
+    Flow,
 }
 
 static LIVE: Mutex<Option<HashSet<(usize, Kind)>>> = Mutex::new(None);
