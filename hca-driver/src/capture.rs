@@ -249,20 +249,28 @@ impl<P: Platform + 'static> RawContext<P> {
         rx: &mut RxCqe,
         timeout: Duration,
     ) -> Result<bool> {
-        if cq.poll_one_rx(out, rx)? {
-            return Ok(true);
-        }
-        cq.req_notify(false);
-        // A completion that came before the arm raises no event.
-        if cq.poll_one_rx(out, rx)? {
-            return Ok(true);
-        }
-        match channel.get_event(timeout)? {
-            Some(_) => {
-                cq.ack_events(1)?;
-                cq.poll_one_rx(out, rx)
+        let hca = cq.context().hca();
+        let p = hca.platform();
+        let deadline = crate::deadline::Deadline::start(p, timeout);
+        loop {
+            if cq.poll_one_rx(out, rx)? {
+                return Ok(true);
             }
-            None => Ok(false),
+            cq.req_notify(false);
+            // A completion that came before the arm raises no event.
+            if cq.poll_one_rx(out, rx)? {
+                return Ok(true);
+            }
+            let left = deadline.remaining(p);
+            if left.is_zero() {
+                return Ok(false);
+            }
+            match channel.get_event(left)? {
+                // The event's CQ (the only one on the channel) is looked
+                // at again.
+                Some(_) => cq.ack_events(1)?,
+                None => return Ok(false),
+            }
         }
     }
 

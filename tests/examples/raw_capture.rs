@@ -29,7 +29,7 @@ const RING: usize = 32;
 
 /// An Ethernet + IPv4 + UDP frame to `PORT` carrying `seq`, checksums
 /// left to the device.
-fn udp_frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Vec<u8> {
+pub fn udp_frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Vec<u8> {
     let payload = format!("capture frame {seq:08}");
     let mut f = Vec::new();
     f.extend_from_slice(&dst);

@@ -128,7 +128,12 @@ suite_mlx5_vfio() {
     local dir=$OUT/rdma-core
     rm -rf "$dir" && mkdir -p "$dir" && cp -r "$src" "$dir/tests" && gunzip -f "$dir"/tests/*.gz
     local bdf=0000:00:10.0
-    local spec="$bdf=cx5,ib,loop"
+    # test_mlx5vfio_async_event creates its EQ after opening the device and
+    # then waits for the port's Active event: it sees the event only if the
+    # subnet manager's sweep comes after that. A real IB link trains and is
+    # swept seconds after INIT_HCA; the emulator's default is 1 s, which a
+    # loaded machine (Python start, bring-up) can overrun. 5 s here.
+    local spec="$bdf=cx5,ib,loop,sm=5000"
     local log=$OUT/mlx5_vfio.log report=$OUT/mlx5_vfio.report
     rm -f "$report"
     say "   HCA_EMU_VFIO='$spec' /usr/bin/python3 tests/run_tests.py --pci-dev $bdf -v test_mlx5_vfio"

@@ -300,6 +300,10 @@ pub enum SendErrorKind {
     /// [`Error::EthSegment`]: checksum offload (`IBV_SEND_IP_CSUM`) on a
     /// QP that is not a raw packet QP.
     EthOnNonRawQp,
+    /// [`Error::EthSegment`]: checksum offload on a raw packet QP whose
+    /// device or port does not offer it
+    /// ([`SendQueue::set_ip_csum_offload`](crate::SendQueue::set_ip_csum_offload)).
+    EthCsumUnsupported,
     /// [`Error::WqeTooLarge`].
     WqeTooLarge {
         /// WQEBBs the work request needs.
@@ -332,6 +336,7 @@ impl From<SendErrorKind> for SendError {
             K::EthHeadersTooShort => (7, 0, 0, 0, 0),
             K::EthOnNonRawQp => (8, 0, 0, 0, 0),
             K::WqeTooLarge { wqebbs, max } => (9, 0, 0, wqebbs, u64::from(max)),
+            K::EthCsumUnsupported => (10, 0, 0, 0, 0),
         };
         let code = (i + 1) | u64::from(op) << 8 | u64::from(t) << 16 | u64::from(a) << 32;
         Self {
@@ -364,6 +369,7 @@ impl SendError {
             7 => K::UdDestinationMissing,
             8 => K::EthHeadersTooShort,
             9 => K::EthOnNonRawQp,
+            11 => K::EthCsumUnsupported,
             // 10: the only other code `from` makes.
             _ => K::WqeTooLarge {
                 wqebbs: a,
@@ -410,6 +416,12 @@ pub(crate) const ETH_SHORT: &str = "inline headers shorter than the queue's mini
 pub(crate) const ETH_LONG: &str = "inline headers longer than 65535 bytes";
 /// `Error::EthSegment`: Ethernet options on a QP that is not raw.
 pub(crate) const ETH_NON_RAW: &str = "Ethernet headers or checksum offload on a non-raw QP";
+/// `Error::EthSegment`: checksum offload on a queue without it.
+pub(crate) const ETH_NO_CSUM: &str =
+    "checksum offload (IBV_SEND_IP_CSUM) not supported by the device or port";
+/// `Error::EthSegment`: a raw packet send without a gather list to take
+/// its inline headers from.
+pub(crate) const ETH_NO_SGE: &str = "a raw packet send needs at least one SGE";
 /// `Error::EthSegment`: VLAN insertion on a non-raw QP or a NOP.
 pub(crate) const ETH_VLAN_NON_RAW: &str = "VLAN insertion on a non-raw QP or a NOP";
 /// `Error::EthSegment`: VLAN insertion into inline headers that do not
@@ -463,6 +475,7 @@ impl From<SendErrorKind> for Error {
             SendErrorKind::UdDestinationMissing => Error::UdDestination(UD_MISSING),
             SendErrorKind::EthHeadersTooShort => Error::EthSegment(ETH_SHORT),
             SendErrorKind::EthOnNonRawQp => Error::EthSegment(ETH_NON_RAW),
+            SendErrorKind::EthCsumUnsupported => Error::EthSegment(ETH_NO_CSUM),
             SendErrorKind::WqeTooLarge { wqebbs, max } => Error::WqeTooLarge { wqebbs, max },
         }
     }
@@ -510,6 +523,7 @@ impl SendError {
             Error::UdDestination(m) if m == UD_MISSING => Some(SendErrorKind::UdDestinationMissing),
             Error::EthSegment(m) if m == ETH_SHORT => Some(SendErrorKind::EthHeadersTooShort),
             Error::EthSegment(m) if m == ETH_NON_RAW => Some(SendErrorKind::EthOnNonRawQp),
+            Error::EthSegment(m) if m == ETH_NO_CSUM => Some(SendErrorKind::EthCsumUnsupported),
             Error::WqeTooLarge { wqebbs, max } => Some(SendErrorKind::WqeTooLarge { wqebbs, max }),
             _ => None,
         };
@@ -801,6 +815,7 @@ mod tests {
             K::UdDestinationMissing,
             K::EthHeadersTooShort,
             K::EthOnNonRawQp,
+            K::EthCsumUnsupported,
         ];
         for (a, b) in [(0, 0), (1, u32::MAX), (u32::MAX, 1), (u32::MAX, u32::MAX)] {
             kinds.push(K::QueueFull {

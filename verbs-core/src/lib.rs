@@ -258,7 +258,7 @@ pub use qp::{
     Payload, PostError, Qp, QpConfig, QpParts, QpType, RecvQueue, RecvWr, SendBatch, SendFlags,
     SendOp, SendQueue, SendWr, Sge, UdDest,
 };
-pub use rx::{L3HdrType, L4HdrType, RxCqe, VlanInsert};
+pub use rx::{EthSplit, L3HdrType, L4HdrType, RxCqe, VlanInsert};
 pub use sizing::{
     CqLayout, DeviceLimits, QpCaps, QpGeometry, QpLayout, RqGeometry, SqGeometry, SrqGeometry,
     SrqLayout,

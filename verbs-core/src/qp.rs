@@ -8,7 +8,8 @@ use platform::{Be32, Be64, DmaRegion, Mmio, barrier};
 use crate::av::AddressVector;
 use crate::cq::RecvSide;
 use crate::error::{
-    ETH_LONG, ETH_NON_RAW, ETH_SHORT, ETH_VLAN_NON_RAW, ETH_VLAN_SHORT, UD_MISSING, UD_NOT_ALLOWED,
+    ETH_LONG, ETH_NO_CSUM, ETH_NON_RAW, ETH_SHORT, ETH_VLAN_NON_RAW, ETH_VLAN_SHORT, UD_MISSING,
+    UD_NOT_ALLOWED,
 };
 use crate::mem::{Hdr, QpHdr, SqRing, check_region, hdr, sq_hdr};
 use crate::rx::{ETH_MACS_LEN, VLAN_HLEN, VlanInsert};
@@ -408,6 +409,8 @@ pub struct SendQueue<M: Mmio> {
     qp_type: QpType,
     atomics: bool,
     eth_min_inline: u16,
+    /// `IBV_SEND_IP_CSUM` allowed (rdma-core `MLX5_CSUM_SUPPORT_RAW_OVER_ETH`).
+    ip_csum: bool,
     db: SqDoorbell<M>,
 }
 
@@ -1298,6 +1301,9 @@ impl<M: Mmio> SendQueue<M> {
             }
             units += wqe::eth_seg_units(inl) as u32;
             if wr.flags.contains(SendFlags::IP_CSUM) {
+                if !self.ip_csum {
+                    return Err(Error::EthSegment(ETH_NO_CSUM));
+                }
                 cs = wqe::cs_flags::L3_CSUM | wqe::cs_flags::L4_CSUM;
             }
         } else if !wr.eth_headers.is_empty() || wr.flags.contains(SendFlags::IP_CSUM) {
@@ -1542,6 +1548,16 @@ impl<M: Mmio> SendQueue<M> {
         let b = self.build(wr, self.head())?;
         self.ring(1, b);
         Ok(())
+    }
+
+    /// Whether a raw packet send may ask for checksum offload
+    /// (`IBV_SEND_IP_CSUM`). On by default; the driver turns it off for a
+    /// device without `IBV_DEVICE_RAW_IP_CSUM` or a port that is not
+    /// Ethernet, and such sends are then refused with
+    /// [`Error::EthSegment`] (rdma-core's `EINVAL` when the QP lacks
+    /// `MLX5_CSUM_SUPPORT_RAW_OVER_ETH`).
+    pub fn set_ip_csum_offload(&mut self, on: bool) {
+        self.ip_csum = on;
     }
 
     /// [`post_send`](Self::post_send) of a raw packet send with VLAN
@@ -2694,6 +2710,7 @@ fn new_sq<M: Mmio>(
         qp_type: cfg.qp_type,
         atomics: cfg.atomics,
         eth_min_inline: cfg.eth_min_inline,
+        ip_csum: true,
         db,
     })
 }

@@ -301,6 +301,81 @@ impl VlanInsert {
     }
 }
 
+/// Where a raw packet send's inline headers end in its gather list, when
+/// they are taken from the front of the list as rdma-core's mlx5 provider
+/// takes them (`copy_eth_inline_headers`: the first `eth_min_inline_size`
+/// bytes, across entries if need be); the rest of the list goes into data
+/// segments. A libibverbs layer over verbs-core copies the header bytes
+/// from the memory behind the entries into
+/// [`SendWr::eth_headers`](crate::SendWr::eth_headers) and posts
+/// [`data`](Self::data) as the gather list.
+///
+/// ```
+/// use verbs_core::{EthSplit, Sge};
+/// let sgl = [
+///     Sge { addr: 0x1000, length: 10, lkey: 1 },
+///     Sge { addr: 0x2000, length: 20, lkey: 2 },
+/// ];
+/// let s = EthSplit::new(&sgl, 18).unwrap();
+/// assert_eq!((s.index, s.offset), (1, 8));
+/// let mut out = [Sge::default(); 2];
+/// assert_eq!(s.data(&sgl, &mut out), &[Sge { addr: 0x2008, length: 12, lkey: 2 }]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EthSplit {
+    /// Index of the first entry with data left after the headers
+    /// (`sgl.len()` when the headers take everything).
+    pub index: usize,
+    /// Bytes of that entry the headers took.
+    pub offset: u32,
+}
+
+impl EthSplit {
+    /// The split of `sgl` after `n` header bytes. A list with fewer bytes,
+    /// or an empty list, is refused with
+    /// [`Error::EthSegment`](crate::Error::EthSegment) (the
+    /// provider's `EINVAL`).
+    pub fn new(sgl: &[crate::Sge], n: usize) -> Result<Self, crate::Error> {
+        if sgl.is_empty() {
+            return Err(crate::Error::EthSegment(crate::error::ETH_NO_SGE));
+        }
+        let mut left = n;
+        for (index, s) in sgl.iter().enumerate() {
+            let len = s.length as usize;
+            if left < len {
+                return Ok(Self {
+                    index,
+                    offset: left as u32,
+                });
+            }
+            left -= len;
+            if left == 0 {
+                return Ok(Self {
+                    index: index + 1,
+                    offset: 0,
+                });
+            }
+        }
+        Err(crate::Error::EthSegment(crate::error::ETH_SHORT))
+    }
+
+    /// The data part of `sgl` written into `out` (the entry at
+    /// [`index`](Self::index) shortened by [`offset`](Self::offset), then
+    /// the rest); gives the filled prefix of `out`, cut at its length.
+    pub fn data<'o>(&self, sgl: &[crate::Sge], out: &'o mut [crate::Sge]) -> &'o [crate::Sge] {
+        let rest = sgl.get(self.index..).unwrap_or(&[]);
+        let n = rest.len().min(out.len());
+        for (i, (o, s)) in out.iter_mut().zip(rest).enumerate() {
+            *o = *s;
+            if i == 0 {
+                o.addr = s.addr.wrapping_add(u64::from(self.offset));
+                o.length = s.length.saturating_sub(self.offset);
+            }
+        }
+        &out[..n]
+    }
+}
+
 /// `MLX5_ETH_WQE_INSERT_VLAN`.
 pub const ETH_WQE_INSERT_VLAN: u16 = 1 << 15;
 /// `MLX5_ETH_WQE_SVLAN`.
@@ -363,6 +438,41 @@ mod tests {
     #[test]
     fn short_images_read_zero() {
         assert_eq!(RxCqe::from_bytes(&[0xff; 10]), RxCqe::default());
+    }
+
+    #[test]
+    fn eth_split_takes_the_first_bytes_across_entries() {
+        use crate::{Error, Sge};
+        let sge = |addr, length| Sge {
+            addr,
+            length,
+            lkey: 7,
+        };
+        let sgl = [sge(0x100, 10), sge(0x200, 8), sge(0x300, 0), sge(0x400, 30)];
+        let at = |n| EthSplit::new(&sgl, n).map(|s| (s.index, s.offset));
+        assert_eq!(at(0), Ok((0, 0)));
+        assert_eq!(at(4), Ok((0, 4)));
+        assert_eq!(at(10), Ok((1, 0)));
+        // Exactly the first two: the zero-length entry is next.
+        assert_eq!(at(18), Ok((2, 0)));
+        assert_eq!(at(20), Ok((3, 2)));
+        assert_eq!(at(48), Ok((4, 0)));
+        let short = Error::EthSegment("inline headers shorter than the queue's minimum");
+        assert_eq!(at(49), Err(short));
+        assert_eq!(
+            EthSplit::new(&[], 0),
+            Err(Error::EthSegment(
+                "a raw packet send needs at least one SGE"
+            ))
+        );
+        let mut out = [Sge::default(); 4];
+        let s = EthSplit::new(&sgl, 20).unwrap();
+        assert_eq!(s.data(&sgl, &mut out), &[sge(0x402, 28)]);
+        let s = EthSplit::new(&sgl, 48).unwrap();
+        assert!(s.data(&sgl, &mut out).is_empty());
+        let mut one = [Sge::default(); 1];
+        let s = EthSplit::new(&sgl, 4).unwrap();
+        assert_eq!(s.data(&sgl, &mut one), &[sge(0x104, 6)]);
     }
 
     #[test]

@@ -255,3 +255,70 @@ fn rx_csum_off_reports_no_csum_ok_and_non_raw_qpn_still_checked() {
     drop(table);
     rc.reclaim();
 }
+
+#[test]
+fn vlan_tag_in_long_inline_headers_wraps_with_them() {
+    let uar = UarPage::new();
+    let cfg = raw_cfg(18, false);
+    let last = cfg.geometry.sq.unwrap().wqe_cnt - 1;
+    let mut env = make_qp_cfg(&cfg, &uar, last, 0);
+    env.fill_rings(SENTINEL_Q);
+    // 60 header bytes (Ethernet, IPv4, TCP with options) + the tag: 64
+    // inline bytes, units 1..6 of a WQE that starts in the last WQEBB.
+    let hdr: Vec<u8> = (0..60).collect();
+    let sq = env.qp.sq().unwrap();
+    sq.post_send_vlan(
+        &SendWr::new(1, SendOp::Send).sgl(&SGE).eth_headers(&hdr),
+        VlanInsert::cvlan(0x0fff),
+    )
+    .unwrap();
+    assert_eq!(sq.cur_post(), last + 2);
+    let mut w = env.sq_slot(last as usize);
+    w.extend(env.sq_slot(0));
+    // ds = 1 + 5 (14 + 64 bytes) + 1.
+    assert_eq!(w[4..8], [0, 0, 0x99, 7]);
+    assert_eq!(w[28..30], [0, 64]);
+    let mut inl = hdr[..12].to_vec();
+    inl.extend_from_slice(&[0x81, 0x00, 0x0f, 0xff]);
+    inl.extend_from_slice(&hdr[12..]);
+    assert_eq!(w[30..94], inl[..]);
+    assert!(w[94..96].iter().all(|&b| b == SENTINEL_Q));
+    assert_eq!(
+        w[96..112],
+        [0, 0, 0, 64, 0, 0, 0, 0x77, 0, 0, 0, 0, 0, 0, 0x10, 0]
+    );
+    env.reclaim();
+}
+
+#[test]
+fn ip_csum_refused_where_the_device_does_not_offer_it() {
+    let uar = UarPage::new();
+    let mut env = make_qp_cfg(&raw_cfg(0, false), &uar, 0, 0);
+    env.fill_rings(SENTINEL_Q);
+    let sq = env.qp.sq().unwrap();
+    sq.set_ip_csum_offload(false);
+    let err = Error::EthSegment(
+        "checksum offload (IBV_SEND_IP_CSUM) not supported by the device or port",
+    );
+    let wr = SendWr::new(1, SendOp::Send)
+        .sgl(&SGE)
+        .flags(SendFlags::IP_CSUM);
+    assert_eq!(sq.post_send(&wr), Err(err));
+    // The one-SGE entry point says the same in its compact form.
+    let e = sq
+        .post_send_sge(1, SendOp::Send, SendFlags::IP_CSUM, SGE[0])
+        .unwrap_err();
+    assert_eq!(e.kind(), SendErrorKind::EthCsumUnsupported);
+    assert_eq!(Error::from(e), err);
+    assert_eq!(sq.post_send_vlan(&wr, VlanInsert::cvlan(1)), Err(err));
+    assert_eq!(sq.cur_post(), 0);
+    assert!(env.sq_slot(0).iter().all(|&b| b == SENTINEL_Q));
+    // Without the flag, and with the offload back on, it posts.
+    let sq = env.qp.sq().unwrap();
+    sq.post_send(&SendWr::new(2, SendOp::Send).sgl(&SGE))
+        .unwrap();
+    sq.set_ip_csum_offload(true);
+    sq.post_send(&wr).unwrap();
+    assert_eq!(sq.cur_post(), 2);
+    env.reclaim();
+}
