@@ -51,6 +51,8 @@ pub mod kabi {
 mod mr;
 mod provider_abi;
 mod qpex;
+#[cfg(test)]
+mod raw_tests;
 mod registry;
 mod strs;
 mod verbs;
