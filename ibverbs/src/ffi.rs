@@ -143,11 +143,17 @@ pub struct verbs_context {
     pub alloc_td: *const c_void,
     pub modify_cq: *const c_void,
     pub post_srq_ops: *const c_void,
-    pub destroy_rwq_ind_table: *const c_void,
-    pub create_rwq_ind_table: *const c_void,
-    pub destroy_wq: *const c_void,
-    pub modify_wq: *const c_void,
-    pub create_wq: *const c_void,
+    pub destroy_rwq_ind_table: Option<unsafe extern "C" fn(*mut ibv_rwq_ind_table) -> c_int>,
+    pub create_rwq_ind_table: Option<
+        unsafe extern "C" fn(
+            *mut ibv_context,
+            *mut ibv_rwq_ind_table_init_attr,
+        ) -> *mut ibv_rwq_ind_table,
+    >,
+    pub destroy_wq: Option<unsafe extern "C" fn(*mut ibv_wq) -> c_int>,
+    pub modify_wq: Option<unsafe extern "C" fn(*mut ibv_wq, *mut ibv_wq_attr) -> c_int>,
+    pub create_wq:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_wq_init_attr) -> *mut ibv_wq>,
     pub query_rt_values: *const c_void,
     pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
@@ -978,3 +984,62 @@ const _: () = assert!(size_of::<ibv_flow_spec_action_drop>() == 8);
 const _: () = assert!(size_of::<ibv_flow_attr>() == 20);
 const _: () = assert!(core::mem::offset_of!(ibv_flow_spec_ipv4, val) == 8);
 const _: () = assert!(core::mem::offset_of!(ibv_flow_spec_eth, val) == 6);
+
+// Work queues and indirection tables (`ibv_create_wq`,
+// `ibv_create_rwq_ind_table`).
+
+#[repr(C)]
+pub struct ibv_wq_init_attr {
+    pub wq_context: *mut c_void,
+    pub wq_type: c_int,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub pd: *mut ibv_pd,
+    pub cq: *mut ibv_cq,
+    pub comp_mask: u32,
+    pub create_flags: u32,
+}
+
+pub type WqPostRecvFn =
+    unsafe extern "C" fn(*mut ibv_wq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+#[repr(C)]
+pub struct ibv_wq {
+    pub context: *mut ibv_context,
+    pub wq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub cq: *mut ibv_cq,
+    pub wq_num: u32,
+    pub handle: u32,
+    pub state: c_int,
+    pub wq_type: c_int,
+    pub post_recv: Option<WqPostRecvFn>,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_wq_attr {
+    pub attr_mask: u32,
+    pub wq_state: c_int,
+    pub curr_wq_state: c_int,
+    pub flags: u32,
+    pub flags_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_rwq_ind_table {
+    pub context: *mut ibv_context,
+    pub ind_tbl_handle: c_int,
+    pub ind_tbl_num: c_int,
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_rwq_ind_table_init_attr {
+    pub log_ind_tbl_size: u32,
+    pub ind_tbl: *mut *mut ibv_wq,
+    pub comp_mask: u32,
+}

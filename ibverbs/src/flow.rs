@@ -25,9 +25,10 @@
 //! attribute or spec, an unknown spec type, a port other than 1 or a QP
 //! that is not a raw packet QP `EINVAL`; a spec kind or field this
 //! implementation does not match on (tunnels, inner headers, MPLS, ESP,
-//! IPv6 flow label, next header, traffic class and hop limit, IPv4 TOS,
-//! TTL and flags, flow tags, counters, `IBV_FLOW_ATTR_MC_DEFAULT`, flow
-//! attribute flags) `EOPNOTSUPP`; more normal flows than table 0 has
+//! IPv6 flow label, traffic class and hop limit, IPv4 TOS, TTL and
+//! flags, flow tags, counters, `IBV_FLOW_ATTR_MC_DEFAULT`, flow attribute
+//! flags) `EOPNOTSUPP`; the IPv4 `proto` and IPv6 `next_hdr` match the
+//! `ip_protocol`; more normal flows than table 0 has
 //! entries `ENOMEM`.
 
 use core::ffi::c_int;
@@ -237,12 +238,13 @@ fn m6(v: [u8; 6], m: [u8; 6]) -> Masked<[u8; 6]> {
 /// # Safety
 /// `attr` points to an `ibv_flow_attr` followed by `num_of_specs` specs,
 /// each at least as long as its `size` says.
-unsafe fn parse(attr: *const ibv_flow_attr) -> Result<(Vec<FlowSpec>, bool), c_int> {
+unsafe fn parse(attr: *const ibv_flow_attr) -> Result<Parsed, c_int> {
     // SAFETY: the caller's attribute.
     let a: ibv_flow_attr = unsafe { rd(attr.cast()) };
     let mut p = attr.cast::<u8>().wrapping_add(size_of::<ibv_flow_attr>());
     let mut specs = Vec::new();
     let mut drop = false;
+    let mut protos = Vec::new();
     for _ in 0..a.num_of_specs {
         // SAFETY: every spec begins with its type and size.
         let (ty, size): (u32, u16) = unsafe { (rd(p), rd(p.wrapping_add(4))) };
@@ -290,9 +292,10 @@ unsafe fn parse(attr: *const ibv_flow_attr) -> Result<(Vec<FlowSpec>, bool), c_i
                 // SAFETY: as above.
                 let s: ibv_flow_spec_ipv4_ext = unsafe { rd(p) };
                 let m = s.mask;
-                if m.proto | m.tos | m.ttl | m.flags != 0 {
+                if m.tos | m.ttl | m.flags != 0 {
                     return Err(libc::EOPNOTSUPP);
                 }
+                protos.push((s.val.proto, m.proto));
                 specs.push(FlowSpec::Ipv4 {
                     src_ip: Masked {
                         value: s.val.src_ip.to_ne_bytes(),
@@ -309,9 +312,10 @@ unsafe fn parse(attr: *const ibv_flow_attr) -> Result<(Vec<FlowSpec>, bool), c_i
                 // SAFETY: as above.
                 let s: ibv_flow_spec_ipv6 = unsafe { rd(p) };
                 let m = s.mask;
-                if m.flow_label != 0 || m.next_hdr | m.traffic_class | m.hop_limit != 0 {
+                if m.flow_label != 0 || m.traffic_class | m.hop_limit != 0 {
                     return Err(libc::EOPNOTSUPP);
                 }
+                protos.push((s.val.next_hdr, m.next_hdr));
                 specs.push(FlowSpec::Ipv6 {
                     src_ip: Masked {
                         value: s.val.src_ip,
@@ -365,7 +369,43 @@ unsafe fn parse(attr: *const ibv_flow_attr) -> Result<(Vec<FlowSpec>, bool), c_i
         }
         p = p.wrapping_add(size);
     }
-    Ok((specs, drop))
+    Ok(Parsed {
+        specs,
+        drop,
+        protos,
+    })
+}
+
+/// The specs of a flow attribute.
+struct Parsed {
+    specs: Vec<FlowSpec>,
+    /// An `IBV_FLOW_SPEC_ACTION_DROP`.
+    drop: bool,
+    /// IPv4 `proto` / IPv6 `next_hdr` values and masks (`ip_protocol`).
+    protos: Vec<(u8, u8)>,
+}
+
+/// Adds an `ip_protocol` match (IPv4's `proto`, IPv6's `next_hdr`) to
+/// `m`; one that contradicts the TCP/UDP spec's is `EINVAL`.
+fn add_proto(m: &mut FlowMatch, value: u8, mask: u8) -> Result<(), c_int> {
+    use firmware_cmds::flow::FteMatchSetLyr24 as L24;
+    if mask == 0 {
+        return Ok(());
+    }
+    let (cm, cv) = (
+        m.criteria.get(L24::ip_protocol),
+        m.value.get(L24::ip_protocol),
+    );
+    if (cv ^ value) & cm & mask != 0 {
+        return Err(libc::EINVAL);
+    }
+    m.criteria
+        .set(L24::ip_protocol, cm | mask)
+        .map_err(|_| libc::EINVAL)?;
+    m.value
+        .set(L24::ip_protocol, cv | (value & mask))
+        .map_err(|_| libc::EINVAL)?;
+    Ok(())
 }
 
 /// The verbs context's `ibv_create_flow`.
@@ -377,7 +417,14 @@ pub(crate) unsafe extern "C" fn op_create_flow(
 }
 
 fn create_flow(qp: *mut ibv_qp, attr: *mut ibv_flow_attr) -> *mut ibv_flow {
-    let Some(q) = live(qp.cast::<QpObj>(), Kind::Qp) else {
+    // A raw packet QP (its direct TIR) or an RSS QP (its indirect TIR).
+    let (tirn, hca, context) = if let Some(q) = live(qp.cast::<QpObj>(), Kind::Qp) {
+        let g = q.qp.lock().unwrap_or_else(|p| p.into_inner());
+        (g.tir(), g.pd().context().hca().clone(), q.c.qp_base.context)
+    } else if let Some((t, h)) = crate::wq::rss_tir(qp) {
+        // SAFETY: a live RSS QP of this library.
+        (Some(t), h, unsafe { (*qp).context })
+    } else {
         return fail(libc::EINVAL);
     };
     if attr.is_null() {
@@ -399,7 +446,11 @@ fn create_flow(qp: *mut ibv_qp, attr: *mut ibv_flow_attr) -> *mut ibv_flow {
         _ => return fail(libc::EINVAL),
     };
     // SAFETY: the caller's attribute is followed by its specs.
-    let (specs, drop) = match unsafe { parse(attr) } {
+    let Parsed {
+        specs,
+        drop,
+        protos,
+    } = match unsafe { parse(attr) } {
         Ok(v) => v,
         Err(e) => return fail(e),
     };
@@ -407,22 +458,20 @@ fn create_flow(qp: *mut ibv_qp, attr: *mut ibv_flow_attr) -> *mut ibv_flow {
         // The default and sniffer rules take every frame.
         return fail(libc::EINVAL);
     }
-    let m = match FlowMatch::from_specs(&specs) {
+    let mut m = match FlowMatch::from_specs(&specs) {
         Ok(m) => m,
         Err(e) => return fail(errno_of(&e)),
     };
-    let (tirn, hca) = {
-        let g = q.qp.lock().unwrap_or_else(|p| p.into_inner());
-        let tir = g.tir();
-        let hca = g.pd().context().hca().clone();
-        (tir, hca)
-    };
-    let tirn = match tirn.or_else(|| crate::wq::rss_tir(qp)) {
-        Some(t) => t,
-        None => return fail(libc::EINVAL),
+    for (v, mask) in protos {
+        if let Err(e) = add_proto(&mut m, v, mask) {
+            return fail(e);
+        }
+    }
+    let Some(tirn) = tirn else {
+        return fail(libc::EINVAL);
     };
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let ctx = q.c.qp_base.context as usize;
+    let ctx = context as usize;
     let key = Arc::as_ptr(&hca) as usize;
     let mut all = STEERING.lock().unwrap_or_else(|p| p.into_inner());
     let at = match all.iter().position(|s| s.key() == key) {
@@ -467,7 +516,7 @@ fn create_flow(qp: *mut ibv_qp, attr: *mut ibv_flow_attr) -> *mut ibv_flow {
         FlowObj {
             c: ibv_flow {
                 comp_mask: 0,
-                context: q.c.qp_base.context,
+                context,
                 handle: u32::try_from(id).unwrap_or(u32::MAX),
             },
             id,

@@ -18,6 +18,9 @@ pub enum Kind {
     Ah,
     Channel,
     Flow,
+    Wq,
+    RwqIndTable,
+    RssQp,
 }
 
 static LIVE: Mutex<Option<HashSet<(usize, Kind)>>> = Mutex::new(None);

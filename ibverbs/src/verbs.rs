@@ -1560,6 +1560,9 @@ pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
+        if let Some(r) = crate::wq::destroy_rss_qp(qp) {
+            return r;
+        }
         let o = qp.cast::<QpObj>();
         // A raw packet QP that flows deliver to stays (the kernel's EBUSY):
         // the flows go first.
@@ -2074,7 +2077,7 @@ unsafe extern "C" fn op_post_srq_recv(
     })
 }
 
-fn post_recv_list(
+pub(crate) fn post_recv_list(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
     mut post: impl FnMut(&RecvWr<'_>) -> hca_driver::Result<()>,
