@@ -675,3 +675,170 @@ unsafe fn op_query_device_ex_for_tests(
     // SAFETY: as the header's inline ibv_query_device_ex calls it.
     unsafe { f(ctx, ptr::null(), attr, size_of::<ibv_device_attr_ex>()) }
 }
+
+/// The context's `verbs_context`.
+fn vctx(ctx: *mut ibv_context) -> &'static verbs_context {
+    let v = ctx
+        .cast::<u8>()
+        .wrapping_sub(core::mem::offset_of!(verbs_context, context))
+        .cast::<verbs_context>();
+    // SAFETY: a context of this library is the last member of its
+    // verbs_context, which lives as long as the test uses it.
+    unsafe { &*v }
+}
+
+#[test]
+fn wqs_an_indirection_table_and_an_rss_qp_spread_frames_by_hash() {
+    let _w = wire();
+    let mut a = open("ta", 1);
+    let b = open("tb", 4 * 8);
+    let tx = raw_qp(&a, a.cq, 16, 0);
+    let v = vctx(b.ctx);
+    let mut wqs = Vec::new();
+    for i in 0..4usize {
+        let mut wa = ibv_wq_init_attr {
+            wq_context: ptr::null_mut(),
+            wq_type: 0,
+            max_wr: 8,
+            max_sge: 1,
+            pd: b.pd,
+            cq: b.cq,
+            comp_mask: 0,
+            create_flags: 0,
+        };
+        // SAFETY: a live context, valid attributes.
+        let wq = unsafe { v.create_wq.unwrap()(b.ctx, &mut wa) };
+        assert!(!wq.is_null(), "errno {}", errno());
+        let mut st = ibv_wq_attr {
+            attr_mask: 1,
+            wq_state: 7,
+            curr_wq_state: 0,
+            flags: 0,
+            flags_mask: 0,
+        };
+        // SAFETY: a live WQ.
+        assert_eq!(unsafe { v.modify_wq.unwrap()(wq, &mut st) }, libc::EINVAL);
+        st.wq_state = 1; // IBV_WQS_RDY
+        // SAFETY: a live WQ.
+        assert_eq!(unsafe { v.modify_wq.unwrap()(wq, &mut st) }, 0);
+        // SAFETY: a live WQ.
+        assert_eq!(unsafe { (*wq).state }, 1);
+        for k in 0..8 {
+            let slot = i * 8 + k;
+            let mut sge = ibv_sge {
+                addr: b.buf.as_ptr() as u64 + (slot * SLOT) as u64,
+                length: SLOT as u32,
+                // SAFETY: a live MR.
+                lkey: unsafe { (*b.mr).lkey },
+            };
+            let mut wr = ibv_recv_wr {
+                wr_id: (i * 1000 + slot) as u64,
+                next: ptr::null_mut(),
+                sg_list: &mut sge,
+                num_sge: 1,
+            };
+            let mut bad = ptr::null_mut();
+            // SAFETY: the WQ's own post function, a valid request.
+            assert_eq!(
+                unsafe { (*wq).post_recv.unwrap()(wq, &mut wr, &mut bad) },
+                0
+            );
+        }
+        wqs.push(wq);
+    }
+    let mut ta = ibv_rwq_ind_table_init_attr {
+        log_ind_tbl_size: 2,
+        ind_tbl: wqs.as_mut_ptr(),
+        comp_mask: 0,
+    };
+    // SAFETY: a live context, a table of four live WQs.
+    let ind = unsafe { v.create_rwq_ind_table.unwrap()(b.ctx, &mut ta) };
+    assert!(!ind.is_null(), "errno {}", errno());
+    // SAFETY: a live WQ the table names.
+    assert_eq!(unsafe { v.destroy_wq.unwrap()(wqs[0]) }, libc::EBUSY);
+    let mut key = [0u8; 40];
+    for (i, k) in key.iter_mut().enumerate() {
+        *k = (i as u8).wrapping_mul(37).wrapping_add(11);
+    }
+    // SAFETY: all-zero is a valid ibv_qp_init_attr_ex.
+    let mut ia: ibv_qp_init_attr_ex = unsafe { core::mem::zeroed() };
+    ia.qp_type = IBV_QPT_RAW_PACKET;
+    ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
+    ia.pd = b.pd;
+    ia.rwq_ind_tbl = ind.cast();
+    ia.rx_hash_conf = ibv_rx_hash_conf {
+        rx_hash_function: 1,
+        rx_hash_key_len: 20,
+        rx_hash_key: key.as_mut_ptr(),
+        rx_hash_fields_mask: 1 | 2, // IBV_RX_HASH_SRC_IPV4 | DST_IPV4
+    };
+    // A key of the wrong length.
+    // SAFETY: a live context, valid attributes.
+    assert!(unsafe { op_create_qp_ex(b.ctx, &mut ia) }.is_null());
+    assert_eq!(errno(), libc::EINVAL);
+    ia.rx_hash_conf.rx_hash_key_len = 40;
+    // SAFETY: as above.
+    let rss = unsafe { op_create_qp_ex(b.ctx, &mut ia) };
+    assert!(!rss.is_null(), "errno {}", errno());
+    // SAFETY: a live table an RSS QP uses.
+    assert_eq!(
+        unsafe { v.destroy_rwq_ind_table.unwrap()(ind) },
+        libc::EBUSY
+    );
+    let e = eth_spec(M1);
+    let f = create_flow(rss, &mut Attr::new(0, 0, &[bytes_of(&e)]));
+    assert!(!f.is_null(), "errno {}", errno());
+    assert_eq!(ibv_destroy_qp(rss), libc::EBUSY, "a flow delivers to it");
+
+    // Sixteen destinations, each sent twice: the same addresses land in
+    // the same WQ, and more than one WQ is used.
+    let mut seen = std::collections::HashMap::new();
+    for round in 0..2 {
+        for d in 0..16u8 {
+            let fr = frame(M1, Some(([10, 0, 1, d], 17, 7000)), None);
+            send(&mut a, tx, &fr, 0);
+            let w = poll(b.cq, 1).remove(0);
+            assert_eq!((w.status, w.byte_len), (0, fr.len() as u32));
+            let wq = w.wr_id / 1000;
+            let slot = (w.wr_id % 1000) as usize;
+            assert_eq!(&b.buf[slot * SLOT..slot * SLOT + fr.len()], &fr[..]);
+            if round == 0 {
+                seen.insert(d, wq);
+            } else {
+                assert_eq!(seen[&d], wq, "destination {d} moved");
+            }
+            // Repost where it came from.
+            let mut sge = ibv_sge {
+                addr: b.buf.as_ptr() as u64 + (slot * SLOT) as u64,
+                length: SLOT as u32,
+                // SAFETY: a live MR.
+                lkey: unsafe { (*b.mr).lkey },
+            };
+            let mut wr = ibv_recv_wr {
+                wr_id: w.wr_id,
+                next: ptr::null_mut(),
+                sg_list: &mut sge,
+                num_sge: 1,
+            };
+            let q = wqs[wq as usize];
+            let mut bad = ptr::null_mut();
+            // SAFETY: as above.
+            assert_eq!(unsafe { (*q).post_recv.unwrap()(q, &mut wr, &mut bad) }, 0);
+        }
+    }
+    let used: std::collections::HashSet<u64> = seen.values().copied().collect();
+    assert!(used.len() > 1, "the hash spreads: {used:?}");
+
+    // SAFETY: live objects, destroyed in order.
+    unsafe {
+        assert_eq!(op_destroy_flow(f), 0);
+        assert_eq!(ibv_destroy_qp(rss), 0);
+        assert_eq!(v.destroy_rwq_ind_table.unwrap()(ind), 0);
+        for &w in &wqs {
+            assert_eq!(v.destroy_wq.unwrap()(w), 0);
+        }
+    }
+    assert_eq!(ibv_destroy_qp(tx), 0);
+    close(a);
+    close(b);
+}
