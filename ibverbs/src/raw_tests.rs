@@ -739,10 +739,8 @@ fn wqs_an_indirection_table_and_an_rss_qp_spread_frames_by_hash() {
             };
             let mut bad = ptr::null_mut();
             // SAFETY: the WQ's own post function, a valid request.
-            assert_eq!(
-                unsafe { (*wq).post_recv.unwrap()(wq, &mut wr, &mut bad) },
-                0
-            );
+            let r = unsafe { (*wq).post_recv.unwrap()(wq, &mut wr, &mut bad) };
+            assert_eq!(r, 0);
         }
         wqs.push(wq);
     }
@@ -781,10 +779,8 @@ fn wqs_an_indirection_table_and_an_rss_qp_spread_frames_by_hash() {
     let rss = unsafe { op_create_qp_ex(b.ctx, &mut ia) };
     assert!(!rss.is_null(), "errno {}", errno());
     // SAFETY: a live table an RSS QP uses.
-    assert_eq!(
-        unsafe { v.destroy_rwq_ind_table.unwrap()(ind) },
-        libc::EBUSY
-    );
+    let r = unsafe { v.destroy_rwq_ind_table.unwrap()(ind) };
+    assert_eq!(r, libc::EBUSY);
     let e = eth_spec(M1);
     let f = create_flow(rss, &mut Attr::new(0, 0, &[bytes_of(&e)]));
     assert!(!f.is_null(), "errno {}", errno());
