@@ -590,3 +590,92 @@ pub(crate) fn in_use(hca: usize, tirn: Tirn) -> bool {
         .iter()
         .any(|s| s.key() == hca && s.flows.iter().any(|f| f.tirn == tirn))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr_with(specs: &[&[u8]]) -> Vec<u64> {
+        let a = ibv_flow_attr {
+            num_of_specs: specs.len() as u8,
+            port: 1,
+            ..Default::default()
+        };
+        let mut b = Vec::new();
+        // SAFETY: a plain C struct read as bytes.
+        b.extend_from_slice(unsafe {
+            core::slice::from_raw_parts(ptr::addr_of!(a).cast::<u8>(), size_of::<ibv_flow_attr>())
+        });
+        for s in specs {
+            b.extend_from_slice(s);
+        }
+        let mut v = vec![0u64; b.len().div_ceil(8)];
+        // SAFETY: `v` has room for the bytes.
+        unsafe { ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
+        v
+    }
+
+    fn bytes<T>(t: &T) -> &[u8] {
+        // SAFETY: a plain C struct read as bytes.
+        unsafe { core::slice::from_raw_parts(ptr::from_ref(t).cast::<u8>(), size_of::<T>()) }
+    }
+
+    #[test]
+    fn specs_parse_into_selectors_in_host_order() {
+        let ip = ibv_flow_spec_ipv4_ext {
+            type_: IBV_FLOW_SPEC_IPV4_EXT,
+            size: size_of::<ibv_flow_spec_ipv4_ext>() as u16,
+            val: ibv_flow_ipv4_ext_filter {
+                dst_ip: u32::from_ne_bytes([10, 0, 0, 2]),
+                proto: 17,
+                ..Default::default()
+            },
+            mask: ibv_flow_ipv4_ext_filter {
+                dst_ip: u32::MAX,
+                proto: 0xff,
+                ..Default::default()
+            },
+        };
+        let udp = ibv_flow_spec_tcp_udp {
+            type_: IBV_FLOW_SPEC_UDP,
+            size: size_of::<ibv_flow_spec_tcp_udp>() as u16,
+            val: ibv_flow_tcp_udp_filter {
+                dst_port: 5000u16.to_be(),
+                src_port: 0,
+            },
+            mask: ibv_flow_tcp_udp_filter {
+                dst_port: 0xffff,
+                src_port: 0,
+            },
+        };
+        let v = attr_with(&[bytes(&ip), bytes(&udp)]);
+        // SAFETY: an attribute followed by its specs.
+        let p = unsafe { parse(v.as_ptr().cast()) }.unwrap();
+        assert!(!p.drop);
+        assert_eq!(p.protos, [(17, 0xff)]);
+        assert_eq!(
+            p.specs[0],
+            FlowSpec::Ipv4 {
+                src_ip: Masked::default(),
+                dst_ip: Masked {
+                    value: [10, 0, 0, 2],
+                    mask: [0xff; 4]
+                },
+            }
+        );
+        assert_eq!(
+            p.specs[1],
+            FlowSpec::Udp {
+                src_port: Masked::default(),
+                dst_port: Masked {
+                    value: 5000,
+                    mask: 0xffff
+                },
+            }
+        );
+        let mut m = FlowMatch::from_specs(&p.specs).unwrap();
+        // UDP's own ip_protocol agrees with 17, not with TCP's 6.
+        assert_eq!(add_proto(&mut m, 17, 0xff), Ok(()));
+        assert_eq!(add_proto(&mut m, 6, 0xff), Err(libc::EINVAL));
+    }
+}
