@@ -785,6 +785,11 @@ fn wqs_an_indirection_table_and_an_rss_qp_spread_frames_by_hash() {
     let f = create_flow(rss, &mut Attr::new(0, 0, &[bytes_of(&e)]));
     assert!(!f.is_null(), "errno {}", errno());
     assert_eq!(ibv_destroy_qp(rss), libc::EBUSY, "a flow delivers to it");
+    let mut qa = ibv_qp_attr {
+        qp_state: 1,
+        ..Default::default()
+    };
+    assert_eq!(ibv_modify_qp(rss, &mut qa, 1), libc::ENOSYS);
 
     // Sixteen destinations, each sent twice: the same addresses land in
     // the same WQ, and more than one WQ is used.

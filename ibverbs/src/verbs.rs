@@ -1700,6 +1700,9 @@ fn qp_attr_from_c(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, i32> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     guard(libc::EIO, || {
+        if crate::wq::is_rss(qp) {
+            return libc::ENOSYS;
+        }
         let o = qp.cast::<QpObj>();
         let Some(q) = live(o, Kind::Qp) else {
             return libc::EINVAL;
@@ -1740,6 +1743,9 @@ pub extern "C" fn ibv_query_qp(
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard(libc::EIO, || {
+        if crate::wq::is_rss(qp) {
+            return libc::ENOSYS;
+        }
         let o = qp.cast::<QpObj>();
         let Some(q) = live(o, Kind::Qp) else {
             return libc::EINVAL;

@@ -11,8 +11,8 @@
 //! - an RSS QP is an indirect TIR over that table with the Toeplitz hash
 //!   ([`hca_driver::flow::RxHashConf`], the fields mlx5_ib allows), in a
 //!   transport domain of its own; it only receives, through the flows
-//!   `ibv_create_flow` attaches to it. Modifying it is `ENOSYS` (mlx5_ib's
-//!   answer); it cannot be queried here (`EINVAL`).
+//!   `ibv_create_flow` attaches to it. Modifying or querying it is
+//!   `ENOSYS` (mlx5_ib's answer to a modify).
 //!
 //! A WQ a table names, a table an RSS QP uses, and an RSS QP flows
 //! deliver to are not destroyed (`EBUSY`).
@@ -393,6 +393,11 @@ pub(crate) fn create_rss_qp(a: &ibv_qp_init_attr_ex) -> *mut ibv_qp {
 pub(crate) fn rss_tir(qp: *mut ibv_qp) -> Option<(Tirn, Arc<Hca<P>>)> {
     let r = live(qp.cast::<RssObj>(), Kind::RssQp)?;
     Some((r.tir.as_ref()?.number(), r.hca.clone()))
+}
+
+/// Whether `qp` is an RSS QP of this library.
+pub(crate) fn is_rss(qp: *mut ibv_qp) -> bool {
+    live(qp.cast::<RssObj>(), Kind::RssQp).is_some()
 }
 
 /// `ibv_destroy_qp` of an RSS QP: `None` when `qp` is not one.
