@@ -340,7 +340,7 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
     );
     init.send_cq = a.cq;
     init.recv_cq = a.cq;
-    init.qp_type = 8; // raw packet
+    init.qp_type = 9; // XRC send: not offered
     assert!(ibv_create_qp(a.pd, &mut init).is_null());
     assert_eq!(
         std::io::Error::last_os_error().raw_os_error(),

@@ -7,11 +7,17 @@
 //! `wr_id` and `status`, and the readers return its fields; `end_poll`
 //! has nothing to release (each completion was consumed when taken, as
 //! with `ibv_poll_cq`).
+//!
+//! The raw Ethernet fields of a receive CQE are kept with it, for
+//! `ibv_wc_read_cvlan` (the stripped VLAN TCI, `IBV_WC_EX_WITH_CVLAN`) and
+//! `ibv_wc_read_flow_tag` (the tag of the steering rule,
+//! `IBV_WC_EX_WITH_FLOW_TAG`).
 
 use core::ffi::{c_int, c_uint};
 use std::sync::MutexGuard;
 
 use hca_driver::verbs::WorkCompletion;
+use hca_driver::verbs::{Completion, RxCqe};
 
 use crate::ffi::*;
 use crate::guard;
@@ -33,6 +39,8 @@ pub fn install(c: &mut ibv_cq_ex, _wc_flags: u64) {
     c.read_slid = Some(read_slid);
     c.read_sl = Some(read_sl);
     c.read_dlid_path_bits = Some(read_dlid_path_bits);
+    c.read_cvlan = Some(read_cvlan);
+    c.read_flow_tag = Some(read_flow_tag);
 }
 
 fn obj<'a>(cq: *mut ibv_cq_ex) -> Option<&'a CqObj> {
@@ -55,16 +63,19 @@ fn take(cq: *mut ibv_cq_ex) -> c_int {
         let Some(q) = obj(cq) else {
             return libc::EINVAL;
         };
-        let mut one = [WorkCompletion::default()];
-        match q.cq.poll(&mut one) {
-            Ok(0) => libc::ENOENT,
-            Ok(_) => {
-                *cur(q) = one[0];
+        let mut c = Completion::default();
+        let mut rx = RxCqe::default();
+        match q.cq.poll_one_rx(&mut c, &mut rx) {
+            Ok(false) => libc::ENOENT,
+            Ok(true) => {
+                let w = WorkCompletion::from(c);
+                *cur(q) = w;
+                *q.cur_rx.lock().unwrap_or_else(|p| p.into_inner()) = rx;
                 // SAFETY: the caller's extended CQ (checked non-null); its
                 // wr_id and status are the program's to read.
                 unsafe {
-                    (*cq).wr_id = one[0].wr_id;
-                    (*cq).status = one[0].status as c_int;
+                    (*cq).wr_id = w.wr_id;
+                    (*cq).status = w.status as c_int;
                 }
                 0
             }
@@ -94,6 +105,27 @@ fn read<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&WorkCompletion) -> T) ->
     guard(T::default(), || {
         obj(cq).map(|q| f(&cur(q))).unwrap_or_default()
     })
+}
+
+fn read_rx<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&RxCqe) -> T) -> T {
+    guard(T::default(), || {
+        obj(cq)
+            .map(|q| f(&q.cur_rx.lock().unwrap_or_else(|p| p.into_inner())))
+            .unwrap_or_default()
+    })
+}
+
+/// `ibv_wc_read_cvlan`: the VLAN TCI the device stripped (valid when the
+/// completion's flags have `IBV_WC_CVLAN` ... as libmlx5: the CQE's
+/// `vlan_info`).
+unsafe extern "C" fn read_cvlan(cq: *mut ibv_cq_ex) -> u16 {
+    read_rx(cq, |r| r.vlan_tci())
+}
+
+/// `ibv_wc_read_flow_tag`: the flow tag of the rule that steered the
+/// frame (the CQE's `sop_drop_qpn` bits 23:0 on a raw packet receive).
+unsafe extern "C" fn read_flow_tag(cq: *mut ibv_cq_ex) -> u32 {
+    read_rx(cq, |r| r.flow_tag())
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> c_int {

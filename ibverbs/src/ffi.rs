@@ -143,18 +143,25 @@ pub struct verbs_context {
     pub alloc_td: *const c_void,
     pub modify_cq: *const c_void,
     pub post_srq_ops: *const c_void,
-    pub destroy_rwq_ind_table: *const c_void,
-    pub create_rwq_ind_table: *const c_void,
-    pub destroy_wq: *const c_void,
-    pub modify_wq: *const c_void,
-    pub create_wq: *const c_void,
+    pub destroy_rwq_ind_table: Option<unsafe extern "C" fn(*mut ibv_rwq_ind_table) -> c_int>,
+    pub create_rwq_ind_table: Option<
+        unsafe extern "C" fn(
+            *mut ibv_context,
+            *mut ibv_rwq_ind_table_init_attr,
+        ) -> *mut ibv_rwq_ind_table,
+    >,
+    pub destroy_wq: Option<unsafe extern "C" fn(*mut ibv_wq) -> c_int>,
+    pub modify_wq: Option<unsafe extern "C" fn(*mut ibv_wq, *mut ibv_wq_attr) -> c_int>,
+    pub create_wq:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_wq_init_attr) -> *mut ibv_wq>,
     pub query_rt_values: *const c_void,
     pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
-    pub ibv_destroy_flow: *const c_void,
+    pub ibv_destroy_flow: Option<unsafe extern "C" fn(*mut ibv_flow) -> c_int>,
     pub abi_placeholder2: *const c_void,
-    pub ibv_create_flow: *const c_void,
+    pub ibv_create_flow:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_flow_attr) -> *mut ibv_flow>,
     pub abi_placeholder1: *const c_void,
     pub open_qp: *const c_void,
     pub create_qp_ex: Option<CreateQpExFn>,
@@ -675,6 +682,8 @@ pub struct ibv_qp_init_attr_ex {
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
 pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 pub const IBV_QP_INIT_ATTR_MAX_TSO_HEADER: u32 = 1 << 3;
+pub const IBV_QP_INIT_ATTR_IND_TABLE: u32 = 1 << 4;
+pub const IBV_QP_INIT_ATTR_RX_HASH: u32 = 1 << 5;
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
 pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
@@ -742,8 +751,8 @@ pub struct ibv_cq_ex {
     pub read_sl: CqExFn<u8>,
     pub read_dlid_path_bits: CqExFn<u8>,
     pub read_completion_ts: *const c_void,
-    pub read_cvlan: *const c_void,
-    pub read_flow_tag: *const c_void,
+    pub read_cvlan: CqExFn<u16>,
+    pub read_flow_tag: CqExFn<u32>,
     pub read_tm_info: *const c_void,
     pub read_completion_wallclock_ns: *const c_void,
 }
@@ -765,6 +774,10 @@ pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
 /// `IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl,
 /// dlid_path_bits.
 pub const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
+/// `IBV_WC_EX_WITH_CVLAN`.
+pub const IBV_WC_EX_WITH_CVLAN: u64 = 1 << 8;
+/// `IBV_WC_EX_WITH_FLOW_TAG`.
+pub const IBV_WC_EX_WITH_FLOW_TAG: u64 = 1 << 9;
 
 pub type CreateCqExFn =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
@@ -787,6 +800,11 @@ pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;
 pub const IBV_QPT_UD: c_int = 4;
+pub const IBV_QPT_RAW_PACKET: c_int = 8;
+
+// `enum ibv_qp_create_flags`.
+pub const IBV_QP_CREATE_SCATTER_FCS: u32 = 1 << 8;
+pub const IBV_QP_CREATE_CVLAN_STRIPPING: u32 = 1 << 9;
 
 pub const IBV_WR_RDMA_WRITE: c_int = 0;
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_int = 1;
@@ -818,3 +836,210 @@ pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 pub const IBV_DEVICE_SRQ_RESIZE: c_uint = 1 << 13;
 pub const IBV_DEVICE_N_NOTIFY_CQ: c_uint = 1 << 14;
+pub const IBV_DEVICE_RAW_IP_CSUM: c_uint = 1 << 26;
+pub const IBV_DEVICE_MANAGED_FLOW_STEERING: c_uint = 1 << 29;
+
+// Flow steering (`ibv_create_flow`).
+
+/// `struct ibv_flow_attr` (the specs follow it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_attr {
+    pub comp_mask: u32,
+    pub type_: u32,
+    pub size: u16,
+    pub priority: u16,
+    pub num_of_specs: u8,
+    pub port: u8,
+    pub flags: u32,
+}
+
+/// `struct ibv_flow`.
+#[repr(C)]
+pub struct ibv_flow {
+    pub comp_mask: u32,
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+/// `struct ibv_flow_eth_filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_eth_filter {
+    pub dst_mac: [u8; 6],
+    pub src_mac: [u8; 6],
+    pub ether_type: u16,
+    pub vlan_tag: u16,
+}
+
+/// `struct ibv_flow_spec_eth`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_spec_eth {
+    pub type_: u32,
+    pub size: u16,
+    pub val: ibv_flow_eth_filter,
+    pub mask: ibv_flow_eth_filter,
+}
+
+/// `struct ibv_flow_ipv4_filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_ipv4_filter {
+    /// Network order (its bytes are the address).
+    pub src_ip: u32,
+    /// Network order.
+    pub dst_ip: u32,
+}
+
+/// `struct ibv_flow_spec_ipv4`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_spec_ipv4 {
+    pub type_: u32,
+    pub size: u16,
+    pub val: ibv_flow_ipv4_filter,
+    pub mask: ibv_flow_ipv4_filter,
+}
+
+/// `struct ibv_flow_ipv4_ext_filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_ipv4_ext_filter {
+    /// Network order (its bytes are the address).
+    pub src_ip: u32,
+    /// Network order.
+    pub dst_ip: u32,
+    pub proto: u8,
+    pub tos: u8,
+    pub ttl: u8,
+    pub flags: u8,
+}
+
+/// `struct ibv_flow_spec_ipv4_ext`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_spec_ipv4_ext {
+    pub type_: u32,
+    pub size: u16,
+    pub val: ibv_flow_ipv4_ext_filter,
+    pub mask: ibv_flow_ipv4_ext_filter,
+}
+
+/// `struct ibv_flow_ipv6_filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_ipv6_filter {
+    pub src_ip: [u8; 16],
+    pub dst_ip: [u8; 16],
+    pub flow_label: u32,
+    pub next_hdr: u8,
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+}
+
+/// `struct ibv_flow_spec_ipv6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_spec_ipv6 {
+    pub type_: u32,
+    pub size: u16,
+    pub val: ibv_flow_ipv6_filter,
+    pub mask: ibv_flow_ipv6_filter,
+}
+
+/// `struct ibv_flow_tcp_udp_filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_tcp_udp_filter {
+    pub dst_port: u16,
+    pub src_port: u16,
+}
+
+/// `struct ibv_flow_spec_tcp_udp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_spec_tcp_udp {
+    pub type_: u32,
+    pub size: u16,
+    pub val: ibv_flow_tcp_udp_filter,
+    pub mask: ibv_flow_tcp_udp_filter,
+}
+
+/// `struct ibv_flow_spec_action_drop`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_spec_action_drop {
+    pub type_: u32,
+    pub size: u16,
+}
+
+// The sizes of <infiniband/verbs.h> (x86_64 and aarch64).
+const _: () = assert!(size_of::<ibv_flow_spec_eth>() == 40);
+const _: () = assert!(size_of::<ibv_flow_spec_ipv4>() == 24);
+const _: () = assert!(size_of::<ibv_flow_spec_ipv4_ext>() == 32);
+const _: () = assert!(size_of::<ibv_flow_spec_ipv6>() == 88);
+const _: () = assert!(size_of::<ibv_flow_spec_tcp_udp>() == 16);
+const _: () = assert!(size_of::<ibv_flow_spec_action_drop>() == 8);
+const _: () = assert!(size_of::<ibv_flow_attr>() == 20);
+const _: () = assert!(core::mem::offset_of!(ibv_flow_spec_ipv4, val) == 8);
+const _: () = assert!(core::mem::offset_of!(ibv_flow_spec_eth, val) == 6);
+
+// Work queues and indirection tables (`ibv_create_wq`,
+// `ibv_create_rwq_ind_table`).
+
+#[repr(C)]
+pub struct ibv_wq_init_attr {
+    pub wq_context: *mut c_void,
+    pub wq_type: c_int,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub pd: *mut ibv_pd,
+    pub cq: *mut ibv_cq,
+    pub comp_mask: u32,
+    pub create_flags: u32,
+}
+
+pub type WqPostRecvFn =
+    unsafe extern "C" fn(*mut ibv_wq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+#[repr(C)]
+pub struct ibv_wq {
+    pub context: *mut ibv_context,
+    pub wq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub cq: *mut ibv_cq,
+    pub wq_num: u32,
+    pub handle: u32,
+    pub state: c_int,
+    pub wq_type: c_int,
+    pub post_recv: Option<WqPostRecvFn>,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_wq_attr {
+    pub attr_mask: u32,
+    pub wq_state: c_int,
+    pub curr_wq_state: c_int,
+    pub flags: u32,
+    pub flags_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_rwq_ind_table {
+    pub context: *mut ibv_context,
+    pub ind_tbl_handle: c_int,
+    pub ind_tbl_num: c_int,
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_rwq_ind_table_init_attr {
+    pub log_ind_tbl_size: u32,
+    pub ind_tbl: *mut *mut ibv_wq,
+    pub comp_mask: u32,
+}

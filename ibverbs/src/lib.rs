@@ -36,6 +36,7 @@ mod cqex;
 mod cqresize;
 pub mod devices;
 pub mod ffi;
+pub mod flow;
 mod mcast;
 
 /// The kernel-ABI structs (`<rdma/ib_user_verbs.h>`, `<rdma/ib_user_sa.h>`)
@@ -50,9 +51,12 @@ pub mod kabi {
 mod mr;
 mod provider_abi;
 mod qpex;
+#[cfg(test)]
+mod raw_tests;
 mod registry;
 mod strs;
 mod verbs;
+mod wq;
 
 use std::sync::Arc;
 

@@ -17,6 +17,10 @@ pub enum Kind {
     Srq,
     Ah,
     Channel,
+    Flow,
+    Wq,
+    RwqIndTable,
+    RssQp,
 }
 
 static LIVE: Mutex<Option<HashSet<(usize, Kind)>>> = Mutex::new(None);

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use hca_driver::IbMtu;
 use hca_driver::verbs::{
     AccessFlags, Ah, AhAttr, CompChannel, Context, Cq, GlobalRoute, PathMigState, Pd, Qp, QpAttr,
-    QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, RoceVersion, SendFlags, SendOp, SendWr,
-    Sge, Srq, SrqInitAttr, WcFlags, WorkCompletion,
+    QpAttrMask, QpCap, QpCreateFlags, QpInitAttr, QpState, QpType, RecvWr, RoceVersion, SendFlags,
+    SendOp, SendWr, Sge, Srq, SrqInitAttr, WcFlags, WorkCompletion,
 };
 use hca_driver::{LinkLayer, PortState};
 
@@ -56,6 +56,8 @@ pub(crate) struct CqObj {
     pub(crate) cq: Arc<Cq<P>>,
     /// The completion `ibv_start_poll`/`ibv_next_poll` took last.
     pub(crate) cur: Mutex<WorkCompletion>,
+    /// The raw Ethernet fields of that completion's CQE.
+    pub(crate) cur_rx: Mutex<hca_driver::verbs::RxCqe>,
     /// Held while events are acknowledged; `ibv_destroy_cq` waits on
     /// [`acked`](Self::acked) for the acknowledgements (libibverbs' `cq->mutex`
     /// and `cq->cond`).
@@ -105,7 +107,7 @@ fn ctx_obj(ctx: *mut ibv_context) -> *mut CtxObj {
 }
 
 /// The context object of a live context, or `None`.
-fn live_ctx<'a>(ctx: *mut ibv_context) -> Option<&'a CtxObj> {
+pub(crate) fn live_ctx<'a>(ctx: *mut ibv_context) -> Option<&'a CtxObj> {
     let o = ctx_obj(ctx);
     if ctx.is_null() || !registry::is_live(o, Kind::Context) {
         return None;
@@ -116,7 +118,7 @@ fn live_ctx<'a>(ctx: *mut ibv_context) -> Option<&'a CtxObj> {
 }
 
 /// A live object of kind `k` at `p`, or `None`.
-fn live<'a, T>(p: *mut T, k: Kind) -> Option<&'a T> {
+pub(crate) fn live<'a, T>(p: *mut T, k: Kind) -> Option<&'a T> {
     if registry::is_live(p, k) {
         // SAFETY: the registry says `p` is a live object of this kind,
         // boxed by its create function and not yet destroyed.
@@ -273,6 +275,9 @@ unsafe extern "C" fn op_query_device_ex(
         let mut ex: ibv_device_attr_ex = zeroed();
         ex.orig_attr = device_attr(c);
         ex.phys_port_cnt_ex = u32::from(ex.orig_attr.phys_port_cnt);
+        let d = *c.ctx().query_device();
+        ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags) | d.device_cap_flags;
+        ex.raw_packet_caps = d.raw_packet_caps;
         let n = len.min(size_of::<ibv_device_attr_ex>());
         // SAFETY: `attr` has room for `len` bytes (the caller's size);
         // `n` is at most that and at most our struct.
@@ -347,6 +352,9 @@ fn publish_context(
         v.query_device_ex = Some(op_query_device_ex);
         v.create_qp_ex = Some(op_create_qp_ex);
         v.create_cq_ex = Some(op_create_cq_ex);
+        v.ibv_create_flow = Some(crate::flow::op_create_flow);
+        v.ibv_destroy_flow = Some(crate::flow::op_destroy_flow);
+        crate::wq::install(&mut v);
         v.sz = size_of::<verbs_context>();
         v.context.device = device;
         // A descriptor standing for the context (libibverbs' is the
@@ -489,6 +497,7 @@ pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
             return libc::EINVAL;
         };
         let entry = b.entry;
+        crate::flow::close_context(context);
         if let Some(ctx) = b.ctx.take() {
             let shared = registry::live_of(Kind::Context).into_iter().any(|o| {
                 live(o as *mut CtxObj, Kind::Context)
@@ -536,7 +545,11 @@ fn device_attr(c: &CtxObj) -> ibv_device_attr {
         | IBV_DEVICE_BAD_QKEY_CNTR
         | IBV_DEVICE_SYS_IMAGE_GUID
         | IBV_DEVICE_RC_RNR_NAK_GEN
-        | IBV_DEVICE_N_NOTIFY_CQ;
+        | IBV_DEVICE_N_NOTIFY_CQ
+        // The raw Ethernet bits the driver derives as mlx5_ib does
+        // (IBV_DEVICE_RAW_IP_CSUM, IBV_DEVICE_MANAGED_FLOW_STEERING); the
+        // bits above 31 are device_cap_flags_ex's only.
+        | (d.device_cap_flags & u64::from(u32::MAX)) as c_uint;
     a.max_sge = int(d.max_sge);
     a.max_sge_rd = int(d.max_sge_rd);
     a.max_cq = int(d.max_cq);
@@ -949,9 +962,11 @@ pub extern "C" fn ibv_create_cq(
 }
 
 /// The context's `create_cq_ex` (the header's inline `ibv_create_cq_ex`):
-/// the standard work-completion fields (`IBV_WC_STANDARD_FLAGS`) and the
-/// single-threaded flag; timestamps, VLAN, flow tag, tag matching and
-/// parent domains are not offered (`EOPNOTSUPP`).
+/// the standard work-completion fields (`IBV_WC_STANDARD_FLAGS`), the
+/// stripped VLAN and the flow tag of raw packet receives
+/// (`IBV_WC_EX_WITH_CVLAN`, `IBV_WC_EX_WITH_FLOW_TAG`) and the
+/// single-threaded flag; timestamps, tag matching and parent domains are
+/// not offered (`EOPNOTSUPP`).
 pub(crate) unsafe extern "C" fn op_create_cq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
@@ -963,7 +978,9 @@ pub(crate) unsafe extern "C" fn op_create_cq_ex(
         // SAFETY: non-null, the caller's attributes.
         let a = unsafe { &*attr };
         if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
-            || a.wc_flags & !IBV_WC_STANDARD_FLAGS != 0
+            || a.wc_flags
+                & !(IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG)
+                != 0
             || (a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
                 && a.flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0)
         {
@@ -1033,6 +1050,7 @@ fn create_cq(
                         c: cc,
                         cq: Arc::new(cq),
                         cur: Mutex::new(WorkCompletion::default()),
+                        cur_rx: Mutex::new(hca_driver::verbs::RxCqe::default()),
                         ack_lock: Mutex::new(()),
                         acked: std::sync::Condvar::new(),
                     },
@@ -1360,6 +1378,7 @@ fn qp_type(t: c_int) -> Option<QpType> {
         IBV_QPT_RC => Some(QpType::Rc),
         IBV_QPT_UC => Some(QpType::Uc),
         IBV_QPT_UD => Some(QpType::Ud),
+        IBV_QPT_RAW_PACKET => Some(QpType::RawPacket),
         _ => None,
     }
 }
@@ -1369,7 +1388,7 @@ fn qp_type_c(t: QpType) -> c_int {
         QpType::Rc => IBV_QPT_RC,
         QpType::Uc => IBV_QPT_UC,
         QpType::Ud => IBV_QPT_UD,
-        QpType::RawPacket => 8,
+        QpType::RawPacket => IBV_QPT_RAW_PACKET,
     }
 }
 
@@ -1383,19 +1402,23 @@ fn cap_c(c: QpCap) -> ibv_qp_cap {
     }
 }
 
-/// `ibv_create_qp`: RC, UC and UD (other types `EOPNOTSUPP`); the
-/// capabilities the QP got are written back into `init_attr->cap`.
+/// `ibv_create_qp`: RC, UC, UD and RAW_PACKET (other types
+/// `EOPNOTSUPP`); the capabilities the QP got are written back into
+/// `init_attr->cap`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
-    guard(ptr::null_mut(), || create_qp(pd, init, None))
+    guard(ptr::null_mut(), || create_qp(pd, init, None, 0))
 }
 
 /// Creates a QP; `send_ops` (the `IBV_QP_EX_WITH_*` flags of
-/// `ibv_create_qp_ex`) installs the `ibv_wr_*` builder.
+/// `ibv_create_qp_ex`) installs the `ibv_wr_*` builder; `create_flags`
+/// (`IBV_QP_CREATE_SCATTER_FCS`, `IBV_QP_CREATE_CVLAN_STRIPPING`) are for
+/// raw packet QPs only.
 pub(crate) fn create_qp(
     pd: *mut ibv_pd,
     init: *mut ibv_qp_init_attr,
     send_ops: Option<u64>,
+    create_flags: u32,
 ) -> *mut ibv_qp {
     let Some(p) = live(pd.cast::<PdObj>(), Kind::Pd) else {
         return fail(libc::EINVAL);
@@ -1423,6 +1446,12 @@ pub(crate) fn create_qp(
             max_inline_data: ia.cap.max_inline_data,
         })
         .sq_sig_all(ia.sq_sig_all != 0);
+    if create_flags != 0 {
+        if t != QpType::RawPacket {
+            return fail(libc::EINVAL);
+        }
+        qi = qi.create_flags(QpCreateFlags(create_flags));
+    }
     if !ia.srq.is_null() {
         let Some(s) = live(ia.srq.cast::<SrqObj>(), Kind::Srq) else {
             return fail(libc::EINVAL);
@@ -1484,12 +1513,23 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
         }
         // Creation flags and a TSO header size are accepted when they ask
         // for nothing (zero); anything else asked is not offered.
+        // The raw packet create flags are the driver's; RSS QPs (an
+        // indirection table and a hash) are made by crate::wq.
         let known = IBV_QP_INIT_ATTR_PD
             | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
             | IBV_QP_INIT_ATTR_CREATE_FLAGS
             | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+        let raw_flags = IBV_QP_CREATE_SCATTER_FCS | IBV_QP_CREATE_CVLAN_STRIPPING;
+        let flags = if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 {
+            a.create_flags
+        } else {
+            0
+        };
+        if a.comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH) != 0 {
+            return crate::wq::create_rss_qp(a);
+        }
         if a.comp_mask & !known != 0
-            || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+            || flags & !raw_flags != 0
             || (a.comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER != 0 && a.max_tso_header != 0)
         {
             return fail(libc::EOPNOTSUPP);
@@ -1501,7 +1541,7 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
             }
         }
         // The first members of ibv_qp_init_attr_ex are an ibv_qp_init_attr.
-        create_qp(a.pd, attr.cast::<ibv_qp_init_attr>(), ops)
+        create_qp(a.pd, attr.cast::<ibv_qp_init_attr>(), ops, flags)
     })
 }
 
@@ -1520,7 +1560,21 @@ pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
+        if let Some(r) = crate::wq::destroy_rss_qp(qp) {
+            return r;
+        }
         let o = qp.cast::<QpObj>();
+        // A raw packet QP that flows deliver to stays (the kernel's EBUSY):
+        // the flows go first.
+        if let Some(q) = live(o, Kind::Qp) {
+            let g = q.qp.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(t) = g.tir() {
+                let hca = Arc::as_ptr(g.pd().context().hca()) as usize;
+                if crate::flow::in_use(hca, t) {
+                    return libc::EBUSY;
+                }
+            }
+        }
         let Some(b) = registry::take(o, Kind::Qp) else {
             return libc::EINVAL;
         };
@@ -1646,6 +1700,9 @@ fn qp_attr_from_c(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, i32> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     guard(libc::EIO, || {
+        if crate::wq::is_rss(qp) {
+            return libc::ENOSYS;
+        }
         let o = qp.cast::<QpObj>();
         let Some(q) = live(o, Kind::Qp) else {
             return libc::EINVAL;
@@ -1686,6 +1743,9 @@ pub extern "C" fn ibv_query_qp(
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard(libc::EIO, || {
+        if crate::wq::is_rss(qp) {
+            return libc::ENOSYS;
+        }
         let o = qp.cast::<QpObj>();
         let Some(q) = live(o, Kind::Qp) else {
             return libc::EINVAL;
@@ -1875,7 +1935,20 @@ pub(crate) fn post_one_send(
     if f & IBV_SEND_IP_CSUM != 0 {
         flags = flags | SendFlags::IP_CSUM;
     }
-    let mut swr = SendWr::new(w.wr_id, op).flags(flags);
+    // A raw packet QP's send carries its first headers in the Ethernet
+    // segment (the device's minimum inline headers), taken from the
+    // front of the gather list as libmlx5 takes them
+    // (`copy_eth_inline_headers`); the rest of the list follows.
+    let mut hdr = [0u8; ETH_HEADERS_MAX];
+    let mut rest = [Sge::default(); 16];
+    let mut rest_heap = Vec::new();
+    let (hdr, sgl): (&[u8], &[Sge]) = if qp.qp_type() == QpType::RawPacket {
+        let n = usize::from(qp.eth_min_inline()).min(ETH_HEADERS_MAX);
+        split_eth_headers(sgl, &mut hdr[..n], &mut rest, &mut rest_heap)?
+    } else {
+        (&[], sgl)
+    };
+    let mut swr = SendWr::new(w.wr_id, op).flags(flags).eth_headers(hdr);
     if f & IBV_SEND_INLINE != 0 {
         // Inline data is read from the SGEs' addresses, which are the
         // program's virtual addresses (libibverbs semantics).
@@ -1911,6 +1984,74 @@ pub(crate) fn post_one_send(
     })
 }
 
+/// The most inline header bytes a raw packet send takes from its gather
+/// list (`MLX5_ETH_L2_INLINE_HEADER_SIZE`).
+const ETH_HEADERS_MAX: usize = hca_driver::verbs::ETH_L2_INLINE_HEADER_SIZE as usize;
+
+/// Copies the first `hdr.len()` bytes the gather list `sgl` names (the
+/// program's own memory, by virtual address) into `hdr`, and returns them
+/// with the rest of the list; a list shorter than the headers is `EINVAL`
+/// (libmlx5's answer).
+fn split_eth_headers<'a>(
+    sgl: &'a [Sge],
+    hdr: &'a mut [u8],
+    rest: &'a mut [Sge; 16],
+    heap: &'a mut Vec<Sge>,
+) -> Result<(&'a [u8], &'a [Sge]), c_int> {
+    let want = hdr.len();
+    if want == 0 {
+        return Ok((hdr, sgl));
+    }
+    let mut got = 0usize;
+    let mut first = sgl.len();
+    let mut skip = 0u32;
+    for (i, s) in sgl.iter().enumerate() {
+        let len = usize::try_from(s.length).map_err(|_| libc::EINVAL)?;
+        let take = len.min(want - got);
+        if take > 0 {
+            if s.addr == 0 {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: the caller's SGE names `length` readable bytes at
+            // `addr` in its own memory (a registered region); `take` is
+            // at most that.
+            let src = unsafe { core::slice::from_raw_parts(s.addr as usize as *const u8, take) };
+            hdr[got..got + take].copy_from_slice(src);
+            got += take;
+        }
+        if got == want {
+            first = i;
+            skip = u32::try_from(take).map_err(|_| libc::EINVAL)?;
+            break;
+        }
+    }
+    if got < want {
+        return Err(libc::EINVAL);
+    }
+    let tail = sgl[first..].iter().enumerate().filter_map(|(i, s)| {
+        let cut = if i == 0 { skip } else { 0 };
+        (s.length > cut).then(|| Sge {
+            addr: s.addr + u64::from(cut),
+            length: s.length - cut,
+            lkey: s.lkey,
+        })
+    });
+    let n = sgl.len() - first;
+    let list: &[Sge] = if n <= rest.len() {
+        let mut k = 0;
+        for s in tail {
+            rest[k] = s;
+            k += 1;
+        }
+        &rest[..k]
+    } else {
+        heap.clear();
+        heap.extend(tail);
+        heap
+    };
+    Ok((hdr, list))
+}
+
 unsafe extern "C" fn op_post_recv(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
@@ -1942,7 +2083,7 @@ unsafe extern "C" fn op_post_srq_recv(
     })
 }
 
-fn post_recv_list(
+pub(crate) fn post_recv_list(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
     mut post: impl FnMut(&RecvWr<'_>) -> hca_driver::Result<()>,

@@ -155,6 +155,19 @@ fn facts() -> Vec<Fact> {
         ibv_cq_init_attr_ex {
             cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain
         }
+        ibv_flow_attr { comp_mask, type_ = "type", size, priority, num_of_specs, port, flags }
+        ibv_flow { comp_mask, context, handle }
+        ibv_flow_eth_filter { dst_mac, src_mac, ether_type, vlan_tag }
+        ibv_flow_spec_eth { type_ = "type", size, val, mask }
+        ibv_flow_ipv4_filter { src_ip, dst_ip }
+        ibv_flow_spec_ipv4 { type_ = "type", size, val, mask }
+        ibv_flow_ipv4_ext_filter { src_ip, dst_ip, proto, tos, ttl, flags }
+        ibv_flow_spec_ipv4_ext { type_ = "type", size, val, mask }
+        ibv_flow_ipv6_filter { src_ip, dst_ip, flow_label, next_hdr, traffic_class, hop_limit }
+        ibv_flow_spec_ipv6 { type_ = "type", size, val, mask }
+        ibv_flow_tcp_udp_filter { dst_port, src_port }
+        ibv_flow_spec_tcp_udp { type_ = "type", size, val, mask }
+        ibv_flow_spec_action_drop { type_ = "type", size }
     }
     // The kernel-ABI structs of the historical copies (librdmacm's).
     macro_rules! kern {

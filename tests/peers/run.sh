@@ -63,6 +63,13 @@
 #              module's counts and the reasons of the skips. The only
 #              suite whose skips do not fail it: rdma-core's tests skip
 #              themselves for features a device does not offer.
+#   raw        Debian's perftest raw_ethernet_bw and raw_ethernet_lat over
+#              this project's libibverbs.so.1 (IBV_QPT_RAW_PACKET,
+#              ibv_create_flow): server and client as two processes,
+#              each on an emulated HCA, cabled by a Unix socket wire;
+#              frames of 64, 512 and 1518 bytes, either side sending
+#              (--reversed), with IPv4 and UDP or TCP headers the
+#              receiver's flow matches on.
 #   all        every suite above.
 #
 # Environment: PEERS_OUT (default target/peers) keeps logs and the
@@ -830,6 +837,83 @@ ibv_example_case() {
     fi
 }
 
+# ---- raw: perftest's raw Ethernet tests over our libibverbs.so.1 ----
+
+# raw_perftest_case FIRST PROGRAM [ARGS...]: a perftest raw_ethernet_*
+# program as server (--server) and client (--client), two processes each
+# with its own emulated HCA on a Unix datagram socket wire; each names its
+# own MAC (-B) and the other's (-E); a receiver steers the frames to its
+# raw packet QP with ibv_create_flow on its MAC (and the IP and port
+# selectors given). perftest's raw tests meet on the wire only (no TCP
+# exchange), so the receiving side (FIRST: server or client) starts
+# first, and the sender once its flow is in place (it prints its MAC
+# then): a frame sent before that matches no rule and is dropped, as on
+# a real port. The Unix wire, not UDP: its sender waits for room at the
+# far end, as a link's flow control does, while a burst of thousands of
+# frames overflows a UDP socket's buffer and the frames lost leave
+# perftest's bandwidth receiver waiting for them. Both must exit 0 and
+# print a result row.
+raw_perftest_case() {
+    local first=$1 prog=$2
+    shift 2
+    local name="$prog$(printf '%s' "$*" | tr -d ' ')"
+    local dir="$OUT/raw/$name"
+    rm -rf "$dir" && mkdir -p "$dir"
+    local ma=02:00:00:00:00:0a mb=02:00:00:00:00:0b
+    local sa="emu:emu0=sock=$dir/wire-a,peer=$dir/wire-b"
+    local sb="emu:emu0=sock=$dir/wire-b,peer=$dir/wire-a"
+    # (stdbuf: the first side's "MAC attached" line is waited for.)
+    local s_cmd=(ibv "$sa" timeout 120 stdbuf -oL "$prog" -d emu0 --server -B "$ma" -E "$mb" "$@")
+    local c_cmd=(ibv "$sb" timeout 120 stdbuf -oL "$prog" -d emu0 --client -B "$mb" -E "$ma" "$@")
+    local one two one_log two_log
+    if [ "$first" = server ]; then
+        one=("${s_cmd[@]}") two=("${c_cmd[@]}") one_log=server two_log=client
+    else
+        one=("${c_cmd[@]}") two=("${s_cmd[@]}") one_log=client two_log=server
+    fi
+    "${one[@]}" >"$dir/$one_log.log" 2>&1 &
+    local pid1=$!
+    local i
+    for i in $(seq 100); do
+        grep -q 'MAC attached' "$dir/$one_log.log" 2>/dev/null && break
+        sleep 0.1
+    done
+    "${two[@]}" >"$dir/$two_log.log" 2>&1
+    local rc2=$?
+    wait "$pid1"
+    local rc1=$?
+    local srow crow
+    srow=$(grep -A1 '#bytes' "$dir/server.log" | tail -n 1 | tr -s ' \t' ' ')
+    crow=$(grep -A1 '#bytes' "$dir/client.log" | tail -n 1 | tr -s ' \t' ' ')
+    if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [[ "$srow" =~ ^\ ?[0-9]+\ [0-9]+\  ]] &&
+        [[ "$crow" =~ ^\ ?[0-9]+\ [0-9]+\  ]]; then
+        pass "raw $prog $* (server:$srow| client:$crow)"
+    else
+        fail "raw $prog $*" "$one_log exit $rc1, $two_log exit $rc2 (see $dir)"
+        tail -n 4 "$dir/server.log" "$dir/client.log" >&2
+    fi
+}
+
+suite_raw() {
+    need_packages perftest libibverbs-dev || { fail raw "packages missing"; return; }
+    bash ibverbs/build-so.sh >"$OUT/raw-build.log" 2>&1 ||
+        { fail raw "bash ibverbs/build-so.sh (see $OUT/raw-build.log)"; return; }
+    mkdir -p "$OUT/raw"
+    local sz
+    # Frames from the smallest to the MTU's (1518, perftest's default and
+    # largest); the client sends (the server receives), or with
+    # --reversed the server sends.
+    for sz in 64 512 1518; do
+        raw_perftest_case server raw_ethernet_bw -s "$sz" -n 1000
+        raw_perftest_case client raw_ethernet_bw -s "$sz" -n 1000 --reversed
+        raw_perftest_case server raw_ethernet_lat -s "$sz" -n 300
+    done
+    # IPv4 and UDP or TCP headers: the flow matches on them too.
+    raw_perftest_case server raw_ethernet_bw -s 256 -n 1000 -j 10.0.0.11 -J 10.0.0.10 -k 4000 -K 5000
+    raw_perftest_case server raw_ethernet_bw -s 256 -n 1000 -j 10.0.0.11 -J 10.0.0.10 -k 4000 -K 5000 --tcp
+    raw_perftest_case server raw_ethernet_lat -s 256 -n 300 -j 10.0.0.11 -J 10.0.0.10 -k 4000 -K 5000
+}
+
 # ---- pyverbs: rdma-core's own tests over our libibverbs.so.1 ----
 
 # The generic (provider-independent) modules of rdma-core's tests; the
@@ -910,20 +994,19 @@ case "${1:-}" in
     bare_metal) suite_bare_metal ;;
     ibverbs) suite_ibverbs ;;
     pyverbs) suite_pyverbs ;;
+    raw) suite_raw ;;
     all)
         suite_vfio_hca
         suite_mlx5_vfio
         suite_pcap
         suite_rxe
         suite_bare_metal
-        ;;
-    *)
-        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|pcap|rxe|bare_metal|all"
         suite_ibverbs
         suite_pyverbs
+        suite_raw
         ;;
     *)
-        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|pcap|rxe|ibverbs|pyverbs|all"
+        say "usage: tests/peers/run.sh mlx5_vfio|vfio_hca|pcap|rxe|bare_metal|ibverbs|pyverbs|raw|all"
         exit 2
         ;;
 esac
