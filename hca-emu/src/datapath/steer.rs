@@ -110,7 +110,7 @@ pub(crate) fn parse(f: &[u8]) -> Parsed {
             p.ip = Some((false, h[12..16].to_vec(), h[16..20].to_vec()));
             p.l3_csum_ok =
                 ihl >= 20 && f.len() >= o + ihl && folds_to_zero(sum16(&f[o..o + ihl], 0));
-            if frag != 0 || ihl < 20 || total < ihl || f.len() < o + total {
+            if frag != 0 || ihl < 20 || total < ihl || f.len() < o + ihl {
                 p.outer = m;
                 return p;
             }
@@ -131,10 +131,6 @@ pub(crate) fn parse(f: &[u8]) -> Parsed {
             m[48..64].copy_from_slice(&h[24..40]);
             p.ip = Some((true, h[8..24].to_vec(), h[24..40].to_vec()));
             p.l3_csum_ok = true;
-            if f.len() < o + 40 + len {
-                p.outer = m;
-                return p;
-            }
             let ps = sum16(&h[8..40], 0) + u32::from(h[6]) + len as u32;
             (h[6], o + 40, len, ps)
         }
@@ -143,7 +139,11 @@ pub(crate) fn parse(f: &[u8]) -> Parsed {
             return p;
         }
     };
-    let seg = &f[l4_off..l4_off + l4_len];
+    // A frame shorter than its IP header's length still has its L4 header
+    // parsed from the bytes that are there (the steering match needs only
+    // the ports); its L4 checksum is then not OK.
+    let seg = &f[l4_off..f.len().min(l4_off + l4_len)];
+    let whole = seg.len() == l4_len;
     match proto {
         6 if seg.len() >= 20 => {
             let (sp, dp) = (be16(seg, 0).unwrap_or(0), be16(seg, 2).unwrap_or(0));
@@ -152,7 +152,7 @@ pub(crate) fn parse(f: &[u8]) -> Parsed {
             m[18] |= seg[12] & 1; // tcp_flags bit 8 (NS)
             m[19] = seg[13];
             p.l4 = Some((6, sp, dp));
-            p.l4_csum_ok = folds_to_zero(sum16(seg, pseudo));
+            p.l4_csum_ok = whole && folds_to_zero(sum16(seg, pseudo));
         }
         17 if seg.len() >= 8 => {
             let (sp, dp) = (be16(seg, 0).unwrap_or(0), be16(seg, 2).unwrap_or(0));
@@ -160,7 +160,7 @@ pub(crate) fn parse(f: &[u8]) -> Parsed {
             m[30..32].copy_from_slice(&dp.to_be_bytes());
             p.l4 = Some((17, sp, dp));
             let none = et == ETH_P_IPV4 && seg[6] == 0 && seg[7] == 0;
-            p.l4_csum_ok = none || folds_to_zero(sum16(seg, pseudo));
+            p.l4_csum_ok = whole && (none || folds_to_zero(sum16(seg, pseudo)));
         }
         _ => {}
     }
@@ -324,6 +324,44 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::{Frame, L3, L4};
+
+    /// rdma-core's test_flow builds IPv6 frames whose payload length also
+    /// counts the 40-byte header: the TCP ports still steer, the checksum
+    /// is not OK. The same for IPv4 with a total length beyond the frame.
+    #[test]
+    fn a_frame_shorter_than_its_ip_length_still_matches_on_its_ports() {
+        let (a, b) = ([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb]);
+        let mut v6 = Frame::new(b, a)
+            .l3(L3::V6([0xfe; 16], [0xfd; 16]))
+            .l4(L4::Tcp(4000, 5000))
+            .payload(b"twelve bytes")
+            .checksums()
+            .build();
+        let whole = parse(&v6);
+        assert_eq!(whole.l4, Some((6, 4000, 5000)));
+        assert!(whole.l4_csum_ok);
+        let len = u16::from_be_bytes([v6[18], v6[19]]) + 40;
+        v6[18..20].copy_from_slice(&len.to_be_bytes());
+        let short = parse(&v6);
+        assert_eq!(short.l4, Some((6, 4000, 5000)));
+        assert!(!short.l4_csum_ok);
+        assert_eq!(short.outer, whole.outer, "the same match image");
+        let mut v4 = Frame::new(b, a)
+            .l3(L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
+            .l4(L4::Udp(1111, 2222))
+            .payload(b"x")
+            .checksums()
+            .build();
+        let total = u16::from_be_bytes([v4[16], v4[17]]) + 100;
+        v4[16..18].copy_from_slice(&total.to_be_bytes());
+        let short = parse(&v4);
+        assert_eq!(short.l4, Some((17, 1111, 2222)));
+        assert!(!short.l4_csum_ok);
+        // A frame cut inside the TCP header has no L4 match.
+        let cut = &v6[..14 + 40 + 10];
+        assert_eq!(parse(cut).l4, None);
+    }
 
     #[test]
     fn match_image_of_a_vlan_udp_frame() {
