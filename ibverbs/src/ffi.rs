@@ -803,6 +803,8 @@ pub const IBV_QPT_UD: c_int = 4;
 pub const IBV_QPT_RAW_PACKET: c_int = 8;
 
 // `enum ibv_qp_create_flags`.
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
+pub const IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: u32 = 1 << 1;
 pub const IBV_QP_CREATE_SCATTER_FCS: u32 = 1 << 8;
 pub const IBV_QP_CREATE_CVLAN_STRIPPING: u32 = 1 << 9;
 

@@ -608,11 +608,26 @@ fn extended_cq_reads_the_stripped_vlan_and_create_flags_reach_the_qp() {
     ia.cap.max_recv_sge = 1;
     ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
     ia.pd = b.pd;
-    // An unknown create flag; then CVLAN stripping.
+    // An unknown create flag; blocking multicast loopback, which is for
+    // UD QPs (and taken there); then CVLAN stripping.
     ia.create_flags = 1 << 12;
     // SAFETY: as above.
     assert!(unsafe { op_create_qp_ex(b.ctx, &mut ia) }.is_null());
     assert_eq!(errno(), libc::EOPNOTSUPP);
+    ia.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+    // SAFETY: as above.
+    assert!(unsafe { op_create_qp_ex(b.ctx, &mut ia) }.is_null());
+    assert_eq!(errno(), libc::EINVAL);
+    ia.qp_type = IBV_QPT_UD;
+    ia.cap.max_send_wr = 4;
+    ia.cap.max_send_sge = 1;
+    // SAFETY: as above.
+    let ud = unsafe { op_create_qp_ex(b.ctx, &mut ia) };
+    assert!(!ud.is_null(), "errno {}", errno());
+    assert_eq!(ibv_destroy_qp(ud), 0);
+    ia.qp_type = IBV_QPT_RAW_PACKET;
+    ia.cap.max_send_wr = 0;
+    ia.cap.max_send_sge = 0;
     ia.create_flags = IBV_QP_CREATE_CVLAN_STRIPPING;
     // SAFETY: as above.
     let rq = unsafe { op_create_qp_ex(b.ctx, &mut ia) };

@@ -1447,9 +1447,8 @@ pub(crate) fn create_qp(
         })
         .sq_sig_all(ia.sq_sig_all != 0);
     if create_flags != 0 {
-        if t != QpType::RawPacket {
-            return fail(libc::EINVAL);
-        }
+        // The driver checks them against the QP type and the caps
+        // (EINVAL / EOPNOTSUPP through its error).
         qi = qi.create_flags(QpCreateFlags(create_flags));
     }
     if !ia.srq.is_null() {
@@ -1513,13 +1512,17 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
         }
         // Creation flags and a TSO header size are accepted when they ask
         // for nothing (zero); anything else asked is not offered.
-        // The raw packet create flags are the driver's; RSS QPs (an
-        // indirection table and a hash) are made by crate::wq.
+        // The create flags the driver offers (blocking multicast loopback
+        // on UD QPs, the raw packet QPs' own) are checked by it against the
+        // QP type and the caps; RSS QPs (an indirection table and a hash)
+        // are made by crate::wq.
         let known = IBV_QP_INIT_ATTR_PD
             | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
             | IBV_QP_INIT_ATTR_CREATE_FLAGS
             | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
-        let raw_flags = IBV_QP_CREATE_SCATTER_FCS | IBV_QP_CREATE_CVLAN_STRIPPING;
+        let offered = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+            | IBV_QP_CREATE_SCATTER_FCS
+            | IBV_QP_CREATE_CVLAN_STRIPPING;
         let flags = if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 {
             a.create_flags
         } else {
@@ -1529,7 +1532,7 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
             return crate::wq::create_rss_qp(a);
         }
         if a.comp_mask & !known != 0
-            || flags & !raw_flags != 0
+            || flags & !offered != 0
             || (a.comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER != 0 && a.max_tso_header != 0)
         {
             return fail(libc::EOPNOTSUPP);

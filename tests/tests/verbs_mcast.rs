@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use hca_driver::Error;
 use hca_driver::verbs::{
-    AccessFlags, Ah, AhAttr, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpCap, QpInitAttr,
-    QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+    AccessFlags, Ah, AhAttr, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpCap, QpCreateFlags,
+    QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
 };
 use hca_tests::verbs::{Endpoint, assert_quiet, poll_n, poll_ok, post_recv_sge, qp_cap, ud_ready};
 use hca_tests::{Link, Sides, TestPlatform};
@@ -158,7 +158,11 @@ fn qp2<P: Platform + 'static>(
 ) -> Qp<P> {
     let init = QpInitAttr::new(QpType::Ud, scq, rcq)
         .cap(qp_cap(16, 16, 1, 64))
-        .block_self_mcast_lb(block);
+        .create_flags(if block {
+            QpCreateFlags::BLOCK_SELF_MCAST_LB
+        } else {
+            QpCreateFlags::NONE
+        });
     Qp::create(pd, &init).unwrap()
 }
 
@@ -212,11 +216,12 @@ fn infiniband_multicast_reaches_the_members_by_mlid() {
             ud_ready(q, pb, QKEY);
         }
         // The blocking flag is for UD QPs only.
-        let rc = QpInitAttr::new(QpType::Rc, &cqa, &cqa).block_self_mcast_lb(true);
+        let rc = QpInitAttr::new(QpType::Rc, &cqa, &cqa)
+            .create_flags(QpCreateFlags::BLOCK_SELF_MCAST_LB);
         assert!(matches!(
             Qp::create(&pda, &rc),
-            Err(Error::InvalidArgument {
-                arg: "block_self_mcast_lb",
+            Err(Error::InvalidAttribute {
+                attr: "create_flags",
                 ..
             })
         ));

@@ -26,13 +26,9 @@ pub struct QpInitAttr<P: Platform + 'static, S: Share = DefaultShare> {
     /// ([`Platform::bar_write_combining`]); through an uncached mapping
     /// (vfio) the QP rings its own UAR's doorbell only.
     pub blueflame: bool,
-    /// `ibv_qp_create_flags` (raw packet QPs: CVLAN stripping, scatter
-    /// FCS).
+    /// `ibv_qp_create_flags`: blocking multicast loopback (UD), CVLAN
+    /// stripping and scatter FCS (raw packet QPs).
     pub create_flags: QpCreateFlags,
-    /// UD: multicast packets this QP sends are not looped back to it
-    /// (`IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`, the QPC's `block_lb_mc`;
-    /// needs the `block_lb_mc` capability).
-    pub block_self_mcast_lb: bool,
 }
 
 impl<P: Platform + 'static, S: Share> Clone for QpInitAttr<P, S> {
@@ -70,7 +66,6 @@ impl<P: Platform + 'static, S: Share> QpInitAttr<P, S> {
             sge_check: SgeCheck::Full,
             blueflame: false,
             create_flags: QpCreateFlags::NONE,
-            block_self_mcast_lb: false,
         }
     }
 
@@ -109,12 +104,6 @@ impl<P: Platform + 'static, S: Share> QpInitAttr<P, S> {
         self.blueflame = bf;
         self
     }
-
-    /// Sets [`block_self_mcast_lb`](Self::block_self_mcast_lb).
-    pub fn block_self_mcast_lb(mut self, block: bool) -> Self {
-        self.block_self_mcast_lb = block;
-        self
-    }
 }
 
 impl<P: Platform + 'static, S: Share> Qp<P, S> {
@@ -130,13 +119,15 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         if t == QpType::RawPacket {
             return Self::create_raw(pd, init);
         }
-        if init.create_flags != QpCreateFlags::NONE {
+        let flags = init.create_flags;
+        if flags.0 & !QpCreateFlags::BLOCK_SELF_MCAST_LB.0 != 0 {
             return Err(Error::InvalidAttribute {
                 attr: "create_flags",
-                value: u64::from(init.create_flags.0),
-                reason: "create flags are for raw packet QPs",
+                value: u64::from(flags.0),
+                reason: "CVLAN stripping and scatter FCS are for raw packet QPs",
             });
         }
+        let block_lb = flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB);
         let same = |c: &Cq<P, S>| core::ptr::eq::<Context<P, S>>(&**c.context(), ctx);
         if !same(&init.send_cq) || !same(&init.recv_cq) {
             return Err(Error::InvalidArgument {
@@ -152,11 +143,12 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 });
             }
         }
-        if init.block_self_mcast_lb {
+        if block_lb {
             if t != QpType::Ud {
-                return Err(Error::InvalidArgument {
-                    arg: "block_self_mcast_lb",
-                    reason: "multicast loopback concerns UD QPs only",
+                return Err(Error::InvalidAttribute {
+                    attr: "create_flags",
+                    value: u64::from(flags.0),
+                    reason: "BLOCK_SELF_MCAST_LB: multicast loopback concerns UD QPs only",
                 });
             }
             if !hca.caps().general().get(CmdHcaCap::block_lb_mc) {
@@ -243,7 +235,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 },
             )?
             .set(Qpc::pm_state, QP_PM_MIGRATED)?
-            .set(Qpc::block_lb_mc, init.block_self_mcast_lb)?
+            .set(Qpc::block_lb_mc, block_lb)?
             .set(Qpc::pd, this.number().0)?
             .set(Qpc::uar_page, uar_number.0)?
             // The user index is a field of CQE version 1 only; at version

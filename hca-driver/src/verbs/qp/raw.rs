@@ -56,13 +56,18 @@ use crate::verbs::queue;
 /// inline headers (`eth_min_inline_size`).
 pub const ETH_L2_INLINE_HEADER_SIZE: u16 = 18;
 
-/// `ibv_qp_create_flags` of a raw packet QP.
+/// `ibv_qp_create_flags`: [`BLOCK_SELF_MCAST_LB`](Self::BLOCK_SELF_MCAST_LB)
+/// for UD QPs, the others for raw packet QPs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpCreateFlags(pub u32);
 
 impl QpCreateFlags {
     /// None.
     pub const NONE: Self = Self(0);
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (UD): multicast packets the QP
+    /// sends are not looped back to it (the QPC's `block_lb_mc`; needs
+    /// the `block_lb_mc` capability).
+    pub const BLOCK_SELF_MCAST_LB: Self = Self(1 << 1);
     /// `IBV_QP_CREATE_SCATTER_FCS`: received frames keep their 4-byte FCS
     /// (`rqc.scatter_fcs`).
     pub const SCATTER_FCS: Self = Self(1 << 8);
