@@ -279,6 +279,40 @@ pub struct PostError {
     pub error: Error,
 }
 
+impl PostError {
+    /// Builds the work requests of a list on `queue` in order with `build`
+    /// (its last argument is how many were built before it) until one is
+    /// refused; `publish` then makes the built ones the device's (when
+    /// there are any), and the refusal, if any, names how many that was.
+    #[inline(always)]
+    pub(crate) fn post_list<Q, W>(
+        queue: &mut Q,
+        wrs: &[W],
+        mut build: impl FnMut(&mut Q, &W, u32) -> Result<(), Error>,
+        publish: impl FnOnce(&mut Q, u32),
+    ) -> Result<(), PostError> {
+        let mut n = 0u32;
+        let mut refused = None;
+        for wr in wrs {
+            if let Err(error) = build(queue, wr, n) {
+                refused = Some(error);
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            publish(queue, n);
+        }
+        match refused {
+            None => Ok(()),
+            Some(error) => Err(PostError {
+                posted: n as usize,
+                error,
+            }),
+        }
+    }
+}
+
 /// Fixed configuration of a QP's data path, known once CREATE_QP succeeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpConfig {
@@ -2150,25 +2184,7 @@ impl RecvQueue {
     /// Posts a list with one doorbell-record update (`ibv_post_recv`); on a
     /// rejected request, the ones before it are posted.
     pub fn post_recv_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        let mut n = 0u32;
-        let mut err = None;
-        for wr in wrs {
-            if let Err(e) = self.build(wr, n) {
-                err = Some(e);
-                break;
-            }
-            n += 1;
-        }
-        if n > 0 {
-            self.publish(n);
-        }
-        match err {
-            None => Ok(()),
-            Some(error) => Err(PostError {
-                posted: n as usize,
-                error,
-            }),
-        }
+        PostError::post_list(self, wrs, |q, wr, n| q.build(wr, n), |q, n| q.publish(n))
     }
 
     /// [`post_recv`](Self::post_recv) for a system without coherent DMA
@@ -2193,25 +2209,12 @@ impl RecvQueue {
         wrs: &[RecvWr<'_>],
         mmio: &C,
     ) -> Result<(), PostError> {
-        let mut n = 0u32;
-        let mut err = None;
-        for wr in wrs {
-            if let Err(e) = self.build(wr, n) {
-                err = Some(e);
-                break;
-            }
-            n += 1;
-        }
-        if n > 0 {
-            self.publish_synced(n, mmio);
-        }
-        match err {
-            None => Ok(()),
-            Some(error) => Err(PostError {
-                posted: n as usize,
-                error,
-            }),
-        }
+        PostError::post_list(
+            self,
+            wrs,
+            |q, wr, n| q.build(wr, n),
+            |q, n| q.publish_synced(n, mmio),
+        )
     }
 
     /// `publish` with the cleans: the `n` WQEs from `head`, then the record.

@@ -213,22 +213,7 @@ impl Srq {
 
     /// Posts a list; on a rejected request the ones before it are posted.
     pub fn post_recv_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        let mut n = 0;
-        let mut err = None;
-        for wr in wrs {
-            if let Err(e) = self.build(wr) {
-                err = Some(e);
-                break;
-            }
-            n += 1;
-        }
-        if n > 0 {
-            self.publish();
-        }
-        match err {
-            None => Ok(()),
-            Some(error) => Err(PostError { posted: n, error }),
-        }
+        PostError::post_list(self, wrs, |q, wr, _| q.build(wr), |q, _| q.publish())
     }
 
     /// [`post_recv`](Self::post_recv) for a system without coherent DMA
@@ -252,22 +237,12 @@ impl Srq {
         wrs: &[RecvWr<'_>],
         mmio: &C,
     ) -> Result<(), PostError> {
-        let mut n = 0;
-        let mut err = None;
-        for wr in wrs {
-            if let Err(e) = self.build_synced(wr, mmio) {
-                err = Some(e);
-                break;
-            }
-            n += 1;
-        }
-        if n > 0 {
-            self.publish_synced(mmio);
-        }
-        match err {
-            None => Ok(()),
-            Some(error) => Err(PostError { posted: n, error }),
-        }
+        PostError::post_list(
+            self,
+            wrs,
+            |q, wr, _| q.build_synced(wr, mmio),
+            |q, _| q.publish_synced(mmio),
+        )
     }
 
     /// `build`, then the clean of the WQE it wrote (the one at the free
