@@ -239,6 +239,7 @@ pub use irq::InterruptStats;
 pub use mailbox::MAX_MAILBOX_CHUNKS;
 pub use pages::MAX_PAGE_CHUNKS;
 pub use pas::{PAS_PAGE_SIZE, PageList};
+pub use query::SpecialContexts;
 pub use raw::RawHca;
 pub use record::{CommandRecorder, DumpRecorder, Exchange, LogRecorder, Outcome};
 pub use types::{

@@ -3,6 +3,7 @@
 use firmware_cmds::caps::CmdHcaCap;
 use firmware_cmds::command::Encode;
 use firmware_cmds::layout::Layout;
+use firmware_cmds::mkey::{QuerySpecialContextsIn, QuerySpecialContextsOut};
 use firmware_cmds::reg::{
     ACCESS_REG_OP_MOD_READ, AccessRegisterIn, PORT_STATUS_UP, PTYS_EN, PTYS_IB, PaosReg, PmtuReg,
     PtysReg, REG_PAOS, REG_PMTU, REG_PTYS, REGISTER_DATA_OFFSET,
@@ -44,7 +45,30 @@ impl Encode for HeadAndImage<'_> {
     }
 }
 
+/// The device's special memory keys (QUERY_SPECIAL_CONTEXTS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecialContexts {
+    /// `dump_fill_mkey`: reads through it return the fill pattern.
+    pub dump_fill_mkey: u32,
+    /// `resd_lkey`: local access by physical (bus) address, without
+    /// translation and without a PD. Whoever can name it in a work request
+    /// can aim the device's DMA anywhere the bus reaches.
+    pub resd_lkey: u32,
+    /// `null_mkey`: scatter entries with it are skipped.
+    pub null_mkey: u32,
+}
+
 impl<P: Platform> Hca<P> {
+    /// QUERY_SPECIAL_CONTEXTS: the reserved, dump-fill and null keys.
+    pub fn query_special_contexts(&self) -> Result<SpecialContexts> {
+        let out: QuerySpecialContextsOut = self.exec(&QuerySpecialContextsIn::new())?;
+        Ok(SpecialContexts {
+            dump_fill_mkey: out.get(QuerySpecialContextsOut::dump_fill_mkey),
+            resd_lkey: out.get(QuerySpecialContextsOut::resd_lkey),
+            null_mkey: out.get(QuerySpecialContextsOut::null_mkey),
+        })
+    }
+
     /// ACCESS_REG: writes (`ACCESS_REG_OP_MOD_WRITE`) or reads
     /// (`ACCESS_REG_OP_MOD_READ`) register `id` (`REG_*` of
     /// [`firmware_cmds::reg`]) with image `reg`; returns the image the

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hca_driver::verbs::{
-    AccessFlags, Cq, Pd, Qp, QpAttr, QpInitAttr, QpState, QpType, SendFlags, SendOp, SendWr,
-    SgeCheck, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Cq, Pd, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendOp,
+    SendWr, Sge, SgeCheck, WcOpcode, WcStatus, WorkCompletion, WrError,
 };
 use hca_emu::PacketDrop;
 use hca_tests::verbs::{
@@ -517,9 +517,78 @@ fn ud_send_queue_error_and_recovery<P: TestPlatform>(l: &mut Link<P>) {
     l.close(h);
 }
 
+/// Without key checks the device's reserved lkey is still refused, on
+/// every posting path, before anything reaches the device: with it a
+/// work request would reach any physical address.
+fn reserved_lkey_refused_without_key_checks<P: TestPlatform>(l: &mut Link<P>) {
+    let h = l.open();
+    rc_pair!(
+        l,
+        h,
+        quick(),
+        quick(),
+        |ca, qa, cqa, qb, cqb, ma, mb, ro, bb| {
+            let _ = (&ro, &bb, &mb);
+            let resd = ca.reserved_lkey().unwrap();
+            let special = h.a.query_special_contexts().unwrap();
+            assert_eq!(special.resd_lkey, resd);
+            let mut sge = ma.sge(0, 8).unwrap();
+            sge.lkey = resd;
+            let is_reserved = |e: hca_driver::Error| {
+                assert!(
+                    matches!(
+                        e,
+                        hca_driver::Error::InvalidWorkRequest {
+                            index: 0,
+                            reason: WrError::ReservedLkey { sge: 0, lkey },
+                        } if lkey == resd
+                    ),
+                    "{e:?}"
+                );
+                assert!(e.to_string().contains("reserved lkey"), "{e}");
+            };
+            let sgl = [sge];
+            let send = SendWr::new(1, SendOp::Send)
+                .sgl(&sgl)
+                .flags(SendFlags::SIGNALED);
+            is_reserved(qa.post_send(&send).unwrap_err());
+            is_reserved(qa.post_send_sge(2, SendFlags::SIGNALED, sge).unwrap_err());
+            is_reserved(
+                qa.post_rdma_write(3, SendFlags::SIGNALED, 0, hca_driver::Rkey(0), sge)
+                    .unwrap_err(),
+            );
+            let mut b = qa.batch().unwrap();
+            is_reserved(b.post_send(&send).unwrap_err());
+            is_reserved(b.post_send_sge(4, SendFlags::SIGNALED, sge).unwrap_err());
+            b.ring();
+            is_reserved(
+                qb.post_recv(&RecvWr {
+                    wr_id: 5,
+                    sgl: &[sge],
+                })
+                .unwrap_err(),
+            );
+            // An empty SGE names no memory, whatever its key.
+            let empty = Sge { length: 0, ..sge };
+            qb.post_recv(&RecvWr {
+                wr_id: 6,
+                sgl: &[empty],
+            })
+            .unwrap();
+            // Nothing reached the device (the empty receive is B's only
+            // outstanding request).
+            assert_eq!(qa.outstanding(), (0, 0));
+            assert_eq!(qb.outstanding(), (0, 1));
+            assert_quiet(&cqa, Duration::from_millis(1));
+        }
+    );
+    l.close(h);
+}
+
 hca_tests::link_scenarios!(
     local_length_error,
     local_protection_error_and_flush,
+    reserved_lkey_refused_without_key_checks,
     remote_access_error,
     remote_invalid_request,
     remote_operation_error,

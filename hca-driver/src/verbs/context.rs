@@ -61,6 +61,9 @@ pub struct Context<P: Platform + 'static, S: Share = DefaultShare> {
     uidx: spin::Mutex<[u64; MAX_CONTEXT_QPS / 64]>,
     mkey_variant: AtomicU8,
     sport: AtomicU16,
+    /// The reserved lkey (QUERY_SPECIAL_CONTEXTS `resd_lkey`), asked for
+    /// by the first QP that leaves key checks to the device.
+    reserved_lkey: spin::Once<u32>,
     /// The descriptor of [`async_fd`](Self::async_fd), made at its first
     /// call.
     #[cfg(all(feature = "std", target_os = "linux"))]
@@ -113,6 +116,7 @@ impl<P: Platform + 'static, S: Share> Context<P, S> {
             // A fixed start: keys differ between contexts only by index.
             mkey_variant: AtomicU8::new(0x5a),
             sport: AtomicU16::new(0),
+            reserved_lkey: spin::Once::new(),
             #[cfg(all(feature = "std", target_os = "linux"))]
             async_fd: spin::Once::new(),
         };
@@ -240,6 +244,17 @@ impl<P: Platform + 'static, S: Share> Context<P, S> {
                 what: "making the context's asynchronous event descriptor",
                 source,
             })
+    }
+
+    /// The reserved lkey (QUERY_SPECIAL_CONTEXTS `resd_lkey`, asked once):
+    /// posts that leave key checks to the device ([`SgeCheck::Off`]) refuse
+    /// it, since the device checks no PD, range or translation for it.
+    ///
+    /// [`SgeCheck::Off`]: crate::verbs::SgeCheck::Off
+    pub fn reserved_lkey(&self) -> Result<u32> {
+        self.reserved_lkey
+            .try_call_once(|| Ok(self.hca.query_special_contexts()?.resd_lkey))
+            .copied()
     }
 
     /// The HCA's handle.

@@ -127,7 +127,8 @@
 //! region of the QP's PD, an SGE outside its region, a region without local
 //! write where the device writes, and everything verbs-core refuses (queue
 //! full, too many SGEs, inline data too long, an operation the QP type does
-//! not have). [`SgeCheck::Off`] leaves the key checks to the device.
+//! not have). [`SgeCheck::Off`] leaves the key checks to the device, but
+//! for the reserved lkey, which the device does not check.
 //!
 //! ## Errors of the device
 //!

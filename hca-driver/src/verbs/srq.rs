@@ -126,6 +126,10 @@ impl<P: Platform + 'static, S: Share> Srq<P, S> {
         let ctx = pd.context();
         let hca = ctx.hca();
         let dev = ctx.query_device();
+        if init.sge_check == SgeCheck::Off {
+            // Known before the first post, which refuses it.
+            ctx.reserved_lkey()?;
+        }
         if init.max_wr == 0 || init.max_wr > dev.max_srq_wr {
             return Err(Error::InvalidAttribute {
                 attr: "max_wr",

@@ -115,6 +115,10 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         let ctx: &Context<P, S> = this.context();
         let hca = ctx.hca();
         let dev = *ctx.query_device();
+        if init.sge_check == SgeCheck::Off {
+            // Known before the first post, which refuses it.
+            ctx.reserved_lkey()?;
+        }
         let t = init.qp_type;
         if t == QpType::RawPacket {
             return Self::create_raw(pd, init);

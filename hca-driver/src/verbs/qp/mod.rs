@@ -101,7 +101,11 @@ pub enum SgeCheck {
     Full,
     /// No key checks (the device checks and completes a bad SGE with a
     /// local protection error): for measuring, and for seeing what the
-    /// device does with a bad key.
+    /// device does with a bad key. The device's reserved lkey is still
+    /// refused ([`WrError::ReservedLkey`]): the device checks nothing for
+    /// it, so it would let a work request aim DMA at any address. Creating
+    /// a QP or SRQ with `Off` asks the device for that key
+    /// (QUERY_SPECIAL_CONTEXTS) once per context.
     Off,
 }
 
@@ -139,6 +143,16 @@ pub enum WrError {
         /// What is missing.
         needs: AccessFlags,
     },
+    /// An SGE names the device's reserved lkey (QUERY_SPECIAL_CONTEXTS
+    /// `resd_lkey`: physical addresses, no PD, no range), which a QP
+    /// that leaves key checks to the device ([`SgeCheck::Off`]) still
+    /// refuses: with it the device's DMA could reach any address.
+    ReservedLkey {
+        /// Index of the SGE.
+        sge: usize,
+        /// The lkey.
+        lkey: u32,
+    },
     /// The queue does not take work requests in the QP's state.
     WrongState {
         /// "send queue" or "receive queue".
@@ -170,6 +184,11 @@ impl fmt::Display for WrError {
             WrError::Access { sge, lkey, needs } => write!(
                 f,
                 "SGE {sge}: the memory region of lkey {lkey:#x} lacks {needs}"
+            ),
+            WrError::ReservedLkey { sge, lkey } => write!(
+                f,
+                "SGE {sge}: lkey {lkey:#x} is the device's reserved lkey (physical addresses), \
+                 refused even without key checks"
             ),
             WrError::WrongState { queue, state } => {
                 write!(f, "the {queue} takes no work requests in state {state}")
@@ -331,10 +350,35 @@ fn check_single_slow<P: Platform + 'static, S: Share>(
     sge: Sge,
     needs: AccessFlags,
 ) -> core::result::Result<(), WrError> {
-    if check == SgeCheck::Full && sge.length != 0 {
-        check_sge_slow(pd, cache, 0, &sge, needs)
-    } else {
-        Ok(())
+    check_sge_as(pd, cache, check, 0, &sge, needs)
+}
+
+/// Checks one SGE as `check` says: [`check_sge`] for
+/// [`SgeCheck::Full`], the reserved lkey alone for [`SgeCheck::Off`]. An
+/// empty SGE names no memory and passes.
+#[inline]
+fn check_sge_as<P: Platform + 'static, S: Share>(
+    pd: &Pd<P, S>,
+    cache: &mut KeyCache,
+    check: SgeCheck,
+    i: usize,
+    s: &Sge,
+    needs: AccessFlags,
+) -> core::result::Result<(), WrError> {
+    if s.length == 0 {
+        return Ok(());
+    }
+    match check {
+        SgeCheck::Full => check_sge(pd, cache, i, s, needs),
+        // (The key is known: creating the QP or SRQ asked for it. Were the
+        // device to fail the question now, every SGE is refused.)
+        SgeCheck::Off => match pd.context().reserved_lkey() {
+            Ok(reserved) if reserved != s.lkey => Ok(()),
+            _ => Err(WrError::ReservedLkey {
+                sge: i,
+                lkey: s.lkey,
+            }),
+        },
     }
 }
 
@@ -343,14 +387,13 @@ fn check_single_slow<P: Platform + 'static, S: Share>(
 fn check_send_sges<P: Platform + 'static, S: Share>(
     pd: &Pd<P, S>,
     cache: &mut KeyCache,
+    check: SgeCheck,
     wr: &SendWr<'_>,
 ) -> core::result::Result<(), WrError> {
     if let Payload::Sgl(sgl) = wr.payload {
         let needs = local_needs(&wr.op);
         for (i, s) in sgl.iter().enumerate() {
-            if s.length != 0 {
-                check_sge(pd, cache, i, s, needs)?;
-            }
+            check_sge_as(pd, cache, check, i, s, needs)?;
         }
     }
     Ok(())
@@ -366,15 +409,10 @@ pub(crate) fn check_recv_list<P: Platform + 'static, S: Share>(
     check: SgeCheck,
     wrs: &[RecvWr<'_>],
 ) -> (usize, Result<()>) {
-    if check == SgeCheck::Full {
-        for (index, wr) in wrs.iter().enumerate() {
-            for (k, s) in wr.sgl.iter().enumerate() {
-                if s.length == 0 {
-                    continue;
-                }
-                if let Err(reason) = check_sge(pd, cache, k, s, AccessFlags::LOCAL_WRITE) {
-                    return (index, Err(Error::InvalidWorkRequest { index, reason }));
-                }
+    for (index, wr) in wrs.iter().enumerate() {
+        for (k, s) in wr.sgl.iter().enumerate() {
+            if let Err(reason) = check_sge_as(pd, cache, check, k, s, AccessFlags::LOCAL_WRITE) {
+                return (index, Err(Error::InvalidWorkRequest { index, reason }));
             }
         }
     }

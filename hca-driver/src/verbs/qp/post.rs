@@ -22,10 +22,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     #[inline]
     fn check_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), WrError> {
         self.send_state()?;
-        if self.sge_check == SgeCheck::Full {
-            check_send_sges(&self.pd, &mut self.cache, wr)?;
-        }
-        Ok(())
+        check_send_sges(&self.pd, &mut self.cache, self.sge_check, wr)
     }
 
     /// Checks and posts a work request of one SGE through verbs-core's
@@ -318,9 +315,7 @@ impl<'q, P: Platform + 'static, S: Share> SendBatch<'q, P, S> {
     /// Checks and writes one work request (as [`Qp::post_send`]).
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        if self.check == SgeCheck::Full {
-            check_send_sges(self.pd, &mut self.cache, wr).map_err(|r| self.fail(r))?;
-        }
+        check_send_sges(self.pd, &mut self.cache, self.check, wr).map_err(|r| self.fail(r))?;
         self.b
             .post_send(wr)
             .map_err(|e| self.fail(WrError::DataPath(e)))?;

@@ -683,9 +683,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 "VLAN insertion needs a raw packet QP on a device with vlan_cap",
             ))));
         }
-        if self.sge_check == SgeCheck::Full {
-            check_send_sges(&self.pd, &mut self.cache, wr).map_err(refuse)?;
-        }
+        check_send_sges(&self.pd, &mut self.cache, self.sge_check, wr).map_err(refuse)?;
         let sq = self
             .dp()
             .and_then(|d| d.sq().map_err(WrError::DataPath))
