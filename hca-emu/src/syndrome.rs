@@ -155,6 +155,7 @@ syndromes! {
     FTE_ACTION = 0x0009_3604, "SET_FLOW_TABLE_ENTRY: action other than allow, drop, forward (or drop with forward)";
     FTE_DEST = 0x0009_3605, "SET_FLOW_TABLE_ENTRY: forward without destinations (or destinations without forward), or a destination that is not a TIR or a deeper table of the same type";
     FTE_SHORT = 0x0009_3606, "SET_FLOW_TABLE_ENTRY: input too short for destination_list_size";
+    FTE_FLOW_TAG = 0x0009_3607, "SET_FLOW_TABLE_ENTRY: a flow_tag on a table type without the flow_tag capability";
     // Vport / RoCE address.
     VPORT_OTHER = 0x0007_5001, "vport commands: other_vport not supported (no eswitch)";
     GID_INDEX = 0x0007_6001, "SET/QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID: index beyond the table";

@@ -1566,6 +1566,12 @@ fn set_fte(d: &mut Device, c: &Cmd) -> R {
         deps.push((kind, did));
         dests.push((dt, did));
     }
+    // A flow tag (reported in the receive CQEs of the frames the entry
+    // forwards) needs the table type's `flow_tag` capability.
+    let flow_tag = c.get("flow_context.flow_tag") as u32;
+    if flow_tag != 0 && flow_prop(d, ty, "flow_tag") == 0 {
+        return fail(st::BAD_PARAM, syn::FTE_FLOW_TAG);
+    }
     let outer = c.input[FTE_MATCH_VALUE..FTE_MATCH_VALUE + 0x40].to_vec();
     if let Some(old) = find_fte(d, id, index) {
         d.fw.objs.destroy(ObjKind::FlowEntry, old)?;
@@ -1579,6 +1585,7 @@ fn set_fte(d: &mut Device, c: &Cmd) -> R {
             action,
             outer,
             dests,
+            flow_tag,
         }),
         deps,
     )?;

@@ -275,6 +275,9 @@ pub(crate) struct FlowEntry {
     pub(crate) outer: Vec<u8>,
     /// `(destination_type, destination_id)` of each destination.
     pub(crate) dests: Vec<(u8, u32)>,
+    /// `flow_tag` (24 bits): written into the receive CQE's `sop_drop_qpn`
+    /// of the frames the entry forwards.
+    pub(crate) flow_tag: u32,
 }
 
 /// A TIR (`tirc`): where it dispatches and how it hashes.
