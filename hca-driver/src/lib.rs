@@ -242,7 +242,7 @@ pub use pas::{PAS_PAGE_SIZE, PageList};
 pub use raw::RawHca;
 pub use record::{CommandRecorder, DumpRecorder, Exchange, LogRecorder, Outcome};
 pub use types::{
-    Cqn, Eqn, FlowGroupId, FlowTableId, Lkey, MkeyIndex, Pdn, Qpn, Rkey, Rqn, Rqtn, Srqn, Tdn,
-    Tirn, Uarn,
+    CounterSetId, Cqn, Eqn, FlowGroupId, FlowTableId, Lkey, MkeyIndex, Pdn, Qpn, Rkey, Rqn, Rqtn,
+    Srqn, Tdn, Tirn, Uarn,
 };
 pub use verbs::DmaBuf;

@@ -306,6 +306,17 @@ impl Device {
         let ci = *self.engine.rqs.entry(rqn).or_insert(0);
         if dbr as u16 == ci {
             self.datapath.drops.raw_no_buffer += 1;
+            // The RQ's Q counter set counts it as `out_of_buffer`.
+            let set = self
+                .fw
+                .objs
+                .wq(ObjKind::Rq, rqn)
+                .map_or(0, |w| ifc().get(&w.ctx, "rqc", "counter_set_id") as u32);
+            if set != 0
+                && let Some(q) = self.fw.objs.q_counter_mut(set)
+            {
+                q.out_of_buffer = q.out_of_buffer.wrapping_add(1);
+            }
             return;
         }
         let stride = 1usize << log_stride;
