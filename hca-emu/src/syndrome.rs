@@ -134,6 +134,7 @@ syndromes! {
     WQ_STATE = 0x0009_0501, "MODIFY_SQ/RQ: current state does not match or illegal edge";
     WQ_TYPE = 0x0009_0403, "CREATE_SQ/RQ: wq_type must be cyclic (1)";
     WQ_COUNTER_SET_ID = 0x0009_0421, "CREATE_RQ / MODIFY_RQ (modify_bitmask counter_set_id): counter_set_id is neither 0 nor an allocated Q counter";
+    WQ_COUNTER_SET_ID_MODIFY = 0x0009_0902, "MODIFY_RQ: modify_bitmask counter_set_id without the modify_rq_counter_set_id capability";
     WQ_TS_FORMAT = 0x0009_0420, "CREATE_SQ/RQ: ts_format not offered by sq_ts_format/rq_ts_format";
     TIR_BAD_RQ = 0x0009_0001, "CREATE_TIR: inline_rqn is not an existing RQ";
     TIR_BAD_RQT = 0x0009_0002, "CREATE_TIR: indirect_table is not an existing RQT";

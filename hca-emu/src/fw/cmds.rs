@@ -1235,6 +1235,11 @@ fn modify_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str, cur: &str) -> R {
     let new_state = c.get("ctx.state") as u8;
     let ctx = c.bytes("ctx").to_vec();
     if k == ObjKind::Rq && c.get("modify_bitmask") & 8 != 0 {
+        // Changing an RQ's set needs `modify_rq_counter_set_id` (0 on the
+        // recorded ConnectX-4: there the set is given at CREATE_RQ).
+        if d.fw.caps.general("modify_rq_counter_set_id") == 0 {
+            return fail(st::BAD_PARAM, syn::WQ_COUNTER_SET_ID_MODIFY);
+        }
         let set = c.get("ctx.counter_set_id");
         if set != 0 && !q_counter_exists(d, set) {
             return fail(st::BAD_PARAM, syn::WQ_COUNTER_SET_ID);
