@@ -241,9 +241,104 @@ fn a_device_without_the_flow_tag_capability_refuses_tags() {
             .add_tagged_rule(0, &udp_dport(1), FlowDest::Receivers(&to), 5)
             .unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)), "{e}");
+        // The device itself refuses a tag it does not offer (the driver's
+        // check bypassed).
+        use firmware_cmds::flow::{
+            DestFormatStruct, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR,
+            FLOW_TABLE_TYPE_NIC_RX, FlowContext, SetFteIn,
+        };
+        let ctx = FlowContext::new()
+            .with(FlowContext::group_id, g.id().0)
+            .unwrap()
+            .with(FlowContext::flow_tag, 5)
+            .unwrap()
+            .with(FlowContext::action, FLOW_CONTEXT_ACTION_FWD_DEST)
+            .unwrap()
+            .with(FlowContext::destination_list_size, 1)
+            .unwrap();
+        let input = SetFteIn::new()
+            .with(SetFteIn::table_type, FLOW_TABLE_TYPE_NIC_RX)
+            .unwrap()
+            .with(SetFteIn::table_id, t.id().0)
+            .unwrap()
+            .with(SetFteIn::flow_index, 1)
+            .unwrap()
+            .with(SetFteIn::flow_context, ctx)
+            .unwrap();
+        let dest = *DestFormatStruct::new()
+            .with(
+                DestFormatStruct::destination_type,
+                FLOW_DESTINATION_TYPE_TIR,
+            )
+            .unwrap()
+            .with(DestFormatStruct::destination_id, qb.tir().unwrap().0)
+            .unwrap()
+            .as_bytes();
+        // SAFETY: SET_FLOW_TABLE_ENTRY names no memory.
+        let raw = unsafe { hb.raw() };
+        let e = raw.exec_with_items(&input, &[dest]).unwrap_err();
+        match &e {
+            Error::Command(c) => {
+                assert_eq!(c.status, firmware_cmds::CmdStatus::BAD_PARAM, "{e}")
+            }
+            _ => panic!("{e}"),
+        }
         // Untagged rules still work.
         g.add_rule(0, &udp_dport(1), FlowDest::Receivers(&to))
             .unwrap();
+    }
+    l.close(h);
+}
+
+/// A rule forwarding to a deeper table: the tag of the rule that reaches
+/// the TIR, or, when that one has none, of the rule that forwarded to its
+/// table (the emulator's assumption, recorded in docs/fidelity.md).
+#[test]
+fn a_tag_set_before_a_forward_to_another_table_reaches_the_cqe() {
+    let mut l = Link::<P>::emulated(EmuConfig::default(), Config::default());
+    let h = l.open();
+    {
+        let Sides {
+            pda, pdb, cqa, cqb, ..
+        } = h.sides(64);
+        let mut qa = raw_qp(&pda, &cqa, 16, 0);
+        let mut qb = raw_qp(&pdb, &cqb, 1, 16);
+        let hb = h.b();
+        let bufs = Arc::new(DmaBuf::alloc(hb, 4 * SLOT).unwrap());
+        let mrb = Mr::register(&pdb, &bufs, AccessFlags::LOCAL_WRITE).unwrap();
+        for slot in 0..4 {
+            let sge = mrb.sge(slot * SLOT, SLOT as u32).unwrap();
+            qb.post_recv(&RecvWr {
+                wr_id: slot as u64,
+                sgl: &[sge],
+            })
+            .unwrap();
+        }
+        let t1 = hb.create_flow_table(1, 2, None).unwrap();
+        let t0 = hb.create_flow_table(0, 2, None).unwrap();
+        let all = FlowMatch::default();
+        let to: [&dyn TirDest; 1] = [&qb];
+        // Table 1: port 1000 with its own tag, anything else untagged.
+        let g1 = t1.create_group(0, 0, &udp_dport(0)).unwrap();
+        let _own = g1
+            .add_tagged_rule(0, &udp_dport(1000), FlowDest::Receivers(&to), 0x111)
+            .unwrap();
+        let g1b = t1.create_group(1, 1, &all).unwrap();
+        let _plain = g1b.add_rule(1, &all, FlowDest::Receivers(&to)).unwrap();
+        // Table 0: everything to table 1, tagged 0x222.
+        let g0 = t0.create_group(0, 0, &all).unwrap();
+        let _fwd = g0
+            .add_tagged_rule(0, &all, FlowDest::Table(&t1), 0x222)
+            .unwrap();
+        t0.set_root().unwrap();
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+        for (dport, want) in [(1000, 0x111), (2000, 0x222)] {
+            send(&mut qa, &cqa, &ma, &sa, &frame(dport));
+            let (wc, rx) = recv_rx(&cqb);
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            assert_eq!(rx.flow_tag(), want, "dport {dport}");
+        }
     }
     l.close(h);
 }
