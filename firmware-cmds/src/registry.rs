@@ -20,8 +20,8 @@ use crate::command::{Command, input_header};
 use crate::layout::{Layout, LayoutInfo, read_bits};
 use crate::opcode::Opcode;
 use crate::{
-    caps, cmdq, cq, eq, eth, flow, hca, init_seg, mad, mailbox, mcg, mkey, pd, qp, reg, rmp, roce,
-    srq, uar, vport,
+    caps, cmdq, cq, eq, eth, flow, hca, init_seg, mad, mailbox, mcg, mkey, pd, q_counter, qp, reg,
+    rmp, roce, srq, uar, vport,
 };
 
 /// The input and output layouts of one command.
@@ -170,6 +170,13 @@ static LAYOUTS: &[&LayoutInfo] = infos![
     pd::AllocTransportDomainOut,
     pd::DeallocTransportDomainIn,
     pd::DeallocTransportDomainOut,
+    // q_counter
+    q_counter::AllocQCounterIn,
+    q_counter::AllocQCounterOut,
+    q_counter::DeallocQCounterIn,
+    q_counter::DeallocQCounterOut,
+    q_counter::QueryQCounterIn,
+    q_counter::QueryQCounterOut,
     // mkey
     mkey::Mkc,
     mkey::CreateMkeyIn,
@@ -348,6 +355,9 @@ static COMMANDS: &[CommandLayouts] = commands![
     mcg::DetachFromMcgIn,
     pd::AllocTransportDomainIn,
     pd::DeallocTransportDomainIn,
+    q_counter::AllocQCounterIn,
+    q_counter::DeallocQCounterIn,
+    q_counter::QueryQCounterIn,
     mkey::CreateMkeyIn,
     mkey::DestroyMkeyIn,
     mkey::QueryMkeyIn,

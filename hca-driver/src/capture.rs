@@ -18,6 +18,7 @@ use platform::Platform;
 use verbs_core::{Completion, RecvWr, RxCqe, SendWr, WcStatus, WorkCompletion};
 
 use crate::error::{Error, Result};
+use crate::fw::{Object, QCounterObj};
 use crate::hca::Hca;
 use crate::verbs::{
     CompChannel, Context, Cq, Pd, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr, QpState, QpType,
@@ -36,6 +37,7 @@ pub struct RawContextBuilder {
     send_cqe: u32,
     recv_cqe: u32,
     flags: QpCreateFlags,
+    q_counter: bool,
 }
 
 impl RawContextBuilder {
@@ -53,7 +55,16 @@ impl RawContextBuilder {
             send_cqe: 0,
             recv_cqe: 0,
             flags: QpCreateFlags::NONE,
+            q_counter: false,
         }
+    }
+
+    /// Gives the QP's receive queue a Q counter set of its own
+    /// (ALLOC_Q_COUNTER), so that [`RawContext::rx_drops`] reports the
+    /// frames dropped for want of a posted receive (`out_of_buffer`).
+    pub fn q_counter(mut self, on: bool) -> Self {
+        self.q_counter = on;
+        self
     }
 
     /// Outstanding send work requests (0: a receive-only QP).
@@ -125,14 +136,21 @@ impl RawContextBuilder {
             max_recv_sge: if self.recv_wr == 0 { 0 } else { self.recv_sge },
             max_inline_data: self.inline,
         };
-        let qp = Qp::create(
-            &pd,
-            &QpInitAttr::new(QpType::RawPacket, &send_cq, &recv_cq)
-                .cap(cap)
-                .create_flags(self.flags),
-        )?;
+        let q_counter = if self.q_counter {
+            Some(hca.alloc_q_counter_on(hca.clone())?)
+        } else {
+            None
+        };
+        let mut attr = QpInitAttr::new(QpType::RawPacket, &send_cq, &recv_cq)
+            .cap(cap)
+            .create_flags(self.flags);
+        if let Some(q) = &q_counter {
+            attr = attr.counter_set(q.number());
+        }
+        let qp = Qp::create(&pd, &attr)?;
         Ok(RawContext {
             qp,
+            q_counter,
             send_cq,
             recv_cq,
             send_channel,
@@ -175,6 +193,9 @@ pub struct LoopStats {
 pub struct RawContext<P: Platform + 'static> {
     /// The raw packet QP (a flow-rule destination).
     pub qp: Qp<P>,
+    /// The QP's Q counter set ([`RawContextBuilder::q_counter`]); dropped
+    /// after the QP that counts into it.
+    q_counter: Option<Object<Arc<Hca<P>>, QCounterObj>>,
     /// The send CQ, on [`send_channel`](Self::send_channel).
     pub send_cq: Arc<Cq<P>>,
     /// The receive CQ, on [`recv_channel`](Self::recv_channel).
@@ -194,6 +215,22 @@ impl<P: Platform + 'static> RawContext<P> {
     /// The port.
     pub fn port(&self) -> u8 {
         self.port
+    }
+
+    /// Frames the device dropped because the QP had no receive posted
+    /// (QUERY_Q_COUNTER's `out_of_buffer` of the QP's own set), since the
+    /// context was built; `None` without a Q counter
+    /// ([`RawContextBuilder::q_counter`]).
+    pub fn rx_drops(&self) -> Result<Option<u32>> {
+        self.q_counter
+            .as_ref()
+            .map(|q| q.query(false).map(|v| v.out_of_buffer))
+            .transpose()
+    }
+
+    /// The QP's Q counter set, when it has one.
+    pub fn q_counter(&self) -> Option<&Object<Arc<Hca<P>>, QCounterObj>> {
+        self.q_counter.as_ref()
     }
 
     /// Moves the QP up to `to` (INIT, RTR or RTS) along RESET -> INIT

@@ -27,6 +27,7 @@
 
 use core::marker::PhantomData;
 
+use firmware_cmds::caps::FlowTablePropLayout;
 use firmware_cmds::eth::{
     CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, DestroyRqtIn, DestroyTirIn,
     RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT, RX_HASH_FIELD_SELECT_L4_SPORT,
@@ -574,6 +575,9 @@ pub enum FlowDest<'s, 'd, P: Platform> {
 /// The most destinations of one rule.
 pub const MAX_FLOW_DESTS: usize = 8;
 
+/// The largest flow tag (`flow_context.flow_tag` is 24 bits).
+pub const MAX_FLOW_TAG: u32 = 0x00ff_ffff;
+
 impl<'a, P: Platform> FlowGroup<'a, P> {
     /// The group id.
     pub fn id(&self) -> FlowGroupId {
@@ -589,6 +593,55 @@ impl<'a, P: Platform> FlowGroup<'a, P> {
         index: u32,
         m: &FlowMatch,
         dest: FlowDest<'_, 'r, P>,
+    ) -> Result<FlowRule<'r, P>> {
+        self.set_entry(index, m, dest, 0)
+    }
+
+    /// [`add_rule`](Self::add_rule) with a flow tag: the entry's
+    /// `flow_context.flow_tag`, which the device writes into the receive
+    /// CQE of every frame the rule forwards (`sop_drop_qpn` bits 23:0,
+    /// [`verbs_core::RxCqe::flow_tag`], `ibv_wc_read_flow_tag`). The tag
+    /// is 24 bits and not 0 (0 is what an untagged rule reports), the rule
+    /// must forward (a drop has no completion to tag), and the device must
+    /// offer flow tags on NIC receive tables
+    /// (`flow_table_properties_nic_receive.flow_tag`).
+    pub fn add_tagged_rule<'r>(
+        &'r self,
+        index: u32,
+        m: &FlowMatch,
+        dest: FlowDest<'_, 'r, P>,
+        flow_tag: u32,
+    ) -> Result<FlowRule<'r, P>> {
+        if flow_tag == 0 || flow_tag > MAX_FLOW_TAG {
+            return Err(invalid("flow_tag", "from 1 to 0xffffff (24 bits)"));
+        }
+        if matches!(dest, FlowDest::Drop) {
+            return Err(invalid(
+                "flow_tag",
+                "a dropping rule has no completion to tag",
+            ));
+        }
+        let offered = self
+            .table
+            .hca
+            .caps()
+            .nic_receive_flow
+            .as_ref()
+            .is_some_and(|p| p.cur.get(FlowTablePropLayout::flow_tag));
+        if !offered {
+            return Err(Error::Unsupported(
+                "flow tags on NIC receive flow tables (flow_table_properties_nic_receive.flow_tag)",
+            ));
+        }
+        self.set_entry(index, m, dest, flow_tag)
+    }
+
+    fn set_entry<'r>(
+        &'r self,
+        index: u32,
+        m: &FlowMatch,
+        dest: FlowDest<'_, 'r, P>,
+        flow_tag: u32,
     ) -> Result<FlowRule<'r, P>> {
         if index < self.start || index > self.end {
             return Err(invalid("index", "outside the flow group's entries"));
@@ -657,6 +710,7 @@ impl<'a, P: Platform> FlowGroup<'a, P> {
         let value = FteMatchParam::new().with(FteMatchParam::outer_headers, m.value.clone())?;
         let ctx = FlowContext::new()
             .with(FlowContext::group_id, self.id.0)?
+            .with(FlowContext::flow_tag, flow_tag)?
             .with(FlowContext::action, action)?
             .with(FlowContext::destination_list_size, n as u32)?
             .with(FlowContext::match_value, value)?;

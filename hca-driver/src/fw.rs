@@ -26,6 +26,9 @@ use firmware_cmds::pd::{
     AllocPdIn, AllocPdOut, AllocTransportDomainIn, AllocTransportDomainOut, DeallocPdIn,
     DeallocTransportDomainIn,
 };
+use firmware_cmds::q_counter::{
+    AllocQCounterIn, AllocQCounterOut, DeallocQCounterIn, QueryQCounterIn, QueryQCounterOut,
+};
 use firmware_cmds::qp::{CreateQpIn, CreateQpOut, DestroyQpIn};
 use firmware_cmds::rmp::{CreateRmpIn, CreateRmpOut, DestroyRmpIn};
 use firmware_cmds::srq::{CreateSrqIn, CreateSrqOut, DestroySrqIn};
@@ -36,7 +39,7 @@ use crate::error::{Error, Result};
 use crate::events::QueueId;
 use crate::hca::Hca;
 use crate::pas::PageList;
-use crate::types::{Cqn, MkeyIndex, Pdn, Qpn, Rqn, Sqn, Srqn, Tdn, Tirn, Tisn, Uarn};
+use crate::types::{CounterSetId, Cqn, MkeyIndex, Pdn, Qpn, Rqn, Sqn, Srqn, Tdn, Tirn, Tisn, Uarn};
 
 /// A kind of firmware object: its number type and how it is destroyed.
 pub trait FwObject {
@@ -148,6 +151,77 @@ pub enum RqObj {}
 /// Transport interface receive objects.
 #[derive(Debug)]
 pub enum TirObj {}
+
+/// Q counter sets.
+#[derive(Debug)]
+pub enum QCounterObj {}
+
+/// A Q counter set (ALLOC_Q_COUNTER / DEALLOC_Q_COUNTER): receive queues
+/// whose `counter_set_id` names it count into it; read it with
+/// [`Object::query`](Object#method.query). The handle may be a reference
+/// of the HCA or an owned one (`Arc<Hca>`,
+/// [`Hca::alloc_q_counter_on`]).
+pub type QCounter<'a, P> = Object<&'a Hca<P>, QCounterObj>;
+
+/// The counters of a Q counter set (`query_q_counter_out`), as the device
+/// reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QCounterValues {
+    /// Packets dropped because their receive queue had no WQE posted
+    /// (`out_of_buffer`).
+    pub out_of_buffer: u32,
+    /// Out-of-sequence packets (`out_of_sequence`).
+    pub out_of_sequence: u32,
+    /// Duplicate requests (`duplicate_request`).
+    pub duplicate_request: u32,
+    /// RNR NAK retries exhausted (`rnr_nak_retry_err`).
+    pub rnr_nak_retry_err: u32,
+    /// PSN sequence errors (`packet_seq_err`).
+    pub packet_seq_err: u32,
+    /// Implied NAK sequence errors (`implied_nak_seq_err`).
+    pub implied_nak_seq_err: u32,
+    /// Local ACK timeouts (`local_ack_timeout_err`).
+    pub local_ack_timeout_err: u32,
+    /// RDMA write requests received (`rx_write_requests`).
+    pub rx_write_requests: u32,
+    /// RDMA read requests received (`rx_read_requests`).
+    pub rx_read_requests: u32,
+    /// Atomic requests received (`rx_atomic_requests`).
+    pub rx_atomic_requests: u32,
+}
+
+impl<H: HcaRef> Object<H, QCounterObj> {
+    /// QUERY_Q_COUNTER: the set's counters; with `clear` the device zeroes
+    /// them after reading.
+    pub fn query(&self, clear: bool) -> Result<QCounterValues> {
+        let out: QueryQCounterOut = self.hca.exec(
+            &QueryQCounterIn::new()
+                .with(QueryQCounterIn::clear, clear)?
+                .with(QueryQCounterIn::counter_set_id, self.number.0)?,
+        )?;
+        Ok(QCounterValues {
+            out_of_buffer: out.get(QueryQCounterOut::out_of_buffer),
+            out_of_sequence: out.get(QueryQCounterOut::out_of_sequence),
+            duplicate_request: out.get(QueryQCounterOut::duplicate_request),
+            rnr_nak_retry_err: out.get(QueryQCounterOut::rnr_nak_retry_err),
+            packet_seq_err: out.get(QueryQCounterOut::packet_seq_err),
+            implied_nak_seq_err: out.get(QueryQCounterOut::implied_nak_seq_err),
+            local_ack_timeout_err: out.get(QueryQCounterOut::local_ack_timeout_err),
+            rx_write_requests: out.get(QueryQCounterOut::rx_write_requests),
+            rx_read_requests: out.get(QueryQCounterOut::rx_read_requests),
+            rx_atomic_requests: out.get(QueryQCounterOut::rx_atomic_requests),
+        })
+    }
+}
+
+impl FwObject for QCounterObj {
+    type Number = CounterSetId;
+    const NAME: &'static str = "Q counter";
+    fn destroy<P: Platform>(hca: &Hca<P>, n: CounterSetId) -> Result<()> {
+        hca.exec(&DeallocQCounterIn::new().with(DeallocQCounterIn::counter_set_id, n.0)?)
+            .map(drop)
+    }
+}
 
 /// A transport interface send object (CREATE_TIS / DESTROY_TIS).
 pub type Tis<'a, P> = Object<&'a Hca<P>, TisObj>;
@@ -382,6 +456,49 @@ impl<P: Platform> Hca<P> {
     pub fn alloc_pd(&self) -> Result<Pd<'_, P>> {
         let out: AllocPdOut = self.exec(&AllocPdIn::new())?;
         Ok(Object::new(self, Pdn(out.get(AllocPdOut::pd))))
+    }
+
+    /// ALLOC_Q_COUNTER: a Q counter set, deallocated when the handle goes.
+    /// A device has `cmd_hca_cap.max_qp_cnt` of them (0: none, the command
+    /// is not sent).
+    pub fn alloc_q_counter(&self) -> Result<QCounter<'_, P>> {
+        self.alloc_q_counter_on(self)
+    }
+
+    /// [`alloc_q_counter`](Self::alloc_q_counter) held through `hca`, a
+    /// handle of this HCA (an `Arc<Hca>` for a counter that is kept in an
+    /// owned structure).
+    pub fn alloc_q_counter_on<H: HcaRef<Platform = P>>(
+        &self,
+        hca: H,
+    ) -> Result<Object<H, QCounterObj>> {
+        if !core::ptr::eq(&*hca, self) {
+            return Err(Error::InvalidArgument {
+                arg: "hca",
+                reason: "a handle of another HCA",
+            });
+        }
+        if self
+            .caps()
+            .general
+            .cur
+            .get(firmware_cmds::caps::CmdHcaCap::max_qp_cnt)
+            == 0
+        {
+            return Err(Error::Unsupported("Q counters (max_qp_cnt is 0)"));
+        }
+        let out: AllocQCounterOut = self.exec(&AllocQCounterIn::new())?;
+        let id = out.get(AllocQCounterOut::counter_set_id);
+        if id == 0 {
+            return Err(Error::InvalidAnswer {
+                opcode: Opcode::ALLOC_Q_COUNTER,
+                op_mod: 0,
+                field: "alloc_q_counter_out.counter_set_id",
+                value: 0,
+                reason: "set 0 is the default set, never allocated",
+            });
+        }
+        Ok(Object::new(hca, CounterSetId(id)))
     }
 
     /// ALLOC_TRANSPORT_DOMAIN.

@@ -7,8 +7,8 @@ use core::time::Duration;
 
 use firmware_cmds::Opcode;
 use firmware_cmds::caps::{
-    self, AtomicCaps, CmdHcaCap, HcaCap, PerProtocolNetworkingOffloadCaps, QueryHcaCapIn, RoceCap,
-    SetHcaCapIn,
+    self, AtomicCaps, CmdHcaCap, FlowTableNicCap, HcaCap, PerProtocolNetworkingOffloadCaps,
+    QueryHcaCapIn, RoceCap, SetHcaCapIn,
 };
 use firmware_cmds::endian::Be32;
 use firmware_cmds::hca::{
@@ -883,6 +883,21 @@ impl<P: Platform> Hca<P> {
         };
         self.info.caps.roce = if c.get(CmdHcaCap::roce) {
             Some(self.query_pair::<RoceCap>()?)
+        } else {
+            None
+        };
+        // Flow table capabilities (Linux queries them too, as
+        // MLX5_CAP_FLOW_TABLE); the NIC receive properties are kept.
+        self.info.caps.nic_receive_flow = if c.get(CmdHcaCap::nic_flow_table) {
+            let p = self.query_pair::<FlowTableNicCap>()?;
+            Some(CapPair {
+                max: p
+                    .max
+                    .get(FlowTableNicCap::flow_table_properties_nic_receive),
+                cur: p
+                    .cur
+                    .get(FlowTableNicCap::flow_table_properties_nic_receive),
+            })
         } else {
             None
         };

@@ -7,7 +7,7 @@ use core::fmt;
 use firmware_cmds::Opcode;
 use firmware_cmds::caps::{
     AtomicCaps, CAP_ATOMIC, CAP_ETHERNET_OFFLOADS, CAP_GENERAL, CAP_ROCE, CmdHcaCap,
-    HCA_CAP_OP_MOD_GET_CUR, PerProtocolNetworkingOffloadCaps, RoceCap,
+    FlowTablePropLayout, HCA_CAP_OP_MOD_GET_CUR, PerProtocolNetworkingOffloadCaps, RoceCap,
 };
 use firmware_cmds::init_seg::FwVersion;
 use firmware_cmds::layout::{FieldReading, Layout};
@@ -260,6 +260,10 @@ pub struct Caps {
     pub atomic: Option<CapPair<AtomicCaps>>,
     /// RoCE (type 4), when `roce`.
     pub roce: Option<CapPair<RoceCap>>,
+    /// The NIC receive flow table properties
+    /// (`flow_table_nic_cap.flow_table_properties_nic_receive`, type 7),
+    /// when `nic_flow_table`.
+    pub nic_receive_flow: Option<CapPair<FlowTablePropLayout>>,
 }
 
 fn pick<C>(p: &CapPair<C>, mode: CapMode) -> &C {
@@ -354,6 +358,7 @@ impl Default for Caps {
             ethernet: None,
             atomic: None,
             roce: None,
+            nic_receive_flow: None,
         }
     }
 }

@@ -243,7 +243,7 @@ pub use query::SpecialContexts;
 pub use raw::RawHca;
 pub use record::{CommandRecorder, DumpRecorder, Exchange, LogRecorder, Outcome};
 pub use types::{
-    Cqn, Eqn, FlowGroupId, FlowTableId, Lkey, MkeyIndex, Pdn, Qpn, Rkey, Rqn, Rqtn, Srqn, Tdn,
-    Tirn, Uarn,
+    CounterSetId, Cqn, Eqn, FlowGroupId, FlowTableId, Lkey, MkeyIndex, Pdn, Qpn, Rkey, Rqn, Rqtn,
+    Srqn, Tdn, Tirn, Uarn,
 };
 pub use verbs::DmaBuf;

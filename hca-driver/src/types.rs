@@ -73,6 +73,11 @@ object_number!(
     Rkey(u32), "rkey"
 );
 object_number!(
+    /// A Q counter set id (`alloc_q_counter_out.counter_set_id`); 0 is the
+    /// device's default set, never allocated.
+    CounterSetId(u8), "Q counter"
+);
+object_number!(
     /// A receive queue number (`create_rq_out.rqn`).
     Rqn(u32), "RQ"
 );

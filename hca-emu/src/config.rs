@@ -242,6 +242,12 @@ pub struct EmuConfig {
     /// for checksums are then refused by the driver, receives report no
     /// checksum verdict).
     pub eth_csum_cap: bool,
+    /// NIC receive flow tables offer flow tags
+    /// (`flow_table_nic_cap.flow_table_properties_nic_receive.flow_tag`,
+    /// current and maximum). Default true, as the recorded ConnectX-4;
+    /// false models a device without them (SET_FLOW_TABLE_ENTRY with a
+    /// `flow_tag` is then refused).
+    pub nic_rx_flow_tag_cap: bool,
 }
 
 impl Default for EmuConfig {
@@ -269,6 +275,7 @@ impl Default for EmuConfig {
             sm_delay: Duration::ZERO,
             lid_base: 1,
             eth_csum_cap: true,
+            nic_rx_flow_tag_cap: true,
         }
     }
 }

@@ -215,6 +215,18 @@ impl Caps {
                 );
             }
         }
+        if !cfg.nic_rx_flow_tag_cap {
+            for m in [&mut caps.cur, &mut caps.max] {
+                if let Some(f) = m.get_mut(&7) {
+                    crate::ifc::ifc().set(
+                        f,
+                        "flow_table_nic_cap",
+                        "flow_table_properties_nic_receive.flow_tag",
+                        0,
+                    );
+                }
+            }
+        }
         if !cfg.eth_csum_cap {
             for m in [&mut caps.cur, &mut caps.max] {
                 if let Some(e) = m.get_mut(&CAP_ETHERNET_OFFLOADS) {

@@ -133,6 +133,8 @@ syndromes! {
     WQ_BAD_TIS = 0x0009_0402, "CREATE_SQ: tis_num_0 is not an existing TIS";
     WQ_STATE = 0x0009_0501, "MODIFY_SQ/RQ: current state does not match or illegal edge";
     WQ_TYPE = 0x0009_0403, "CREATE_SQ/RQ: wq_type must be cyclic (1)";
+    WQ_COUNTER_SET_ID = 0x0009_0421, "CREATE_RQ / MODIFY_RQ (modify_bitmask counter_set_id): counter_set_id is neither 0 nor an allocated Q counter";
+    WQ_COUNTER_SET_ID_MODIFY = 0x0009_0902, "MODIFY_RQ: modify_bitmask counter_set_id without the modify_rq_counter_set_id capability";
     WQ_TS_FORMAT = 0x0009_0420, "CREATE_SQ/RQ: ts_format not offered by sq_ts_format/rq_ts_format";
     TIR_BAD_RQ = 0x0009_0001, "CREATE_TIR: inline_rqn is not an existing RQ";
     TIR_BAD_RQT = 0x0009_0002, "CREATE_TIR: indirect_table is not an existing RQT";
@@ -155,6 +157,11 @@ syndromes! {
     FTE_ACTION = 0x0009_3604, "SET_FLOW_TABLE_ENTRY: action other than allow, drop, forward (or drop with forward)";
     FTE_DEST = 0x0009_3605, "SET_FLOW_TABLE_ENTRY: forward without destinations (or destinations without forward), or a destination that is not a TIR or a deeper table of the same type";
     FTE_SHORT = 0x0009_3606, "SET_FLOW_TABLE_ENTRY: input too short for destination_list_size";
+    FTE_FLOW_TAG = 0x0009_3607, "SET_FLOW_TABLE_ENTRY: a flow_tag on a table type without the flow_tag capability";
+    // Q counters.
+    Q_COUNTER_LIMIT = 0x0007_7101, "ALLOC_Q_COUNTER: max_qp_cnt counter sets are already allocated";
+    Q_COUNTER_BAD_ID = 0x0007_7201, "DEALLOC_Q_COUNTER / QUERY_Q_COUNTER: counter_set_id is not an allocated Q counter";
+    Q_COUNTER_IN_USE = 0x0007_7202, "DEALLOC_Q_COUNTER: an RQ still counts into the set";
     // Vport / RoCE address.
     VPORT_OTHER = 0x0007_5001, "vport commands: other_vport not supported (no eswitch)";
     GID_INDEX = 0x0007_6001, "SET/QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID: index beyond the table";

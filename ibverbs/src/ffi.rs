@@ -976,6 +976,16 @@ pub struct ibv_flow_spec_action_drop {
     pub size: u16,
 }
 
+/// `struct ibv_flow_spec_action_tag`: the flow tag of the flow's rule,
+/// reported by `ibv_wc_read_flow_tag`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_flow_spec_action_tag {
+    pub type_: u32,
+    pub size: u16,
+    pub tag_id: u32,
+}
+
 // The sizes of <infiniband/verbs.h> (x86_64 and aarch64).
 const _: () = assert!(size_of::<ibv_flow_spec_eth>() == 40);
 const _: () = assert!(size_of::<ibv_flow_spec_ipv4>() == 24);
@@ -983,6 +993,7 @@ const _: () = assert!(size_of::<ibv_flow_spec_ipv4_ext>() == 32);
 const _: () = assert!(size_of::<ibv_flow_spec_ipv6>() == 88);
 const _: () = assert!(size_of::<ibv_flow_spec_tcp_udp>() == 16);
 const _: () = assert!(size_of::<ibv_flow_spec_action_drop>() == 8);
+const _: () = assert!(size_of::<ibv_flow_spec_action_tag>() == 12);
 const _: () = assert!(size_of::<ibv_flow_attr>() == 20);
 const _: () = assert!(core::mem::offset_of!(ibv_flow_spec_ipv4, val) == 8);
 const _: () = assert!(core::mem::offset_of!(ibv_flow_spec_eth, val) == 6);

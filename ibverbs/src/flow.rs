@@ -26,10 +26,16 @@
 //! that is not a raw packet QP `EINVAL`; a spec kind or field this
 //! implementation does not match on (tunnels, inner headers, MPLS, ESP,
 //! IPv6 flow label, traffic class and hop limit, IPv4 TOS, TTL and
-//! flags, flow tags, counters, `IBV_FLOW_ATTR_MC_DEFAULT`, flow attribute
+//! flags, counters, `IBV_FLOW_ATTR_MC_DEFAULT`, flow attribute
 //! flags) `EOPNOTSUPP`; the IPv4 `proto` and IPv6 `next_hdr` match the
 //! `ip_protocol`; more normal flows than table 0 has
 //! entries `ENOMEM`.
+//!
+//! `IBV_FLOW_SPEC_ACTION_TAG` sets the rule's `flow_context.flow_tag`: its
+//! frames' receive completions report the tag (`ibv_wc_read_flow_tag`).
+//! As mlx5_ib: a `tag_id` of 24 bits or more is `EINVAL`, and so is a tag
+//! on a default or sniffer flow; a device without flow tags on NIC RX
+//! tables `EOPNOTSUPP`; a second tag spec in one flow `EINVAL`.
 
 use core::ffi::c_int;
 use core::ptr;
@@ -85,6 +91,8 @@ struct Flow {
     priority: u16,
     m: FlowMatch,
     drop: bool,
+    /// `IBV_FLOW_SPEC_ACTION_TAG`'s `tag_id` (0: none).
+    tag: u32,
     tirn: Tirn,
 }
 
@@ -179,7 +187,11 @@ impl Steering {
                     }
                 }
                 let list: Vec<&dyn TirDest> = dests.iter().map(|d| d as &dyn TirDest).collect();
-                gr.add_rule(i, &f.m, FlowDest::Receivers(&list))?
+                if f.tag != 0 {
+                    gr.add_tagged_rule(i, &f.m, FlowDest::Receivers(&list), f.tag)?
+                } else {
+                    gr.add_rule(i, &f.m, FlowDest::Receivers(&list))?
+                }
             };
             b.rules.push(rule);
         }
@@ -244,6 +256,7 @@ unsafe fn parse(attr: *const ibv_flow_attr) -> Result<Parsed, c_int> {
     let mut p = attr.cast::<u8>().wrapping_add(size_of::<ibv_flow_attr>());
     let mut specs = Vec::new();
     let mut drop = false;
+    let mut tag = None;
     let mut protos = Vec::new();
     for _ in 0..a.num_of_specs {
         // SAFETY: every spec begins with its type and size.
@@ -355,11 +368,19 @@ unsafe fn parse(attr: *const ibv_flow_attr) -> Result<Parsed, c_int> {
                 want(size_of::<ibv_flow_spec_action_drop>())?;
                 drop = true;
             }
+            IBV_FLOW_SPEC_ACTION_TAG => {
+                want(size_of::<ibv_flow_spec_action_tag>())?;
+                // SAFETY: as above.
+                let s: ibv_flow_spec_action_tag = unsafe { rd(p) };
+                if s.tag_id > hca_driver::flow::MAX_FLOW_TAG || tag.is_some() {
+                    return Err(libc::EINVAL);
+                }
+                tag = Some(s.tag_id);
+            }
             IBV_FLOW_SPEC_MPLS
             | IBV_FLOW_SPEC_VXLAN_TUNNEL
             | IBV_FLOW_SPEC_GRE
             | IBV_FLOW_SPEC_ESP
-            | IBV_FLOW_SPEC_ACTION_TAG
             | IBV_FLOW_SPEC_ACTION_HANDLE
             | IBV_FLOW_SPEC_ACTION_COUNT => return Err(libc::EOPNOTSUPP),
             _ => return Err(libc::EINVAL),
@@ -372,6 +393,7 @@ unsafe fn parse(attr: *const ibv_flow_attr) -> Result<Parsed, c_int> {
     Ok(Parsed {
         specs,
         drop,
+        tag,
         protos,
     })
 }
@@ -381,6 +403,8 @@ struct Parsed {
     specs: Vec<FlowSpec>,
     /// An `IBV_FLOW_SPEC_ACTION_DROP`.
     drop: bool,
+    /// An `IBV_FLOW_SPEC_ACTION_TAG`'s `tag_id`.
+    tag: Option<u32>,
     /// IPv4 `proto` / IPv6 `next_hdr` values and masks (`ip_protocol`).
     protos: Vec<(u8, u8)>,
 }
@@ -449,12 +473,13 @@ fn create_flow(qp: *mut ibv_qp, attr: *mut ibv_flow_attr) -> *mut ibv_flow {
     let Parsed {
         specs,
         drop,
+        tag,
         protos,
     } = match unsafe { parse(attr) } {
         Ok(v) => v,
         Err(e) => return fail(e),
     };
-    if kind != FlowKind::Normal && (!specs.is_empty() || drop) {
+    if kind != FlowKind::Normal && (!specs.is_empty() || drop || tag.is_some()) {
         // The default and sniffer rules take every frame.
         return fail(libc::EINVAL);
     }
@@ -501,6 +526,7 @@ fn create_flow(qp: *mut ibv_qp, attr: *mut ibv_flow_attr) -> *mut ibv_flow {
         priority: a.priority,
         m,
         drop,
+        tag: tag.unwrap_or(0),
         tirn,
     });
     if let Err(e) = st.rebuild() {

@@ -344,6 +344,17 @@ fn l4_spec(ty: u32, dport: u16) -> ibv_flow_spec_tcp_udp {
     }
 }
 
+/// The tag of the tagged flows.
+const FLOW_TAG: u32 = 0x00c0_ffee;
+
+fn tag_spec(tag_id: u32) -> ibv_flow_spec_action_tag {
+    ibv_flow_spec_action_tag {
+        type_: 0x1000,
+        size: size_of::<ibv_flow_spec_action_tag>() as u16,
+        tag_id,
+    }
+}
+
 fn create_flow(qp: *mut ibv_qp, a: &mut Attr) -> *mut ibv_flow {
     // SAFETY: a QP and an attribute followed by its specs.
     unsafe { op_create_flow(qp, a.ptr()) }
@@ -492,7 +503,35 @@ fn bad_flow_specs_get_the_kernel_errnos() {
     let mut short = e;
     short.size -= 4;
     cases.push((Attr::new(0, 0, &[bytes_of(&short)]), libc::EINVAL, "size"));
-    // VXLAN tunnel, inner headers, a flow tag: not offered.
+    // A flow tag of 24 bits or more, two tags, a tag on a sniffer
+    // (mlx5_ib: EINVAL).
+    cases.push((
+        Attr::new(0, 0, &[bytes_of(&e), bytes_of(&tag_spec(1 << 24))]),
+        libc::EINVAL,
+        "tag of 25 bits",
+    ));
+    cases.push((
+        Attr::new(
+            0,
+            0,
+            &[bytes_of(&e), bytes_of(&tag_spec(1)), bytes_of(&tag_spec(2))],
+        ),
+        libc::EINVAL,
+        "two tags",
+    ));
+    cases.push((
+        Attr::new(3, 0, &[bytes_of(&tag_spec(1))]),
+        libc::EINVAL,
+        "sniffer tag",
+    ));
+    let mut short_tag = tag_spec(1);
+    short_tag.size = 8;
+    cases.push((
+        Attr::new(0, 0, &[bytes_of(&e), &bytes_of(&short_tag)[..8]]),
+        libc::EINVAL,
+        "tag spec size",
+    ));
+    // VXLAN tunnel, inner headers: not offered.
     let mut vx = e;
     vx.type_ = 0x50;
     cases.push((Attr::new(0, 0, &[bytes_of(&vx)]), libc::EOPNOTSUPP, "vxlan"));
@@ -634,9 +673,17 @@ fn extended_cq_reads_the_stripped_vlan_and_create_flags_reach_the_qp() {
     assert!(!rq.is_null(), "errno {}", errno());
     to_rts(rq);
     post_recvs(&b, rq, 0, 4, 0);
+    // Frames to M1 through a flow with IBV_FLOW_SPEC_ACTION_TAG; to M2
+    // through one without.
     let e = eth_spec(M1);
-    let f = create_flow(rq, &mut Attr::new(0, 0, &[bytes_of(&e)]));
-    assert!(!f.is_null());
+    let f = create_flow(
+        rq,
+        &mut Attr::new(0, 0, &[bytes_of(&e), bytes_of(&tag_spec(FLOW_TAG))]),
+    );
+    assert!(!f.is_null(), "tagged flow: errno {}", errno());
+    let e2 = eth_spec(M2);
+    let f2 = create_flow(rq, &mut Attr::new(0, 0, &[bytes_of(&e2)]));
+    assert!(!f2.is_null());
     let fr = frame(M1, None, Some(0x2064));
     send(&mut a, tx, &fr, 0);
     // SAFETY: the extended CQ's own functions.
@@ -660,9 +707,25 @@ fn extended_cq_reads_the_stripped_vlan_and_create_flags_reach_the_qp() {
         assert_eq!((*cqx).status, 0);
         assert_eq!(read_cvlan(cqx), 0x2064, "the stripped TCI");
         assert_eq!(byte_len(cqx) as usize, fr.len() - 4, "without the tag");
-        let _ = read_flow_tag(cqx);
+        assert_eq!(read_flow_tag(cqx), FLOW_TAG, "the flow's tag");
         end(cqx);
     }
+    let fr2 = frame(M2, None, None);
+    send(&mut a, tx, &fr2, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // SAFETY: as above.
+    while unsafe { start(cqx, ptr::null_mut()) } == libc::ENOENT {
+        assert!(Instant::now() < deadline);
+        std::thread::yield_now();
+    }
+    // SAFETY: a completion was taken.
+    unsafe {
+        assert_eq!((*cqx).status, 0);
+        assert_eq!(read_flow_tag(cqx), 0, "an untagged flow");
+        end(cqx);
+    }
+    // SAFETY: live flows.
+    assert_eq!(unsafe { op_destroy_flow(f2) }, 0);
     // SAFETY: a live flow.
     assert_eq!(unsafe { op_destroy_flow(f) }, 0);
     assert_eq!(ibv_destroy_qp(rq), 0);

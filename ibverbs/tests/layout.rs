@@ -168,6 +168,7 @@ fn facts() -> Vec<Fact> {
         ibv_flow_tcp_udp_filter { dst_port, src_port }
         ibv_flow_spec_tcp_udp { type_ = "type", size, val, mask }
         ibv_flow_spec_action_drop { type_ = "type", size }
+        ibv_flow_spec_action_tag { type_ = "type", size, tag_id }
     }
     // The kernel-ABI structs of the historical copies (librdmacm's).
     macro_rules! kern {

@@ -12,12 +12,13 @@
 use std::sync::Arc;
 
 use hca_driver::flow::{FlowDest, TirDest};
+use hca_driver::fw::{Object, QCounterObj};
 use hca_driver::steering::FlowMatch;
 use hca_driver::verbs::{
     AccessFlags, Context, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
     RecvWr, WorkCompletion,
 };
-use hca_driver::{Hca, LinkLayer, PortState, Tirn};
+use hca_driver::{Error, Hca, LinkLayer, PortState, Tirn};
 use platform::Platform;
 
 use crate::error::{Result, ToolError};
@@ -73,6 +74,9 @@ pub struct RawQp<P: Platform + 'static> {
     pub mr: Mr<P>,
     /// The QP (RTS when it sends, RTR when it only receives).
     pub qp: Qp<P>,
+    /// The Q counter set its receive queue counts into
+    /// ([`open_counted`](Self::open_counted)); dropped after the QP.
+    q_counter: Option<Object<Arc<Hca<P>>, QCounterObj>>,
     /// Its shape.
     pub spec: RawSpec,
     _pd: Arc<Pd<P>>,
@@ -87,6 +91,29 @@ impl<P: Platform + 'static> RawQp<P> {
         who: &str,
         spec: RawSpec,
         down_hint: &str,
+    ) -> Result<(Self, [u8; 6])> {
+        Self::open_with(hca, who, spec, down_hint, false)
+    }
+
+    /// [`open`](Self::open) with a Q counter set of its own for the
+    /// receive queue (ALLOC_Q_COUNTER, `rqc.counter_set_id`), so that
+    /// [`rx_drops`](Self::rx_drops) reads the device's out-of-buffer drops;
+    /// without one on a device that has no Q counters (`max_qp_cnt` 0).
+    pub fn open_counted(
+        hca: &Arc<Hca<P>>,
+        who: &str,
+        spec: RawSpec,
+        down_hint: &str,
+    ) -> Result<(Self, [u8; 6])> {
+        Self::open_with(hca, who, spec, down_hint, spec.rx > 0)
+    }
+
+    fn open_with(
+        hca: &Arc<Hca<P>>,
+        who: &str,
+        spec: RawSpec,
+        down_hint: &str,
+        counted: bool,
     ) -> Result<(Self, [u8; 6])> {
         let what = |w: &str| format!("{who}: {w}");
         let ctx = Arc::new(
@@ -123,16 +150,29 @@ impl<P: Platform + 'static> RawQp<P> {
             max_recv_sge: u32::from(spec.rx > 0),
             max_inline_data: 0,
         };
-        let mut qp = Qp::create(&pd, &QpInitAttr::new(QpType::RawPacket, &cq, &cq).cap(cap))
-            .map_err(|e| {
-                ToolError::driver(
-                    what(&format!(
-                        "creating a raw packet QP ({} send / {} receive work requests)",
-                        spec.tx, spec.rx
-                    )),
+        let q_counter = match counted.then(|| hca.alloc_q_counter_on(hca.clone())) {
+            None | Some(Err(Error::Unsupported(_))) => None,
+            Some(Ok(q)) => Some(q),
+            Some(Err(e)) => {
+                return Err(ToolError::driver(
+                    what("allocating a Q counter (ALLOC_Q_COUNTER)"),
                     e,
-                )
-            })?;
+                ));
+            }
+        };
+        let mut attr = QpInitAttr::new(QpType::RawPacket, &cq, &cq).cap(cap);
+        if let Some(q) = &q_counter {
+            attr = attr.counter_set(q.number());
+        }
+        let mut qp = Qp::create(&pd, &attr).map_err(|e| {
+            ToolError::driver(
+                what(&format!(
+                    "creating a raw packet QP ({} send / {} receive work requests)",
+                    spec.tx, spec.rx
+                )),
+                e,
+            )
+        })?;
         let moved = (|| {
             qp.modify(&QpAttr::new().state(QpState::Init).port(spec.port))?;
             qp.modify(&QpAttr::new().state(QpState::Rtr))?;
@@ -147,6 +187,7 @@ impl<P: Platform + 'static> RawQp<P> {
             buf,
             mr,
             qp,
+            q_counter,
             spec,
             _pd: pd,
         };
@@ -206,6 +247,17 @@ impl<P: Platform + 'static> RawQp<P> {
         self.buf
             .read(wr.wr_id as usize * slot, out)
             .map_err(|e| ToolError::driver("reading a received frame", e))
+    }
+
+    /// Frames the device dropped because no receive buffer was posted
+    /// (its Q counter's `out_of_buffer`), since the QP was opened; `None`
+    /// without a Q counter.
+    pub fn rx_drops(&self) -> Result<Option<u32>> {
+        self.q_counter
+            .as_ref()
+            .map(|q| q.query(false).map(|v| v.out_of_buffer))
+            .transpose()
+            .map_err(|e| ToolError::driver("reading the Q counter (QUERY_Q_COUNTER)", e))
     }
 
     /// The TIR of the QP's receive queue.

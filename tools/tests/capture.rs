@@ -496,8 +496,8 @@ fn bad_options_are_one_clear_error() {
 
 /// Under VFIO: `-d <bdf>` of a function of the emulated VFIO device
 /// (`LD_PRELOAD` of `hca-vfio-emu`) whose port is on a Unix datagram wire
-/// this test writes frames into; the device drops are then not available
-/// (no Q counter query), which the counters line says. A function with an
+/// this test writes frames into; the out-of-buffer drops come from the
+/// QP's Q counter through the VFIO path too (QUERY_Q_COUNTER). A function with an
 /// InfiniBand port is refused by name. Needs the preload library next to
 /// the binary: `cargo build -p hca-vfio-emu && cargo test -p hca-tools
 /// --test capture -- --ignored vfio_preload`.
@@ -551,7 +551,10 @@ fn vfio_preload_capture_through_a_raw_qp_and_an_infiniband_port_refused() {
     assert_eq!(got, vec![frames[0].clone(), frames[2].clone()]);
     let line = done_line(&err);
     assert!(line.contains("done: 2 frames"), "{line}");
-    assert!(line.contains("device drops: not available"), "{line}");
+    assert!(
+        line.contains("device drops: out-of-buffer 0 (Q counter)"),
+        "{line}"
+    );
     // An InfiniBand port: refused by name.
     let o = Command::new(&bin)
         .args(["-d", "0000:00:10.0", "capture", "-c", "1"])

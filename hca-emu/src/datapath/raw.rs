@@ -231,7 +231,7 @@ impl Device {
     pub(crate) fn raw_receive(&mut self, port: u8, f: &[u8], vlan: Option<u16>, l3: u8, l4: u8) {
         let _ = (port, vlan);
         let p = steer::parse(f);
-        for tirn in self.steer_rx(&p) {
+        for (tirn, flow_tag) in self.steer_rx(&p) {
             let Some((rqn, hash)) = self.tir_rq(tirn, &p) else {
                 self.datapath.drops.raw_no_buffer += 1;
                 continue;
@@ -239,7 +239,7 @@ impl Device {
             // CQE `hds_ip_ext`: L3_OK (bit 1) and L4_OK (bit 2).
             let ok = (u8::from(p.ip.is_some() && p.l3_csum_ok) << 1)
                 | (u8::from(p.l4.is_some() && p.l4_csum_ok) << 2);
-            self.raw_deliver(rqn, f, (l3, l4, ok), hash);
+            self.raw_deliver(rqn, f, (l3, l4, ok), hash, flow_tag);
         }
     }
 
@@ -250,6 +250,7 @@ impl Device {
         f: &[u8],
         (l3, l4, ok): (u8, u8, u8),
         hash: steer::RssHash,
+        flow_tag: u32,
     ) {
         if self
             .fw
@@ -305,6 +306,17 @@ impl Device {
         let ci = *self.engine.rqs.entry(rqn).or_insert(0);
         if dbr as u16 == ci {
             self.datapath.drops.raw_no_buffer += 1;
+            // The RQ's Q counter set counts it as `out_of_buffer`.
+            let set = self
+                .fw
+                .objs
+                .wq(ObjKind::Rq, rqn)
+                .map_or(0, |w| ifc().get(&w.ctx, "rqc", "counter_set_id") as u32);
+            if set != 0
+                && let Some(q) = self.fw.objs.q_counter_mut(set)
+            {
+                q.out_of_buffer = q.out_of_buffer.wrapping_add(1);
+            }
             return;
         }
         let stride = 1usize << log_stride;
@@ -367,9 +379,10 @@ impl Device {
         }
         let c = Cqe {
             opcode: cqe_op::RESP_SEND,
-            // `sop_drop_qpn` of a raw receive holds the flow tag (flow tags
-            // are not modelled: the default tag, 0).
-            qpn: 0,
+            // `sop_drop_qpn` of a raw receive holds the flow tag of the
+            // steering entry (rdma-core's `ibv_wc_read_flow_tag` reads it
+            // there, masked by `MLX5_FLOW_TAG_MASK`); 0 without one.
+            qpn: flow_tag & 0xff_ffff,
             wqe_counter: ci,
             srqn_uidx: uidx,
             byte_cnt: f.len() as u32,

@@ -197,15 +197,16 @@ pub(crate) struct RssHash {
 }
 
 impl Device {
-    /// The TIRs a received frame is steered to; when there are none the
-    /// frame is counted as a steering miss or drop.
-    pub(crate) fn steer_rx(&mut self, p: &Parsed) -> Vec<u32> {
+    /// The TIRs a received frame is steered to, each with the flow tag its
+    /// CQE reports; when there are none the frame is counted as a steering
+    /// miss or drop.
+    pub(crate) fn steer_rx(&mut self, p: &Parsed) -> Vec<(u32, u32)> {
         let root = self.fw.objs.of(ObjKind::FlowTable).find_map(|(n, o)| {
             matches!(&o.data, ObjData::FlowTable(t) if t.table_type == 0 && t.root).then_some(n)
         });
         let mut tirs = Vec::new();
         let outcome = match root {
-            Some(t) => self.lookup(t, p, 0, &mut tirs),
+            Some(t) => self.lookup(t, p, 0, 0, &mut tirs),
             None => Outcome::Missed,
         };
         if tirs.is_empty() {
@@ -217,7 +218,16 @@ impl Device {
         tirs
     }
 
-    fn lookup(&self, table: u32, p: &Parsed, depth: u32, tirs: &mut Vec<u32>) -> Outcome {
+    /// Looks `p` up in `table`; `tag` is the flow tag of the entry that
+    /// forwarded to it (0 at the root).
+    fn lookup(
+        &self,
+        table: u32,
+        p: &Parsed,
+        depth: u32,
+        tag: u32,
+        tirs: &mut Vec<(u32, u32)>,
+    ) -> Outcome {
         let Some(ObjData::FlowTable(t)) =
             self.fw.objs.get(ObjKind::FlowTable, table).map(|o| &o.data)
         else {
@@ -253,16 +263,20 @@ impl Device {
             if e.action & 4 == 0 {
                 return Outcome::Dropped;
             }
+            // The entry's flow tag; an entry without one keeps the tag of
+            // the entry that forwarded to its table (an assumption, see
+            // docs/fidelity.md).
+            let tag = if e.flow_tag != 0 { e.flow_tag } else { tag };
             let mut any = false;
             for &(dt, id) in &e.dests {
                 match dt {
                     2 => {
-                        if !tirs.contains(&id) {
-                            tirs.push(id);
+                        if !tirs.iter().any(|&(t, _)| t == id) {
+                            tirs.push((id, tag));
                         }
                         any = true;
                     }
-                    1 if self.lookup(id, p, depth + 1, tirs) == Outcome::Matched => {
+                    1 if self.lookup(id, p, depth + 1, tag, tirs) == Outcome::Matched => {
                         any = true;
                     }
                     _ => {}
@@ -275,7 +289,7 @@ impl Device {
             };
         }
         if t.miss_action == 1 {
-            return self.lookup(t.miss_table, p, depth + 1, tirs);
+            return self.lookup(t.miss_table, p, depth + 1, tag, tirs);
         }
         Outcome::Missed
     }

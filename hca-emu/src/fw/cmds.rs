@@ -2,7 +2,7 @@
 //! transport domain, MKEY, CQ, SRQ, and the raw Ethernet objects).
 
 use super::objects::{
-    Cq, FlowEntry, FlowGroup, FlowTable, Mkey, ObjData, ObjKind, Srq, Wq, pages_for,
+    Cq, FlowEntry, FlowGroup, FlowTable, Mkey, ObjData, ObjKind, QCounter, Srq, Wq, pages_for,
 };
 use super::{Cmd, Fail, R, fail, st};
 use crate::device::Device;
@@ -279,6 +279,24 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
             Initialized,
             port::query_hca_vport_pkey
         ),
+        0x771 => spec!(
+            "alloc_q_counter_in",
+            "alloc_q_counter_out",
+            Initialized,
+            alloc_q_counter
+        ),
+        0x772 => spec!(
+            "dealloc_q_counter_in",
+            "dealloc_q_counter_out",
+            Initialized,
+            dealloc_q_counter
+        ),
+        0x773 => spec!(
+            "query_q_counter_in",
+            "query_q_counter_out",
+            Initialized,
+            query_q_counter
+        ),
         0x800 => spec!("alloc_pd_in", "alloc_pd_out", Initialized, alloc_pd),
         0x801 => spec!("dealloc_pd_in", "dealloc_pd_out", Initialized, dealloc_pd),
         0x802 => spec!("alloc_uar_in", "alloc_uar_out", Initialized, alloc_uar),
@@ -518,6 +536,73 @@ fn alloc_td(d: &mut Device, c: &Cmd) -> R {
 
 fn dealloc_td(d: &mut Device, c: &Cmd) -> R {
     simple_destroy(d, c, ObjKind::TransportDomain, "transport_domain")
+}
+
+// ---- Q counters ---------------------------------------------------------------
+
+/// Whether `id` names an allocated Q counter set (0, the default set, is
+/// never allocated).
+fn q_counter_exists(d: &Device, id: u64) -> bool {
+    u32::try_from(id).is_ok_and(|n| n != 0 && d.fw.objs.q_counter(n).is_some())
+}
+
+fn alloc_q_counter(d: &mut Device, c: &Cmd) -> R {
+    let max = d.fw.caps.general("max_qp_cnt");
+    if d.fw.objs.count(ObjKind::QCounter) as u64 >= max {
+        return fail(st::LIM_EXCEEDED, syn::Q_COUNTER_LIMIT);
+    }
+    let n =
+        d.fw.objs
+            .create(
+                ObjKind::QCounter,
+                ObjData::QCounter(QCounter::default()),
+                vec![],
+            )
+            .map_err(|_| Fail {
+                status: st::LIM_EXCEEDED,
+                syndrome: syn::Q_COUNTER_LIMIT,
+            })?;
+    c.out().set("counter_set_id", u64::from(n)).done()
+}
+
+/// The RQs whose context counts into set `id`.
+fn q_counter_users(d: &Device, id: u32) -> usize {
+    d.fw.objs
+        .of(ObjKind::Rq)
+        .filter(|(_, o)| match &o.data {
+            ObjData::Wq(w) => ifc().get(&w.ctx, "rqc", "counter_set_id") == u64::from(id),
+            _ => false,
+        })
+        .count()
+}
+
+fn dealloc_q_counter(d: &mut Device, c: &Cmd) -> R {
+    let id = c.get("counter_set_id");
+    if !q_counter_exists(d, id) {
+        return fail(st::BAD_PARAM, syn::Q_COUNTER_BAD_ID);
+    }
+    let id = id as u32;
+    if q_counter_users(d, id) > 0 {
+        return fail(st::BAD_RES_STATE, syn::Q_COUNTER_IN_USE);
+    }
+    d.fw.objs.destroy(ObjKind::QCounter, id)?;
+    c.out().done()
+}
+
+fn query_q_counter(d: &mut Device, c: &Cmd) -> R {
+    let id = c.get("counter_set_id");
+    if !q_counter_exists(d, id) {
+        return fail(st::BAD_PARAM, syn::Q_COUNTER_BAD_ID);
+    }
+    let clear = c.get("clear") == 1;
+    let Some(q) = d.fw.objs.q_counter_mut(id as u32) else {
+        return fail(st::BAD_PARAM, syn::Q_COUNTER_BAD_ID);
+    };
+    let oob = q.out_of_buffer;
+    if clear {
+        *q = QCounter::default();
+    }
+    c.out().set("out_of_buffer", u64::from(oob)).done()
 }
 
 // ---- MKEY ---------------------------------------------------------------------
@@ -1074,6 +1159,12 @@ fn create_wq(d: &mut Device, c: &Cmd, k: ObjKind) -> Result<u32, Fail> {
     )?;
     let cqn = g("cqn") as u32;
     d.need(ObjKind::Cq, cqn, syn::BAD_CQN)?;
+    if k == ObjKind::Rq {
+        let set = g("counter_set_id");
+        if set != 0 && !q_counter_exists(d, set) {
+            return fail(st::BAD_PARAM, syn::WQ_COUNTER_SET_ID);
+        }
+    }
     if g("wq.wq_type") != 1 {
         return fail(st::BAD_PARAM, syn::WQ_TYPE);
     }
@@ -1143,6 +1234,17 @@ fn modify_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str, cur: &str) -> R {
     let cur_state = c.get(cur) as u8;
     let new_state = c.get("ctx.state") as u8;
     let ctx = c.bytes("ctx").to_vec();
+    if k == ObjKind::Rq && c.get("modify_bitmask") & 8 != 0 {
+        // Changing an RQ's set needs `modify_rq_counter_set_id` (0 on the
+        // recorded ConnectX-4: there the set is given at CREATE_RQ).
+        if d.fw.caps.general("modify_rq_counter_set_id") == 0 {
+            return fail(st::BAD_PARAM, syn::WQ_COUNTER_SET_ID_MODIFY);
+        }
+        let set = c.get("ctx.counter_set_id");
+        if set != 0 && !q_counter_exists(d, set) {
+            return fail(st::BAD_PARAM, syn::WQ_COUNTER_SET_ID);
+        }
+    }
     let Some(w) = d.fw.objs.wq_mut(k, n) else {
         return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
     };
@@ -1566,6 +1668,12 @@ fn set_fte(d: &mut Device, c: &Cmd) -> R {
         deps.push((kind, did));
         dests.push((dt, did));
     }
+    // A flow tag (reported in the receive CQEs of the frames the entry
+    // forwards) needs the table type's `flow_tag` capability.
+    let flow_tag = c.get("flow_context.flow_tag") as u32;
+    if flow_tag != 0 && flow_prop(d, ty, "flow_tag") == 0 {
+        return fail(st::BAD_PARAM, syn::FTE_FLOW_TAG);
+    }
     let outer = c.input[FTE_MATCH_VALUE..FTE_MATCH_VALUE + 0x40].to_vec();
     if let Some(old) = find_fte(d, id, index) {
         d.fw.objs.destroy(ObjKind::FlowEntry, old)?;
@@ -1579,6 +1687,7 @@ fn set_fte(d: &mut Device, c: &Cmd) -> R {
             action,
             outer,
             dests,
+            flow_tag,
         }),
         deps,
     )?;

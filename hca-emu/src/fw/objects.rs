@@ -45,6 +45,9 @@ pub enum ObjKind {
     FlowEntry,
     /// User memory (CREATE_UMEM).
     Umem,
+    /// Q counter set (ALLOC_Q_COUNTER); the number is the
+    /// `counter_set_id`.
+    QCounter,
 }
 
 /// An event queue.
@@ -275,6 +278,9 @@ pub(crate) struct FlowEntry {
     pub(crate) outer: Vec<u8>,
     /// `(destination_type, destination_id)` of each destination.
     pub(crate) dests: Vec<(u8, u32)>,
+    /// `flow_tag` (24 bits): written into the receive CQE's `sop_drop_qpn`
+    /// of the frames the entry forwards.
+    pub(crate) flow_tag: u32,
 }
 
 /// A TIR (`tirc`): where it dispatches and how it hashes.
@@ -295,6 +301,14 @@ pub(crate) struct Tir {
     pub(crate) fields: u32,
 }
 
+/// The counters of a Q counter set the emulator counts
+/// (`query_q_counter_out`); the others read 0.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct QCounter {
+    /// Frames steered to an RQ of this set with no receive WQE posted.
+    pub(crate) out_of_buffer: u32,
+}
+
 /// Object payloads.
 #[derive(Clone, Debug)]
 pub(crate) enum ObjData {
@@ -312,6 +326,7 @@ pub(crate) enum ObjData {
     /// An RQ table: its `rq_num[]` (the first `rqt_actual_size` entries).
     Rqt(Vec<u32>),
     Umem(super::umem::Umem),
+    QCounter(QCounter),
 }
 
 /// A typed accessor of the objects of one kind: `typed!(ref cq, Cq)` is
@@ -386,6 +401,9 @@ impl Objects {
         }
         pools.insert(Qp, NumberPool::new(rng, 0x100, 0x8000, 7, 0xff_ffff));
         pools.insert(FlowEntry, NumberPool::new(rng, 1, 2, 1, u32::MAX));
+        // `counter_set_id` is 8 bits; set 0 is the default set every queue
+        // counts into.
+        pools.insert(QCounter, NumberPool::new(rng, 1, 2, 1, 0xff));
         Self {
             map: BTreeMap::new(),
             pools,
@@ -497,6 +515,8 @@ impl Objects {
         }
     }
     typed!(mut srq_mut, Srq);
+    typed!(mut q_counter_mut, QCounter);
+    typed!(ref q_counter, QCounter);
 
     pub(crate) fn wq(&self, k: ObjKind, n: u32) -> Option<&Wq> {
         match self.get(k, n).map(|o| &o.data) {

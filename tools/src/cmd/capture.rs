@@ -13,10 +13,10 @@
 //! Counters (on stderr at the end, and every second with `-v`): frames,
 //! bytes, frames/s and Mb/s over the run, frames larger than a buffer
 //! (their completion is `IBV_WC_LOC_LEN_ERR`; the buffer is posted again),
-//! and the device's own drops where the tool can read them: on the
-//! emulator its out-of-buffer count (no receive WQE posted) and its
-//! steering drops (frames no flow rule took); under VFIO the driver has
-//! no Q counter query yet, which the line says.
+//! and the device's own drops: out-of-buffer (frames that found no
+//! receive buffer posted), from the QP's own Q counter set (QUERY_Q_COUNTER,
+//! so on real hardware under VFIO too), and on the emulator also its
+//! steering drops (frames no flow rule took).
 //!
 //! Timestamps are the host's clock when the completion is polled: the
 //! driver does not read CQE timestamps (the line at the start says so).
@@ -289,17 +289,16 @@ impl CaptureArgs {
     }
 }
 
-/// The emulator's drop counters that concern a capture.
+/// The emulator's drop counters that concern a capture (the device has
+/// no counter of frames no flow rule took).
 #[derive(Clone, Copy, Debug, Default)]
 struct EmuDrops {
-    out_of_buffer: u64,
     steering: u64,
 }
 
 fn emu_drops(emu: &EmuHca) -> EmuDrops {
     let d = emu.datapath().drops;
     EmuDrops {
-        out_of_buffer: d.raw_no_buffer,
         steering: d.steering_miss + d.steering_drop,
     }
 }
@@ -322,19 +321,21 @@ struct Stats<'e> {
 }
 
 impl Stats<'_> {
-    fn line(&self, what: &str) -> String {
+    /// The counters line; `out_of_buffer` is the QP's Q counter reading.
+    fn line(&self, what: &str, out_of_buffer: Result<Option<u32>>) -> String {
         let s = self.start.elapsed().as_secs_f64().max(1e-9);
-        let dev = match self.emu {
-            Some((e, base)) => {
-                let now = emu_drops(e);
-                format!(
-                    "device drops: out-of-buffer {}, steering {} (frames no flow rule took)",
-                    now.out_of_buffer.saturating_sub(base.out_of_buffer),
-                    now.steering.saturating_sub(base.steering)
-                )
-            }
-            None => "device drops: not available (the driver has no Q counter query)".to_string(),
+        let mut dev = match out_of_buffer {
+            Ok(Some(n)) => format!("device drops: out-of-buffer {n} (Q counter)"),
+            Ok(None) => "device drops: out-of-buffer not available (no Q counter)".to_string(),
+            Err(e) => format!("device drops: out-of-buffer unreadable ({e})"),
         };
+        if let Some((e, base)) = self.emu {
+            let now = emu_drops(e);
+            dev.push_str(&format!(
+                ", steering {} (frames no flow rule took)",
+                now.steering.saturating_sub(base.steering)
+            ));
+        }
         format!(
             "hca capture: {what}{} frames, {} bytes in {s:.3} s ({:.0} frames/s, {:.3} Mb/s); {} larger than the buffer; {dev}",
             self.c.frames,
@@ -481,7 +482,7 @@ fn capture(a: &CaptureArgs, m: &FlowMatch, dev: &Device, sink: &mut Sink<'_>) ->
         tx: 0,
         slot: a.buf_size as usize,
     };
-    let (mut rq, mac) = RawQp::open(hca, "capture", spec, hint)?;
+    let (mut rq, mac) = RawQp::open_counted(hca, "capture", spec, hint)?;
     let what = if m.criteria_enable() == 0 {
         "every frame (catch-all rule)".to_string()
     } else {
@@ -592,10 +593,10 @@ fn receive(
         }
         if a.verbose && last_report.elapsed() >= Duration::from_secs(1) {
             last_report = Instant::now();
-            eprintln!("{}", st.line(""));
+            eprintln!("{}", st.line("", rq.rx_drops()));
         }
     }
-    eprintln!("{}", st.line("done: "));
+    eprintln!("{}", st.line("done: ", rq.rx_drops()));
     Ok(st.c)
 }
 

@@ -29,6 +29,11 @@ pub struct QpInitAttr<P: Platform + 'static, S: Share = DefaultShare> {
     /// `ibv_qp_create_flags`: blocking multicast loopback (UD), CVLAN
     /// stripping and scatter FCS (raw packet QPs).
     pub create_flags: QpCreateFlags,
+    /// Raw packet QPs: the Q counter set the receive queue counts into
+    /// (`rqc.counter_set_id`; [`crate::fw::QCounter`]), `None` for the
+    /// device's default set. The set must stay allocated while the QP
+    /// exists (the device refuses to free a set an RQ counts into).
+    pub counter_set: Option<crate::types::CounterSetId>,
 }
 
 impl<P: Platform + 'static, S: Share> Clone for QpInitAttr<P, S> {
@@ -66,7 +71,15 @@ impl<P: Platform + 'static, S: Share> QpInitAttr<P, S> {
             sge_check: SgeCheck::Full,
             blueflame: false,
             create_flags: QpCreateFlags::NONE,
+            counter_set: None,
         }
+    }
+
+    /// Counts the receive queue of a raw packet QP into Q counter set
+    /// `set` ([`counter_set`](Self::counter_set)).
+    pub fn counter_set(mut self, set: crate::types::CounterSetId) -> Self {
+        self.counter_set = Some(set);
+        self
     }
 
     /// Sets the create flags (raw packet QPs).
@@ -120,6 +133,24 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             ctx.reserved_lkey()?;
         }
         let t = init.qp_type;
+        if let Some(set) = init.counter_set {
+            let reason = if t != QpType::RawPacket {
+                Some("a Q counter set is taken by raw packet QPs only")
+            } else if init.cap.max_recv_wr == 0 || init.srq.is_some() {
+                Some("a Q counter set needs the QP's own receive queue")
+            } else if set.0 == 0 {
+                Some("set 0 is the device's default set")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(Error::InvalidAttribute {
+                    attr: "counter_set",
+                    value: u64::from(set.0),
+                    reason,
+                });
+            }
+        }
         if t == QpType::RawPacket {
             return Self::create_raw(pd, init);
         }

@@ -435,6 +435,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                     .with(Rqc::ts_format, rq_ts)?
                     .with(Rqc::user_index, if cqe_v1 { recv_uidx } else { 0 })?
                     .with(Rqc::cqn, init.recv_cq.number().0)?
+                    .with(Rqc::counter_set_id, init.counter_set.map_or(0, |c| c.0))?
                     .with(Rqc::wq, wq)?;
                 let input = CreateRqIn::new().with(CreateRqIn::ctx, rqc)?;
                 let o =
