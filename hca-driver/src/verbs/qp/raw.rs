@@ -28,14 +28,13 @@
 //!   start over.
 //! - Destroy runs in mlx5_ib's order (`destroy_raw_packet_qp`): TIR, RQ,
 //!   SQ, TIS, then the transport domain.
-//! - The receive side is a flow-rule destination: the QP is a
-//!   [`TirDest`](crate::flow::TirDest) for
-//!   [`FlowDest::Receivers`](crate::flow::FlowDest), as `ibv_create_flow`
-//!   on a raw QP. The rule does not borrow the QP (which must stay
-//!   postable): destroy the rules first. A QP destroyed while a rule still
-//!   names its TIR gets the firmware's refusal of DESTROY_TIR back and
-//!   keeps its RQ, TIS and transport domain (and its memory, retired)
-//!   until the HCA is closed, which then reports the objects still held.
+//! - The receive side is a flow-rule destination, as `ibv_create_flow`
+//!   on a raw QP: [`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule).
+//!   The rule does not borrow the QP (which must stay postable); it pins
+//!   the QP's receive side in its context instead. The QP may be
+//!   destroyed before its rules: its send side goes at once, its RQ is
+//!   stopped, and the TIR, RQ and transport domain go when the last rule
+//!   naming them is deleted (the module `pins`).
 //! - CQE version 1 only: raw receive CQEs carry the flow tag where a
 //!   version 0 CQE names its queue.
 
@@ -147,6 +146,58 @@ impl<P: Platform + 'static, S: Share> RawParts<P, S> {
         r
     }
 
+    /// The direct TIR's number (a QP with a receive queue).
+    pub(crate) fn tir_number(&self) -> Option<Tirn> {
+        self.tir.as_ref().map(|t| t.number())
+    }
+
+    /// Retires the send side while flow rules still name the TIR: the RQ
+    /// is stopped (MODIFY_RQ to RST: no frame reaches its buffers or its
+    /// CQ from here on), then the SQ and the TIS are destroyed. The TIR,
+    /// the RQ and the transport domain (which the TIR names) are handed
+    /// back, to be destroyed in mlx5_ib's order once the last rule goes.
+    /// The result is the first failure, and whether the RQ stopped.
+    pub(crate) fn retire_send_side(&mut self) -> (Result<()>, bool, RecvObjs<P, S>) {
+        let mut r = Ok(());
+        let mut stopped = true;
+        if let Some(rq) = &self.rq {
+            if self.wq_state != WQ_STATE_RST {
+                if let Err(e) = rq.modify_state(self.wq_state, WQ_STATE_RST) {
+                    stopped = false;
+                    r = Err(e);
+                }
+            }
+        }
+        if let Some(q) = self.sq.take() {
+            match q.destroy() {
+                Ok(()) => {
+                    if let Some(t) = self.tis.take() {
+                        if let Err(e) = t.destroy() {
+                            if r.is_ok() {
+                                r = Err(e);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    // The SQ may still exist: its TIS stays.
+                    if let Some(t) = self.tis.take() {
+                        core::mem::forget(t);
+                    }
+                    if r.is_ok() {
+                        r = Err(e);
+                    }
+                }
+            }
+        }
+        let objs = RecvObjs {
+            tir: self.tir.take(),
+            rq: self.rq.take(),
+            td: self.td.take(),
+        };
+        (r, stopped, objs)
+    }
+
     /// MODIFY_RQ and MODIFY_SQ from the state both are in to `to`
     /// (nothing when they are there).
     fn move_wqs(&mut self, to: u8) -> Result<()> {
@@ -171,6 +222,38 @@ impl<P: Platform + 'static, S: Share> RawParts<P, S> {
         }
         self.wq_state = to;
         Ok(())
+    }
+}
+
+/// A raw packet QP's receive side objects: its direct TIR, its RQ and the
+/// transport domain they belong to.
+pub(crate) struct RecvObjs<P: Platform + 'static, S: Share> {
+    pub(crate) tir: Option<FwObj<P, S, TirObj>>,
+    pub(crate) rq: Option<FwObj<P, S, RqObj>>,
+    pub(crate) td: Option<FwObj<P, S, TdObj>>,
+}
+
+impl<P: Platform + 'static, S: Share> RecvObjs<P, S> {
+    /// Destroys the TIR, the RQ and the transport domain, in that order
+    /// (mlx5_ib's); an object whose user failed to go is kept (forgotten).
+    pub(crate) fn destroy(&mut self) -> Result<()> {
+        if let Some(t) = self.tir.take() {
+            if let Err(e) = t.destroy() {
+                core::mem::forget(self.rq.take());
+                core::mem::forget(self.td.take());
+                return Err(e);
+            }
+        }
+        if let Some(q) = self.rq.take() {
+            if let Err(e) = q.destroy() {
+                core::mem::forget(self.td.take());
+                return Err(e);
+            }
+        }
+        match self.td.take() {
+            Some(td) => td.destroy(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -653,9 +736,12 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         self.raw.as_ref()?.rq.as_ref().map(|r| r.number())
     }
 
-    /// The direct TIR of a raw packet QP's receive queue: a destination
-    /// for flow rules ([`FlowDest::Tirs`](crate::flow::FlowDest)), which
-    /// then deliver into this QP.
+    /// The direct TIR of a raw packet QP's receive queue, which flow rules
+    /// deliver into this QP through. Rules made by
+    /// [`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule)
+    /// keep the receive side alive past the QP; a rule made with the
+    /// number alone ([`FlowDest::Receivers`](crate::flow::FlowDest)) does
+    /// not, and must then be deleted before the QP is destroyed.
     pub fn tir(&self) -> Option<Tirn> {
         self.raw.as_ref()?.tir.as_ref().map(|t| t.number())
     }
@@ -704,11 +790,5 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// inline mode; 0 for other QPs.
     pub fn eth_min_inline(&self) -> u16 {
         self.cfg.eth_min_inline
-    }
-}
-
-impl<P: Platform + 'static, S: Share> crate::flow::TirDest for Qp<P, S> {
-    fn tir_number(&self) -> Option<Tirn> {
-        self.tir()
     }
 }
