@@ -549,17 +549,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             // A queue exists (checked above).
             (None, None) => 0,
         });
-        let general = hca.caps().general();
-        let room = (hca.uar_page_size() - firmware_cmds::uar::UAR_BF_OFFSET) / 2;
-        let half = ((1usize << general.get(CmdHcaCap::log_bf_reg_size).min(16)) / 2).min(room);
-        let bf = BfConfig {
-            reg_offset: uar_offset + firmware_cmds::uar::UAR_BF_OFFSET,
-            buf_size: half.max(64),
-            blueflame: own_uar.is_some()
-                && general.get(CmdHcaCap::bf)
-                && hca.platform().bar_write_combining(0),
-            prefer_bf: false,
-        };
+        let bf = super::create::bf_config(hca, uar_offset, own_uar.is_some());
         let cfg = QpConfig {
             qp_type: QpType::RawPacket,
             qpn: qpn.0,
@@ -582,40 +572,16 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             Ok(d) => d,
             Err((e, p)) => return Err(fail(Error::DataPath(e), parts, p.region)),
         };
-        let cap = QpCap {
-            max_send_wr: geometry.sq.map_or(0, |s| s.max_post),
-            max_recv_wr: geometry.rq.map_or(0, |r| r.max_post),
-            max_send_sge: geometry.sq.map_or(0, |s| s.max_gs),
-            max_recv_sge: geometry.rq.map_or(0, |r| r.max_gs),
-            max_inline_data: geometry.sq.map_or(0, |s| s.max_inline_data),
-        };
-        let mut qp = Qp {
-            pd: pd.clone().into_ref(),
-            send_cq: init.send_cq.clone(),
-            recv_cq: init.recv_cq.clone(),
-            srq: None,
-            obj: None,
-            raw: Some(parts),
-            recv_uidx,
+        Self::assemble(
+            pd,
+            init,
+            super::create::Backing::Raw(parts),
+            (uidx, recv_uidx),
             own_uar,
-            dp: Some(dp),
-            orphan: None,
+            dp,
             cfg,
             bf,
-            qp_type: QpType::RawPacket,
-            qpn,
-            uidx,
-            state: QpState::Reset,
-            port: 0,
-            pkey_index: 0,
-            dest_qpn: 0,
-            cap,
-            sge_check: init.sge_check,
-            cache: KeyCache::default(),
-        };
-        // On failure the drop of `qp` destroys everything.
-        qp.attach()?;
-        Ok(qp)
+        )
     }
 
     /// Registers a raw packet QP's completion handles: the send queue's
