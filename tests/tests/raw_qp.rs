@@ -377,7 +377,7 @@ fn raw_qp_bad_input_gets_typed_errors() {
             .unwrap_err();
         assert_create_flags_refused(&e);
         let e =
-            qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).create_flags(QpCreateFlags(1 << 1)))
+            qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).create_flags(QpCreateFlags(1 << 12)))
                 .unwrap_err();
         assert_create_flags_refused(&e);
         // Operations a raw QP does not have.
@@ -1221,6 +1221,81 @@ fn raw_qp_its_flow_rule_its_cq_and_pd_drop_in_any_order_without_leaks() {
             assert_eq!(eb.firmware_pages(), pages, "order {order:?}");
         }
         assert_eq!(refused_since(eb, log_start), Vec::<String>::new());
+        drop(g);
+        drop(t);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn raw_qp_with_block_self_mcast_lb_does_not_receive_its_own_multicast_frames() {
+    let mut l = link();
+    let h = l.open();
+    {
+        let Sides { ca, pda, .. } = h.sides(16);
+        let cq = || Arc::new(Cq::create(&ca, 16).unwrap());
+        let (sb, rb_cq, sp, rp_cq) = (cq(), cq(), cq(), cq());
+        // Two raw QPs of one HCA, each with its own transport domain: one
+        // blocking its own multicast loopback, one not.
+        let attr = |s: &Arc<Cq<P>>, r: &Arc<Cq<P>>| {
+            QpInitAttr::new(QpType::RawPacket, s, r).cap(raw_cap(4, 4))
+        };
+        let mut qblock = rts_qp(
+            &pda,
+            attr(&sb, &rb_cq).create_flags(QpCreateFlags::BLOCK_SELF_MCAST_LB),
+        );
+        let mut qplain = rts_qp(&pda, attr(&sp, &rp_cq));
+        assert_eq!(qblock.create_flags(), QpCreateFlags::BLOCK_SELF_MCAST_LB);
+        let bufs = [Bufs::new(&h.a, &pda, 4), Bufs::new(&h.a, &pda, 4)];
+        for i in 0..4 {
+            bufs[0].post(&mut qblock, i);
+            bufs[1].post(&mut qplain, i);
+        }
+        // Side A's own steering: multicast and unicast to its MAC, to both.
+        let t = h.a.create_flow_table(0, 1, None).unwrap();
+        let all = FlowMatch::default();
+        let g = t.create_group(0, 0, &all).unwrap();
+        let rule = g.add_qp_rule(0, &all, &[&qblock, &qplain], &[]).unwrap();
+        t.set_root().unwrap();
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+
+        // qblock's multicast frame: looped back to qplain only (the local
+        // copy is delivered before the send completes).
+        let f = udp4(MCAST, 1, 2, b"multicast from the blocking QP");
+        send_frame(&mut qblock, &sb, &ma, &sa, &f, false);
+        let wc = poll_one(&rp_cq);
+        assert_eq!(
+            (wc.status, wc.byte_len as usize),
+            (WcStatus::Success, f.len())
+        );
+        assert_eq!(bufs[1].read(wc.wr_id as usize, f.len()), f);
+        poll_none(&rb_cq);
+
+        // qplain's multicast frame: both get it, qplain its own too (no
+        // flag), qblock as a frame of another transport domain.
+        let f2 = udp4(MCAST, 3, 4, b"multicast from the plain QP");
+        send_frame(&mut qplain, &sp, &ma, &sa, &f2, false);
+        for (c, b) in [(&rb_cq, &bufs[0]), (&rp_cq, &bufs[1])] {
+            let wc = poll_one(c);
+            assert_eq!(wc.status, WcStatus::Success);
+            assert_eq!(b.read(wc.wr_id as usize, f2.len()), f2);
+        }
+        poll_none(&rb_cq);
+        poll_none(&rp_cq);
+
+        // Unicast frames are not blocked by the multicast bit: qblock's
+        // frame to side A's own MAC reaches both.
+        let mac = h.a.info().ports[0].mac.unwrap();
+        let f3 = udp4(mac, 5, 6, b"unicast to the port's own address");
+        send_frame(&mut qblock, &sb, &ma, &sa, &f3, false);
+        for (c, b) in [(&rb_cq, &bufs[0]), (&rp_cq, &bufs[1])] {
+            let wc = poll_one(c);
+            assert_eq!(wc.status, WcStatus::Success);
+            assert_eq!(b.read(wc.wr_id as usize, f3.len()), f3);
+        }
+        drop(rule);
         drop(g);
         drop(t);
     }

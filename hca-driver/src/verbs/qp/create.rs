@@ -148,7 +148,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 return Err(Error::InvalidAttribute {
                     attr: "create_flags",
                     value: u64::from(flags.0),
-                    reason: "BLOCK_SELF_MCAST_LB: multicast loopback concerns UD QPs only",
+                    reason: "BLOCK_SELF_MCAST_LB: multicast loopback concerns UD and raw packet QPs only",
                 });
             }
             if !hca.caps().general().get(CmdHcaCap::block_lb_mc) {

@@ -41,7 +41,8 @@
 use firmware_cmds::caps::{CmdHcaCap, PerProtocolNetworkingOffloadCaps};
 use firmware_cmds::eth::{
     CreateRqIn, CreateSqIn, INLINE_MODE_NONE, RQC_MEM_RQ_TYPE_MEMORY_RQ_INLINE, Rqc, Sqc,
-    TIRC_DISP_TYPE_DIRECT, Tirc, WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
+    TIRC_DISP_TYPE_DIRECT, TIRC_SELF_LB_BLOCK_BLOCK_MULTICAST, Tirc, WQ_STATE_ERR, WQ_STATE_RDY,
+    WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
 };
 
 use super::*;
@@ -63,9 +64,12 @@ pub struct QpCreateFlags(pub u32);
 impl QpCreateFlags {
     /// None.
     pub const NONE: Self = Self(0);
-    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (UD): multicast packets the QP
-    /// sends are not looped back to it (the QPC's `block_lb_mc`; needs
-    /// the `block_lb_mc` capability).
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: multicast packets the QP
+    /// sends are not looped back to it (needs the `block_lb_mc`
+    /// capability). A UD QP: the QPC's `block_lb_mc`. A raw packet QP:
+    /// its TIR's `self_lb_block` multicast bit, which keeps the frames
+    /// sent through a TIS of the QP's transport domain (its own SQ's) from
+    /// its receive queue, as mlx5_ib's `create_raw_packet_qp_tir` sets it.
     pub const BLOCK_SELF_MCAST_LB: Self = Self(1 << 1);
     /// `IBV_QP_CREATE_SCATTER_FCS`: received frames keep their 4-byte FCS
     /// (`rqc.scatter_fcs`).
@@ -330,12 +334,22 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             });
         }
         let flags = init.create_flags;
-        if flags.0 & !(QpCreateFlags::SCATTER_FCS | QpCreateFlags::CVLAN_STRIPPING).0 != 0 {
+        let known = QpCreateFlags::SCATTER_FCS
+            | QpCreateFlags::CVLAN_STRIPPING
+            | QpCreateFlags::BLOCK_SELF_MCAST_LB;
+        if flags.0 & !known.0 != 0 {
             return Err(Error::InvalidAttribute {
                 attr: "create_flags",
                 value: u64::from(flags.0),
                 reason: "unknown or unsupported create flags for a raw packet QP",
             });
+        }
+        if flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB)
+            && !caps.general().get(CmdHcaCap::block_lb_mc)
+        {
+            return Err(Error::Unsupported(
+                "blocking multicast loopback (capability block_lb_mc is 0)",
+            ));
         }
         if flags.contains(QpCreateFlags::CVLAN_STRIPPING)
             && !eth.get(PerProtocolNetworkingOffloadCaps::vlan_cap)
@@ -529,7 +543,15 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 let tirc = Tirc::new()
                     .with(Tirc::disp_type, TIRC_DISP_TYPE_DIRECT)?
                     .with(Tirc::inline_rqn, rqn.0)?
-                    .with(Tirc::transport_domain, tdn.0)?;
+                    .with(Tirc::transport_domain, tdn.0)?
+                    .with(
+                        Tirc::self_lb_block,
+                        if flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB) {
+                            TIRC_SELF_LB_BLOCK_BLOCK_MULTICAST
+                        } else {
+                            0
+                        },
+                    )?;
                 parts.tir = Some(hca.create_tir_object(tirc)?.rehome(hca.clone()));
             }
             Ok(())
