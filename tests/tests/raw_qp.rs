@@ -1302,3 +1302,87 @@ fn raw_qp_with_block_self_mcast_lb_does_not_receive_its_own_multicast_frames() {
     l.close(h);
     l.assert_clean();
 }
+
+#[test]
+fn add_qp_rule_bad_input_gets_typed_errors_and_leaks_nothing() {
+    use hca_driver::verbs::{DefaultShare, MAX_PINNED_RECEIVERS};
+    let mut l = link();
+    let h = l.open();
+    {
+        let eb = l.emu_b();
+        let Sides {
+            pda,
+            cqa,
+            cb,
+            pdb,
+            cqb,
+            ..
+        } = h.sides(16);
+        let hb = h.b();
+        let start = raw_counts(eb);
+        let t = hb.create_flow_table(0, 6, None).unwrap();
+        let all = FlowMatch::default();
+        let g = t.create_group(0, 63, &all).unwrap();
+        // A QP of another HCA; no QP; nine destinations.
+        let qa = Qp::create(&pda, &raw_attr(&cqa, 0, 2)).unwrap();
+        let e = g.add_qp_rule(0, &all, &[&qa], &[]).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "qps", .. }),
+            "{e}"
+        );
+        let e = g
+            .add_qp_rule::<DefaultShare>(0, &all, &[], &[])
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "qps", .. }),
+            "{e}"
+        );
+        let qs: Vec<Qp<P>> = (0..=MAX_PINNED_RECEIVERS)
+            .map(|_| Qp::create(&pdb, &raw_attr(&cqb, 0, 2)).unwrap())
+            .collect();
+        let nine: Vec<&Qp<P>> = qs.iter().take(9).collect();
+        let e = g.add_qp_rule(0, &all, &nine, &[]).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "qps", .. }),
+            "{e}"
+        );
+        assert_eq!(cb.pinned_receivers(), (0, 0));
+        // One context pins at most MAX_PINNED_RECEIVERS receive sides: the
+        // next rule is refused, and nothing of it stays.
+        let mut rules = Vec::new();
+        for (i, q) in qs.iter().enumerate().take(MAX_PINNED_RECEIVERS) {
+            rules.push(g.add_qp_rule(i as u32, &all, &[q], &[]).unwrap());
+        }
+        let entries = eb.objects(ObjKind::FlowEntry).len();
+        let e = g
+            .add_qp_rule(63, &all, &[&qs[MAX_PINNED_RECEIVERS]], &[])
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::CapacityExceeded { capacity, .. } if capacity == MAX_PINNED_RECEIVERS),
+            "{e}"
+        );
+        assert_eq!(eb.objects(ObjKind::FlowEntry).len(), entries);
+        assert_eq!(cb.pinned_receivers(), (MAX_PINNED_RECEIVERS, 0));
+        // A refused entry index unpins what it pinned.
+        let e = g.add_qp_rule(0, &all, &[&qs[0]], &[]).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "index", .. }),
+            "{e}"
+        );
+        assert_eq!(cb.pinned_receivers(), (MAX_PINNED_RECEIVERS, 0));
+        // The QPs go first, then the rules.
+        drop(qs);
+        assert_eq!(
+            cb.pinned_receivers(),
+            (MAX_PINNED_RECEIVERS, MAX_PINNED_RECEIVERS)
+        );
+        drop(rules);
+        assert_eq!(cb.pinned_receivers(), (0, 0));
+        drop(g);
+        drop(t);
+        drop(qa);
+        assert_eq!(raw_counts(eb), start);
+    }
+    l.close(h);
+    l.assert_clean();
+}

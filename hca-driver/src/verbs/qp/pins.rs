@@ -33,7 +33,7 @@ use crate::verbs::share::Share;
 /// pin at a time (rules made by
 /// [`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule); a
 /// QP named by several rules counts once).
-pub const MAX_PINNED_RECEIVERS: usize = 64;
+pub const MAX_PINNED_RECEIVERS: usize = 32;
 
 /// The receive side of a destroyed raw packet QP that flow rules still
 /// name, kept until the last of them is deleted.
