@@ -9,7 +9,11 @@
 //! [`FlowRule`] borrows its [`FlowGroup`] (which borrows its
 //! [`FlowTable`]) and its destination ([`Tir`] or [`FlowTable`]); a flow
 //! table borrows the table its misses go to; an indirect [`Tir`] borrows
-//! its [`Rqt`]; a [`Tir`] borrows its transport domain. Dropping a handle
+//! its [`Rqt`]; a [`Tir`] borrows its transport domain. A rule to raw
+//! packet QPs ([`FlowGroup::add_qp_rule`], a [`QpFlowRule`]) does not
+//! borrow the QPs (they stay postable): it pins their receive sides, which
+//! outlive a QP destroyed first until the last rule naming them goes.
+//! Dropping a handle
 //! runs its destroy command (DELETE_FLOW_TABLE_ENTRY, DESTROY_FLOW_GROUP,
 //! DESTROY_FLOW_TABLE, DESTROY_TIR, DESTROY_RQT) and logs a failure;
 //! `destroy` does the same and returns the result.
