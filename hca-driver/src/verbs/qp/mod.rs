@@ -567,6 +567,14 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// polled from its CQs (as [`modify`](Self::modify) to RESET does),
     /// unregisters it from them and frees its memory. The QP then drops
     /// its handles of the PD, CQs and SRQ.
+    ///
+    /// A raw packet QP that flow rules made by
+    /// [`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule)
+    /// still name goes as far as they allow: its RQ is stopped (RST), its
+    /// SQ and TIS are destroyed, its completions leave its CQs; its TIR,
+    /// RQ and transport domain, its memory and handles of its receive CQ
+    /// and PD stay with its context until the last of those rules is
+    /// deleted. That is not an error.
     pub fn destroy(mut self) -> Result<()> {
         self.teardown()
     }
