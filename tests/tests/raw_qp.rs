@@ -1386,3 +1386,86 @@ fn add_qp_rule_bad_input_gets_typed_errors_and_leaks_nothing() {
     l.close(h);
     l.assert_clean();
 }
+
+#[test]
+fn vport_disable_mc_local_lb_stops_the_local_multicast_copy_not_the_wire() {
+    use firmware_cmds::vport::{
+        ModifyNicVportContextIn, ModifyNicVportFieldSelect, NicVportContext,
+    };
+    let mut l = link();
+    let h = l.open();
+    {
+        let Sides {
+            ca, pda, pdb, cqb, ..
+        } = h.sides(16);
+        let (scq, rcq) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+        );
+        let mut qa = rts_qp(
+            &pda,
+            QpInitAttr::new(QpType::RawPacket, &scq, &rcq).cap(raw_cap(4, 4)),
+        );
+        let mut qb = rts_qp(&pdb, raw_attr(&cqb, 0, 4));
+        let (ba, bb) = (Bufs::new(&h.a, &pda, 4), Bufs::new(h.b(), &pdb, 4));
+        for i in 0..4 {
+            ba.post(&mut qa, i);
+            bb.post(&mut qb, i);
+        }
+        let all = FlowMatch::default();
+        let (ta, tb) = (
+            h.a.create_flow_table(0, 1, None).unwrap(),
+            h.b().create_flow_table(0, 1, None).unwrap(),
+        );
+        let (ga, gb) = (
+            ta.create_group(0, 0, &all).unwrap(),
+            tb.create_group(0, 0, &all).unwrap(),
+        );
+        let ra = ga.add_qp_rule(0, &all, &[&qa], &[]).unwrap();
+        let rb = gb.add_qp_rule(0, &all, &[&qb], &[]).unwrap();
+        ta.set_root().unwrap();
+        tb.set_root().unwrap();
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+        let f = udp4(MCAST, 1, 2, b"to the group");
+
+        // Local loopback on (after boot): the sender's own copy and the
+        // wire's.
+        assert!(
+            !h.a.nic_vport_context()
+                .unwrap()
+                .get(NicVportContext::disable_mc_local_lb)
+        );
+        send_frame(&mut qa, &scq, &ma, &sa, &f, false);
+        assert_eq!(poll_one(&rcq).status, WcStatus::Success);
+        assert_eq!(poll_one(&cqb).status, WcStatus::Success);
+
+        // disable_mc_local_lb: the wire's copy only.
+        let sel = ModifyNicVportFieldSelect::new()
+            .with(ModifyNicVportFieldSelect::disable_mc_local_lb, true)
+            .unwrap();
+        let vc = NicVportContext::new()
+            .with(NicVportContext::disable_mc_local_lb, true)
+            .unwrap();
+        let m = ModifyNicVportContextIn::new()
+            .with(ModifyNicVportContextIn::field_select, sel)
+            .unwrap()
+            .with(ModifyNicVportContextIn::nic_vport_context, vc)
+            .unwrap();
+        // SAFETY: MODIFY_NIC_VPORT_CONTEXT names no memory and changes no
+        // object the driver keeps books on.
+        let raw = unsafe { h.a.raw() };
+        raw.exec(&m).unwrap();
+        assert!(
+            h.a.nic_vport_context()
+                .unwrap()
+                .get(NicVportContext::disable_mc_local_lb)
+        );
+        send_frame(&mut qa, &scq, &ma, &sa, &f, false);
+        assert_eq!(poll_one(&cqb).status, WcStatus::Success);
+        poll_none(&rcq);
+        drop((ra, rb));
+    }
+    l.close(h);
+    l.assert_clean();
+}
