@@ -9,7 +9,8 @@
 //! after a timeout without traffic.
 //!
 //! Flow rules steer frames into the context's QP as into any raw QP
-//! ([`RawContext::qp`] is a [`TirDest`](crate::flow::TirDest)).
+//! ([`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule) with
+//! [`RawContext::qp`]).
 
 use alloc::sync::Arc;
 use core::time::Duration;

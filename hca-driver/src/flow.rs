@@ -9,7 +9,11 @@
 //! [`FlowRule`] borrows its [`FlowGroup`] (which borrows its
 //! [`FlowTable`]) and its destination ([`Tir`] or [`FlowTable`]); a flow
 //! table borrows the table its misses go to; an indirect [`Tir`] borrows
-//! its [`Rqt`]; a [`Tir`] borrows its transport domain. Dropping a handle
+//! its [`Rqt`]; a [`Tir`] borrows its transport domain. A rule to raw
+//! packet QPs ([`FlowGroup::add_qp_rule`], a [`QpFlowRule`]) does not
+//! borrow the QPs (they stay postable): it pins their receive sides, which
+//! outlive a QP destroyed first until the last rule naming them goes.
+//! Dropping a handle
 //! runs its destroy command (DELETE_FLOW_TABLE_ENTRY, DESTROY_FLOW_GROUP,
 //! DESTROY_FLOW_TABLE, DESTROY_TIR, DESTROY_RQT) and logs a failure;
 //! `destroy` does the same and returns the result.
@@ -48,6 +52,7 @@ use crate::fw::TransportDomain;
 use crate::hca::Hca;
 use crate::steering::FlowMatch;
 use crate::types::{FlowGroupId, FlowTableId, Rqn, Rqtn, Tirn};
+use crate::verbs::{Context, DefaultShare, Qp, Share};
 
 /// The largest flow table this API creates: `log_size` at most this (the
 /// driver tracks which entries are in use in a fixed bitmap, without a
@@ -536,13 +541,22 @@ pub struct FlowGroup<'a, P: Platform> {
     live: bool,
 }
 
-/// Something a flow rule can deliver frames to through a TIR: a [`Tir`],
-/// or a raw packet QP ([`crate::verbs::Qp`], its direct TIR), as
-/// `ibv_create_flow` attaches rules to a raw QP.
+/// Something a flow rule can deliver frames to through a TIR, by number:
+/// a [`Tir`], or a caller's type naming a TIR it keeps alive. (Rules to
+/// raw packet QPs are made by [`FlowGroup::add_qp_rule`], which keeps
+/// the QPs' receive sides alive as long as the rule.)
 pub trait TirDest {
-    /// The TIR number; `None` when there is none (a QP without a receive
-    /// queue, or not a raw packet QP).
+    /// The TIR number; `None` when there is none.
     fn tir_number(&self) -> Option<Tirn>;
+}
+
+/// A TIR named by its number.
+struct TirNumber(Tirn);
+
+impl TirDest for TirNumber {
+    fn tir_number(&self) -> Option<Tirn> {
+        Some(self.0)
+    }
 }
 
 impl<P: Platform> TirDest for Tir<'_, P> {
@@ -557,13 +571,11 @@ pub enum FlowDest<'s, 'd, P: Platform> {
     /// To TIRs (`FLOW_DESTINATION_TYPE_TIR`); a frame is delivered to
     /// each (at most 8 here).
     Tirs(&'s [&'d Tir<'d, P>]),
-    /// To the TIRs of raw packet QPs or other [`TirDest`]s
-    /// (`FLOW_DESTINATION_TYPE_TIR`), at most 8. The rule does not
-    /// borrow them (a QP must stay postable while rules deliver to it):
-    /// the order is checked at runtime instead, by the firmware, which
-    /// refuses to destroy a TIR a flow table entry names. Destroy the
-    /// rules before the QP; a QP destroyed first fails with that error
-    /// and keeps its objects until the HCA is closed.
+    /// To TIRs named by [`TirDest`]s (`FLOW_DESTINATION_TYPE_TIR`), at
+    /// most 8. The rule does not borrow them: the caller keeps each TIR
+    /// until the rule is deleted (the firmware refuses to destroy a TIR
+    /// a flow table entry names). For raw packet QPs use
+    /// [`FlowGroup::add_qp_rule`], which keeps that order itself.
     Receivers(&'s [&'s dyn TirDest]),
     /// To another flow table of a higher level
     /// (`FLOW_DESTINATION_TYPE_FLOW_TABLE`).
@@ -734,6 +746,110 @@ impl<'a, P: Platform> FlowGroup<'a, P> {
         })
     }
 
+    /// SET_FLOW_TABLE_ENTRY at `index` forwarding the frames `m` matches
+    /// to raw packet QPs (`ibv_create_flow` on a raw QP): each receives a
+    /// copy through its direct TIR (at most 8 QPs, each with a receive
+    /// queue, on this HCA), and to the TIRs `others` names (e.g. an
+    /// indirect RSS [`Tir`]; by number, kept by the caller until the rule
+    /// is deleted), at most 8 destinations in all.
+    ///
+    /// The rule does not borrow the QPs, which stay postable; it pins
+    /// their receive sides instead, in their contexts. A QP may be
+    /// destroyed before the rule ([`Qp::destroy`](crate::verbs::Qp::destroy)
+    /// then succeeds): its send side goes at once, its RQ is stopped (no
+    /// frame reaches its buffers or CQ), and its TIR, RQ and transport
+    /// domain, with its queue memory and handles of its receive CQ and
+    /// PD, stay until the last rule naming them is deleted, which then
+    /// destroys them in mlx5_ib's order.
+    pub fn add_qp_rule<'r, S: Share>(
+        &'r self,
+        index: u32,
+        m: &FlowMatch,
+        qps: &[&Qp<P, S>],
+        others: &[&dyn TirDest],
+    ) -> Result<QpFlowRule<'r, P, S>>
+    where
+        P: 'static,
+    {
+        self.qp_rule(index, m, qps, others, None)
+    }
+
+    /// [`add_qp_rule`](Self::add_qp_rule) whose completions carry
+    /// `flow_tag` (as [`add_tagged_rule`](Self::add_tagged_rule), with its
+    /// checks).
+    pub fn add_tagged_qp_rule<'r, S: Share>(
+        &'r self,
+        index: u32,
+        m: &FlowMatch,
+        qps: &[&Qp<P, S>],
+        others: &[&dyn TirDest],
+        flow_tag: u32,
+    ) -> Result<QpFlowRule<'r, P, S>>
+    where
+        P: 'static,
+    {
+        self.qp_rule(index, m, qps, others, Some(flow_tag))
+    }
+
+    fn qp_rule<'r, S: Share>(
+        &'r self,
+        index: u32,
+        m: &FlowMatch,
+        qps: &[&Qp<P, S>],
+        others: &[&dyn TirDest],
+        flow_tag: Option<u32>,
+    ) -> Result<QpFlowRule<'r, P, S>>
+    where
+        P: 'static,
+    {
+        if qps.is_empty() || qps.len() + others.len() > MAX_FLOW_DESTS {
+            return Err(invalid(
+                "qps",
+                "from 1 to 8 raw packet QPs (with the other destinations: at most 8)",
+            ));
+        }
+        let mut nums: heapless::Vec<TirNumber, MAX_FLOW_DESTS> = heapless::Vec::new();
+        for q in qps {
+            let t = q.tir().ok_or(invalid(
+                "qps",
+                "a QP without a TIR (not a raw packet QP, or no receive queue)",
+            ))?;
+            let ctx: &Context<P, S> = q.pd().context();
+            let hca: &Hca<P> = ctx.hca();
+            if !core::ptr::eq(hca, self.table.hca) {
+                return Err(invalid("qps", "a QP of another HCA than the flow table's"));
+            }
+            // At most MAX_FLOW_DESTS (checked above).
+            let _ = nums.push(TirNumber(t));
+        }
+        let mut pins = QpPins::<P, S> {
+            pins: heapless::Vec::new(),
+        };
+        for q in qps {
+            let ctx: S::Ref<Context<P, S>> = q.pd().context().clone();
+            if let Some(t) = q.tir() {
+                ctx.receiver_pins().pin(t)?;
+                // At most MAX_FLOW_DESTS (checked above).
+                let _ = pins.pins.push((ctx, t));
+            }
+        }
+        let list: heapless::Vec<&dyn TirDest, MAX_FLOW_DESTS> = nums
+            .iter()
+            .map(|n| n as &dyn TirDest)
+            .chain(others.iter().copied())
+            .collect();
+        // On failure `pins` drops here and unpins.
+        let dest = FlowDest::Receivers(&list);
+        let rule = match flow_tag {
+            None => self.add_rule(index, m, dest)?,
+            Some(tag) => self.add_tagged_rule(index, m, dest, tag)?,
+        };
+        Ok(QpFlowRule {
+            rule: Some(rule),
+            pins,
+        })
+    }
+
     /// DESTROY_FLOW_GROUP now, with its result.
     pub fn destroy(mut self) -> Result<()> {
         self.live = false;
@@ -812,5 +928,90 @@ impl<P: Platform> Drop for FlowRule<'_, P> {
 impl<P: Platform> core::fmt::Debug for FlowRule<'_, P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{} entry {}", self.table.id, self.index)
+    }
+}
+
+/// A pinned receive side: the context that keeps it and its TIR.
+type Pinned<P, S> = (<S as Share>::Ref<Context<P, S>>, Tirn);
+
+/// The receive sides a [`QpFlowRule`] pins; unpinned when dropped (the
+/// last unpin of a destroyed QP destroys its receive side).
+struct QpPins<P: Platform + 'static, S: Share> {
+    pins: heapless::Vec<Pinned<P, S>, MAX_FLOW_DESTS>,
+}
+
+impl<P: Platform + 'static, S: Share> QpPins<P, S> {
+    fn release(&mut self) -> Result<()> {
+        let mut r = Ok(());
+        while let Some((ctx, t)) = self.pins.pop() {
+            if let Err(e) = ctx.unpin_receiver(t) {
+                if r.is_ok() {
+                    r = Err(e);
+                }
+            }
+        }
+        r
+    }
+}
+
+impl<P: Platform + 'static, S: Share> Drop for QpPins<P, S> {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            log_destroy_failure("a raw packet QP's receive side", &e);
+        }
+    }
+}
+
+/// A flow table entry forwarding to raw packet QPs
+/// ([`FlowGroup::add_qp_rule`]), removed when dropped: DELETE_FLOW_TABLE_ENTRY,
+/// then the receive sides of the QPs it named are released (those of
+/// QPs already destroyed are destroyed when no other rule names them).
+pub struct QpFlowRule<'a, P: Platform + 'static, S: Share = DefaultShare> {
+    /// Deleted before `pins` are released (field order).
+    rule: Option<FlowRule<'a, P>>,
+    pins: QpPins<P, S>,
+}
+
+impl<P: Platform + 'static, S: Share> QpFlowRule<'_, P, S> {
+    /// The entry's index in its table.
+    pub fn index(&self) -> u32 {
+        self.rule.as_ref().map_or(0, |r| r.index)
+    }
+
+    /// DELETE_FLOW_TABLE_ENTRY now, then the release of the receive sides
+    /// it pins (destroying those of QPs already destroyed that no other
+    /// rule names); the first failure. When the entry cannot be deleted
+    /// the receive sides stay pinned (the entry may still name them).
+    pub fn destroy(mut self) -> Result<()> {
+        let deleted = match self.rule.take() {
+            Some(r) => r.destroy(),
+            None => Ok(()),
+        };
+        if deleted.is_err() {
+            core::mem::forget(core::mem::take(&mut self.pins.pins));
+            return deleted;
+        }
+        self.pins.release()
+    }
+}
+
+impl<P: Platform + 'static, S: Share> Drop for QpFlowRule<'_, P, S> {
+    fn drop(&mut self) {
+        if let Some(r) = self.rule.take() {
+            if let Err(e) = r.destroy() {
+                log_destroy_failure("flow table entry", &e);
+                // The entry may still name the TIRs: they stay.
+                core::mem::forget(core::mem::take(&mut self.pins.pins));
+            }
+        }
+    }
+}
+
+impl<P: Platform + 'static, S: Share> core::fmt::Debug for QpFlowRule<'_, P, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match &self.rule {
+            Some(r) => write!(f, "{r:?} (to raw packet QPs)"),
+            None => write!(f, "deleted flow table entry"),
+        }
     }
 }

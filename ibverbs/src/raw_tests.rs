@@ -628,7 +628,7 @@ fn bad_flow_specs_get_the_kernel_errnos() {
 fn extended_cq_reads_the_stripped_vlan_and_create_flags_reach_the_qp() {
     let _w = wire();
     let mut a = open("ta", 1);
-    let b = open("tb", 4);
+    let mut b = open("tb", 4);
     let tx = raw_qp(&a, a.cq, 4, 0);
     // SAFETY: all-zero is a valid ibv_cq_init_attr_ex.
     let mut ca: ibv_cq_init_attr_ex = unsafe { core::mem::zeroed() };
@@ -647,16 +647,39 @@ fn extended_cq_reads_the_stripped_vlan_and_create_flags_reach_the_qp() {
     ia.cap.max_recv_sge = 1;
     ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
     ia.pd = b.pd;
-    // An unknown create flag; blocking multicast loopback, not offered on
-    // a raw packet QP (taken on a UD QP); then CVLAN stripping.
+    // An unknown create flag; blocking multicast loopback (on a raw
+    // packet QP as on a UD QP); then CVLAN stripping.
     ia.create_flags = 1 << 12;
     // SAFETY: as above.
     assert!(unsafe { op_create_qp_ex(b.ctx, &mut ia) }.is_null());
     assert_eq!(errno(), libc::EOPNOTSUPP);
+    // A raw QP blocking its own multicast loopback, on a flow of a
+    // multicast group: its own frame to the group does not come back to
+    // it (the send completion is the only one), side A's does.
     ia.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+    ia.send_cq = b.cq;
+    ia.recv_cq = b.cq;
+    ia.cap.max_send_wr = 4;
+    ia.cap.max_send_sge = 2;
     // SAFETY: as above.
-    assert!(unsafe { op_create_qp_ex(b.ctx, &mut ia) }.is_null());
-    assert_eq!(errno(), libc::EOPNOTSUPP);
+    let blk = unsafe { op_create_qp_ex(b.ctx, &mut ia) };
+    assert!(!blk.is_null(), "errno {}", errno());
+    to_rts(blk);
+    post_recvs(&b, blk, 1, 2, 0);
+    let mc = [0x01, 0x00, 0x5e, 0, 0, 0x2a];
+    let e = eth_spec(mc);
+    let fm = create_flow(blk, &mut Attr::new(0, 0, &[bytes_of(&e)]));
+    assert!(!fm.is_null());
+    send(&mut b, blk, &frame(mc, None, None), 0);
+    quiet(b.cq);
+    send(&mut a, tx, &frame(mc, None, None), 0);
+    let wc = poll(b.cq, 1).remove(0);
+    assert_eq!((wc.status, wc.wr_id), (0, 1));
+    // SAFETY: a live flow.
+    assert_eq!(unsafe { op_destroy_flow(fm) }, 0);
+    assert_eq!(ibv_destroy_qp(blk), 0);
+    ia.send_cq = cq;
+    ia.recv_cq = cq;
     ia.qp_type = IBV_QPT_UD;
     ia.cap.max_send_wr = 4;
     ia.cap.max_send_sge = 1;

@@ -1531,15 +1531,10 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
         if a.comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH) != 0 {
             return crate::wq::create_rss_qp(a);
         }
-        // mlx5_ib takes BLOCK_SELF_MCAST_LB on a raw packet QP too,
-        // through its TIR's `self_lb_block`, which the driver does not set:
-        // not offered there (rdma-core's tests then skip, as for any flag
-        // a device does not offer).
-        let raw_block =
-            a.qp_type == IBV_QPT_RAW_PACKET && flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
+        // BLOCK_SELF_MCAST_LB on a raw packet QP sets its TIR's
+        // `self_lb_block` multicast bit, as mlx5_ib does (the driver).
         if a.comp_mask & !known != 0
             || flags & !offered != 0
-            || raw_block
             || (a.comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER != 0 && a.max_tso_header != 0)
         {
             return fail(libc::EOPNOTSUPP);

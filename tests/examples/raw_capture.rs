@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hca_driver::capture::{Flow, LoopStats, RawContextBuilder};
-use hca_driver::flow::{FlowDest, TirDest};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
     AccessFlags, DmaBuf, Mr, Pd, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus,
@@ -98,8 +97,7 @@ pub fn run(frames: u32) -> Result<(LoopStats, Vec<u32>), hca_driver::Error> {
             dst_port: Masked::exact(PORT, 0xffff),
         }])?;
         let group = table.create_group(0, 0, &m)?;
-        let dest: [&dyn TirDest; 1] = [&rx.qp];
-        let rule = group.add_rule(0, &m, FlowDest::Receivers(&dest))?;
+        let rule = group.add_qp_rule(0, &m, &[&rx.qp], &[])?;
         table.set_root()?;
 
         // Side A: the sending context; its frames go out as the receive

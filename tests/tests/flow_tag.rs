@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hca_driver::flow::{FlowDest, MAX_FLOW_TAG, TirDest};
+use hca_driver::flow::{FlowDest, MAX_FLOW_TAG};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
     AccessFlags, Completion, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
@@ -124,23 +124,14 @@ fn a_tagged_rule_tags_its_cqes_and_an_untagged_one_reports_zero() {
         }
         let t = hb.create_flow_table(0, 2, None).unwrap();
         let g = t.create_group(0, 3, &udp_dport(0)).unwrap();
-        let to_tagged: [&dyn TirDest; 1] = [&tagged];
-        let to_plain: [&dyn TirDest; 1] = [&plain];
         const TAG: u32 = 0x00ab_cdef;
         let r1 = g
-            .add_tagged_rule(0, &udp_dport(1000), FlowDest::Receivers(&to_tagged), TAG)
+            .add_tagged_qp_rule(0, &udp_dport(1000), &[&tagged], &[], TAG)
             .unwrap();
-        let r2 = g
-            .add_rule(1, &udp_dport(2000), FlowDest::Receivers(&to_plain))
-            .unwrap();
+        let r2 = g.add_qp_rule(1, &udp_dport(2000), &[&plain], &[]).unwrap();
         // The largest tag is accepted too.
         let r3 = g
-            .add_tagged_rule(
-                2,
-                &udp_dport(3000),
-                FlowDest::Receivers(&to_plain),
-                MAX_FLOW_TAG,
-            )
+            .add_tagged_qp_rule(2, &udp_dport(3000), &[&plain], &[], MAX_FLOW_TAG)
             .unwrap();
         t.set_root().unwrap();
 
@@ -161,9 +152,7 @@ fn a_tagged_rule_tags_its_cqes_and_an_untagged_one_reports_zero() {
         }
         // The tag goes with the rule: a rule re-set without one reports 0.
         r1.destroy().unwrap();
-        let r1 = g
-            .add_rule(0, &udp_dport(1000), FlowDest::Receivers(&to_tagged))
-            .unwrap();
+        let r1 = g.add_qp_rule(0, &udp_dport(1000), &[&tagged], &[]).unwrap();
         send(&mut qa, &cqa, &ma, &sa, &frame(1000));
         let (wc, rx) = recv_rx(&cqb);
         assert_eq!((wc.wr_id, rx.flow_tag()), (1, 0));
@@ -186,10 +175,9 @@ fn bad_flow_tags_are_refused_with_typed_errors() {
         let hb = h.b();
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let g = t.create_group(0, 1, &udp_dport(0)).unwrap();
-        let to: [&dyn TirDest; 1] = [&qb];
         for tag in [0, MAX_FLOW_TAG + 1, u32::MAX] {
             let e = g
-                .add_tagged_rule(0, &udp_dport(1), FlowDest::Receivers(&to), tag)
+                .add_tagged_qp_rule(0, &udp_dport(1), &[&qb], &[], tag)
                 .unwrap_err();
             assert!(
                 matches!(
@@ -216,7 +204,7 @@ fn bad_flow_tags_are_refused_with_typed_errors() {
             "{e}"
         );
         // The refusals left the entry free.
-        g.add_tagged_rule(0, &udp_dport(1), FlowDest::Receivers(&to), 5)
+        g.add_tagged_qp_rule(0, &udp_dport(1), &[&qb], &[], 5)
             .unwrap();
     }
     l.close(h);
@@ -236,9 +224,8 @@ fn a_device_without_the_flow_tag_capability_refuses_tags() {
         let hb = h.b();
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let g = t.create_group(0, 1, &udp_dport(0)).unwrap();
-        let to: [&dyn TirDest; 1] = [&qb];
         let e = g
-            .add_tagged_rule(0, &udp_dport(1), FlowDest::Receivers(&to), 5)
+            .add_tagged_qp_rule(0, &udp_dport(1), &[&qb], &[], 5)
             .unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)), "{e}");
         // The device itself refuses a tag it does not offer (the driver's
@@ -284,8 +271,7 @@ fn a_device_without_the_flow_tag_capability_refuses_tags() {
             _ => panic!("{e}"),
         }
         // Untagged rules still work.
-        g.add_rule(0, &udp_dport(1), FlowDest::Receivers(&to))
-            .unwrap();
+        g.add_qp_rule(0, &udp_dport(1), &[&qb], &[]).unwrap();
     }
     l.close(h);
 }
@@ -317,14 +303,13 @@ fn a_tag_set_before_a_forward_to_another_table_reaches_the_cqe() {
         let t1 = hb.create_flow_table(1, 2, None).unwrap();
         let t0 = hb.create_flow_table(0, 2, None).unwrap();
         let all = FlowMatch::default();
-        let to: [&dyn TirDest; 1] = [&qb];
         // Table 1: port 1000 with its own tag, anything else untagged.
         let g1 = t1.create_group(0, 0, &udp_dport(0)).unwrap();
         let _own = g1
-            .add_tagged_rule(0, &udp_dport(1000), FlowDest::Receivers(&to), 0x111)
+            .add_tagged_qp_rule(0, &udp_dport(1000), &[&qb], &[], 0x111)
             .unwrap();
         let g1b = t1.create_group(1, 1, &all).unwrap();
-        let _plain = g1b.add_rule(1, &all, FlowDest::Receivers(&to)).unwrap();
+        let _plain = g1b.add_qp_rule(1, &all, &[&qb], &[]).unwrap();
         // Table 0: everything to table 1, tagged 0x222.
         let g0 = t0.create_group(0, 0, &all).unwrap();
         let _fwd = g0

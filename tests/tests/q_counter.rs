@@ -13,7 +13,7 @@ use firmware_cmds::CmdStatus;
 use firmware_cmds::caps::CmdHcaCap;
 use firmware_cmds::q_counter::{DeallocQCounterIn, QueryQCounterIn};
 use hca_driver::capture::{RawContext, RawContextBuilder};
-use hca_driver::flow::{FlowDest, TirDest};
+
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
     AccessFlags, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr,
@@ -169,14 +169,8 @@ fn frames_to_a_raw_qp_without_receives_raise_out_of_buffer_by_exactly_their_numb
 
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let g = t.create_group(0, 1, &udp_dport(0)).unwrap();
-        let to_rc: [&dyn TirDest; 1] = [&rc.qp];
-        let to_other: [&dyn TirDest; 1] = [&other];
-        let _r1 = g
-            .add_rule(0, &udp_dport(1000), FlowDest::Receivers(&to_rc))
-            .unwrap();
-        let _r2 = g
-            .add_rule(1, &udp_dport(2000), FlowDest::Receivers(&to_other))
-            .unwrap();
+        let _r1 = g.add_qp_rule(0, &udp_dport(1000), &[&rc.qp], &[]).unwrap();
+        let _r2 = g.add_qp_rule(1, &udp_dport(2000), &[&other], &[]).unwrap();
         t.set_root().unwrap();
 
         // Five frames, nothing posted: five drops.

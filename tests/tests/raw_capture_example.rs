@@ -34,7 +34,6 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
 
     use hca_driver::Config;
     use hca_driver::capture::{Flow, RawContextBuilder};
-    use hca_driver::flow::{FlowDest, TirDest};
     use hca_driver::steering::FlowMatch;
     use hca_driver::verbs::{AccessFlags, DmaBuf, Mr, QpState, SendFlags, SendOp, SendWr};
     use hca_emu::{Clock, EmuConfig};
@@ -62,8 +61,7 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let all = FlowMatch::default();
         let g = t.create_group(0, 0, &all).unwrap();
-        let d: [&dyn TirDest; 1] = [&rx.qp];
-        let rule = g.add_rule(0, &all, FlowDest::Receivers(&d)).unwrap();
+        let rule = g.add_qp_rule(0, &all, &[&rx.qp], &[]).unwrap();
         t.set_root().unwrap();
         rx.post_recv_wrs(&wrs).unwrap();
         let before = rx.recv_channel.cqs();

@@ -17,7 +17,7 @@ use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST};
 use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::CapMode;
 use hca_driver::Error;
-use hca_driver::flow::{FlowDest, TirDest};
+use hca_driver::flow::TirDest;
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::ETH_L2_INLINE_HEADER_SIZE;
 use hca_driver::verbs::{
@@ -276,13 +276,11 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         }])
         .unwrap();
         let g = t.create_group(0, 0, &m).unwrap();
-        let dest: [&dyn TirDest; 1] = [&qb];
-        let rule = g.add_rule(0, &m, FlowDest::Receivers(&dest)).unwrap();
+        let rule = g.add_qp_rule(0, &m, &[&qb], &[]).unwrap();
         // A QP without a receive queue is no destination.
-        let bad: [&dyn TirDest; 1] = [&qa];
         assert!(matches!(
-            g.add_rule(0, &m, FlowDest::Receivers(&bad)),
-            Err(Error::InvalidArgument { arg: "dest", .. })
+            g.add_qp_rule(0, &m, &[&qa], &[]),
+            Err(Error::InvalidArgument { arg: "qps", .. })
         ));
         t.set_root().unwrap();
 
@@ -344,7 +342,8 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, 5));
         assert_eq!(rb.read(5, f.len()), f);
 
-        // The rule borrows qb: dropped first.
+        // The rule does not borrow qb (see the tests at the end for the
+        // other order).
         drop(rule);
         drop(g);
         drop(t);
@@ -378,7 +377,7 @@ fn raw_qp_bad_input_gets_typed_errors() {
             .unwrap_err();
         assert_create_flags_refused(&e);
         let e =
-            qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).create_flags(QpCreateFlags(1 << 1)))
+            qp(QpInitAttr::new(QpType::RawPacket, &cqa, &cqa).create_flags(QpCreateFlags(1 << 12)))
                 .unwrap_err();
         assert_create_flags_refused(&e);
         // Operations a raw QP does not have.
@@ -544,8 +543,7 @@ fn cqe_fields(personality: Personality) {
             .iter()
             .enumerate()
             .map(|(i, q)| {
-                let d: [&dyn TirDest; 1] = [*q];
-                g.add_rule(i as u32, &spec(i as u16 + 1), FlowDest::Receivers(&d))
+                g.add_qp_rule(i as u32, &spec(i as u16 + 1), &[*q], &[])
                     .unwrap()
             })
             .collect();
@@ -836,8 +834,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         let t1 = hb.create_flow_table(1, 2, None).unwrap();
         let all = FlowMatch::default();
         let g_all = t1.create_group(0, 0, &all).unwrap();
-        let d: [&dyn TirDest; 2] = [&qs[8], &qs[9]];
-        let catch_all = g_all.add_rule(0, &all, FlowDest::Receivers(&d)).unwrap();
+        let catch_all = g_all.add_qp_rule(0, &all, &[&qs[8], &qs[9]], &[]).unwrap();
         let t0 = hb.create_flow_table(0, 4, Some(&t1)).unwrap();
         let groups: Vec<_> = matches
             .iter()
@@ -849,13 +846,13 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
             .iter()
             .enumerate()
             .map(|(i, g)| {
-                let d: [&dyn TirDest; 2] = if i < 8 {
-                    [&qs[i], &qs[9]]
+                if i < 8 {
+                    g.add_qp_rule(i as u32, &matches[i], &[&qs[i], &qs[9]], &[])
                 } else {
-                    [&rss_tir, &qs[9]]
-                };
-                g.add_rule(i as u32, &matches[i], FlowDest::Receivers(&d))
-                    .unwrap()
+                    let rss: [&dyn TirDest; 1] = [&rss_tir];
+                    g.add_qp_rule(i as u32, &matches[i], &[&qs[9]], &rss)
+                }
+                .unwrap()
             })
             .collect();
         t0.set_root().unwrap();
@@ -990,8 +987,7 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let all = FlowMatch::default();
         let g = t.create_group(0, 0, &all).unwrap();
-        let d: [&dyn TirDest; 1] = [&qb];
-        let rule = g.add_rule(0, &all, FlowDest::Receivers(&d)).unwrap();
+        let rule = g.add_qp_rule(0, &all, &[&qb], &[]).unwrap();
         t.set_root().unwrap();
         let rb = Bufs::new(hb, &pdb, 4);
         rb.post(&mut qb, 0);
@@ -1021,6 +1017,454 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
         drop(rule);
         drop(g);
         drop(t);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+/// The firmware objects a raw packet QP, its flow rules and its CQ and PD
+/// are made of, on one emulated HCA.
+const RAW_KINDS: [ObjKind; 9] = [
+    ObjKind::Sq,
+    ObjKind::Rq,
+    ObjKind::Tis,
+    ObjKind::Tir,
+    ObjKind::TransportDomain,
+    ObjKind::Cq,
+    ObjKind::Pd,
+    ObjKind::Mkey,
+    ObjKind::FlowEntry,
+];
+
+fn raw_counts(e: &EmuHca) -> [usize; 9] {
+    RAW_KINDS.map(|k| e.objects(k).len())
+}
+
+/// Commands the emulated firmware refused since the `from`th.
+fn refused_since(e: &EmuHca, from: usize) -> Vec<String> {
+    e.command_log()
+        .iter()
+        .skip(from)
+        .filter(|c| c.status != 0 || c.delivery_status != 0)
+        .map(|c| {
+            format!(
+                "{:#x} status {:#x} syndrome {:#x}",
+                c.opcode, c.status, c.syndrome
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn raw_qp_destroyed_before_its_flow_rules_keeps_its_receive_side_until_the_last_rule_goes() {
+    let mut l = link();
+    let h = l.open();
+    {
+        let (ea, eb) = (l.emu_a(), l.emu_b());
+        let Sides { pda, cb, cqa, .. } = h.sides(64);
+        let hb = h.b();
+        let start = raw_counts(eb);
+        let pages = eb.firmware_pages();
+        let log_start = eb.command_log().len();
+
+        // Side B: its own PD and receive CQ, a raw QP with both queues,
+        // and two rules naming it (its MAC; a multicast address).
+        let pdb = Arc::new(Pd::alloc(&cb).unwrap());
+        let cqs = Arc::new(Cq::create(&cb, 16).unwrap());
+        let cqr = Arc::new(Cq::create(&cb, 16).unwrap());
+        let mut qb = rts_qp(
+            &pdb,
+            QpInitAttr::new(QpType::RawPacket, &cqs, &cqr).cap(raw_cap(4, 8)),
+        );
+        let rqn = qb.rq_number().unwrap();
+        let t = hb.create_flow_table(0, 2, None).unwrap();
+        let eth = |mac| {
+            FlowMatch::from_specs(&[FlowSpec::Eth {
+                dst_mac: Masked::exact(mac, [0xff; 6]),
+                src_mac: Masked::default(),
+                ether_type: Masked::default(),
+                vlan_tag: Masked::default(),
+            }])
+            .unwrap()
+        };
+        let g = t.create_group(0, 1, &eth(MAC_B)).unwrap();
+        let r0 = g.add_qp_rule(0, &eth(MAC_B), &[&qb], &[]).unwrap();
+        let r1 = g.add_qp_rule(1, &eth(MCAST), &[&qb], &[]).unwrap();
+        t.set_root().unwrap();
+        assert_eq!(cb.pinned_receivers(), (1, 0));
+        let rb = Bufs::new(hb, &pdb, 8);
+        for i in 0..4 {
+            rb.post(&mut qb, i);
+        }
+
+        // Side A's sender; a frame reaches qb.
+        let mut qa = rts_qp(&pda, raw_attr(&cqa, 8, 0));
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+        let f = udp4(MAC_B, 1, 2, b"before the QP goes");
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        let wc = poll_one(&cqr);
+        assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, 0));
+
+        // The QP goes first, three receives still posted: destroy
+        // succeeds; the send side is gone, the receive side stays, its RQ
+        // stopped.
+        let with_qp = raw_counts(eb);
+        qb.destroy().unwrap();
+        assert_eq!(cb.pinned_receivers(), (1, 1));
+        let now = raw_counts(eb);
+        assert_eq!(now[0], start[0], "the SQ is destroyed");
+        assert_eq!(now[2], start[2], "the TIS is destroyed");
+        assert_eq!(now[1..2], with_qp[1..2], "the RQ stays");
+        assert_eq!(
+            now[3..5],
+            with_qp[3..5],
+            "the TIR and transport domain stay"
+        );
+        assert_eq!(eb.wq(ObjKind::Rq, rqn.0).unwrap().state, WQ_STATE_RST);
+        // The user lets go of the CQs, the PD and the buffers: the receive
+        // CQ and the PD live on (the RQ names them).
+        drop(rb);
+        drop((cqs, cqr, pdb));
+        assert_eq!(raw_counts(eb)[5], start[5] + 1, "the receive CQ is kept");
+        assert_eq!(raw_counts(eb)[6], start[6] + 1, "the PD is kept");
+        // Frames the rules still steer to the stopped RQ are dropped.
+        let before = eb.datapath().drops.raw_no_buffer;
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        let t0 = Instant::now();
+        while eb.datapath().drops.raw_no_buffer == before && t0.elapsed() < WAIT {
+            std::thread::yield_now();
+        }
+        assert_eq!(eb.datapath().drops.raw_no_buffer, before + 1);
+
+        // One rule left: everything stays; the last one: all goes, in
+        // mlx5_ib's order, and no command was refused.
+        drop(r0);
+        assert_eq!(cb.pinned_receivers(), (1, 1));
+        assert_eq!(raw_counts(eb)[3], with_qp[3]);
+        r1.destroy().unwrap();
+        assert_eq!(cb.pinned_receivers(), (0, 0));
+        drop(g);
+        drop(t);
+        assert_eq!(raw_counts(eb), start);
+        assert_eq!(eb.firmware_pages(), pages);
+        assert_eq!(refused_since(eb, log_start), Vec::<String>::new());
+        qa.destroy().unwrap();
+        drop(ma);
+        assert!(ea.objects(ObjKind::Sq).is_empty());
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn raw_qp_its_flow_rule_its_cq_and_pd_drop_in_any_order_without_leaks() {
+    let mut l = link();
+    let h = l.open();
+    {
+        let eb = l.emu_b();
+        let Sides { cb, .. } = h.sides(16);
+        let hb = h.b();
+        let t = hb.create_flow_table(0, 1, None).unwrap();
+        let all = FlowMatch::default();
+        let g = t.create_group(0, 0, &all).unwrap();
+        t.set_root().unwrap();
+        let start = raw_counts(eb);
+        let pages = eb.firmware_pages();
+        let log_start = eb.command_log().len();
+        // Every order of the four: 0 the rule, 1 the QP, 2 the CQ, 3 the
+        // PD (the QP destroyed explicitly in odd rounds, dropped in even
+        // ones).
+        let mut orders = Vec::new();
+        for a in 0..4 {
+            for b in 0..4 {
+                for c in 0..4 {
+                    for d in 0..4 {
+                        let o = [a, b, c, d];
+                        if (0..4).all(|x| o.contains(&x)) {
+                            orders.push(o);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(orders.len(), 24);
+        for (round, order) in orders.iter().enumerate() {
+            let pd = Arc::new(Pd::alloc(&cb).unwrap());
+            let cq = Arc::new(Cq::create(&cb, 16).unwrap());
+            let mut qp = Some(rts_qp(&pd, raw_attr(&cq, 2, 4)));
+            let rb = Bufs::new(hb, &pd, 4);
+            rb.post(qp.as_mut().unwrap(), 0);
+            let mut rule = Some(
+                g.add_qp_rule(0, &all, &[qp.as_ref().unwrap()], &[])
+                    .unwrap(),
+            );
+            drop(rb);
+            let (mut cq, mut pd) = (Some(cq), Some(pd));
+            for step in order {
+                match step {
+                    0 => drop(rule.take()),
+                    1 => {
+                        let q = qp.take().unwrap();
+                        if round % 2 == 1 {
+                            q.destroy().unwrap();
+                        } else {
+                            drop(q);
+                        }
+                    }
+                    2 => drop(cq.take()),
+                    _ => drop(pd.take()),
+                }
+            }
+            assert_eq!(cb.pinned_receivers(), (0, 0), "order {order:?}");
+            assert_eq!(raw_counts(eb), start, "order {order:?}");
+            assert_eq!(eb.firmware_pages(), pages, "order {order:?}");
+        }
+        assert_eq!(refused_since(eb, log_start), Vec::<String>::new());
+        drop(g);
+        drop(t);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn raw_qp_with_block_self_mcast_lb_does_not_receive_its_own_multicast_frames() {
+    let mut l = link();
+    let h = l.open();
+    {
+        let Sides { ca, pda, .. } = h.sides(16);
+        let cq = || Arc::new(Cq::create(&ca, 16).unwrap());
+        let (sb, rb_cq, sp, rp_cq) = (cq(), cq(), cq(), cq());
+        // Two raw QPs of one HCA, each with its own transport domain: one
+        // blocking its own multicast loopback, one not.
+        let attr = |s: &Arc<Cq<P>>, r: &Arc<Cq<P>>| {
+            QpInitAttr::new(QpType::RawPacket, s, r).cap(raw_cap(4, 4))
+        };
+        let mut qblock = rts_qp(
+            &pda,
+            attr(&sb, &rb_cq).create_flags(QpCreateFlags::BLOCK_SELF_MCAST_LB),
+        );
+        let mut qplain = rts_qp(&pda, attr(&sp, &rp_cq));
+        assert_eq!(qblock.create_flags(), QpCreateFlags::BLOCK_SELF_MCAST_LB);
+        let bufs = [Bufs::new(&h.a, &pda, 4), Bufs::new(&h.a, &pda, 4)];
+        for i in 0..4 {
+            bufs[0].post(&mut qblock, i);
+            bufs[1].post(&mut qplain, i);
+        }
+        // Side A's own steering: multicast and unicast to its MAC, to both.
+        let t = h.a.create_flow_table(0, 1, None).unwrap();
+        let all = FlowMatch::default();
+        let g = t.create_group(0, 0, &all).unwrap();
+        let rule = g.add_qp_rule(0, &all, &[&qblock, &qplain], &[]).unwrap();
+        t.set_root().unwrap();
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+
+        // qblock's multicast frame: looped back to qplain only (the local
+        // copy is delivered before the send completes).
+        let f = udp4(MCAST, 1, 2, b"multicast from the blocking QP");
+        send_frame(&mut qblock, &sb, &ma, &sa, &f, false);
+        let wc = poll_one(&rp_cq);
+        assert_eq!(
+            (wc.status, wc.byte_len as usize),
+            (WcStatus::Success, f.len())
+        );
+        assert_eq!(bufs[1].read(wc.wr_id as usize, f.len()), f);
+        poll_none(&rb_cq);
+
+        // qplain's multicast frame: both get it, qplain its own too (no
+        // flag), qblock as a frame of another transport domain.
+        let f2 = udp4(MCAST, 3, 4, b"multicast from the plain QP");
+        send_frame(&mut qplain, &sp, &ma, &sa, &f2, false);
+        for (c, b) in [(&rb_cq, &bufs[0]), (&rp_cq, &bufs[1])] {
+            let wc = poll_one(c);
+            assert_eq!(wc.status, WcStatus::Success);
+            assert_eq!(b.read(wc.wr_id as usize, f2.len()), f2);
+        }
+        poll_none(&rb_cq);
+        poll_none(&rp_cq);
+
+        // Unicast frames are not blocked by the multicast bit: qblock's
+        // frame to side A's own MAC reaches both.
+        let mac = h.a.info().ports[0].mac.unwrap();
+        let f3 = udp4(mac, 5, 6, b"unicast to the port's own address");
+        send_frame(&mut qblock, &sb, &ma, &sa, &f3, false);
+        for (c, b) in [(&rb_cq, &bufs[0]), (&rp_cq, &bufs[1])] {
+            let wc = poll_one(c);
+            assert_eq!(wc.status, WcStatus::Success);
+            assert_eq!(b.read(wc.wr_id as usize, f3.len()), f3);
+        }
+        drop(rule);
+        drop(g);
+        drop(t);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn add_qp_rule_bad_input_gets_typed_errors_and_leaks_nothing() {
+    use hca_driver::verbs::{DefaultShare, MAX_PINNED_RECEIVERS};
+    let mut l = link();
+    let h = l.open();
+    {
+        let eb = l.emu_b();
+        let Sides {
+            pda,
+            cqa,
+            cb,
+            pdb,
+            cqb,
+            ..
+        } = h.sides(16);
+        let hb = h.b();
+        let start = raw_counts(eb);
+        let t = hb.create_flow_table(0, 6, None).unwrap();
+        let all = FlowMatch::default();
+        let g = t.create_group(0, 63, &all).unwrap();
+        // A QP of another HCA; no QP; nine destinations.
+        let qa = Qp::create(&pda, &raw_attr(&cqa, 0, 2)).unwrap();
+        let e = g.add_qp_rule(0, &all, &[&qa], &[]).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "qps", .. }),
+            "{e}"
+        );
+        let e = g
+            .add_qp_rule::<DefaultShare>(0, &all, &[], &[])
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "qps", .. }),
+            "{e}"
+        );
+        let qs: Vec<Qp<P>> = (0..=MAX_PINNED_RECEIVERS)
+            .map(|_| Qp::create(&pdb, &raw_attr(&cqb, 0, 2)).unwrap())
+            .collect();
+        let nine: Vec<&Qp<P>> = qs.iter().take(9).collect();
+        let e = g.add_qp_rule(0, &all, &nine, &[]).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "qps", .. }),
+            "{e}"
+        );
+        assert_eq!(cb.pinned_receivers(), (0, 0));
+        // One context pins at most MAX_PINNED_RECEIVERS receive sides: the
+        // next rule is refused, and nothing of it stays.
+        let mut rules = Vec::new();
+        for (i, q) in qs.iter().enumerate().take(MAX_PINNED_RECEIVERS) {
+            rules.push(g.add_qp_rule(i as u32, &all, &[q], &[]).unwrap());
+        }
+        let entries = eb.objects(ObjKind::FlowEntry).len();
+        let e = g
+            .add_qp_rule(63, &all, &[&qs[MAX_PINNED_RECEIVERS]], &[])
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::CapacityExceeded { capacity, .. } if capacity == MAX_PINNED_RECEIVERS),
+            "{e}"
+        );
+        assert_eq!(eb.objects(ObjKind::FlowEntry).len(), entries);
+        assert_eq!(cb.pinned_receivers(), (MAX_PINNED_RECEIVERS, 0));
+        // A refused entry index unpins what it pinned.
+        let e = g.add_qp_rule(0, &all, &[&qs[0]], &[]).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { arg: "index", .. }),
+            "{e}"
+        );
+        assert_eq!(cb.pinned_receivers(), (MAX_PINNED_RECEIVERS, 0));
+        // The QPs go first, then the rules.
+        drop(qs);
+        assert_eq!(
+            cb.pinned_receivers(),
+            (MAX_PINNED_RECEIVERS, MAX_PINNED_RECEIVERS)
+        );
+        drop(rules);
+        assert_eq!(cb.pinned_receivers(), (0, 0));
+        drop(g);
+        drop(t);
+        drop(qa);
+        assert_eq!(raw_counts(eb), start);
+    }
+    l.close(h);
+    l.assert_clean();
+}
+
+#[test]
+fn vport_disable_mc_local_lb_stops_the_local_multicast_copy_not_the_wire() {
+    use firmware_cmds::vport::{
+        ModifyNicVportContextIn, ModifyNicVportFieldSelect, NicVportContext,
+    };
+    let mut l = link();
+    let h = l.open();
+    {
+        let Sides {
+            ca, pda, pdb, cqb, ..
+        } = h.sides(16);
+        let (scq, rcq) = (
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+            Arc::new(Cq::create(&ca, 16).unwrap()),
+        );
+        let mut qa = rts_qp(
+            &pda,
+            QpInitAttr::new(QpType::RawPacket, &scq, &rcq).cap(raw_cap(4, 4)),
+        );
+        let mut qb = rts_qp(&pdb, raw_attr(&cqb, 0, 4));
+        let (ba, bb) = (Bufs::new(&h.a, &pda, 4), Bufs::new(h.b(), &pdb, 4));
+        for i in 0..4 {
+            ba.post(&mut qa, i);
+            bb.post(&mut qb, i);
+        }
+        let all = FlowMatch::default();
+        let (ta, tb) = (
+            h.a.create_flow_table(0, 1, None).unwrap(),
+            h.b().create_flow_table(0, 1, None).unwrap(),
+        );
+        let (ga, gb) = (
+            ta.create_group(0, 0, &all).unwrap(),
+            tb.create_group(0, 0, &all).unwrap(),
+        );
+        let ra = ga.add_qp_rule(0, &all, &[&qa], &[]).unwrap();
+        let rb = gb.add_qp_rule(0, &all, &[&qb], &[]).unwrap();
+        ta.set_root().unwrap();
+        tb.set_root().unwrap();
+        let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
+        let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
+        let f = udp4(MCAST, 1, 2, b"to the group");
+
+        // Local loopback on (after boot): the sender's own copy and the
+        // wire's.
+        assert!(
+            !h.a.nic_vport_context()
+                .unwrap()
+                .get(NicVportContext::disable_mc_local_lb)
+        );
+        send_frame(&mut qa, &scq, &ma, &sa, &f, false);
+        assert_eq!(poll_one(&rcq).status, WcStatus::Success);
+        assert_eq!(poll_one(&cqb).status, WcStatus::Success);
+
+        // disable_mc_local_lb: the wire's copy only.
+        let sel = ModifyNicVportFieldSelect::new()
+            .with(ModifyNicVportFieldSelect::disable_mc_local_lb, true)
+            .unwrap();
+        let vc = NicVportContext::new()
+            .with(NicVportContext::disable_mc_local_lb, true)
+            .unwrap();
+        let m = ModifyNicVportContextIn::new()
+            .with(ModifyNicVportContextIn::field_select, sel)
+            .unwrap()
+            .with(ModifyNicVportContextIn::nic_vport_context, vc)
+            .unwrap();
+        // SAFETY: MODIFY_NIC_VPORT_CONTEXT names no memory and changes no
+        // object the driver keeps books on.
+        let raw = unsafe { h.a.raw() };
+        raw.exec(&m).unwrap();
+        assert!(
+            h.a.nic_vport_context()
+                .unwrap()
+                .get(NicVportContext::disable_mc_local_lb)
+        );
+        send_frame(&mut qa, &scq, &ma, &sa, &f, false);
+        assert_eq!(poll_one(&cqb).status, WcStatus::Success);
+        poll_none(&rcq);
+        drop((ra, rb));
     }
     l.close(h);
     l.assert_clean();

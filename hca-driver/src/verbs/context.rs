@@ -22,6 +22,7 @@ use crate::hca::Hca;
 use crate::info::LinkLayer;
 use crate::verbs::attr::{DeviceAttr, Gid, GidEntry, PortAttr, RoceVersion};
 use crate::verbs::capacity::{Capacities, MAX_CONTEXT_QPS};
+use crate::verbs::qp::ReceiverPins;
 use crate::verbs::share::{DefaultShare, Handle, Share};
 
 /// A raw firmware object held through a verbs family's HCA handle.
@@ -64,6 +65,8 @@ pub struct Context<P: Platform + 'static, S: Share = DefaultShare> {
     /// The reserved lkey (QUERY_SPECIAL_CONTEXTS `resd_lkey`), asked for
     /// by the first QP that leaves key checks to the device.
     reserved_lkey: spin::Once<u32>,
+    /// The raw packet QP receive sides flow rules pin.
+    pins: ReceiverPins<P, S>,
     /// The descriptor of [`async_fd`](Self::async_fd), made at its first
     /// call.
     #[cfg(all(feature = "std", target_os = "linux"))]
@@ -117,6 +120,7 @@ impl<P: Platform + 'static, S: Share> Context<P, S> {
             mkey_variant: AtomicU8::new(0x5a),
             sport: AtomicU16::new(0),
             reserved_lkey: spin::Once::new(),
+            pins: ReceiverPins::new(),
             #[cfg(all(feature = "std", target_os = "linux"))]
             async_fd: spin::Once::new(),
         };
@@ -467,6 +471,29 @@ impl<P: Platform + 'static, S: Share> Context<P, S> {
         if i < MAX_CONTEXT_QPS {
             bits::put(&mut *self.uidx.lock(), i, false);
         }
+    }
+
+    /// The pins flow rules hold on raw packet QP receive sides.
+    pub(crate) fn receiver_pins(&self) -> &ReceiverPins<P, S> {
+        &self.pins
+    }
+
+    /// A flow rule naming the TIR `tirn` of a raw packet QP of this
+    /// context is gone: when it was the last and the QP is destroyed,
+    /// its receive side (TIR, RQ, transport domain) is destroyed now.
+    pub(crate) fn unpin_receiver(&self, tirn: crate::types::Tirn) -> Result<()> {
+        match self.pins.unpin(tirn) {
+            Some(r) => r.destroy(),
+            None => Ok(()),
+        }
+    }
+
+    /// The raw packet QP receive sides flow rules pin
+    /// ([`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule)):
+    /// how many, and how many of them belong to QPs already destroyed
+    /// (their TIR, RQ and transport domain wait for the last rule).
+    pub fn pinned_receivers(&self) -> (usize, usize) {
+        self.pins.counts()
     }
 
     /// The 8-bit key of the next memory key (`mkc.mkey_7_0`).

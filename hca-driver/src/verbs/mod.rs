@@ -188,8 +188,8 @@ pub use cq::Cq;
 pub use modify::{PathMigState, QpAttr, QpAttrMask, QpState, qp_type_name, transition_masks};
 pub use pd::{AccessFlags, Mr, MrMode, Pd};
 pub use qp::{
-    DRAIN_WR_ID, ETH_L2_INLINE_HEADER_SIZE, Qp, QpCap, QpCreateFlags, QpInitAttr, SendBatch,
-    SgeCheck, WrError,
+    DRAIN_WR_ID, ETH_L2_INLINE_HEADER_SIZE, MAX_PINNED_RECEIVERS, Qp, QpCap, QpCreateFlags,
+    QpInitAttr, SendBatch, SgeCheck, WrError,
 };
 #[cfg(feature = "alloc")]
 pub use share::ArcShare;

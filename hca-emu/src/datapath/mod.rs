@@ -961,7 +961,20 @@ impl Device {
 
     /// Puts a frame on a port: injected drops, link state, internal
     /// loopback (destination MAC of the port itself), then the peer.
-    pub(crate) fn transmit(&mut self, port: u8, mut frame: Vec<u8>) {
+    pub(crate) fn transmit(&mut self, port: u8, frame: Vec<u8>) {
+        self.transmit_from(port, frame, None);
+    }
+
+    /// [`transmit`](Self::transmit) for a frame a raw SQ sent through a
+    /// TIS of transport domain `src_td` (`Some`): the NIC's local
+    /// loopback hands the port's own receive steering a copy of each
+    /// multicast frame (destination MAC bit 0; unless the NIC vport
+    /// context's `disable_mc_local_lb`) besides the wire, and takes a
+    /// unicast frame to the port's own address (unless
+    /// `disable_uc_local_lb`) instead of the wire; a TIR of the same
+    /// transport domain whose `self_lb_block` has the matching bit does
+    /// not receive these copies.
+    pub(crate) fn transmit_from(&mut self, port: u8, mut frame: Vec<u8>, src_td: Option<u32>) {
         self.datapath.frames_tx += 1;
         if let Some(t) = self.faults.tap.get(&port).cloned() {
             let keep = {
@@ -986,7 +999,19 @@ impl Device {
             self.datapath.drops.no_link += 1;
             return;
         }
-        if self.port_owns_mac(port, &frame[0..6]) {
+        let vport = self.fw.ports.first();
+        let (mc_lb, uc_lb) = vport.map_or((false, false), |p| {
+            (!p.disable_mc_local_lb, !p.disable_uc_local_lb)
+        });
+        if let Some(td) = src_td {
+            if frame[0] & 1 != 0 && mc_lb {
+                self.local_loopback(port, frame.clone(), td);
+            } else if uc_lb && self.port_owns_mac(port, &frame[0..6]) {
+                self.local_loopback(port, frame, td);
+                return;
+            }
+        }
+        if src_td.is_none() && self.port_owns_mac(port, &frame[0..6]) {
             self.events.push_back(Event::Frame {
                 port,
                 bytes: frame,
@@ -1022,6 +1047,14 @@ impl Device {
                 self.engine.outbox.push(o);
             }
         }
+    }
+
+    /// A raw SQ's frame looped back inside the HCA to `port`'s receive
+    /// path, with the transport domain it was sent from (seen by the
+    /// port's tap once, In, as any frame that does not leave the port).
+    fn local_loopback(&mut self, port: u8, frame: Vec<u8>, td: u32) {
+        self.taps.see(port, crate::wire::Direction::In, &frame);
+        self.receive_frame_from(port, frame, Some(td));
     }
 
     fn drop_injected(&mut self, port: u8) -> bool {
@@ -1110,6 +1143,12 @@ impl Device {
 
     /// A frame from the wire.
     pub(crate) fn receive_frame(&mut self, port: u8, bytes: Vec<u8>) {
+        self.receive_frame_from(port, bytes, None);
+    }
+
+    /// [`receive_frame`](Self::receive_frame) of a frame looped back from
+    /// a raw SQ of transport domain `src_td` (`None`: from the wire).
+    fn receive_frame_from(&mut self, port: u8, bytes: Vec<u8>, src_td: Option<u32>) {
         self.datapath.frames_rx += 1;
         if self.gone || self.fatal() {
             return;
@@ -1125,7 +1164,7 @@ impl Device {
                     .note(format!("port {port}: malformed frame dropped: {why}"));
             }
             packet::Frame::Other { vlan, l3, l4 } => {
-                self.raw_receive(port, &bytes, vlan, l3, l4);
+                self.raw_receive(port, &bytes, vlan, (l3, l4), src_td);
             }
             packet::Frame::Roce(p) => {
                 // An InfiniBand port takes IB transport packets whatever
@@ -1148,7 +1187,7 @@ impl Device {
                         RoceVer::V1 => 0,
                     };
                     let l4 = if p.ver == RoceVer::V1 { 0 } else { 2 };
-                    self.raw_receive(port, &bytes, vlan, l3, l4);
+                    self.raw_receive(port, &bytes, vlan, (l3, l4), src_td);
                 }
             }
         }

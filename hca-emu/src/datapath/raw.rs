@@ -129,6 +129,15 @@ impl Device {
             w.dbr_addr,
         );
         let uidx = ifc().get(&w.ctx, "sqc", "user_index") as u32;
+        // The transport domain of the SQ's TIS (for the local loopback's
+        // self_lb_block check).
+        let tisn = w.tisn;
+        let src_td = self.fw.objs.get(ObjKind::Tis, tisn).and_then(|o| {
+            o.deps
+                .iter()
+                .find(|(k, _)| *k == ObjKind::TransportDomain)
+                .map(|&(_, n)| n)
+        });
         let Ok(dbr) = self.read_dbr_word(dbr_addr + 4, &format!("SQ {sqn:#x}")) else {
             return;
         };
@@ -181,7 +190,7 @@ impl Device {
                 if cs & (CS_L3 | CS_L4) != 0 {
                     insert_checksums(&mut f, cs & CS_L3 != 0, cs & CS_L4 != 0);
                 }
-                self.transmit(1, f);
+                self.transmit_from(1, f, src_td);
             }
             if w.signaled() {
                 let c = Cqe {
@@ -228,10 +237,34 @@ impl Device {
 
     /// A frame for the raw Ethernet path: steered by the NIC RX flow
     /// tables to TIRs, each handing it to one RQ (`steer.rs`).
-    pub(crate) fn raw_receive(&mut self, port: u8, f: &[u8], vlan: Option<u16>, l3: u8, l4: u8) {
+    /// `src_td`: the transport domain of the TIS a looped-back frame was
+    /// sent through (`None` from the wire); a TIR of that domain whose
+    /// `self_lb_block` has the frame's bit (multicast: destination MAC
+    /// bit 0; unicast otherwise) does not receive it.
+    pub(crate) fn raw_receive(
+        &mut self,
+        port: u8,
+        f: &[u8],
+        vlan: Option<u16>,
+        (l3, l4): (u8, u8),
+        src_td: Option<u32>,
+    ) {
         let _ = (port, vlan);
         let p = steer::parse(f);
+        let lb_bit = if f[0] & 1 != 0 { 2 } else { 1 };
         for (tirn, flow_tag) in self.steer_rx(&p) {
+            if let Some(td) = src_td {
+                let blocked = matches!(
+                    self.fw.objs.get(ObjKind::Tir, tirn).map(|o| &o.data),
+                    Some(crate::fw::objects::ObjData::Tir(t)) if t.td == td && t.self_lb_block & lb_bit != 0
+                );
+                if blocked {
+                    self.datapath.note(format!(
+                        "TIR {tirn:#x}: self loopback blocked (self_lb_block {lb_bit:#x}, transport domain {td:#x})"
+                    ));
+                    continue;
+                }
+            }
             let Some((rqn, hash)) = self.tir_rq(tirn, &p) else {
                 self.datapath.drops.raw_no_buffer += 1;
                 continue;

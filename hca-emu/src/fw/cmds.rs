@@ -1384,6 +1384,8 @@ fn create_tir(d: &mut Device, c: &Cmd) -> R {
         l3_ipv6: c.get("ctx.rx_hash_field_selector_outer.l3_prot_type") == 1,
         l4_udp: c.get("ctx.rx_hash_field_selector_outer.l4_prot_type") == 1,
         fields,
+        td,
+        self_lb_block: c.get("ctx.self_lb_block") as u8,
     };
     d.limit(ObjKind::Tir, "log_max_tir")?;
     let n =

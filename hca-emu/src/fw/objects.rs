@@ -299,6 +299,11 @@ pub(crate) struct Tir {
     pub(crate) l4_udp: bool,
     /// `rx_hash_field_selector_outer.selected_fields`.
     pub(crate) fields: u32,
+    /// `transport_domain`.
+    pub(crate) td: u32,
+    /// `self_lb_block`: bit 0 unicast, bit 1 multicast self loopback
+    /// blocked (frames sent through a TIS of the same transport domain).
+    pub(crate) self_lb_block: u8,
 }
 
 /// The counters of a Q counter set the emulator counts

@@ -65,6 +65,12 @@ pub(crate) struct Port {
     pub(crate) eth_proto_admin: u32,
     pub(crate) mac: [u8; 6],
     pub(crate) roce_en: bool,
+    /// NIC vport context `disable_mc_local_lb`: multicast frames the
+    /// function sends are not looped back to its own receive steering.
+    pub(crate) disable_mc_local_lb: bool,
+    /// NIC vport context `disable_uc_local_lb`: unicast frames to the
+    /// function's own address are not looped back to it.
+    pub(crate) disable_uc_local_lb: bool,
     pub(crate) vport_mtu: u16,
     pub(crate) event_enable: u8,
     pub(crate) gids: Vec<Option<Vec<u8>>>,
@@ -94,6 +100,8 @@ impl Port {
             eth_proto_admin: ETH_PROTO_CAPABILITY,
             mac,
             roce_en: false,
+            disable_mc_local_lb: false,
+            disable_uc_local_lb: false,
             vport_mtu: 1522,
             event_enable: 0,
             gids: vec![None; ROCE_ADDRESS_TABLE_SIZE],
@@ -443,6 +451,14 @@ pub(crate) fn query_nic_vport_context(d: &mut Device, c: &Cmd) -> R {
     // context says").
     o.set("nic_vport_context.min_wqe_inline_mode", 1)
         .set("nic_vport_context.roce_en", u64::from(p.roce_en))
+        .set(
+            "nic_vport_context.disable_mc_local_lb",
+            u64::from(p.disable_mc_local_lb),
+        )
+        .set(
+            "nic_vport_context.disable_uc_local_lb",
+            u64::from(p.disable_uc_local_lb),
+        )
         .set("nic_vport_context.mtu", u64::from(p.vport_mtu))
         .set(
             "nic_vport_context.permanent_address.mac_addr_47_32",
@@ -471,6 +487,12 @@ pub(crate) fn modify_nic_vport_context(d: &mut Device, c: &Cmd) -> R {
     }
     if sel("roce_en") {
         p.roce_en = v("roce_en") == 1;
+    }
+    if sel("disable_mc_local_lb") {
+        p.disable_mc_local_lb = v("disable_mc_local_lb") == 1;
+    }
+    if sel("disable_uc_local_lb") {
+        p.disable_uc_local_lb = v("disable_uc_local_lb") == 1;
     }
     if sel("permanent_address") {
         let hi = (v("permanent_address.mac_addr_47_32") as u16).to_be_bytes();

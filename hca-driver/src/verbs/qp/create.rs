@@ -183,7 +183,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 return Err(Error::InvalidAttribute {
                     attr: "create_flags",
                     value: u64::from(flags.0),
-                    reason: "BLOCK_SELF_MCAST_LB: multicast loopback concerns UD QPs only",
+                    reason: "BLOCK_SELF_MCAST_LB: multicast loopback concerns UD and raw packet QPs only",
                 });
             }
             if !hca.caps().general().get(CmdHcaCap::block_lb_mc) {
@@ -314,20 +314,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 Err(e) => return Err(fail(e, own_uar)),
             };
         let qpn = obj.number();
-        let general = hca.caps().general();
-        // Two halves of `2^log_bf_reg_size` bytes, inside the UAR page.
-        let room = (hca.uar_page_size() - firmware_cmds::uar::UAR_BF_OFFSET) / 2;
-        let half = ((1usize << general.get(CmdHcaCap::log_bf_reg_size).min(16)) / 2).min(room);
-        let bf = BfConfig {
-            reg_offset: uar_offset + firmware_cmds::uar::UAR_BF_OFFSET,
-            buf_size: half.max(64),
-            // BlueFlame copies only through a write-combining mapping; on
-            // an uncached one (vfio) doorbells only, as rdma-core does.
-            blueflame: own_uar.is_some()
-                && general.get(CmdHcaCap::bf)
-                && hca.platform().bar_write_combining(0),
-            prefer_bf: false,
-        };
+        let bf = bf_config(hca, uar_offset, own_uar.is_some());
         let cfg = QpConfig {
             qp_type: t,
             qpn: qpn.0,
@@ -347,28 +334,61 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 return Err(fail(e, own_uar));
             }
         };
+        Self::assemble(
+            pd,
+            init,
+            Backing::Qp(obj),
+            (uidx, uidx),
+            own_uar,
+            dp,
+            cfg,
+            bf,
+        )
+    }
+
+    /// The one constructor of a [`Qp`] value, from what a create made
+    /// (the firmware objects, the user indices of its send and receive
+    /// completions, its UAR, data path and configuration); then its
+    /// completion handles are registered with its CQs. On failure the
+    /// value's drop destroys everything.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn assemble(
+        pd: &impl Handle<Pd<P, S>, Share = S>,
+        init: &QpInitAttr<P, S>,
+        backing: Backing<P, S>,
+        (uidx, recv_uidx): (u32, u32),
+        own_uar: Option<FwObj<P, S, UarObj>>,
+        dp: verbs_core::Qp<P::Mmio>,
+        cfg: QpConfig,
+        bf: BfConfig,
+    ) -> Result<Self> {
+        let g = &cfg.geometry;
         let cap = QpCap {
-            max_send_wr: geometry.sq.map_or(0, |s| s.max_post),
-            max_recv_wr: geometry.rq.map_or(0, |r| r.max_post),
-            max_send_sge: geometry.sq.map_or(0, |s| s.max_gs),
-            max_recv_sge: geometry.rq.map_or(0, |r| r.max_gs),
-            max_inline_data: geometry.sq.map_or(0, |s| s.max_inline_data),
+            max_send_wr: g.sq.map_or(0, |s| s.max_post),
+            max_recv_wr: g.rq.map_or(0, |r| r.max_post),
+            max_send_sge: g.sq.map_or(0, |s| s.max_gs),
+            max_recv_sge: g.rq.map_or(0, |r| r.max_gs),
+            max_inline_data: g.sq.map_or(0, |s| s.max_inline_data),
+        };
+        let (obj, raw) = match backing {
+            Backing::Qp(o) => (Some(o), None),
+            Backing::Raw(r) => (None, Some(r)),
         };
         let mut qp = Qp {
             pd: pd.clone().into_ref(),
             send_cq: init.send_cq.clone(),
             recv_cq: init.recv_cq.clone(),
             srq: init.srq.clone(),
-            obj: Some(obj),
-            raw: None,
-            recv_uidx: uidx,
+            obj,
+            raw,
+            recv_uidx,
             own_uar,
             dp: Some(dp),
             orphan: None,
+            qp_type: cfg.qp_type,
+            qpn: Qpn(cfg.qpn),
             cfg,
             bf,
-            qp_type: t,
-            qpn,
             uidx,
             state: QpState::Reset,
             port: 0,
@@ -378,8 +398,37 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             sge_check: init.sge_check,
             cache: KeyCache::default(),
         };
-        // On failure the drop of `qp` destroys everything.
         qp.attach()?;
         Ok(qp)
+    }
+}
+
+/// The firmware objects a [`Qp`] is: a QP (CREATE_QP), or those of a raw
+/// packet QP.
+pub(super) enum Backing<P: Platform + 'static, S: Share> {
+    /// CREATE_QP's object.
+    Qp(FwObj<P, S, QpObj>),
+    /// A raw packet QP's transport domain, TIS, SQ, RQ and TIR.
+    Raw(raw::RawParts<P, S>),
+}
+
+/// The BlueFlame configuration of a QP ringing the UAR page at
+/// `uar_offset` (its own when `own_uar`): two halves of
+/// `2^log_bf_reg_size` bytes inside the page; copies only through a
+/// write-combining mapping of the BAR (on an uncached one, vfio,
+/// doorbells only, as rdma-core does) and a UAR of the QP's own.
+pub(super) fn bf_config<P: Platform>(
+    hca: &crate::hca::Hca<P>,
+    uar_offset: usize,
+    own_uar: bool,
+) -> BfConfig {
+    let general = hca.caps().general();
+    let room = (hca.uar_page_size() - firmware_cmds::uar::UAR_BF_OFFSET) / 2;
+    let half = ((1usize << general.get(CmdHcaCap::log_bf_reg_size).min(16)) / 2).min(room);
+    BfConfig {
+        reg_offset: uar_offset + firmware_cmds::uar::UAR_BF_OFFSET,
+        buf_size: half.max(64),
+        blueflame: own_uar && general.get(CmdHcaCap::bf) && hca.platform().bar_write_combining(0),
+        prefer_bf: false,
     }
 }

@@ -42,11 +42,14 @@ use crate::verbs::srq::Srq;
 
 mod create;
 mod mcast;
+mod pins;
 mod post;
 mod raw;
 mod state;
 
 pub use create::QpInitAttr;
+pub use pins::MAX_PINNED_RECEIVERS;
+pub(crate) use pins::ReceiverPins;
 pub use post::SendBatch;
 pub use raw::{ETH_L2_INLINE_HEADER_SIZE, QpCreateFlags};
 
@@ -602,17 +605,35 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// polled from its CQs (as [`modify`](Self::modify) to RESET does),
     /// unregisters it from them and frees its memory. The QP then drops
     /// its handles of the PD, CQs and SRQ.
+    ///
+    /// A raw packet QP that flow rules made by
+    /// [`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule)
+    /// still name goes as far as they allow: its RQ is stopped (RST), its
+    /// SQ and TIS are destroyed, its completions leave its CQs; its TIR,
+    /// RQ and transport domain, its memory and handles of its receive CQ
+    /// and PD stay with its context until the last of those rules is
+    /// deleted. That is not an error.
     pub fn destroy(mut self) -> Result<()> {
         self.teardown()
     }
 
     fn teardown(&mut self) -> Result<()> {
+        let ctx: &Context<P, S> = self.pd.context();
+        // A raw packet QP whose TIR flow rules still name keeps its
+        // receive side for them (see `pins`).
+        let mut retired = None;
         let r = match (self.obj.take(), self.raw.take()) {
             (Some(obj), _) => obj.destroy(),
-            (None, Some(mut raw)) => raw.destroy(),
+            (None, Some(mut raw)) => match raw.tir_number() {
+                Some(t) if ctx.receiver_pins().begin_retire(t) => {
+                    let (r, stopped, objs) = raw.retire_send_side();
+                    retired = Some((t, stopped, objs));
+                    r
+                }
+                _ => raw.destroy(),
+            },
             (None, None) => return Ok(()),
         };
-        let ctx: &Context<P, S> = self.pd.context();
         let hca = ctx.hca();
         self.clean_and_detach();
         let mut regions: [Option<DmaRegion>; 2] = [self.orphan.take(), None];
@@ -628,13 +649,39 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 }
             }
         }
-        for reg in regions.into_iter().flatten() {
-            release_after_destroy(hca, reg, r.is_ok());
+        // A receive queue that did not stop may still complete under its
+        // user index: then the index is not given out again.
+        let mut free_recv_uidx = true;
+        let mut rr = Ok(());
+        match retired {
+            Some((tirn, stopped, objs)) => {
+                free_recv_uidx = stopped;
+                let keep = pins::RetiredRecv {
+                    objs,
+                    regions,
+                    cq: self.recv_cq.clone(),
+                    pd: self.pd.clone(),
+                };
+                if let Some(k) = ctx.receiver_pins().hand_over(tirn, keep) {
+                    // The last rule went meanwhile.
+                    rr = k.destroy();
+                }
+            }
+            None => {
+                for reg in regions.into_iter().flatten() {
+                    release_after_destroy(hca, reg, r.is_ok());
+                }
+            }
         }
-        ctx.free_user_index(self.uidx);
         if self.recv_uidx != self.uidx {
-            ctx.free_user_index(self.recv_uidx);
+            ctx.free_user_index(self.uidx);
+            if free_recv_uidx {
+                ctx.free_user_index(self.recv_uidx);
+            }
+        } else if free_recv_uidx {
+            ctx.free_user_index(self.uidx);
         }
+        let r = r.and(rr);
         let u = match self.own_uar.take() {
             Some(u) if r.is_ok() => u.destroy(),
             Some(u) => {

@@ -28,21 +28,21 @@
 //!   start over.
 //! - Destroy runs in mlx5_ib's order (`destroy_raw_packet_qp`): TIR, RQ,
 //!   SQ, TIS, then the transport domain.
-//! - The receive side is a flow-rule destination: the QP is a
-//!   [`TirDest`](crate::flow::TirDest) for
-//!   [`FlowDest::Receivers`](crate::flow::FlowDest), as `ibv_create_flow`
-//!   on a raw QP. The rule does not borrow the QP (which must stay
-//!   postable): destroy the rules first. A QP destroyed while a rule still
-//!   names its TIR gets the firmware's refusal of DESTROY_TIR back and
-//!   keeps its RQ, TIS and transport domain (and its memory, retired)
-//!   until the HCA is closed, which then reports the objects still held.
+//! - The receive side is a flow-rule destination, as `ibv_create_flow`
+//!   on a raw QP: [`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule).
+//!   The rule does not borrow the QP (which must stay postable); it pins
+//!   the QP's receive side in its context instead. The QP may be
+//!   destroyed before its rules: its send side goes at once, its RQ is
+//!   stopped, and the TIR, RQ and transport domain go when the last rule
+//!   naming them is deleted (the module `pins`).
 //! - CQE version 1 only: raw receive CQEs carry the flow tag where a
 //!   version 0 CQE names its queue.
 
 use firmware_cmds::caps::{CmdHcaCap, PerProtocolNetworkingOffloadCaps};
 use firmware_cmds::eth::{
     CreateRqIn, CreateSqIn, INLINE_MODE_NONE, RQC_MEM_RQ_TYPE_MEMORY_RQ_INLINE, Rqc, Sqc,
-    TIRC_DISP_TYPE_DIRECT, Tirc, WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
+    TIRC_DISP_TYPE_DIRECT, TIRC_SELF_LB_BLOCK_BLOCK_MULTICAST, Tirc, WQ_STATE_ERR, WQ_STATE_RDY,
+    WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
 };
 
 use super::*;
@@ -64,9 +64,12 @@ pub struct QpCreateFlags(pub u32);
 impl QpCreateFlags {
     /// None.
     pub const NONE: Self = Self(0);
-    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (UD): multicast packets the QP
-    /// sends are not looped back to it (the QPC's `block_lb_mc`; needs
-    /// the `block_lb_mc` capability).
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: multicast packets the QP
+    /// sends are not looped back to it (needs the `block_lb_mc`
+    /// capability). A UD QP: the QPC's `block_lb_mc`. A raw packet QP:
+    /// its TIR's `self_lb_block` multicast bit, which keeps the frames
+    /// sent through a TIS of the QP's transport domain (its own SQ's) from
+    /// its receive queue, as mlx5_ib's `create_raw_packet_qp_tir` sets it.
     pub const BLOCK_SELF_MCAST_LB: Self = Self(1 << 1);
     /// `IBV_QP_CREATE_SCATTER_FCS`: received frames keep their 4-byte FCS
     /// (`rqc.scatter_fcs`).
@@ -147,6 +150,58 @@ impl<P: Platform + 'static, S: Share> RawParts<P, S> {
         r
     }
 
+    /// The direct TIR's number (a QP with a receive queue).
+    pub(crate) fn tir_number(&self) -> Option<Tirn> {
+        self.tir.as_ref().map(|t| t.number())
+    }
+
+    /// Retires the send side while flow rules still name the TIR: the RQ
+    /// is stopped (MODIFY_RQ to RST: no frame reaches its buffers or its
+    /// CQ from here on), then the SQ and the TIS are destroyed. The TIR,
+    /// the RQ and the transport domain (which the TIR names) are handed
+    /// back, to be destroyed in mlx5_ib's order once the last rule goes.
+    /// The result is the first failure, and whether the RQ stopped.
+    pub(crate) fn retire_send_side(&mut self) -> (Result<()>, bool, RecvObjs<P, S>) {
+        let mut r = Ok(());
+        let mut stopped = true;
+        if let Some(rq) = &self.rq {
+            if self.wq_state != WQ_STATE_RST {
+                if let Err(e) = rq.modify_state(self.wq_state, WQ_STATE_RST) {
+                    stopped = false;
+                    r = Err(e);
+                }
+            }
+        }
+        if let Some(q) = self.sq.take() {
+            match q.destroy() {
+                Ok(()) => {
+                    if let Some(t) = self.tis.take() {
+                        if let Err(e) = t.destroy() {
+                            if r.is_ok() {
+                                r = Err(e);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    // The SQ may still exist: its TIS stays.
+                    if let Some(t) = self.tis.take() {
+                        core::mem::forget(t);
+                    }
+                    if r.is_ok() {
+                        r = Err(e);
+                    }
+                }
+            }
+        }
+        let objs = RecvObjs {
+            tir: self.tir.take(),
+            rq: self.rq.take(),
+            td: self.td.take(),
+        };
+        (r, stopped, objs)
+    }
+
     /// MODIFY_RQ and MODIFY_SQ from the state both are in to `to`
     /// (nothing when they are there).
     fn move_wqs(&mut self, to: u8) -> Result<()> {
@@ -171,6 +226,38 @@ impl<P: Platform + 'static, S: Share> RawParts<P, S> {
         }
         self.wq_state = to;
         Ok(())
+    }
+}
+
+/// A raw packet QP's receive side objects: its direct TIR, its RQ and the
+/// transport domain they belong to.
+pub(crate) struct RecvObjs<P: Platform + 'static, S: Share> {
+    pub(crate) tir: Option<FwObj<P, S, TirObj>>,
+    pub(crate) rq: Option<FwObj<P, S, RqObj>>,
+    pub(crate) td: Option<FwObj<P, S, TdObj>>,
+}
+
+impl<P: Platform + 'static, S: Share> RecvObjs<P, S> {
+    /// Destroys the TIR, the RQ and the transport domain, in that order
+    /// (mlx5_ib's); an object whose user failed to go is kept (forgotten).
+    pub(crate) fn destroy(&mut self) -> Result<()> {
+        if let Some(t) = self.tir.take() {
+            if let Err(e) = t.destroy() {
+                core::mem::forget(self.rq.take());
+                core::mem::forget(self.td.take());
+                return Err(e);
+            }
+        }
+        if let Some(q) = self.rq.take() {
+            if let Err(e) = q.destroy() {
+                core::mem::forget(self.td.take());
+                return Err(e);
+            }
+        }
+        match self.td.take() {
+            Some(td) => td.destroy(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -247,12 +334,22 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             });
         }
         let flags = init.create_flags;
-        if flags.0 & !(QpCreateFlags::SCATTER_FCS | QpCreateFlags::CVLAN_STRIPPING).0 != 0 {
+        let known = QpCreateFlags::SCATTER_FCS
+            | QpCreateFlags::CVLAN_STRIPPING
+            | QpCreateFlags::BLOCK_SELF_MCAST_LB;
+        if flags.0 & !known.0 != 0 {
             return Err(Error::InvalidAttribute {
                 attr: "create_flags",
                 value: u64::from(flags.0),
                 reason: "unknown or unsupported create flags for a raw packet QP",
             });
+        }
+        if flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB)
+            && !caps.general().get(CmdHcaCap::block_lb_mc)
+        {
+            return Err(Error::Unsupported(
+                "blocking multicast loopback (capability block_lb_mc is 0)",
+            ));
         }
         if flags.contains(QpCreateFlags::CVLAN_STRIPPING)
             && !eth.get(PerProtocolNetworkingOffloadCaps::vlan_cap)
@@ -447,7 +544,15 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                 let tirc = Tirc::new()
                     .with(Tirc::disp_type, TIRC_DISP_TYPE_DIRECT)?
                     .with(Tirc::inline_rqn, rqn.0)?
-                    .with(Tirc::transport_domain, tdn.0)?;
+                    .with(Tirc::transport_domain, tdn.0)?
+                    .with(
+                        Tirc::self_lb_block,
+                        if flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB) {
+                            TIRC_SELF_LB_BLOCK_BLOCK_MULTICAST
+                        } else {
+                            0
+                        },
+                    )?;
                 parts.tir = Some(hca.create_tir_object(tirc)?.rehome(hca.clone()));
             }
             Ok(())
@@ -467,17 +572,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             // A queue exists (checked above).
             (None, None) => 0,
         });
-        let general = hca.caps().general();
-        let room = (hca.uar_page_size() - firmware_cmds::uar::UAR_BF_OFFSET) / 2;
-        let half = ((1usize << general.get(CmdHcaCap::log_bf_reg_size).min(16)) / 2).min(room);
-        let bf = BfConfig {
-            reg_offset: uar_offset + firmware_cmds::uar::UAR_BF_OFFSET,
-            buf_size: half.max(64),
-            blueflame: own_uar.is_some()
-                && general.get(CmdHcaCap::bf)
-                && hca.platform().bar_write_combining(0),
-            prefer_bf: false,
-        };
+        let bf = super::create::bf_config(hca, uar_offset, own_uar.is_some());
         let cfg = QpConfig {
             qp_type: QpType::RawPacket,
             qpn: qpn.0,
@@ -500,40 +595,16 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             Ok(d) => d,
             Err((e, p)) => return Err(fail(Error::DataPath(e), parts, p.region)),
         };
-        let cap = QpCap {
-            max_send_wr: geometry.sq.map_or(0, |s| s.max_post),
-            max_recv_wr: geometry.rq.map_or(0, |r| r.max_post),
-            max_send_sge: geometry.sq.map_or(0, |s| s.max_gs),
-            max_recv_sge: geometry.rq.map_or(0, |r| r.max_gs),
-            max_inline_data: geometry.sq.map_or(0, |s| s.max_inline_data),
-        };
-        let mut qp = Qp {
-            pd: pd.clone().into_ref(),
-            send_cq: init.send_cq.clone(),
-            recv_cq: init.recv_cq.clone(),
-            srq: None,
-            obj: None,
-            raw: Some(parts),
-            recv_uidx,
+        Self::assemble(
+            pd,
+            init,
+            super::create::Backing::Raw(parts),
+            (uidx, recv_uidx),
             own_uar,
-            dp: Some(dp),
-            orphan: None,
+            dp,
             cfg,
             bf,
-            qp_type: QpType::RawPacket,
-            qpn,
-            uidx,
-            state: QpState::Reset,
-            port: 0,
-            pkey_index: 0,
-            dest_qpn: 0,
-            cap,
-            sge_check: init.sge_check,
-            cache: KeyCache::default(),
-        };
-        // On failure the drop of `qp` destroys everything.
-        qp.attach()?;
-        Ok(qp)
+        )
     }
 
     /// Registers a raw packet QP's completion handles: the send queue's
@@ -654,9 +725,12 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         self.raw.as_ref()?.rq.as_ref().map(|r| r.number())
     }
 
-    /// The direct TIR of a raw packet QP's receive queue: a destination
-    /// for flow rules ([`FlowDest::Tirs`](crate::flow::FlowDest)), which
-    /// then deliver into this QP.
+    /// The direct TIR of a raw packet QP's receive queue, which flow rules
+    /// deliver into this QP through. Rules made by
+    /// [`FlowGroup::add_qp_rule`](crate::flow::FlowGroup::add_qp_rule)
+    /// keep the receive side alive past the QP; a rule made with the
+    /// number alone ([`FlowDest::Receivers`](crate::flow::FlowDest)) does
+    /// not, and must then be deleted before the QP is destroyed.
     pub fn tir(&self) -> Option<Tirn> {
         self.raw.as_ref()?.tir.as_ref().map(|t| t.number())
     }
@@ -703,11 +777,5 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
     /// inline mode; 0 for other QPs.
     pub fn eth_min_inline(&self) -> u16 {
         self.cfg.eth_min_inline
-    }
-}
-
-impl<P: Platform + 'static, S: Share> crate::flow::TirDest for Qp<P, S> {
-    fn tir_number(&self) -> Option<Tirn> {
-        self.tir()
     }
 }
