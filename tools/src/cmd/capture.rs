@@ -18,17 +18,33 @@
 //! steering drops (frames no flow rule took); under VFIO the driver has
 //! no Q counter query yet, which the line says.
 //!
-//! Timestamps are the host's clock when the completion is polled: the
-//! driver does not read CQE timestamps (the line at the start says so).
+//! Timestamps (the line at the start says which): by default the
+//! device's, each receive CQE's `timestamp` (free-running ticks of the
+//! device clock, `device_frequency_khz`), turned into wall-clock time by
+//! an anchor taken at the start, the device's internal timer read between
+//! two readings of the host's clock
+//! ([`DeviceClock`](hca_driver::capture::DeviceClock)); the frames keep
+//! the device's spacing and order, whatever the host's polling does. With
+//! `--host-time`, the host's clock when the completion is polled. A
+//! classic pcap file has no field to record which: the start line and
+//! this documentation say it.
+//!
+//! SIGINT (Ctrl-C) ends the capture as `-c` and `--duration` do: the
+//! frames captured so far are flushed into the file and the final
+//! counters printed; a second SIGINT while that is under way exits at
+//! once (status 130).
 
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use hca_driver::capture::DeviceClock;
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
-use hca_driver::verbs::{WcStatus, WorkCompletion};
+use hca_driver::verbs::{Completion, RxCqe, WcStatus, WorkCompletion};
 use hca_emu::EmuHca;
 use platform::Platform;
 
@@ -107,6 +123,10 @@ pub struct CaptureArgs {
     /// The L4 protocol.
     #[arg(long, value_enum)]
     pub proto: Option<Proto>,
+    /// Timestamps from the host's clock when each completion is polled,
+    /// instead of the device's CQE timestamps.
+    #[arg(long = "host-time")]
+    pub host_time: bool,
 }
 
 /// `aa:bb:cc:dd:ee:ff` (or with `-`) as six bytes.
@@ -422,6 +442,73 @@ enum Sink<'o> {
     Lines(&'o mut dyn Write),
 }
 
+/// Where the frames' timestamps come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Stamps {
+    /// The host's clock when the completion is polled (`--host-time`).
+    Host,
+    /// The CQE's timestamp on the device clock, anchored to the host's.
+    Device(DeviceClock),
+}
+
+impl Stamps {
+    /// The time of a frame whose CQE carries `cqe_ts`.
+    pub fn time(&self, cqe_ts: u64) -> Duration {
+        match self {
+            Stamps::Host => host_time(),
+            Stamps::Device(c) => c.host_time(cqe_ts),
+        }
+    }
+
+    /// What the start line says of them.
+    pub fn describe(&self) -> String {
+        match self {
+            Stamps::Host => "host clock when polled (--host-time)".into(),
+            Stamps::Device(c) => format!(
+                "device clock (CQE timestamps, {} kHz, anchored to the host clock at the start)",
+                c.khz
+            ),
+        }
+    }
+}
+
+/// SIGINT as a flag the receive loop looks at, for the time it is
+/// installed (a second SIGINT once the flag is set exits at once, with
+/// status 130).
+struct Interrupt {
+    flag: Arc<AtomicBool>,
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl Interrupt {
+    fn install() -> Result<Self> {
+        let flag = Arc::new(AtomicBool::new(false));
+        let sig = signal_hook::consts::SIGINT;
+        let err = |e| ToolError::Usage(format!("capture: installing the SIGINT handler: {e}"));
+        // The exit first: on the first SIGINT the flag is not yet set when
+        // it looks.
+        let exit = signal_hook::flag::register_conditional_shutdown(sig, 130, flag.clone())
+            .map_err(err)?;
+        let set = signal_hook::flag::register(sig, flag.clone()).map_err(err)?;
+        Ok(Self {
+            flag,
+            ids: vec![exit, set],
+        })
+    }
+
+    fn raised(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
 /// Runs `hca capture`.
 pub fn run(
     a: &CaptureArgs,
@@ -431,6 +518,7 @@ pub fn run(
 ) -> Result<Counters> {
     a.validate()?;
     let m = a.flow_match()?;
+    let stop = Interrupt::install()?;
     // The output first: a file that cannot be written is known before any
     // bring-up.
     let mut sink = match &a.write {
@@ -453,7 +541,7 @@ pub fn run(
         None => Sink::Lines(out),
     };
     let dev = Device::open(sel, open)?;
-    let r = capture(a, &m, &dev, &mut sink);
+    let r = capture(a, &m, &dev, &mut sink, &stop);
     let r = dev.finish(r);
     if let Sink::Pcap(w, name) = &mut sink {
         let flushed = w.flush().map_err(|source| ToolError::File {
@@ -467,7 +555,13 @@ pub fn run(
     r
 }
 
-fn capture(a: &CaptureArgs, m: &FlowMatch, dev: &Device, sink: &mut Sink<'_>) -> Result<Counters> {
+fn capture(
+    a: &CaptureArgs,
+    m: &FlowMatch,
+    dev: &Device,
+    sink: &mut Sink<'_>,
+    stop: &Interrupt,
+) -> Result<Counters> {
     let hca = dev.hca();
     let emu = dev.emulator();
     let hint = if emu.is_some() && a.port == WIRE_PORT {
@@ -487,20 +581,46 @@ fn capture(a: &CaptureArgs, m: &FlowMatch, dev: &Device, sink: &mut Sink<'_>) ->
     } else {
         "the frames the selectors match".to_string()
     };
-    let tir = rq.tir()?;
+    let stamps = if a.host_time {
+        Ok(Stamps::Host)
+    } else {
+        DeviceClock::anchor(hca, host_time)
+            .map(Stamps::Device)
+            .map_err(|e| {
+                ToolError::driver(
+                    "capture: the device clock for CQE timestamps (--host-time takes the host's instead)",
+                    e,
+                )
+            })
+    };
+    let stamps = match stamps {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = rq.close();
+            return Err(e);
+        }
+    };
+    let tir = match rq.tir() {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = rq.close();
+            return Err(e);
+        }
+    };
     // The device's drops are counted from here.
     let emu = emu.map(|e| (e, emu_drops(e)));
     // Said once the rule is in place: from here on frames are captured.
     let r = with_steering(hca, m, tir, || {
         eprintln!(
-            "hca capture: port {} ({}) of {}: {what}; {} buffers of {} bytes; timestamps: host clock (the driver does not read CQE timestamps)",
+            "hca capture: port {} ({}) of {}: {what}; {} buffers of {} bytes; timestamps: {}",
             a.port,
             mac_text(&mac),
             dev.desc().describe,
             a.buffers,
-            a.buf_size
+            a.buf_size,
+            stamps.describe()
         );
-        receive(a, &mut rq, emu, sink)
+        receive(a, &mut rq, emu, sink, &stamps, stop)
     });
     let closed = rq.close();
     let c = r?;
@@ -513,8 +633,10 @@ fn receive(
     rq: &mut RawQp<crate::device::ToolPlatform>,
     emu: Option<(&EmuHca, EmuDrops)>,
     sink: &mut Sink<'_>,
+    stamps: &Stamps,
+    stop: &Interrupt,
 ) -> Result<Counters> {
-    let hca = rq.ctx.hca().clone();
+    let hca = rq.raw.ctx.hca().clone();
     let mut st = Stats {
         c: Counters::default(),
         start: Instant::now(),
@@ -523,7 +645,7 @@ fn receive(
     let deadline = a.duration.map(|d| st.start + Duration::from_secs_f64(d));
     let mut last_report = Instant::now();
     let mut last_service = Instant::now();
-    let mut wc = [WorkCompletion::default(); 32];
+    let (mut c, mut cqe) = (Completion::default(), RxCqe::default());
     let mut frame = Vec::with_capacity(a.buf_size as usize);
     let mut idle = 0u32;
     loop {
@@ -533,19 +655,30 @@ fn receive(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let n = rq
-            .cq
-            .poll(&mut wc)
-            .map_err(|e| ToolError::driver("polling the CQ", e))?;
-        for w in &wc[..n] {
+        if stop.raised() {
+            eprintln!("hca capture: interrupted (SIGINT)");
+            break;
+        }
+        let mut n = 0;
+        while n < 32 {
+            let got = rq
+                .raw
+                .recv_cq
+                .poll_one_rx(&mut c, &mut cqe)
+                .map_err(|e| ToolError::driver("polling the receive CQ", e))?;
+            if !got {
+                break;
+            }
+            n += 1;
+            let w = WorkCompletion::from(c);
             match w.status {
                 WcStatus::Success => {
                     if a.count.is_some_and(|c| st.c.frames >= c) {
                         // Beyond -c: not captured (the rule is removed next).
                         continue;
                     }
-                    rq.read_frame(w, &mut frame)?;
-                    let t = host_time();
+                    rq.read_frame(&w, &mut frame)?;
+                    let t = stamps.time(cqe.timestamp());
                     match sink {
                         Sink::Pcap(p, _) => p.frame_at(t, &frame),
                         Sink::Lines(o) => writeln!(o, "{}", summary(t, &frame))?,
