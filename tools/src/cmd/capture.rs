@@ -790,6 +790,46 @@ mod tests {
     }
 
     #[test]
+    fn device_stamps_become_the_pcap_record_times() {
+        // 275 MHz; tick 5000 read when the host showed 1700000000.999999 s.
+        let anchor = Duration::new(1_700_000_000, 999_999_000);
+        let s = Stamps::Device(DeviceClock::new(275_000, 5_000, anchor).unwrap());
+        let ticks = [5_000u64, 5_275, 5_276, 5_000 + 275_000_000 * 2 + 11, 4_725];
+        let mut out = Vec::new();
+        let mut w = PcapWriter::new(&mut out).unwrap();
+        for (i, &t) in ticks.iter().enumerate() {
+            w.frame_at(s.time(t), &[i as u8; 60]);
+        }
+        w.flush().unwrap();
+        drop(w);
+        // Each record's seconds and nanoseconds, as the pcap holds them.
+        let word = |o: usize| u32::from_ne_bytes(out[o..o + 4].try_into().unwrap());
+        let times: Vec<(u32, u32)> = (0..ticks.len())
+            .map(|i| 24 + i * (16 + 60))
+            .map(|o| (word(o), word(o + 4)))
+            .collect();
+        assert_eq!(
+            times,
+            vec![
+                (1_700_000_000, 999_999_000),
+                // +1 us: over the second.
+                (1_700_000_001, 0),
+                // +276 ticks: 1003.636... ns, truncated.
+                (1_700_000_001, 3),
+                // +2 s and 11 ticks (40 ns).
+                (1_700_000_002, 999_999_040),
+                // 275 ticks before the anchor: 1 us earlier.
+                (1_700_000_000, 999_998_000),
+            ]
+        );
+        assert!(
+            s.describe()
+                .starts_with("device clock (CQE timestamps, 275000 kHz")
+        );
+        assert!(Stamps::Host.describe().contains("--host-time"));
+    }
+
+    #[test]
     fn summary_names_addresses_and_ports() {
         let f = hca_emu::frame::Frame::new([2, 0, 0, 0, 0, 0xb], [2, 0, 0, 0, 0, 0xa])
             .l3(hca_emu::frame::L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
