@@ -15,7 +15,7 @@ use hca_driver::verbs::{
 };
 use hca_driver::{Config, Error, Hca};
 use hca_emu::frame::{Frame, L3, L4};
-use hca_emu::{Clock, EmuConfig, EmuPlatform};
+use hca_emu::{EmuConfig, EmuPlatform};
 use hca_tests::Link;
 
 const PORT: u16 = 4660;
@@ -64,6 +64,15 @@ fn next_rx(rx: &RawContext<EmuPlatform>, wait: Duration) -> Option<(WorkCompleti
     None
 }
 
+/// A raw context on port 1 of `h` with `send` and `recv` work requests.
+fn raw(h: &Arc<Hca<EmuPlatform>>, send: u32, recv: u32) -> RawContext<EmuPlatform> {
+    RawContextBuilder::new(1)
+        .send_wr(send)
+        .recv_wr(recv)
+        .build(h)
+        .unwrap()
+}
+
 fn macs(ha: &Arc<Hca<EmuPlatform>>, hb: &Arc<Hca<EmuPlatform>>) -> ([u8; 6], [u8; 6]) {
     let m = |h: &Arc<Hca<EmuPlatform>>| h.info().ports[0].mac.unwrap();
     (m(ha), m(hb))
@@ -72,32 +81,18 @@ fn macs(ha: &Arc<Hca<EmuPlatform>>, hb: &Arc<Hca<EmuPlatform>>) -> ([u8; 6], [u8
 #[test]
 fn steered_slots_take_the_matching_frames_with_device_clock_timestamps() {
     // Real time: the device clock advances between the frames.
-    let mut l = Link::emulated(
-        EmuConfig {
-            clock: Clock::Real,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = Link::emulated_real_time(Config::default());
     let h = l.open();
     {
         let (ha, hb) = (h.a.clone(), h.b().clone());
         let (mac_a, mac_b) = macs(&ha, &hb);
-        let mut rx = RawContextBuilder::new(1)
-            .send_wr(0)
-            .recv_wr(4)
-            .build(&hb)
-            .unwrap();
+        let mut rx = raw(&hb, 0, 4);
         let rslots = RawSlots::new(&rx, 4, 256).unwrap();
         for i in 0..4 {
             rx.post_recv_slot(&rslots, i).unwrap();
         }
         assert_eq!(rx.qp.state(), QpState::Rtr, "posting moved it to RTR");
-        let mut tx = RawContextBuilder::new(1)
-            .send_wr(4)
-            .recv_wr(0)
-            .build(&ha)
-            .unwrap();
+        let mut tx = raw(&ha, 4, 0);
         let tslots = RawSlots::new(&tx, 1, 256).unwrap();
         let frames: Vec<Vec<u8>> = (0..3)
             .map(|i| udp(mac_b, mac_a, if i == 1 { PORT + 1 } else { PORT }, i))
@@ -161,22 +156,14 @@ fn steering_helpers_and_slots_refuse_bad_input_and_clean_up_after_errors() {
     {
         let hb = h.b().clone();
         // A send-only context has no TIR to steer to.
-        let mut tx = RawContextBuilder::new(1)
-            .send_wr(4)
-            .recv_wr(0)
-            .build(&hb)
-            .unwrap();
+        let mut tx = raw(&hb, 4, 0);
         assert!(matches!(tx.tir(), Err(Error::InvalidArgument { .. })));
         assert!(matches!(
             tx.steered(&FlowMatch::default(), |_| Ok(())),
             Err(Error::InvalidArgument { .. })
         ));
         drop(tx);
-        let mut rx = RawContextBuilder::new(1)
-            .send_wr(0)
-            .recv_wr(4)
-            .build(&hb)
-            .unwrap();
+        let mut rx = raw(&hb, 0, 4);
         // Slots: none, or past the end.
         assert!(matches!(
             RawSlots::new(&rx, 0, 64),

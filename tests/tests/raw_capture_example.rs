@@ -37,16 +37,9 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
     use hca_driver::flow::{FlowDest, TirDest};
     use hca_driver::steering::FlowMatch;
     use hca_driver::verbs::{AccessFlags, DmaBuf, Mr, QpState, SendFlags, SendOp, SendWr};
-    use hca_emu::{Clock, EmuConfig};
     use hca_tests::Link;
 
-    let mut l = Link::emulated(
-        EmuConfig {
-            clock: Clock::Real,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = Link::emulated_real_time(Config::default());
     let h = l.open();
     {
         let (ha, hb) = (h.a.clone(), h.b().clone());

@@ -114,6 +114,24 @@ fn pcap_frames(b: &[u8]) -> Vec<Vec<u8>> {
     pcap_records(b).into_iter().map(|(_, f)| f).collect()
 }
 
+/// The times and the frames of the pcap file `f`.
+fn pcap_file(f: &Path) -> (Vec<Duration>, Vec<Vec<u8>>) {
+    pcap_records(&std::fs::read(f).unwrap()).into_iter().unzip()
+}
+
+/// `n` UDP frames of the default kind, source ports `sport`, `sport + 1`...
+fn udp_frames(n: u16, sport: u16) -> Vec<Vec<u8>> {
+    (sport..sport + n)
+        .map(|sport| {
+            F {
+                sport,
+                ..F::default()
+            }
+            .bytes()
+        })
+        .collect()
+}
+
 /// The host's clock (since the Unix epoch).
 fn now() -> Duration {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap()
@@ -516,15 +534,7 @@ fn pcap_times_come_from_the_device_clock_anchored_to_the_host() {
     let file = dir.join("t.pcap");
     let before = now();
     let run = start(&["-w", file.to_str().unwrap(), "-c", "4", "--proto", "udp"]);
-    let frames: Vec<Vec<u8>> = (0..4)
-        .map(|i| {
-            F {
-                sport: 100 + i,
-                ..F::default()
-            }
-            .bytes()
-        })
-        .collect();
+    let frames = udp_frames(4, 100);
     // Two pairs 50 ms apart.
     run.send(&frames[..2]);
     std::thread::sleep(Duration::from_millis(50));
@@ -536,10 +546,8 @@ fn pcap_times_come_from_the_device_clock_anchored_to_the_host() {
         first.contains("timestamps: device clock (CQE timestamps, 275000 kHz"),
         "{first}"
     );
-    let recs = pcap_records(&std::fs::read(&file).unwrap());
-    let got: Vec<Vec<u8>> = recs.iter().map(|(_, f)| f.clone()).collect();
+    let (t, got) = pcap_file(&file);
     assert_eq!(got, frames);
-    let t: Vec<Duration> = recs.iter().map(|(t, _)| *t).collect();
     assert!(t.windows(2).all(|w| w[0] < w[1]), "{t:?}");
     // The anchor is taken once the device is up, and the clock runs at
     // the host's rate: every time falls in the run (a little slack for
@@ -572,15 +580,7 @@ fn sigint_ends_a_capture_with_its_counters_and_a_whole_pcap() {
     let dir = scratch("capture-sigint");
     let file = dir.join("i.pcap");
     let run = start(&["-w", file.to_str().unwrap(), "--proto", "udp", "-v"]);
-    let frames: Vec<Vec<u8>> = (0..3)
-        .map(|i| {
-            F {
-                sport: 200 + i,
-                ..F::default()
-            }
-            .bytes()
-        })
-        .collect();
+    let frames = udp_frames(3, 200);
     run.send(&frames);
     // The counters every second (-v) show the frames taken before the
     // signal is sent.
@@ -611,9 +611,7 @@ fn sigint_ends_a_capture_with_its_counters_and_a_whole_pcap() {
     );
     let line = done_line(&seen);
     assert!(line.contains("done: 3 frames"), "{line}");
-    let recs = pcap_records(&std::fs::read(&file).unwrap());
-    let got: Vec<Vec<u8>> = recs.iter().map(|(_, f)| f.clone()).collect();
-    assert_eq!(got, frames);
+    assert_eq!(pcap_file(&file).1, frames);
     if let Some(n) = tshark_count(&file) {
         assert_eq!(n, 3);
     }
