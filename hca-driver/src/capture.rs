@@ -9,7 +9,7 @@
 //! after a timeout without traffic.
 //!
 //! Flow rules steer frames into the context's QP as into any raw QP
-//! ([`RawContext::qp`] is a [`TirDest`](crate::flow::TirDest)); the
+//! ([`RawContext::qp`] is a [`TirDest`]); the
 //! simplest case, one rule into one QP for as long as a closure runs, is
 //! [`with_steering`] (or [`RawContext::steered`]). [`RawSlots`] are the
 //! buffers: slots of one registered DMA buffer, a slot per work request.

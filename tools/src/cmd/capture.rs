@@ -23,7 +23,7 @@
 //! device clock, `device_frequency_khz`), turned into wall-clock time by
 //! an anchor taken at the start, the device's internal timer read between
 //! two readings of the host's clock
-//! ([`DeviceClock`](hca_driver::capture::DeviceClock)); the frames keep
+//! ([`DeviceClock`]); the frames keep
 //! the device's spacing and order, whatever the host's polling does. With
 //! `--host-time`, the host's clock when the completion is polled. A
 //! classic pcap file has no field to record which: the start line and
