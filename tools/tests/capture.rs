@@ -618,6 +618,54 @@ fn sigint_ends_a_capture_with_its_counters_and_a_whole_pcap() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--pcapng`: the file's section comment says where the timestamps come
+/// from (classic pcap has no field for it), the frames are whole in
+/// enhanced packet blocks with nanosecond times, and tshark and capinfos
+/// read it.
+#[test]
+fn pcapng_says_where_its_timestamps_come_from() {
+    let dir = scratch("capture-pcapng");
+    let file = dir.join("c.pcapng");
+    let run = start(&["-w", file.to_str().unwrap(), "-c", "2", "--pcapng"]);
+    let frames = udp_frames(2, 300);
+    run.send(&frames);
+    let _ = run.finish();
+    let b = std::fs::read(&file).unwrap();
+    let word = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
+    assert_eq!((word(0), word(8)), (0x0a0d_0d0a, 0x1a2b_3c4d));
+    let comment = "hca capture: timestamps from the device clock";
+    assert!(
+        b.windows(comment.len()).any(|w| w == comment.as_bytes()),
+        "no comment in the section header"
+    );
+    // The enhanced packet blocks (type 6): time and frame.
+    let (mut o, mut got, mut times) = (0, Vec::new(), Vec::new());
+    while o < b.len() {
+        let (kind, len) = (word(o), word(o + 4) as usize);
+        if kind == 6 {
+            times.push(u64::from(word(o + 12)) << 32 | u64::from(word(o + 16)));
+            let cap = word(o + 20) as usize;
+            got.push(b[o + 28..o + 28 + cap].to_vec());
+        }
+        o += len;
+    }
+    assert_eq!(got, frames);
+    assert!(times[0] < times[1], "{times:?}");
+    if let Some(n) = tshark_count(&file) {
+        assert_eq!(n, 2);
+        let o = Command::new("capinfos").arg(&file).output().unwrap();
+        let info = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{info}");
+        assert!(info.contains(comment), "{info}");
+        assert!(info.contains("nanoseconds"), "{info}");
+    }
+    // Only with -w.
+    let o = hca(&["capture", "--pcapng", "-c", "1"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--pcapng is the format of -w FILE"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Under VFIO: `-d <bdf>` of a function of the emulated VFIO device
 /// (`LD_PRELOAD` of `hca-vfio-emu`) whose port is on a Unix datagram wire
 /// this test writes frames into; the device drops are then not available

@@ -26,8 +26,9 @@
 //! ([`DeviceClock`]); the frames keep
 //! the device's spacing and order, whatever the host's polling does. With
 //! `--host-time`, the host's clock when the completion is polled. A
-//! classic pcap file has no field to record which: the start line and
-//! this documentation say it.
+//! classic pcap file has no field to record which: the start line says
+//! it, and with `--pcapng` the file's section comment
+//! ([`pcap_comment`]) does too.
 //!
 //! SIGINT (Ctrl-C) ends the capture as `-c` and `--duration` do: the
 //! frames captured so far are flushed into the file and the final
@@ -127,6 +128,10 @@ pub struct CaptureArgs {
     /// instead of the device's CQE timestamps.
     #[arg(long = "host-time")]
     pub host_time: bool,
+    /// Write pcapng rather than classic pcap (`-w`): its section comment
+    /// says where the timestamps come from.
+    #[arg(long)]
+    pub pcapng: bool,
 }
 
 /// `aa:bb:cc:dd:ee:ff` (or with `-`) as six bytes.
@@ -472,6 +477,30 @@ impl Stamps {
     }
 }
 
+/// The section comment of a `--pcapng` capture: where its timestamps
+/// come from.
+pub fn pcap_comment(host_time: bool) -> &'static str {
+    if host_time {
+        "hca capture: timestamps from the host's clock when each completion was polled (--host-time)"
+    } else {
+        "hca capture: timestamps from the device clock (each receive CQE's timestamp, device clock ticks), anchored to the host's clock when the capture started"
+    }
+}
+
+/// The pcap (or with `--pcapng` pcapng) writer of `-w`, its header
+/// written into `w`.
+fn pcap_writer<'o>(
+    a: &CaptureArgs,
+    w: Box<dyn Write + 'o>,
+) -> std::io::Result<PcapWriter<Box<dyn Write + 'o>>> {
+    if a.pcapng {
+        let d = format!("hca capture, port {}", a.port);
+        PcapWriter::new_ng(w, pcap_comment(a.host_time), &d)
+    } else {
+        PcapWriter::new(w)
+    }
+}
+
 /// SIGINT as a flag the receive loop looks at, for the time it is
 /// installed (a second SIGINT once the flag is set exits at once, with
 /// status 130).
@@ -523,7 +552,7 @@ pub fn run(
     // bring-up.
     let mut sink = match &a.write {
         Some(p) if p.as_os_str() == "-" => Sink::Pcap(
-            PcapWriter::new(Box::new(out) as Box<dyn Write>).map_err(ToolError::Output)?,
+            pcap_writer(a, Box::new(out)).map_err(ToolError::Output)?,
             "stdout".into(),
         ),
         Some(p) => {
@@ -532,11 +561,15 @@ pub fn run(
                 source,
             };
             let f = std::fs::File::create(p).map_err(file_err)?;
-            let w: Box<dyn Write> = Box::new(std::io::BufWriter::new(f));
             Sink::Pcap(
-                PcapWriter::new(w).map_err(file_err)?,
+                pcap_writer(a, Box::new(std::io::BufWriter::new(f))).map_err(file_err)?,
                 p.display().to_string(),
             )
+        }
+        None if a.pcapng => {
+            return Err(ToolError::Usage(
+                "--pcapng is the format of -w FILE: give -w too".into(),
+            ));
         }
         None => Sink::Lines(out),
     };
