@@ -112,7 +112,13 @@ impl RawContextBuilder {
     /// Opens the context on `hca`: verbs context, PD, a completion channel
     /// and a CQ for each direction, the raw packet QP in RESET.
     pub fn build<P: Platform + 'static>(&self, hca: &Arc<Hca<P>>) -> Result<RawContext<P>> {
-        let ctx = Arc::new(Context::open(hca)?);
+        self.build_in(&Arc::new(Context::open(hca)?))
+    }
+
+    /// [`build`](Self::build) in a verbs context the caller already has
+    /// open (e.g. to query the port first).
+    pub fn build_in<P: Platform + 'static>(&self, ctx: &Arc<Context<P>>) -> Result<RawContext<P>> {
+        let ctx = ctx.clone();
         ctx.check_port(self.port)?;
         let pd = Arc::new(Pd::alloc(&ctx)?);
         let send_channel = Arc::new(CompChannel::create(&ctx)?);

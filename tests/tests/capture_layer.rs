@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hca_driver::capture::{DeviceClock, RawContext, RawContextBuilder, RawSlots, with_steering};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
-    Completion, QpState, RxCqe, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
+    Completion, Context, QpState, RxCqe, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, Error, Hca};
 use hca_emu::frame::{Frame, L3, L4};
@@ -163,6 +163,20 @@ fn steering_helpers_and_slots_refuse_bad_input_and_clean_up_after_errors() {
             Err(Error::InvalidArgument { .. })
         ));
         drop(tx);
+        // In a verbs context of the caller's: the same context, the port
+        // checked.
+        let ctx = Arc::new(Context::open(&hb).unwrap());
+        let c = RawContextBuilder::new(1)
+            .send_wr(1)
+            .recv_wr(0)
+            .build_in(&ctx)
+            .unwrap();
+        assert!(Arc::ptr_eq(&c.ctx, &ctx));
+        drop(c);
+        assert!(matches!(
+            RawContextBuilder::new(9).build_in(&ctx),
+            Err(Error::InvalidAttribute { .. })
+        ));
         let mut rx = raw(&hb, 0, 4);
         // Slots: none, or past the end.
         assert!(matches!(

@@ -67,8 +67,8 @@ pub struct RawQp<P: Platform + 'static> {
 }
 
 impl<P: Platform + 'static> RawQp<P> {
-    /// Opens the context on `hca` (the port checked, `down_hint` for a
-    /// port that is down), moves the QP to RTR (RTS with a send queue)
+    /// Opens the context on `hca` (the port checked first, `down_hint`
+    /// for a port that is down), moves the QP to RTR (RTS with a send queue)
     /// and posts every receive slot. Returns it with the port's MAC.
     pub fn open(
         hca: &Arc<Hca<P>>,
@@ -77,10 +77,16 @@ impl<P: Platform + 'static> RawQp<P> {
         down_hint: &str,
     ) -> Result<(Self, [u8; 6])> {
         let what = |w: &str| format!("{who}: {w}");
+        // The port first: its messages say what is wrong with it.
+        let ctx = Arc::new(
+            Context::open(hca)
+                .map_err(|e| ToolError::driver(what("opening a verbs context"), e))?,
+        );
+        let mac = ethernet_port(&ctx, who, spec.port, down_hint)?;
         let raw = RawContextBuilder::new(spec.port)
             .send_wr(spec.tx)
             .recv_wr(spec.rx)
-            .build(hca)
+            .build_in(&ctx)
             .map_err(|e| {
                 ToolError::driver(
                     what(&format!(
@@ -90,7 +96,6 @@ impl<P: Platform + 'static> RawQp<P> {
                     e,
                 )
             })?;
-        let mac = ethernet_port(&raw.ctx, who, spec.port, down_hint)?;
         let slots = RawSlots::new(&raw, spec.rx + spec.tx, spec.slot).map_err(|e| {
             ToolError::driver(
                 what(&format!(
