@@ -564,12 +564,9 @@ impl<P: Platform + 'static> RawSlots<P> {
 /// showed `at_host` (any epoch; e.g. since the Unix epoch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceClock {
-    /// The clock's rate in kHz (not 0).
-    pub khz: u32,
-    /// The anchor's device time, in ticks.
-    pub at_tick: u64,
-    /// The anchor's host time.
-    pub at_host: Duration,
+    khz: u32,
+    at_tick: u64,
+    at_host: Duration,
 }
 
 impl DeviceClock {
@@ -611,6 +608,21 @@ impl DeviceClock {
         let after = host_now();
         let mid = before + after.saturating_sub(before) / 2;
         Self::new(khz, tick, mid)
+    }
+
+    /// The clock's rate in kHz (never 0).
+    pub fn khz(&self) -> u32 {
+        self.khz
+    }
+
+    /// The anchor's device time, in ticks.
+    pub fn at_tick(&self) -> u64 {
+        self.at_tick
+    }
+
+    /// The anchor's host time.
+    pub fn at_host(&self) -> Duration {
+        self.at_host
     }
 
     /// The host time of device tick `t` (ticks before the anchor count

@@ -138,7 +138,7 @@ fn steered_slots_take_the_matching_frames_with_device_clock_timestamps() {
         // lands a moment after the anchor.
         assert_eq!(hb.device_clock_khz(), 275_000);
         let c = DeviceClock::anchor(&hb, || Duration::from_secs(1000)).unwrap();
-        assert_eq!(c.at_host, Duration::from_secs(1000));
+        assert_eq!(c.at_host(), Duration::from_secs(1000));
         let later = hb.internal_timer().unwrap();
         let dt = c.host_time(later) - Duration::from_secs(1000);
         assert!(dt < Duration::from_secs(5), "{dt:?}");

@@ -471,7 +471,7 @@ impl Stamps {
             Stamps::Host => "host clock when polled (--host-time)".into(),
             Stamps::Device(c) => format!(
                 "device clock (CQE timestamps, {} kHz, anchored to the host clock at the start)",
-                c.khz
+                c.khz()
             ),
         }
     }
