@@ -476,6 +476,8 @@ pub struct RawSlots<P: Platform + 'static> {
     buf: Arc<DmaBuf<P>>,
     n: u64,
     slot: usize,
+    /// Each slot's whole scatter entry, for [`recv_wrs`](Self::recv_wrs).
+    sges: Vec<Sge>,
 }
 
 impl<P: Platform + 'static> RawSlots<P> {
@@ -494,12 +496,29 @@ impl<P: Platform + 'static> RawSlots<P> {
         }
         let buf = Arc::new(DmaBuf::alloc(raw.ctx.hca(), len)?);
         let mr = Mr::register(&raw.pd, &buf, AccessFlags::LOCAL_WRITE)?;
+        let sges = (0..n as usize)
+            .map(|i| mr.sge(i * slot, slot as u32))
+            .collect::<Result<_>>()?;
         Ok(Self {
             mr,
             buf,
             n: u64::from(n),
             slot,
+            sges,
         })
+    }
+
+    /// One receive work request per slot, each `wr_id` its slot, for
+    /// [`RawContext::repost_loop`] (which wants them in that order).
+    pub fn recv_wrs(&self) -> Vec<RecvWr<'_>> {
+        self.sges
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RecvWr {
+                wr_id: i as u64,
+                sgl: core::slice::from_ref(s),
+            })
+            .collect()
     }
 
     /// The number of slots.

@@ -33,7 +33,7 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
     use std::time::Duration;
 
     use hca_driver::Config;
-    use hca_driver::capture::{Flow, RawContextBuilder};
+    use hca_driver::capture::{Flow, RawContextBuilder, RawSlots};
     use hca_driver::flow::{FlowDest, TirDest};
     use hca_driver::steering::FlowMatch;
     use hca_driver::verbs::{AccessFlags, DmaBuf, Mr, QpState, SendFlags, SendOp, SendWr};
@@ -50,8 +50,8 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
             .recv_wr(8)
             .build(&hb)
             .unwrap();
-        let slots = example::RecvSlots::new(&hb, &rx.pd, 8).unwrap();
-        let wrs = slots.wrs();
+        let slots = RawSlots::new(&rx, 8, 2048).unwrap();
+        let wrs = slots.recv_wrs();
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let all = FlowMatch::default();
         let g = t.create_group(0, 0, &all).unwrap();
