@@ -458,6 +458,16 @@ impl<P: Platform> Hca<P> {
         Ok(Object::new(self, Pdn(out.get(AllocPdOut::pd))))
     }
 
+    /// Whether the device has Q counter sets (`cmd_hca_cap.max_qp_cnt`
+    /// above 0).
+    pub fn has_q_counters(&self) -> bool {
+        self.caps()
+            .general
+            .cur
+            .get(firmware_cmds::caps::CmdHcaCap::max_qp_cnt)
+            != 0
+    }
+
     /// ALLOC_Q_COUNTER: a Q counter set, deallocated when the handle goes.
     /// A device has `cmd_hca_cap.max_qp_cnt` of them (0: none, the command
     /// is not sent).
@@ -478,13 +488,7 @@ impl<P: Platform> Hca<P> {
                 reason: "a handle of another HCA",
             });
         }
-        if self
-            .caps()
-            .general
-            .cur
-            .get(firmware_cmds::caps::CmdHcaCap::max_qp_cnt)
-            == 0
-        {
+        if !self.has_q_counters() {
             return Err(Error::Unsupported("Q counters (max_qp_cnt is 0)"));
         }
         let out: AllocQCounterOut = self.exec(&AllocQCounterIn::new())?;

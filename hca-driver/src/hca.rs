@@ -31,7 +31,7 @@ use crate::eq::{Eq, EqKind, Eqs};
 use crate::error::{DeadReason, Error, Result, Wait};
 use crate::events::EventRouter;
 use crate::fwpages::PageManager;
-use crate::health::{HealthMonitor, HealthReading, read_health};
+use crate::health::{HealthMonitor, HealthReading, read_health, read_internal_timer};
 use crate::info::{CapPair, Caps, DeviceInfo, PciIds};
 use crate::irq::IrqState;
 use crate::types::Uarn;
@@ -670,6 +670,28 @@ impl<P: Platform> Hca<P> {
         match verdict {
             Ok(()) => Ok(r),
             Err(d) => Err(self.declare_dead(d)),
+        }
+    }
+
+    /// The device's free-running clock (`internal_timer_h`/`_l` of the
+    /// initialization segment), the clock of free-running CQE timestamps
+    /// ([`RxCqe::timestamp`](verbs_core::RxCqe::timestamp)); its rate is
+    /// [`device_clock_khz`](Self::device_clock_khz). A dead
+    /// device fails.
+    pub fn internal_timer(&self) -> Result<u64> {
+        self.check_alive()?;
+        Ok(read_internal_timer(&self.bar))
+    }
+
+    /// The device clock's rate in kHz: `device_frequency_khz` of the
+    /// general HCA caps, or `device_frequency_mhz` × 1000 where the
+    /// firmware leaves the kHz field 0 (the recorded ConnectX-4 firmware
+    /// 14.12 reports 275 MHz and 0 kHz); 0 when it reports neither.
+    pub fn device_clock_khz(&self) -> u32 {
+        let g = self.caps().general();
+        match g.get(CmdHcaCap::device_frequency_khz) {
+            0 => g.get(CmdHcaCap::device_frequency_mhz).saturating_mul(1000),
+            khz => khz,
         }
     }
 

@@ -11,7 +11,7 @@ use core::time::Duration;
 
 use firmware_cmds::init_seg::{
     HEALTH_BUFFER_OFFSET, HEALTH_COUNTER_OFFSET, HEALTH_FW_VERSION_GONE, HealthBuffer,
-    HealthCounter, HealthSyndrome,
+    HealthCounter, HealthSyndrome, INTERNAL_TIMER_H_OFFSET, INTERNAL_TIMER_L_OFFSET,
 };
 use firmware_cmds::layout::Field;
 use platform::Mmio;
@@ -66,6 +66,22 @@ pub(crate) fn read_health<M: Mmio>(bar: &M) -> HealthReading {
         ext_synd: hb.get(HealthBuffer::ext_synd),
         counter: HealthCounter::from_bits(bar.read32(HEALTH_COUNTER_OFFSET)).health_counter(),
     }
+}
+
+/// The device's free-running clock, `internal_timer_h`:`internal_timer_l`
+/// of the initialization segment (ticks of the HCA caps'
+/// `device_frequency_khz`): the high word, the low word, the high word
+/// again; when the two high words differ the low word wrapped between
+/// the reads, and it is read once more to go with the second high word
+/// (as Linux's `mlx5_read_internal_timer` does).
+pub(crate) fn read_internal_timer<M: Mmio>(bar: &M) -> u64 {
+    let h = bar.read32(INTERNAL_TIMER_H_OFFSET).get();
+    let mut l = bar.read32(INTERNAL_TIMER_L_OFFSET).get();
+    let h1 = bar.read32(INTERNAL_TIMER_H_OFFSET).get();
+    if h1 != h {
+        l = bar.read32(INTERNAL_TIMER_L_OFFSET).get();
+    }
+    u64::from(h1) << 32 | u64::from(l)
 }
 
 /// The whole health buffer (16 dwords from init segment 0x200), for the
@@ -198,6 +214,54 @@ mod tests {
         fn set(&self, off: usize, v: u32) {
             self.0.lock()[off / 4] = v;
         }
+    }
+
+    /// An internal timer that advances by `step` ticks at every read of
+    /// either word.
+    struct Ticking {
+        now: spin::Mutex<u64>,
+        step: u64,
+    }
+
+    impl Mmio for Ticking {
+        fn len(&self) -> usize {
+            HEALTH_COUNTER_OFFSET + 4
+        }
+        fn read32(&self, offset: usize) -> Be32 {
+            let mut t = self.now.lock();
+            let v = *t;
+            *t += self.step;
+            match offset {
+                INTERNAL_TIMER_H_OFFSET => Be32::new((v >> 32) as u32),
+                INTERNAL_TIMER_L_OFFSET => Be32::new(v as u32),
+                _ => Be32::new(0),
+            }
+        }
+        fn write32(&self, _: usize, _: Be32) {}
+        fn write64(&self, _: usize, _: Be64) {}
+    }
+
+    #[test]
+    fn internal_timer_is_high_then_low_and_survives_a_low_word_wrap() {
+        let seg = InitSeg::new();
+        seg.set(0x1000, 0x0000_0012);
+        seg.set(0x1004, 0x3456_789a);
+        assert_eq!(read_internal_timer(&seg), 0x12_3456_789a);
+        // The low word wraps between the first high read and the low
+        // read: a naive h:l would be 0x5_0000_0002, far behind the clock.
+        let t = Ticking {
+            now: spin::Mutex::new(0x5_ffff_fffe),
+            step: 2,
+        };
+        // h at 0x5_ffff_fffe (5), l at 0x6_0000_0000 (0), h again at
+        // 0x6_0000_0002 (6): differs, l once more at 0x6_0000_0004.
+        assert_eq!(read_internal_timer(&t), 0x6_0000_0004);
+        // Without a wrap the three reads are h, l, h.
+        let t = Ticking {
+            now: spin::Mutex::new(0x7_0000_0000),
+            step: 1,
+        };
+        assert_eq!(read_internal_timer(&t), 0x7_0000_0001);
     }
 
     impl Mmio for InitSeg {

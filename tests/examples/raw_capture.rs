@@ -1,7 +1,8 @@
 //! Packet capture with the raw context (`hca_driver::capture`), on two
 //! emulated ConnectX-4s cabled port to port: side B opens a
-//! `RawContext`, steers UDP frames to port 4660 into its QP with a flow
-//! rule and runs the repost loop; side A's `RawContext` sends the frames.
+//! `RawContext` with `RawSlots` for buffers, steers UDP frames to port
+//! 4660 into its QP with a flow rule (`steered`) and runs the repost
+//! loop; side A's `RawContext` sends the frames.
 //!
 //! ```sh
 //! cargo run -p hca-tests --example raw_capture -- [frames]
@@ -10,16 +11,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hca_driver::capture::{Flow, LoopStats, RawContextBuilder};
+use hca_driver::Config;
+use hca_driver::capture::{Flow, LoopStats, RawContextBuilder, RawSlots};
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
-use hca_driver::verbs::{
-    AccessFlags, DmaBuf, Mr, Pd, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus,
-};
-use hca_driver::{Config, Hca};
+use hca_driver::verbs::{AccessFlags, DmaBuf, Mr, QpState, SendFlags, SendOp, SendWr, WcStatus};
 use hca_emu::EmuConfig;
 use hca_emu::frame::{Frame, L3, L4};
 use hca_tests::Link;
-use platform::Platform;
 
 /// The UDP destination port captured.
 pub const PORT: u16 = 4660;
@@ -39,41 +37,6 @@ pub fn udp_frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Vec<u8> {
         .build()
 }
 
-/// Receive buffers: slots of [`SLOT`] bytes in one DMA buffer, its
-/// memory region and each slot's scatter entry.
-pub struct RecvSlots<P: Platform + 'static> {
-    /// The slots, back to back.
-    pub buf: Arc<DmaBuf<P>>,
-    /// The region the scatter entries name, kept while they are in use.
-    _mr: Mr<P>,
-    /// Slot `i`'s scatter entry.
-    pub sges: Vec<Sge>,
-}
-
-impl<P: Platform + 'static> RecvSlots<P> {
-    /// `n` slots registered on `pd`.
-    pub fn new(hca: &Arc<Hca<P>>, pd: &Arc<Pd<P>>, n: usize) -> Result<Self, hca_driver::Error> {
-        let buf = Arc::new(DmaBuf::alloc(hca, n * SLOT)?);
-        let mr = Mr::register(pd, &buf, AccessFlags::LOCAL_WRITE)?;
-        let sges = (0..n)
-            .map(|i| mr.sge(i * SLOT, SLOT as u32))
-            .collect::<Result<_, _>>()?;
-        Ok(Self { buf, _mr: mr, sges })
-    }
-
-    /// One receive work request per slot, its `wr_id` the slot.
-    pub fn wrs(&self) -> Vec<RecvWr<'_>> {
-        self.sges
-            .iter()
-            .enumerate()
-            .map(|(i, s)| RecvWr {
-                wr_id: i as u64,
-                sgl: std::slice::from_ref(s),
-            })
-            .collect()
-    }
-}
-
 /// Sends `frames` frames from side A and captures them on side B; returns
 /// the loop's figures and the sequence numbers seen, in order.
 pub fn run(frames: u32) -> Result<(LoopStats, Vec<u32>), hca_driver::Error> {
@@ -84,21 +47,17 @@ pub fn run(frames: u32) -> Result<(LoopStats, Vec<u32>), hca_driver::Error> {
         let mac = |hca: &Arc<hca_driver::Hca<_>>| hca.info().ports[0].mac.expect("an Ethernet MAC");
         let (mac_a, mac_b) = (mac(ha), mac(hb));
 
-        // Side B: the capture context, its buffers, the flow rule.
+        // Side B: the capture context, its buffers, the flow rule's match.
         let mut rx = RawContextBuilder::new(1)
             .send_wr(0)
             .recv_wr(RING as u32)
             .build(hb)?;
-        let slots = RecvSlots::new(hb, &rx.pd, RING)?;
-        let wrs = slots.wrs();
-        let table = hb.create_flow_table(0, 1, None)?;
+        let slots = RawSlots::new(&rx, RING as u32, SLOT)?;
+        let wrs = slots.recv_wrs();
         let m = FlowMatch::from_specs(&[FlowSpec::Udp {
             src_port: Masked::default(),
             dst_port: Masked::exact(PORT, 0xffff),
         }])?;
-        let group = table.create_group(0, 0, &m)?;
-        let rule = group.add_qp_rule(0, &m, &[&rx.qp], &[])?;
-        table.set_root()?;
 
         // Side A: the sending context; its frames go out as the receive
         // loop runs (the emulated wire delivers at once).
@@ -127,46 +86,48 @@ pub fn run(frames: u32) -> Result<(LoopStats, Vec<u32>), hca_driver::Error> {
             sent += 1;
             Ok::<(), hca_driver::Error>(())
         };
-        // The ring posted (the QP moved to RTR for it), the first frame
-        // sent; each frame received sends the next, until `frames`.
+        // While the rule steers the frames into side B's QP: the ring
+        // posted (the QP moved to RTR for it), the first frame sent; each
+        // frame received sends the next, until `frames`.
         let mut seen = Vec::new();
-        rx.post_recv_wrs(&wrs)?;
-        if frames > 0 {
-            send_one(&mut tx)?;
-        }
         let mut failed = None;
-        let stats = rx.repost_loop_posted(&wrs, Duration::from_millis(500), |wc, cqe| {
-            let slot = wc.wr_id as usize;
-            let mut b = vec![0u8; wc.byte_len as usize];
-            slots.buf.read(slot * SLOT, &mut b).expect("the slot");
-            let text = String::from_utf8_lossy(&b[42..]);
-            let seq: u32 = text
-                .trim_start_matches("capture frame ")
-                .trim_end_matches('\0')
-                .parse()
-                .expect("a sequence number");
-            println!(
-                "frame {seq:>4}: {} bytes, slot {slot:>2}, IPv4/UDP checksums {}, RSS hash {:#010x}",
-                wc.byte_len,
-                if cqe.ip_csum_ok() { "ok" } else { "BAD" },
-                cqe.rss_hash()
-            );
-            seen.push(seq);
-            if seen.len() as u32 >= frames {
-                return Flow::Stop;
+        let stats = rx.steered(&m, |rx| {
+            rx.post_recv_wrs(&wrs)?;
+            if frames > 0 {
+                send_one(&mut tx)?;
             }
-            if let Err(e) = send_one(&mut tx) {
-                failed = Some(e);
-                return Flow::Stop;
-            }
-            Flow::Continue
+            rx.repost_loop_posted(&wrs, Duration::from_millis(500), |wc, cqe| {
+                let mut b = Vec::new();
+                slots.read_frame(wc, &mut b).expect("a frame the slots hold");
+                let text = String::from_utf8_lossy(&b[42..]);
+                let seq: u32 = text
+                    .trim_start_matches("capture frame ")
+                    .trim_end_matches('\0')
+                    .parse()
+                    .expect("a sequence number");
+                println!(
+                    "frame {seq:>4}: {} bytes, slot {:>2}, IPv4/UDP checksums {}, RSS hash {:#010x}, device clock {}",
+                    wc.byte_len,
+                    wc.wr_id,
+                    if cqe.ip_csum_ok() { "ok" } else { "BAD" },
+                    cqe.rss_hash(),
+                    cqe.timestamp()
+                );
+                seen.push(seq);
+                if seen.len() as u32 >= frames {
+                    return Flow::Stop;
+                }
+                if let Err(e) = send_one(&mut tx) {
+                    failed = Some(e);
+                    return Flow::Stop;
+                }
+                Flow::Continue
+            })
         })?;
         if let Some(e) = failed {
             return Err(e);
         }
-        drop(rule);
-        drop(group);
-        drop(table);
+        drop(slots);
         drop(rx);
         drop(tx);
         Ok((stats, seen))

@@ -470,6 +470,20 @@ impl Link<EmuPlatform> {
         }
     }
 
+    /// [`emulated`](Self::emulated) on the real-time clock
+    /// ([`hca_emu::Clock::Real`]): for tests whose threads sleep while the
+    /// device works, or that need the device clock to advance between
+    /// events.
+    pub fn emulated_real_time(config: Config) -> Self {
+        Self::emulated(
+            EmuConfig {
+                clock: hca_emu::Clock::Real,
+                ..EmuConfig::default()
+            },
+            config,
+        )
+    }
+
     /// Side A's emulator.
     pub fn emu_a(&self) -> &EmuHca {
         self.a.emu().expect("emulated")

@@ -33,19 +33,12 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
     use std::time::Duration;
 
     use hca_driver::Config;
-    use hca_driver::capture::{Flow, RawContextBuilder};
+    use hca_driver::capture::{Flow, RawContextBuilder, RawSlots};
     use hca_driver::steering::FlowMatch;
     use hca_driver::verbs::{AccessFlags, DmaBuf, Mr, QpState, SendFlags, SendOp, SendWr};
-    use hca_emu::{Clock, EmuConfig};
     use hca_tests::Link;
 
-    let mut l = Link::emulated(
-        EmuConfig {
-            clock: Clock::Real,
-            ..EmuConfig::default()
-        },
-        Config::default(),
-    );
+    let mut l = Link::emulated_real_time(Config::default());
     let h = l.open();
     {
         let (ha, hb) = (h.a.clone(), h.b().clone());
@@ -56,8 +49,8 @@ fn the_repost_loop_sleeps_on_its_channel_and_wakes_for_frames() {
             .recv_wr(8)
             .build(&hb)
             .unwrap();
-        let slots = example::RecvSlots::new(&hb, &rx.pd, 8).unwrap();
-        let wrs = slots.wrs();
+        let slots = RawSlots::new(&rx, 8, 2048).unwrap();
+        let wrs = slots.recv_wrs();
         let t = hb.create_flow_table(0, 1, None).unwrap();
         let all = FlowMatch::default();
         let g = t.create_group(0, 0, &all).unwrap();

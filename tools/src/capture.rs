@@ -9,6 +9,14 @@
 //! header in front of each frame (the pcap format of libpcap's
 //! `pcap-savefile(5)`, "nanosecond" variant with magic 0xa1b23c4d), in
 //! this machine's byte order, as libpcap writes it.
+//!
+//! `hca capture --pcapng` writes pcapng instead ([`PcapWriter::new_ng`],
+//! the format of the IETF draft "PCAP Next Generation (pcapng) Capture
+//! File Format", as Wireshark's dumpcap writes it): a section header
+//! block whose comment says where the timestamps come from (classic pcap
+//! has no field for that), one interface description block (Ethernet,
+//! nanosecond `if_tsresol`, a description), and an enhanced packet block
+//! per frame, in this machine's byte order.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -36,6 +44,44 @@ pub struct PcapWriter<W: Write> {
     w: W,
     frames: u64,
     error: Option<std::io::Error>,
+    /// pcapng (enhanced packet blocks) rather than classic records.
+    ng: bool,
+}
+
+/// pcapng section header block type.
+const PCAPNG_SHB: u32 = 0x0a0d_0d0a;
+/// pcapng interface description block type.
+const PCAPNG_IDB: u32 = 1;
+/// pcapng enhanced packet block type.
+const PCAPNG_EPB: u32 = 6;
+/// pcapng byte-order magic.
+const PCAPNG_BYTE_ORDER: u32 = 0x1a2b_3c4d;
+/// pcapng option codes: `opt_comment`, `if_description`, `if_tsresol`.
+const OPT_COMMENT: u16 = 1;
+const IF_DESCRIPTION: u16 = 3;
+const IF_TSRESOL: u16 = 9;
+
+/// Appends a pcapng option (code, length, value padded to 4 bytes); a
+/// value longer than an option can hold is cut.
+fn pcapng_option(out: &mut Vec<u8>, code: u16, value: &[u8]) {
+    let v = &value[..value.len().min(usize::from(u16::MAX) & !3)];
+    out.extend_from_slice(&code.to_ne_bytes());
+    out.extend_from_slice(&(v.len() as u16).to_ne_bytes());
+    out.extend_from_slice(v);
+    out.resize(out.len().next_multiple_of(4), 0);
+}
+
+/// A pcapng block: type, total length, `body` (padded to 4 bytes), total
+/// length again.
+fn pcapng_block(kind: u32, body: &[u8]) -> Vec<u8> {
+    let len = 12 + body.len().next_multiple_of(4);
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(&kind.to_ne_bytes());
+    b.extend_from_slice(&(len as u32).to_ne_bytes());
+    b.extend_from_slice(body);
+    b.resize(len - 4, 0);
+    b.extend_from_slice(&(len as u32).to_ne_bytes());
+    b
 }
 
 impl<W: Write> PcapWriter<W> {
@@ -54,6 +100,37 @@ impl<W: Write> PcapWriter<W> {
             w,
             frames: 0,
             error: None,
+            ng: false,
+        })
+    }
+
+    /// Writes a pcapng section header block (with `comment`, e.g. where
+    /// the timestamps come from) and one interface description block
+    /// (LINKTYPE_ETHERNET, nanosecond timestamps, `description`) into
+    /// `w`; frames follow as enhanced packet blocks of that interface.
+    pub fn new_ng(mut w: W, comment: &str, description: &str) -> std::io::Result<Self> {
+        let mut shb = Vec::new();
+        shb.extend_from_slice(&PCAPNG_BYTE_ORDER.to_ne_bytes());
+        shb.extend_from_slice(&1u16.to_ne_bytes());
+        shb.extend_from_slice(&0u16.to_ne_bytes());
+        // Section length: not given.
+        shb.extend_from_slice(&(-1i64).to_ne_bytes());
+        pcapng_option(&mut shb, OPT_COMMENT, comment.as_bytes());
+        pcapng_option(&mut shb, 0, &[]);
+        let mut idb = Vec::new();
+        idb.extend_from_slice(&(LINKTYPE_ETHERNET as u16).to_ne_bytes());
+        idb.extend_from_slice(&0u16.to_ne_bytes());
+        idb.extend_from_slice(&SNAPLEN.to_ne_bytes());
+        pcapng_option(&mut idb, IF_DESCRIPTION, description.as_bytes());
+        pcapng_option(&mut idb, IF_TSRESOL, &[9]);
+        pcapng_option(&mut idb, 0, &[]);
+        w.write_all(&pcapng_block(PCAPNG_SHB, &shb))?;
+        w.write_all(&pcapng_block(PCAPNG_IDB, &idb))?;
+        Ok(Self {
+            w,
+            frames: 0,
+            error: None,
+            ng: true,
         })
     }
 
@@ -64,6 +141,20 @@ impl<W: Write> PcapWriter<W> {
         }
         let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         let caplen = len.min(SNAPLEN);
+        if self.ng {
+            // Nanoseconds since the epoch, high word first.
+            let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+            let mut body = Vec::with_capacity(20 + bytes.len() + 3);
+            for v in [0, (ns >> 32) as u32, ns as u32, caplen, len] {
+                body.extend_from_slice(&v.to_ne_bytes());
+            }
+            body.extend_from_slice(&bytes[..caplen as usize]);
+            match self.w.write_all(&pcapng_block(PCAPNG_EPB, &body)) {
+                Ok(()) => self.frames += 1,
+                Err(e) => self.error = Some(e),
+            }
+            return;
+        }
         let mut h = [0u8; 16];
         // pcap's seconds are 32 bits (until 2106).
         h[0..4].copy_from_slice(&(t.as_secs() as u32).to_ne_bytes());
@@ -164,6 +255,47 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pcapng_has_the_comment_a_nanosecond_interface_and_packet_blocks() {
+        let mut out = Vec::new();
+        let mut w = PcapWriter::new_ng(&mut out, "timestamps: x", "port 1").unwrap();
+        w.frame_at(Duration::new(5, 7), &[0xab; 61]);
+        w.flush().unwrap();
+        assert_eq!(w.frames(), 1);
+        drop(w);
+        let word = |o: usize| u32::from_ne_bytes(out[o..o + 4].try_into().unwrap());
+        let half = |o: usize| u16::from_ne_bytes(out[o..o + 2].try_into().unwrap());
+        // SHB: type, length, magic, 1.0, section length -1, the comment
+        // (13 bytes padded to 16), end of options, length.
+        assert_eq!((word(0), word(8)), (0x0a0d_0d0a, 0x1a2b_3c4d));
+        assert_eq!((half(12), half(14)), (1, 0));
+        let shb = word(4) as usize;
+        assert_eq!(shb, 12 + 16 + 4 + 16 + 4);
+        assert_eq!((half(24), half(26)), (1, 13));
+        assert_eq!(&out[28..41], b"timestamps: x");
+        assert_eq!(word(shb - 4), shb as u32);
+        // IDB: Ethernet, snaplen, if_description, if_tsresol 9.
+        let i = shb;
+        assert_eq!((word(i), half(i + 8), word(i + 12)), (1, 1, SNAPLEN));
+        assert_eq!((half(i + 16), half(i + 18)), (3, 6));
+        assert_eq!(&out[i + 20..i + 26], b"port 1");
+        assert_eq!((half(i + 28), half(i + 30), out[i + 32]), (9, 1, 9));
+        let idb = word(i + 4) as usize;
+        // EPB: interface 0, the time in nanoseconds, lengths, the frame
+        // padded to 64.
+        let e = i + idb;
+        let ns = 5_000_000_007u64;
+        assert_eq!(word(e), 6);
+        assert_eq!(word(e + 4) as usize, 12 + 20 + 64);
+        assert_eq!(
+            (word(e + 8), word(e + 12), word(e + 16)),
+            (0, (ns >> 32) as u32, ns as u32)
+        );
+        assert_eq!((word(e + 20), word(e + 24)), (61, 61));
+        assert_eq!(&out[e + 28..e + 89], &[0xab; 61]);
+        assert_eq!(out.len(), e + 12 + 20 + 64);
+    }
 
     #[test]
     fn the_file_is_a_pcap_of_ethernet_frames() {

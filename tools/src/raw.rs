@@ -1,24 +1,18 @@
-//! What `capture` and `perf raw-bw` share: a raw packet QP
-//! (`IBV_QPT_RAW_PACKET`) with its receive buffers and the repost loop,
-//! the NIC RX flow rule that steers frames into it, and the device's own
-//! drop counters where it has them.
-//!
-//! The QP is the verbs API's ([`QpType::RawPacket`]: transport domain,
-//! TIS + SQ, RQ + direct TIR under the hood), on one port, with `n`
-//! receive buffers of `slot` bytes each (one registered region; buffer
-//! `i` at `i * slot`, its work request id `i`) and, for a sender, send
-//! slots after them.
+//! What `capture` and `perf raw-bw` share, on the driver's capture layer
+//! ([`hca_driver::capture`]): a [`RawContext`] (verbs context, PD, a send
+//! and a receive CQ, the raw packet QP: transport domain, TIS + SQ,
+//! RQ + direct TIR under the hood) on one port, with [`RawSlots`] of its
+//! own (`rx` receive slots, then `tx` send slots; slot `i` the buffer of
+//! the work request whose id is `i`), the port check with the tool's
+//! messages, and the NIC RX flow rule that steers frames into it
+//! ([`with_steering`]).
 
 use std::sync::Arc;
 
-use hca_driver::flow::{FlowDest, TirDest};
-use hca_driver::fw::{Object, QCounterObj};
+use hca_driver::capture::{RawContext, RawContextBuilder, RawSlots};
 use hca_driver::steering::FlowMatch;
-use hca_driver::verbs::{
-    AccessFlags, Context, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
-    RecvWr, WorkCompletion,
-};
-use hca_driver::{Error, Hca, LinkLayer, PortState, Tirn};
+use hca_driver::verbs::{Context, QpState, WorkCompletion};
+use hca_driver::{Hca, LinkLayer, PortState, Tirn};
 use platform::Platform;
 
 use crate::error::{Result, ToolError};
@@ -62,30 +56,20 @@ pub fn ethernet_port<P: Platform + 'static>(
     Ok(attr.mac.unwrap_or_default())
 }
 
-/// A raw packet QP with its CQ, buffers and memory region.
+/// A raw context with its slots.
 pub struct RawQp<P: Platform + 'static> {
-    /// The verbs context.
-    pub ctx: Arc<Context<P>>,
-    /// The CQ of sends and receives.
-    pub cq: Arc<Cq<P>>,
-    /// The buffers: `rx` receive slots, then `tx` send slots.
-    pub buf: Arc<DmaBuf<P>>,
-    /// Their memory region.
-    pub mr: Mr<P>,
-    /// The QP (RTS when it sends, RTR when it only receives).
-    pub qp: Qp<P>,
-    /// The Q counter set its receive queue counts into
-    /// ([`open_counted`](Self::open_counted)); dropped after the QP.
-    q_counter: Option<Object<Arc<Hca<P>>, QCounterObj>>,
+    /// The context: QP, send and receive CQs, PD, verbs context.
+    pub raw: RawContext<P>,
+    /// Its buffers: `rx` receive slots, then `tx` send slots.
+    pub slots: RawSlots<P>,
     /// Its shape.
     pub spec: RawSpec,
-    _pd: Arc<Pd<P>>,
 }
 
 impl<P: Platform + 'static> RawQp<P> {
-    /// Creates the QP on `hca` (a port check first, `down_hint` for a port
-    /// that is down), moves it to RTR (RTS with a send queue) and posts
-    /// every receive buffer. Returns it with the port's MAC.
+    /// Opens the context on `hca` (the port checked first, `down_hint`
+    /// for a port that is down), moves the QP to RTR (RTS with a send queue)
+    /// and posts every receive slot. Returns it with the port's MAC.
     pub fn open(
         hca: &Arc<Hca<P>>,
         who: &str,
@@ -105,7 +89,13 @@ impl<P: Platform + 'static> RawQp<P> {
         spec: RawSpec,
         down_hint: &str,
     ) -> Result<(Self, [u8; 6])> {
-        Self::open_with(hca, who, spec, down_hint, spec.rx > 0)
+        Self::open_with(
+            hca,
+            who,
+            spec,
+            down_hint,
+            spec.rx > 0 && hca.has_q_counters(),
+        )
     }
 
     fn open_with(
@@ -116,209 +106,123 @@ impl<P: Platform + 'static> RawQp<P> {
         counted: bool,
     ) -> Result<(Self, [u8; 6])> {
         let what = |w: &str| format!("{who}: {w}");
+        // The port first: its messages say what is wrong with it.
         let ctx = Arc::new(
             Context::open(hca)
                 .map_err(|e| ToolError::driver(what("opening a verbs context"), e))?,
         );
         let mac = ethernet_port(&ctx, who, spec.port, down_hint)?;
-        let dev = *ctx.query_device();
-        for (opt, v) in [("receive buffers", spec.rx), ("send depth", spec.tx)] {
-            if v > dev.max_qp_wr {
-                return Err(ToolError::Usage(format!(
-                    "{who}: {v} {opt}: the device allows at most {} work requests per queue",
-                    dev.max_qp_wr
-                )));
-            }
-        }
-        let pd =
-            Arc::new(Pd::alloc(&ctx).map_err(|e| ToolError::driver(what("allocating a PD"), e))?);
-        let cqe = (spec.rx + spec.tx).clamp(1, dev.max_cqe);
-        let cq = Arc::new(
-            Cq::create(&ctx, cqe)
-                .map_err(|e| ToolError::driver(what(&format!("creating a CQ of {cqe}")), e))?,
-        );
-        let len = (spec.rx as usize + spec.tx as usize) * spec.slot;
-        let buf = Arc::new(DmaBuf::alloc(hca, len.max(1)).map_err(|e| {
-            ToolError::driver(what(&format!("allocating {len} bytes of DMA memory")), e)
-        })?);
-        let mr = Mr::register(&pd, &buf, AccessFlags::LOCAL_WRITE)
-            .map_err(|e| ToolError::driver(what("registering the buffers"), e))?;
-        let cap = QpCap {
-            max_send_wr: spec.tx,
-            max_recv_wr: spec.rx,
-            max_send_sge: u32::from(spec.tx > 0),
-            max_recv_sge: u32::from(spec.rx > 0),
-            max_inline_data: 0,
-        };
-        let q_counter = match counted.then(|| hca.alloc_q_counter_on(hca.clone())) {
-            None | Some(Err(Error::Unsupported(_))) => None,
-            Some(Ok(q)) => Some(q),
-            Some(Err(e)) => {
-                return Err(ToolError::driver(
-                    what("allocating a Q counter (ALLOC_Q_COUNTER)"),
+        let raw = RawContextBuilder::new(spec.port)
+            .send_wr(spec.tx)
+            .recv_wr(spec.rx)
+            .q_counter(counted)
+            .build_in(&ctx)
+            .map_err(|e| {
+                ToolError::driver(
+                    what(&format!(
+                        "opening a raw packet QP ({} send / {} receive work requests)",
+                        spec.tx, spec.rx
+                    )),
                     e,
-                ));
-            }
-        };
-        let mut attr = QpInitAttr::new(QpType::RawPacket, &cq, &cq).cap(cap);
-        if let Some(q) = &q_counter {
-            attr = attr.counter_set(q.number());
-        }
-        let mut qp = Qp::create(&pd, &attr).map_err(|e| {
+                )
+            })?;
+        let slots = RawSlots::new(&raw, spec.rx + spec.tx, spec.slot).map_err(|e| {
             ToolError::driver(
                 what(&format!(
-                    "creating a raw packet QP ({} send / {} receive work requests)",
-                    spec.tx, spec.rx
+                    "{} buffers of {} bytes",
+                    spec.rx + spec.tx,
+                    spec.slot
                 )),
                 e,
             )
         })?;
-        let moved = (|| {
-            qp.modify(&QpAttr::new().state(QpState::Init).port(spec.port))?;
-            qp.modify(&QpAttr::new().state(QpState::Rtr))?;
-            if spec.tx > 0 {
-                qp.modify(&QpAttr::new().state(QpState::Rts))?;
-            }
-            Ok(())
-        })();
-        let mut this = RawQp {
-            ctx,
-            cq,
-            buf,
-            mr,
-            qp,
-            q_counter,
-            spec,
-            _pd: pd,
+        let mut this = RawQp { raw, slots, spec };
+        let up = if spec.tx > 0 {
+            QpState::Rts
+        } else {
+            QpState::Rtr
         };
-        if let Err(e) = moved {
-            return Err(this.close_after(ToolError::driver(
-                what("moving the raw packet QP to RTR/RTS"),
-                e,
-            )));
-        }
+        this.raw
+            .bring_up(up)
+            .map_err(|e| ToolError::driver(what("moving the raw packet QP to RTR/RTS"), e))?;
         for i in 0..spec.rx {
-            if let Err(e) = this.repost(u64::from(i)) {
-                return Err(this.close_after(e));
-            }
+            this.repost(u64::from(i))?;
         }
         Ok((this, mac))
     }
 
-    /// Destroys the QP after `e` (a teardown failure is logged).
-    fn close_after(self, e: ToolError) -> ToolError {
-        if let Err(t) = self.qp.destroy() {
-            log::error!("destroying the raw packet QP: {t}");
-        }
-        e
-    }
-
-    /// Posts receive buffer `wr_id` (again).
+    /// Posts receive slot `wr_id` (again).
     pub fn repost(&mut self, wr_id: u64) -> Result<()> {
-        let slot = self.spec.slot;
-        let off = usize::try_from(wr_id).unwrap_or(usize::MAX);
-        if off >= self.spec.rx as usize {
+        if wr_id >= u64::from(self.spec.rx) {
             return Err(ToolError::Usage(format!(
                 "a receive completion names buffer {wr_id}, which does not exist"
             )));
         }
-        let sge = self
-            .mr
-            .sge(off * slot, slot as u32)
-            .map_err(|e| ToolError::driver("building a receive scatter entry", e))?;
-        self.qp
-            .post_recv(&RecvWr { wr_id, sgl: &[sge] })
+        self.raw
+            .post_recv_slot(&self.slots, wr_id)
             .map_err(|e| ToolError::driver(format!("posting receive buffer {wr_id}"), e))
     }
 
-    /// Copies the `len` bytes received into buffer `wr_id` into `out`
-    /// (a length larger than a buffer is refused: the device is not
-    /// trusted).
+    /// Copies the frame received into slot `wr.wr_id` into `out` (a
+    /// slot that is not a receive slot, or a length beyond a slot, is
+    /// refused: the device is not trusted).
     pub fn read_frame(&self, wr: &WorkCompletion, out: &mut Vec<u8>) -> Result<()> {
-        let slot = self.spec.slot;
-        let len = wr.byte_len as usize;
-        if wr.wr_id >= u64::from(self.spec.rx) || len > slot {
+        if wr.wr_id >= u64::from(self.spec.rx) {
             return Err(ToolError::Usage(format!(
-                "a receive completion names {len} bytes in buffer {} (there are {} buffers of {slot} bytes)",
-                wr.wr_id, self.spec.rx
+                "a receive completion names buffer {}, which is not a receive buffer",
+                wr.wr_id
             )));
         }
-        out.resize(len, 0);
-        self.buf
-            .read(wr.wr_id as usize * slot, out)
-            .map_err(|e| ToolError::driver("reading a received frame", e))
+        self.slots.read_frame(wr, out).map_err(|e| {
+            ToolError::driver(
+                format!(
+                    "reading a received frame ({} bytes in buffer {}; there are {} buffers of {} bytes)",
+                    wr.byte_len, wr.wr_id, self.spec.rx, self.spec.slot
+                ),
+                e,
+            )
+        })
     }
 
     /// Frames the device dropped because no receive buffer was posted
     /// (its Q counter's `out_of_buffer`), since the QP was opened; `None`
     /// without a Q counter.
     pub fn rx_drops(&self) -> Result<Option<u32>> {
-        self.q_counter
-            .as_ref()
-            .map(|q| q.query(false).map(|v| v.out_of_buffer))
-            .transpose()
+        self.raw
+            .rx_drops()
             .map_err(|e| ToolError::driver("reading the Q counter (QUERY_Q_COUNTER)", e))
     }
 
     /// The TIR of the QP's receive queue.
     pub fn tir(&self) -> Result<Tirn> {
-        self.qp
+        self.raw
             .tir()
-            .ok_or_else(|| ToolError::Usage("the raw packet QP has no receive queue".into()))
+            .map_err(|e| ToolError::driver("the raw packet QP's TIR", e))
     }
 
-    /// Destroys the QP (the CQ, region, PD and context follow when the
+    /// Destroys the QP (the CQs, slots, PD and context follow when their
     /// last handle goes).
     pub fn close(self) -> Result<()> {
-        self.qp
-            .destroy()
+        self.raw
+            .close()
             .map_err(|e| ToolError::driver("destroying the raw packet QP", e))
     }
 }
 
-/// A TIR named by number (the raw QP's, which the receive loop keeps
-/// using mutably while the rule delivers to it).
-struct TirOf(Tirn);
-
-impl TirDest for TirOf {
-    fn tir_number(&self) -> Option<Tirn> {
-        Some(self.0)
-    }
-}
-
-/// Steers the frames `m` matches into `dest` while `f` runs: a NIC RX
-/// flow table at level 0 (made the root), one flow group with `m`'s match
-/// criteria and one flow table entry forwarding to `dest`'s TIR. An
-/// empty `m` is a catch-all (`match_criteria_enable` 0): every frame the
-/// NIC RX path sees. The rule, group and table are deleted in that order
-/// after `f` (a failure there is reported when `f` succeeded).
+/// Runs `f` while the frames `m` matches are steered into `tir`
+/// ([`hca_driver::capture::with_steering`]: a NIC RX flow table made the
+/// root, one group, one rule; removed after `f`, a failure there reported
+/// when `f` succeeded).
 pub fn with_steering<P: Platform, R>(
     hca: &Hca<P>,
     m: &FlowMatch,
-    dest: Tirn,
+    tir: Tirn,
     f: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    let dest = TirOf(dest);
-    let table = hca
-        .create_flow_table(0, 1, None)
-        .map_err(|e| ToolError::driver("creating a NIC RX flow table (CREATE_FLOW_TABLE)", e))?;
-    let group = table
-        .create_group(0, 0, m)
-        .map_err(|e| ToolError::driver("creating a flow group (CREATE_FLOW_GROUP)", e))?;
-    let dests: [&dyn TirDest; 1] = [&dest];
-    let rule = group
-        .add_rule(0, m, FlowDest::Receivers(&dests))
-        .map_err(|e| ToolError::driver("adding the flow rule (SET_FLOW_TABLE_ENTRY)", e))?;
-    table
-        .set_root()
-        .map_err(|e| ToolError::driver("making the flow table the NIC RX root", e))?;
-    let r = f();
-    let removed = rule
-        .destroy()
-        .and_then(|()| group.destroy())
-        .and_then(|()| table.destroy())
-        .map_err(|e| ToolError::driver("removing the flow rule, group and table", e));
-    let v = r?;
-    removed?;
-    Ok(v)
+    hca_driver::capture::with_steering(hca, m, tir, f).map_err(|e| {
+        ToolError::driver(
+            "steering the frames into the raw packet QP (NIC RX flow table, group and rule)",
+            e,
+        )
+    })?
 }

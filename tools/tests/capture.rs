@@ -15,6 +15,7 @@ use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{hca, scratch, spawn_until, vfio_preload};
 use hca_emu::frame::{Frame, L3, L4};
@@ -88,26 +89,52 @@ impl F {
     }
 }
 
-/// The frames of a classic pcap file (nanosecond magic, host order).
-fn pcap_frames(b: &[u8]) -> Vec<Vec<u8>> {
+/// The records of a classic pcap file (nanosecond magic, host order):
+/// each frame's time (since the Unix epoch) and bytes.
+fn pcap_records(b: &[u8]) -> Vec<(Duration, Vec<u8>)> {
     assert!(b.len() >= 24, "no pcap header");
-    assert_eq!(
-        u32::from_ne_bytes(b[0..4].try_into().unwrap()),
-        0xa1b2_3c4d,
-        "nanosecond pcap magic"
-    );
-    assert_eq!(u32::from_ne_bytes(b[20..24].try_into().unwrap()), 1);
+    let word = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
+    assert_eq!(word(0), 0xa1b2_3c4d, "nanosecond pcap magic");
+    assert_eq!(word(20), 1);
     let mut out = Vec::new();
     let mut o = 24;
     while o < b.len() {
-        let cap = u32::from_ne_bytes(b[o + 8..o + 12].try_into().unwrap()) as usize;
-        let len = u32::from_ne_bytes(b[o + 12..o + 16].try_into().unwrap()) as usize;
+        let (cap, len) = (word(o + 8) as usize, word(o + 12) as usize);
         assert_eq!(cap, len);
-        out.push(b[o + 16..o + 16 + cap].to_vec());
+        let t = Duration::new(u64::from(word(o)), word(o + 4));
+        out.push((t, b[o + 16..o + 16 + cap].to_vec()));
         o += 16 + cap;
     }
     assert_eq!(o, b.len(), "a record cut short");
     out
+}
+
+/// The frames of a classic pcap file.
+fn pcap_frames(b: &[u8]) -> Vec<Vec<u8>> {
+    pcap_records(b).into_iter().map(|(_, f)| f).collect()
+}
+
+/// The times and the frames of the pcap file `f`.
+fn pcap_file(f: &Path) -> (Vec<Duration>, Vec<Vec<u8>>) {
+    pcap_records(&std::fs::read(f).unwrap()).into_iter().unzip()
+}
+
+/// `n` UDP frames of the default kind, source ports `sport`, `sport + 1`...
+fn udp_frames(n: u16, sport: u16) -> Vec<Vec<u8>> {
+    (sport..sport + n)
+        .map(|sport| {
+            F {
+                sport,
+                ..F::default()
+            }
+            .bytes()
+        })
+        .collect()
+}
+
+/// The host's clock (since the Unix epoch).
+fn now() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap()
 }
 
 /// tshark's frame count of `f` (its exit status must be 0 and its stderr
@@ -140,6 +167,8 @@ fn tshark_count(f: &Path) -> Option<usize> {
 struct Run {
     child: Child,
     rx: mpsc::Receiver<String>,
+    /// The line that said the capture started.
+    first: String,
     sock: UdpSocket,
     hca_addr: String,
 }
@@ -154,7 +183,7 @@ fn start(args: &[&str]) -> Run {
         .unwrap()
         .to_string();
     let wire = format!("udp:{hca_addr},{mine}");
-    let (child, rx, _) = spawn_until(
+    let (child, rx, first) = spawn_until(
         Command::new(env!("CARGO_BIN_EXE_hca"))
             .env_remove("RUST_LOG")
             .env_remove("HCA_EMU_WIRE")
@@ -168,6 +197,7 @@ fn start(args: &[&str]) -> Run {
     Run {
         child,
         rx,
+        first,
         sock,
         hca_addr,
     }
@@ -491,6 +521,149 @@ fn bad_options_are_one_clear_error() {
         msg.contains("not PORT_ACTIVE") && msg.contains("--wire"),
         "{msg}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The pcap's times are the device's CQE timestamps on the host's clock:
+/// strictly increasing in the order received, within the run's wall-clock
+/// window, spaced as the frames were sent; the start line says so, and
+/// `--host-time` says the other.
+#[test]
+fn pcap_times_come_from_the_device_clock_anchored_to_the_host() {
+    let dir = scratch("capture-times");
+    let file = dir.join("t.pcap");
+    let before = now();
+    let run = start(&["-w", file.to_str().unwrap(), "-c", "4", "--proto", "udp"]);
+    let frames = udp_frames(4, 100);
+    // Two pairs 50 ms apart.
+    run.send(&frames[..2]);
+    std::thread::sleep(Duration::from_millis(50));
+    run.send(&frames[2..]);
+    let first = run.first.clone();
+    let _ = run.finish();
+    let after = now();
+    assert!(
+        first.contains("timestamps: device clock (CQE timestamps, 275000 kHz"),
+        "{first}"
+    );
+    let (t, got) = pcap_file(&file);
+    assert_eq!(got, frames);
+    assert!(t.windows(2).all(|w| w[0] < w[1]), "{t:?}");
+    // The anchor is taken once the device is up, and the clock runs at
+    // the host's rate: every time falls in the run (a little slack for
+    // the anchor's midpoint).
+    let slack = Duration::from_millis(20);
+    assert!(
+        t[0] + slack >= before && t[3] <= after + slack,
+        "{before:?} {t:?} {after:?}"
+    );
+    assert!(t[2] - t[1] >= Duration::from_millis(45), "{t:?}");
+    if let Some(n) = tshark_count(&file) {
+        assert_eq!(n, 4);
+    }
+    let run = start(&["-c", "1", "--host-time"]);
+    let first = run.first.clone();
+    run.send(&[F::default().bytes()]);
+    let _ = run.finish();
+    assert!(
+        first.contains("timestamps: host clock when polled (--host-time)"),
+        "{first}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without `-c` or `--duration`, SIGINT ends the capture: the frames so
+/// far are in the file, whole and in order, the final counters printed,
+/// and the exit status is 0.
+#[test]
+fn sigint_ends_a_capture_with_its_counters_and_a_whole_pcap() {
+    let dir = scratch("capture-sigint");
+    let file = dir.join("i.pcap");
+    let run = start(&["-w", file.to_str().unwrap(), "--proto", "udp", "-v"]);
+    let frames = udp_frames(3, 200);
+    run.send(&frames);
+    // The counters every second (-v) show the frames taken before the
+    // signal is sent.
+    let mut seen = Vec::new();
+    loop {
+        let l = run
+            .rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("no counters with 3 frames ({e}): {seen:?}"));
+        let done = l.starts_with("hca capture: 3 frames");
+        seen.push(l);
+        if done {
+            break;
+        }
+    }
+    // The shell's kill builtin: no unsafe code in the test, no procps.
+    let st = Command::new("sh")
+        .args(["-c", &format!("kill -INT {}", run.child.id())])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = run.child.wait_with_output().unwrap();
+    seen.extend(run.rx.iter());
+    assert!(o.status.success(), "{:?}: {seen:?}", o.status);
+    assert!(
+        seen.iter()
+            .any(|l| l == "hca capture: interrupted (SIGINT)"),
+        "{seen:?}"
+    );
+    let line = done_line(&seen);
+    assert!(line.contains("done: 3 frames"), "{line}");
+    assert_eq!(pcap_file(&file).1, frames);
+    if let Some(n) = tshark_count(&file) {
+        assert_eq!(n, 3);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--pcapng`: the file's section comment says where the timestamps come
+/// from (classic pcap has no field for it), the frames are whole in
+/// enhanced packet blocks with nanosecond times, and tshark and capinfos
+/// read it.
+#[test]
+fn pcapng_says_where_its_timestamps_come_from() {
+    let dir = scratch("capture-pcapng");
+    let file = dir.join("c.pcapng");
+    let run = start(&["-w", file.to_str().unwrap(), "-c", "2", "--pcapng"]);
+    let frames = udp_frames(2, 300);
+    run.send(&frames);
+    let _ = run.finish();
+    let b = std::fs::read(&file).unwrap();
+    let word = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
+    assert_eq!((word(0), word(8)), (0x0a0d_0d0a, 0x1a2b_3c4d));
+    let comment = "hca capture: timestamps from the device clock";
+    assert!(
+        b.windows(comment.len()).any(|w| w == comment.as_bytes()),
+        "no comment in the section header"
+    );
+    // The enhanced packet blocks (type 6): time and frame.
+    let (mut o, mut got, mut times) = (0, Vec::new(), Vec::new());
+    while o < b.len() {
+        let (kind, len) = (word(o), word(o + 4) as usize);
+        if kind == 6 {
+            times.push(u64::from(word(o + 12)) << 32 | u64::from(word(o + 16)));
+            let cap = word(o + 20) as usize;
+            got.push(b[o + 28..o + 28 + cap].to_vec());
+        }
+        o += len;
+    }
+    assert_eq!(got, frames);
+    assert!(times[0] < times[1], "{times:?}");
+    if let Some(n) = tshark_count(&file) {
+        assert_eq!(n, 2);
+        let o = Command::new("capinfos").arg(&file).output().unwrap();
+        let info = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{info}");
+        assert!(info.contains(comment), "{info}");
+        assert!(info.contains("nanoseconds"), "{info}");
+    }
+    // Only with -w.
+    let o = hca(&["capture", "--pcapng", "-c", "1"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--pcapng is the format of -w FILE"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -89,6 +89,9 @@ pub mod cqe_offset {
     pub const IMM_INVAL_PKEY: usize = 0x24;
     /// `byte_cnt`.
     pub const BYTE_CNT: usize = 0x2c;
+    /// `timestamp` (be64, device clock ticks of the HCA caps'
+    /// `device_frequency_khz` in free-running mode).
+    pub const TIMESTAMP: usize = 0x30;
     /// `vendor_err_synd` (error CQE).
     pub const VENDOR_ERR_SYND: usize = 0x36;
     /// `syndrome` (error CQE).

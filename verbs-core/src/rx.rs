@@ -14,7 +14,8 @@
 //! (be16), `hds_ip_ext` 0x1c (bit 0 L2 OK, bit 1 L3 OK, bit 2 L4 OK),
 //! `l4_hdr_type_etc` 0x1d (bits 6:4 L4 header type, bits 3:2 L3 header
 //! type, bit 0 customer VLAN present), `vlan_info` 0x1e (be16 TCI),
-//! `sop_drop_qpn` 0x38 (bits 23:0 the flow tag on a raw receive).
+//! `timestamp` 0x30 (be64), `sop_drop_qpn` 0x38 (bits 23:0 the flow tag
+//! on a raw receive).
 //!
 //! rdma-core reports `IBV_WC_IP_CSUM_OK` for a raw packet QP on an
 //! Ethernet port whose device has `IBV_DEVICE_RAW_IP_CSUM` when both the
@@ -96,6 +97,8 @@ impl L4HdrType {
 /// assert!(rx.ip_csum_ok() && rx.cvlan_present());
 /// assert_eq!((rx.vlan_tci(), rx.vlan_id(), rx.vlan_pcp()), (0x6064, 0x064, 3));
 /// assert_eq!((rx.rss_hash(), rx.flow_tag()), (0x1234_5678, 0xabc));
+/// cqe[0x30..0x38].copy_from_slice(&0x0102_0304_0506_0708u64.to_be_bytes());
+/// assert_eq!(RxCqe::from_bytes(&cqe).timestamp(), 0x0102_0304_0506_0708);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct RxCqe {
@@ -103,6 +106,8 @@ pub struct RxCqe {
     /// `rss_hash_type`, `ml_path`, reserved, `check_sum`, `slid`,
     /// `flags_rqpn`, `hds_ip_ext`, `l4_hdr_type_etc`, `vlan_info`.
     words: [u8; 20],
+    /// `timestamp` as in memory (big-endian).
+    timestamp: [u8; 8],
     /// `sop_drop_qpn` as in memory (big-endian).
     sop_drop_qpn: [u8; 4],
 }
@@ -117,6 +122,9 @@ impl RxCqe {
         let mut s = Self::default();
         for (i, b) in s.words.iter_mut().enumerate() {
             *b = cqe.get(Self::BASE + i).copied().unwrap_or(0);
+        }
+        for (i, b) in s.timestamp.iter_mut().enumerate() {
+            *b = cqe.get(cqe_offset::TIMESTAMP + i).copied().unwrap_or(0);
         }
         for (i, b) in s.sop_drop_qpn.iter_mut().enumerate() {
             *b = cqe.get(cqe_offset::SOP_DROP_QPN + i).copied().unwrap_or(0);
@@ -133,6 +141,8 @@ impl RxCqe {
             let w = cqe.r32(Self::BASE + 4 * i).to_ne_bytes();
             s.words[4 * i..4 * i + 4].copy_from_slice(&w);
         }
+        s.timestamp[..4].copy_from_slice(&cqe.r32(cqe_offset::TIMESTAMP).to_ne_bytes());
+        s.timestamp[4..].copy_from_slice(&cqe.r32(cqe_offset::TIMESTAMP + 4).to_ne_bytes());
         s.sop_drop_qpn = cqe.r32(cqe_offset::SOP_DROP_QPN).to_ne_bytes();
         s
     }
@@ -253,6 +263,17 @@ impl RxCqe {
     /// (`ibv_wc_read_flow_tag`: `sop_drop_qpn & MLX5_FLOW_TAG_MASK`).
     pub fn flow_tag(&self) -> u32 {
         u32::from_be_bytes(self.sop_drop_qpn) & FLOW_TAG_MASK
+    }
+
+    /// `timestamp`: when the device completed the receive
+    /// (`ibv_wc_read_completion_ts`, the CQE's be64 as it is). With the
+    /// RQ's `ts_format` free-running (ConnectX-4/5) it counts ticks of the
+    /// device clock, `device_frequency_khz` of the HCA caps, the clock the
+    /// initialization segment's `internal_timer_h`/`_l` show; with the
+    /// real-time format (`ts_format` 1, later ConnectX), seconds in bits
+    /// 63:32 and nanoseconds in bits 31:0.
+    pub fn timestamp(&self) -> u64 {
+        u64::from_be_bytes(self.timestamp)
     }
 }
 

@@ -147,11 +147,14 @@ fn raw_recv_cqe(counter: u16, flow_tag: u32, ext: u8, types: u8) -> [u8; 64] {
     c[0x1c] = ext;
     c[0x1d] = types;
     c[0x1e..0x20].copy_from_slice(&0xa00bu16.to_be_bytes());
+    // The timestamp: distinct high and low words, counter in the low byte.
+    let ts = 0x0123_4567_89ab_cd00u64 | u64::from(counter);
+    c[0x30..0x38].copy_from_slice(&ts.to_be_bytes());
     c
 }
 
 #[test]
-fn raw_receive_cqes_carry_flow_tag_csum_vlan_and_hash() {
+fn raw_receive_cqes_carry_flow_tag_csum_vlan_hash_and_timestamp() {
     let uar = UarPage::new();
     let mut qp = make_qp_cfg(&raw_cfg(18, true), &uar, 0, 0);
     let mut cq = make_cq(&uar, 8, 0);
@@ -193,6 +196,11 @@ fn raw_receive_cqes_carry_flow_tag_csum_vlan_and_hash() {
         (0xa00b, 0x00b, 5)
     );
     assert_eq!((rx.rss_hash(), rx.rss_hash_type()), (0xdead_beef, 0x2c));
+    assert_eq!(
+        rx.timestamp(),
+        0x0123_4567_89ab_cd00,
+        "CQE bytes 0x30..0x38"
+    );
     // The plain poll gives the same completions (IP_CSUM_OK included).
     let mut wc = [Completion::default(); 4];
     assert_eq!(cq.cq().poll(&table, &mut wc).unwrap(), 2);

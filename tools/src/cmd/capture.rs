@@ -18,17 +18,34 @@
 //! so on real hardware under VFIO too), and on the emulator also its
 //! steering drops (frames no flow rule took).
 //!
-//! Timestamps are the host's clock when the completion is polled: the
-//! driver does not read CQE timestamps (the line at the start says so).
+//! Timestamps (the line at the start says which): by default the
+//! device's, each receive CQE's `timestamp` (free-running ticks of the
+//! device clock, `device_frequency_khz`), turned into wall-clock time by
+//! an anchor taken at the start, the device's internal timer read between
+//! two readings of the host's clock
+//! ([`DeviceClock`]); the frames keep
+//! the device's spacing and order, whatever the host's polling does. With
+//! `--host-time`, the host's clock when the completion is polled. A
+//! classic pcap file has no field to record which: the start line says
+//! it, and with `--pcapng` the file's section comment
+//! ([`pcap_comment`]) does too.
+//!
+//! SIGINT (Ctrl-C) ends the capture as `-c` and `--duration` do: the
+//! frames captured so far are flushed into the file and the final
+//! counters printed; a second SIGINT while that is under way exits at
+//! once (status 130).
 
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use hca_driver::capture::DeviceClock;
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
-use hca_driver::verbs::{WcStatus, WorkCompletion};
+use hca_driver::verbs::{Completion, RxCqe, WcStatus, WorkCompletion};
 use hca_emu::EmuHca;
 use platform::Platform;
 
@@ -107,6 +124,14 @@ pub struct CaptureArgs {
     /// The L4 protocol.
     #[arg(long, value_enum)]
     pub proto: Option<Proto>,
+    /// Timestamps from the host's clock when each completion is polled,
+    /// instead of the device's CQE timestamps.
+    #[arg(long = "host-time")]
+    pub host_time: bool,
+    /// Write pcapng rather than classic pcap (`-w`): its section comment
+    /// says where the timestamps come from.
+    #[arg(long)]
+    pub pcapng: bool,
 }
 
 /// `aa:bb:cc:dd:ee:ff` (or with `-`) as six bytes.
@@ -423,6 +448,97 @@ enum Sink<'o> {
     Lines(&'o mut dyn Write),
 }
 
+/// Where the frames' timestamps come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Stamps {
+    /// The host's clock when the completion is polled (`--host-time`).
+    Host,
+    /// The CQE's timestamp on the device clock, anchored to the host's.
+    Device(DeviceClock),
+}
+
+impl Stamps {
+    /// The time of a frame whose CQE carries `cqe_ts`.
+    pub fn time(&self, cqe_ts: u64) -> Duration {
+        match self {
+            Stamps::Host => host_time(),
+            Stamps::Device(c) => c.host_time(cqe_ts),
+        }
+    }
+
+    /// What the start line says of them.
+    pub fn describe(&self) -> String {
+        match self {
+            Stamps::Host => "host clock when polled (--host-time)".into(),
+            Stamps::Device(c) => format!(
+                "device clock (CQE timestamps, {} kHz, anchored to the host clock at the start)",
+                c.khz()
+            ),
+        }
+    }
+}
+
+/// The section comment of a `--pcapng` capture: where its timestamps
+/// come from.
+pub fn pcap_comment(host_time: bool) -> &'static str {
+    if host_time {
+        "hca capture: timestamps from the host's clock when each completion was polled (--host-time)"
+    } else {
+        "hca capture: timestamps from the device clock (each receive CQE's timestamp, device clock ticks), anchored to the host's clock when the capture started"
+    }
+}
+
+/// The pcap (or with `--pcapng` pcapng) writer of `-w`, its header
+/// written into `w`.
+fn pcap_writer<'o>(
+    a: &CaptureArgs,
+    w: Box<dyn Write + 'o>,
+) -> std::io::Result<PcapWriter<Box<dyn Write + 'o>>> {
+    if a.pcapng {
+        let d = format!("hca capture, port {}", a.port);
+        PcapWriter::new_ng(w, pcap_comment(a.host_time), &d)
+    } else {
+        PcapWriter::new(w)
+    }
+}
+
+/// SIGINT as a flag the receive loop looks at, for the time it is
+/// installed (a second SIGINT once the flag is set exits at once, with
+/// status 130).
+struct Interrupt {
+    flag: Arc<AtomicBool>,
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl Interrupt {
+    fn install() -> Result<Self> {
+        let flag = Arc::new(AtomicBool::new(false));
+        let sig = signal_hook::consts::SIGINT;
+        let err = |e| ToolError::Usage(format!("capture: installing the SIGINT handler: {e}"));
+        // The exit first: on the first SIGINT the flag is not yet set when
+        // it looks.
+        let exit = signal_hook::flag::register_conditional_shutdown(sig, 130, flag.clone())
+            .map_err(err)?;
+        let set = signal_hook::flag::register(sig, flag.clone()).map_err(err)?;
+        Ok(Self {
+            flag,
+            ids: vec![exit, set],
+        })
+    }
+
+    fn raised(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
 /// Runs `hca capture`.
 pub fn run(
     a: &CaptureArgs,
@@ -432,11 +548,12 @@ pub fn run(
 ) -> Result<Counters> {
     a.validate()?;
     let m = a.flow_match()?;
+    let stop = Interrupt::install()?;
     // The output first: a file that cannot be written is known before any
     // bring-up.
     let mut sink = match &a.write {
         Some(p) if p.as_os_str() == "-" => Sink::Pcap(
-            PcapWriter::new(Box::new(out) as Box<dyn Write>).map_err(ToolError::Output)?,
+            pcap_writer(a, Box::new(out)).map_err(ToolError::Output)?,
             "stdout".into(),
         ),
         Some(p) => {
@@ -445,16 +562,20 @@ pub fn run(
                 source,
             };
             let f = std::fs::File::create(p).map_err(file_err)?;
-            let w: Box<dyn Write> = Box::new(std::io::BufWriter::new(f));
             Sink::Pcap(
-                PcapWriter::new(w).map_err(file_err)?,
+                pcap_writer(a, Box::new(std::io::BufWriter::new(f))).map_err(file_err)?,
                 p.display().to_string(),
             )
+        }
+        None if a.pcapng => {
+            return Err(ToolError::Usage(
+                "--pcapng is the format of -w FILE: give -w too".into(),
+            ));
         }
         None => Sink::Lines(out),
     };
     let dev = Device::open(sel, open)?;
-    let r = capture(a, &m, &dev, &mut sink);
+    let r = capture(a, &m, &dev, &mut sink, &stop);
     let r = dev.finish(r);
     if let Sink::Pcap(w, name) = &mut sink {
         let flushed = w.flush().map_err(|source| ToolError::File {
@@ -468,7 +589,13 @@ pub fn run(
     r
 }
 
-fn capture(a: &CaptureArgs, m: &FlowMatch, dev: &Device, sink: &mut Sink<'_>) -> Result<Counters> {
+fn capture(
+    a: &CaptureArgs,
+    m: &FlowMatch,
+    dev: &Device,
+    sink: &mut Sink<'_>,
+    stop: &Interrupt,
+) -> Result<Counters> {
     let hca = dev.hca();
     let emu = dev.emulator();
     let hint = if emu.is_some() && a.port == WIRE_PORT {
@@ -488,20 +615,46 @@ fn capture(a: &CaptureArgs, m: &FlowMatch, dev: &Device, sink: &mut Sink<'_>) ->
     } else {
         "the frames the selectors match".to_string()
     };
-    let tir = rq.tir()?;
+    let stamps = if a.host_time {
+        Ok(Stamps::Host)
+    } else {
+        DeviceClock::anchor(hca, host_time)
+            .map(Stamps::Device)
+            .map_err(|e| {
+                ToolError::driver(
+                    "capture: the device clock for CQE timestamps (--host-time takes the host's instead)",
+                    e,
+                )
+            })
+    };
+    let stamps = match stamps {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = rq.close();
+            return Err(e);
+        }
+    };
+    let tir = match rq.tir() {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = rq.close();
+            return Err(e);
+        }
+    };
     // The device's drops are counted from here.
     let emu = emu.map(|e| (e, emu_drops(e)));
     // Said once the rule is in place: from here on frames are captured.
     let r = with_steering(hca, m, tir, || {
         eprintln!(
-            "hca capture: port {} ({}) of {}: {what}; {} buffers of {} bytes; timestamps: host clock (the driver does not read CQE timestamps)",
+            "hca capture: port {} ({}) of {}: {what}; {} buffers of {} bytes; timestamps: {}",
             a.port,
             mac_text(&mac),
             dev.desc().describe,
             a.buffers,
-            a.buf_size
+            a.buf_size,
+            stamps.describe()
         );
-        receive(a, &mut rq, emu, sink)
+        receive(a, &mut rq, emu, sink, &stamps, stop)
     });
     let closed = rq.close();
     let c = r?;
@@ -514,8 +667,10 @@ fn receive(
     rq: &mut RawQp<crate::device::ToolPlatform>,
     emu: Option<(&EmuHca, EmuDrops)>,
     sink: &mut Sink<'_>,
+    stamps: &Stamps,
+    stop: &Interrupt,
 ) -> Result<Counters> {
-    let hca = rq.ctx.hca().clone();
+    let hca = rq.raw.ctx.hca().clone();
     let mut st = Stats {
         c: Counters::default(),
         start: Instant::now(),
@@ -524,7 +679,7 @@ fn receive(
     let deadline = a.duration.map(|d| st.start + Duration::from_secs_f64(d));
     let mut last_report = Instant::now();
     let mut last_service = Instant::now();
-    let mut wc = [WorkCompletion::default(); 32];
+    let (mut c, mut cqe) = (Completion::default(), RxCqe::default());
     let mut frame = Vec::with_capacity(a.buf_size as usize);
     let mut idle = 0u32;
     loop {
@@ -534,19 +689,30 @@ fn receive(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let n = rq
-            .cq
-            .poll(&mut wc)
-            .map_err(|e| ToolError::driver("polling the CQ", e))?;
-        for w in &wc[..n] {
+        if stop.raised() {
+            eprintln!("hca capture: interrupted (SIGINT)");
+            break;
+        }
+        let mut n = 0;
+        while n < 32 {
+            let got = rq
+                .raw
+                .recv_cq
+                .poll_one_rx(&mut c, &mut cqe)
+                .map_err(|e| ToolError::driver("polling the receive CQ", e))?;
+            if !got {
+                break;
+            }
+            n += 1;
+            let w = WorkCompletion::from(c);
             match w.status {
                 WcStatus::Success => {
                     if a.count.is_some_and(|c| st.c.frames >= c) {
                         // Beyond -c: not captured (the rule is removed next).
                         continue;
                     }
-                    rq.read_frame(w, &mut frame)?;
-                    let t = host_time();
+                    rq.read_frame(&w, &mut frame)?;
+                    let t = stamps.time(cqe.timestamp());
                     match sink {
                         Sink::Pcap(p, _) => p.frame_at(t, &frame),
                         Sink::Lines(o) => writeln!(o, "{}", summary(t, &frame))?,
@@ -655,6 +821,46 @@ mod tests {
         assert!(e(&["--dst-port", "1"]).contains("--proto"));
         assert!(e(&["--sniffer", "--vlan", "1"]).contains("--sniffer"));
         assert!(e(&["--ethertype", "0x86dd", "--dst-ip", "10.0.0.1"]).contains("contradict"));
+    }
+
+    #[test]
+    fn device_stamps_become_the_pcap_record_times() {
+        // 275 MHz; tick 5000 read when the host showed 1700000000.999999 s.
+        let anchor = Duration::new(1_700_000_000, 999_999_000);
+        let s = Stamps::Device(DeviceClock::new(275_000, 5_000, anchor).unwrap());
+        let ticks = [5_000u64, 5_275, 5_276, 5_000 + 275_000_000 * 2 + 11, 4_725];
+        let mut out = Vec::new();
+        let mut w = PcapWriter::new(&mut out).unwrap();
+        for (i, &t) in ticks.iter().enumerate() {
+            w.frame_at(s.time(t), &[i as u8; 60]);
+        }
+        w.flush().unwrap();
+        drop(w);
+        // Each record's seconds and nanoseconds, as the pcap holds them.
+        let word = |o: usize| u32::from_ne_bytes(out[o..o + 4].try_into().unwrap());
+        let times: Vec<(u32, u32)> = (0..ticks.len())
+            .map(|i| 24 + i * (16 + 60))
+            .map(|o| (word(o), word(o + 4)))
+            .collect();
+        assert_eq!(
+            times,
+            vec![
+                (1_700_000_000, 999_999_000),
+                // +1 us: over the second.
+                (1_700_000_001, 0),
+                // +276 ticks: 1003.636... ns, truncated.
+                (1_700_000_001, 3),
+                // +2 s and 11 ticks (40 ns).
+                (1_700_000_002, 999_999_040),
+                // 275 ticks before the anchor: 1 us earlier.
+                (1_700_000_000, 999_998_000),
+            ]
+        );
+        assert!(
+            s.describe()
+                .starts_with("device clock (CQE timestamps, 275000 kHz")
+        );
+        assert!(Stamps::Host.describe().contains("--host-time"));
     }
 
     #[test]

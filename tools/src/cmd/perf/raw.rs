@@ -157,17 +157,13 @@ impl<P: Platform + 'static> Sender<P> {
     fn prepare(&mut self, src: [u8; 6], dst: [u8; 6]) -> Result<()> {
         let f = udp_frame(src, dst, self.o.size as usize);
         self.hdr.copy_from_slice(&f[..INLINE]);
-        for i in 0..self.o.tx_depth as usize {
+        for i in 0..u64::from(self.o.tx_depth) {
             self.q
-                .buf
-                .write(self.slot(i), &f[INLINE..])
+                .slots
+                .write(i, 0, &f[INLINE..])
                 .map_err(|e| ToolError::driver("writing the frames", e))?;
         }
         Ok(())
-    }
-
-    fn slot(&self, i: usize) -> usize {
-        i * self.o.size as usize
     }
 
     fn start(&mut self) {
@@ -188,9 +184,10 @@ impl<P: Platform + 'static> Sender<P> {
         let mut wc = [WorkCompletion::default(); 16];
         let n = self
             .q
-            .cq
+            .raw
+            .send_cq
             .poll(&mut wc)
-            .map_err(|e| ToolError::driver("client: polling the CQ", e))?;
+            .map_err(|e| ToolError::driver("client: polling the send CQ", e))?;
         let now = Instant::now();
         for w in &wc[..n] {
             if w.status != WcStatus::Success {
@@ -220,14 +217,14 @@ impl<P: Platform + 'static> Sender<P> {
             if last || (k + 1) % u64::from(self.o.cq_mod) == 0 {
                 flags = flags | SendFlags::SIGNALED;
             }
-            let slot = self.slot((k % depth) as usize);
+            let slot = k % depth;
             self.q
-                .buf
-                .write(slot + SEQ_AT - INLINE, &k.to_be_bytes())
+                .slots
+                .write(slot, SEQ_AT - INLINE, &k.to_be_bytes())
                 .map_err(|e| ToolError::driver("writing a sequence number", e))?;
             let sge = self
                 .q
-                .mr
+                .slots
                 .sge(slot, (self.o.size as usize - INLINE) as u32)
                 .map_err(|e| ToolError::driver("client: a send scatter entry", e))?;
             let sgl = [sge];
@@ -236,6 +233,7 @@ impl<P: Platform + 'static> Sender<P> {
                 .eth_headers(&self.hdr)
                 .flags(flags);
             self.q
+                .raw
                 .qp
                 .post_send(&wr)
                 .map_err(|e| ToolError::driver(format!("client: posting frame {k}"), e))?;
@@ -303,9 +301,10 @@ impl<P: Platform + 'static> Receiver<P> {
         let mut wc = [WorkCompletion::default(); 32];
         let n = self
             .q
-            .cq
+            .raw
+            .recv_cq
             .poll(&mut wc)
-            .map_err(|e| ToolError::driver("server: polling the CQ", e))?;
+            .map_err(|e| ToolError::driver("server: polling the receive CQ", e))?;
         let now = Instant::now();
         for w in &wc[..n] {
             match w.status {
