@@ -18,22 +18,8 @@ const SGE: [Sge; 1] = [Sge {
 /// A small RC QP numbered `qpn`, with a receive queue unless it receives
 /// through an SRQ.
 fn rc(qpn: u32, rq: bool) -> QpConfig {
-    let caps = QpCaps {
-        max_send_wr: 16,
-        max_recv_wr: if rq { 16 } else { 0 },
-        max_send_sge: 1,
-        max_recv_sge: if rq { 1 } else { 0 },
-        max_inline_data: 0,
-        send_ops: None,
-    };
-    QpConfig {
-        qp_type: QpType::Rc,
-        qpn,
-        geometry: QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default()).unwrap(),
-        atomics: false,
-        sq_sig_all: false,
-        eth_min_inline: 0,
-    }
+    let (recv_wr, recv_sge) = if rq { (16, 1) } else { (0, 0) };
+    qp_cfg(QpType::Rc, qpn, &caps(16, recv_wr, 1, recv_sge))
 }
 
 fn write(id: u64) -> SendWr<'static> {

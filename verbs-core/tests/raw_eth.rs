@@ -14,21 +14,11 @@ const SGE: [Sge; 1] = [Sge {
 }];
 
 fn raw_cfg(min_inline: u16, recv: bool) -> QpConfig {
-    let caps = QpCaps {
-        max_send_wr: 8,
-        max_recv_wr: if recv { 8 } else { 0 },
-        max_send_sge: 2,
-        max_recv_sge: u32::from(recv),
-        max_inline_data: 0,
-        send_ops: None,
-    };
+    let caps = caps(8, if recv { 8 } else { 0 }, 2, u32::from(recv));
     QpConfig {
-        qp_type: QpType::RawPacket,
-        qpn: 0x99,
-        geometry: QpGeometry::new(QpType::RawPacket, &caps, &DeviceLimits::default()).unwrap(),
-        atomics: false,
         sq_sig_all: true,
         eth_min_inline: min_inline,
+        ..qp_cfg(QpType::RawPacket, 0x99, &caps)
     }
 }
 

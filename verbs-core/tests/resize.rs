@@ -18,22 +18,7 @@ const SGE: [Sge; 1] = [Sge {
 
 /// A small RC QP numbered 0x41.
 fn rc() -> QpConfig {
-    let caps = QpCaps {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-        send_ops: None,
-    };
-    QpConfig {
-        qp_type: QpType::Rc,
-        qpn: 0x41,
-        geometry: QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default()).unwrap(),
-        atomics: false,
-        sq_sig_all: false,
-        eth_min_inline: 0,
-    }
+    qp_cfg(QpType::Rc, 0x41, &caps(16, 16, 1, 1))
 }
 
 fn write(id: u64) -> SendWr<'static> {

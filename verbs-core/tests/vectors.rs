@@ -233,29 +233,13 @@ fn send_vectors_through(api: Api) {
             num(&st["sq_cur_post"]) as u32,
             0,
         );
-        env.fill_rings(SENTINEL_Q);
-        uar.fill(SENTINEL_UAR);
-        let dbr_before = env.dbr();
+        let dbr_before = sentinels(&env, &uar);
 
         let owned = wrs_of(&all, v);
         let wrs: Vec<SendWr<'_>> = owned.iter().map(OwnedWr::wr).collect();
         let sq = env.qp.sq().unwrap();
         match api {
-            Api::General => {
-                if v["api"] == "ibv_post_send" {
-                    if wrs.len() == 1 {
-                        sq.post_send(&wrs[0]).unwrap();
-                    } else {
-                        sq.post_send_list(&wrs).unwrap();
-                    }
-                } else {
-                    let mut b = sq.batch();
-                    for w in &wrs {
-                        b.post_send(w).unwrap();
-                    }
-                    b.ring();
-                }
-            }
+            Api::General => post_sends(sq, &wrs, &v["api"]),
             Api::Typed => {
                 typed_wrs += owned.iter().filter(|w| typed(w).is_some()).count();
                 if v["api"] == "ibv_post_send" && wrs.len() == 1 {
@@ -278,12 +262,7 @@ fn send_vectors_through(api: Api) {
         }
         let r = &v["result"];
         assert_eq!(r["return"], 0);
-        assert_eq!(
-            sq.cur_post(),
-            num(&r["sq_cur_post_after"]) as u32,
-            "{name} cur_post"
-        );
-        assert_eq!(sq.head(), num(&r["sq_head_after"]) as u32, "{name} head");
+        assert_sq_counters(sq, r, name);
         let bf_after = sq.bf_offset();
 
         // WQE bytes under the written mask; sentinels elsewhere.
@@ -333,9 +312,7 @@ fn recv_vectors() {
         let uar = UarPage::new();
         let head = num(&v["state_before"]["rq_head"]) as u32;
         let mut env = make_qp(v["qp"].as_str().unwrap(), &uar, 0, head);
-        env.fill_rings(SENTINEL_Q);
-        uar.fill(SENTINEL_UAR);
-        let dbr_before = env.dbr();
+        let dbr_before = sentinels(&env, &uar);
         let sgls = recv_sgls(v);
         let wrs = recv_wrs(&sgls);
         let rq = env.qp.rq().unwrap();

@@ -48,6 +48,46 @@ pub fn recv_wrs(sgls: &[(u64, Vec<Sge>)]) -> Vec<RecvWr<'_>> {
         .collect()
 }
 
+/// Fills the queue rings and the UAR page with their sentinels (so that a
+/// byte nobody wrote shows) and returns the doorbell record before the
+/// replay.
+pub fn sentinels(env: &QpEnv<'_>, uar: &UarPage) -> [u8; 8] {
+    env.fill_rings(SENTINEL_Q);
+    uar.fill(SENTINEL_UAR);
+    env.dbr()
+}
+
+/// Posts send `wrs` as the provider's vector did: through `ibv_post_send`
+/// (`api` names it) one `post_send` for one work request, else one
+/// `post_send_list`; otherwise (the extended QP's `ibv_wr_*` calls) one
+/// batch, rung once.
+pub fn post_sends<M: platform::Mmio>(sq: &mut SendQueue<M>, wrs: &[SendWr<'_>], api: &Value) {
+    if api == "ibv_post_send" {
+        if wrs.len() == 1 {
+            sq.post_send(&wrs[0]).unwrap();
+        } else {
+            sq.post_send_list(wrs).unwrap();
+        }
+    } else {
+        let mut b = sq.batch();
+        for w in wrs {
+            b.post_send(w).unwrap();
+        }
+        b.ring();
+    }
+}
+
+/// The send queue's producer and consumer counters after a vector
+/// (`sq_cur_post_after`, `sq_head_after` of its result `r`).
+pub fn assert_sq_counters<M: platform::Mmio>(sq: &SendQueue<M>, r: &Value, name: &str) {
+    assert_eq!(
+        sq.cur_post(),
+        num(&r["sq_cur_post_after"]) as u32,
+        "{name} cur_post"
+    );
+    assert_eq!(sq.head(), num(&r["sq_head_after"]) as u32, "{name} head");
+}
+
 /// Posts `wrs` as the provider's vector did: one `post_recv` for one work
 /// request, else one `post_recv_list`.
 pub fn post_recvs(rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) {
