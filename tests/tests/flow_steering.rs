@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firmware_cmds::eth::{
-    CreateRqIn, CreateSqIn, RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT,
-    RX_HASH_FIELD_SELECT_L4_SPORT, RX_HASH_FIELD_SELECT_SRC_IP, Rqc, Sqc, WQ_STATE_ERR,
-    WQ_STATE_RDY, WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
+    RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT, RX_HASH_FIELD_SELECT_L4_SPORT,
+    RX_HASH_FIELD_SELECT_SRC_IP, WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST, Wq,
 };
 use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::flow::{
@@ -24,118 +23,42 @@ use hca_driver::flow::{
     RxHashConf,
 };
 use hca_driver::steering::FlowMatch;
-use hca_driver::verbs::{AccessFlags, Context, Cq, DmaBuf, Mr, Pd};
-use hca_driver::{Config, Error, Hca, PageList, QueueId, Rqn};
+use hca_driver::verbs::{Context, Cq, DmaBuf, Pd};
+use hca_driver::{Config, Error, Hca, PageList, QueueId, RawHca, Rqn};
 use hca_emu::frame::{L3, L4};
 use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, ObjKind, WireSpec};
 use hca_tests::Bench;
 use hca_tests::steer::{
-    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, selector_specs, udp4_rss,
+    MCAST, OTHER_SMAC, RQ_SLOTS, RSS_KEY, RawRq, V4A, V4B, V6A, V6B, create_sq_in, cyclic_wq,
+    landed, marked_frame, matches_of, one_entry_groups, selector_specs, udp4_rss,
 };
 
-const SLOTS: usize = 16;
-const SLOT: usize = 2048;
-
-/// A raw RQ (CREATE_RQ, cyclic, 16 WQEs of one 16-byte data segment),
-/// RDY, with 16 receive buffers of 2 KiB posted.
-struct RawRq<'a> {
-    rq: hca_driver::fw::Rq<'a, EmuPlatform>,
-    data: Arc<DmaBuf<EmuPlatform>>,
-    _ring: Arc<DmaBuf<EmuPlatform>>,
-    _dbr: Arc<DmaBuf<EmuPlatform>>,
-    _mr: Mr<EmuPlatform>,
-    /// Frames seen so far (the next slot to look at).
-    seen: usize,
+/// A raw RQ in RDY with its buffers posted, its state transitions
+/// checked on the way: ERR does not go straight to RDY (refused before
+/// any command), and the firmware checks the current state it is told.
+fn raw_rq<'a>(
+    raw: &RawHca<'a, EmuPlatform>,
+    pd: &Arc<Pd<EmuPlatform>>,
+    cq: &Cq<EmuPlatform>,
+) -> RawRq<'a, EmuPlatform> {
+    let rq = RawRq::create(raw, pd, cq).unwrap();
+    assert!(matches!(
+        rq.rq().modify_state(WQ_STATE_ERR, WQ_STATE_RDY),
+        Err(Error::InvalidArgument { arg: "state", .. })
+    ));
+    assert!(matches!(
+        rq.rq().modify_state(WQ_STATE_RDY, WQ_STATE_RDY),
+        Err(Error::Command(_))
+    ));
+    rq.ready().unwrap();
+    rq
 }
 
-impl<'a> RawRq<'a> {
-    fn new(
-        hca: &'a Arc<Hca<EmuPlatform>>,
-        pd: &Arc<Pd<EmuPlatform>>,
-        cq: &Cq<EmuPlatform>,
-    ) -> Self {
-        let ring = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
-        let dbr = Arc::new(DmaBuf::alloc(hca, 64).unwrap());
-        let data = Arc::new(DmaBuf::alloc(hca, SLOTS * SLOT).unwrap());
-        let mr = Mr::register(pd, &data, AccessFlags::LOCAL_WRITE).unwrap();
-        let wq = Wq::new()
-            .with(Wq::wq_type, WQ_TYPE_CYCLIC)
-            .unwrap()
-            .with(Wq::pd, pd.number().0)
-            .unwrap()
-            .with(Wq::dbr_addr, dbr.iova())
-            .unwrap()
-            .with(Wq::log_wq_stride, 4)
-            .unwrap()
-            .with(Wq::log_wq_sz, 4)
-            .unwrap();
-        // `vsd`: VLAN tags stay in the frame (mlx5_ib's default).
-        let rqc = Rqc::new()
-            .with(Rqc::vsd, true)
-            .unwrap()
-            .with(Rqc::cqn, cq.number().0)
-            .unwrap()
-            .with(Rqc::wq, wq)
-            .unwrap();
-        let create = CreateRqIn::new().with(CreateRqIn::ctx, rqc).unwrap();
-        // SAFETY: the ring and doorbell record are DMA regions of this
-        // HCA's platform, kept (in the RawRq) until after DESTROY_RQ.
-        let raw = unsafe { hca.raw() };
-        let pages = [ring.iova()];
-        let rq = raw.create_rq(&PageList::list(&create, &pages)).unwrap();
-        // ERR does not go straight to RDY: refused before any command.
-        assert!(matches!(
-            rq.modify_state(WQ_STATE_ERR, WQ_STATE_RDY),
-            Err(Error::InvalidArgument { arg: "state", .. })
-        ));
-        // The firmware checks the current state it is told.
-        assert!(matches!(
-            rq.modify_state(WQ_STATE_RDY, WQ_STATE_RDY),
-            Err(Error::Command(_))
-        ));
-        rq.modify_state(WQ_STATE_RST, WQ_STATE_RDY).unwrap();
-        // The receive WQEs (`mlx5_wqe_data_seg`: byte_count, lkey, addr),
-        // then the doorbell record's receive counter.
-        for i in 0..SLOTS {
-            let mut seg = [0u8; 16];
-            seg[0..4].copy_from_slice(&(SLOT as u32).to_be_bytes());
-            seg[4..8].copy_from_slice(&mr.lkey().0.to_be_bytes());
-            seg[8..16].copy_from_slice(&(data.iova() + (i * SLOT) as u64).to_be_bytes());
-            ring.write(i * 16, &seg).unwrap();
-        }
-        dbr.write(0, &(SLOTS as u32).to_be_bytes()).unwrap();
-        RawRq {
-            rq,
-            data,
-            _ring: ring,
-            _dbr: dbr,
-            _mr: mr,
-            seen: 0,
-        }
-    }
-
-    fn number(&self) -> Rqn {
-        self.rq.number()
-    }
-
-    fn slot(&self, i: usize, len: usize) -> Vec<u8> {
-        let mut b = vec![0u8; len];
-        self.data.read(i * SLOT, &mut b).unwrap();
-        b
-    }
-
-    /// DESTROY_RQ, then the memory is freed.
-    fn destroy(self) {
-        let rqn = self.rq.number();
-        self.rq.destroy().unwrap();
-        assert!(
-            !self
-                .data
-                .hca()
-                .events()
-                .unregister_queue(QueueId::Rq(rqn.0))
-        );
-    }
+/// DESTROY_RQ, then the RQ is no longer registered for events.
+fn destroy(rq: RawRq<'_, EmuPlatform>, hca: &Hca<EmuPlatform>) {
+    let rqn = rq.number();
+    rq.destroy().unwrap();
+    assert!(!hca.events().unregister_queue(QueueId::Rq(rqn.0)));
 }
 
 /// A frame with a marker byte `tag` in its 16-byte payload
@@ -192,20 +115,6 @@ fn send(sock: &UdpSocket, to: std::net::SocketAddr, emu: &EmuHca, f: &[u8]) {
     let _ = emu.datapath();
 }
 
-/// The RQ the frame tagged `tag` landed in (checked byte for byte), of
-/// `rqs`; None if none did.
-fn landed(rqs: &mut [RawRq], f: &[u8]) -> Option<usize> {
-    let mut hit = None;
-    for (i, rq) in rqs.iter_mut().enumerate() {
-        if rq.seen < SLOTS && rq.slot(rq.seen, f.len()) == f {
-            assert!(hit.is_none(), "frame delivered twice");
-            rq.seen += 1;
-            hit = Some(i);
-        }
-    }
-    hit
-}
-
 #[test]
 fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
     let mut w = wire();
@@ -214,7 +123,10 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
         let ctx = Arc::new(Context::open(hca).unwrap());
         let pd = Arc::new(Pd::alloc(&ctx).unwrap());
         let cq = Cq::create(&ctx, 256).unwrap();
-        let mut rqs: Vec<RawRq> = (0..9).map(|_| RawRq::new(hca, &pd, &cq)).collect();
+        // SAFETY: the RQs' rings and doorbell records are DMA regions of
+        // this HCA's platform, kept (in each RawRq) until after DESTROY_RQ.
+        let raw = unsafe { hca.raw() };
+        let mut rqs: Vec<_> = (0..9).map(|_| raw_rq(&raw, &pd, &cq)).collect();
         let td = hca.alloc_transport_domain().unwrap();
         let tirs: Vec<_> = rqs
             .iter()
@@ -229,16 +141,8 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
             .unwrap();
         let t0 = hca.create_flow_table(0, 4, Some(&t1)).unwrap();
         // One selector kind per group and rule, in priority order.
-        let specs = selector_specs();
-        let matches: Vec<FlowMatch> = specs
-            .iter()
-            .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
-            .collect();
-        let groups: Vec<_> = matches
-            .iter()
-            .enumerate()
-            .map(|(i, m)| t0.create_group(i as u32, i as u32, m).unwrap())
-            .collect();
+        let matches = matches_of(&selector_specs());
+        let groups = one_entry_groups(&t0, &matches);
         let tir_refs: Vec<[&_; 1]> = tirs.iter().map(|t| [t]).collect();
         let rules: Vec<_> = groups
             .iter()
@@ -379,7 +283,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
         assert!(emu.objects(ObjKind::Tir).is_empty());
         drop(td);
         for rq in rqs {
-            rq.destroy();
+            destroy(rq, hca);
         }
     });
 }
@@ -392,7 +296,9 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
         let ctx = Arc::new(Context::open(hca).unwrap());
         let pd = Arc::new(Pd::alloc(&ctx).unwrap());
         let cq = Cq::create(&ctx, 256).unwrap();
-        let mut rqs: Vec<RawRq> = (0..4).map(|_| RawRq::new(hca, &pd, &cq)).collect();
+        // SAFETY: as above, each RawRq keeps its memory until DESTROY_RQ.
+        let raw = unsafe { hca.raw() };
+        let mut rqs: Vec<_> = (0..4).map(|_| raw_rq(&raw, &pd, &cq)).collect();
         let td = hca.alloc_transport_domain().unwrap();
         let numbers: Vec<Rqn> = rqs.iter().map(RawRq::number).collect();
         let rqt = hca.create_rqt(&numbers).unwrap();
@@ -457,7 +363,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
             let mut input = [0u8; MAX_HASH_INPUT];
             let n = hash_input(&fields, selected, &mut input);
             let want = (toeplitz(&RSS_KEY, &input[..n]) % 4) as usize;
-            if rqs[want].seen == SLOTS {
+            if rqs[want].seen == RQ_SLOTS {
                 continue;
             }
             send(sock, to, emu, &f);
@@ -475,7 +381,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
         rqt.destroy().unwrap();
         drop(td);
         for rq in rqs {
-            rq.destroy();
+            destroy(rq, hca);
         }
     });
 }
@@ -492,29 +398,10 @@ fn sq_and_tis_objects_follow_the_work_queue_state_machine() {
         assert_eq!(emu.objects(ObjKind::Tis), vec![tis.number().0]);
         let ring = DmaBuf::alloc(hca, 4096).unwrap();
         let dbr = DmaBuf::alloc(hca, 64).unwrap();
-        let wq = Wq::new()
-            .with(Wq::wq_type, WQ_TYPE_CYCLIC)
-            .unwrap()
-            .with(Wq::pd, pd.number().0)
-            .unwrap()
+        let wq = cyclic_wq(pd.number(), dbr.iova(), 6, 6)
             .with(Wq::uar_page, ctx.uar().number().0)
-            .unwrap()
-            .with(Wq::dbr_addr, dbr.iova())
-            .unwrap()
-            .with(Wq::log_wq_stride, 6)
-            .unwrap()
-            .with(Wq::log_wq_sz, 6)
             .unwrap();
-        let sqc = Sqc::new()
-            .with(Sqc::cqn, cq.number().0)
-            .unwrap()
-            .with(Sqc::tis_lst_sz, 1)
-            .unwrap()
-            .with(Sqc::tis_num_0, tis.number().0)
-            .unwrap()
-            .with(Sqc::wq, wq)
-            .unwrap();
-        let create = CreateSqIn::new().with(CreateSqIn::ctx, sqc).unwrap();
+        let create = create_sq_in(cq.number(), tis.number().0, wq);
         // SAFETY: the ring and doorbell record are DMA regions of this
         // HCA's platform, freed after DESTROY_SQ below.
         let raw = unsafe { hca.raw() };

@@ -31,7 +31,8 @@ use hca_driver::{Config, Hca};
 use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
 use hca_tests::steer::{
-    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, selector_specs, udp4_rss,
+    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, matches_of, one_entry_groups,
+    selector_specs, udp4_rss,
 };
 use hca_tests::{Link, Sides};
 
@@ -819,10 +820,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
                 dst_port: Masked::exact(4000, 0xffff),
             },
         );
-        let matches: Vec<FlowMatch> = specs
-            .iter()
-            .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
-            .collect();
+        let matches = matches_of(&specs);
         // RSS: an RQ table over the RSS QPs' RQs, an indirect TIR hashing
         // IPv4 addresses and UDP ports.
         let td = hb.alloc_transport_domain().unwrap();
@@ -839,11 +837,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         let d: [&dyn TirDest; 2] = [&qs[8], &qs[9]];
         let catch_all = g_all.add_rule(0, &all, FlowDest::Receivers(&d)).unwrap();
         let t0 = hb.create_flow_table(0, 4, Some(&t1)).unwrap();
-        let groups: Vec<_> = matches
-            .iter()
-            .enumerate()
-            .map(|(i, m)| t0.create_group(i as u32, i as u32, m).unwrap())
-            .collect();
+        let groups = one_entry_groups(&t0, &matches);
         // Every rule copies to the sniffer (QP 9) as well.
         let rules: Vec<_> = groups
             .iter()
