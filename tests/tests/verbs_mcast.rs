@@ -12,7 +12,7 @@ use std::time::Duration;
 use hca_driver::Error;
 use hca_driver::verbs::{
     AccessFlags, Ah, AhAttr, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpCap, QpCreateFlags,
-    QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+    QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_tests::verbs::{Endpoint, assert_quiet, poll_n, poll_ok, post_recv_sge, qp_cap, ud_ready};
 use hca_tests::{Link, Sides, TestPlatform};
@@ -27,6 +27,33 @@ const MGID: [u8; 16] = [
 
 fn qp<P: Platform + 'static>(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>, t: QpType, c: QpCap) -> Qp<P> {
     Qp::create(pd, &QpInitAttr::new(t, cq, cq).cap(c)).unwrap()
+}
+
+/// The receive completions on `cq` of the two group members `rx` (whose
+/// receives are `0xb00 + i`), each of a message from `tx`, in the
+/// members' order.
+#[track_caller]
+fn member_recvs<P: Platform + 'static>(
+    cq: &Cq<P>,
+    rx: &[Qp<P>],
+    tx: &Qp<P>,
+) -> Vec<WorkCompletion> {
+    let mut wc = poll_n(cq, 2);
+    wc.sort_by_key(|w| w.wr_id);
+    for (w, (i, q)) in wc.iter().zip(rx.iter().enumerate()) {
+        assert_eq!(
+            (w.status, w.opcode, w.qp_num, w.wr_id, w.src_qp),
+            (
+                WcStatus::Success,
+                WcOpcode::Recv,
+                q.number().0,
+                0xb00 + i as u64,
+                tx.number().0
+            ),
+            "{w:?}"
+        );
+    }
+    wc
 }
 
 #[track_caller]
@@ -103,20 +130,7 @@ fn multicast_reaches_the_attached_qps<P: TestPlatform>(l: &mut Link<P>) {
             post_recv_sge(q, 0xb00 + i as u64, mb.sge(1024 * i, 256).unwrap());
         }
         send(&mut tx, 1, b"to the group");
-        let mut wc = poll_n(&cqb, 2);
-        wc.sort_by_key(|w| w.wr_id);
-        for (w, i) in wc.iter().zip(0..2usize) {
-            assert_eq!(
-                (w.status, w.opcode, w.qp_num, w.wr_id, w.src_qp),
-                (
-                    WcStatus::Success,
-                    WcOpcode::Recv,
-                    rx[i].number().0,
-                    0xb00 + i as u64,
-                    tx.number().0
-                ),
-                "{w:?}"
-            );
+        for (w, i) in member_recvs(&cqb, &rx, &tx).iter().zip(0..2usize) {
             assert_eq!(w.byte_len, 40 + 12);
             let mut got = [0u8; 52];
             bb.read(1024 * i, &mut got).unwrap();
@@ -266,20 +280,7 @@ fn infiniband_multicast_reaches_the_members_by_mlid() {
         let msg = b"to the IB group";
         send(&mut tx, &ah, 1, msg);
         // Side B: rx[0] and rx[1], with the GRH (DGID the MGID).
-        let mut wc = poll_n(&cqb, 2);
-        wc.sort_by_key(|w| w.wr_id);
-        for (w, i) in wc.iter().zip(0..2usize) {
-            assert_eq!(
-                (w.status, w.opcode, w.qp_num, w.wr_id, w.src_qp),
-                (
-                    WcStatus::Success,
-                    WcOpcode::Recv,
-                    rx[i].number().0,
-                    0xb00 + i as u64,
-                    tx.number().0
-                ),
-                "{w:?}"
-            );
+        for (w, i) in member_recvs(&cqb, &rx, &tx).iter().zip(0..2usize) {
             assert!(w.wc_flags.has(hca_driver::verbs::WcFlags::GRH), "{w:?}");
             assert_eq!(w.byte_len as usize, 40 + msg.len());
             let mut got = [0u8; 40 + 15];
