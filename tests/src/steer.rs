@@ -8,8 +8,11 @@
 use std::sync::Arc;
 
 use firmware_cmds::eth::{
-    CreateRqIn, CreateSqIn, Rqc, Sqc, WQ_STATE_RDY, WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
+    CreateRqIn, CreateSqIn, RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT,
+    RX_HASH_FIELD_SELECT_L4_SPORT, RX_HASH_FIELD_SELECT_SRC_IP, Rqc, Sqc, WQ_STATE_RDY,
+    WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
 };
+use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::flow::{
     FlowGroup, FlowTable, RX_HASH_DST_IPV4, RX_HASH_DST_PORT_UDP, RX_HASH_SRC_IPV4,
     RX_HASH_SRC_PORT_UDP, RxHashConf,
@@ -50,6 +53,25 @@ pub fn udp4_rss() -> RxHashConf {
             | RX_HASH_SRC_PORT_UDP
             | RX_HASH_DST_PORT_UDP,
     }
+}
+
+/// The Toeplitz hash an RSS TIR of [`udp4_rss`] computes for a UDP/IPv4
+/// frame from `src:sport` to `dst:dport` (`firmware_cmds::rss`, checked
+/// against Microsoft's verification suite): the expected RQ table entry is
+/// this modulo the table's size.
+pub fn udp4_rss_hash(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> u32 {
+    let selected = RX_HASH_FIELD_SELECT_SRC_IP
+        | RX_HASH_FIELD_SELECT_DST_IP
+        | RX_HASH_FIELD_SELECT_L4_SPORT
+        | RX_HASH_FIELD_SELECT_L4_DPORT;
+    let fields = HashFields {
+        src_ip: &src,
+        dst_ip: &dst,
+        ports: Some((sport, dport)),
+    };
+    let mut input = [0u8; MAX_HASH_INPUT];
+    let n = hash_input(&fields, selected, &mut input);
+    toeplitz(&RSS_KEY, &input[..n])
 }
 
 /// A frame (`hca_emu::frame`, checksums zero: steering does not check

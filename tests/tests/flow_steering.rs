@@ -13,11 +13,7 @@ use std::net::UdpSocket;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use firmware_cmds::eth::{
-    RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT, RX_HASH_FIELD_SELECT_L4_SPORT,
-    RX_HASH_FIELD_SELECT_SRC_IP, WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST, Wq,
-};
-use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
+use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST, Wq};
 use hca_driver::flow::{
     FlowDest, RX_HASH_SRC_IPV4, RX_HASH_SRC_IPV6, RX_HASH_SRC_PORT_TCP, RX_HASH_SRC_PORT_UDP,
     RxHashConf,
@@ -30,7 +26,7 @@ use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, ObjKind, WireSpec};
 use hca_tests::Bench;
 use hca_tests::steer::{
     MCAST, OTHER_SMAC, RQ_SLOTS, RSS_KEY, RawRq, V4A, V4B, V6A, V6B, create_sq_in, cyclic_wq,
-    landed, marked_frame, matches_of, one_entry_groups, selector_specs, udp4_rss,
+    landed, marked_frame, matches_of, one_entry_groups, selector_specs, udp4_rss, udp4_rss_hash,
 };
 
 /// A raw RQ in RDY with its buffers posted, its state transitions
@@ -340,10 +336,6 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
         let g = t.create_group(0, 0, &all).unwrap();
         let rule = g.add_rule(0, &all, FlowDest::Tirs(&[&tir])).unwrap();
         t.set_root().unwrap();
-        let selected = RX_HASH_FIELD_SELECT_SRC_IP
-            | RX_HASH_FIELD_SELECT_DST_IP
-            | RX_HASH_FIELD_SELECT_L4_SPORT
-            | RX_HASH_FIELD_SELECT_L4_DPORT;
         let mut per_rq = [0usize; 4];
         for sport in 0..24u16 {
             let sport = 1000 + 7 * sport;
@@ -355,14 +347,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
                 L4::Udp(sport, 4000),
                 sport as u8,
             );
-            let fields = HashFields {
-                src_ip: &V4A,
-                dst_ip: &V4B,
-                ports: Some((sport, 4000)),
-            };
-            let mut input = [0u8; MAX_HASH_INPUT];
-            let n = hash_input(&fields, selected, &mut input);
-            let want = (toeplitz(&RSS_KEY, &input[..n]) % 4) as usize;
+            let want = (udp4_rss_hash(V4A, V4B, sport, 4000) % 4) as usize;
             if rqs[want].seen == RQ_SLOTS {
                 continue;
             }

@@ -9,12 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firmware_cmds::caps::{CAP_ETHERNET_OFFLOADS, CAP_GENERAL};
-use firmware_cmds::eth::{
-    RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT, RX_HASH_FIELD_SELECT_L4_SPORT,
-    RX_HASH_FIELD_SELECT_SRC_IP,
-};
 use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST};
-use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::CapMode;
 use hca_driver::Error;
 use hca_driver::flow::{FlowDest, TirDest};
@@ -31,8 +26,8 @@ use hca_driver::{Config, Hca};
 use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
 use hca_tests::steer::{
-    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, matches_of, one_entry_groups,
-    selector_specs, udp4_rss,
+    MCAST, OTHER_SMAC, V4A, V4B, V6A, V6B, marked_frame, matches_of, one_entry_groups,
+    selector_specs, udp4_rss, udp4_rss_hash,
 };
 use hca_tests::{Link, Sides};
 
@@ -892,26 +887,12 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         // RSS: UDP flows to port 4000 land in the RSS QP the Toeplitz
         // hash names (entry hash % 4 of the RQ table), and the CQE
         // carries the hash.
-        let sel = RX_HASH_FIELD_SELECT_SRC_IP
-            | RX_HASH_FIELD_SELECT_DST_IP
-            | RX_HASH_FIELD_SELECT_L4_SPORT
-            | RX_HASH_FIELD_SELECT_L4_DPORT;
         let mut seen = [0u32; 4];
         for sport in 1000..1032u16 {
             // (To 10.2.2.2: rule 4 takes 10.1.1.1.)
             let f = frame(me, peer, None, L3::V4(V4A, V4B), L4::Udp(sport, 4000), 0x40);
             send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
-            let mut input = [0u8; MAX_HASH_INPUT];
-            let n = hash_input(
-                &HashFields {
-                    src_ip: &V4A,
-                    dst_ip: &V4B,
-                    ports: Some((sport, 4000)),
-                },
-                sel,
-                &mut input,
-            );
-            let hash = toeplitz(&RSS_KEY, &input[..n]);
+            let hash = udp4_rss_hash(V4A, V4B, sport, 4000);
             let want = 10 + (hash % 4) as usize;
             let got = collect(&cqb, 2);
             let (q, _, _, rx) = got.iter().find(|g| g.0 != 9).copied().unwrap();
