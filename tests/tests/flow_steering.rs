@@ -20,7 +20,7 @@ use hca_driver::flow::{
 };
 use hca_driver::steering::FlowMatch;
 use hca_driver::verbs::{Context, Cq, DmaBuf, Pd};
-use hca_driver::{Config, Error, Hca, PageList, QueueId, RawHca, Rqn};
+use hca_driver::{Config, Error, Hca, PageList, QueueId, Rqn};
 use hca_emu::frame::{L3, L4};
 use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, ObjKind, WireSpec};
 use hca_tests::Bench;
@@ -29,25 +29,36 @@ use hca_tests::steer::{
     landed, marked_frame, matches_of, one_entry_groups, selector_specs, udp4_rss, udp4_rss_hash,
 };
 
-/// A raw RQ in RDY with its buffers posted, its state transitions
-/// checked on the way: ERR does not go straight to RDY (refused before
-/// any command), and the firmware checks the current state it is told.
-fn raw_rq<'a>(
-    raw: &RawHca<'a, EmuPlatform>,
-    pd: &Arc<Pd<EmuPlatform>>,
-    cq: &Cq<EmuPlatform>,
-) -> RawRq<'a, EmuPlatform> {
-    let rq = RawRq::create(raw, pd, cq).unwrap();
-    assert!(matches!(
-        rq.rq().modify_state(WQ_STATE_ERR, WQ_STATE_RDY),
-        Err(Error::InvalidArgument { arg: "state", .. })
-    ));
-    assert!(matches!(
-        rq.rq().modify_state(WQ_STATE_RDY, WQ_STATE_RDY),
-        Err(Error::Command(_))
-    ));
-    rq.ready().unwrap();
-    rq
+/// A CQ on a context of `hca` and `n` raw RQs completing on it, in RDY
+/// with their buffers posted, each RQ's state transitions checked on the
+/// way: ERR does not go straight to RDY (refused before any command), and
+/// the firmware checks the current state it is told.
+fn raw_rqs(
+    hca: &Arc<Hca<EmuPlatform>>,
+    n: usize,
+) -> (Cq<EmuPlatform>, Vec<RawRq<'_, EmuPlatform>>) {
+    let ctx = Arc::new(Context::open(hca).unwrap());
+    let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+    let cq = Cq::create(&ctx, 256).unwrap();
+    // SAFETY: the RQs' rings and doorbell records are DMA regions of this
+    // HCA's platform, kept (in each RawRq) until after DESTROY_RQ.
+    let raw = unsafe { hca.raw() };
+    let rqs = (0..n)
+        .map(|_| {
+            let rq = RawRq::create(&raw, &pd, &cq).unwrap();
+            assert!(matches!(
+                rq.rq().modify_state(WQ_STATE_ERR, WQ_STATE_RDY),
+                Err(Error::InvalidArgument { arg: "state", .. })
+            ));
+            assert!(matches!(
+                rq.rq().modify_state(WQ_STATE_RDY, WQ_STATE_RDY),
+                Err(Error::Command(_))
+            ));
+            rq.ready().unwrap();
+            rq
+        })
+        .collect();
+    (cq, rqs)
 }
 
 /// DESTROY_RQ, then the RQ is no longer registered for events.
@@ -116,13 +127,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
     let mut w = wire();
     let (sock, to) = (&w.sock, w.port_addr);
     w.bench.with_open(|hca, emu| {
-        let ctx = Arc::new(Context::open(hca).unwrap());
-        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
-        let cq = Cq::create(&ctx, 256).unwrap();
-        // SAFETY: the RQs' rings and doorbell records are DMA regions of
-        // this HCA's platform, kept (in each RawRq) until after DESTROY_RQ.
-        let raw = unsafe { hca.raw() };
-        let mut rqs: Vec<_> = (0..9).map(|_| raw_rq(&raw, &pd, &cq)).collect();
+        let (_cq, mut rqs) = raw_rqs(hca, 9);
         let td = hca.alloc_transport_domain().unwrap();
         let tirs: Vec<_> = rqs
             .iter()
@@ -289,12 +294,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
     let mut w = wire();
     let (sock, to) = (&w.sock, w.port_addr);
     w.bench.with_open(|hca, emu| {
-        let ctx = Arc::new(Context::open(hca).unwrap());
-        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
-        let cq = Cq::create(&ctx, 256).unwrap();
-        // SAFETY: as above, each RawRq keeps its memory until DESTROY_RQ.
-        let raw = unsafe { hca.raw() };
-        let mut rqs: Vec<_> = (0..4).map(|_| raw_rq(&raw, &pd, &cq)).collect();
+        let (_cq, mut rqs) = raw_rqs(hca, 4);
         let td = hca.alloc_transport_domain().unwrap();
         let numbers: Vec<Rqn> = rqs.iter().map(RawRq::number).collect();
         let rqt = hca.create_rqt(&numbers).unwrap();
