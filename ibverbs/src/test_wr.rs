@@ -129,60 +129,58 @@ pub(crate) fn rdma_wr(
     w
 }
 
+/// The post function of a queue `Q` for work requests `W`
+/// (`ibv_context_ops::post_send` and its kin).
+type PostFn<Q, W> = unsafe extern "C" fn(*mut Q, *mut W, *mut *mut W) -> c_int;
+
+/// Calls `post` for queue `q` and the list starting at `wr`: Ok, or the
+/// errno and the address of the first work request refused.
+fn posted<Q, W>(post: PostFn<Q, W>, q: *mut Q, wr: &mut W) -> Result<(), (c_int, usize)> {
+    let mut bad = ptr::null_mut();
+    // SAFETY: `post` is the queue's own post function (the callers take
+    // it from the live queue), given a valid list of work requests whose
+    // SGEs the caller keeps alive.
+    match unsafe { post(q, wr, &mut bad) } {
+        0 => Ok(()),
+        e => Err((e, bad as usize)),
+    }
+}
+
 /// Posts the send list starting at `wr` on `qp` through its context's
 /// `post_send`: Ok, or the errno and the first work request refused.
 pub(crate) fn post_send(qp: *mut ibv_qp, wr: &mut ibv_send_wr) -> Result<(), (c_int, usize)> {
     assert!(!qp.is_null());
     // SAFETY: a live QP of this library (not null); its context's ops
     // table lives as long as the context.
-    let post = unsafe { (*(*qp).context).ops.post_send.unwrap() };
-    let mut bad = ptr::null_mut();
-    // SAFETY: a valid list of work requests whose SGEs the caller keeps
-    // alive.
-    match unsafe { post(qp, wr, &mut bad) } {
-        0 => Ok(()),
-        e => Err((e, bad as usize)),
-    }
+    posted(unsafe { (*(*qp).context).ops.post_send.unwrap() }, qp, wr)
 }
 
 /// Posts the receive list starting at `wr` on `qp` through its context's
-/// `post_recv`: Ok, or the errno.
-pub(crate) fn post_recv(qp: *mut ibv_qp, wr: &mut ibv_recv_wr) -> Result<(), c_int> {
+/// `post_recv`: Ok, or the errno and the first work request refused.
+pub(crate) fn post_recv(qp: *mut ibv_qp, wr: &mut ibv_recv_wr) -> Result<(), (c_int, usize)> {
     assert!(!qp.is_null());
     // SAFETY: as in post_send.
-    let post = unsafe { (*(*qp).context).ops.post_recv.unwrap() };
-    let mut bad = ptr::null_mut();
-    // SAFETY: as in post_send.
-    match unsafe { post(qp, wr, &mut bad) } {
-        0 => Ok(()),
-        e => Err(e),
-    }
+    posted(unsafe { (*(*qp).context).ops.post_recv.unwrap() }, qp, wr)
 }
 
 /// Posts the receive list starting at `wr` on `srq` through its
-/// context's `post_srq_recv`: Ok, or the errno.
-pub(crate) fn post_srq_recv(srq: *mut ibv_srq, wr: &mut ibv_recv_wr) -> Result<(), c_int> {
+/// context's `post_srq_recv`: Ok, or the errno and the first work
+/// request refused.
+pub(crate) fn post_srq_recv(srq: *mut ibv_srq, wr: &mut ibv_recv_wr) -> Result<(), (c_int, usize)> {
     assert!(!srq.is_null());
     // SAFETY: as in post_send, for a live SRQ.
-    let post = unsafe { (*(*srq).context).ops.post_srq_recv.unwrap() };
-    let mut bad = ptr::null_mut();
-    // SAFETY: as in post_send.
-    match unsafe { post(srq, wr, &mut bad) } {
-        0 => Ok(()),
-        e => Err(e),
-    }
+    posted(
+        unsafe { (*(*srq).context).ops.post_srq_recv.unwrap() },
+        srq,
+        wr,
+    )
 }
 
 /// Posts the receive list starting at `wr` on the work queue `wq`
-/// through its own `post_recv`: Ok, or the errno.
-pub(crate) fn post_wq_recv(wq: *mut ibv_wq, wr: &mut ibv_recv_wr) -> Result<(), c_int> {
+/// through its own `post_recv`: Ok, or the errno and the first work
+/// request refused.
+pub(crate) fn post_wq_recv(wq: *mut ibv_wq, wr: &mut ibv_recv_wr) -> Result<(), (c_int, usize)> {
     assert!(!wq.is_null());
     // SAFETY: a live WQ of this library (not null).
-    let post = unsafe { (*wq).post_recv.unwrap() };
-    let mut bad = ptr::null_mut();
-    // SAFETY: as in post_send.
-    match unsafe { post(wq, wr, &mut bad) } {
-        0 => Ok(()),
-        e => Err(e),
-    }
+    posted(unsafe { (*wq).post_recv.unwrap() }, wq, wr)
 }
