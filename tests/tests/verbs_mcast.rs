@@ -29,6 +29,26 @@ fn qp<P: Platform + 'static>(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>, t: QpType, c: QpC
     Qp::create(pd, &QpInitAttr::new(t, cq, cq).cap(c)).unwrap()
 }
 
+/// Sends `msg` inline from UD QP `q` to the multicast QPN through `ah`
+/// (signalled, work request `id`) and waits for its completion on `cq`.
+#[track_caller]
+fn send_to_group<P: Platform + 'static>(
+    q: &mut Qp<P>,
+    cq: &Cq<P>,
+    ah: &Ah<P>,
+    id: u64,
+    msg: &[u8],
+) {
+    q.post_send(
+        &SendWr::new(id, SendOp::Send)
+            .inline(msg)
+            .flags(SendFlags::SIGNALED)
+            .ud(ah.dest(0xff_ffff, QKEY)),
+    )
+    .unwrap();
+    assert_eq!(poll_ok(cq).wr_id, id);
+}
+
 /// The receive completions on `cq` of the two group members `rx` (whose
 /// receives are `0xb00 + i`), each of a message from `tx`, in the
 /// members' order.
@@ -116,16 +136,7 @@ fn multicast_reaches_the_attached_qps<P: TestPlatform>(l: &mut Link<P>) {
         drop(rc);
 
         let ah = Ah::create(&pda, &AhAttr::roce(pa, mgid, DEFAULT_GID_INDEX)).unwrap();
-        let send = |tx: &mut Qp<P>, id: u64, msg: &[u8]| {
-            tx.post_send(
-                &SendWr::new(id, SendOp::Send)
-                    .inline(msg)
-                    .flags(SendFlags::SIGNALED)
-                    .ud(ah.dest(0xff_ffff, QKEY)),
-            )
-            .unwrap();
-            assert_eq!(poll_ok(&cqa).wr_id, id);
-        };
+        let send = |tx: &mut Qp<P>, id: u64, msg: &[u8]| send_to_group(tx, &cqa, &ah, id, msg);
         for (i, q) in rx.iter_mut().enumerate() {
             post_recv_sge(q, 0xb00 + i as u64, mb.sge(1024 * i, 256).unwrap());
         }
@@ -258,16 +269,8 @@ fn infiniband_multicast_reaches_the_members_by_mlid() {
         let mut wrong = AhAttr::ib(pa, if mlid == 0xc000 { 0xc001 } else { 0xc000 });
         wrong.grh = Some(grh);
         let ah_wrong = Ah::create(&pda, &wrong).unwrap();
-        let send = |q: &mut Qp<P>, ah: &Ah<P>, id: u64, msg: &[u8]| {
-            q.post_send(
-                &SendWr::new(id, SendOp::Send)
-                    .inline(msg)
-                    .flags(SendFlags::SIGNALED)
-                    .ud(ah.dest(0xff_ffff, QKEY)),
-            )
-            .unwrap();
-            assert_eq!(poll_ok(&cqa).wr_id, id);
-        };
+        let send =
+            |q: &mut Qp<P>, ah: &Ah<P>, id: u64, msg: &[u8]| send_to_group(q, &cqa, ah, id, msg);
         let post_all = |tx: &mut Qp<P>, txb: &mut Qp<P>, amem: &mut Qp<P>, rx: &mut [Qp<P>]| {
             post_recv_sge(tx, 0xa00, ma.sge(0, 256).unwrap());
             post_recv_sge(txb, 0xa01, ma.sge(1024, 256).unwrap());
