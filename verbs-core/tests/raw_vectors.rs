@@ -483,18 +483,8 @@ fn raw_cqe_vectors_through(api: PollApi) {
         assert!(h.is_raw());
         h.set_rx_csum(st["rx_csum_valid"] == true);
         table.insert(uidx, h).map_err(|(e, _)| e).unwrap();
-        let mut images = Vec::new();
-        for c in v["cqes"].as_array().unwrap() {
-            let bytes = hex(c["bytes"].as_str().unwrap());
-            cq.write_cqe(num(&c["slot"]) as usize, &bytes);
-            images.push((c["fields"].clone(), bytes));
-        }
-        let p = &v["poll"];
-        let (wc, n, rx) = poll_vector(&mut cq, &table, num(&p["ne"]) as usize, api);
-        assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
-        for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
-            assert_wc(w, e, name, api);
-        }
+        let images = write_cqes(&mut cq, v);
+        let (wc, n, rx) = assert_poll(&mut cq, &table, v, name, api);
         if api == PollApi::Rx {
             // The extended CQ's reads of the same CQEs.
             let x = &v["ex_poll"];

@@ -406,20 +406,8 @@ fn cqe_vectors_through(api: PollApi) {
             .insert(6, ud.qp.completions(true, true, None).unwrap())
             .map_err(|(e, _)| e)
             .unwrap();
-        for c in v["cqes"].as_array().unwrap() {
-            cq.write_cqe(num(&c["slot"]) as usize, &hex(c["bytes"].as_str().unwrap()));
-        }
-        let p = &v["poll"];
-        let (wc, n, _) = poll_vector(&mut cq, &table, num(&p["ne"]) as usize, api);
-        assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
-        for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
-            assert_wc(w, e, name, api);
-            assert_eq!(
-                w.status.name(),
-                e["status_name"].as_str().unwrap(),
-                "{name}"
-            );
-        }
+        write_cqes(&mut cq, v);
+        assert_poll(&mut cq, &table, v, name, api);
         let r = &v["result"];
         assert_cq_after(&mut cq, r, name);
         let env = if v["qp"] == "rc_qp" { &mut rc } else { &mut ud };

@@ -206,9 +206,44 @@ pub fn poll_vector<R: CqResolver>(
     (wc, n, rx)
 }
 
+/// Writes a CQE vector's CQEs (`cqes`: each one's `slot` and `bytes`)
+/// into `cq`'s ring; returns each one's decoded `fields` and bytes.
+pub fn write_cqes(cq: &mut CqEnv<'_>, v: &Value) -> Vec<(Value, Vec<u8>)> {
+    v["cqes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let bytes = hex(c["bytes"].as_str().unwrap());
+            cq.write_cqe(num(&c["slot"]) as usize, &bytes);
+            (c["fields"].clone(), bytes)
+        })
+        .collect()
+}
+
+/// Polls `cq` as a CQE vector's `poll` did (`ne` entries) through `api`
+/// and asserts its `return` and each work completion ([`assert_wc`]);
+/// returns what [`poll_vector`] does.
+pub fn assert_poll<R: CqResolver>(
+    cq: &mut CqEnv<'_>,
+    table: &R,
+    v: &Value,
+    name: &str,
+    api: PollApi,
+) -> (Vec<WorkCompletion>, usize, Vec<RxCqe>) {
+    let p = &v["poll"];
+    let (wc, n, rx) = poll_vector(cq, table, num(&p["ne"]) as usize, api);
+    assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
+    for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
+        assert_wc(w, e, name, api);
+    }
+    (wc, n, rx)
+}
+
 /// Asserts a work completion against the provider's `ibv_wc` `e`: every
 /// field it wrote (those in `not_written` are skipped), the status's
-/// string, and the immediate (or the invalidated rkey where `e` has one).
+/// string (and its name where `e` has one), and the immediate (or the
+/// invalidated rkey where `e` has one).
 pub fn assert_wc(w: &WorkCompletion, e: &Value, name: &str, api: PollApi) {
     let nw: Vec<&str> = e["not_written"]
         .as_array()
@@ -228,6 +263,9 @@ pub fn assert_wc(w: &WorkCompletion, e: &Value, name: &str, api: PollApi) {
         e["status_str"].as_str().unwrap(),
         "{name}"
     );
+    if let Some(s) = e.get("status_name") {
+        assert_eq!(w.status.name(), s.as_str().unwrap(), "{name}");
+    }
     chk("opcode", w.opcode as u64);
     chk("vendor_err", u64::from(w.vendor_err));
     chk("byte_len", u64::from(w.byte_len));
