@@ -9,7 +9,7 @@
 //! (`RawHca::create_rq`, `modify_state`) on memory of this test, observed
 //! through their buffers.
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,15 +77,34 @@ fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag: u8
 const ME: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const PEER: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 
-/// An emulated HCA on real time whose port 1 is cabled to a UDP socket
-/// this test writes frames into.
-struct Wire {
-    bench: Bench<EmuPlatform>,
+/// The test's end of the wire: a UDP socket cabled to the device's
+/// port 1.
+struct Tx<'e> {
     sock: UdpSocket,
-    port_addr: std::net::SocketAddr,
+    port_addr: SocketAddr,
+    emu: &'e EmuHca,
 }
 
-fn wire() -> Wire {
+impl Tx<'_> {
+    /// Puts `f` on the wire and waits until the device has taken it in
+    /// (`frames_rx` went up).
+    fn send(&self, f: &[u8]) {
+        let before = self.emu.datapath().frames_rx;
+        self.sock.send_to(f, self.port_addr).unwrap();
+        let t0 = Instant::now();
+        while self.emu.datapath().frames_rx == before {
+            assert!(t0.elapsed() < Duration::from_secs(10), "frame not received");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The frame is handled under the device lock that `datapath()`
+        // takes.
+        let _ = self.emu.datapath();
+    }
+}
+
+/// Runs `test` on an opened emulated HCA on real time whose port 1 is
+/// cabled to a UDP socket ([`Tx`]) the test writes frames into.
+fn on_wire(test: impl FnOnce(&Arc<Hca<EmuPlatform>>, &EmuHca, &Tx<'_>)) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port_addr = probe.local_addr().unwrap();
@@ -93,7 +112,7 @@ fn wire() -> Wire {
     let spec: WireSpec = format!("udp:{port_addr},{}", sock.local_addr().unwrap())
         .parse()
         .unwrap();
-    let bench = Bench::<EmuPlatform>::emulated(
+    let mut bench = Bench::<EmuPlatform>::emulated(
         EmuConfig {
             clock: Clock::Real,
             ..EmuConfig::default()
@@ -101,32 +120,19 @@ fn wire() -> Wire {
         Config::default(),
     );
     bench.emu().unwrap().cable_to(1, &spec).unwrap();
-    Wire {
-        bench,
-        sock,
-        port_addr,
-    }
-}
-
-/// Puts `f` on the wire and waits until the device has taken it in
-/// (`frames_rx` went up).
-fn send(sock: &UdpSocket, to: std::net::SocketAddr, emu: &EmuHca, f: &[u8]) {
-    let before = emu.datapath().frames_rx;
-    sock.send_to(f, to).unwrap();
-    let t0 = Instant::now();
-    while emu.datapath().frames_rx == before {
-        assert!(t0.elapsed() < Duration::from_secs(10), "frame not received");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // The frame is handled under the device lock that `datapath()` takes.
-    let _ = emu.datapath();
+    bench.with_open(|hca, emu| {
+        let tx = Tx {
+            sock,
+            port_addr,
+            emu,
+        };
+        test(hca, emu, &tx);
+    });
 }
 
 #[test]
 fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
-    let mut w = wire();
-    let (sock, to) = (&w.sock, w.port_addr);
-    w.bench.with_open(|hca, emu| {
+    on_wire(|hca, emu, tx| {
         let (_cq, mut rqs) = raw_rqs(hca, 9);
         let td = hca.alloc_transport_domain().unwrap();
         let tirs: Vec<_> = rqs
@@ -231,7 +237,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
             ),
         ];
         for (i, (f, want)) in cases.iter().enumerate() {
-            send(sock, to, emu, f);
+            tx.send(f);
             assert_eq!(landed(&mut rqs, f), *want, "case {i}");
         }
         let dp = emu.datapath();
@@ -241,19 +247,19 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
         // and counted, and reaches no RQ.
         drop(catch_all);
         let f = frame(ME, PEER, Some(102), L3::V4(V4B, V4B), udp(2), 10);
-        send(sock, to, emu, &f);
+        tx.send(&f);
         assert_eq!(landed(&mut rqs, &f), None);
         assert_eq!(emu.datapath().drops.steering_miss, 1);
         // A drop rule in its place: dropped and counted as such.
         let drop_rule = g_all.add_rule(0, &all, FlowDest::Drop).unwrap();
-        send(sock, to, emu, &f);
+        tx.send(&f);
         assert_eq!(landed(&mut rqs, &f), None);
         assert_eq!(emu.datapath().drops.steering_drop, 1);
         // The UDP rule removed with `destroy`: its frame now misses level
         // 0 and is dropped by level 1.
         let mut rules = rules;
         rules.pop().unwrap().destroy().unwrap();
-        send(sock, to, emu, &cases[8].0);
+        tx.send(&cases[8].0);
         assert_eq!(landed(&mut rqs, &cases[8].0), None);
         assert_eq!(emu.datapath().drops.steering_drop, 2);
         // A table forwarding rule: level 0 entry 7 sends to table 1, whose
@@ -265,7 +271,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
         let to_t1 = groups[7]
             .add_rule(7, &matches[7], FlowDest::Table(&t1))
             .unwrap();
-        send(sock, to, emu, &cases[8].0);
+        tx.send(&cases[8].0);
         assert_eq!(landed(&mut rqs, &cases[8].0), Some(8));
         assert!(emu.objects(ObjKind::FlowEntry).len() == 9);
 
@@ -291,9 +297,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
 
 #[test]
 fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
-    let mut w = wire();
-    let (sock, to) = (&w.sock, w.port_addr);
-    w.bench.with_open(|hca, emu| {
+    on_wire(|hca, _, tx| {
         let (_cq, mut rqs) = raw_rqs(hca, 4);
         let td = hca.alloc_transport_domain().unwrap();
         let numbers: Vec<Rqn> = rqs.iter().map(RawRq::number).collect();
@@ -351,7 +355,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
             if rqs[want].seen == RQ_SLOTS {
                 continue;
             }
-            send(sock, to, emu, &f);
+            tx.send(&f);
             assert_eq!(landed(&mut rqs, &f), Some(want), "sport {sport}");
             per_rq[want] += 1;
         }
