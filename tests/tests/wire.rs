@@ -8,11 +8,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode};
-use hca_driver::{Config, PortState};
+use hca_driver::verbs::{
+    AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+};
+use hca_driver::{Config, PortState, Rkey};
 use hca_emu::{Clock, EmuConfig, EmuError, EmuPlatform, WireSpec};
-use hca_tests::verbs::{Endpoint, RcParams, connect, poll_ok, post_recv_sge, qp_cap};
-use hca_tests::{Bench, Link};
+use hca_tests::verbs::{
+    Endpoint, RcParams, connect, path_to, poll_n, poll_ok, post_recv_sge, qp_cap, ud_ready,
+};
+use hca_tests::{Bench, Link, Sides};
 
 /// RC SENDs with immediate data both ways between side A and side B, and
 /// an RDMA WRITE from A into B's buffer.
@@ -152,9 +156,11 @@ fn socket_dir(tag: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
-    let dir = socket_dir("rc");
+/// Two emulated HCAs of this process on real time that share nothing but
+/// a Unix datagram socket wire between their ports 1, bound in a fresh
+/// directory named after `tag` (returned, with B's socket path).
+fn unix_link(tag: &str) -> (Link<EmuPlatform>, PathBuf, PathBuf) {
+    let dir = socket_dir(tag);
     let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
     let real = EmuConfig {
         clock: Clock::Real,
@@ -169,12 +175,18 @@ fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
     a.emu().unwrap().cable_to(1, &ab).unwrap();
     b.emu().unwrap().cable_to(1, &ab.far_end()).unwrap();
     assert!(sa.exists() && sb.exists(), "both ends bound their sockets");
-    let mut l = Link {
+    let l = Link {
         a,
         b: Some(b),
         port_a: 1,
         port_b: 1,
     };
+    (l, dir, sb)
+}
+
+#[test]
+fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
+    let (mut l, dir, sb) = unix_link("rc");
     rc_both_ways(&mut l, 16);
     l.assert_clean();
     assert_eq!(l.emu_a().socket_frames_unsent(1), 0);
@@ -351,4 +363,71 @@ fn taps_see_the_frames_between_two_hcas_of_one_process() {
     rc_both_ways(&mut l, 8);
     l.assert_clean();
     taps_agree(&sa.lock().unwrap(), &sb.lock().unwrap());
+}
+
+/// Both ends of a Unix socket wire sending at once, each a burst of UD
+/// SENDs twenty times the far end's datagram queue
+/// (`net.unix.max_dgram_qlen`, 10 by default): every frame arrives,
+/// none is lost waiting for room. A port goes on receiving while its
+/// transmitter waits for the far end, as on a full-duplex link (IEEE
+/// 802.3 Annex 31B: PAUSE holds back the transmitter only); two devices
+/// that each held their own lock while waiting to send to the other
+/// would drop frames after the send timeout.
+#[test]
+fn a_socket_wire_carries_bursts_both_ways_at_once() {
+    const N: u32 = 200;
+    const QKEY: u32 = 0x5eed;
+    let (mut l, dir, _) = unix_link("duplex");
+    let h = l.open();
+    {
+        let Sides {
+            ca,
+            cb,
+            pda,
+            pdb,
+            cqa,
+            cqb,
+        } = h.sides(2 * N);
+        let (ba, bb) = (
+            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
+            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
+        );
+        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
+        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
+        let ud = |cq| QpInitAttr::new(QpType::Ud, cq, cq).cap(qp_cap(N, N, 1, 64));
+        let mut qa = Qp::create(&pda, &ud(&cqa)).unwrap();
+        let mut qb = Qp::create(&pdb, &ud(&cqb)).unwrap();
+        ud_ready(&mut qa, 1, QKEY);
+        ud_ready(&mut qb, 1, QKEY);
+        let ea = Endpoint::of(&ca, 1, qa.number().0, 0, Rkey(0));
+        let eb = Endpoint::of(&cb, 1, qb.number().0, 0, Rkey(0));
+        let to_b = Ah::create(&pda, &path_to(&ca, 1, &eb, 64)).unwrap();
+        let to_a = Ah::create(&pdb, &path_to(&cb, 1, &ea, 64)).unwrap();
+        for i in 0..u64::from(N) {
+            post_recv_sge(&mut qa, i, ma.sge(0, 256).unwrap());
+            post_recv_sge(&mut qb, i, mb.sge(0, 256).unwrap());
+        }
+        // Both bursts posted before either device is done with its own.
+        let (da, db) = (to_b.dest(eb.qpn, QKEY), to_a.dest(ea.qpn, QKEY));
+        let msg = b"both ways at once";
+        for i in 0..u64::from(N) {
+            let f = SendFlags::SIGNALED;
+            qa.post_send(&SendWr::new(i, SendOp::Send).inline(msg).flags(f).ud(da))
+                .unwrap();
+            qb.post_send(&SendWr::new(i, SendOp::Send).inline(msg).flags(f).ud(db))
+                .unwrap();
+        }
+        for (side, cq) in [("A", &cqa), ("B", &cqb)] {
+            let wc = poll_n(cq, 2 * N as usize);
+            let recvs = wc.iter().filter(|w| w.opcode == WcOpcode::Recv).count();
+            assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{side}");
+            assert_eq!(recvs, N as usize, "side {side}: every frame received");
+        }
+        assert_eq!(l.emu_a().socket_frames_unsent(1), 0);
+        assert_eq!(l.emu_b().socket_frames_unsent(1), 0);
+        drop((to_a, to_b, qa, qb));
+    }
+    l.close(h);
+    l.assert_clean();
+    let _ = std::fs::remove_dir_all(&dir);
 }
