@@ -16,7 +16,7 @@ use hca_emu::{Clock, EmuConfig, EmuError, EmuPlatform, WireSpec};
 use hca_tests::verbs::{
     Endpoint, RcParams, connect, path_to, poll_n, poll_ok, post_recv_sge, qp_cap, ud_ready,
 };
-use hca_tests::{Bench, Link, Sides};
+use hca_tests::{Bench, Link};
 
 /// RC SENDs with immediate data both ways between side A and side B, and
 /// an RDMA WRITE from A into B's buffer.
@@ -365,6 +365,28 @@ fn taps_see_the_frames_between_two_hcas_of_one_process() {
     taps_agree(&sa.lock().unwrap(), &sb.lock().unwrap());
 }
 
+/// A UD QP on port 1 in `pd`, ready with Q_Key `qkey`, completing on
+/// `cq`, with `n` receives posted into a buffer of its own: its region, the
+/// QP and its endpoint.
+fn ud_end(
+    pd: &Arc<Pd<EmuPlatform>>,
+    cq: &Arc<Cq<EmuPlatform>>,
+    n: u32,
+    qkey: u32,
+) -> (Mr<EmuPlatform>, Qp<EmuPlatform>, Endpoint) {
+    let ctx = pd.context();
+    let buf = Arc::new(DmaBuf::alloc(ctx.hca(), 4096).unwrap());
+    let mr = Mr::register(pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
+    let attr = QpInitAttr::new(QpType::Ud, cq, cq).cap(qp_cap(n, n, 1, 64));
+    let mut qp = Qp::create(pd, &attr).unwrap();
+    ud_ready(&mut qp, 1, qkey);
+    for i in 0..u64::from(n) {
+        post_recv_sge(&mut qp, i, mr.sge(0, 256).unwrap());
+    }
+    let end = Endpoint::of(ctx, 1, qp.number().0, 0, Rkey(0));
+    (mr, qp, end)
+}
+
 /// Both ends of a Unix socket wire sending at once, each a burst of UD
 /// SENDs twenty times the far end's datagram queue
 /// (`net.unix.max_dgram_qlen`, 10 by default): every frame arrives,
@@ -380,33 +402,11 @@ fn a_socket_wire_carries_bursts_both_ways_at_once() {
     let (mut l, dir, _) = unix_link("duplex");
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(2 * N);
-        let (ba, bb) = (
-            Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
-            Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
-        );
-        let ma = Mr::register(&pda, &ba, AccessFlags::LOCAL_WRITE).unwrap();
-        let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
-        let ud = |cq| QpInitAttr::new(QpType::Ud, cq, cq).cap(qp_cap(N, N, 1, 64));
-        let mut qa = Qp::create(&pda, &ud(&cqa)).unwrap();
-        let mut qb = Qp::create(&pdb, &ud(&cqb)).unwrap();
-        ud_ready(&mut qa, 1, QKEY);
-        ud_ready(&mut qb, 1, QKEY);
-        let ea = Endpoint::of(&ca, 1, qa.number().0, 0, Rkey(0));
-        let eb = Endpoint::of(&cb, 1, qb.number().0, 0, Rkey(0));
-        let to_b = Ah::create(&pda, &path_to(&ca, 1, &eb, 64)).unwrap();
-        let to_a = Ah::create(&pdb, &path_to(&cb, 1, &ea, 64)).unwrap();
-        for i in 0..u64::from(N) {
-            post_recv_sge(&mut qa, i, ma.sge(0, 256).unwrap());
-            post_recv_sge(&mut qb, i, mb.sge(0, 256).unwrap());
-        }
+        let s = h.sides(2 * N);
+        let (ma, mut qa, ea) = ud_end(&s.pda, &s.cqa, N, QKEY);
+        let (mb, mut qb, eb) = ud_end(&s.pdb, &s.cqb, N, QKEY);
+        let to_b = Ah::create(&s.pda, &path_to(&s.ca, 1, &eb, 64)).unwrap();
+        let to_a = Ah::create(&s.pdb, &path_to(&s.cb, 1, &ea, 64)).unwrap();
         // Both bursts posted before either device is done with its own.
         let (da, db) = (to_b.dest(eb.qpn, QKEY), to_a.dest(ea.qpn, QKEY));
         let msg = b"both ways at once";
@@ -417,7 +417,7 @@ fn a_socket_wire_carries_bursts_both_ways_at_once() {
             qb.post_send(&SendWr::new(i, SendOp::Send).inline(msg).flags(f).ud(db))
                 .unwrap();
         }
-        for (side, cq) in [("A", &cqa), ("B", &cqb)] {
+        for (side, cq) in [("A", &s.cqa), ("B", &s.cqb)] {
             let wc = poll_n(cq, 2 * N as usize);
             let recvs = wc.iter().filter(|w| w.opcode == WcOpcode::Recv).count();
             assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{side}");
@@ -425,7 +425,7 @@ fn a_socket_wire_carries_bursts_both_ways_at_once() {
         }
         assert_eq!(l.emu_a().socket_frames_unsent(1), 0);
         assert_eq!(l.emu_b().socket_frames_unsent(1), 0);
-        drop((to_a, to_b, qa, qb));
+        drop((to_a, to_b, qa, qb, ma, mb));
     }
     l.close(h);
     l.assert_clean();
