@@ -209,14 +209,7 @@ fn infiniband_multicast_reaches_the_members_by_mlid() {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         assert_eq!(
             ca.hca().caps().link_layer(),
             hca_driver::LinkLayer::InfiniBand
