@@ -487,14 +487,7 @@ fn cqe_fields(personality: Personality) {
     });
     let h = l.open();
     {
-        let Sides {
-            pda,
-            pdb,
-            cqa,
-            cqb,
-            cb,
-            ..
-        } = h.sides(64);
+        let (_, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let dev = *cb.query_device();
         assert!(dev.has_raw_packet_cap(RAW_PACKET_CAP_CVLAN_STRIPPING | RAW_PACKET_CAP_IP_CSUM));
         // Room for the inline headers with an inserted tag.
@@ -948,14 +941,7 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
     });
     let h = l.open();
     {
-        let Sides {
-            pda,
-            pdb,
-            cqa,
-            cqb,
-            ca,
-            ..
-        } = h.sides(16);
+        let (ca, _, pda, pdb, cqa, cqb) = h.sides(16).split();
         let dev = ca.query_device();
         assert!(!dev.has_device_cap(DEVICE_RAW_IP_CSUM));
         assert!(!dev.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM));

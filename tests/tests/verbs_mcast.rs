@@ -15,7 +15,7 @@ use hca_driver::verbs::{
     QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_tests::verbs::{Endpoint, assert_quiet, poll_n, poll_ok, post_recv_sge, qp_cap, ud_ready};
-use hca_tests::{Link, Sides, TestPlatform};
+use hca_tests::{Link, TestPlatform};
 
 type P = hca_emu::EmuPlatform;
 use platform::Platform;
@@ -85,14 +85,7 @@ fn multicast_reaches_the_attached_qps<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb: _,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, _, pda, pdb, cqa, cqb) = h.sides(64).split();
         let ea = Endpoint::of(&ca, pa, 0, 0, hca_driver::Rkey(0));
         if ea.gid.is_zero() {
             // InfiniBand hardware: the group needs an MLID from the
