@@ -65,11 +65,7 @@ fn queue_full_unsignaled_retire_and_wrap() {
     assert_eq!((sq_g.wqe_cnt, sq_g.max_post), (8, 4));
     let mut env = make_qp_cfg(&cfg, &uar, 0, 0);
     let mut cq = make_cq(&uar, 2, 0);
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(0, env.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<4>([(0, env.qp.completions(true, true, None).unwrap())]);
     let sq = env.qp.sq().unwrap();
     for round in 0..20u64 {
         // Three unsignaled, one signaled: the signaled CQE retires all four.
@@ -568,11 +564,7 @@ fn corrupt_cqes_give_typed_errors() {
     let uar = UarPage::new();
     let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
     let mut cq = make_cq(&uar, 4, 0);
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(1, env.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<4>([(1, env.qp.completions(true, true, None).unwrap())]);
     env.qp.sq().unwrap().post_send(&write(1)).unwrap();
     env.qp
         .rq()
@@ -655,8 +647,7 @@ proptest::proptest! {
         let uar = UarPage::new();
         let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
         let mut cq = make_cq(&uar, 2, 0);
-        let mut table = CqTable::<4>::new();
-        table.insert(1, env.qp.completions(true, true, None).unwrap()).map_err(|(e, _)| e).unwrap();
+        let table = cq_table::<4>([(1, env.qp.completions(true, true, None).unwrap())]);
         env.qp.sq().unwrap().post_send(&write(7)).unwrap();
         env.qp.rq().unwrap().post_recv(&RecvWr { wr_id: 8, sgl: &SGE }).unwrap();
         // The same through `poll` with one slot (env1) and `poll_one`
@@ -768,8 +759,7 @@ fn poster_and_poller_on_two_threads() {
     let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
     let mut cq = make_cq(&uar, 3, 0);
     let handle = env.qp.completions(true, false, None).unwrap();
-    let mut table = CqTable::<4>::new();
-    table.insert(0, handle).map_err(|(e, _)| e).unwrap();
+    let table = cq_table::<4>([(0, handle)]);
     let total = if cfg!(miri) { 40u64 } else { 20_000 };
     let (tx, rx) = std::sync::mpsc::channel::<u16>();
     std::thread::scope(|s| {
@@ -797,8 +787,7 @@ fn poster_and_single_poller_on_two_threads() {
     let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
     let mut cq = make_cq(&uar, 3, 0);
     let handle = env.qp.completions(true, false, None).unwrap();
-    let mut table = CqTable::<4>::new();
-    table.insert(0, handle).map_err(|(e, _)| e).unwrap();
+    let table = cq_table::<4>([(0, handle)]);
     let total = if cfg!(miri) { 40u64 } else { 20_000 };
     let (tx, rx) = std::sync::mpsc::channel::<u16>();
     std::thread::scope(|s| {
@@ -1020,11 +1009,7 @@ fn batch_rings_when_dropped_by_an_error_or_a_panic() {
     // Retire them, then panic after two pushes: unwinding drops the batch,
     // which rings the two (now at the other BlueFlame half).
     let mut cq = make_cq(&uar, 3, 0);
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(0, env.qp.completions(true, false, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<4>([(0, env.qp.completions(true, false, None).unwrap())]);
     assert_eq!(complete_send(&mut cq, &table, 0x42, 3).wr_id, 3);
     let sq = env.qp.sq().unwrap();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -54,15 +54,10 @@ fn shared_cq_clean(log: u8, ci: u32, owners: &[bool], version: CqeVersion) {
     let mut a = make_qp_cfg(&rc(0x41, true), &uar, 0, 0);
     let mut b = make_qp_cfg(&rc(0x42, true), &uar, 0, 0);
     let mut cq = make_cq_version(&uar, log, ci, version);
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(1, a.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
-    table
-        .insert(2, b.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mut table = cq_table::<4>([
+        (1, a.qp.completions(true, true, None).unwrap()),
+        (2, b.qp.completions(true, true, None).unwrap()),
+    ]);
     let mut b_ids = Vec::new();
     let (mut na, mut nb) = (0u64, 0u64);
     for (k, &is_a) in owners.iter().enumerate() {

@@ -155,10 +155,9 @@ fn raw_receive_cqes_carry_flow_tag_csum_vlan_and_hash() {
             })
             .unwrap();
     }
-    let mut table = CqTable::<4>::new();
     let h = qp.qp.completions(false, true, None).unwrap();
     assert!(h.is_raw() && h.rx_csum());
-    table.insert(0, h).unwrap();
+    let table = cq_table::<4>([(0, h)]);
     // 0: IPv4 UDP, L3+L4 OK, VLAN, flow tag 0xabc (not the QPN).
     cq.write_cqe(0, &raw_recv_cqe(0, 0xabc, 0x07, 0x29));
     // 1: IPv6 TCP, OK bits set: no IP_CSUM_OK (IPv4 only).
@@ -207,10 +206,9 @@ fn rx_csum_off_reports_no_csum_ok_and_non_raw_qpn_still_checked() {
             sgl: &SGE,
         })
         .unwrap();
-    let mut table = CqTable::<4>::new();
     let mut h = qp.qp.completions(false, true, None).unwrap();
     h.set_rx_csum(false);
-    table.insert(0, h).unwrap();
+    let table = cq_table::<4>([(0, h)]);
     cq.write_cqe(0, &raw_recv_cqe(0, 0xabc, 0x07, 0x28));
     let mut c = Completion::default();
     assert!(cq.cq().poll_one(&table, &mut c).unwrap());
@@ -228,10 +226,9 @@ fn rx_csum_off_reports_no_csum_ok_and_non_raw_qpn_still_checked() {
             sgl: &SGE,
         })
         .unwrap();
-    let mut table = CqTable::<8>::new();
     let h = rc.qp.completions(false, true, None).unwrap();
     assert!(!h.is_raw() && !h.rx_csum());
-    table.insert(0, h).unwrap();
+    let table = cq_table::<8>([(0, h)]);
     cq.write_cqe(1, &raw_recv_cqe(0, 0xabc, 0x07, 0x28));
     let (mut c, mut rx) = (Completion::default(), RxCqe::default());
     assert!(matches!(

@@ -478,11 +478,10 @@ fn raw_cqe_vectors_through(api: PollApi) {
                 .unwrap();
         }
         let mut cq = make_cq(&uar, 8, num(&st["cq_cons_index"]) as u32);
-        let mut table = CqTable::<8>::new();
         let mut h = env.qp.completions(true, true, None).unwrap();
         assert!(h.is_raw());
         h.set_rx_csum(st["rx_csum_valid"] == true);
-        table.insert(uidx, h).map_err(|(e, _)| e).unwrap();
+        let table = cq_table::<8>([(uidx, h)]);
         let images = write_cqes(&mut cq, v);
         let (wc, n, rx) = assert_poll(&mut cq, &table, v, name, api);
         if api == PollApi::Rx {

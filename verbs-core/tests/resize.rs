@@ -64,11 +64,7 @@ fn resize_case(log: u8, ci: u32, n: u32, new_log: u8) {
         .unwrap();
     let mut a = make_qp_cfg(&rc(), &uar, 0, 0);
     let qpn = a.qp.qpn();
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(1, a.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mut table = cq_table::<4>([(1, a.qp.completions(true, true, None).unwrap())]);
     // n completions not polled, then the device's RESIZE_CQ CQE.
     let mut ids = Vec::new();
     for k in 0..n {

@@ -397,15 +397,10 @@ fn cqe_vectors_through(api: PollApi) {
             }
         }
         let mut cq = make_cq(&uar, 8, num(&st["cq_cons_index"]) as u32);
-        let mut table = CqTable::<8>::new();
-        table
-            .insert(5, rc.qp.completions(true, true, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
-        table
-            .insert(6, ud.qp.completions(true, true, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let table = cq_table::<8>([
+            (5, rc.qp.completions(true, true, None).unwrap()),
+            (6, ud.qp.completions(true, true, None).unwrap()),
+        ]);
         write_cqes(&mut cq, v);
         assert_poll(&mut cq, &table, v, name, api);
         let r = &v["result"];

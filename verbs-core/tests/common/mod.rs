@@ -93,6 +93,18 @@ pub fn qp_cfg(qp_type: QpType, qpn: u32, caps: &QpCaps) -> QpConfig {
     }
 }
 
+/// A CQ table holding each `(user index, completion handle)` of
+/// `entries`.
+pub fn cq_table<const N: usize>(
+    entries: impl IntoIterator<Item = (u32, QpCompletions)>,
+) -> CqTable<N> {
+    let mut table = CqTable::<N>::new();
+    for (uidx, handle) in entries {
+        table.insert(uidx, handle).map_err(|(e, _)| e).unwrap();
+    }
+    table
+}
+
 pub fn qp_config(name: &str) -> QpConfig {
     let (qp_type, caps, qpn, atomics) = match name {
         "rc_qp" => (QpType::Rc, rc_caps(), 0x123, true),

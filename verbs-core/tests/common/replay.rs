@@ -8,7 +8,9 @@
 use serde_json::Value;
 use verbs_core::*;
 
-use super::{CqEnv, CqeImage, QpEnv, SENTINEL_Q, SENTINEL_UAR, UarPage, hex, make_cq, num};
+use super::{
+    CqEnv, CqeImage, QpEnv, SENTINEL_Q, SENTINEL_UAR, UarPage, cq_table, hex, make_cq, num,
+};
 
 /// A vector file of `data/prm/`.
 pub fn load(file: &str) -> Value {
@@ -138,11 +140,7 @@ pub fn assert_recv_wr_ids(
     name: &str,
 ) {
     let mut cq = make_cq(uar, 8, 0);
-    let mut table = CqTable::<8>::new();
-    table
-        .insert(2, env.qp.completions(false, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<8>([(2, env.qp.completions(false, true, None).unwrap())]);
     for (i, w) in r["wqes"].as_array().unwrap().iter().enumerate() {
         let counter = head.wrapping_add(i as u32) as u16;
         assert_eq!(u32::from(counter) & 63, num(&w["slot"]) as u32);
@@ -403,11 +401,7 @@ pub fn assert_doorbell_register(
 /// had at its first slot, and that none is left outstanding after.
 pub fn assert_send_wr_ids(env: &mut QpEnv<'_>, uar: &UarPage, first: &[(u16, u64)], name: &str) {
     let mut cq = make_cq(uar, 8, 0);
-    let mut table = CqTable::<8>::new();
-    table
-        .insert(1, env.qp.completions(true, false, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<8>([(1, env.qp.completions(true, false, None).unwrap())]);
     let qpn = env.qp.qpn();
     for (i, (counter, wr_id)) in first.iter().enumerate() {
         cq.write_cqe(
