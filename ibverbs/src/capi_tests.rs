@@ -27,10 +27,7 @@ struct Side {
 const ACCESS: c_int = 1 | 2 | 4; // local write, remote write, remote read
 
 fn open(name: &str) -> Side {
-    let ctx = ibv_open_device(device(name));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
-    assert!(!pd.is_null());
+    let (ctx, pd) = open_pd(name);
     let chan = ibv_create_comp_channel(ctx);
     assert!(!chan.is_null());
     let cq = ibv_create_cq(ctx, 16, 0x5eed as *mut c_void, chan, 0);
@@ -328,9 +325,7 @@ fn device_and_port_queries() {
 #[test]
 fn the_wr_builder_of_an_extended_qp() {
     // One QP connected to itself through a loopback plug.
-    let ctx = ibv_open_device(device("tl"));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
+    let (ctx, pd) = open_pd("tl");
     let cq = ibv_create_cq(ctx, 16, ptr::null_mut(), ptr::null_mut(), 0);
     assert!(!pd.is_null() && !cq.is_null());
     // SAFETY: all-zero is a valid ibv_qp_init_attr_ex.
@@ -504,9 +499,7 @@ fn the_srq_limit_event_comes_through_ibv_get_async_event() {
 
 #[test]
 fn rereg_mr_moves_a_region_to_other_memory() {
-    let ctx = ibv_open_device(device("tl"));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
+    let (ctx, pd) = open_pd("tl");
     let pd2 = ibv_alloc_pd(ctx);
     assert!(!pd.is_null() && !pd2.is_null());
     let mut a = vec![0u8; 8192];
@@ -593,9 +586,7 @@ fn one_event(
 /// free to go (the CQ is unbound, its device object destroyed).
 #[test]
 fn destroy_cq_waits_for_its_events_acknowledgement_and_leaks_nothing() {
-    let ctx = ibv_open_device(device("tl"));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
+    let (ctx, pd) = open_pd("tl");
     let chan = ibv_create_comp_channel(ctx);
     assert!(!pd.is_null() && !chan.is_null());
     let mut buf = vec![0u8; 4096];
@@ -666,10 +657,7 @@ fn destroy_cq_waits_for_its_events_acknowledgement_and_leaks_nothing() {
 /// the objects to their owner.
 #[test]
 fn import_device_pd_and_mr_of_a_context_of_this_process() {
-    let ctx = ibv_open_device(device("tl"));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
-    assert!(!pd.is_null());
+    let (ctx, pd) = open_pd("tl");
     let mut buf = vec![0u8; 4096];
     let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ACCESS);
     assert!(!mr.is_null());

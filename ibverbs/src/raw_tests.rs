@@ -35,9 +35,7 @@ struct Dev {
 }
 
 fn open(name: &str, slots: usize) -> Dev {
-    let ctx = ibv_open_device(device(name));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
+    let (ctx, pd) = open_pd(name);
     let cq = ibv_create_cq(ctx, 256, ptr::null_mut(), ptr::null_mut(), 0);
     assert!(!pd.is_null() && !cq.is_null());
     let mut buf = vec![0u8; slots * SLOT];

@@ -35,6 +35,16 @@ pub(crate) fn device(name: &str) -> *mut ibv_device {
     found
 }
 
+/// `ibv_open_device` of the device named `name` and `ibv_alloc_pd` on it;
+/// panics if either fails.
+pub(crate) fn open_pd(name: &str) -> (*mut ibv_context, *mut ibv_pd) {
+    let ctx = ibv_open_device(device(name));
+    assert!(!ctx.is_null(), "open {name}");
+    let pd = ibv_alloc_pd(ctx);
+    assert!(!pd.is_null(), "PD on {name}");
+    (ctx, pd)
+}
+
 /// The calling thread's `errno`.
 pub(crate) fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
