@@ -105,6 +105,24 @@ static void khex32(const char *k, uint32_t v) { key(k); printf("\"0x%08x\"", v);
 static void khex(const char *k, uint64_t v) { key(k); printf("\"0x%llx\"", (unsigned long long)v); }
 static void kbytes(const char *k, const uint8_t *b, size_t n) { key(k); hex(b, n); }
 
+/*
+ * Every vector is run twice (over different sentinels) and kept only if
+ * both runs agree: ends the program naming it if they do not, else opens
+ * its JSON object (after a comma unless it is the first) with its name
+ * and description.
+ */
+static void vector_begin(bool agree, const char *name, const char *desc, bool first)
+{
+	if (!agree) {
+		fprintf(stderr, "%s: runs disagree\n", name);
+		exit(1);
+	}
+	printf("%s\n    ", first ? "" : ",");
+	obj_begin();
+	kstr("name", name);
+	kstr("description", desc);
+}
+
 /* ------------------------------------------------------------ fixtures */
 
 static void setup(void)
@@ -463,14 +481,8 @@ static void emit_send(const struct send_vec *v, bool first)
 	post(v, &sa, 0x00, 0x00);
 	post(v, &sb, 0xa5, 0x5a);
 	fill_packets();
-	if (sa.ret != sb.ret || sa.cur_post != sb.cur_post || sa.head != sb.head) {
-		fprintf(stderr, "%s: runs disagree\n", v->name);
-		exit(1);
-	}
-	printf("%s\n    ", first ? "" : ",");
-	obj_begin();
-	kstr("name", v->name);
-	kstr("description", v->desc);
+	vector_begin(sa.ret == sb.ret && sa.cur_post == sb.cur_post && sa.head == sb.head,
+		     v->name, v->desc, first);
 	kstr("api", v->api == POST_SEND ? "ibv_post_send" : "ibv_wr_*");
 	kstr("qp", v->mss ? "raw_tso_qp" : "raw_qp");
 	kint("eth_min_inline_size", v->min_inline);
@@ -763,14 +775,7 @@ static void emit_recv(const struct recv_vec *v, bool first)
 		memcpy(run ? db : da, qp_db, 8);
 		head_after = qp.rq.head;
 	}
-	if (ret[0] != ret[1]) {
-		fprintf(stderr, "%s: runs disagree\n", v->name);
-		exit(1);
-	}
-	printf("%s\n    ", first ? "" : ",");
-	obj_begin();
-	kstr("name", v->name);
-	kstr("description", v->desc);
+	vector_begin(ret[0] == ret[1], v->name, v->desc, first);
 	kstr("qp", "raw_qp");
 	key("state_before");
 	obj_begin();
@@ -979,14 +984,7 @@ static void emit_cqe(const struct cqe_vec *v, bool first)
 		s->sq_tail = qp.sq.tail;
 		s->rq_tail = qp.rq.tail;
 	}
-	if (a.ret != b.ret) {
-		fprintf(stderr, "%s: runs disagree\n", v->name);
-		exit(1);
-	}
-	printf("%s\n    ", first ? "" : ",");
-	obj_begin();
-	kstr("name", v->name);
-	kstr("description", v->desc);
+	vector_begin(a.ret == b.ret, v->name, v->desc, first);
 	kstr("qp", "raw_qp");
 	key("state_before");
 	obj_begin();

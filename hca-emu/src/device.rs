@@ -733,27 +733,36 @@ impl Shared {
     }
 
     /// Runs one event or due timer, then delivers the frames it sent to
-    /// other HCAs with this device's lock released (two devices never
-    /// hold each other's locks). Returns the guard and whether there was
-    /// work.
+    /// other HCAs and puts those for socket wires on the wire, with this
+    /// device's lock released: two devices never hold each other's locks,
+    /// and while a socket send waits for room at the far end, this
+    /// device's own wire thread can still take the frames arriving (two
+    /// processes sending to each other at once would otherwise each hold
+    /// their device while the other's frames wait for it). A frame the far
+    /// end does not take is counted in `Drops::no_link`. Returns the
+    /// guard and whether there was work.
     pub(crate) fn run_one<'a>(
         &'a self,
         mut d: MutexGuard<'a, Device>,
     ) -> (MutexGuard<'a, Device>, bool) {
         let ran = d.run_one();
-        if d.engine.outbox.is_empty() && d.engine.held.is_empty() {
+        if d.engine.outbox.is_empty() && d.engine.held.is_empty() && d.engine.wire_out.is_empty() {
             return (d, ran);
         }
         let out = std::mem::take(&mut d.engine.outbox);
         let held = std::mem::take(&mut d.engine.held);
+        let wire_out = std::mem::take(&mut d.engine.wire_out);
         if d.taps.any() {
             tap_outgoing(&d, &out);
         }
         drop(d);
         self.cv.notify_all();
         deliver(out);
+        let unsent = wire_out.iter().filter(|(w, f)| !w.send(f)).count();
         drop(held);
-        (self.lock(), ran)
+        let mut d = self.lock();
+        d.datapath.drops.no_link += unsent as u64;
+        (d, ran)
     }
 }
 

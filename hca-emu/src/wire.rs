@@ -301,10 +301,13 @@ pub(crate) struct SocketWire {
 }
 
 /// How long a send may wait for room at the far end (Unix) or in the
-/// local socket buffer (UDP) before the frame is dropped. Short: the
-/// device is locked while it sends, and two processes sending to each
-/// other with both queues full wait on each other until it expires.
-const SEND_WAIT: Duration = Duration::from_millis(20);
+/// local socket buffer (UDP) before the frame is dropped. Long enough for
+/// a far end that is merely slow to be scheduled (a link's pause frames
+/// lose nothing), short enough that a stopped one does not hold up the
+/// device's other work, which waits behind the send (its lock is
+/// released, so its own frames keep arriving meanwhile: two processes
+/// sending to each other at once both drain their queues).
+const SEND_WAIT: Duration = Duration::from_millis(500);
 
 /// How long the receiving thread blocks before it looks at its stop flag.
 const RECV_POLL: Duration = Duration::from_millis(50);
@@ -433,6 +436,12 @@ impl SocketWire {
         if let WireSpec::Unix { local, .. } = &self.spec {
             let _ = std::fs::remove_file(local);
         }
+    }
+}
+
+impl fmt::Debug for SocketWire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SocketWire({}, port {})", self.spec, self.port)
     }
 }
 

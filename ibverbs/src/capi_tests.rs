@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::ffi::*;
 use crate::mr::*;
+use crate::test_wr::*;
 use crate::verbs::*;
 
 struct Side {
@@ -25,51 +26,13 @@ struct Side {
 
 const ACCESS: c_int = 1 | 2 | 4; // local write, remote write, remote read
 
-fn device(name: &str) -> *mut ibv_device {
-    let mut n = 0;
-    let list = ibv_get_device_list(&mut n);
-    assert!(!list.is_null());
-    let mut found = ptr::null_mut();
-    for i in 0..usize::try_from(n).unwrap() {
-        // SAFETY: the list has n entries.
-        let d = unsafe { *list.add(i) };
-        // SAFETY: a device name is a NUL-terminated string.
-        let s = unsafe { core::ffi::CStr::from_ptr(ibv_get_device_name(d)) };
-        if s.to_str().unwrap() == name {
-            found = d;
-        }
-    }
-    // SAFETY: the list ends with NULL.
-    assert!(unsafe { *list.add(usize::try_from(n).unwrap()) }.is_null());
-    ibv_free_device_list(list);
-    assert!(!found.is_null(), "device {name}");
-    found
-}
-
 fn open(name: &str) -> Side {
-    let ctx = ibv_open_device(device(name));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
-    assert!(!pd.is_null());
+    let (ctx, pd) = open_pd(name);
     let chan = ibv_create_comp_channel(ctx);
     assert!(!chan.is_null());
     let cq = ibv_create_cq(ctx, 16, 0x5eed as *mut c_void, chan, 0);
     assert!(!cq.is_null());
-    let mut init = ibv_qp_init_attr {
-        qp_context: ptr::null_mut(),
-        send_cq: cq,
-        recv_cq: cq,
-        srq: ptr::null_mut(),
-        cap: ibv_qp_cap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: IBV_QPT_RC,
-        sq_sig_all: 0,
-    };
+    let mut init = qp_init(cq, IBV_QPT_RC, qp_cap(8, 8, 1, 1));
     let qp = ibv_create_qp(pd, &mut init);
     assert!(!qp.is_null());
     assert!(init.cap.max_send_wr >= 8 && init.cap.max_recv_wr >= 8);
@@ -222,22 +185,8 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
 
     // A receive on b, then b's CQ armed: its channel's fd becomes readable
     // when the SEND lands.
-    let mut rsge = ibv_sge {
-        addr: b.buf.as_ptr() as u64 + 4096,
-        length: 64,
-        // SAFETY: live MR.
-        lkey: unsafe { (*b.mr).lkey },
-    };
-    let mut rwr = ibv_recv_wr {
-        wr_id: 7,
-        next: ptr::null_mut(),
-        sg_list: &mut rsge,
-        num_sge: 1,
-    };
-    let mut bad_r = ptr::null_mut();
-    // SAFETY: a valid work request list.
-    let r = unsafe { ops(b.ctx).post_recv.unwrap()(b.qp, &mut rwr, &mut bad_r) };
-    assert_eq!(r, 0);
+    let mut rsge = [sge(b.mr, b.buf.as_ptr() as u64 + 4096, 64)];
+    post_recv(b.qp, &mut recv_wr(7, &mut rsge)).unwrap();
     // SAFETY: live CQ.
     assert_eq!(unsafe { ops(b.ctx).req_notify_cq.unwrap()(b.cq, 0) }, 0);
     // SAFETY: the channel's fd; make it non-blocking.
@@ -254,41 +203,15 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
     // RDMA WRITE from a's Vec into b's Vec, then a SEND.
     a.buf[..5].copy_from_slice(b"hello");
     a.buf[100..104].copy_from_slice(b"ping");
-    // SAFETY: live MRs.
-    let (alkey, brkey) = unsafe { ((*a.mr).lkey, (*b.mr).rkey) };
-    let mut s1 = ibv_sge {
-        addr: a.buf.as_ptr() as u64,
-        length: 5,
-        lkey: alkey,
-    };
-    let mut s2 = ibv_sge {
-        addr: a.buf.as_ptr() as u64 + 100,
-        length: 4,
-        lkey: alkey,
-    };
-    // SAFETY: all-zero is a valid ibv_send_wr.
-    let mut w2: ibv_send_wr = unsafe { core::mem::zeroed() };
-    w2.wr_id = 2;
-    w2.sg_list = &mut s2;
-    w2.num_sge = 1;
-    w2.opcode = IBV_WR_SEND;
-    w2.send_flags = IBV_SEND_SIGNALED;
-    // SAFETY: as above.
-    let mut w1: ibv_send_wr = unsafe { core::mem::zeroed() };
-    w1.wr_id = 1;
+    // SAFETY: a live MR.
+    let brkey = unsafe { (*b.mr).rkey };
+    let base = a.buf.as_ptr() as u64;
+    let (mut s1, mut s2) = ([sge(a.mr, base, 5)], [sge(a.mr, base + 100, 4)]);
+    let mut w2 = send_wr(2, IBV_WR_SEND, &mut s2, IBV_SEND_SIGNALED);
+    let (flags, to) = (IBV_SEND_SIGNALED, b.buf.as_ptr() as u64 + 10);
+    let mut w1 = rdma_wr(1, IBV_WR_RDMA_WRITE, &mut s1, flags, to, brkey);
     w1.next = &mut w2;
-    w1.sg_list = &mut s1;
-    w1.num_sge = 1;
-    w1.opcode = IBV_WR_RDMA_WRITE;
-    w1.send_flags = IBV_SEND_SIGNALED;
-    w1.wr.rdma = ibv_send_wr_rdma {
-        remote_addr: b.buf.as_ptr() as u64 + 10,
-        rkey: brkey,
-    };
-    let mut bad = ptr::null_mut();
-    // SAFETY: a valid list of two work requests.
-    let r = unsafe { ops(a.ctx).post_send.unwrap()(a.qp, &mut w1, &mut bad) };
-    assert_eq!(r, 0);
+    post_send(a.qp, &mut w1).unwrap();
     let c1 = poll_one(a.cq);
     let c2 = poll_one(a.cq);
     assert_eq!((c1.wr_id, c1.status, c1.opcode), (1, 0, 1));
@@ -319,14 +242,9 @@ fn rc_write_send_and_a_completion_event_through_the_c_api() {
     assert_eq!(&b.buf[4096..4100], b"ping");
 
     // Bad calls: errno values, nothing posted.
-    // SAFETY: as above.
-    let mut w3: ibv_send_wr = unsafe { core::mem::zeroed() };
-    w3.opcode = 77;
-    let mut bad = ptr::null_mut();
-    // SAFETY: a valid (one-element) list.
-    let r = unsafe { ops(a.ctx).post_send.unwrap()(a.qp, &mut w3, &mut bad) };
-    assert_eq!(r, libc::EINVAL);
-    assert_eq!(bad, ptr::addr_of_mut!(w3));
+    let mut w3 = send_wr(0, 77, &mut [], 0);
+    let r = post_send(a.qp, &mut w3);
+    assert_eq!(r, Err((libc::EINVAL, ptr::addr_of!(w3) as usize)));
     assert_eq!(ibv_dealloc_pd(a.pd), libc::EBUSY, "objects live in it");
     let mut gid = ibv_gid::default();
     assert_eq!(ibv_query_gid(a.ctx, 9, 0, &mut gid), libc::EINVAL);
@@ -407,9 +325,7 @@ fn device_and_port_queries() {
 #[test]
 fn the_wr_builder_of_an_extended_qp() {
     // One QP connected to itself through a loopback plug.
-    let ctx = ibv_open_device(device("tl"));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
+    let (ctx, pd) = open_pd("tl");
     let cq = ibv_create_cq(ctx, 16, ptr::null_mut(), ptr::null_mut(), 0);
     assert!(!pd.is_null() && !cq.is_null());
     // SAFETY: all-zero is a valid ibv_qp_init_attr_ex.
@@ -514,44 +430,19 @@ fn the_srq_limit_event_comes_through_ibv_get_async_event() {
     let srq = ibv_create_srq(pd, &mut sia);
     assert!(!srq.is_null());
     let mut init = ibv_qp_init_attr {
-        qp_context: ptr::null_mut(),
-        send_cq: cq,
-        recv_cq: cq,
         srq,
-        cap: ibv_qp_cap {
-            max_send_wr: 8,
-            max_recv_wr: 0,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: IBV_QPT_RC,
         sq_sig_all: 1,
+        ..qp_init(cq, IBV_QPT_RC, qp_cap(8, 0, 1, 1))
     };
     let qp = ibv_create_qp(pd, &mut init);
     assert!(!qp.is_null());
     let mut buf = vec![0u8; 4096];
     let mr = reg_and_self_connect(ctx, pd, cq, qp, &mut buf);
-    // SAFETY: a live MR.
-    let lkey = unsafe { (*mr).lkey };
 
     // Four receives, the limit at 3: two SENDs take two of them.
     for i in 0..4u64 {
-        let mut sge = ibv_sge {
-            addr: buf.as_ptr() as u64 + 1024 + i * 64,
-            length: 64,
-            lkey,
-        };
-        let mut wr = ibv_recv_wr {
-            wr_id: 100 + i,
-            next: ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: a valid one-element list.
-        let r = unsafe { ops(ctx).post_srq_recv.unwrap()(srq, &mut wr, &mut bad) };
-        assert_eq!(r, 0);
+        let mut sg = [sge(mr, buf.as_ptr() as u64 + 1024 + i * 64, 64)];
+        post_srq_recv(srq, &mut recv_wr(100 + i, &mut sg)).unwrap();
     }
     let mut lim = ibv_srq_attr {
         max_wr: 0,
@@ -576,21 +467,8 @@ fn the_srq_limit_event_comes_through_ibv_get_async_event() {
         Some(libc::EAGAIN)
     );
     for i in 0..2u64 {
-        let mut sge = ibv_sge {
-            addr: buf.as_ptr() as u64,
-            length: 8,
-            lkey,
-        };
-        // SAFETY: all-zero is a valid ibv_send_wr.
-        let mut wr: ibv_send_wr = unsafe { core::mem::zeroed() };
-        wr.wr_id = i;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = IBV_WR_SEND;
-        let mut bad = ptr::null_mut();
-        // SAFETY: a valid one-element list.
-        let r = unsafe { ops(ctx).post_send.unwrap()(qp, &mut wr, &mut bad) };
-        assert_eq!(r, 0);
+        let mut sg = [sge(mr, buf.as_ptr() as u64, 8)];
+        post_send(qp, &mut send_wr(i, IBV_WR_SEND, &mut sg, 0)).unwrap();
     }
     for _ in 0..4 {
         assert_eq!(poll_one(cq).status, 0);
@@ -621,9 +499,7 @@ fn the_srq_limit_event_comes_through_ibv_get_async_event() {
 
 #[test]
 fn rereg_mr_moves_a_region_to_other_memory() {
-    let ctx = ibv_open_device(device("tl"));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
+    let (ctx, pd) = open_pd("tl");
     let pd2 = ibv_alloc_pd(ctx);
     assert!(!pd.is_null() && !pd2.is_null());
     let mut a = vec![0u8; 8192];
@@ -690,38 +566,13 @@ fn one_event(
     buf: &mut [u8],
 ) {
     // SAFETY: a live MR.
-    let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-    let mut rwr = ibv_recv_wr {
-        wr_id: 1,
-        next: ptr::null_mut(),
-        sg_list: ptr::null_mut(),
-        num_sge: 0,
-    };
-    let mut bad_r = ptr::null_mut();
-    // SAFETY: a valid work request list.
-    let r = unsafe { ops(ctx).post_recv.unwrap()(qp, &mut rwr, &mut bad_r) };
-    assert_eq!(r, 0);
+    let rkey = unsafe { (*mr).rkey };
+    post_recv(qp, &mut recv_wr(1, &mut [])).unwrap();
     // SAFETY: live CQ.
     assert_eq!(unsafe { ops(ctx).req_notify_cq.unwrap()(cq, 0) }, 0);
-    let mut sge = ibv_sge {
-        addr: buf.as_ptr() as u64,
-        length: 8,
-        lkey,
-    };
-    // SAFETY: all-zero is a valid ibv_send_wr.
-    let mut w: ibv_send_wr = unsafe { core::mem::zeroed() };
-    w.wr_id = 2;
-    w.sg_list = &mut sge;
-    w.num_sge = 1;
-    w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    w.wr.rdma = ibv_send_wr_rdma {
-        remote_addr: buf.as_ptr() as u64 + 64,
-        rkey,
-    };
-    let mut bad = ptr::null_mut();
-    // SAFETY: a valid one-element list.
-    let r = unsafe { ops(ctx).post_send.unwrap()(qp, &mut w, &mut bad) };
-    assert_eq!(r, 0);
+    let (base, mut sg) = (buf.as_ptr() as u64, [sge(mr, buf.as_ptr() as u64, 8)]);
+    let op = IBV_WR_RDMA_WRITE_WITH_IMM;
+    post_send(qp, &mut rdma_wr(2, op, &mut sg, 0, base + 64, rkey)).unwrap();
     let (mut ecq, mut ectx) = (ptr::null_mut(), ptr::null_mut());
     assert_eq!(ibv_get_cq_event(chan, &mut ecq, &mut ectx), 0);
     assert_eq!(ecq, cq);
@@ -735,9 +586,7 @@ fn one_event(
 /// free to go (the CQ is unbound, its device object destroyed).
 #[test]
 fn destroy_cq_waits_for_its_events_acknowledgement_and_leaks_nothing() {
-    let ctx = ibv_open_device(device("tl"));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
+    let (ctx, pd) = open_pd("tl");
     let chan = ibv_create_comp_channel(ctx);
     assert!(!pd.is_null() && !chan.is_null());
     let mut buf = vec![0u8; 4096];
@@ -745,21 +594,7 @@ fn destroy_cq_waits_for_its_events_acknowledgement_and_leaks_nothing() {
     for round in 0..2 {
         let cq = ibv_create_cq(ctx, 16, ptr::null_mut(), chan, 0);
         assert!(!cq.is_null());
-        let mut init = ibv_qp_init_attr {
-            qp_context: ptr::null_mut(),
-            send_cq: cq,
-            recv_cq: cq,
-            srq: ptr::null_mut(),
-            cap: ibv_qp_cap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: IBV_QPT_RC,
-            sq_sig_all: 0,
-        };
+        let mut init = qp_init(cq, IBV_QPT_RC, qp_cap(4, 4, 1, 1));
         let qp = ibv_create_qp(pd, &mut init);
         assert!(!qp.is_null());
         if mr.is_null() {
@@ -822,10 +657,7 @@ fn destroy_cq_waits_for_its_events_acknowledgement_and_leaks_nothing() {
 /// the objects to their owner.
 #[test]
 fn import_device_pd_and_mr_of_a_context_of_this_process() {
-    let ctx = ibv_open_device(device("tl"));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
-    assert!(!pd.is_null());
+    let (ctx, pd) = open_pd("tl");
     let mut buf = vec![0u8; 4096];
     let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ACCESS);
     assert!(!mr.is_null());
@@ -870,21 +702,7 @@ fn import_device_pd_and_mr_of_a_context_of_this_process() {
     // region's keys, into the region (a self-connected QP).
     let cq = ibv_create_cq(ctx2, 16, ptr::null_mut(), ptr::null_mut(), 0);
     assert!(!cq.is_null());
-    let mut init = ibv_qp_init_attr {
-        qp_context: ptr::null_mut(),
-        send_cq: cq,
-        recv_cq: cq,
-        srq: ptr::null_mut(),
-        cap: ibv_qp_cap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: IBV_QPT_RC,
-        sq_sig_all: 0,
-    };
+    let mut init = qp_init(cq, IBV_QPT_RC, qp_cap(4, 4, 1, 1));
     let qp = ibv_create_qp(pd2, &mut init);
     assert!(!qp.is_null());
     let mut gid = ibv_gid::default();
@@ -902,26 +720,9 @@ fn import_device_pd_and_mr_of_a_context_of_this_process() {
     // SAFETY: a live QP.
     connect(&s, unsafe { (*qp).qp_num }, gid);
     buf[..8].copy_from_slice(b"imported");
-    let mut sge = ibv_sge {
-        addr: buf.as_ptr() as u64,
-        length: 8,
-        lkey,
-    };
-    // SAFETY: all-zero is a valid ibv_send_wr.
-    let mut w: ibv_send_wr = unsafe { core::mem::zeroed() };
-    w.wr_id = 9;
-    w.sg_list = &mut sge;
-    w.num_sge = 1;
-    w.opcode = IBV_WR_RDMA_WRITE;
-    w.send_flags = IBV_SEND_SIGNALED;
-    w.wr.rdma = ibv_send_wr_rdma {
-        remote_addr: buf.as_ptr() as u64 + 2048,
-        rkey,
-    };
-    let mut bad = ptr::null_mut();
-    // SAFETY: a valid one-element list.
-    let r = unsafe { ops(ctx2).post_send.unwrap()(qp, &mut w, &mut bad) };
-    assert_eq!(r, 0);
+    let (base, mut sg) = (buf.as_ptr() as u64, [sge(mr2, buf.as_ptr() as u64, 8)]);
+    let (op, flags) = (IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED);
+    post_send(qp, &mut rdma_wr(9, op, &mut sg, flags, base + 2048, rkey)).unwrap();
     let wc = poll_one(cq);
     assert_eq!((wc.wr_id, wc.status), (9, 0));
     let mut got = [0u8; 8];
@@ -941,8 +742,4 @@ fn import_device_pd_and_mr_of_a_context_of_this_process() {
     drop(buf);
     assert_eq!(ibv_dealloc_pd(pd), 0);
     assert_eq!(ibv_close_device(ctx), 0);
-}
-
-fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

@@ -55,6 +55,8 @@ mod qpex;
 mod raw_tests;
 mod registry;
 mod strs;
+#[cfg(test)]
+mod test_wr;
 mod verbs;
 mod wq;
 

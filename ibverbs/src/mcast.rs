@@ -56,29 +56,15 @@ pub extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u1
 /// CI's miri run skips it with the others of its kind).
 #[cfg(test)]
 mod capi_tests {
-    use core::ffi::CStr;
     use core::ptr;
 
     use super::{ibv_attach_mcast, ibv_detach_mcast};
     use crate::ffi::*;
+    use crate::test_wr::{device, qp_cap, qp_init};
     use crate::verbs::*;
 
     fn qp(pd: *mut ibv_pd, cq: *mut ibv_cq, qp_type: i32) -> *mut ibv_qp {
-        let mut init = ibv_qp_init_attr {
-            qp_context: ptr::null_mut(),
-            send_cq: cq,
-            recv_cq: cq,
-            srq: ptr::null_mut(),
-            cap: ibv_qp_cap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type,
-            sq_sig_all: 0,
-        };
+        let mut init = qp_init(cq, qp_type, qp_cap(4, 4, 1, 1));
         let q = ibv_create_qp(pd, &mut init);
         assert!(!q.is_null());
         q
@@ -87,20 +73,7 @@ mod capi_tests {
     /// Attach and detach of a UD QP of device `tl`, and the refusals.
     #[test]
     fn attach_and_detach_through_the_c_api() {
-        let mut n = 0;
-        let list = ibv_get_device_list(&mut n);
-        assert!(!list.is_null());
-        let mut dev = ptr::null_mut();
-        for i in 0..usize::try_from(n).unwrap() {
-            // SAFETY: the list has n entries.
-            let d = unsafe { *list.add(i) };
-            // SAFETY: a device name is a NUL-terminated string.
-            if unsafe { CStr::from_ptr(ibv_get_device_name(d)) }.to_bytes() == b"tl" {
-                dev = d;
-            }
-        }
-        let ctx = ibv_open_device(dev);
-        ibv_free_device_list(list);
+        let ctx = ibv_open_device(device("tl"));
         assert!(!ctx.is_null());
         let pd = ibv_alloc_pd(ctx);
         let cq = ibv_create_cq(ctx, 8, ptr::null_mut(), ptr::null_mut(), 0);

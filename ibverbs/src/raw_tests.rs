@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::ffi::*;
 use crate::flow::{op_create_flow, op_destroy_flow};
 use crate::mr::*;
+use crate::test_wr::*;
 use crate::verbs::*;
 
 const SLOT: usize = 2048;
@@ -25,28 +26,6 @@ fn wire() -> std::sync::MutexGuard<'static, ()> {
     WIRE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-fn device(name: &str) -> *mut ibv_device {
-    let mut n = 0;
-    let list = ibv_get_device_list(&mut n);
-    let mut found = ptr::null_mut();
-    for i in 0..usize::try_from(n).unwrap() {
-        // SAFETY: the list has n entries.
-        let d = unsafe { *list.add(i) };
-        // SAFETY: a device name is a NUL-terminated string.
-        let s = unsafe { core::ffi::CStr::from_ptr(ibv_get_device_name(d)) };
-        if s.to_str().unwrap() == name {
-            found = d;
-        }
-    }
-    ibv_free_device_list(list);
-    assert!(!found.is_null());
-    found
-}
-
 struct Dev {
     ctx: *mut ibv_context,
     pd: *mut ibv_pd,
@@ -56,9 +35,7 @@ struct Dev {
 }
 
 fn open(name: &str, slots: usize) -> Dev {
-    let ctx = ibv_open_device(device(name));
-    assert!(!ctx.is_null());
-    let pd = ibv_alloc_pd(ctx);
+    let (ctx, pd) = open_pd(name);
     let cq = ibv_create_cq(ctx, 256, ptr::null_mut(), ptr::null_mut(), 0);
     assert!(!pd.is_null() && !cq.is_null());
     let mut buf = vec![0u8; slots * SLOT];
@@ -83,19 +60,8 @@ fn close(d: Dev) {
 
 fn raw_qp(d: &Dev, cq: *mut ibv_cq, send: u32, recv: u32) -> *mut ibv_qp {
     let mut init = ibv_qp_init_attr {
-        qp_context: ptr::null_mut(),
-        send_cq: cq,
-        recv_cq: cq,
-        srq: ptr::null_mut(),
-        cap: ibv_qp_cap {
-            max_send_wr: send,
-            max_recv_wr: recv,
-            max_send_sge: 2,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: IBV_QPT_RAW_PACKET,
         sq_sig_all: 1,
+        ..qp_init(cq, IBV_QPT_RAW_PACKET, qp_cap(send, recv, 2, 1))
     };
     let qp = ibv_create_qp(d.pd, &mut init);
     assert!(!qp.is_null(), "raw QP: errno {}", errno());
@@ -120,25 +86,23 @@ fn to_rts(qp: *mut ibv_qp) {
     }
 }
 
+/// Receive slot `slot` of `d`'s buffer, whole.
+fn slot_sge(d: &Dev, slot: usize) -> ibv_sge {
+    sge(
+        d.mr,
+        d.buf.as_ptr() as u64 + (slot * SLOT) as u64,
+        SLOT as u32,
+    )
+}
+
 fn post_recvs(d: &Dev, qp: *mut ibv_qp, first_slot: usize, n: usize, tag: u64) {
-    // SAFETY: a live QP of this library.
-    let post = unsafe { (*(*qp).context).ops.post_recv.unwrap() };
     for k in 0..n {
-        let mut sge = ibv_sge {
-            addr: d.buf.as_ptr() as u64 + ((first_slot + k) * SLOT) as u64,
-            length: SLOT as u32,
-            // SAFETY: a live MR.
-            lkey: unsafe { (*d.mr).lkey },
-        };
-        let mut wr = ibv_recv_wr {
-            wr_id: tag * 1000 + (first_slot + k) as u64,
-            next: ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: valid work request, SGE in the registered buffer.
-        assert_eq!(unsafe { post(qp, &mut wr, &mut bad) }, 0);
+        let mut sg = [slot_sge(d, first_slot + k)];
+        post_recv(
+            qp,
+            &mut recv_wr(tag * 1000 + (first_slot + k) as u64, &mut sg),
+        )
+        .unwrap();
     }
 }
 
@@ -147,32 +111,12 @@ fn post_recvs(d: &Dev, qp: *mut ibv_qp, first_slot: usize, n: usize, tag: u64) {
 fn send(d: &mut Dev, qp: *mut ibv_qp, frame: &[u8], flags: u32) {
     d.buf[..frame.len()].copy_from_slice(frame);
     let base = d.buf.as_ptr() as u64;
-    // SAFETY: a live MR.
-    let lkey = unsafe { (*d.mr).lkey };
     let mut sges = [
-        ibv_sge {
-            addr: base,
-            length: 10,
-            lkey,
-        },
-        ibv_sge {
-            addr: base + 10,
-            length: frame.len() as u32 - 10,
-            lkey,
-        },
+        sge(d.mr, base, 10),
+        sge(d.mr, base + 10, frame.len() as u32 - 10),
     ];
-    // SAFETY: all-zero is a valid ibv_send_wr.
-    let mut wr: ibv_send_wr = unsafe { core::mem::zeroed() };
-    wr.wr_id = 7;
-    wr.sg_list = sges.as_mut_ptr();
-    wr.num_sge = 2;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED | flags;
-    // SAFETY: a live QP.
-    let post = unsafe { (*(*qp).context).ops.post_send.unwrap() };
-    let mut bad = ptr::null_mut();
-    // SAFETY: a valid work request.
-    assert_eq!(unsafe { post(qp, &mut wr, &mut bad) }, 0);
+    let mut wr = send_wr(7, IBV_WR_SEND, &mut sges, IBV_SEND_SIGNALED | flags);
+    post_send(qp, &mut wr).unwrap();
     let wc = poll(d.cq, 1).remove(0);
     assert_eq!((wc.status, wc.wr_id), (0, 7));
 }
@@ -578,21 +522,7 @@ fn bad_flow_specs_get_the_kernel_errnos() {
     let f = create_flow(raw, &mut Attr::new(0, 0, &[bytes_of(&v6)]));
     assert!(!f.is_null());
     // A flow on an RC QP.
-    let mut init = ibv_qp_init_attr {
-        qp_context: ptr::null_mut(),
-        send_cq: d.cq,
-        recv_cq: d.cq,
-        srq: ptr::null_mut(),
-        cap: ibv_qp_cap {
-            max_send_wr: 1,
-            max_recv_wr: 1,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: IBV_QPT_RC,
-        sq_sig_all: 0,
-    };
+    let mut init = qp_init(d.cq, IBV_QPT_RC, qp_cap(1, 1, 1, 1));
     let rc = ibv_create_qp(d.pd, &mut init);
     assert!(!rc.is_null());
     assert!(create_flow(rc, &mut Attr::new(0, 0, &[bytes_of(&e)])).is_null());
@@ -602,23 +532,11 @@ fn bad_flow_specs_get_the_kernel_errnos() {
     assert_eq!(unsafe { op_destroy_flow(f) }, 0);
     assert_eq!(ibv_destroy_qp(rc), 0);
     // A send shorter than the inline headers is refused.
-    // SAFETY: all-zero is a valid ibv_send_wr.
-    let mut wr: ibv_send_wr = unsafe { core::mem::zeroed() };
-    let mut sge = ibv_sge {
-        addr: d.buf.as_ptr() as u64,
-        length: 8,
-        // SAFETY: a live MR.
-        lkey: unsafe { (*d.mr).lkey },
-    };
-    wr.sg_list = &mut sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
+    let mut sg = [sge(d.mr, d.buf.as_ptr() as u64, 8)];
+    let mut wr = send_wr(0, IBV_WR_SEND, &mut sg, 0);
     let tx = raw_qp(&d, d.cq, 4, 0);
-    // SAFETY: a live QP.
-    let post = unsafe { (*d.ctx).ops.post_send.unwrap() };
-    let mut badwr = ptr::null_mut();
-    // SAFETY: a valid work request.
-    assert_eq!(unsafe { post(tx, &mut wr, &mut badwr) }, libc::EINVAL);
+    let r = post_send(tx, &mut wr);
+    assert_eq!(r, Err((libc::EINVAL, ptr::addr_of!(wr) as usize)));
     assert_eq!(ibv_destroy_qp(tx), 0);
     assert_eq!(ibv_destroy_qp(raw), 0);
     close(d);
@@ -826,22 +744,8 @@ fn wqs_an_indirection_table_and_an_rss_qp_spread_frames_by_hash() {
         assert_eq!(unsafe { (*wq).state }, 1);
         for k in 0..8 {
             let slot = i * 8 + k;
-            let mut sge = ibv_sge {
-                addr: b.buf.as_ptr() as u64 + (slot * SLOT) as u64,
-                length: SLOT as u32,
-                // SAFETY: a live MR.
-                lkey: unsafe { (*b.mr).lkey },
-            };
-            let mut wr = ibv_recv_wr {
-                wr_id: (i * 1000 + slot) as u64,
-                next: ptr::null_mut(),
-                sg_list: &mut sge,
-                num_sge: 1,
-            };
-            let mut bad = ptr::null_mut();
-            // SAFETY: the WQ's own post function, a valid request.
-            let r = unsafe { (*wq).post_recv.unwrap()(wq, &mut wr, &mut bad) };
-            assert_eq!(r, 0);
+            let mut sg = [slot_sge(&b, slot)];
+            post_wq_recv(wq, &mut recv_wr((i * 1000 + slot) as u64, &mut sg)).unwrap();
         }
         wqs.push(wq);
     }
@@ -910,22 +814,8 @@ fn wqs_an_indirection_table_and_an_rss_qp_spread_frames_by_hash() {
                 assert_eq!(seen[&d], wq, "destination {d} moved");
             }
             // Repost where it came from.
-            let mut sge = ibv_sge {
-                addr: b.buf.as_ptr() as u64 + (slot * SLOT) as u64,
-                length: SLOT as u32,
-                // SAFETY: a live MR.
-                lkey: unsafe { (*b.mr).lkey },
-            };
-            let mut wr = ibv_recv_wr {
-                wr_id: w.wr_id,
-                next: ptr::null_mut(),
-                sg_list: &mut sge,
-                num_sge: 1,
-            };
-            let q = wqs[wq as usize];
-            let mut bad = ptr::null_mut();
-            // SAFETY: as above.
-            assert_eq!(unsafe { (*q).post_recv.unwrap()(q, &mut wr, &mut bad) }, 0);
+            let mut sg = [slot_sge(&b, slot)];
+            post_wq_recv(wqs[wq as usize], &mut recv_wr(w.wr_id, &mut sg)).unwrap();
         }
     }
     let used: std::collections::HashSet<u64> = seen.values().copied().collect();

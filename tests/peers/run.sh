@@ -68,8 +68,8 @@
 #              ibv_create_flow): server and client as two processes,
 #              each on an emulated HCA, cabled by a Unix socket wire;
 #              frames of 64, 512 and 1518 bytes, either side sending
-#              (--reversed), with IPv4 and UDP or TCP headers the
-#              receiver's flow matches on.
+#              (--reversed) or both at once (-b), with IPv4 and UDP or
+#              TCP headers the receiver's flow matches on.
 #   all        every suite above.
 #
 # Environment: PEERS_OUT (default target/peers) keeps logs and the
@@ -906,11 +906,20 @@ suite_raw() {
     for sz in 64 512 1518; do
         raw_perftest_case server raw_ethernet_bw -s "$sz" -n 1000
         raw_perftest_case client raw_ethernet_bw -s "$sz" -n 1000 --reversed
+        # Both ways at once: each side has its own flow before it sends,
+        # and the server sends once the client's first frame arrived
+        # (perftest's run_iter_bi). Every receive is posted before the
+        # test (-r as large as -n): perftest reposts a receive only
+        # between its own sends, and a frame that finds the RQ empty is
+        # dropped, by a ConnectX as by the emulator, leaving the receiver
+        # waiting for it.
+        raw_perftest_case server raw_ethernet_bw -s "$sz" -n 1000 -r 1000 -b
         raw_perftest_case server raw_ethernet_lat -s "$sz" -n 300
     done
     # IPv4 and UDP or TCP headers: the flow matches on them too.
     raw_perftest_case server raw_ethernet_bw -s 256 -n 1000 -j 10.0.0.11 -J 10.0.0.10 -k 4000 -K 5000
     raw_perftest_case server raw_ethernet_bw -s 256 -n 1000 -j 10.0.0.11 -J 10.0.0.10 -k 4000 -K 5000 --tcp
+    raw_perftest_case server raw_ethernet_bw -s 256 -n 1000 -r 1000 -b -j 10.0.0.11 -J 10.0.0.10 -k 4000 -K 5000
     raw_perftest_case server raw_ethernet_lat -s 256 -n 300 -j 10.0.0.11 -J 10.0.0.10 -k 4000 -K 5000
 }
 

@@ -362,6 +362,22 @@ pub struct Sides<P: Platform + 'static> {
 }
 
 impl<P: Platform + 'static> Sides<P> {
+    /// The six handles as one tuple, `(ca, cb, pda, pdb, cqa, cqb)`, for
+    /// a test that binds them all.
+    #[allow(clippy::type_complexity)]
+    pub fn split(
+        self,
+    ) -> (
+        Arc<hca_driver::verbs::Context<P>>,
+        Arc<hca_driver::verbs::Context<P>>,
+        Arc<hca_driver::verbs::Pd<P>>,
+        Arc<hca_driver::verbs::Pd<P>>,
+        Arc<hca_driver::verbs::Cq<P>>,
+        Arc<hca_driver::verbs::Cq<P>>,
+    ) {
+        (self.ca, self.cb, self.pda, self.pdb, self.cqa, self.cqb)
+    }
+
     /// An RC QP on each side, sending and receiving on that side's CQ, of
     /// capacities `caps` (side A's, side B's), connected to each other
     /// through `ports` with `p` by [`verbs::connect_pair`] (`remote`: side

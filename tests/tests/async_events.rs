@@ -9,9 +9,7 @@ use firmware_cmds::eq::{
     EVENT_TYPE_SRQ_RQ_LIMIT, EVENT_TYPE_WQ_ACCESS_ERROR, EVENT_TYPE_WQ_CATAS_ERROR,
     EVENT_TYPE_WQ_INVAL_REQ_ERROR,
 };
-use firmware_cmds::eth::{
-    CreateRqIn, CreateRqOut, DestroyRqIn, Rqc, WQ_STATE_ERR, WQ_TYPE_CYCLIC, Wq,
-};
+use firmware_cmds::eth::{CreateRqOut, DestroyRqIn, WQ_STATE_ERR};
 use firmware_cmds::init_seg::HealthSyndrome;
 use firmware_cmds::{CmdStatus, Opcode};
 use hca_driver::verbs::Qp;
@@ -20,6 +18,7 @@ use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd, Srq};
 use hca_driver::{AsyncEvent, Config, DeadReason, Error, Hca, Qpn, QueueId};
 use hca_emu::{EmuConfig, EmuPlatform, ObjKind};
 use hca_tests::Bench;
+use hca_tests::steer::{create_rq_in, cyclic_wq};
 use hca_tests::verbs::{poll_n, post_recv_sge, to_init};
 use std::sync::Arc;
 
@@ -192,23 +191,8 @@ fn raw_rq_work_queue_error_reaches_the_event_queue() {
         let ring = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
         let dbr = Arc::new(DmaBuf::alloc(hca, 64).unwrap());
         // CREATE_RQ: a cyclic WQ of 64 WQEs of 64 bytes, one page.
-        let wq = Wq::new()
-            .with(Wq::wq_type, WQ_TYPE_CYCLIC)
-            .unwrap()
-            .with(Wq::pd, pd.number().0)
-            .unwrap()
-            .with(Wq::dbr_addr, dbr.iova())
-            .unwrap()
-            .with(Wq::log_wq_stride, 6)
-            .unwrap()
-            .with(Wq::log_wq_sz, 6)
-            .unwrap();
-        let rqc = Rqc::new()
-            .with(Rqc::cqn, cq.number().0)
-            .unwrap()
-            .with(Rqc::wq, wq)
-            .unwrap();
-        let create = CreateRqIn::new().with(CreateRqIn::ctx, rqc).unwrap();
+        let wq = cyclic_wq(pd.number(), dbr.iova(), 6, 6);
+        let create = create_rq_in(cq.number(), false, wq);
         // SAFETY: the RQ's ring and doorbell record (`dbr_addr`) are DMA
         // regions allocated from this HCA's platform, freed only after
         // DESTROY_RQ below.

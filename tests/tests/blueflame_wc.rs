@@ -10,7 +10,6 @@
 
 use hca_driver::verbs::DmaBuf;
 use hca_driver::verbs::{Mr, Qp};
-use hca_tests::Sides;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,14 +27,7 @@ fn inline_sends(l: &mut Link<EmuPlatform>, count: usize) -> Vec<(usize, u8)> {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
         let mb = Mr::register(
             &pdb,

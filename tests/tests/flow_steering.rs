@@ -9,133 +9,63 @@
 //! (`RawHca::create_rq`, `modify_state`) on memory of this test, observed
 //! through their buffers.
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use firmware_cmds::eth::{
-    CreateRqIn, CreateSqIn, RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT,
-    RX_HASH_FIELD_SELECT_L4_SPORT, RX_HASH_FIELD_SELECT_SRC_IP, Rqc, Sqc, WQ_STATE_ERR,
-    WQ_STATE_RDY, WQ_STATE_RST, WQ_TYPE_CYCLIC, Wq,
-};
-use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
+use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST, Wq};
 use hca_driver::flow::{
     FlowDest, RX_HASH_SRC_IPV4, RX_HASH_SRC_IPV6, RX_HASH_SRC_PORT_TCP, RX_HASH_SRC_PORT_UDP,
     RxHashConf,
 };
 use hca_driver::steering::FlowMatch;
-use hca_driver::verbs::{AccessFlags, Context, Cq, DmaBuf, Mr, Pd};
+use hca_driver::verbs::{Context, Cq, DmaBuf, Pd};
 use hca_driver::{Config, Error, Hca, PageList, QueueId, Rqn};
 use hca_emu::frame::{L3, L4};
 use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, ObjKind, WireSpec};
 use hca_tests::Bench;
 use hca_tests::steer::{
-    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, selector_specs, udp4_rss,
+    MCAST, OTHER_SMAC, RQ_SLOTS, RSS_KEY, RawRq, V4A, V4B, V6A, V6B, create_sq_in, cyclic_wq,
+    landed, marked_frame, matches_of, one_entry_groups, selector_specs, udp4_rss, udp4_rss_hash,
 };
 
-const SLOTS: usize = 16;
-const SLOT: usize = 2048;
-
-/// A raw RQ (CREATE_RQ, cyclic, 16 WQEs of one 16-byte data segment),
-/// RDY, with 16 receive buffers of 2 KiB posted.
-struct RawRq<'a> {
-    rq: hca_driver::fw::Rq<'a, EmuPlatform>,
-    data: Arc<DmaBuf<EmuPlatform>>,
-    _ring: Arc<DmaBuf<EmuPlatform>>,
-    _dbr: Arc<DmaBuf<EmuPlatform>>,
-    _mr: Mr<EmuPlatform>,
-    /// Frames seen so far (the next slot to look at).
-    seen: usize,
+/// A CQ on a context of `hca` and `n` raw RQs completing on it, in RDY
+/// with their buffers posted, each RQ's state transitions checked on the
+/// way: ERR does not go straight to RDY (refused before any command), and
+/// the firmware checks the current state it is told.
+fn raw_rqs(
+    hca: &Arc<Hca<EmuPlatform>>,
+    n: usize,
+) -> (Cq<EmuPlatform>, Vec<RawRq<'_, EmuPlatform>>) {
+    let ctx = Arc::new(Context::open(hca).unwrap());
+    let pd = Arc::new(Pd::alloc(&ctx).unwrap());
+    let cq = Cq::create(&ctx, 256).unwrap();
+    // SAFETY: the RQs' rings and doorbell records are DMA regions of this
+    // HCA's platform, kept (in each RawRq) until after DESTROY_RQ.
+    let raw = unsafe { hca.raw() };
+    let rqs = (0..n)
+        .map(|_| {
+            let rq = RawRq::create(&raw, &pd, &cq).unwrap();
+            assert!(matches!(
+                rq.rq().modify_state(WQ_STATE_ERR, WQ_STATE_RDY),
+                Err(Error::InvalidArgument { arg: "state", .. })
+            ));
+            assert!(matches!(
+                rq.rq().modify_state(WQ_STATE_RDY, WQ_STATE_RDY),
+                Err(Error::Command(_))
+            ));
+            rq.ready().unwrap();
+            rq
+        })
+        .collect();
+    (cq, rqs)
 }
 
-impl<'a> RawRq<'a> {
-    fn new(
-        hca: &'a Arc<Hca<EmuPlatform>>,
-        pd: &Arc<Pd<EmuPlatform>>,
-        cq: &Cq<EmuPlatform>,
-    ) -> Self {
-        let ring = Arc::new(DmaBuf::alloc(hca, 4096).unwrap());
-        let dbr = Arc::new(DmaBuf::alloc(hca, 64).unwrap());
-        let data = Arc::new(DmaBuf::alloc(hca, SLOTS * SLOT).unwrap());
-        let mr = Mr::register(pd, &data, AccessFlags::LOCAL_WRITE).unwrap();
-        let wq = Wq::new()
-            .with(Wq::wq_type, WQ_TYPE_CYCLIC)
-            .unwrap()
-            .with(Wq::pd, pd.number().0)
-            .unwrap()
-            .with(Wq::dbr_addr, dbr.iova())
-            .unwrap()
-            .with(Wq::log_wq_stride, 4)
-            .unwrap()
-            .with(Wq::log_wq_sz, 4)
-            .unwrap();
-        // `vsd`: VLAN tags stay in the frame (mlx5_ib's default).
-        let rqc = Rqc::new()
-            .with(Rqc::vsd, true)
-            .unwrap()
-            .with(Rqc::cqn, cq.number().0)
-            .unwrap()
-            .with(Rqc::wq, wq)
-            .unwrap();
-        let create = CreateRqIn::new().with(CreateRqIn::ctx, rqc).unwrap();
-        // SAFETY: the ring and doorbell record are DMA regions of this
-        // HCA's platform, kept (in the RawRq) until after DESTROY_RQ.
-        let raw = unsafe { hca.raw() };
-        let pages = [ring.iova()];
-        let rq = raw.create_rq(&PageList::list(&create, &pages)).unwrap();
-        // ERR does not go straight to RDY: refused before any command.
-        assert!(matches!(
-            rq.modify_state(WQ_STATE_ERR, WQ_STATE_RDY),
-            Err(Error::InvalidArgument { arg: "state", .. })
-        ));
-        // The firmware checks the current state it is told.
-        assert!(matches!(
-            rq.modify_state(WQ_STATE_RDY, WQ_STATE_RDY),
-            Err(Error::Command(_))
-        ));
-        rq.modify_state(WQ_STATE_RST, WQ_STATE_RDY).unwrap();
-        // The receive WQEs (`mlx5_wqe_data_seg`: byte_count, lkey, addr),
-        // then the doorbell record's receive counter.
-        for i in 0..SLOTS {
-            let mut seg = [0u8; 16];
-            seg[0..4].copy_from_slice(&(SLOT as u32).to_be_bytes());
-            seg[4..8].copy_from_slice(&mr.lkey().0.to_be_bytes());
-            seg[8..16].copy_from_slice(&(data.iova() + (i * SLOT) as u64).to_be_bytes());
-            ring.write(i * 16, &seg).unwrap();
-        }
-        dbr.write(0, &(SLOTS as u32).to_be_bytes()).unwrap();
-        RawRq {
-            rq,
-            data,
-            _ring: ring,
-            _dbr: dbr,
-            _mr: mr,
-            seen: 0,
-        }
-    }
-
-    fn number(&self) -> Rqn {
-        self.rq.number()
-    }
-
-    fn slot(&self, i: usize, len: usize) -> Vec<u8> {
-        let mut b = vec![0u8; len];
-        self.data.read(i * SLOT, &mut b).unwrap();
-        b
-    }
-
-    /// DESTROY_RQ, then the memory is freed.
-    fn destroy(self) {
-        let rqn = self.rq.number();
-        self.rq.destroy().unwrap();
-        assert!(
-            !self
-                .data
-                .hca()
-                .events()
-                .unregister_queue(QueueId::Rq(rqn.0))
-        );
-    }
+/// DESTROY_RQ, then the RQ is no longer registered for events.
+fn destroy(rq: RawRq<'_, EmuPlatform>, hca: &Hca<EmuPlatform>) {
+    let rqn = rq.number();
+    rq.destroy().unwrap();
+    assert!(!hca.events().unregister_queue(QueueId::Rq(rqn.0)));
 }
 
 /// A frame with a marker byte `tag` in its 16-byte payload
@@ -147,15 +77,34 @@ fn frame(dmac: [u8; 6], smac: [u8; 6], vid: Option<u16>, l3: L3, l4: L4, tag: u8
 const ME: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const PEER: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 
-/// An emulated HCA on real time whose port 1 is cabled to a UDP socket
-/// this test writes frames into.
-struct Wire {
-    bench: Bench<EmuPlatform>,
+/// The test's end of the wire: a UDP socket cabled to the device's
+/// port 1.
+struct Tx<'e> {
     sock: UdpSocket,
-    port_addr: std::net::SocketAddr,
+    port_addr: SocketAddr,
+    emu: &'e EmuHca,
 }
 
-fn wire() -> Wire {
+impl Tx<'_> {
+    /// Puts `f` on the wire and waits until the device has taken it in
+    /// (`frames_rx` went up).
+    fn send(&self, f: &[u8]) {
+        let before = self.emu.datapath().frames_rx;
+        self.sock.send_to(f, self.port_addr).unwrap();
+        let t0 = Instant::now();
+        while self.emu.datapath().frames_rx == before {
+            assert!(t0.elapsed() < Duration::from_secs(10), "frame not received");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The frame is handled under the device lock that `datapath()`
+        // takes.
+        let _ = self.emu.datapath();
+    }
+}
+
+/// Runs `test` on an opened emulated HCA on real time whose port 1 is
+/// cabled to a UDP socket ([`Tx`]) the test writes frames into.
+fn on_wire(test: impl FnOnce(&Arc<Hca<EmuPlatform>>, &EmuHca, &Tx<'_>)) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port_addr = probe.local_addr().unwrap();
@@ -163,7 +112,7 @@ fn wire() -> Wire {
     let spec: WireSpec = format!("udp:{port_addr},{}", sock.local_addr().unwrap())
         .parse()
         .unwrap();
-    let bench = Bench::<EmuPlatform>::emulated(
+    let mut bench = Bench::<EmuPlatform>::emulated(
         EmuConfig {
             clock: Clock::Real,
             ..EmuConfig::default()
@@ -171,50 +120,20 @@ fn wire() -> Wire {
         Config::default(),
     );
     bench.emu().unwrap().cable_to(1, &spec).unwrap();
-    Wire {
-        bench,
-        sock,
-        port_addr,
-    }
-}
-
-/// Puts `f` on the wire and waits until the device has taken it in
-/// (`frames_rx` went up).
-fn send(sock: &UdpSocket, to: std::net::SocketAddr, emu: &EmuHca, f: &[u8]) {
-    let before = emu.datapath().frames_rx;
-    sock.send_to(f, to).unwrap();
-    let t0 = Instant::now();
-    while emu.datapath().frames_rx == before {
-        assert!(t0.elapsed() < Duration::from_secs(10), "frame not received");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // The frame is handled under the device lock that `datapath()` takes.
-    let _ = emu.datapath();
-}
-
-/// The RQ the frame tagged `tag` landed in (checked byte for byte), of
-/// `rqs`; None if none did.
-fn landed(rqs: &mut [RawRq], f: &[u8]) -> Option<usize> {
-    let mut hit = None;
-    for (i, rq) in rqs.iter_mut().enumerate() {
-        if rq.seen < SLOTS && rq.slot(rq.seen, f.len()) == f {
-            assert!(hit.is_none(), "frame delivered twice");
-            rq.seen += 1;
-            hit = Some(i);
-        }
-    }
-    hit
+    bench.with_open(|hca, emu| {
+        let tx = Tx {
+            sock,
+            port_addr,
+            emu,
+        };
+        test(hca, emu, &tx);
+    });
 }
 
 #[test]
 fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
-    let mut w = wire();
-    let (sock, to) = (&w.sock, w.port_addr);
-    w.bench.with_open(|hca, emu| {
-        let ctx = Arc::new(Context::open(hca).unwrap());
-        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
-        let cq = Cq::create(&ctx, 256).unwrap();
-        let mut rqs: Vec<RawRq> = (0..9).map(|_| RawRq::new(hca, &pd, &cq)).collect();
+    on_wire(|hca, emu, tx| {
+        let (_cq, mut rqs) = raw_rqs(hca, 9);
         let td = hca.alloc_transport_domain().unwrap();
         let tirs: Vec<_> = rqs
             .iter()
@@ -229,16 +148,8 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
             .unwrap();
         let t0 = hca.create_flow_table(0, 4, Some(&t1)).unwrap();
         // One selector kind per group and rule, in priority order.
-        let specs = selector_specs();
-        let matches: Vec<FlowMatch> = specs
-            .iter()
-            .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
-            .collect();
-        let groups: Vec<_> = matches
-            .iter()
-            .enumerate()
-            .map(|(i, m)| t0.create_group(i as u32, i as u32, m).unwrap())
-            .collect();
+        let matches = matches_of(&selector_specs());
+        let groups = one_entry_groups(&t0, &matches);
         let tir_refs: Vec<[&_; 1]> = tirs.iter().map(|t| [t]).collect();
         let rules: Vec<_> = groups
             .iter()
@@ -326,7 +237,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
             ),
         ];
         for (i, (f, want)) in cases.iter().enumerate() {
-            send(sock, to, emu, f);
+            tx.send(f);
             assert_eq!(landed(&mut rqs, f), *want, "case {i}");
         }
         let dp = emu.datapath();
@@ -336,19 +247,19 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
         // and counted, and reaches no RQ.
         drop(catch_all);
         let f = frame(ME, PEER, Some(102), L3::V4(V4B, V4B), udp(2), 10);
-        send(sock, to, emu, &f);
+        tx.send(&f);
         assert_eq!(landed(&mut rqs, &f), None);
         assert_eq!(emu.datapath().drops.steering_miss, 1);
         // A drop rule in its place: dropped and counted as such.
         let drop_rule = g_all.add_rule(0, &all, FlowDest::Drop).unwrap();
-        send(sock, to, emu, &f);
+        tx.send(&f);
         assert_eq!(landed(&mut rqs, &f), None);
         assert_eq!(emu.datapath().drops.steering_drop, 1);
         // The UDP rule removed with `destroy`: its frame now misses level
         // 0 and is dropped by level 1.
         let mut rules = rules;
         rules.pop().unwrap().destroy().unwrap();
-        send(sock, to, emu, &cases[8].0);
+        tx.send(&cases[8].0);
         assert_eq!(landed(&mut rqs, &cases[8].0), None);
         assert_eq!(emu.datapath().drops.steering_drop, 2);
         // A table forwarding rule: level 0 entry 7 sends to table 1, whose
@@ -360,7 +271,7 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
         let to_t1 = groups[7]
             .add_rule(7, &matches[7], FlowDest::Table(&t1))
             .unwrap();
-        send(sock, to, emu, &cases[8].0);
+        tx.send(&cases[8].0);
         assert_eq!(landed(&mut rqs, &cases[8].0), Some(8));
         assert!(emu.objects(ObjKind::FlowEntry).len() == 9);
 
@@ -379,20 +290,15 @@ fn flow_rules_of_each_selector_kind_priorities_miss_catch_all_and_removal() {
         assert!(emu.objects(ObjKind::Tir).is_empty());
         drop(td);
         for rq in rqs {
-            rq.destroy();
+            destroy(rq, hca);
         }
     });
 }
 
 #[test]
 fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
-    let mut w = wire();
-    let (sock, to) = (&w.sock, w.port_addr);
-    w.bench.with_open(|hca, emu| {
-        let ctx = Arc::new(Context::open(hca).unwrap());
-        let pd = Arc::new(Pd::alloc(&ctx).unwrap());
-        let cq = Cq::create(&ctx, 256).unwrap();
-        let mut rqs: Vec<RawRq> = (0..4).map(|_| RawRq::new(hca, &pd, &cq)).collect();
+    on_wire(|hca, _, tx| {
+        let (_cq, mut rqs) = raw_rqs(hca, 4);
         let td = hca.alloc_transport_domain().unwrap();
         let numbers: Vec<Rqn> = rqs.iter().map(RawRq::number).collect();
         let rqt = hca.create_rqt(&numbers).unwrap();
@@ -434,10 +340,6 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
         let g = t.create_group(0, 0, &all).unwrap();
         let rule = g.add_rule(0, &all, FlowDest::Tirs(&[&tir])).unwrap();
         t.set_root().unwrap();
-        let selected = RX_HASH_FIELD_SELECT_SRC_IP
-            | RX_HASH_FIELD_SELECT_DST_IP
-            | RX_HASH_FIELD_SELECT_L4_SPORT
-            | RX_HASH_FIELD_SELECT_L4_DPORT;
         let mut per_rq = [0usize; 4];
         for sport in 0..24u16 {
             let sport = 1000 + 7 * sport;
@@ -449,18 +351,11 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
                 L4::Udp(sport, 4000),
                 sport as u8,
             );
-            let fields = HashFields {
-                src_ip: &V4A,
-                dst_ip: &V4B,
-                ports: Some((sport, 4000)),
-            };
-            let mut input = [0u8; MAX_HASH_INPUT];
-            let n = hash_input(&fields, selected, &mut input);
-            let want = (toeplitz(&RSS_KEY, &input[..n]) % 4) as usize;
-            if rqs[want].seen == SLOTS {
+            let want = (udp4_rss_hash(V4A, V4B, sport, 4000) % 4) as usize;
+            if rqs[want].seen == RQ_SLOTS {
                 continue;
             }
-            send(sock, to, emu, &f);
+            tx.send(&f);
             assert_eq!(landed(&mut rqs, &f), Some(want), "sport {sport}");
             per_rq[want] += 1;
         }
@@ -475,7 +370,7 @@ fn rss_spreads_frames_over_rqs_by_the_toeplitz_hash() {
         rqt.destroy().unwrap();
         drop(td);
         for rq in rqs {
-            rq.destroy();
+            destroy(rq, hca);
         }
     });
 }
@@ -492,29 +387,10 @@ fn sq_and_tis_objects_follow_the_work_queue_state_machine() {
         assert_eq!(emu.objects(ObjKind::Tis), vec![tis.number().0]);
         let ring = DmaBuf::alloc(hca, 4096).unwrap();
         let dbr = DmaBuf::alloc(hca, 64).unwrap();
-        let wq = Wq::new()
-            .with(Wq::wq_type, WQ_TYPE_CYCLIC)
-            .unwrap()
-            .with(Wq::pd, pd.number().0)
-            .unwrap()
+        let wq = cyclic_wq(pd.number(), dbr.iova(), 6, 6)
             .with(Wq::uar_page, ctx.uar().number().0)
-            .unwrap()
-            .with(Wq::dbr_addr, dbr.iova())
-            .unwrap()
-            .with(Wq::log_wq_stride, 6)
-            .unwrap()
-            .with(Wq::log_wq_sz, 6)
             .unwrap();
-        let sqc = Sqc::new()
-            .with(Sqc::cqn, cq.number().0)
-            .unwrap()
-            .with(Sqc::tis_lst_sz, 1)
-            .unwrap()
-            .with(Sqc::tis_num_0, tis.number().0)
-            .unwrap()
-            .with(Sqc::wq, wq)
-            .unwrap();
-        let create = CreateSqIn::new().with(CreateSqIn::ctx, sqc).unwrap();
+        let create = create_sq_in(cq.number(), tis.number().0, wq);
         // SAFETY: the ring and doorbell record are DMA regions of this
         // HCA's platform, freed after DESTROY_SQ below.
         let raw = unsafe { hca.raw() };

@@ -9,12 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firmware_cmds::caps::{CAP_ETHERNET_OFFLOADS, CAP_GENERAL};
-use firmware_cmds::eth::{
-    RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT, RX_HASH_FIELD_SELECT_L4_SPORT,
-    RX_HASH_FIELD_SELECT_SRC_IP,
-};
 use firmware_cmds::eth::{WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST};
-use firmware_cmds::rss::{HashFields, MAX_HASH_INPUT, hash_input, toeplitz};
 use hca_driver::CapMode;
 use hca_driver::Error;
 use hca_driver::flow::TirDest;
@@ -31,7 +26,8 @@ use hca_driver::{Config, Hca};
 use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
 use hca_tests::steer::{
-    MCAST, OTHER_SMAC, RSS_KEY, V4A, V4B, V6A, V6B, marked_frame, selector_specs, udp4_rss,
+    MCAST, OTHER_SMAC, V4A, V4B, V6A, V6B, marked_frame, matches_of, one_entry_groups,
+    selector_specs, udp4_rss, udp4_rss_hash,
 };
 use hca_tests::{Link, Sides};
 
@@ -490,14 +486,7 @@ fn cqe_fields(personality: Personality) {
     });
     let h = l.open();
     {
-        let Sides {
-            pda,
-            pdb,
-            cqa,
-            cqb,
-            cb,
-            ..
-        } = h.sides(64);
+        let (_, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let dev = *cb.query_device();
         assert!(dev.has_raw_packet_cap(RAW_PACKET_CAP_CVLAN_STRIPPING | RAW_PACKET_CAP_IP_CSUM));
         // Room for the inline headers with an inserted tag.
@@ -817,10 +806,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
                 dst_port: Masked::exact(4000, 0xffff),
             },
         );
-        let matches: Vec<FlowMatch> = specs
-            .iter()
-            .map(|s| FlowMatch::from_specs(&[*s]).unwrap())
-            .collect();
+        let matches = matches_of(&specs);
         // RSS: an RQ table over the RSS QPs' RQs, an indirect TIR hashing
         // IPv4 addresses and UDP ports.
         let td = hb.alloc_transport_domain().unwrap();
@@ -836,11 +822,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         let g_all = t1.create_group(0, 0, &all).unwrap();
         let catch_all = g_all.add_qp_rule(0, &all, &[&qs[8], &qs[9]], &[]).unwrap();
         let t0 = hb.create_flow_table(0, 4, Some(&t1)).unwrap();
-        let groups: Vec<_> = matches
-            .iter()
-            .enumerate()
-            .map(|(i, m)| t0.create_group(i as u32, i as u32, m).unwrap())
-            .collect();
+        let groups = one_entry_groups(&t0, &matches);
         // Every rule copies to the sniffer (QP 9) as well.
         let rules: Vec<_> = groups
             .iter()
@@ -895,26 +877,12 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         // RSS: UDP flows to port 4000 land in the RSS QP the Toeplitz
         // hash names (entry hash % 4 of the RQ table), and the CQE
         // carries the hash.
-        let sel = RX_HASH_FIELD_SELECT_SRC_IP
-            | RX_HASH_FIELD_SELECT_DST_IP
-            | RX_HASH_FIELD_SELECT_L4_SPORT
-            | RX_HASH_FIELD_SELECT_L4_DPORT;
         let mut seen = [0u32; 4];
         for sport in 1000..1032u16 {
             // (To 10.2.2.2: rule 4 takes 10.1.1.1.)
             let f = frame(me, peer, None, L3::V4(V4A, V4B), L4::Udp(sport, 4000), 0x40);
             send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
-            let mut input = [0u8; MAX_HASH_INPUT];
-            let n = hash_input(
-                &HashFields {
-                    src_ip: &V4A,
-                    dst_ip: &V4B,
-                    ports: Some((sport, 4000)),
-                },
-                sel,
-                &mut input,
-            );
-            let hash = toeplitz(&RSS_KEY, &input[..n]);
+            let hash = udp4_rss_hash(V4A, V4B, sport, 4000);
             let want = 10 + (hash % 4) as usize;
             let got = collect(&cqb, 2);
             let (q, _, _, rx) = got.iter().find(|g| g.0 != 9).copied().unwrap();
@@ -970,14 +938,7 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
     });
     let h = l.open();
     {
-        let Sides {
-            pda,
-            pdb,
-            cqa,
-            cqb,
-            ca,
-            ..
-        } = h.sides(16);
+        let (ca, _, pda, pdb, cqa, cqb) = h.sides(16).split();
         let dev = ca.query_device();
         assert!(!dev.has_device_cap(DEVICE_RAW_IP_CSUM));
         assert!(!dev.has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM));

@@ -8,7 +8,6 @@
 //! the driver's QPs carry 1 (default) there and work end to end.
 
 use hca_driver::verbs::{Context, Cq, DmaBuf, Mr, Pd, Qp};
-use hca_tests::Sides;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,14 +77,7 @@ fn rc_traffic_on_real_time_clock_devices() {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(16);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(16).split();
         let bb = Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap());
         let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = Qp::create(

@@ -6,7 +6,6 @@
 //! back to the SRQ.
 
 use hca_driver::verbs::Srq;
-use hca_tests::Sides;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,14 +178,7 @@ fn reset_removes_its_completions_from_a_shared_cq<P: TestPlatform>(l: &mut Link<
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
@@ -248,14 +240,7 @@ fn destroy_removes_its_completions_from_a_shared_cq<P: TestPlatform>(l: &mut Lin
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
@@ -307,14 +292,7 @@ fn srq_qp_reset_returns_its_srq_wqes<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
         let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let srq = Arc::new(Srq::create(&pdb, &SrqInitAttr::new(8, 1)).unwrap());

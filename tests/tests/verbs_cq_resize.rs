@@ -13,7 +13,7 @@ use hca_driver::verbs::{
     WcStatus,
 };
 use hca_tests::verbs::{RcParams, assert_quiet, connect_pair, poll_n, post_recv_sge, qp_cap};
-use hca_tests::{Link, Sides, TestPlatform};
+use hca_tests::{Link, TestPlatform};
 use platform::Platform;
 
 /// How long the devices get to finish what was posted (device time).
@@ -78,14 +78,7 @@ fn resize_keeps_unpolled_completions<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(7);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(7).split();
         let cqb2 = Arc::new(Cq::create(&cb, 255).unwrap());
         drop(cqb);
         let bb = Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap());

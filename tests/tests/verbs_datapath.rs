@@ -4,7 +4,6 @@
 //! completion events, UC, scatter/gather and fences.
 
 use hca_driver::verbs::{Ah, Context, DmaBuf, Mr, Srq};
-use hca_tests::Sides;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,14 +30,7 @@ fn ud_ping_pong<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap()),
@@ -134,14 +126,7 @@ fn rc_with_immediate_data<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(16);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(16).split();
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
@@ -350,14 +335,7 @@ fn srq_shared_by_several_qps<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
         let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let srq = Arc::new(Srq::create(&pdb, &SrqInitAttr::new(16, 1)).unwrap());
@@ -457,14 +435,7 @@ fn inline_sends<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         let bb = Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap());
         let mb = Mr::register(
             &pdb,
@@ -661,14 +632,7 @@ fn completion_events<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(16);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(16).split();
         let bb = Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap());
         let mb = Mr::register(&pdb, &bb, AccessFlags::LOCAL_WRITE).unwrap();
         let mut qa = qp(&pda, &cqa, QpType::Rc, qp_cap(8, 1, 1, 32));
@@ -736,14 +700,7 @@ fn uc_writes_and_sends<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(16);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(16).split();
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),
@@ -825,14 +782,7 @@ fn scatter_gather_and_fences<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(16);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(16).split();
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 8192).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 8192).unwrap()),

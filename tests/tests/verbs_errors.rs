@@ -5,7 +5,6 @@
 //! the error state, the drain helper, SQE recovery and reuse after reset.
 
 use hca_driver::verbs::{Ah, Context, DmaBuf, Mr};
-use hca_tests::Sides;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -464,14 +463,7 @@ fn ud_send_queue_error_and_recovery<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(16);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(16).split();
         let (ba, bb) = (
             Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap()),
             Arc::new(DmaBuf::alloc(h.b(), 4096).unwrap()),

@@ -12,10 +12,10 @@ use std::time::Duration;
 use hca_driver::Error;
 use hca_driver::verbs::{
     AccessFlags, Ah, AhAttr, Cq, DEFAULT_GID_INDEX, DmaBuf, Gid, Mr, Pd, Qp, QpCap, QpCreateFlags,
-    QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+    QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_tests::verbs::{Endpoint, assert_quiet, poll_n, poll_ok, post_recv_sge, qp_cap, ud_ready};
-use hca_tests::{Link, Sides, TestPlatform};
+use hca_tests::{Link, TestPlatform};
 
 type P = hca_emu::EmuPlatform;
 use platform::Platform;
@@ -29,6 +29,53 @@ fn qp<P: Platform + 'static>(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>, t: QpType, c: QpC
     Qp::create(pd, &QpInitAttr::new(t, cq, cq).cap(c)).unwrap()
 }
 
+/// Sends `msg` inline from UD QP `q` to the multicast QPN through `ah`
+/// (signalled, work request `id`) and waits for its completion on `cq`.
+#[track_caller]
+fn send_to_group<P: Platform + 'static>(
+    q: &mut Qp<P>,
+    cq: &Cq<P>,
+    ah: &Ah<P>,
+    id: u64,
+    msg: &[u8],
+) {
+    q.post_send(
+        &SendWr::new(id, SendOp::Send)
+            .inline(msg)
+            .flags(SendFlags::SIGNALED)
+            .ud(ah.dest(0xff_ffff, QKEY)),
+    )
+    .unwrap();
+    assert_eq!(poll_ok(cq).wr_id, id);
+}
+
+/// The receive completions on `cq` of the two group members `rx` (whose
+/// receives are `0xb00 + i`), each of a message from `tx`, in the
+/// members' order.
+#[track_caller]
+fn member_recvs<P: Platform + 'static>(
+    cq: &Cq<P>,
+    rx: &[Qp<P>],
+    tx: &Qp<P>,
+) -> Vec<WorkCompletion> {
+    let mut wc = poll_n(cq, 2);
+    wc.sort_by_key(|w| w.wr_id);
+    for (w, (i, q)) in wc.iter().zip(rx.iter().enumerate()) {
+        assert_eq!(
+            (w.status, w.opcode, w.qp_num, w.wr_id, w.src_qp),
+            (
+                WcStatus::Success,
+                WcOpcode::Recv,
+                q.number().0,
+                0xb00 + i as u64,
+                tx.number().0
+            ),
+            "{w:?}"
+        );
+    }
+    wc
+}
+
 #[track_caller]
 fn command_refused(r: Result<(), Error>) {
     assert!(matches!(r, Err(Error::Command(_))), "{r:?}");
@@ -38,14 +85,7 @@ fn multicast_reaches_the_attached_qps<P: TestPlatform>(l: &mut Link<P>) {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb: _,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, _, pda, pdb, cqa, cqb) = h.sides(64).split();
         let ea = Endpoint::of(&ca, pa, 0, 0, hca_driver::Rkey(0));
         if ea.gid.is_zero() {
             // InfiniBand hardware: the group needs an MLID from the
@@ -89,34 +129,12 @@ fn multicast_reaches_the_attached_qps<P: TestPlatform>(l: &mut Link<P>) {
         drop(rc);
 
         let ah = Ah::create(&pda, &AhAttr::roce(pa, mgid, DEFAULT_GID_INDEX)).unwrap();
-        let send = |tx: &mut Qp<P>, id: u64, msg: &[u8]| {
-            tx.post_send(
-                &SendWr::new(id, SendOp::Send)
-                    .inline(msg)
-                    .flags(SendFlags::SIGNALED)
-                    .ud(ah.dest(0xff_ffff, QKEY)),
-            )
-            .unwrap();
-            assert_eq!(poll_ok(&cqa).wr_id, id);
-        };
+        let send = |tx: &mut Qp<P>, id: u64, msg: &[u8]| send_to_group(tx, &cqa, &ah, id, msg);
         for (i, q) in rx.iter_mut().enumerate() {
             post_recv_sge(q, 0xb00 + i as u64, mb.sge(1024 * i, 256).unwrap());
         }
         send(&mut tx, 1, b"to the group");
-        let mut wc = poll_n(&cqb, 2);
-        wc.sort_by_key(|w| w.wr_id);
-        for (w, i) in wc.iter().zip(0..2usize) {
-            assert_eq!(
-                (w.status, w.opcode, w.qp_num, w.wr_id, w.src_qp),
-                (
-                    WcStatus::Success,
-                    WcOpcode::Recv,
-                    rx[i].number().0,
-                    0xb00 + i as u64,
-                    tx.number().0
-                ),
-                "{w:?}"
-            );
+        for (w, i) in member_recvs(&cqb, &rx, &tx).iter().zip(0..2usize) {
             assert_eq!(w.byte_len, 40 + 12);
             let mut got = [0u8; 52];
             bb.read(1024 * i, &mut got).unwrap();
@@ -184,14 +202,7 @@ fn infiniband_multicast_reaches_the_members_by_mlid() {
     let (pa, pb) = (l.port_a, l.port_b);
     let h = l.open();
     {
-        let Sides {
-            ca,
-            cb,
-            pda,
-            pdb,
-            cqa,
-            cqb,
-        } = h.sides(64);
+        let (ca, cb, pda, pdb, cqa, cqb) = h.sides(64).split();
         assert_eq!(
             ca.hca().caps().link_layer(),
             hca_driver::LinkLayer::InfiniBand
@@ -244,16 +255,8 @@ fn infiniband_multicast_reaches_the_members_by_mlid() {
         let mut wrong = AhAttr::ib(pa, if mlid == 0xc000 { 0xc001 } else { 0xc000 });
         wrong.grh = Some(grh);
         let ah_wrong = Ah::create(&pda, &wrong).unwrap();
-        let send = |q: &mut Qp<P>, ah: &Ah<P>, id: u64, msg: &[u8]| {
-            q.post_send(
-                &SendWr::new(id, SendOp::Send)
-                    .inline(msg)
-                    .flags(SendFlags::SIGNALED)
-                    .ud(ah.dest(0xff_ffff, QKEY)),
-            )
-            .unwrap();
-            assert_eq!(poll_ok(&cqa).wr_id, id);
-        };
+        let send =
+            |q: &mut Qp<P>, ah: &Ah<P>, id: u64, msg: &[u8]| send_to_group(q, &cqa, ah, id, msg);
         let post_all = |tx: &mut Qp<P>, txb: &mut Qp<P>, amem: &mut Qp<P>, rx: &mut [Qp<P>]| {
             post_recv_sge(tx, 0xa00, ma.sge(0, 256).unwrap());
             post_recv_sge(txb, 0xa01, ma.sge(1024, 256).unwrap());
@@ -266,20 +269,7 @@ fn infiniband_multicast_reaches_the_members_by_mlid() {
         let msg = b"to the IB group";
         send(&mut tx, &ah, 1, msg);
         // Side B: rx[0] and rx[1], with the GRH (DGID the MGID).
-        let mut wc = poll_n(&cqb, 2);
-        wc.sort_by_key(|w| w.wr_id);
-        for (w, i) in wc.iter().zip(0..2usize) {
-            assert_eq!(
-                (w.status, w.opcode, w.qp_num, w.wr_id, w.src_qp),
-                (
-                    WcStatus::Success,
-                    WcOpcode::Recv,
-                    rx[i].number().0,
-                    0xb00 + i as u64,
-                    tx.number().0
-                ),
-                "{w:?}"
-            );
+        for (w, i) in member_recvs(&cqb, &rx, &tx).iter().zip(0..2usize) {
             assert!(w.wc_flags.has(hca_driver::verbs::WcFlags::GRH), "{w:?}");
             assert_eq!(w.byte_len as usize, 40 + msg.len());
             let mut got = [0u8; 40 + 15];

@@ -8,10 +8,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hca_driver::verbs::{AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode};
-use hca_driver::{Config, PortState};
+use hca_driver::verbs::{
+    AccessFlags, QpInitAttr, QpType, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+};
+use hca_driver::{Config, PortState, Rkey};
 use hca_emu::{Clock, EmuConfig, EmuError, EmuPlatform, WireSpec};
-use hca_tests::verbs::{Endpoint, RcParams, connect, poll_ok, post_recv_sge, qp_cap};
+use hca_tests::verbs::{
+    Endpoint, RcParams, connect, path_to, poll_n, poll_ok, post_recv_sge, qp_cap, ud_ready,
+};
 use hca_tests::{Bench, Link};
 
 /// RC SENDs with immediate data both ways between side A and side B, and
@@ -152,9 +156,11 @@ fn socket_dir(tag: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
-    let dir = socket_dir("rc");
+/// Two emulated HCAs of this process on real time that share nothing but
+/// a Unix datagram socket wire between their ports 1, bound in a fresh
+/// directory named after `tag` (returned, with B's socket path).
+fn unix_link(tag: &str) -> (Link<EmuPlatform>, PathBuf, PathBuf) {
+    let dir = socket_dir(tag);
     let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
     let real = EmuConfig {
         clock: Clock::Real,
@@ -169,12 +175,18 @@ fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
     a.emu().unwrap().cable_to(1, &ab).unwrap();
     b.emu().unwrap().cable_to(1, &ab.far_end()).unwrap();
     assert!(sa.exists() && sb.exists(), "both ends bound their sockets");
-    let mut l = Link {
+    let l = Link {
         a,
         b: Some(b),
         port_a: 1,
         port_b: 1,
     };
+    (l, dir, sb)
+}
+
+#[test]
+fn a_socket_wire_carries_rc_between_hcas_that_share_nothing_else() {
+    let (mut l, dir, sb) = unix_link("rc");
     rc_both_ways(&mut l, 16);
     l.assert_clean();
     assert_eq!(l.emu_a().socket_frames_unsent(1), 0);
@@ -351,4 +363,71 @@ fn taps_see_the_frames_between_two_hcas_of_one_process() {
     rc_both_ways(&mut l, 8);
     l.assert_clean();
     taps_agree(&sa.lock().unwrap(), &sb.lock().unwrap());
+}
+
+/// A UD QP on port 1 in `pd`, ready with Q_Key `qkey`, completing on
+/// `cq`, with `n` receives posted into a buffer of its own: its region, the
+/// QP and its endpoint.
+fn ud_end(
+    pd: &Arc<Pd<EmuPlatform>>,
+    cq: &Arc<Cq<EmuPlatform>>,
+    n: u32,
+    qkey: u32,
+) -> (Mr<EmuPlatform>, Qp<EmuPlatform>, Endpoint) {
+    let ctx = pd.context();
+    let buf = Arc::new(DmaBuf::alloc(ctx.hca(), 4096).unwrap());
+    let mr = Mr::register(pd, &buf, AccessFlags::LOCAL_WRITE).unwrap();
+    let attr = QpInitAttr::new(QpType::Ud, cq, cq).cap(qp_cap(n, n, 1, 64));
+    let mut qp = Qp::create(pd, &attr).unwrap();
+    ud_ready(&mut qp, 1, qkey);
+    for i in 0..u64::from(n) {
+        post_recv_sge(&mut qp, i, mr.sge(0, 256).unwrap());
+    }
+    let end = Endpoint::of(ctx, 1, qp.number().0, 0, Rkey(0));
+    (mr, qp, end)
+}
+
+/// Both ends of a Unix socket wire sending at once, each a burst of UD
+/// SENDs twenty times the far end's datagram queue
+/// (`net.unix.max_dgram_qlen`, 10 by default): every frame arrives,
+/// none is lost waiting for room. A port goes on receiving while its
+/// transmitter waits for the far end, as on a full-duplex link (IEEE
+/// 802.3 Annex 31B: PAUSE holds back the transmitter only); two devices
+/// that each held their own lock while waiting to send to the other
+/// would drop frames after the send timeout.
+#[test]
+fn a_socket_wire_carries_bursts_both_ways_at_once() {
+    const N: u32 = 200;
+    const QKEY: u32 = 0x5eed;
+    let (mut l, dir, _) = unix_link("duplex");
+    let h = l.open();
+    {
+        let s = h.sides(2 * N);
+        let (ma, mut qa, ea) = ud_end(&s.pda, &s.cqa, N, QKEY);
+        let (mb, mut qb, eb) = ud_end(&s.pdb, &s.cqb, N, QKEY);
+        let to_b = Ah::create(&s.pda, &path_to(&s.ca, 1, &eb, 64)).unwrap();
+        let to_a = Ah::create(&s.pdb, &path_to(&s.cb, 1, &ea, 64)).unwrap();
+        // Both bursts posted before either device is done with its own.
+        let (da, db) = (to_b.dest(eb.qpn, QKEY), to_a.dest(ea.qpn, QKEY));
+        let msg = b"both ways at once";
+        for i in 0..u64::from(N) {
+            let f = SendFlags::SIGNALED;
+            qa.post_send(&SendWr::new(i, SendOp::Send).inline(msg).flags(f).ud(da))
+                .unwrap();
+            qb.post_send(&SendWr::new(i, SendOp::Send).inline(msg).flags(f).ud(db))
+                .unwrap();
+        }
+        for (side, cq) in [("A", &s.cqa), ("B", &s.cqb)] {
+            let wc = poll_n(cq, 2 * N as usize);
+            let recvs = wc.iter().filter(|w| w.opcode == WcOpcode::Recv).count();
+            assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{side}");
+            assert_eq!(recvs, N as usize, "side {side}: every frame received");
+        }
+        assert_eq!(l.emu_a().socket_frames_unsent(1), 0);
+        assert_eq!(l.emu_b().socket_frames_unsent(1), 0);
+        drop((to_a, to_b, qa, qb, ma, mb));
+    }
+    l.close(h);
+    l.assert_clean();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -27,20 +27,13 @@ fn write(id: u64) -> SendWr<'static> {
 
 fn small_rc() -> QpConfig {
     let caps = QpCaps {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        max_send_sge: 2,
-        max_recv_sge: 2,
         max_inline_data: 32,
         send_ops: Some(0x7f),
+        ..caps(4, 4, 2, 2)
     };
     QpConfig {
-        qp_type: QpType::Rc,
-        qpn: 0x42,
-        geometry: QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default()).unwrap(),
         atomics: true,
-        sq_sig_all: false,
-        eth_min_inline: 0,
+        ..qp_cfg(QpType::Rc, 0x42, &caps)
     }
 }
 
@@ -72,11 +65,7 @@ fn queue_full_unsignaled_retire_and_wrap() {
     assert_eq!((sq_g.wqe_cnt, sq_g.max_post), (8, 4));
     let mut env = make_qp_cfg(&cfg, &uar, 0, 0);
     let mut cq = make_cq(&uar, 2, 0);
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(0, env.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<4>([(0, env.qp.completions(true, true, None).unwrap())]);
     let sq = env.qp.sq().unwrap();
     for round in 0..20u64 {
         // Three unsignaled, one signaled: the signaled CQE retires all four.
@@ -312,21 +301,10 @@ fn wrong_opcode_for_qp_type_and_disabled_atomics() {
 #[test]
 fn raw_ethernet_segment_with_inline_headers_and_csum() {
     let uar = UarPage::new();
-    let caps = QpCaps {
-        max_send_wr: 8,
-        max_recv_wr: 0,
-        max_send_sge: 1,
-        max_recv_sge: 0,
-        max_inline_data: 0,
-        send_ops: None,
-    };
     let cfg = QpConfig {
-        qp_type: QpType::RawPacket,
-        qpn: 0x99,
-        geometry: QpGeometry::new(QpType::RawPacket, &caps, &DeviceLimits::default()).unwrap(),
-        atomics: false,
         sq_sig_all: true,
         eth_min_inline: 18,
+        ..qp_cfg(QpType::RawPacket, 0x99, &caps(8, 0, 1, 0))
     };
     let mut env = make_qp_cfg(&cfg, &uar, 0, 0);
     assert!(env.qp.rq().is_err());
@@ -462,22 +440,7 @@ fn srq_free_list_post_complete_and_full() {
         .map_err(|(e, _)| e)
         .unwrap();
     // A QP without RQ that receives through the SRQ.
-    let caps = QpCaps {
-        max_send_wr: 4,
-        max_recv_wr: 0,
-        max_send_sge: 1,
-        max_recv_sge: 0,
-        max_inline_data: 0,
-        send_ops: None,
-    };
-    let cfg = QpConfig {
-        qp_type: QpType::Rc,
-        qpn: 0x50,
-        geometry: QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default()).unwrap(),
-        atomics: false,
-        sq_sig_all: false,
-        eth_min_inline: 0,
-    };
+    let cfg = qp_cfg(QpType::Rc, 0x50, &caps(4, 0, 1, 0));
     let env = make_qp_cfg(&cfg, &uar, 0, 0);
     let mut cq = make_cq(&uar, 3, 0);
     let mut table = CqTable::<4>::new();
@@ -601,11 +564,7 @@ fn corrupt_cqes_give_typed_errors() {
     let uar = UarPage::new();
     let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
     let mut cq = make_cq(&uar, 4, 0);
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(1, env.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<4>([(1, env.qp.completions(true, true, None).unwrap())]);
     env.qp.sq().unwrap().post_send(&write(1)).unwrap();
     env.qp
         .rq()
@@ -688,8 +647,7 @@ proptest::proptest! {
         let uar = UarPage::new();
         let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
         let mut cq = make_cq(&uar, 2, 0);
-        let mut table = CqTable::<4>::new();
-        table.insert(1, env.qp.completions(true, true, None).unwrap()).map_err(|(e, _)| e).unwrap();
+        let table = cq_table::<4>([(1, env.qp.completions(true, true, None).unwrap())]);
         env.qp.sq().unwrap().post_send(&write(7)).unwrap();
         env.qp.rq().unwrap().post_recv(&RecvWr { wr_id: 8, sgl: &SGE }).unwrap();
         // The same through `poll` with one slot (env1) and `poll_one`
@@ -801,8 +759,7 @@ fn poster_and_poller_on_two_threads() {
     let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
     let mut cq = make_cq(&uar, 3, 0);
     let handle = env.qp.completions(true, false, None).unwrap();
-    let mut table = CqTable::<4>::new();
-    table.insert(0, handle).map_err(|(e, _)| e).unwrap();
+    let table = cq_table::<4>([(0, handle)]);
     let total = if cfg!(miri) { 40u64 } else { 20_000 };
     let (tx, rx) = std::sync::mpsc::channel::<u16>();
     std::thread::scope(|s| {
@@ -830,8 +787,7 @@ fn poster_and_single_poller_on_two_threads() {
     let mut env = make_qp_cfg(&small_rc(), &uar, 0, 0);
     let mut cq = make_cq(&uar, 3, 0);
     let handle = env.qp.completions(true, false, None).unwrap();
-    let mut table = CqTable::<4>::new();
-    table.insert(0, handle).map_err(|(e, _)| e).unwrap();
+    let table = cq_table::<4>([(0, handle)]);
     let total = if cfg!(miri) { 40u64 } else { 20_000 };
     let (tx, rx) = std::sync::mpsc::channel::<u16>();
     std::thread::scope(|s| {
@@ -862,12 +818,8 @@ fn poster_and_single_poller_on_two_threads() {
 /// A QP configuration for the typed-vs-general comparison.
 fn cmp_config(kind: u8) -> QpConfig {
     let caps = |sge: u32| QpCaps {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        max_send_sge: sge,
-        max_recv_sge: 1,
         max_inline_data: 16,
-        send_ops: None,
+        ..caps(4, 4, sge, 1)
     };
     let (qp_type, caps, atomics, sig_all, eth_min_inline) = match kind {
         0 => (QpType::Rc, caps(2), true, false, 0),
@@ -879,12 +831,10 @@ fn cmp_config(kind: u8) -> QpConfig {
         _ => (QpType::RawPacket, caps(1), false, true, 0),
     };
     QpConfig {
-        qp_type,
-        qpn: 0x4711,
-        geometry: QpGeometry::new(qp_type, &caps, &DeviceLimits::default()).unwrap(),
         atomics,
         sq_sig_all: sig_all,
         eth_min_inline,
+        ..qp_cfg(qp_type, 0x4711, &caps)
     }
 }
 
@@ -1059,11 +1009,7 @@ fn batch_rings_when_dropped_by_an_error_or_a_panic() {
     // Retire them, then panic after two pushes: unwinding drops the batch,
     // which rings the two (now at the other BlueFlame half).
     let mut cq = make_cq(&uar, 3, 0);
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(0, env.qp.completions(true, false, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<4>([(0, env.qp.completions(true, false, None).unwrap())]);
     assert_eq!(complete_send(&mut cq, &table, 0x42, 3).wr_id, 3);
     let sq = env.qp.sq().unwrap();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

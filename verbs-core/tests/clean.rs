@@ -18,22 +18,8 @@ const SGE: [Sge; 1] = [Sge {
 /// A small RC QP numbered `qpn`, with a receive queue unless it receives
 /// through an SRQ.
 fn rc(qpn: u32, rq: bool) -> QpConfig {
-    let caps = QpCaps {
-        max_send_wr: 16,
-        max_recv_wr: if rq { 16 } else { 0 },
-        max_send_sge: 1,
-        max_recv_sge: if rq { 1 } else { 0 },
-        max_inline_data: 0,
-        send_ops: None,
-    };
-    QpConfig {
-        qp_type: QpType::Rc,
-        qpn,
-        geometry: QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default()).unwrap(),
-        atomics: false,
-        sq_sig_all: false,
-        eth_min_inline: 0,
-    }
+    let (recv_wr, recv_sge) = if rq { (16, 1) } else { (0, 0) };
+    qp_cfg(QpType::Rc, qpn, &caps(16, recv_wr, 1, recv_sge))
 }
 
 fn write(id: u64) -> SendWr<'static> {
@@ -68,15 +54,10 @@ fn shared_cq_clean(log: u8, ci: u32, owners: &[bool], version: CqeVersion) {
     let mut a = make_qp_cfg(&rc(0x41, true), &uar, 0, 0);
     let mut b = make_qp_cfg(&rc(0x42, true), &uar, 0, 0);
     let mut cq = make_cq_version(&uar, log, ci, version);
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(1, a.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
-    table
-        .insert(2, b.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mut table = cq_table::<4>([
+        (1, a.qp.completions(true, true, None).unwrap()),
+        (2, b.qp.completions(true, true, None).unwrap()),
+    ]);
     let mut b_ids = Vec::new();
     let (mut na, mut nb) = (0u64, 0u64);
     for (k, &is_a) in owners.iter().enumerate() {

@@ -14,21 +14,11 @@ const SGE: [Sge; 1] = [Sge {
 }];
 
 fn raw_cfg(min_inline: u16, recv: bool) -> QpConfig {
-    let caps = QpCaps {
-        max_send_wr: 8,
-        max_recv_wr: if recv { 8 } else { 0 },
-        max_send_sge: 2,
-        max_recv_sge: u32::from(recv),
-        max_inline_data: 0,
-        send_ops: None,
-    };
+    let caps = caps(8, if recv { 8 } else { 0 }, 2, u32::from(recv));
     QpConfig {
-        qp_type: QpType::RawPacket,
-        qpn: 0x99,
-        geometry: QpGeometry::new(QpType::RawPacket, &caps, &DeviceLimits::default()).unwrap(),
-        atomics: false,
         sq_sig_all: true,
         eth_min_inline: min_inline,
+        ..qp_cfg(QpType::RawPacket, 0x99, &caps)
     }
 }
 
@@ -168,10 +158,9 @@ fn raw_receive_cqes_carry_flow_tag_csum_vlan_hash_and_timestamp() {
             })
             .unwrap();
     }
-    let mut table = CqTable::<4>::new();
     let h = qp.qp.completions(false, true, None).unwrap();
     assert!(h.is_raw() && h.rx_csum());
-    table.insert(0, h).unwrap();
+    let table = cq_table::<4>([(0, h)]);
     // 0: IPv4 UDP, L3+L4 OK, VLAN, flow tag 0xabc (not the QPN).
     cq.write_cqe(0, &raw_recv_cqe(0, 0xabc, 0x07, 0x29));
     // 1: IPv6 TCP, OK bits set: no IP_CSUM_OK (IPv4 only).
@@ -225,10 +214,9 @@ fn rx_csum_off_reports_no_csum_ok_and_non_raw_qpn_still_checked() {
             sgl: &SGE,
         })
         .unwrap();
-    let mut table = CqTable::<4>::new();
     let mut h = qp.qp.completions(false, true, None).unwrap();
     h.set_rx_csum(false);
-    table.insert(0, h).unwrap();
+    let table = cq_table::<4>([(0, h)]);
     cq.write_cqe(0, &raw_recv_cqe(0, 0xabc, 0x07, 0x28));
     let mut c = Completion::default();
     assert!(cq.cq().poll_one(&table, &mut c).unwrap());
@@ -246,10 +234,9 @@ fn rx_csum_off_reports_no_csum_ok_and_non_raw_qpn_still_checked() {
             sgl: &SGE,
         })
         .unwrap();
-    let mut table = CqTable::<8>::new();
     let h = rc.qp.completions(false, true, None).unwrap();
     assert!(!h.is_raw() && !h.rx_csum());
-    table.insert(0, h).unwrap();
+    let table = cq_table::<8>([(0, h)]);
     cq.write_cqe(1, &raw_recv_cqe(0, 0xabc, 0x07, 0x28));
     let (mut c, mut rx) = (Completion::default(), RxCqe::default());
     assert!(matches!(

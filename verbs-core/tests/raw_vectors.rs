@@ -37,26 +37,23 @@ fn raw_cfg(all: &Value, min_inline: u16) -> QpConfig {
 fn raw_cfg_of(all: &Value, fixture: &str, min_inline: u16) -> QpConfig {
     let f = &all["fixtures"]["raw_qp"];
     let cap = &f["cap"];
+    let n = |k: &str| num(&cap[k]) as u32;
     let caps = QpCaps {
-        max_send_wr: num(&cap["max_send_wr"]) as u32,
-        max_recv_wr: num(&cap["max_recv_wr"]) as u32,
-        max_send_sge: num(&cap["max_send_sge"]) as u32,
-        max_recv_sge: num(&cap["max_recv_sge"]) as u32,
         max_inline_data: match fixture {
-            "raw_qp" => num(&cap["max_inline_data"]) as u32,
+            "raw_qp" => n("max_inline_data"),
             "raw_tso_qp" => num(&all["fixtures"]["raw_tso_qp"]["max_inline_data"]) as u32,
             other => panic!("fixture {other}"),
         },
-        send_ops: None,
+        ..caps(
+            n("max_send_wr"),
+            n("max_recv_wr"),
+            n("max_send_sge"),
+            n("max_recv_sge"),
+        )
     };
-    let geometry = QpGeometry::new(QpType::RawPacket, &caps, &DeviceLimits::default()).unwrap();
     QpConfig {
-        qp_type: QpType::RawPacket,
-        qpn: num(&f["qpn"]) as u32,
-        geometry,
-        atomics: false,
-        sq_sig_all: false,
         eth_min_inline: min_inline,
+        ..qp_cfg(QpType::RawPacket, num(&f["qpn"]) as u32, &caps)
     }
 }
 
@@ -259,9 +256,7 @@ fn raw_send_vectors() {
         let uar = UarPage::new();
         let fixture = v["qp"].as_str().unwrap();
         let mut env = make_qp_cfg(&raw_cfg_of(&all, fixture, min), &uar, start, 0);
-        env.fill_rings(SENTINEL_Q);
-        uar.fill(SENTINEL_UAR);
-        let dbr_before = env.dbr();
+        let dbr_before = sentinels(&env, &uar);
         let rings_before = env.read(0, env.qp.layout().ring_bytes);
 
         let owned = wrs_of(v, usize::from(min));
@@ -294,8 +289,7 @@ fn raw_send_vectors() {
                 ),
             };
             assert_eq!(got, Err(Error::EthSegment(why)), "{name}");
-            assert_eq!(sq.cur_post(), num(&r["sq_cur_post_after"]) as u32, "{name}");
-            assert_eq!(sq.head(), num(&r["sq_head_after"]) as u32, "{name}");
+            assert_sq_counters(sq, r, name);
             assert!(r["doorbell_register"].is_null(), "{name}");
             assert!(uar.bytes().iter().all(|&b| b == SENTINEL_UAR), "{name}");
             assert_eq!(env.dbr(), dbr_before, "{name}");
@@ -311,25 +305,10 @@ fn raw_send_vectors() {
         if let Some(mss) = owned[0].mss {
             assert_eq!(wrs.len(), 1);
             sq.post_send_tso(&wrs[0], mss).unwrap();
-        } else if v["api"] == "ibv_post_send" {
-            if wrs.len() == 1 {
-                sq.post_send(&wrs[0]).unwrap();
-            } else {
-                sq.post_send_list(&wrs).unwrap();
-            }
         } else {
-            let mut b = sq.batch();
-            for w in &wrs {
-                b.post_send(w).unwrap();
-            }
-            b.ring();
+            post_sends(sq, &wrs, &v["api"]);
         }
-        assert_eq!(
-            sq.cur_post(),
-            num(&r["sq_cur_post_after"]) as u32,
-            "{name} cur_post"
-        );
-        assert_eq!(sq.head(), num(&r["sq_head_after"]) as u32, "{name} head");
+        assert_sq_counters(sq, r, name);
         let bf_after = sq.bf_offset();
 
         // Blocks the provider wrote outside every WQE: none, except where
@@ -406,9 +385,7 @@ fn raw_recv_vectors() {
         let uar = UarPage::new();
         let head = num(&v["state_before"]["rq_head"]) as u32;
         let mut env = make_qp_cfg(&raw_cfg(&all, 18), &uar, 0, head);
-        env.fill_rings(SENTINEL_Q);
-        uar.fill(SENTINEL_UAR);
-        let dbr_before = env.dbr();
+        let dbr_before = sentinels(&env, &uar);
         let sgls = recv_sgls(v);
         let wrs = recv_wrs(&sgls);
         let rq = env.qp.rq().unwrap();
@@ -501,23 +478,12 @@ fn raw_cqe_vectors_through(api: PollApi) {
                 .unwrap();
         }
         let mut cq = make_cq(&uar, 8, num(&st["cq_cons_index"]) as u32);
-        let mut table = CqTable::<8>::new();
         let mut h = env.qp.completions(true, true, None).unwrap();
         assert!(h.is_raw());
         h.set_rx_csum(st["rx_csum_valid"] == true);
-        table.insert(uidx, h).map_err(|(e, _)| e).unwrap();
-        let mut images = Vec::new();
-        for c in v["cqes"].as_array().unwrap() {
-            let bytes = hex(c["bytes"].as_str().unwrap());
-            cq.write_cqe(num(&c["slot"]) as usize, &bytes);
-            images.push((c["fields"].clone(), bytes));
-        }
-        let p = &v["poll"];
-        let (wc, n, rx) = poll_vector(&mut cq, &table, num(&p["ne"]) as usize, api);
-        assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
-        for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
-            assert_wc(w, e, name, api);
-        }
+        let table = cq_table::<8>([(uidx, h)]);
+        let images = write_cqes(&mut cq, v);
+        let (wc, n, rx) = assert_poll(&mut cq, &table, v, name, api);
         if api == PollApi::Rx {
             // The extended CQ's reads of the same CQEs.
             let x = &v["ex_poll"];

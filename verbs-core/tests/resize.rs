@@ -18,22 +18,7 @@ const SGE: [Sge; 1] = [Sge {
 
 /// A small RC QP numbered 0x41.
 fn rc() -> QpConfig {
-    let caps = QpCaps {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-        send_ops: None,
-    };
-    QpConfig {
-        qp_type: QpType::Rc,
-        qpn: 0x41,
-        geometry: QpGeometry::new(QpType::Rc, &caps, &DeviceLimits::default()).unwrap(),
-        atomics: false,
-        sq_sig_all: false,
-        eth_min_inline: 0,
-    }
+    qp_cfg(QpType::Rc, 0x41, &caps(16, 16, 1, 1))
 }
 
 fn write(id: u64) -> SendWr<'static> {
@@ -79,11 +64,7 @@ fn resize_case(log: u8, ci: u32, n: u32, new_log: u8) {
         .unwrap();
     let mut a = make_qp_cfg(&rc(), &uar, 0, 0);
     let qpn = a.qp.qpn();
-    let mut table = CqTable::<4>::new();
-    table
-        .insert(1, a.qp.completions(true, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mut table = cq_table::<4>([(1, a.qp.completions(true, true, None).unwrap())]);
     // n completions not polled, then the device's RESIZE_CQ CQE.
     let mut ids = Vec::new();
     for k in 0..n {

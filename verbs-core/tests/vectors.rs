@@ -233,29 +233,13 @@ fn send_vectors_through(api: Api) {
             num(&st["sq_cur_post"]) as u32,
             0,
         );
-        env.fill_rings(SENTINEL_Q);
-        uar.fill(SENTINEL_UAR);
-        let dbr_before = env.dbr();
+        let dbr_before = sentinels(&env, &uar);
 
         let owned = wrs_of(&all, v);
         let wrs: Vec<SendWr<'_>> = owned.iter().map(OwnedWr::wr).collect();
         let sq = env.qp.sq().unwrap();
         match api {
-            Api::General => {
-                if v["api"] == "ibv_post_send" {
-                    if wrs.len() == 1 {
-                        sq.post_send(&wrs[0]).unwrap();
-                    } else {
-                        sq.post_send_list(&wrs).unwrap();
-                    }
-                } else {
-                    let mut b = sq.batch();
-                    for w in &wrs {
-                        b.post_send(w).unwrap();
-                    }
-                    b.ring();
-                }
-            }
+            Api::General => post_sends(sq, &wrs, &v["api"]),
             Api::Typed => {
                 typed_wrs += owned.iter().filter(|w| typed(w).is_some()).count();
                 if v["api"] == "ibv_post_send" && wrs.len() == 1 {
@@ -278,12 +262,7 @@ fn send_vectors_through(api: Api) {
         }
         let r = &v["result"];
         assert_eq!(r["return"], 0);
-        assert_eq!(
-            sq.cur_post(),
-            num(&r["sq_cur_post_after"]) as u32,
-            "{name} cur_post"
-        );
-        assert_eq!(sq.head(), num(&r["sq_head_after"]) as u32, "{name} head");
+        assert_sq_counters(sq, r, name);
         let bf_after = sq.bf_offset();
 
         // WQE bytes under the written mask; sentinels elsewhere.
@@ -333,9 +312,7 @@ fn recv_vectors() {
         let uar = UarPage::new();
         let head = num(&v["state_before"]["rq_head"]) as u32;
         let mut env = make_qp(v["qp"].as_str().unwrap(), &uar, 0, head);
-        env.fill_rings(SENTINEL_Q);
-        uar.fill(SENTINEL_UAR);
-        let dbr_before = env.dbr();
+        let dbr_before = sentinels(&env, &uar);
         let sgls = recv_sgls(v);
         let wrs = recv_wrs(&sgls);
         let rq = env.qp.rq().unwrap();
@@ -420,29 +397,12 @@ fn cqe_vectors_through(api: PollApi) {
             }
         }
         let mut cq = make_cq(&uar, 8, num(&st["cq_cons_index"]) as u32);
-        let mut table = CqTable::<8>::new();
-        table
-            .insert(5, rc.qp.completions(true, true, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
-        table
-            .insert(6, ud.qp.completions(true, true, None).unwrap())
-            .map_err(|(e, _)| e)
-            .unwrap();
-        for c in v["cqes"].as_array().unwrap() {
-            cq.write_cqe(num(&c["slot"]) as usize, &hex(c["bytes"].as_str().unwrap()));
-        }
-        let p = &v["poll"];
-        let (wc, n, _) = poll_vector(&mut cq, &table, num(&p["ne"]) as usize, api);
-        assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
-        for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
-            assert_wc(w, e, name, api);
-            assert_eq!(
-                w.status.name(),
-                e["status_name"].as_str().unwrap(),
-                "{name}"
-            );
-        }
+        let table = cq_table::<8>([
+            (5, rc.qp.completions(true, true, None).unwrap()),
+            (6, ud.qp.completions(true, true, None).unwrap()),
+        ]);
+        write_cqes(&mut cq, v);
+        assert_poll(&mut cq, &table, v, name, api);
         let r = &v["result"];
         assert_cq_after(&mut cq, r, name);
         let env = if v["qp"] == "rc_qp" { &mut rc } else { &mut ud };

@@ -160,7 +160,7 @@ use std::time::Duration;
 use crate::device::{Device, Event, InFlight, Shared, Timer};
 use crate::fw::{ObjKind, Qp, QpState, buf_addr};
 use crate::ifc::ifc;
-use crate::wire::Peer;
+use crate::wire::{Peer, SocketWire};
 use packet::{RoceVer, Route};
 
 /// Entries kept in [`Datapath::doorbells`] and [`Datapath::log`].
@@ -472,6 +472,9 @@ pub(crate) struct Engine {
     /// counter, bytes). Set only while its doorbell runs.
     pub(crate) bf_exec: Option<(bool, u32, u16, Vec<u8>)>,
     pub(crate) outbox: Vec<Outgoing>,
+    /// Frames for socket wires, in the order sent, put on the wire once
+    /// the device lock is released (see [`Shared::run_one`]).
+    pub(crate) wire_out: Vec<(Arc<SocketWire>, Vec<u8>)>,
     /// In-flight marks of frames processed in this event, released after
     /// the outbox was delivered.
     pub(crate) held: Vec<InFlight>,
@@ -1029,11 +1032,10 @@ impl Device {
                 bytes: frame,
                 flight: None,
             }),
-            Peer::Socket(s) => {
-                if !s.send(&frame) {
-                    self.datapath.drops.no_link += 1;
-                }
-            }
+            // Sent once the device lock is released: a full-duplex port
+            // keeps receiving while its transmitter waits for room at the
+            // far end.
+            Peer::Socket(s) => self.engine.wire_out.push((s.clone(), frame)),
             Peer::Port { hca, port: p } if Weak::ptr_eq(hca, &self.me) => {
                 let p = *p;
                 self.events.push_back(Event::Frame {

@@ -66,20 +66,54 @@ pub struct QpEnv<'u> {
     pub qp: Qp<&'u MmioWindow>,
 }
 
+/// Queue capacities of `send_wr`/`recv_wr` work requests of
+/// `send_sge`/`recv_sge` entries, no inline data, every send opcode.
+pub fn caps(send_wr: u32, recv_wr: u32, send_sge: u32, recv_sge: u32) -> QpCaps {
+    QpCaps {
+        max_send_wr: send_wr,
+        max_recv_wr: recv_wr,
+        max_send_sge: send_sge,
+        max_recv_sge: recv_sge,
+        max_inline_data: 0,
+        send_ops: None,
+    }
+}
+
+/// A `qp_type` QP numbered `qpn`, its queues sized for `caps` within the
+/// default device limits: no atomics, selective signalling, no minimum
+/// of inline headers (change them with struct update syntax).
+pub fn qp_cfg(qp_type: QpType, qpn: u32, caps: &QpCaps) -> QpConfig {
+    QpConfig {
+        qp_type,
+        qpn,
+        geometry: QpGeometry::new(qp_type, caps, &DeviceLimits::default()).unwrap(),
+        atomics: false,
+        sq_sig_all: false,
+        eth_min_inline: 0,
+    }
+}
+
+/// A CQ table holding each `(user index, completion handle)` of
+/// `entries`.
+pub fn cq_table<const N: usize>(
+    entries: impl IntoIterator<Item = (u32, QpCompletions)>,
+) -> CqTable<N> {
+    let mut table = CqTable::<N>::new();
+    for (uidx, handle) in entries {
+        table.insert(uidx, handle).map_err(|(e, _)| e).unwrap();
+    }
+    table
+}
+
 pub fn qp_config(name: &str) -> QpConfig {
     let (qp_type, caps, qpn, atomics) = match name {
         "rc_qp" => (QpType::Rc, rc_caps(), 0x123, true),
         "ud_qp" => (QpType::Ud, ud_caps(), 0x124, false),
         _ => panic!("unknown fixture {name}"),
     };
-    let geometry = QpGeometry::new(qp_type, &caps, &DeviceLimits::default()).unwrap();
     QpConfig {
-        qp_type,
-        qpn,
-        geometry,
         atomics,
-        sq_sig_all: false,
-        eth_min_inline: 0,
+        ..qp_cfg(qp_type, qpn, &caps)
     }
 }
 

@@ -8,7 +8,9 @@
 use serde_json::Value;
 use verbs_core::*;
 
-use super::{CqEnv, CqeImage, QpEnv, SENTINEL_Q, SENTINEL_UAR, UarPage, hex, make_cq, num};
+use super::{
+    CqEnv, CqeImage, QpEnv, SENTINEL_Q, SENTINEL_UAR, UarPage, cq_table, hex, make_cq, num,
+};
 
 /// A vector file of `data/prm/`.
 pub fn load(file: &str) -> Value {
@@ -46,6 +48,46 @@ pub fn recv_wrs(sgls: &[(u64, Vec<Sge>)]) -> Vec<RecvWr<'_>> {
     sgls.iter()
         .map(|(id, s)| RecvWr { wr_id: *id, sgl: s })
         .collect()
+}
+
+/// Fills the queue rings and the UAR page with their sentinels (so that a
+/// byte nobody wrote shows) and returns the doorbell record before the
+/// replay.
+pub fn sentinels(env: &QpEnv<'_>, uar: &UarPage) -> [u8; 8] {
+    env.fill_rings(SENTINEL_Q);
+    uar.fill(SENTINEL_UAR);
+    env.dbr()
+}
+
+/// Posts send `wrs` as the provider's vector did: through `ibv_post_send`
+/// (`api` names it) one `post_send` for one work request, else one
+/// `post_send_list`; otherwise (the extended QP's `ibv_wr_*` calls) one
+/// batch, rung once.
+pub fn post_sends<M: platform::Mmio>(sq: &mut SendQueue<M>, wrs: &[SendWr<'_>], api: &Value) {
+    if api == "ibv_post_send" {
+        if wrs.len() == 1 {
+            sq.post_send(&wrs[0]).unwrap();
+        } else {
+            sq.post_send_list(wrs).unwrap();
+        }
+    } else {
+        let mut b = sq.batch();
+        for w in wrs {
+            b.post_send(w).unwrap();
+        }
+        b.ring();
+    }
+}
+
+/// The send queue's producer and consumer counters after a vector
+/// (`sq_cur_post_after`, `sq_head_after` of its result `r`).
+pub fn assert_sq_counters<M: platform::Mmio>(sq: &SendQueue<M>, r: &Value, name: &str) {
+    assert_eq!(
+        sq.cur_post(),
+        num(&r["sq_cur_post_after"]) as u32,
+        "{name} cur_post"
+    );
+    assert_eq!(sq.head(), num(&r["sq_head_after"]) as u32, "{name} head");
 }
 
 /// Posts `wrs` as the provider's vector did: one `post_recv` for one work
@@ -98,11 +140,7 @@ pub fn assert_recv_wr_ids(
     name: &str,
 ) {
     let mut cq = make_cq(uar, 8, 0);
-    let mut table = CqTable::<8>::new();
-    table
-        .insert(2, env.qp.completions(false, true, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<8>([(2, env.qp.completions(false, true, None).unwrap())]);
     for (i, w) in r["wqes"].as_array().unwrap().iter().enumerate() {
         let counter = head.wrapping_add(i as u32) as u16;
         assert_eq!(u32::from(counter) & 63, num(&w["slot"]) as u32);
@@ -166,9 +204,44 @@ pub fn poll_vector<R: CqResolver>(
     (wc, n, rx)
 }
 
+/// Writes a CQE vector's CQEs (`cqes`: each one's `slot` and `bytes`)
+/// into `cq`'s ring; returns each one's decoded `fields` and bytes.
+pub fn write_cqes(cq: &mut CqEnv<'_>, v: &Value) -> Vec<(Value, Vec<u8>)> {
+    v["cqes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let bytes = hex(c["bytes"].as_str().unwrap());
+            cq.write_cqe(num(&c["slot"]) as usize, &bytes);
+            (c["fields"].clone(), bytes)
+        })
+        .collect()
+}
+
+/// Polls `cq` as a CQE vector's `poll` did (`ne` entries) through `api`
+/// and asserts its `return` and each work completion ([`assert_wc`]);
+/// returns what [`poll_vector`] does.
+pub fn assert_poll<R: CqResolver>(
+    cq: &mut CqEnv<'_>,
+    table: &R,
+    v: &Value,
+    name: &str,
+    api: PollApi,
+) -> (Vec<WorkCompletion>, usize, Vec<RxCqe>) {
+    let p = &v["poll"];
+    let (wc, n, rx) = poll_vector(cq, table, num(&p["ne"]) as usize, api);
+    assert_eq!(n as u64, num(&p["return"]), "{name} ({api:?})");
+    for (w, e) in wc.iter().zip(p["wc"].as_array().unwrap()) {
+        assert_wc(w, e, name, api);
+    }
+    (wc, n, rx)
+}
+
 /// Asserts a work completion against the provider's `ibv_wc` `e`: every
 /// field it wrote (those in `not_written` are skipped), the status's
-/// string, and the immediate (or the invalidated rkey where `e` has one).
+/// string (and its name where `e` has one), and the immediate (or the
+/// invalidated rkey where `e` has one).
 pub fn assert_wc(w: &WorkCompletion, e: &Value, name: &str, api: PollApi) {
     let nw: Vec<&str> = e["not_written"]
         .as_array()
@@ -188,6 +261,9 @@ pub fn assert_wc(w: &WorkCompletion, e: &Value, name: &str, api: PollApi) {
         e["status_str"].as_str().unwrap(),
         "{name}"
     );
+    if let Some(s) = e.get("status_name") {
+        assert_eq!(w.status.name(), s.as_str().unwrap(), "{name}");
+    }
     chk("opcode", w.opcode as u64);
     chk("vendor_err", u64::from(w.vendor_err));
     chk("byte_len", u64::from(w.byte_len));
@@ -325,11 +401,7 @@ pub fn assert_doorbell_register(
 /// had at its first slot, and that none is left outstanding after.
 pub fn assert_send_wr_ids(env: &mut QpEnv<'_>, uar: &UarPage, first: &[(u16, u64)], name: &str) {
     let mut cq = make_cq(uar, 8, 0);
-    let mut table = CqTable::<8>::new();
-    table
-        .insert(1, env.qp.completions(true, false, None).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let table = cq_table::<8>([(1, env.qp.completions(true, false, None).unwrap())]);
     let qpn = env.qp.qpn();
     for (i, (counter, wr_id)) in first.iter().enumerate() {
         cq.write_cqe(
