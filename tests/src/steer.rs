@@ -19,10 +19,58 @@ use hca_driver::flow::{
 };
 use hca_driver::fw::Rq;
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
-use hca_driver::verbs::{AccessFlags, Cq, DmaBuf, Mr, Pd};
+use hca_driver::verbs::{
+    AccessFlags, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+};
 use hca_driver::{Cqn, PageList, Pdn, RawHca, Rqn};
 use hca_emu::frame::{Frame, L3, L4};
 use platform::Platform;
+
+/// The capacities of a raw packet QP with `send` and `recv` work
+/// requests of one SGE each, no inline data.
+pub fn raw_cap(send: u32, recv: u32) -> QpCap {
+    QpCap {
+        max_send_wr: send,
+        max_recv_wr: recv,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+/// A raw packet QP's attributes: `cq` for both queues, [`raw_cap`].
+pub fn raw_attr<P: Platform + 'static>(cq: &Arc<Cq<P>>, send: u32, recv: u32) -> QpInitAttr<P> {
+    QpInitAttr::new(QpType::RawPacket, cq, cq).cap(raw_cap(send, recv))
+}
+
+/// RESET -> INIT (port 1) -> RTR -> RTS, as a raw packet QP goes.
+pub fn raw_to_rts<P: Platform + 'static>(qp: &mut Qp<P>) {
+    qp.modify(&QpAttr::new().state(QpState::Init).port(1))
+        .unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Rtr)).unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
+}
+
+/// A raw packet QP of [`raw_attr`] in RTS.
+pub fn raw_qp<P: Platform + 'static>(
+    pd: &Arc<Pd<P>>,
+    cq: &Arc<Cq<P>>,
+    send: u32,
+    recv: u32,
+) -> Qp<P> {
+    let mut q = Qp::create(pd, &raw_attr(cq, send, recv)).unwrap();
+    raw_to_rts(&mut q);
+    q
+}
+
+/// The match of UDP destination port `port` (any source port).
+pub fn udp_dport(port: u16) -> FlowMatch {
+    FlowMatch::from_specs(&[FlowSpec::Udp {
+        src_port: Masked::default(),
+        dst_port: Masked::exact(port, 0xffff),
+    }])
+    .unwrap()
+}
 
 /// An IPv4 address the selector rules name.
 pub const V4A: [u8; 4] = [10, 1, 1, 1];

@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hca_driver::flow::{FlowDest, MAX_FLOW_TAG};
-use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
+use hca_driver::steering::FlowMatch;
 use hca_driver::verbs::{
-    AccessFlags, Completion, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
-    RecvWr, RxCqe, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, Completion, Cq, DmaBuf, Mr, Qp, RecvWr, RxCqe, SendFlags, SendOp, SendWr,
+    WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, Error};
 use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuPlatform};
+use hca_tests::steer::{raw_qp, udp_dport};
 use hca_tests::{Link, Sides};
 
 type P = EmuPlatform;
@@ -24,30 +25,6 @@ const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const SLOT: usize = 2048;
 const WAIT: Duration = Duration::from_secs(10);
-
-fn raw_qp(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>, send: u32, recv: u32) -> Qp<P> {
-    let attr = QpInitAttr::new(QpType::RawPacket, cq, cq).cap(QpCap {
-        max_send_wr: send,
-        max_recv_wr: recv,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    });
-    let mut q = Qp::create(pd, &attr).unwrap();
-    q.modify(&QpAttr::new().state(QpState::Init).port(1))
-        .unwrap();
-    q.modify(&QpAttr::new().state(QpState::Rtr)).unwrap();
-    q.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
-    q
-}
-
-fn udp_dport(port: u16) -> FlowMatch {
-    FlowMatch::from_specs(&[FlowSpec::Udp {
-        src_port: Masked::default(),
-        dst_port: Masked::exact(port, 0xffff),
-    }])
-    .unwrap()
-}
 
 fn frame(dport: u16) -> Vec<u8> {
     Frame::new(MAC_B, MAC_A)

@@ -14,14 +14,14 @@ use firmware_cmds::caps::CmdHcaCap;
 use firmware_cmds::q_counter::{DeallocQCounterIn, QueryQCounterIn};
 use hca_driver::capture::{RawContext, RawContextBuilder};
 
-use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
-    AccessFlags, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, Cq, DmaBuf, Mr, Qp, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendOp,
+    SendWr, WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, CounterSetId, Error};
 use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuPlatform, ObjKind};
+use hca_tests::steer::{raw_cap, raw_qp, raw_to_rts, udp_dport};
 use hca_tests::{Link, Sides};
 
 type P = EmuPlatform;
@@ -30,41 +30,6 @@ const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const WAIT: Duration = Duration::from_secs(10);
 const SLOT: usize = 2048;
-
-fn cap(send: u32, recv: u32) -> QpCap {
-    QpCap {
-        max_send_wr: send,
-        max_recv_wr: recv,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
-}
-
-fn to_rts(q: &mut Qp<P>) {
-    q.modify(&QpAttr::new().state(QpState::Init).port(1))
-        .unwrap();
-    q.modify(&QpAttr::new().state(QpState::Rtr)).unwrap();
-    q.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
-}
-
-fn raw_qp(pd: &Arc<Pd<P>>, cq: &Arc<Cq<P>>, send: u32, recv: u32) -> Qp<P> {
-    let mut q = Qp::create(
-        pd,
-        &QpInitAttr::new(QpType::RawPacket, cq, cq).cap(cap(send, recv)),
-    )
-    .unwrap();
-    to_rts(&mut q);
-    q
-}
-
-fn udp_dport(port: u16) -> FlowMatch {
-    FlowMatch::from_specs(&[FlowSpec::Udp {
-        src_port: Masked::default(),
-        dst_port: Masked::exact(port, 0xffff),
-    }])
-    .unwrap()
-}
 
 fn frame(dport: u16) -> Vec<u8> {
     Frame::new(MAC_B, MAC_A)
@@ -282,7 +247,7 @@ fn bad_counter_ids_get_typed_errors_and_the_sets_are_limited_by_max_qp_cnt() {
         let e = Qp::create(
             &pda,
             &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa)
-                .cap(cap(0, 4))
+                .cap(raw_cap(0, 4))
                 .counter_set(CounterSetId(bad)),
         )
         .unwrap_err();
@@ -296,13 +261,13 @@ fn bad_counter_ids_get_typed_errors_and_the_sets_are_limited_by_max_qp_cnt() {
             ),
             (
                 QpInitAttr::new(QpType::RawPacket, &cqa, &cqa)
-                    .cap(cap(4, 0))
+                    .cap(raw_cap(4, 0))
                     .counter_set(q.number()),
                 "send-only",
             ),
             (
                 QpInitAttr::new(QpType::RawPacket, &cqa, &cqa)
-                    .cap(cap(0, 4))
+                    .cap(raw_cap(0, 4))
                     .counter_set(CounterSetId(0)),
                 "set 0",
             ),
@@ -323,11 +288,11 @@ fn bad_counter_ids_get_typed_errors_and_the_sets_are_limited_by_max_qp_cnt() {
         let mut qp = Qp::create(
             &pda,
             &QpInitAttr::new(QpType::RawPacket, &cqa, &cqa)
-                .cap(cap(0, 4))
+                .cap(raw_cap(0, 4))
                 .counter_set(q.number()),
         )
         .unwrap();
-        to_rts(&mut qp);
+        raw_to_rts(&mut qp);
         let e = raw
             .exec(
                 &DeallocQCounterIn::new()

@@ -26,8 +26,8 @@ use hca_driver::{Config, Hca};
 use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
 use hca_tests::steer::{
-    MCAST, OTHER_SMAC, V4A, V4B, V6A, V6B, marked_frame, matches_of, one_entry_groups,
-    selector_specs, udp4_rss, udp4_rss_hash,
+    MCAST, OTHER_SMAC, V4A, V4B, V6A, V6B, marked_frame, matches_of, one_entry_groups, raw_attr,
+    raw_cap, raw_to_rts, selector_specs, udp4_rss, udp4_rss_hash,
 };
 use hca_tests::{Link, Sides};
 
@@ -64,34 +64,10 @@ impl Bufs {
     }
 }
 
-fn raw_cap(send: u32, recv: u32) -> QpCap {
-    QpCap {
-        max_send_wr: send,
-        max_recv_wr: recv,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
-}
-
-/// RESET -> INIT (port 1) -> RTR -> RTS.
-fn to_rts(qp: &mut Qp<P>) {
-    qp.modify(&QpAttr::new().state(QpState::Init).port(1))
-        .unwrap();
-    qp.modify(&QpAttr::new().state(QpState::Rtr)).unwrap();
-    qp.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
-}
-
-/// A raw packet QP's attributes: `cq` for both queues, `send` and `recv`
-/// work requests of one SGE.
-fn raw_attr(cq: &Arc<Cq<P>>, send: u32, recv: u32) -> QpInitAttr<P> {
-    QpInitAttr::new(QpType::RawPacket, cq, cq).cap(raw_cap(send, recv))
-}
-
 /// The QP of `attr` on `pd`, at RTS.
 fn rts_qp(pd: &Arc<Pd<P>>, attr: QpInitAttr<P>) -> Qp<P> {
     let mut q = Qp::create(pd, &attr).unwrap();
-    to_rts(&mut q);
+    raw_to_rts(&mut q);
     q
 }
 
@@ -259,7 +235,7 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         qb.modify(&QpAttr::new().state(QpState::Rtr)).unwrap();
         qb.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
         assert_eq!(qb.query().unwrap().qp_state, QpState::Rts);
-        to_rts(&mut qa);
+        raw_to_rts(&mut qa);
 
         // Side B: a flow rule on its MAC into qb.
         let hb = h.b();
@@ -331,7 +307,7 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         // Back to RESET and up again.
         qb.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
         assert_eq!(wq(eb, ObjKind::Rq, rqn.0).state, WQ_STATE_RST);
-        to_rts(&mut qb);
+        raw_to_rts(&mut qb);
         rb.post(&mut qb, 5);
         send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
         let wc = poll_one(&cqb);
@@ -378,7 +354,7 @@ fn raw_qp_bad_input_gets_typed_errors() {
         assert_create_flags_refused(&e);
         // Operations a raw QP does not have.
         let mut q = qp(raw_attr(&cqa, 4, 4)).unwrap();
-        to_rts(&mut q);
+        raw_to_rts(&mut q);
         let buf = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let mr = Mr::register(&pda, &buf, AccessFlags::LOCAL_WRITE).unwrap();
         let hdr = [0u8; 18];
