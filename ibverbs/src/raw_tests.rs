@@ -637,12 +637,16 @@ fn extended_cq_reads_the_stripped_vlan_and_create_flags_reach_the_qp() {
             (*cqx).end_poll.unwrap(),
         )
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // SAFETY: a live extended CQ; NULL attributes are allowed.
-    while unsafe { start(cqx, ptr::null_mut()) } == libc::ENOENT {
-        assert!(Instant::now() < deadline);
-        std::thread::yield_now();
-    }
+    // Starts a poll of the extended CQ, waiting up to 10 s for a completion.
+    let start_poll = || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // SAFETY: a live extended CQ; NULL attributes are allowed.
+        while unsafe { start(cqx, ptr::null_mut()) } == libc::ENOENT {
+            assert!(Instant::now() < deadline);
+            std::thread::yield_now();
+        }
+    };
+    start_poll();
     // SAFETY: a completion was taken.
     unsafe {
         assert_eq!((*cqx).status, 0);
@@ -653,12 +657,7 @@ fn extended_cq_reads_the_stripped_vlan_and_create_flags_reach_the_qp() {
     }
     let fr2 = frame(M2, None, None);
     send(&mut a, tx, &fr2, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // SAFETY: as above.
-    while unsafe { start(cqx, ptr::null_mut()) } == libc::ENOENT {
-        assert!(Instant::now() < deadline);
-        std::thread::yield_now();
-    }
+    start_poll();
     // SAFETY: a completion was taken.
     unsafe {
         assert_eq!((*cqx).status, 0);
