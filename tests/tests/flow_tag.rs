@@ -68,6 +68,16 @@ fn recv_rx(cq: &Cq<P>) -> (WorkCompletion, RxCqe) {
     panic!("no receive completion in {WAIT:?}");
 }
 
+/// Posts receive slot `slot` of `mr` (`SLOT` bytes, `wr_id` `slot`).
+fn post_slot(q: &mut Qp<P>, mr: &Mr<P>, slot: usize) {
+    let sge = mr.sge(slot * SLOT, SLOT as u32).unwrap();
+    q.post_recv(&RecvWr {
+        wr_id: slot as u64,
+        sgl: &[sge],
+    })
+    .unwrap();
+}
+
 #[test]
 fn a_tagged_rule_tags_its_cqes_and_an_untagged_one_reports_zero() {
     let mut l = Link::<P>::emulated(EmuConfig::default(), Config::default());
@@ -90,13 +100,7 @@ fn a_tagged_rule_tags_its_cqes_and_an_untagged_one_reports_zero() {
         let mrb = Mr::register(&pdb, &bufs, AccessFlags::LOCAL_WRITE).unwrap();
         for (i, q) in [&mut tagged, &mut plain].into_iter().enumerate() {
             for k in 0..2 {
-                let slot = 2 * i + k;
-                let sge = mrb.sge(slot * SLOT, SLOT as u32).unwrap();
-                q.post_recv(&RecvWr {
-                    wr_id: slot as u64,
-                    sgl: &[sge],
-                })
-                .unwrap();
+                post_slot(q, &mrb, 2 * i + k);
             }
         }
         let t = hb.create_flow_table(0, 2, None).unwrap();
@@ -270,12 +274,7 @@ fn a_tag_set_before_a_forward_to_another_table_reaches_the_cqe() {
         let bufs = Arc::new(DmaBuf::alloc(hb, 4 * SLOT).unwrap());
         let mrb = Mr::register(&pdb, &bufs, AccessFlags::LOCAL_WRITE).unwrap();
         for slot in 0..4 {
-            let sge = mrb.sge(slot * SLOT, SLOT as u32).unwrap();
-            qb.post_recv(&RecvWr {
-                wr_id: slot as u64,
-                sgl: &[sge],
-            })
-            .unwrap();
+            post_slot(&mut qb, &mrb, slot);
         }
         let t1 = hb.create_flow_table(1, 2, None).unwrap();
         let t0 = hb.create_flow_table(0, 2, None).unwrap();
