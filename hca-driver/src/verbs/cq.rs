@@ -263,7 +263,18 @@ struct ArmState {
     /// [`Cq::poll_wait`], to sleep until a completion: the event of this
     /// arm is the driver's own and is not handed to the user.
     internal: bool,
+    /// The `internal` arm's event is sure to come: `poll_wait` took a
+    /// completion written after it armed (the device raises the event of
+    /// an arm with an unreported completion past its consumer index, at
+    /// once or when the completion is written).
+    internal_fires: bool,
 }
+
+/// How long [`Cq::req_notify`] waits for the event of `poll_wait`'s own arm
+/// that is sure to come, so as not to hand it to the user as the event
+/// of the user's arm (events arrive within microseconds; this bounds a
+/// device that loses one).
+const INTERNAL_EVENT_WAIT: Duration = Duration::from_millis(100);
 
 /// A completion queue (`ibv_cq`). QPs hold handles of the CQs they
 /// complete to, so a CQ outlives them. Polling takes `&self` (a spin lock
@@ -663,17 +674,39 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
         }
         if self.with(|i| i.arm.internal) {
             // An arm of poll_wait is outstanding: its event, if it came,
-            // is not the user's.
+            // is not the user's. When it is sure to come, it is waited
+            // for: arriving after the user's arm it would pass for the
+            // user's event (for a solicited-only arm, an event the
+            // completions do not call for).
             let hca = self.ctx.hca();
-            if let Err(e) = service(hca) {
-                log::debug!("{}: servicing before the arm: {e}", self.cqn);
+            let p = hca.platform();
+            let deadline = Deadline::start(p, INTERNAL_EVENT_WAIT);
+            loop {
+                if let Err(e) = service(hca) {
+                    log::debug!("{}: servicing before the arm: {e}", self.cqn);
+                    break;
+                }
+                self.take_raw();
+                if !self.with(|i| i.arm.internal && i.arm.internal_fires) {
+                    break;
+                }
+                let waited = deadline
+                    .check(p, Wait::CompletionEvent { cqn: self.cqn })
+                    .and_then(|()| self.idle(None, &deadline));
+                if let Err(e) = waited {
+                    log::warn!(
+                        "{}: the event of poll_wait's arm did not come: {e}",
+                        self.cqn
+                    );
+                    break;
+                }
             }
-            self.take_raw();
         }
         self.with(|i| {
             i.arm = ArmState {
                 user: Some(solicited_only),
                 internal: false,
+                internal_fires: false,
             };
             i.cq.arm(solicited_only);
         });
@@ -707,6 +740,7 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
                 i.cq.completion_event();
             }
             let mine = u64::from(core::mem::take(&mut i.arm.internal));
+            i.arm.internal_fires = false;
             i.arm.user = None;
             n - mine.min(n)
         })
@@ -843,6 +877,8 @@ impl<P: Platform + 'static, S: Share> Cq<P, S> {
                 // polled here, one after it raises the event.
                 let n = self.poll(wc)?;
                 if n > 0 {
+                    // Not there before the arm: an own arm's event will come.
+                    self.with(|i| i.arm.internal_fires |= i.arm.internal);
                     return Ok(n);
                 }
                 self.sleep(seen, &deadline)?;
