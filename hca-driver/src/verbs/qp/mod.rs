@@ -353,35 +353,31 @@ fn check_single_slow<P: Platform + 'static, S: Share>(
     sge: Sge,
     needs: AccessFlags,
 ) -> core::result::Result<(), WrError> {
-    check_sge_as(pd, cache, check, 0, &sge, needs)
+    match check {
+        _ if sge.length == 0 => Ok(()),
+        SgeCheck::Full => check_sge_slow(pd, cache, 0, &sge, needs),
+        SgeCheck::Off => not_reserved(pd, 0, &sge),
+    }
 }
 
-/// Checks one SGE as `check` says: [`check_sge`] for
-/// [`SgeCheck::Full`], the reserved lkey alone for [`SgeCheck::Off`]. An
-/// empty SGE names no memory and passes.
-#[inline]
-fn check_sge_as<P: Platform + 'static, S: Share>(
+/// The one check of [`SgeCheck::Off`]: SGE `i` does not name memory with
+/// the device's reserved lkey. (The key is known: creating the QP or SRQ
+/// asked for it. Were the device to fail the question now, every SGE is
+/// refused.)
+#[cold]
+#[inline(never)]
+fn not_reserved<P: Platform + 'static, S: Share>(
     pd: &Pd<P, S>,
-    cache: &mut KeyCache,
-    check: SgeCheck,
     i: usize,
     s: &Sge,
-    needs: AccessFlags,
 ) -> core::result::Result<(), WrError> {
-    if s.length == 0 {
-        return Ok(());
-    }
-    match check {
-        SgeCheck::Full => check_sge(pd, cache, i, s, needs),
-        // (The key is known: creating the QP or SRQ asked for it. Were the
-        // device to fail the question now, every SGE is refused.)
-        SgeCheck::Off => match pd.context().reserved_lkey() {
-            Ok(reserved) if reserved != s.lkey => Ok(()),
-            _ => Err(WrError::ReservedLkey {
-                sge: i,
-                lkey: s.lkey,
-            }),
-        },
+    match pd.context().reserved_lkey() {
+        _ if s.length == 0 => Ok(()),
+        Ok(reserved) if reserved != s.lkey => Ok(()),
+        _ => Err(WrError::ReservedLkey {
+            sge: i,
+            lkey: s.lkey,
+        }),
     }
 }
 
@@ -393,10 +389,32 @@ fn check_send_sges<P: Platform + 'static, S: Share>(
     check: SgeCheck,
     wr: &SendWr<'_>,
 ) -> core::result::Result<(), WrError> {
+    if check == SgeCheck::Full {
+        if let Payload::Sgl(sgl) = wr.payload {
+            let needs = local_needs(&wr.op);
+            for (i, s) in sgl.iter().enumerate() {
+                if s.length != 0 {
+                    check_sge(pd, cache, i, s, needs)?;
+                }
+            }
+        }
+        Ok(())
+    } else {
+        check_send_off(pd, wr)
+    }
+}
+
+/// [`check_send_sges`] of [`SgeCheck::Off`], out of the posting paths:
+/// [`not_reserved`] for each SGE.
+#[cold]
+#[inline(never)]
+fn check_send_off<P: Platform + 'static, S: Share>(
+    pd: &Pd<P, S>,
+    wr: &SendWr<'_>,
+) -> core::result::Result<(), WrError> {
     if let Payload::Sgl(sgl) = wr.payload {
-        let needs = local_needs(&wr.op);
         for (i, s) in sgl.iter().enumerate() {
-            check_sge_as(pd, cache, check, i, s, needs)?;
+            not_reserved(pd, i, s)?;
         }
     }
     Ok(())
@@ -412,9 +430,33 @@ pub(crate) fn check_recv_list<P: Platform + 'static, S: Share>(
     check: SgeCheck,
     wrs: &[RecvWr<'_>],
 ) -> (usize, Result<()>) {
+    if check == SgeCheck::Off {
+        return check_recv_off(pd, wrs);
+    }
     for (index, wr) in wrs.iter().enumerate() {
         for (k, s) in wr.sgl.iter().enumerate() {
-            if let Err(reason) = check_sge_as(pd, cache, check, k, s, AccessFlags::LOCAL_WRITE) {
+            if s.length == 0 {
+                continue;
+            }
+            if let Err(reason) = check_sge(pd, cache, k, s, AccessFlags::LOCAL_WRITE) {
+                return (index, Err(Error::InvalidWorkRequest { index, reason }));
+            }
+        }
+    }
+    (wrs.len(), Ok(()))
+}
+
+/// [`check_recv_list`] of [`SgeCheck::Off`], out of the posting paths:
+/// [`not_reserved`] for each SGE.
+#[cold]
+#[inline(never)]
+fn check_recv_off<P: Platform + 'static, S: Share>(
+    pd: &Pd<P, S>,
+    wrs: &[RecvWr<'_>],
+) -> (usize, Result<()>) {
+    for (index, wr) in wrs.iter().enumerate() {
+        for (k, s) in wr.sgl.iter().enumerate() {
+            if let Err(reason) = not_reserved(pd, k, s) {
                 return (index, Err(Error::InvalidWorkRequest { index, reason }));
             }
         }
