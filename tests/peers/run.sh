@@ -80,6 +80,16 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${PEERS_OUT:-$ROOT/target/peers}
 mkdir -p "$OUT"
+# Unix sockets (the socket wires, ivshmem's channels) live apart from the
+# logs: a socket's path must fit sun_path (108 bytes with its NUL), which
+# a checkout deep in the file system and a case named after its arguments
+# overrun. One short directory per run, removed at exit.
+SOCKS=$(mktemp -d "${TMPDIR:-/tmp}/hca-peers.XXXXXX") || exit 1
+trap 'rm -rf "$SOCKS"' EXIT
+
+# sock_dir: a new, empty directory for one case's sockets, its path short
+# whatever the checkout's or the case's name.
+sock_dir() { mktemp -d "$SOCKS/XXXXXX"; }
 PRELOAD=$ROOT/target/debug/libhca_vfio_emu.so
 HCA=$ROOT/target/debug/hca
 
@@ -256,7 +266,7 @@ interrupts_reach_eventfds() {
 pingpong_two_processes() {
     local name="hca pingpong rc, two processes on one wire"
     local dir
-    dir=$(mktemp -d "$OUT/wire.XXXXXX")
+    dir=$(sock_dir)
     local sa=0000:00:13.0 sb=0000:00:14.0
     local port=$((20000 + RANDOM % 20000))
     local slog=$OUT/vfio_hca.pingpong-server.log clog=$OUT/vfio_hca.pingpong-client.log
@@ -489,11 +499,13 @@ bare_metal_boot() {
     # The guest RAM (128 MiB, the image is linked for it) and the
     # ConnectX BAR0 (32 MiB).
     truncate -s 128M "$dir/ram" && truncate -s 32M "$dir/bar"
-    "$IVSHMEM" device --bar "$dir/bar" --ram "$dir/ram" --ram-base "$base" --sock "$dir/dev.sock" \
-        --peer "$dir/peer.sock" --timeout 300 >"$dir/device.log" 2>&1 &
+    local socks
+    socks=$(sock_dir)
+    "$IVSHMEM" device --bar "$dir/bar" --ram "$dir/ram" --ram-base "$base" --sock "$socks/dev" \
+        --peer "$socks/peer" --timeout 300 >"$dir/device.log" 2>&1 &
     local dev=$!
-    "$IVSHMEM" peer --ram "$dir/ram" --ram-base "$base" --xchg "$xchg" --sock "$dir/peer.sock" \
-        --peer "$dir/dev.sock" --timeout 300 "$@" >"$dir/peer.log" 2>&1 &
+    "$IVSHMEM" peer --ram "$dir/ram" --ram-base "$base" --xchg "$xchg" --sock "$socks/peer" \
+        --peer "$socks/dev" --timeout 300 "$@" >"$dir/peer.log" 2>&1 &
     local peer=$!
     # The device is ready (BAR0 initialised) before the guest starts.
     local i
@@ -629,11 +641,12 @@ ibv_pingpong_case() {
     local dir="$OUT/ibverbs/$name"
     rm -rf "$dir" && mkdir -p "$dir"
     local port=$((20000 + RANDOM % 20000))
-    local sa sb dev=emu0 pre=() vs=() vc=()
+    local sa sb dev=emu0 pre=() vs=() vc=() w
+    w=$(sock_dir)
     case "$wire" in
         unix)
-            sa="emu:emu0=sock=$dir/wire-a,peer=$dir/wire-b"
-            sb="emu:emu0=sock=$dir/wire-b,peer=$dir/wire-a"
+            sa="emu:emu0=sock=$w/a,peer=$w/b"
+            sb="emu:emu0=sock=$w/b,peer=$w/a"
             ;;
         udp)
             sa="emu:emu0=udp=127.0.0.1:$((port + 1)),udppeer=127.0.0.1:$((port + 2))"
@@ -644,8 +657,8 @@ ibv_pingpong_case() {
             # backend (user memory through VFIO_IOMMU_MAP_DMA, completion
             # channels on MSI-X eventfds) on vfio-emu's emulated functions.
             sa=0000:00:13.0 sb=0000:00:14.0 dev=mlx5_0 pre=(env LD_PRELOAD="$PRELOAD")
-            vs=(env "HCA_EMU_VFIO=0000:00:13.0=cx4,sock=$dir/wire-a,peer=$dir/wire-b")
-            vc=(env "HCA_EMU_VFIO=0000:00:14.0=cx4,sock=$dir/wire-b,peer=$dir/wire-a")
+            vs=(env "HCA_EMU_VFIO=0000:00:13.0=cx4,sock=$w/a,peer=$w/b")
+            vc=(env "HCA_EMU_VFIO=0000:00:14.0=cx4,sock=$w/b,peer=$w/a")
             ;;
     esac
     ibv "$sa" "${pre[@]}" "${vs[@]}" timeout 120 "$prog" -d "$dev" -g 1 -p "$port" "$@" \
@@ -859,9 +872,10 @@ raw_perftest_case() {
     local name="$prog$(printf '%s' "$*" | tr -d ' ')"
     local dir="$OUT/raw/$name"
     rm -rf "$dir" && mkdir -p "$dir"
-    local ma=02:00:00:00:00:0a mb=02:00:00:00:00:0b
-    local sa="emu:emu0=sock=$dir/wire-a,peer=$dir/wire-b"
-    local sb="emu:emu0=sock=$dir/wire-b,peer=$dir/wire-a"
+    local ma=02:00:00:00:00:0a mb=02:00:00:00:00:0b w
+    w=$(sock_dir)
+    local sa="emu:emu0=sock=$w/a,peer=$w/b"
+    local sb="emu:emu0=sock=$w/b,peer=$w/a"
     # (stdbuf: the first side's "MAC attached" line is waited for.)
     local s_cmd=(ibv "$sa" timeout 120 stdbuf -oL "$prog" -d emu0 --server -B "$ma" -E "$mb" "$@")
     local c_cmd=(ibv "$sb" timeout 120 stdbuf -oL "$prog" -d emu0 --client -B "$mb" -E "$ma" "$@")
