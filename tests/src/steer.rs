@@ -6,6 +6,7 @@
 //! tests build below the verbs API.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use firmware_cmds::eth::{
     CreateRqIn, CreateSqIn, RX_HASH_FIELD_SELECT_DST_IP, RX_HASH_FIELD_SELECT_L4_DPORT,
@@ -20,7 +21,8 @@ use hca_driver::flow::{
 use hca_driver::fw::Rq;
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
-    AccessFlags, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+    AccessFlags, Cq, DmaBuf, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, SendFlags,
+    SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_driver::{Cqn, PageList, Pdn, RawHca, Rqn};
 use hca_emu::frame::{Frame, L3, L4};
@@ -61,6 +63,61 @@ pub fn raw_qp<P: Platform + 'static>(
     let mut q = Qp::create(pd, &raw_attr(cq, send, recv)).unwrap();
     raw_to_rts(&mut q);
     q
+}
+
+/// Side A's MAC in the two-HCA raw packet tests (the sender's).
+pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+/// Side B's MAC in the two-HCA raw packet tests (the receiver's).
+pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+
+/// An Ethernet + IPv4 (10.0.0.1 -> 10.0.0.2) + UDP frame from [`MAC_A`] to
+/// `dst` carrying `payload`, checksums zero; to build with more options.
+pub fn udp4_frame(dst: [u8; 6], src_port: u16, dst_port: u16, payload: &[u8]) -> Frame<'_> {
+    Frame::new(dst, MAC_A)
+        .l3(L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
+        .l4(L4::Udp(src_port, dst_port))
+        .payload(payload)
+}
+
+/// How long [`send_frame`] waits for its send completion.
+pub const SEND_WAIT: Duration = Duration::from_secs(10);
+
+/// Sends `frame` from the raw packet QP `qp`: its first bytes (the
+/// device's minimum inline headers, at least the 18 of an Ethernet header
+/// with a VLAN tag) inline in the Ethernet segment, the rest gathered from
+/// `mr` at offset 0 (`buf` is the memory `mr` registers). Waits for the
+/// send's completion on `cq` and checks it succeeded for this QP.
+pub fn send_frame<P: Platform + 'static>(
+    qp: &mut Qp<P>,
+    cq: &Cq<P>,
+    mr: &Mr<P>,
+    buf: &DmaBuf<P>,
+    frame: &[u8],
+    flags: SendFlags,
+) {
+    let hdr = usize::from(qp.eth_min_inline()).max(18).min(frame.len());
+    buf.write(0, &frame[hdr..]).unwrap();
+    let sge = mr.sge(0, (frame.len() - hdr) as u32).unwrap();
+    qp.post_send(
+        &SendWr::new(7, SendOp::Send)
+            .sgl(&[sge])
+            .eth_headers(&frame[..hdr])
+            .flags(flags | SendFlags::SIGNALED),
+    )
+    .unwrap();
+    let mut wc = [WorkCompletion::default(); 1];
+    let t = Instant::now();
+    while cq.poll(&mut wc).unwrap() == 0 {
+        assert!(
+            t.elapsed() < SEND_WAIT,
+            "no send completion in {SEND_WAIT:?}"
+        );
+        std::thread::yield_now();
+    }
+    let wc = wc[0];
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    assert_eq!(wc.opcode, WcOpcode::Send, "{wc:?}");
+    assert_eq!(wc.qp_num, qp.number().0, "{wc:?}");
 }
 
 /// The match of UDP destination port `port` (any source port).

@@ -10,49 +10,20 @@ use std::time::{Duration, Instant};
 use hca_driver::flow::{FlowDest, MAX_FLOW_TAG};
 use hca_driver::steering::FlowMatch;
 use hca_driver::verbs::{
-    AccessFlags, Completion, Cq, DmaBuf, Mr, Qp, RecvWr, RxCqe, SendFlags, SendOp, SendWr,
-    WcStatus, WorkCompletion,
+    AccessFlags, Completion, Cq, DmaBuf, Mr, Qp, RecvWr, RxCqe, SendFlags, WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, Error};
-use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuPlatform};
-use hca_tests::steer::{raw_qp, udp_dport};
+use hca_tests::steer::{MAC_B, raw_qp, send_frame, udp_dport, udp4_frame};
 use hca_tests::{Link, Sides};
 
 type P = EmuPlatform;
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const SLOT: usize = 2048;
 const WAIT: Duration = Duration::from_secs(10);
 
 fn frame(dport: u16) -> Vec<u8> {
-    Frame::new(MAC_B, MAC_A)
-        .l3(L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
-        .l4(L4::Udp(4242, dport))
-        .payload(b"tagged or not")
-        .build()
-}
-
-/// Sends `f` from `qa` (L2 headers inline, the rest from `mr`).
-fn send(qa: &mut Qp<P>, cqa: &Cq<P>, mr: &Mr<P>, buf: &DmaBuf<P>, f: &[u8]) {
-    let hdr = usize::from(qa.eth_min_inline()).max(18);
-    buf.write(0, &f[hdr..]).unwrap();
-    let sge = mr.sge(0, (f.len() - hdr) as u32).unwrap();
-    qa.post_send(
-        &SendWr::new(1, SendOp::Send)
-            .sgl(&[sge])
-            .eth_headers(&f[..hdr])
-            .flags(SendFlags::SIGNALED),
-    )
-    .unwrap();
-    let mut wc = [WorkCompletion::default(); 1];
-    let t = Instant::now();
-    while cqa.poll(&mut wc).unwrap() == 0 {
-        assert!(t.elapsed() < WAIT, "no send completion");
-        std::thread::yield_now();
-    }
-    assert_eq!(wc[0].status, WcStatus::Success, "{:?}", wc[0]);
+    udp4_frame(MAC_B, 4242, dport, b"tagged or not").build()
 }
 
 fn recv_rx(cq: &Cq<P>) -> (WorkCompletion, RxCqe) {
@@ -121,7 +92,7 @@ fn a_tagged_rule_tags_its_cqes_and_an_untagged_one_reports_zero() {
 
         for (dport, want_tag, want_wr) in [(1000, TAG, 0), (2000, 0, 2), (3000, MAX_FLOW_TAG, 3)] {
             let f = frame(dport);
-            send(&mut qa, &cqa, &ma, &sa, &f);
+            send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::NONE);
             let (wc, rx) = recv_rx(&cqb);
             assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
             assert_eq!(wc.wr_id, want_wr, "the rule's QP received it");
@@ -134,7 +105,7 @@ fn a_tagged_rule_tags_its_cqes_and_an_untagged_one_reports_zero() {
         // The tag goes with the rule: a rule re-set without one reports 0.
         r1.destroy().unwrap();
         let r1 = g.add_qp_rule(0, &udp_dport(1000), &[&tagged], &[]).unwrap();
-        send(&mut qa, &cqa, &ma, &sa, &frame(1000));
+        send_frame(&mut qa, &cqa, &ma, &sa, &frame(1000), SendFlags::NONE);
         let (wc, rx) = recv_rx(&cqb);
         assert_eq!((wc.wr_id, rx.flow_tag()), (1, 0));
 
@@ -295,7 +266,7 @@ fn a_tag_set_before_a_forward_to_another_table_reaches_the_cqe() {
         let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
         for (dport, want) in [(1000, 0x111), (2000, 0x222)] {
-            send(&mut qa, &cqa, &ma, &sa, &frame(dport));
+            send_frame(&mut qa, &cqa, &ma, &sa, &frame(dport), SendFlags::NONE);
             let (wc, rx) = recv_rx(&cqb);
             assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
             assert_eq!(rx.flow_tag(), want, "dport {dport}");

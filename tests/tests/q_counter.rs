@@ -15,29 +15,18 @@ use firmware_cmds::q_counter::{DeallocQCounterIn, QueryQCounterIn};
 use hca_driver::capture::{RawContext, RawContextBuilder};
 
 use hca_driver::verbs::{
-    AccessFlags, Cq, DmaBuf, Mr, Qp, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendOp,
-    SendWr, WcStatus, WorkCompletion,
+    AccessFlags, Cq, DmaBuf, Mr, Qp, QpInitAttr, QpState, QpType, RecvWr, SendFlags, WcStatus,
+    WorkCompletion,
 };
 use hca_driver::{Config, CounterSetId, Error};
-use hca_emu::frame::{Frame, L3, L4};
 use hca_emu::{EmuConfig, EmuPlatform, ObjKind};
-use hca_tests::steer::{raw_cap, raw_qp, raw_to_rts, udp_dport};
+use hca_tests::steer::{MAC_B, raw_cap, raw_qp, raw_to_rts, send_frame, udp_dport, udp4_frame};
 use hca_tests::{Link, Sides};
 
 type P = EmuPlatform;
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const WAIT: Duration = Duration::from_secs(10);
 const SLOT: usize = 2048;
-
-fn frame(dport: u16) -> Vec<u8> {
-    Frame::new(MAC_B, MAC_A)
-        .l3(L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
-        .l4(L4::Udp(4242, dport))
-        .payload(b"counted")
-        .build()
-}
 
 /// Side A's sender.
 struct Sender {
@@ -50,26 +39,16 @@ struct Sender {
 impl Sender {
     /// Sends `n` frames to UDP port `dport`, each completed.
     fn send(&mut self, dport: u16, n: usize) {
-        let f = frame(dport);
-        let hdr = usize::from(self.qp.eth_min_inline()).max(18);
-        self.buf.write(0, &f[hdr..]).unwrap();
+        let f = udp4_frame(MAC_B, 4242, dport, b"counted").build();
         for _ in 0..n {
-            let sge = self.mr.sge(0, (f.len() - hdr) as u32).unwrap();
-            self.qp
-                .post_send(
-                    &SendWr::new(1, SendOp::Send)
-                        .sgl(&[sge])
-                        .eth_headers(&f[..hdr])
-                        .flags(SendFlags::SIGNALED),
-                )
-                .unwrap();
-            let mut wc = [WorkCompletion::default(); 1];
-            let t = Instant::now();
-            while self.cq.poll(&mut wc).unwrap() == 0 {
-                assert!(t.elapsed() < WAIT, "no send completion");
-                std::thread::yield_now();
-            }
-            assert_eq!(wc[0].status, WcStatus::Success, "{:?}", wc[0]);
+            send_frame(
+                &mut self.qp,
+                &self.cq,
+                &self.mr,
+                &self.buf,
+                &f,
+                SendFlags::NONE,
+            );
         }
     }
 }

@@ -23,11 +23,12 @@ use hca_driver::verbs::{
     WcOpcode, WcStatus, WorkCompletion,
 };
 use hca_driver::{Config, Hca};
-use hca_emu::frame::{Frame, L3, L4};
+use hca_emu::frame::{L3, L4};
 use hca_emu::{EmuConfig, EmuHca, EmuPlatform, ObjKind, Personality, PortType};
 use hca_tests::steer::{
-    MCAST, OTHER_SMAC, V4A, V4B, V6A, V6B, marked_frame, matches_of, one_entry_groups, raw_attr,
-    raw_cap, raw_to_rts, selector_specs, udp4_rss, udp4_rss_hash,
+    MAC_A, MAC_B, MCAST, OTHER_SMAC, V4A, V4B, V6A, V6B, marked_frame, matches_of,
+    one_entry_groups, raw_attr, raw_cap, raw_to_rts, selector_specs, send_frame, udp4_frame,
+    udp4_rss, udp4_rss_hash,
 };
 use hca_tests::{Link, Sides};
 
@@ -112,44 +113,10 @@ fn poll_none(cq: &Cq<P>) {
     assert_eq!(cq.poll(&mut wc).unwrap(), 0, "{:?}", wc[0]);
 }
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
-
 /// An Ethernet + IPv4 + UDP frame from side A with `payload` (checksums
 /// zero).
 fn udp4(dst: [u8; 6], src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
     udp4_frame(dst, src_port, dst_port, payload).build()
-}
-
-/// [`udp4`]'s frame, to build with more options.
-fn udp4_frame(dst: [u8; 6], src_port: u16, dst_port: u16, payload: &[u8]) -> Frame<'_> {
-    Frame::new(dst, MAC_A)
-        .l3(L3::V4([10, 0, 0, 1], [10, 0, 0, 2]))
-        .l4(L4::Udp(src_port, dst_port))
-        .payload(payload)
-}
-
-/// Sends `frame` from side A's raw QP: its first `hdr` bytes inline in the
-/// Ethernet segment, the rest from `mr` at offset 0.
-fn send_frame(qp: &mut Qp<P>, cq: &Cq<P>, mr: &Mr<P>, buf: &DmaBuf<P>, frame: &[u8], csum: bool) {
-    let hdr = usize::from(qp.eth_min_inline()).max(18).min(frame.len());
-    buf.write(0, &frame[hdr..]).unwrap();
-    let sge = mr.sge(0, (frame.len() - hdr) as u32).unwrap();
-    let mut flags = SendFlags::SIGNALED;
-    if csum {
-        flags = flags | SendFlags::IP_CSUM;
-    }
-    qp.post_send(
-        &SendWr::new(7, SendOp::Send)
-            .sgl(&[sge])
-            .eth_headers(&frame[..hdr])
-            .flags(flags),
-    )
-    .unwrap();
-    let wc = poll_one(cq);
-    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-    assert_eq!(wc.opcode, WcOpcode::Send);
-    assert_eq!(wc.qp_num, qp.number().0);
 }
 
 fn link() -> Link<P> {
@@ -279,7 +246,7 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         }
 
         let f = udp4(MAC_B, 1234, 5678, b"hello raw world, from side A");
-        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::NONE);
         let wc = poll_one(&cqb);
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
         assert_eq!(wc.opcode, WcOpcode::Recv);
@@ -292,7 +259,7 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         assert_eq!(rb.read(0, f.len()), f);
         // A frame for another MAC matches nothing: dropped.
         let f2 = udp4([0x02, 9, 9, 9, 9, 9], 1, 2, b"nobody's");
-        send_frame(&mut qa, &cqa, &ma, &sa, &f2, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f2, SendFlags::NONE);
         poll_none(&cqb);
 
         // Drain to ERR: the posted receives come back flushed.
@@ -309,7 +276,7 @@ fn raw_qp_sends_and_receives_through_a_flow_rule_and_destroy_releases_everything
         assert_eq!(wq(eb, ObjKind::Rq, rqn.0).state, WQ_STATE_RST);
         raw_to_rts(&mut qb);
         rb.post(&mut qb, 5);
-        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::NONE);
         let wc = poll_one(&cqb);
         assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, 5));
         assert_eq!(rb.read(5, f.len()), f);
@@ -528,7 +495,7 @@ fn cqe_fields(personality: Personality) {
         let plain = udp4_frame(MAC_B, 7, 1, b"checksummed and tagged");
         let tci = 0x6000 | 100;
         let f = plain.clone().vlan(tci).build();
-        send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::IP_CSUM);
         let (c, rx) = recv_rx(&cqb);
         let w = WorkCompletion::from(c);
         assert_eq!(w.status, WcStatus::Success);
@@ -545,7 +512,7 @@ fn cqe_fields(personality: Personality) {
 
         // 2. The same without IP_CSUM: zero checksums do not verify (a UDP
         //    checksum of 0 means none; the IPv4 header's does not).
-        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::NONE);
         let (c, rx) = recv_rx(&cqb);
         assert!(!rx.l3_ok() && !rx.ip_csum_ok());
         assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
@@ -556,7 +523,7 @@ fn cqe_fields(personality: Personality) {
             .build();
         let n = bad.len();
         bad[n - 1] ^= 0xff;
-        send_frame(&mut qa, &cqa, &ma, &sa, &bad, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &bad, SendFlags::NONE);
         let (c, rx) = recv_rx(&cqb);
         assert!(rx.l3_ok() && !rx.l4_ok() && !rx.ip_csum_ok());
         assert!(!WorkCompletion::from(c).wc_flags.has(WcFlags::IP_CSUM_OK));
@@ -572,7 +539,7 @@ fn cqe_fields(personality: Personality) {
         .checksums()
         .vlan(tci)
         .build();
-        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::NONE);
         let (c, rx) = recv_rx(&cqb);
         let w = WorkCompletion::from(c);
         assert!(!rx.cvlan_present());
@@ -839,7 +806,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
             (frame(me, peer, Some(7), L3::Other(0x1234), L4::None, 11), 8),
         ];
         for (f, want) in &cases {
-            send_frame(&mut qa, &cqa, &ma, &sa, f, false);
+            send_frame(&mut qa, &cqa, &ma, &sa, f, SendFlags::NONE);
             let got = collect(&cqb, 2);
             let mut who: Vec<usize> = got.iter().map(|g| g.0).collect();
             who.sort_unstable();
@@ -857,7 +824,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
         for sport in 1000..1032u16 {
             // (To 10.2.2.2: rule 4 takes 10.1.1.1.)
             let f = frame(me, peer, None, L3::V4(V4A, V4B), L4::Udp(sport, 4000), 0x40);
-            send_frame(&mut qa, &cqa, &ma, &sa, &f, true);
+            send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::IP_CSUM);
             let hash = udp4_rss_hash(V4A, V4B, sport, 4000);
             let want = 10 + (hash % 4) as usize;
             let got = collect(&cqb, 2);
@@ -880,7 +847,7 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
             &ma,
             &sa,
             &frame(me, peer, None, L3::V4(V4B, V4B), udp(3), 12),
-            false,
+            SendFlags::NONE,
         );
         collect(&cqb, 0);
         assert_eq!(eb.datapath().drops.steering_miss, miss + 1);
@@ -945,7 +912,7 @@ fn a_device_without_checksum_offload_refuses_ip_csum_and_reports_no_verdict() {
         assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e}");
         // Without it the frame goes; its good checksums earn no
         // IBV_WC_IP_CSUM_OK from a device that does not check them.
-        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::NONE);
         let (c, _) = recv_rx(&cqb);
         let w = WorkCompletion::from(c);
         assert_eq!(w.status, WcStatus::Success);
@@ -1039,7 +1006,7 @@ fn raw_qp_destroyed_before_its_flow_rules_keeps_its_receive_side_until_the_last_
         let sa = Arc::new(DmaBuf::alloc(&h.a, 4096).unwrap());
         let ma = Mr::register(&pda, &sa, AccessFlags::LOCAL_WRITE).unwrap();
         let f = udp4(MAC_B, 1, 2, b"before the QP goes");
-        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::NONE);
         let wc = poll_one(&cqr);
         assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, 0));
 
@@ -1067,7 +1034,7 @@ fn raw_qp_destroyed_before_its_flow_rules_keeps_its_receive_side_until_the_last_
         assert_eq!(raw_counts(eb)[6], start[6] + 1, "the PD is kept");
         // Frames the rules still steer to the stopped RQ are dropped.
         let before = eb.datapath().drops.raw_no_buffer;
-        send_frame(&mut qa, &cqa, &ma, &sa, &f, false);
+        send_frame(&mut qa, &cqa, &ma, &sa, &f, SendFlags::NONE);
         let t0 = Instant::now();
         while eb.datapath().drops.raw_no_buffer == before && t0.elapsed() < WAIT {
             std::thread::yield_now();
@@ -1201,7 +1168,7 @@ fn raw_qp_with_block_self_mcast_lb_does_not_receive_its_own_multicast_frames() {
         // qblock's multicast frame: looped back to qplain only (the local
         // copy is delivered before the send completes).
         let f = udp4(MCAST, 1, 2, b"multicast from the blocking QP");
-        send_frame(&mut qblock, &sb, &ma, &sa, &f, false);
+        send_frame(&mut qblock, &sb, &ma, &sa, &f, SendFlags::NONE);
         let wc = poll_one(&rp_cq);
         assert_eq!(
             (wc.status, wc.byte_len as usize),
@@ -1213,7 +1180,7 @@ fn raw_qp_with_block_self_mcast_lb_does_not_receive_its_own_multicast_frames() {
         // qplain's multicast frame: both get it, qplain its own too (no
         // flag), qblock as a frame of another transport domain.
         let f2 = udp4(MCAST, 3, 4, b"multicast from the plain QP");
-        send_frame(&mut qplain, &sp, &ma, &sa, &f2, false);
+        send_frame(&mut qplain, &sp, &ma, &sa, &f2, SendFlags::NONE);
         for (c, b) in [(&rb_cq, &bufs[0]), (&rp_cq, &bufs[1])] {
             let wc = poll_one(c);
             assert_eq!(wc.status, WcStatus::Success);
@@ -1226,7 +1193,7 @@ fn raw_qp_with_block_self_mcast_lb_does_not_receive_its_own_multicast_frames() {
         // frame to side A's own MAC reaches both.
         let mac = h.a.info().ports[0].mac.unwrap();
         let f3 = udp4(mac, 5, 6, b"unicast to the port's own address");
-        send_frame(&mut qblock, &sb, &ma, &sa, &f3, false);
+        send_frame(&mut qblock, &sb, &ma, &sa, &f3, SendFlags::NONE);
         for (c, b) in [(&rb_cq, &bufs[0]), (&rp_cq, &bufs[1])] {
             let wc = poll_one(c);
             assert_eq!(wc.status, WcStatus::Success);
@@ -1373,7 +1340,7 @@ fn vport_disable_mc_local_lb_stops_the_local_multicast_copy_not_the_wire() {
                 .unwrap()
                 .get(NicVportContext::disable_mc_local_lb)
         );
-        send_frame(&mut qa, &scq, &ma, &sa, &f, false);
+        send_frame(&mut qa, &scq, &ma, &sa, &f, SendFlags::NONE);
         assert_eq!(poll_one(&rcq).status, WcStatus::Success);
         assert_eq!(poll_one(&cqb).status, WcStatus::Success);
 
@@ -1398,7 +1365,7 @@ fn vport_disable_mc_local_lb_stops_the_local_multicast_copy_not_the_wire() {
                 .unwrap()
                 .get(NicVportContext::disable_mc_local_lb)
         );
-        send_frame(&mut qa, &scq, &ma, &sa, &f, false);
+        send_frame(&mut qa, &scq, &ma, &sa, &f, SendFlags::NONE);
         assert_eq!(poll_one(&cqb).status, WcStatus::Success);
         poll_none(&rcq);
         drop((ra, rb));
