@@ -1003,6 +1003,60 @@ prm_struct! {
 }
 
 prm_struct! {
+    /// QoS capabilities (`qos_cap`, capability type [`CAP_QOS`]), read when
+    /// `cmd_hca_cap.qos` is set (Linux `MLX5_CAP_QOS`): packet pacing
+    /// and its rate-limit table (see [`crate::pp`]). Rates are kbit/s.
+    pub struct QosCap("qos_cap", 0x100) {
+        /// Send queues can be paced (`sqc.packet_pacing_rate_limit_index`).
+        packet_pacing: bool = 0x00[31:31],
+        /// E-switch scheduling.
+        esw_scheduling: bool = 0x00[30:30],
+        /// E-switch bandwidth share.
+        esw_bw_share: bool = 0x00[29:29],
+        /// E-switch rate limit.
+        esw_rate_limit: bool = 0x00[28:28],
+        /// SET_PP_RATE_LIMIT honours `burst_upper_bound`.
+        packet_pacing_burst_bound: bool = 0x00[26:26],
+        /// SET_PP_RATE_LIMIT honours `typical_packet_size`.
+        packet_pacing_typical_size: bool = 0x00[25:25],
+        /// Flow meters (older interface).
+        flow_meter_old: bool = 0x00[24:24],
+        /// log2 of the flow meters.
+        log_max_flow_meter: u8 = 0x00[15:8],
+        /// Register a flow meter reports in.
+        flow_meter_reg_id: u8 = 0x00[7:0],
+        /// Rate in WQEs per second (packet pacing).
+        wqe_rate_pp: bool = 0x04[31:31],
+        /// Flow meters.
+        flow_meter: bool = 0x04[23:23],
+        /// Highest rate a table entry takes, kbit/s.
+        packet_pacing_max_rate: u32 = 0x08[31:0],
+        /// Lowest rate a table entry takes, kbit/s.
+        packet_pacing_min_rate: u32 = 0x0c[31:0],
+        /// Entries of the rate-limit table (index 0 included).
+        packet_pacing_rate_table_size: u16 = 0x10[15:0],
+        /// E-switch scheduling element types.
+        esw_element_type: u16 = 0x14[31:16],
+        /// E-switch TSAR types.
+        esw_tsar_type: u16 = 0x14[15:0],
+        /// QoS parameters per vport.
+        max_qos_para_vport: u16 = 0x18[15:0],
+        /// Largest TSAR bandwidth share.
+        max_tsar_bw_share: u32 = 0x1c[31:0],
+        /// NIC scheduling element types.
+        nic_element_type: u16 = 0x20[31:16],
+        /// NIC TSAR types.
+        nic_tsar_type: u16 = 0x20[15:0],
+        /// log2 of the meter ASO granularity.
+        log_meter_aso_granularity: u8 = 0x24[28:24],
+        /// log2 of the meter ASOs per allocation.
+        log_meter_aso_max_alloc: u8 = 0x24[20:16],
+        /// log2 of the meter ASOs.
+        log_max_num_meter_aso: u8 = 0x24[12:8],
+    }
+}
+
+prm_struct! {
     /// NIC flow table capabilities (`flow_table_nic_cap`, capability type
     /// [`CAP_FLOW_TABLE`]), 4 KiB. The header-modify field lists
     /// (`ft_fields_support`) are kept as bytes.
@@ -1050,6 +1104,8 @@ prm_struct! {
         roce_caps: RoceCaps = 0x000,
         /// Type [`CAP_FLOW_TABLE`].
         flow_table_nic_cap: FlowTableNicCap = 0x000,
+        /// Type [`CAP_QOS`].
+        qos_cap: QosCap = 0x000,
     }
 }
 
@@ -1074,6 +1130,9 @@ impl HcaCap for RoceCap {
 impl HcaCap for FlowTableNicCap {
     const CAP_TYPE: u16 = CAP_FLOW_TABLE;
 }
+impl HcaCap for QosCap {
+    const CAP_TYPE: u16 = CAP_QOS;
+}
 
 /// The layout of the capability block of `cap_type`, for the types this
 /// crate declares.
@@ -1084,6 +1143,7 @@ pub fn cap_layout(cap_type: u16) -> Option<&'static crate::layout::LayoutInfo> {
         CAP_ATOMIC => Some(&<AtomicCaps as Layout>::INFO),
         CAP_ROCE => Some(&<RoceCap as Layout>::INFO),
         CAP_FLOW_TABLE => Some(&<FlowTableNicCap as Layout>::INFO),
+        CAP_QOS => Some(&<QosCap as Layout>::INFO),
         _ => None,
     }
 }

@@ -77,6 +77,7 @@ pub mod mad;
 pub mod mcg;
 pub mod mkey;
 pub mod pd;
+pub mod pp;
 pub mod q_counter;
 pub mod qp;
 pub mod reg;

@@ -93,6 +93,7 @@ pub const OPCODES: &[(u16, &str)] = &[
     (0x771, "ALLOC_Q_COUNTER"),
     (0x772, "DEALLOC_Q_COUNTER"),
     (0x773, "QUERY_Q_COUNTER"),
+    (0x780, "SET_PP_RATE_LIMIT"),
     (0x800, "ALLOC_PD"),
     (0x801, "DEALLOC_PD"),
     (0x802, "ALLOC_UAR"),
@@ -267,6 +268,7 @@ impl Opcode {
     pub const ALLOC_Q_COUNTER: Opcode = Opcode(0x771);
     pub const DEALLOC_Q_COUNTER: Opcode = Opcode(0x772);
     pub const QUERY_Q_COUNTER: Opcode = Opcode(0x773);
+    pub const SET_PP_RATE_LIMIT: Opcode = Opcode(0x780);
     pub const ALLOC_PD: Opcode = Opcode(0x800);
     pub const DEALLOC_PD: Opcode = Opcode(0x801);
     pub const ALLOC_UAR: Opcode = Opcode(0x802);

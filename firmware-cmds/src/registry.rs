@@ -20,8 +20,8 @@ use crate::command::{Command, input_header};
 use crate::layout::{Layout, LayoutInfo, read_bits};
 use crate::opcode::Opcode;
 use crate::{
-    caps, cmdq, cq, eq, eth, flow, hca, init_seg, mad, mailbox, mcg, mkey, pd, q_counter, qp, reg,
-    rmp, roce, srq, uar, vport,
+    caps, cmdq, cq, eq, eth, flow, hca, init_seg, mad, mailbox, mcg, mkey, pd, pp, q_counter, qp,
+    reg, rmp, roce, srq, uar, vport,
 };
 
 /// The input and output layouts of one command.
@@ -119,6 +119,7 @@ static LAYOUTS: &[&LayoutInfo] = infos![
     caps::RoceCaps,
     caps::FlowTablePropLayout,
     caps::FlowTableNicCap,
+    caps::QosCap,
     caps::HcaCapUnion,
     caps::QueryHcaCapIn,
     caps::QueryHcaCapOut,
@@ -170,6 +171,9 @@ static LAYOUTS: &[&LayoutInfo] = infos![
     pd::AllocTransportDomainOut,
     pd::DeallocTransportDomainIn,
     pd::DeallocTransportDomainOut,
+    // pp
+    pp::SetPpRateLimitIn,
+    pp::SetPpRateLimitOut,
     // q_counter
     q_counter::AllocQCounterIn,
     q_counter::AllocQCounterOut,
@@ -358,6 +362,7 @@ static COMMANDS: &[CommandLayouts] = commands![
     q_counter::AllocQCounterIn,
     q_counter::DeallocQCounterIn,
     q_counter::QueryQCounterIn,
+    pp::SetPpRateLimitIn,
     mkey::CreateMkeyIn,
     mkey::DestroyMkeyIn,
     mkey::QueryMkeyIn,
