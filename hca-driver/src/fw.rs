@@ -18,8 +18,9 @@ use firmware_cmds::Opcode;
 use firmware_cmds::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
 use firmware_cmds::eth::{
     CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, CreateTirIn, CreateTirOut, CreateTisIn,
-    CreateTisOut, DestroyRqIn, DestroySqIn, DestroyTirIn, DestroyTisIn, ModifyRqIn, ModifySqIn,
-    Rqc, Sqc, Tirc, Tisc, WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST,
+    CreateTisOut, DestroyRqIn, DestroySqIn, DestroyTirIn, DestroyTisIn,
+    MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX, ModifyRqIn, ModifySqIn, Rqc, Sqc, Tirc, Tisc,
+    WQ_STATE_ERR, WQ_STATE_RDY, WQ_STATE_RST,
 };
 use firmware_cmds::mkey::{CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn};
 use firmware_cmds::pd::{
@@ -388,6 +389,28 @@ impl<H: HcaRef> Object<H, SqObj> {
             .with(ModifySqIn::sq_state, from)?
             .with(ModifySqIn::sqn, self.number.0)?
             .with(ModifySqIn::ctx, Sqc::new().with(Sqc::state, to)?)?;
+        self.hca.exec(&input).map(drop)
+    }
+}
+
+impl<H: HcaRef> Object<H, SqObj> {
+    /// MODIFY_SQ of a ready SQ (RDY to RDY) that sets its packet pacing
+    /// rate-limit table index (`sqc.packet_pacing_rate_limit_index`,
+    /// modify_bitmask bit 0; 0: not paced).
+    pub fn modify_rate_index(&self, index: u16) -> Result<()> {
+        let input = ModifySqIn::new()
+            .with(ModifySqIn::sq_state, WQ_STATE_RDY)?
+            .with(ModifySqIn::sqn, self.number.0)?
+            .with(
+                ModifySqIn::modify_bitmask,
+                MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX,
+            )?
+            .with(
+                ModifySqIn::ctx,
+                Sqc::new()
+                    .with(Sqc::state, WQ_STATE_RDY)?
+                    .with(Sqc::packet_pacing_rate_limit_index, index)?,
+            )?;
         self.hca.exec(&input).map(drop)
     }
 }

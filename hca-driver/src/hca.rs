@@ -7,7 +7,7 @@ use core::time::Duration;
 
 use firmware_cmds::Opcode;
 use firmware_cmds::caps::{
-    self, AtomicCaps, CmdHcaCap, FlowTableNicCap, HcaCap, PerProtocolNetworkingOffloadCaps,
+    self, AtomicCaps, CmdHcaCap, FlowTableNicCap, HcaCap, PerProtocolNetworkingOffloadCaps, QosCap,
     QueryHcaCapIn, RoceCap, SetHcaCapIn,
 };
 use firmware_cmds::endian::Be32;
@@ -230,6 +230,9 @@ pub struct Hca<P: Platform> {
     dma: DmaAccounting,
     report: BringUpReport,
     retired: spin::Mutex<heapless::Vec<(DmaRegion, DmaUse), MAX_RETIRED>>,
+    /// The packet pacing rate-limit table's entries in use (module
+    /// `pacing`).
+    pub(crate) rates: spin::Mutex<crate::pacing::RateTable>,
 }
 
 impl<P: Platform> fmt::Debug for Hca<P> {
@@ -485,6 +488,7 @@ impl<P: Platform> Hca<P> {
             dma: DmaAccounting::default(),
             report: BringUpReport::default(),
             retired: spin::Mutex::new(heapless::Vec::new()),
+            rates: spin::Mutex::new(crate::pacing::RateTable::default()),
         };
         hca.dma.add(DmaUse::CmdQueue, 4096);
         log::debug!(
@@ -923,6 +927,14 @@ impl<P: Platform> Hca<P> {
         } else {
             None
         };
+        // QoS capabilities (packet pacing), as Linux reads MLX5_CAP_QOS
+        // when the general caps say `qos`.
+        self.info.caps.qos = if c.get(CmdHcaCap::qos) {
+            Some(self.query_pair::<QosCap>()?)
+        } else {
+            None
+        };
+        *self.rates.lock() = crate::pacing::RateTable::for_caps(&self.info.caps);
         let l = c.get(CmdHcaCap::log_uar_page_sz);
         if l > 8 {
             return Err(Error::InvalidAnswer {

@@ -6,8 +6,8 @@ use core::fmt;
 
 use firmware_cmds::Opcode;
 use firmware_cmds::caps::{
-    AtomicCaps, CAP_ATOMIC, CAP_ETHERNET_OFFLOADS, CAP_GENERAL, CAP_ROCE, CmdHcaCap,
-    FlowTablePropLayout, HCA_CAP_OP_MOD_GET_CUR, PerProtocolNetworkingOffloadCaps, RoceCap,
+    AtomicCaps, CAP_ATOMIC, CAP_ETHERNET_OFFLOADS, CAP_GENERAL, CAP_QOS, CAP_ROCE, CmdHcaCap,
+    FlowTablePropLayout, HCA_CAP_OP_MOD_GET_CUR, PerProtocolNetworkingOffloadCaps, QosCap, RoceCap,
 };
 use firmware_cmds::init_seg::FwVersion;
 use firmware_cmds::layout::{FieldReading, Layout};
@@ -264,6 +264,8 @@ pub struct Caps {
     /// (`flow_table_nic_cap.flow_table_properties_nic_receive`, type 7),
     /// when `nic_flow_table`.
     pub nic_receive_flow: Option<CapPair<FlowTablePropLayout>>,
+    /// QoS (`qos_cap`, type 0xc: packet pacing), when `qos`.
+    pub qos: Option<CapPair<QosCap>>,
 }
 
 fn pick<C>(p: &CapPair<C>, mode: CapMode) -> &C {
@@ -291,6 +293,7 @@ impl Caps {
             CAP_ETHERNET_OFFLOADS => read(pick(self.ethernet.as_ref()?, mode), name),
             CAP_ATOMIC => read(pick(self.atomic.as_ref()?, mode), name),
             CAP_ROCE => read(pick(self.roce.as_ref()?, mode), name),
+            CAP_QOS => read(pick(self.qos.as_ref()?, mode), name),
             _ => None,
         }
     }
@@ -359,6 +362,7 @@ impl Default for Caps {
             atomic: None,
             roce: None,
             nic_receive_flow: None,
+            qos: None,
         }
     }
 }

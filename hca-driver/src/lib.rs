@@ -210,6 +210,7 @@ mod health;
 mod info;
 mod irq;
 mod mailbox;
+mod pacing;
 mod pages;
 mod pas;
 pub mod pci;
@@ -237,6 +238,7 @@ pub use info::{
 };
 pub use irq::InterruptStats;
 pub use mailbox::MAX_MAILBOX_CHUNKS;
+pub use pacing::{MAX_RATE_ENTRIES, PacketPacingCaps, RateLimit};
 pub use pages::MAX_PAGE_CHUNKS;
 pub use pas::{PAS_PAGE_SIZE, PageList};
 pub use query::SpecialContexts;

@@ -12,6 +12,7 @@ use firmware_cmds::caps::{
 use firmware_cmds::init_seg::FwVersion;
 
 use crate::info::{DeviceInfo, IbMtu, LinkLayer, PortInfo, PortState};
+use crate::pacing::PacketPacingCaps;
 
 /// Bytes of a data segment (`struct mlx5_wqe_data_seg`).
 const DATA_SEG: u32 = 16;
@@ -170,6 +171,11 @@ pub struct DeviceAttr {
     /// [`RAW_PACKET_CAP_DELAY_DROP`]); 0 on an InfiniBand device or one
     /// without Ethernet offloads.
     pub raw_packet_caps: u32,
+    /// Packet pacing of raw packet QPs (`packet_pacing_caps`:
+    /// `qp_rate_limit_min`/`max` are the rates' range, kbit/s); `None`
+    /// when the device does not pace or is not Ethernet (mlx5_ib reports
+    /// it for raw packet QPs only).
+    pub packet_pacing: Option<PacketPacingCaps>,
 }
 
 /// `IBV_DEVICE_RAW_IP_CSUM`: raw packet QPs offload IP/TCP/UDP checksums
@@ -314,6 +320,11 @@ impl DeviceAttr {
             cqe_version: g.get(CmdHcaCap::cqe_version),
             device_cap_flags: raw.0,
             raw_packet_caps: raw.1,
+            packet_pacing: if info.caps.link_layer() == LinkLayer::Ethernet {
+                PacketPacingCaps::from_caps(&info.caps)
+            } else {
+                None
+            },
         }
     }
 }

@@ -173,6 +173,7 @@ mod queue;
 mod share;
 mod srq;
 
+pub use crate::pacing::{PacketPacingCaps, RateLimit};
 pub use ah::{Ah, AhAttr};
 pub use attr::{
     AtomicByteOrder, AtomicCap, DEVICE_MANAGED_FLOW_STEERING, DEVICE_RAW_IP_CSUM,

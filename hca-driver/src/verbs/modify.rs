@@ -158,6 +158,9 @@ mask_bits! {
     CAP = 19, "IBV_QP_CAP";
     /// `IBV_QP_DEST_QPN`: `dest_qp_num`.
     DEST_QPN = 20, "IBV_QP_DEST_QPN";
+    /// `IBV_QP_RATE_LIMIT`: `rate_limit` (raw packet QPs, RTR to RTS and
+    /// RTS to RTS: packet pacing).
+    RATE_LIMIT = 25, "IBV_QP_RATE_LIMIT";
 }
 
 impl QpAttrMask {
@@ -313,6 +316,10 @@ pub struct QpAttr {
     pub sq_draining: bool,
     /// Capabilities (query only).
     pub cap: QpCap,
+    /// Send rate, kbit/s (`rate_limit`; 0: not paced): a raw packet QP's
+    /// packet pacing (see [`Qp::set_rate_limit`](super::Qp::set_rate_limit)
+    /// for the burst and typical packet size).
+    pub rate_limit: u32,
 }
 
 impl Default for QpAttr {
@@ -347,9 +354,17 @@ impl QpAttr {
             en_sqd_async_notify: false,
             sq_draining: false,
             cap: QpCap::new(),
+            rate_limit: 0,
         }
     }
 
+    /// `rate_limit` in kbit/s ([`QpAttrMask::RATE_LIMIT`]; 0: not
+    /// paced).
+    pub const fn rate_limit(mut self, kbps: u32) -> Self {
+        self.rate_limit = kbps;
+        self.mask.0 |= QpAttrMask::RATE_LIMIT.0;
+        self
+    }
     /// `qp_state` ([`QpAttrMask::STATE`]).
     pub const fn state(mut self, s: QpState) -> Self {
         self.qp_state = s;
@@ -480,14 +495,14 @@ pub fn transition_masks(
     let valid = || Some((M::NONE, M::NONE));
     if t == QpType::RawPacket {
         // Linux's qp_state_table for IB_QPT_RAW_PACKET: the port at
-        // RESET to INIT, nothing else (the rate limit it accepts at RTR to
-        // RTS and RTS to RTS is not offered here).
+        // RESET to INIT, the rate limit at RTR to RTS and RTS to RTS.
         return match (cur, next) {
             (Reset, Reset) => valid(),
             (Reset, Init) => Some((M::PORT, none)),
             (Reset, _) => None,
             (_, Reset) | (_, Err) => valid(),
-            (Init, Init) | (Init, Rtr) | (Rtr, Rts) | (Rts, Rts) => valid(),
+            (Init, Init) | (Init, Rtr) => valid(),
+            (Rtr, Rts) | (Rts, Rts) => Some((none, M::RATE_LIMIT)),
             _ => None,
         };
     }

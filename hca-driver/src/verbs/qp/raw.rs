@@ -48,6 +48,7 @@ use firmware_cmds::eth::{
 use super::*;
 use crate::fw::{RqObj, SqObj, TdObj, TirObj, TisObj};
 use crate::info::LinkLayer;
+use crate::pacing::RateLimit;
 use crate::types::{Rqn, Sqn, Tirn};
 use crate::verbs::queue;
 
@@ -103,6 +104,9 @@ pub(crate) struct RawParts<P: Platform + 'static, S: Share> {
     wq_state: u8,
     /// The create flags.
     pub(crate) flags: QpCreateFlags,
+    /// The SQ's packet pacing: its rate-limit table index and the rate
+    /// that entry holds (module `pacing`); `None`: not paced.
+    rate: Option<(u16, RateLimit)>,
 }
 
 impl<P: Platform + 'static, S: Share> RawParts<P, S> {
@@ -131,7 +135,14 @@ impl<P: Platform + 'static, S: Share> RawParts<P, S> {
             }
         }
         if let Some(q) = self.sq.take() {
-            step(q.destroy(), &mut r, &mut keep);
+            let hca = q.hca().clone();
+            let gone = q.destroy();
+            if gone.is_ok() {
+                if let Some((index, _)) = self.rate.take() {
+                    hca.release_rate(index);
+                }
+            }
+            step(gone, &mut r, &mut keep);
         }
         if let Some(t) = self.tis.take() {
             if keep {
@@ -173,8 +184,12 @@ impl<P: Platform + 'static, S: Share> RawParts<P, S> {
             }
         }
         if let Some(q) = self.sq.take() {
+            let hca = q.hca().clone();
             match q.destroy() {
                 Ok(()) => {
+                    if let Some((index, _)) = self.rate.take() {
+                        hca.release_rate(index);
+                    }
                     if let Some(t) = self.tis.take() {
                         if let Err(e) = t.destroy() {
                             if r.is_ok() {
@@ -200,6 +215,53 @@ impl<P: Platform + 'static, S: Share> RawParts<P, S> {
             td: self.td.take(),
         };
         (r, stopped, objs)
+    }
+
+    /// The SQ's rate (`RateLimit::default()`, rate 0, when not paced).
+    pub(crate) fn rate(&self) -> RateLimit {
+        self.rate.map(|(_, rl)| rl).unwrap_or_default()
+    }
+
+    /// Paces the SQ at `rl` (rate 0: no pacing), as mlx5_ib's
+    /// `modify_raw_packet_qp_sq` does: the new rate's table entry first
+    /// (shared with SQs at the same rate), MODIFY_SQ naming it, then the
+    /// old entry given back. The SQ must be ready; a refused MODIFY_SQ
+    /// leaves the old rate in place.
+    pub(crate) fn set_rate(&mut self, rl: RateLimit) -> Result<()> {
+        let Some(sq) = &self.sq else {
+            return Err(Error::Unsupported(
+                "a rate limit on a QP without a send queue",
+            ));
+        };
+        if self.rate() == rl {
+            return Ok(());
+        }
+        if self.wq_state != WQ_STATE_RDY {
+            return Err(Error::InvalidAttribute {
+                attr: "rate_limit",
+                value: u64::from(rl.rate_kbps),
+                reason: "the send queue is not ready (the QP is not in RTR or RTS)",
+            });
+        }
+        let hca = sq.hca();
+        let index = if rl.rate_kbps == 0 {
+            0
+        } else {
+            hca.acquire_rate(rl)?
+        };
+        if let Err(e) = sq.modify_rate_index(index) {
+            if index != 0 {
+                hca.release_rate(index);
+            }
+            return Err(e);
+        }
+        if let Some((old, _)) = self.rate.take() {
+            hca.release_rate(old);
+        }
+        if index != 0 {
+            self.rate = Some((index, rl));
+        }
+        Ok(())
     }
 
     /// MODIFY_RQ and MODIFY_SQ from the state both are in to `to`
@@ -480,6 +542,7 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
             td: None,
             wq_state: WQ_STATE_RST,
             flags,
+            rate: None,
         };
         let dbr = region.iova() + layout.dbr_offset as u64;
         let iova = region.iova();
@@ -688,7 +751,14 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
                     }
                 }
             }
-            // INIT to INIT, RTR to RTS, RTS to RTS: nothing to change.
+            // RTR to RTS, RTS to RTS: the rate limit, when given.
+            (QpState::Rtr | QpState::Rts, QpState::Rts)
+                if given.contains(QpAttrMask::RATE_LIMIT) =>
+            {
+                raw.set_rate(RateLimit::kbps(attr.rate_limit))?;
+            }
+            // INIT to INIT, and RTR to RTS or RTS to RTS without a rate:
+            // nothing to change.
             _ => {}
         }
         self.state = next;
@@ -707,7 +777,43 @@ impl<P: Platform + 'static, S: Share> Qp<P, S> {
         a.cur_qp_state = self.state;
         a.port_num = self.port;
         a.cap = self.cap;
+        a.rate_limit = self.raw.as_ref().map_or(0, |r| r.rate().rate_kbps);
         a
+    }
+
+    /// Paces a raw packet QP's sends at `rl` (`ibv_modify_qp_rate_limit`;
+    /// rate 0: no pacing), through the device's packet pacing rate-limit
+    /// table (SET_PP_RATE_LIMIT, then MODIFY_SQ naming the entry; SQs at
+    /// the same parameters share one). The QP must be in RTS, as
+    /// libibverbs' RTS to RTS modify it makes.
+    ///
+    /// Typed errors before any command: another QP type or one without a
+    /// send queue, a QP not in RTS, a device that does not pace
+    /// ([`Error::Unsupported`]), a rate outside the device's range, or a
+    /// burst or typical size the device cannot take
+    /// ([`Error::InvalidAttribute`]), a full table
+    /// ([`Error::CapacityExceeded`]). A refused change keeps the old rate.
+    pub fn set_rate_limit(&mut self, rl: RateLimit) -> Result<()> {
+        let state = self.state;
+        let Some(raw) = self.raw.as_mut() else {
+            return Err(Error::Unsupported(
+                "a rate limit on a QP that is not a raw packet QP",
+            ));
+        };
+        if state != QpState::Rts {
+            return Err(Error::InvalidAttribute {
+                attr: "rate_limit",
+                value: u64::from(rl.rate_kbps),
+                reason: "the QP is not in RTS",
+            });
+        }
+        raw.set_rate(rl)
+    }
+
+    /// A raw packet QP's send rate (rate 0: not paced; also for other
+    /// QPs).
+    pub fn rate_limit(&self) -> RateLimit {
+        self.raw.as_ref().map(|r| r.rate()).unwrap_or_default()
     }
 
     /// The send queue's number (CREATE_SQ) of a raw packet QP with a send
