@@ -776,8 +776,9 @@ mod tests {
 
     #[test]
     fn masks_print_their_names() {
-        let m = QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask(1 << 25);
-        assert_eq!(format!("{m}"), "IBV_QP_AV | IBV_QP_PATH_MTU | 0x2000000");
+        let m = QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask(1 << 26);
+        assert_eq!(format!("{m}"), "IBV_QP_AV | IBV_QP_PATH_MTU | 0x4000000");
+        assert_eq!(format!("{}", QpAttrMask::RATE_LIMIT), "IBV_QP_RATE_LIMIT");
         assert_eq!(format!("{}", QpAttrMask::NONE), "0");
     }
 
