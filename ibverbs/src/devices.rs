@@ -482,9 +482,9 @@ fn close_dev(d: Arc<Dev>, name: &str) -> Result<(), String> {
 }
 
 /// The devices of the unit tests: two emulated ConnectX-4s cabled port to
-/// port, and one with a loopback plug.
+/// port, one with a loopback plug, and a ConnectX-5 (packet pacing).
 #[cfg(test)]
-pub const TEST_DEVICES: &str = "emu:ta=wire=tb;emu:tb;emu:tl=loop";
+pub const TEST_DEVICES: &str = "emu:ta=wire=tb;emu:tb;emu:tl=loop;emu:t5=cx5";
 
 static DEVICES: OnceLock<Result<Vec<&'static DevEntry>, String>> = OnceLock::new();
 

@@ -137,7 +137,8 @@ pub struct verbs_context {
     pub modify_flow_action_esp: *const c_void,
     pub destroy_flow_action: *const c_void,
     pub create_flow_action_esp: *const c_void,
-    pub modify_qp_rate_limit: *const c_void,
+    pub modify_qp_rate_limit:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_rate_limit_attr) -> c_int>,
     pub alloc_parent_domain: *const c_void,
     pub dealloc_td: *const c_void,
     pub alloc_td: *const c_void,
@@ -256,6 +257,16 @@ pub struct ibv_packet_pacing_caps {
     pub qp_rate_limit_min: u32,
     pub qp_rate_limit_max: u32,
     pub supported_qpts: u32,
+}
+
+/// `struct ibv_qp_rate_limit_attr` (`ibv_modify_qp_rate_limit`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_qp_rate_limit_attr {
+    pub rate_limit: u32,
+    pub max_burst_sz: u32,
+    pub typical_pkt_sz: u16,
+    pub comp_mask: u32,
 }
 
 #[repr(C)]
@@ -801,6 +812,8 @@ pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;
 pub const IBV_QPT_UD: c_int = 4;
 pub const IBV_QPT_RAW_PACKET: c_int = 8;
+/// `IBV_QP_RATE_LIMIT` (`ibv_qp_attr_mask`).
+pub const IBV_QP_RATE_LIMIT: c_int = 1 << 25;
 
 // `enum ibv_qp_create_flags`.
 /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.

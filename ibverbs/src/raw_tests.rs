@@ -833,3 +833,122 @@ fn wqs_an_indirection_table_and_an_rss_qp_spread_frames_by_hash() {
     close(a);
     close(b);
 }
+
+/// `ibv_modify_qp_rate_limit` as the header's inline function calls it.
+fn modify_qp_rate_limit(qp: *mut ibv_qp, a: ibv_qp_rate_limit_attr) -> c_int {
+    let mut a = a;
+    // SAFETY: a live QP of this library.
+    let ctx = unsafe { (*qp).context };
+    let f = vctx(ctx).modify_qp_rate_limit.unwrap();
+    // SAFETY: as the header's inline function calls it.
+    unsafe { f(qp, &mut a) }
+}
+
+/// The rate `ibv_query_qp` reports.
+fn queried_rate(qp: *mut ibv_qp) -> u32 {
+    let mut a = ibv_qp_attr::default();
+    // SAFETY: all-zero is a valid ibv_qp_init_attr.
+    let mut ia: ibv_qp_init_attr = unsafe { core::mem::zeroed() };
+    assert_eq!(ibv_query_qp(qp, &mut a, 0, &mut ia), 0);
+    a.rate_limit
+}
+
+#[test]
+fn packet_pacing_caps_ibv_qp_rate_limit_and_modify_qp_rate_limit() {
+    // The ConnectX-4s do not pace.
+    let a = open("ta", 1);
+    // SAFETY: all-zero is a valid ibv_device_attr_ex.
+    let mut ex: ibv_device_attr_ex = unsafe { core::mem::zeroed() };
+    // SAFETY: a live context and a struct of the size given.
+    assert_eq!(unsafe { op_query_device_ex_for_tests(a.ctx, &mut ex) }, 0);
+    assert_eq!(ex.packet_pacing_caps.qp_rate_limit_max, 0);
+    let qa = raw_qp(&a, a.cq, 4, 0);
+    let rl = ibv_qp_rate_limit_attr {
+        rate_limit: 10_000,
+        ..Default::default()
+    };
+    assert_eq!(modify_qp_rate_limit(qa, rl), libc::EOPNOTSUPP);
+    assert_eq!(ibv_destroy_qp(qa), 0);
+    close(a);
+
+    // The ConnectX-5 does: perftest's check_packet_pacing_support.
+    let d = open("t5", 1);
+    // SAFETY: as above.
+    let mut ex: ibv_device_attr_ex = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { op_query_device_ex_for_tests(d.ctx, &mut ex) }, 0);
+    let pp = ex.packet_pacing_caps;
+    assert!(pp.qp_rate_limit_max > 0);
+    assert_eq!(pp.supported_qpts, 1 << IBV_QPT_RAW_PACKET);
+
+    // IBV_QP_RATE_LIMIT at RTR -> RTS, as perftest's ctx_modify_qp_to_rts.
+    let mut init = ibv_qp_init_attr {
+        sq_sig_all: 1,
+        ..qp_init(d.cq, IBV_QPT_RAW_PACKET, qp_cap(4, 0, 1, 1))
+    };
+    let q = ibv_create_qp(d.pd, &mut init);
+    assert!(!q.is_null(), "errno {}", errno());
+    let mut m = ibv_qp_attr {
+        qp_state: 1,
+        port_num: 1,
+        ..Default::default()
+    };
+    assert_eq!(ibv_modify_qp(q, &mut m, 1 | 32), 0);
+    let mut m = ibv_qp_attr {
+        qp_state: 2,
+        rate_limit: 1000,
+        ..Default::default()
+    };
+    // Not at INIT -> RTR.
+    assert_eq!(
+        ibv_modify_qp(q, &mut m, 1 | IBV_QP_RATE_LIMIT),
+        libc::EINVAL
+    );
+    assert_eq!(ibv_modify_qp(q, &mut m, 1), 0);
+    let mut m = ibv_qp_attr {
+        qp_state: 3,
+        rate_limit: 8_000,
+        ..Default::default()
+    };
+    assert_eq!(ibv_modify_qp(q, &mut m, 1 | IBV_QP_RATE_LIMIT), 0);
+    assert_eq!(queried_rate(q), 8_000);
+
+    // ibv_modify_qp_rate_limit: a new rate with a burst bound, then the
+    // errors rdma-core's mlx5 provider gives.
+    let burst = ibv_qp_rate_limit_attr {
+        rate_limit: 16_000,
+        max_burst_sz: 4096,
+        typical_pkt_sz: 1024,
+        comp_mask: 0,
+    };
+    assert_eq!(modify_qp_rate_limit(q, burst), 0);
+    assert_eq!(queried_rate(q), 16_000);
+    let bad = [
+        ibv_qp_rate_limit_attr {
+            comp_mask: 1,
+            ..burst
+        },
+        ibv_qp_rate_limit_attr {
+            rate_limit: 0,
+            ..burst
+        },
+        ibv_qp_rate_limit_attr {
+            rate_limit: pp.qp_rate_limit_max + 1,
+            ..Default::default()
+        },
+    ];
+    for b in bad {
+        assert_eq!(
+            modify_qp_rate_limit(q, b),
+            libc::EINVAL,
+            "{:?}",
+            b.rate_limit
+        );
+        assert_eq!(queried_rate(q), 16_000, "a refused rate keeps the old one");
+    }
+    // Rate 0: no pacing.
+    assert_eq!(modify_qp_rate_limit(q, Default::default()), 0);
+    assert_eq!(queried_rate(q), 0);
+    assert_eq!(ibv_destroy_qp(q), 0);
+    close(d);
+}

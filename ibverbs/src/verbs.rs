@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use hca_driver::IbMtu;
 use hca_driver::verbs::{
     AccessFlags, Ah, AhAttr, CompChannel, Context, Cq, GlobalRoute, PathMigState, Pd, Qp, QpAttr,
-    QpAttrMask, QpCap, QpCreateFlags, QpInitAttr, QpState, QpType, RecvWr, RoceVersion, SendFlags,
-    SendOp, SendWr, Sge, Srq, SrqInitAttr, WcFlags, WorkCompletion,
+    QpAttrMask, QpCap, QpCreateFlags, QpInitAttr, QpState, QpType, RateLimit, RecvWr, RoceVersion,
+    SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr, WcFlags, WorkCompletion,
 };
 use hca_driver::{LinkLayer, PortState};
 
@@ -278,6 +278,15 @@ unsafe extern "C" fn op_query_device_ex(
         let d = *c.ctx().query_device();
         ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags) | d.device_cap_flags;
         ex.raw_packet_caps = d.raw_packet_caps;
+        // Packet pacing, for raw packet QPs only (mlx5_ib's
+        // `packet_pacing_caps`).
+        if let Some(pp) = d.packet_pacing {
+            ex.packet_pacing_caps = ibv_packet_pacing_caps {
+                qp_rate_limit_min: pp.min_rate_kbps,
+                qp_rate_limit_max: pp.max_rate_kbps,
+                supported_qpts: 1 << IBV_QPT_RAW_PACKET,
+            };
+        }
         let n = len.min(size_of::<ibv_device_attr_ex>());
         // SAFETY: `attr` has room for `len` bytes (the caller's size);
         // `n` is at most that and at most our struct.
@@ -354,6 +363,7 @@ fn publish_context(
         v.create_cq_ex = Some(op_create_cq_ex);
         v.ibv_create_flow = Some(crate::flow::op_create_flow);
         v.ibv_destroy_flow = Some(crate::flow::op_destroy_flow);
+        v.modify_qp_rate_limit = Some(op_modify_qp_rate_limit);
         crate::wq::install(&mut v);
         v.sz = size_of::<verbs_context>();
         v.context.device = device;
@@ -1656,7 +1666,9 @@ fn mtu(v: c_int) -> Option<IbMtu> {
 
 /// The bits of `enum ibv_qp_attr_mask` the driver knows (IBV_QP_STATE ..
 /// IBV_QP_DEST_QPN).
-const KNOWN_MASK: c_int = (1 << 21) - 1;
+/// The `ibv_qp_attr_mask` bits the driver takes: `IBV_QP_STATE` ..=
+/// `IBV_QP_DEST_QPN` and `IBV_QP_RATE_LIMIT`.
+const KNOWN_MASK: c_int = ((1 << 21) - 1) | QpAttrMask::RATE_LIMIT.0 as c_int;
 
 fn qp_attr_from_c(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, i32> {
     if mask & !KNOWN_MASK != 0 {
@@ -1697,7 +1709,49 @@ fn qp_attr_from_c(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, i32> {
     r.max_rd_atomic = a.max_rd_atomic;
     r.max_dest_rd_atomic = a.max_dest_rd_atomic;
     r.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    r.rate_limit = a.rate_limit;
     Ok(r)
+}
+
+/// The verbs context's `modify_qp_rate_limit` (`ibv_modify_qp_rate_limit`):
+/// a raw packet QP's packet pacing with burst and typical packet size.
+/// As rdma-core's mlx5 provider: EINVAL for a `comp_mask`, or a burst or
+/// typical size without a rate or on a device that does not take them;
+/// then the driver's checks (a QP in RTS, a rate in the device's range).
+unsafe extern "C" fn op_modify_qp_rate_limit(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_rate_limit_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        if crate::wq::is_rss(qp) {
+            return libc::EINVAL;
+        }
+        let Some(q) = live(qp.cast::<QpObj>(), Kind::Qp) else {
+            return libc::EINVAL;
+        };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: non-null, the caller's attributes.
+        let a = unsafe { *attr };
+        if a.comp_mask != 0 || ((a.max_burst_sz != 0 || a.typical_pkt_sz != 0) && a.rate_limit == 0)
+        {
+            return libc::EINVAL;
+        }
+        let mut g = q.qp.lock().unwrap_or_else(|p| p.into_inner());
+        let rl = RateLimit {
+            rate_kbps: a.rate_limit,
+            max_burst_bytes: a.max_burst_sz,
+            typical_packet_bytes: a.typical_pkt_sz,
+        };
+        match g.set_rate_limit(rl) {
+            Ok(()) => 0,
+            Err(e) => {
+                log::info!("ibv_modify_qp_rate_limit: {e}");
+                errno_of(&e)
+            }
+        }
+    })
 }
 
 /// `ibv_modify_qp`, with the IB attribute-mask rules of each transition
@@ -1788,6 +1842,7 @@ pub extern "C" fn ibv_query_qp(
             timeout: r.timeout,
             retry_cnt: r.retry_cnt,
             rnr_retry: r.rnr_retry,
+            rate_limit: r.rate_limit,
             ..Default::default()
         };
         // SAFETY: both non-null, the caller's structs.
@@ -2513,7 +2568,13 @@ mod tests {
     #[test]
     fn attr_mask_bits_beyond_the_driver_are_refused() {
         let a = ibv_qp_attr::default();
-        assert_eq!(qp_attr_from_c(&a, 1 << 25).unwrap_err(), libc::EOPNOTSUPP);
+        assert_eq!(qp_attr_from_c(&a, 1 << 21).unwrap_err(), libc::EOPNOTSUPP);
+        assert_eq!(qp_attr_from_c(&a, 1 << 26).unwrap_err(), libc::EOPNOTSUPP);
+        let paced = ibv_qp_attr {
+            rate_limit: 5000,
+            ..Default::default()
+        };
+        assert_eq!(qp_attr_from_c(&paced, 1 << 25).unwrap().rate_limit, 5000);
         let bad_state = ibv_qp_attr {
             qp_state: 9,
             ..Default::default()

@@ -77,6 +77,7 @@ fn facts() -> Vec<Fact> {
             rx_hash_fields_mask, rx_hash_function
         }
         ibv_packet_pacing_caps { qp_rate_limit_min, qp_rate_limit_max, supported_qpts }
+        ibv_qp_rate_limit_attr { rate_limit, max_burst_sz, typical_pkt_sz, comp_mask }
         ibv_tm_caps { max_rndv_hdr_size, max_num_tags, flags, max_ops, max_sge }
         ibv_cq_moderation_caps { max_cq_count, max_cq_period }
         ibv_pci_atomic_caps { fetch_add, swap, compare_swap }

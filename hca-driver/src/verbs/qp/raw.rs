@@ -233,6 +233,13 @@ impl<P: Platform + 'static, S: Share> RawParts<P, S> {
                 "a rate limit on a QP without a send queue",
             ));
         };
+        if rl.rate_kbps == 0 && (rl.max_burst_bytes != 0 || rl.typical_packet_bytes != 0) {
+            return Err(Error::InvalidAttribute {
+                attr: "max_burst_sz",
+                value: u64::from(rl.max_burst_bytes),
+                reason: "a burst bound or typical packet size needs a rate",
+            });
+        }
         if self.rate() == rl {
             return Ok(());
         }
