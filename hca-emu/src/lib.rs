@@ -96,7 +96,7 @@ pub use config::{
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome, ib_mlid};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
-pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Umem, Wq, buf_addr};
+pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, RateLimit, Srq, Umem, Wq, buf_addr};
 pub use iommu::{DmaMapError, FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 pub use wire::{Direction, FrameTap, SOCKET_MAX_FRAME, WireSpec, WireSpecError};
 
@@ -448,6 +448,18 @@ impl EmuHca {
     /// A copy of an SQ's or RQ's firmware state.
     pub fn wq(&self, kind: ObjKind, n: u32) -> Option<Wq> {
         self.shared.lock().fw.objs.wq(kind, n).cloned()
+    }
+
+    /// The set entries of the packet pacing rate-limit table
+    /// (SET_PP_RATE_LIMIT), by `rate_limit_index`.
+    pub fn rate_limits(&self) -> Vec<(u16, RateLimit)> {
+        self.shared
+            .lock()
+            .fw
+            .rate_limits
+            .iter()
+            .map(|(&i, &r)| (i, r))
+            .collect()
     }
 
     /// Writes a CQE into a CQ as the data-path engine will: owner bit,

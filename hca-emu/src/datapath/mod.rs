@@ -255,6 +255,10 @@ pub struct Datapath {
     /// Doorbells naming a WQE the doorbell record does not cover (the
     /// record was not updated before the doorbell).
     pub doorbell_mismatches: u64,
+    /// Times a paced raw SQ had to wait before its next frame (packet
+    /// pacing: `sqc.packet_pacing_rate_limit_index`); 0 while no SQ is
+    /// held back by its rate.
+    pub pace_waits: u64,
     /// Notable events (errors, drops), most recent last, at most 256.
     pub log: VecDeque<String>,
 }
@@ -481,6 +485,10 @@ pub(crate) struct Engine {
     pub(crate) err_poll_armed: bool,
     /// Incarnations handed out to QP engine states.
     pub(crate) incarnations: u64,
+    /// Paced raw SQs: their token buckets and pacing waits.
+    pub(crate) pace: HashMap<u32, raw::Pace>,
+    /// Generations handed out to pacing waits.
+    pub(crate) pace_gens: u64,
 }
 
 /// Number of path-MTU packets a message of `len` bytes takes.
@@ -910,6 +918,7 @@ impl Device {
             }
             ObjKind::Sq => {
                 self.engine.sqs.remove(&n);
+                self.engine.pace.remove(&n);
             }
             ObjKind::Rq => {
                 self.engine.rqs.remove(&n);
@@ -1139,6 +1148,7 @@ impl Device {
             Timer::Retry { qpn, tgen } => self.rc_retry_timeout(qpn, tgen),
             Timer::Rnr { qpn, tgen } => self.rc_rnr_timeout(qpn, tgen),
             Timer::ErrPoll => self.err_poll(),
+            Timer::Pace { sqn, pgen } => self.raw_pace_timer(sqn, pgen),
             Timer::ExecCommands(_) | Timer::SmConfigure { .. } => {}
         }
     }
