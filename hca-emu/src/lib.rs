@@ -43,8 +43,15 @@
 //!   [`Faults::fail_dma`]).
 //! - Personalities ([`Personality`]): the recorded ConnectX-4 (default),
 //!   a ConnectX-5 (15b3:1017, `umem_uid_0`: UMEMs and DevX objects with
-//!   uid 0, CQs and QPs on UMEMs) and a ConnectX-6 Dx in real-time clock
-//!   mode (15b3:101d); what each changes is in [`personality`].
+//!   uid 0, CQs and QPs on UMEMs; packet pacing) and a ConnectX-6 Dx in
+//!   real-time clock mode (15b3:101d); what each changes is in
+//!   [`personality`].
+//! - Packet pacing (ConnectX-5 / 6 Dx, QoS capabilities type 0xc):
+//!   SET_PP_RATE_LIMIT writes the rate-limit table
+//!   ([`EmuHca::rate_limits`]), a raw SQ's
+//!   `packet_pacing_rate_limit_index` ([`Wq::packet_pacing_rate_limit_index`])
+//!   names its entry, and the raw SQ engine sends its frames at that
+//!   rate (a token bucket; waits counted in [`Datapath::pace_waits`]).
 //! - InfiniBand ports: MAD_IFC (PortInfo, NodeInfo), a subnet manager that
 //!   configures a port [`EmuConfig::sm_delay`] after its link comes up
 //!   (LID from [`EmuConfig::lid_base`], port state change event), RC/UC

@@ -279,6 +279,12 @@ fn paced_sq(n: &mut Node, index: u16, flush: bool) -> (Qp, Cq) {
 /// inline, the rest gathered) with one doorbell.
 fn send_frames(n: &mut Node, sq: &mut Qp, count: usize, len: usize) {
     let src = n.mr(4096, 0x5a, 0);
+    post_frames(n, sq, &src, count, len);
+}
+
+/// [`send_frames`] from the payload memory `src` (no command: the device
+/// clock does not move).
+fn post_frames(n: &mut Node, sq: &mut Qp, src: &Mr, count: usize, len: usize) {
     let mut hdr = vec![0u8; 14];
     hdr[0..6].copy_from_slice(&[0x02, 0, 0, 0, 9, 9]);
     hdr[6..12].copy_from_slice(&n.mac(1));
@@ -502,5 +508,28 @@ fn reset_error_and_destroy_end_the_wait() {
     // `finish` destroys what is left; the destroyed SQ must not be
     // destroyed twice: recreate the object list without it.
     n.forget(0x906, sq3.qpn);
+    n.finish();
+}
+
+#[test]
+fn sqs_sharing_an_entry_are_paced_each_on_its_own() {
+    let mut n = Node::new(1, cx5());
+    n.r.ok(&set_pp(1, 10_000, 0, 0), 16);
+    let (mut a, mut ca) = paced_sq(&mut n, 1, false);
+    let (mut b, mut cb) = paced_sq(&mut n, 1, false);
+    let src = n.mr(4096, 0x5a, 0);
+    post_frames(&mut n, &mut a, &src, 3, 1000);
+    post_frames(&mut n, &mut b, &src, 3, 1000);
+    let ta: Vec<u64> = n.wait(&mut ca, 3).iter().map(|c| ts(c.ok())).collect();
+    let tb: Vec<u64> = n.wait(&mut cb, 3).iter().map(|c| ts(c.ok())).collect();
+    // B's first frame does not wait for A's (one rate, two buckets).
+    assert_eq!(ta[0], tb[0], "{ta:?} {tb:?}");
+    for t in [&ta, &tb] {
+        assert!(
+            t.windows(2).all(|w| w[1] - w[0] >= 800 * TICKS_PER_US),
+            "{t:?}"
+        );
+        assert_within_rate(t, 1000, 10_000, 0);
+    }
     n.finish();
 }

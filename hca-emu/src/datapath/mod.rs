@@ -71,7 +71,13 @@
 //!   by the NIC RX flow tables (outer L2-L4 match, priorities by flow
 //!   index, miss actions) to TIRs, and by each TIR to its RQ, directly or
 //!   by the Toeplitz hash through an RQ table; the CQE carries the RSS
-//!   hash and type and the L3/L4 checksum-OK bits.
+//!   hash and type and the L3/L4 checksum-OK bits. An SQ whose
+//!   `packet_pacing_rate_limit_index` names a set entry of the rate-limit
+//!   table (SET_PP_RATE_LIMIT) is paced: a token bucket of the entry's
+//!   rate and burst (`burst_upper_bound`, else one frame) lets each frame
+//!   leave only when its bits fit; a WQE that does not fit waits, with the
+//!   WQEs behind it, for a pacing timer, and its send CQE is written when
+//!   its frame leaves ([`Datapath::pace_waits`] counts the waits).
 //! - **QP states**: the SQ executes in RTS; the RQ receives in RTR and RTS
 //!   (and SQE for UD/UC); in the error state everything posted completes
 //!   with the flush syndrome (0x05), also WQEs posted later (send
