@@ -139,24 +139,28 @@ impl Device {
     }
 
     fn raw_sq_kick(&mut self, sqn: u32) {
-        if self
-            .engine
-            .pace
-            .get(&sqn)
-            .is_some_and(|p| p.timer.is_some())
-        {
-            // Waiting for its rate: the pacing timer takes the WQEs up.
-            return;
-        }
         let Some(w) = self.fw.objs.wq(ObjKind::Sq, sqn) else {
             return;
         };
         // The entry of the rate-limit table the SQ is paced by (an index
         // naming an entry cleared since, as Linux leaves one in an SQ it
-        // resets, paces nothing).
+        // resets, paces nothing). An SQ with index 0 is never in a pacing
+        // wait (MODIFY_SQ ends one), so unpaced SQs look no further.
         let rate = match sq_pp_index(&w.ctx) {
             0 => None,
-            i => self.fw.rate_limits.get(&i).copied(),
+            i => {
+                if self
+                    .engine
+                    .pace
+                    .get(&sqn)
+                    .is_some_and(|p| p.timer.is_some())
+                {
+                    // Waiting for its rate: the pacing timer takes the
+                    // WQEs up.
+                    return;
+                }
+                self.fw.rate_limits.get(&i).copied()
+            }
         };
         let (pas, lps, log_size, cqn, pd, dbr_addr) = (
             w.pas.clone(),

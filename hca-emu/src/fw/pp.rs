@@ -30,11 +30,20 @@ pub struct RateLimit {
     pub typical_packet_size: u16,
 }
 
-/// `sqc.packet_pacing_rate_limit_index` of an SQ context.
+/// `sqc.packet_pacing_rate_limit_index` of an SQ context (read on every
+/// raw SQ doorbell: two bytes where the layout table puts them).
 pub(crate) fn sq_pp_index(sqc: &[u8]) -> u16 {
     static F: OnceLock<Field> = OnceLock::new();
     let f = *F.get_or_init(|| ifc().field("sqc", "packet_pacing_rate_limit_index"));
-    get_bits(sqc, f) as u16
+    if f.offset % 8 == 0 && f.width == 16 {
+        let o = f.offset / 8;
+        match sqc.get(o..o + 2) {
+            Some(b) => u16::from_be_bytes([b[0], b[1]]),
+            None => 0,
+        }
+    } else {
+        get_bits(sqc, f) as u16
+    }
 }
 
 impl Device {
