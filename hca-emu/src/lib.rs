@@ -52,6 +52,8 @@
 //!   `packet_pacing_rate_limit_index` ([`Wq::packet_pacing_rate_limit_index`])
 //!   names its entry, and the raw SQ engine sends its frames at that
 //!   rate (a token bucket; waits counted in [`Datapath::pace_waits`]).
+//!   [`EmuConfig::packet_pacing_cap`] false takes it away from those
+//!   personalities; the recorded ConnectX-4 never has it.
 //! - InfiniBand ports: MAD_IFC (PortInfo, NodeInfo), a subnet manager that
 //!   configures a port [`EmuConfig::sm_delay`] after its link comes up
 //!   (LID from [`EmuConfig::lid_base`], port state change event), RC/UC

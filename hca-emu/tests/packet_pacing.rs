@@ -533,3 +533,33 @@ fn sqs_sharing_an_entry_are_paced_each_on_its_own() {
     }
     n.finish();
 }
+
+#[test]
+fn wqes_behind_a_waiting_frame_wait_in_order() {
+    let mut n = Node::new(1, cx5());
+    n.r.ok(&set_pp(1, 10_000, 0, 0), 16);
+    let (mut sq, mut cq) = paced_sq(&mut n, 1, false);
+    let src = n.mr(4096, 0x5a, 0);
+    let mut hdr = vec![0u8; 14];
+    hdr[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    let send = Wr {
+        eth: Some((0, hdr)),
+        ..Wr::new(op::SEND).sge(src.addr, 986, src.key)
+    };
+    // SEND, SEND, NOP: the NOP sends nothing but completes after the
+    // second frame, which waits for the rate.
+    n.post_send(&mut sq, &[send.clone(), send, Wr::new(op::NOP)]);
+    let c = n.wait(&mut cq, 3);
+    let ops: Vec<(u8, u16)> = c
+        .iter()
+        .map(|c| (c.ok().wqe_opcode, c.wqe_counter))
+        .collect();
+    assert_eq!(ops[0].0, op::SEND);
+    assert_eq!(ops[1].0, op::SEND);
+    assert_eq!(ops[2].0, op::NOP);
+    let t: Vec<u64> = c.iter().map(ts).collect();
+    assert!(t[1] - t[0] >= 800 * TICKS_PER_US, "{t:?}");
+    assert!(t[2] >= t[1], "{t:?}");
+    assert_eq!(n.r.emu.datapath().frames_tx, 2);
+    n.finish();
+}
