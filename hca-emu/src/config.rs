@@ -248,6 +248,13 @@ pub struct EmuConfig {
     /// false models a device without them (SET_FLOW_TABLE_ENTRY with a
     /// `flow_tag` is then refused).
     pub nic_rx_flow_tag_cap: bool,
+    /// The QoS capabilities of a ConnectX-5 or ConnectX-6 Dx offer packet
+    /// pacing (`qos_cap.packet_pacing`, with its rate-limit table and
+    /// SET_PP_RATE_LIMIT). Default true; false models such a device
+    /// without it (`qos` stays 1, the QoS block says no pacing: SET_PP_RATE_LIMIT
+    /// is refused as an unknown command and a paced SQ is refused). The
+    /// recorded ConnectX-4 has no QoS capabilities whatever this says.
+    pub packet_pacing_cap: bool,
 }
 
 impl Default for EmuConfig {
@@ -276,6 +283,7 @@ impl Default for EmuConfig {
             lid_base: 1,
             eth_csum_cap: true,
             nic_rx_flow_tag_cap: true,
+            packet_pacing_cap: true,
         }
     }
 }

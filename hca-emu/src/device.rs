@@ -108,6 +108,9 @@ pub(crate) enum Timer {
     /// The subnet manager configures an InfiniBand port (`sm_gen`: the
     /// port's timer generation).
     SmConfigure { port: u8, sm_gen: u64 },
+    /// A paced raw SQ may send its next frame (`pgen`: the wait it ends;
+    /// a wait cancelled by MODIFY_SQ, a rate change or a reset is stale).
+    Pace { sqn: u32, pgen: u64 },
 }
 
 /// A command as the device executed it, for tests and reports.

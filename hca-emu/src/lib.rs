@@ -43,8 +43,17 @@
 //!   [`Faults::fail_dma`]).
 //! - Personalities ([`Personality`]): the recorded ConnectX-4 (default),
 //!   a ConnectX-5 (15b3:1017, `umem_uid_0`: UMEMs and DevX objects with
-//!   uid 0, CQs and QPs on UMEMs) and a ConnectX-6 Dx in real-time clock
-//!   mode (15b3:101d); what each changes is in [`personality`].
+//!   uid 0, CQs and QPs on UMEMs; packet pacing) and a ConnectX-6 Dx in
+//!   real-time clock mode (15b3:101d); what each changes is in
+//!   [`personality`].
+//! - Packet pacing (ConnectX-5 / 6 Dx, QoS capabilities type 0xc):
+//!   SET_PP_RATE_LIMIT writes the rate-limit table
+//!   ([`EmuHca::rate_limits`]), a raw SQ's
+//!   `packet_pacing_rate_limit_index` ([`Wq::packet_pacing_rate_limit_index`])
+//!   names its entry, and the raw SQ engine sends its frames at that
+//!   rate (a token bucket; waits counted in [`Datapath::pace_waits`]).
+//!   [`EmuConfig::packet_pacing_cap`] false takes it away from those
+//!   personalities; the recorded ConnectX-4 never has it.
 //! - InfiniBand ports: MAD_IFC (PortInfo, NodeInfo), a subnet manager that
 //!   configures a port [`EmuConfig::sm_delay`] after its link comes up
 //!   (LID from [`EmuConfig::lid_base`], port state change event), RC/UC
@@ -96,7 +105,7 @@ pub use config::{
 pub use datapath::{Datapath, DoorbellWrite, Drops, cqe_syndrome, ib_mlid};
 pub use device::CommandRecord;
 pub use faults::{DmaFailure, FaultRule, Faults, OutputCorruption, PacketDrop};
-pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, Srq, Umem, Wq, buf_addr};
+pub use fw::{Cq, HcaState, Mkey, ObjKind, Qp, QpState, RateLimit, Srq, Umem, Wq, buf_addr};
 pub use iommu::{DmaMapError, FaultKind, GUARD_GAP, IOVA_BASE, IommuFault};
 pub use wire::{Direction, FrameTap, SOCKET_MAX_FRAME, WireSpec, WireSpecError};
 
@@ -448,6 +457,18 @@ impl EmuHca {
     /// A copy of an SQ's or RQ's firmware state.
     pub fn wq(&self, kind: ObjKind, n: u32) -> Option<Wq> {
         self.shared.lock().fw.objs.wq(kind, n).cloned()
+    }
+
+    /// The set entries of the packet pacing rate-limit table
+    /// (SET_PP_RATE_LIMIT), by `rate_limit_index`.
+    pub fn rate_limits(&self) -> Vec<(u16, RateLimit)> {
+        self.shared
+            .lock()
+            .fw
+            .rate_limits
+            .iter()
+            .map(|(&i, &r)| (i, r))
+            .collect()
     }
 
     /// Writes a CQE into a CQ as the data-path engine will: owner bit,

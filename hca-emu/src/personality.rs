@@ -34,6 +34,14 @@
 //! - the firmware knows `ts_format` (a QP with `ts_format` 1, "default", is
 //!   accepted on a free-running-only ConnectX-5; assumed, rdma-core's
 //!   `Mlx5DevxRcResources.create_qp` sets it unconditionally);
+//! - `qos` (general caps) is 1 and the QoS capabilities (type 0xc) offer
+//!   packet pacing: `packet_pacing`, `packet_pacing_burst_bound`,
+//!   `packet_pacing_typical_size` 1, rates [`PACKET_PACING_MIN_RATE`] ..=
+//!   [`PACKET_PACING_MAX_RATE`] kbit/s, [`PACKET_PACING_RATE_TABLE_SIZE`]
+//!   table entries (assumed: typical ConnectX-5 answers, not recorded;
+//!   [`EmuConfig::packet_pacing_cap`](crate::EmuConfig::packet_pacing_cap)
+//!   false leaves the block without pacing). The recorded ConnectX-4 says
+//!   `qos` 0 and answers no QoS capabilities;
 //! - ConnectX-6 Dx: real-time clock mode, `qp_ts_format`, `sq_ts_format`
 //!   and `rq_ts_format` 1 (Linux `mlx5_is_real_time_rq/sq`,
 //!   `MLX5_TIMESTAMP_FORMAT_CAP_REAL_TIME`).
@@ -133,6 +141,20 @@ pub(crate) const CAP_ETHERNET_OFFLOADS: u8 = 1;
 pub(crate) const CAP_ATOMIC: u8 = 3;
 /// Capability type: RoCE.
 pub(crate) const CAP_ROCE: u8 = 4;
+/// Capability type: QoS (`qos_cap`: packet pacing).
+pub(crate) const CAP_QOS: u8 = 0xc;
+
+/// `qos_cap.packet_pacing_max_rate` of the later personalities, kbit/s
+/// (assumed: a typical ConnectX-5 answer, Linux `mlx5_init_rl_table`
+/// prints "range: 0Mbps to 97656Mbps" for it).
+pub const PACKET_PACING_MAX_RATE: u32 = 100_000_000;
+/// `qos_cap.packet_pacing_min_rate` of the later personalities, kbit/s
+/// (assumed, as [`PACKET_PACING_MAX_RATE`]).
+pub const PACKET_PACING_MIN_RATE: u32 = 0;
+/// `qos_cap.packet_pacing_rate_table_size` of the later personalities,
+/// index 0 (not paced) included (assumed, as [`PACKET_PACING_MAX_RATE`]:
+/// Linux prints "127 rates are supported").
+pub const PACKET_PACING_RATE_TABLE_SIZE: u16 = 128;
 
 impl Caps {
     pub(crate) fn connectx4(ports: u8) -> Self {
@@ -203,6 +225,13 @@ impl Caps {
                     );
                 }
             }
+            // QoS capabilities (type 0xc) with packet pacing; the
+            // recorded ConnectX-4 has `qos` 0 and is never asked for them.
+            caps.set_general(false, "qos", 1);
+            caps.set_general(true, "qos", 1);
+            let q = qos_caps(cfg.packet_pacing_cap);
+            caps.cur.insert(CAP_QOS, q.clone());
+            caps.max.insert(CAP_QOS, q);
             // Host-endian 8-byte atomics can be asked for (SET_HCA_CAP of
             // the atomic caps, as Linux's handle_hca_cap_atomic does);
             // the recorded ConnectX-4 cannot.
@@ -246,6 +275,23 @@ impl Caps {
         caps
     }
 
+    /// A field of the current QoS capabilities (0 when the device has
+    /// none: `cmd_hca_cap.qos` 0).
+    pub(crate) fn qos(&self, field: &str) -> u64 {
+        if self.general("qos") == 0 {
+            return 0;
+        }
+        self.cur
+            .get(&CAP_QOS)
+            .map_or(0, |q| crate::ifc::ifc().get(q, "qos_cap", field))
+    }
+
+    /// Whether the device paces send queues (`cmd_hca_cap.qos` and
+    /// `qos_cap.packet_pacing`, Linux `mlx5_rl_is_supported`).
+    pub(crate) fn packet_pacing(&self) -> bool {
+        self.qos("packet_pacing") == 1
+    }
+
     /// `roce_cap.qp_ts_format` (current).
     pub(crate) fn qp_ts_format(&self) -> u64 {
         self.cur
@@ -270,6 +316,40 @@ impl Caps {
     pub(crate) fn general(&self, field: &str) -> u64 {
         crate::ifc::ifc().get(&self.cur[&CAP_GENERAL], "cmd_hca_cap", field)
     }
+}
+
+/// The QoS capability block of the later personalities: packet pacing
+/// with burst bound and typical packet size, rates
+/// [`PACKET_PACING_MIN_RATE`]..=[`PACKET_PACING_MAX_RATE`] kbit/s, a table
+/// of [`PACKET_PACING_RATE_TABLE_SIZE`] entries; all zero but the block
+/// itself without pacing (`EmuConfig::packet_pacing_cap` false).
+fn qos_caps(pacing: bool) -> Vec<u8> {
+    let t = crate::ifc::ifc();
+    let mut q = vec![0u8; 4096];
+    if pacing {
+        t.set(&mut q, "qos_cap", "packet_pacing", 1);
+        t.set(&mut q, "qos_cap", "packet_pacing_burst_bound", 1);
+        t.set(&mut q, "qos_cap", "packet_pacing_typical_size", 1);
+        t.set(
+            &mut q,
+            "qos_cap",
+            "packet_pacing_max_rate",
+            u64::from(PACKET_PACING_MAX_RATE),
+        );
+        t.set(
+            &mut q,
+            "qos_cap",
+            "packet_pacing_min_rate",
+            u64::from(PACKET_PACING_MIN_RATE),
+        );
+        t.set(
+            &mut q,
+            "qos_cap",
+            "packet_pacing_rate_table_size",
+            u64::from(PACKET_PACING_RATE_TABLE_SIZE),
+        );
+    }
+    q
 }
 
 #[cfg(test)]

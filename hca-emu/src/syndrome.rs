@@ -135,6 +135,8 @@ syndromes! {
     WQ_TYPE = 0x0009_0403, "CREATE_SQ/RQ: wq_type must be cyclic (1)";
     WQ_COUNTER_SET_ID = 0x0009_0421, "CREATE_RQ / MODIFY_RQ (modify_bitmask counter_set_id): counter_set_id is neither 0 nor an allocated Q counter";
     WQ_COUNTER_SET_ID_MODIFY = 0x0009_0902, "MODIFY_RQ: modify_bitmask counter_set_id without the modify_rq_counter_set_id capability";
+    WQ_PP_INDEX = 0x0009_0430, "CREATE_SQ / MODIFY_SQ (modify_bitmask packet_pacing_rate_limit_index): packet_pacing_rate_limit_index is neither 0 nor a set entry of the rate-limit table";
+    WQ_PP_UNSUPPORTED = 0x0009_0431, "CREATE_SQ / MODIFY_SQ: a non-zero packet_pacing_rate_limit_index on a device without packet pacing (qos_cap.packet_pacing)";
     WQ_TS_FORMAT = 0x0009_0420, "CREATE_SQ/RQ: ts_format not offered by sq_ts_format/rq_ts_format";
     TIR_BAD_RQ = 0x0009_0001, "CREATE_TIR: inline_rqn is not an existing RQ";
     TIR_BAD_RQT = 0x0009_0002, "CREATE_TIR: indirect_table is not an existing RQT";
@@ -158,6 +160,10 @@ syndromes! {
     FTE_DEST = 0x0009_3605, "SET_FLOW_TABLE_ENTRY: forward without destinations (or destinations without forward), or a destination that is not a TIR or a deeper table of the same type";
     FTE_SHORT = 0x0009_3606, "SET_FLOW_TABLE_ENTRY: input too short for destination_list_size";
     FTE_FLOW_TAG = 0x0009_3607, "SET_FLOW_TABLE_ENTRY: a flow_tag on a table type without the flow_tag capability";
+    // SET_PP_RATE_LIMIT 0x780.
+    PP_INDEX = 0x0007_8001, "SET_PP_RATE_LIMIT: rate_limit_index 0 or not below packet_pacing_rate_table_size";
+    PP_RATE = 0x0007_8002, "SET_PP_RATE_LIMIT: rate_limit outside packet_pacing_min_rate ..= packet_pacing_max_rate";
+    PP_IN_USE = 0x0007_8003, "SET_PP_RATE_LIMIT: clearing (rate_limit 0) an entry that an SQ in RDY is paced by";
     // Q counters.
     Q_COUNTER_LIMIT = 0x0007_7101, "ALLOC_Q_COUNTER: max_qp_cnt counter sets are already allocated";
     Q_COUNTER_BAD_ID = 0x0007_7201, "DEALLOC_Q_COUNTER / QUERY_Q_COUNTER: counter_set_id is not an allocated Q counter";

@@ -71,7 +71,13 @@
 //!   by the NIC RX flow tables (outer L2-L4 match, priorities by flow
 //!   index, miss actions) to TIRs, and by each TIR to its RQ, directly or
 //!   by the Toeplitz hash through an RQ table; the CQE carries the RSS
-//!   hash and type and the L3/L4 checksum-OK bits.
+//!   hash and type and the L3/L4 checksum-OK bits. An SQ whose
+//!   `packet_pacing_rate_limit_index` names a set entry of the rate-limit
+//!   table (SET_PP_RATE_LIMIT) is paced: a token bucket of the entry's
+//!   rate and burst (`burst_upper_bound`, else one frame) lets each frame
+//!   leave only when its bits fit; a WQE that does not fit waits, with the
+//!   WQEs behind it, for a pacing timer, and its send CQE is written when
+//!   its frame leaves ([`Datapath::pace_waits`] counts the waits).
 //! - **QP states**: the SQ executes in RTS; the RQ receives in RTR and RTS
 //!   (and SQE for UD/UC); in the error state everything posted completes
 //!   with the flush syndrome (0x05), also WQEs posted later (send
@@ -255,6 +261,10 @@ pub struct Datapath {
     /// Doorbells naming a WQE the doorbell record does not cover (the
     /// record was not updated before the doorbell).
     pub doorbell_mismatches: u64,
+    /// Times a paced raw SQ had to wait before its next frame (packet
+    /// pacing: `sqc.packet_pacing_rate_limit_index`); 0 while no SQ is
+    /// held back by its rate.
+    pub pace_waits: u64,
     /// Notable events (errors, drops), most recent last, at most 256.
     pub log: VecDeque<String>,
 }
@@ -481,6 +491,10 @@ pub(crate) struct Engine {
     pub(crate) err_poll_armed: bool,
     /// Incarnations handed out to QP engine states.
     pub(crate) incarnations: u64,
+    /// Paced raw SQs: their token buckets and pacing waits.
+    pub(crate) pace: HashMap<u32, raw::Pace>,
+    /// Generations handed out to pacing waits.
+    pub(crate) pace_gens: u64,
 }
 
 /// Number of path-MTU packets a message of `len` bytes takes.
@@ -910,6 +924,7 @@ impl Device {
             }
             ObjKind::Sq => {
                 self.engine.sqs.remove(&n);
+                self.engine.pace.remove(&n);
             }
             ObjKind::Rq => {
                 self.engine.rqs.remove(&n);
@@ -1139,6 +1154,7 @@ impl Device {
             Timer::Retry { qpn, tgen } => self.rc_retry_timeout(qpn, tgen),
             Timer::Rnr { qpn, tgen } => self.rc_rnr_timeout(qpn, tgen),
             Timer::ErrPoll => self.err_poll(),
+            Timer::Pace { sqn, pgen } => self.raw_pace_timer(sqn, pgen),
             Timer::ExecCommands(_) | Timer::SmConfigure { .. } => {}
         }
     }

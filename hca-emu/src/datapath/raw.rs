@@ -10,9 +10,11 @@ use super::packet::{ETH_MIN_FRAME, ETH_P_IPV4, ETH_P_IPV6, ETH_P_VLAN, ethernet_
 use super::steer;
 use super::wqe::{self, SqKind, opcode};
 use crate::device::Device;
+use crate::device::Timer;
 use crate::frame::{fold, ones_sum as sum16};
-use crate::fw::{ObjKind, buf_addr};
+use crate::fw::{ObjKind, RateLimit, buf_addr, sq_pp_index};
 use crate::ifc::ifc;
+use std::time::Duration;
 
 /// `cs_flags`: insert the IPv4 header checksum.
 const CS_L3: u8 = 0x40;
@@ -86,6 +88,26 @@ pub(crate) fn insert_checksums(f: &mut [u8], l3: bool, l4: bool) {
     seg[off..off + 2].copy_from_slice(&c.to_be_bytes());
 }
 
+/// Token-bucket units per bit: a rate of R kbit/s adds R units per
+/// nanosecond.
+const UNITS_PER_BIT: u128 = 1_000_000;
+
+/// A paced raw SQ's token bucket (packet pacing): frames leave so that
+/// over any run the bits sent stay within rate × elapsed + burst, the
+/// burst being the entry's `burst_upper_bound` or one frame.
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    /// Credit in [`UNITS_PER_BIT`] units when counted at `at` (None: full,
+    /// the SQ has not sent a paced frame yet).
+    credit: Option<u128>,
+    /// Device time the credit was counted at.
+    at: Duration,
+    /// The pacing wait the SQ is in (its generation), if any: doorbells
+    /// only move its doorbell record, the `Timer::Pace` of this
+    /// generation resumes it.
+    timer: Option<u64>,
+}
+
 impl Device {
     /// A send doorbell for a raw Ethernet SQ.
     pub(crate) fn raw_sq_doorbell(&mut self, sqn: u32, index: u16) {
@@ -119,6 +141,26 @@ impl Device {
     fn raw_sq_kick(&mut self, sqn: u32) {
         let Some(w) = self.fw.objs.wq(ObjKind::Sq, sqn) else {
             return;
+        };
+        // The entry of the rate-limit table the SQ is paced by (an index
+        // naming an entry cleared since, as Linux leaves one in an SQ it
+        // resets, paces nothing). An SQ with index 0 is never in a pacing
+        // wait (MODIFY_SQ ends one), so unpaced SQs look no further.
+        let rate = match sq_pp_index(&w.ctx) {
+            0 => None,
+            i => {
+                if self
+                    .engine
+                    .pace
+                    .get(&sqn)
+                    .is_some_and(|p| p.timer.is_some())
+                {
+                    // Waiting for its rate: the pacing timer takes the
+                    // WQEs up.
+                    return;
+                }
+                self.fw.rate_limits.get(&i).copied()
+            }
         };
         let (pas, lps, log_size, cqn, pd, dbr_addr) = (
             w.pas.clone(),
@@ -165,6 +207,14 @@ impl Device {
                     return;
                 }
             };
+            if let Some(rl) = rate.filter(|_| w.opcode == opcode::SEND) {
+                let hdr = w.eth.as_ref().map_or(0, |e| e.inline_hdr.len());
+                let len = hdr + w.len() as usize;
+                // A frame too long for the wire fails below, unpaced.
+                if len <= 16384 && !self.raw_pace(sqn, rl, len.max(ETH_MIN_FRAME)) {
+                    return;
+                }
+            }
             self.engine.sqs.insert(sqn, next.wrapping_add(w.nbb));
             self.datapath.wqes += 1;
             if w.opcode == opcode::SEND {
@@ -203,6 +253,101 @@ impl Device {
                 };
                 self.emit_cqe(cqn, c);
             }
+        }
+    }
+
+    /// Takes a frame of `bytes` from a paced SQ's token bucket: true when
+    /// it may leave now; false when it must wait, the wait being
+    /// scheduled (`Timer::Pace`) for when the rate lets it.
+    fn raw_pace(&mut self, sqn: u32, rl: RateLimit, bytes: usize) -> bool {
+        let now = self.now();
+        let rate = u128::from(rl.rate_limit.max(1));
+        let bits = bytes as u128 * 8;
+        let need = bits * UNITS_PER_BIT;
+        let cap = bits.max(u128::from(rl.burst_upper_bound) * 8) * UNITS_PER_BIT;
+        let p = self.engine.pace.entry(sqn).or_default();
+        let credit = match p.credit {
+            None => cap,
+            Some(c) => c
+                .saturating_add(rate.saturating_mul(now.saturating_sub(p.at).as_nanos()))
+                .min(cap),
+        };
+        p.at = now;
+        if credit >= need {
+            p.credit = Some(credit - need);
+            return true;
+        }
+        p.credit = Some(credit);
+        let wait = (need - credit).div_ceil(rate);
+        self.engine.pace_gens += 1;
+        let pgen = self.engine.pace_gens;
+        p.timer = Some(pgen);
+        self.datapath.pace_waits += 1;
+        self.schedule(
+            Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX)),
+            Timer::Pace { sqn, pgen },
+        );
+        false
+    }
+
+    /// A pacing wait ends: the SQ (still ready, the wait not cancelled)
+    /// sends what its rate allows.
+    pub(crate) fn raw_pace_timer(&mut self, sqn: u32, pgen: u64) {
+        let Some(p) = self.engine.pace.get_mut(&sqn) else {
+            return;
+        };
+        if p.timer != Some(pgen) {
+            return;
+        }
+        p.timer = None;
+        if self
+            .fw
+            .objs
+            .wq(ObjKind::Sq, sqn)
+            .is_some_and(|w| w.state == 1)
+        {
+            self.raw_sq_kick(sqn);
+        }
+    }
+
+    /// MODIFY_SQ changed an SQ (its state or its rate): a pacing wait is
+    /// cancelled, and a ready SQ goes on under its (new) rate.
+    pub(crate) fn raw_sq_repace(&mut self, sqn: u32) {
+        let waited = self
+            .engine
+            .pace
+            .get_mut(&sqn)
+            .and_then(|p| p.timer.take())
+            .is_some();
+        if waited
+            && self
+                .fw
+                .objs
+                .wq(ObjKind::Sq, sqn)
+                .is_some_and(|w| w.state == 1)
+        {
+            self.raw_sq_kick(sqn);
+        }
+    }
+
+    /// SET_PP_RATE_LIMIT changed entry `index`: the SQs waiting under it
+    /// go on at the new rate.
+    pub(crate) fn raw_pace_entry_changed(&mut self, index: u16) {
+        let waiting: Vec<u32> = self
+            .engine
+            .pace
+            .iter()
+            .filter(|(_, p)| p.timer.is_some())
+            .map(|(&n, _)| n)
+            .filter(|&n| {
+                self.fw
+                    .objs
+                    .wq(ObjKind::Sq, n)
+                    .is_some_and(|w| sq_pp_index(&w.ctx) == index)
+            })
+            .collect();
+        for n in waiting {
+            self.raw_sq_repace(n);
         }
     }
 

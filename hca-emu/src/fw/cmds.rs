@@ -37,6 +37,9 @@ pub(crate) struct Spec {
     pub(crate) min_out: Option<usize>,
     pub(crate) gate: Gate,
     pub(crate) handler: Handler,
+    /// The capability the command needs (without it: bad operation, as
+    /// an opcode the firmware does not know).
+    pub(crate) needs: Option<fn(&Device) -> bool>,
 }
 
 macro_rules! spec {
@@ -48,6 +51,7 @@ macro_rules! spec {
             min_out: None,
             gate: Gate::$gate,
             handler: $h,
+            needs: None,
         }
     };
     ($lin:expr, $lout:expr, $gate:ident, $h:expr, in = $mi:expr) => {
@@ -58,6 +62,7 @@ macro_rules! spec {
             min_out: None,
             gate: Gate::$gate,
             handler: $h,
+            needs: None,
         }
     };
 }
@@ -297,6 +302,15 @@ pub(crate) fn spec(opcode: u16) -> Option<Spec> {
             Initialized,
             query_q_counter
         ),
+        0x780 => Spec {
+            needs: Some(super::pp::has_packet_pacing),
+            ..spec!(
+                "set_pp_rate_limit_in",
+                "set_pp_rate_limit_out",
+                Initialized,
+                super::pp::set_pp_rate_limit
+            )
+        },
         0x800 => spec!("alloc_pd_in", "alloc_pd_out", Initialized, alloc_pd),
         0x801 => spec!("dealloc_pd_in", "dealloc_pd_out", Initialized, dealloc_pd),
         0x802 => spec!("alloc_uar_in", "alloc_uar_out", Initialized, alloc_uar),
@@ -1157,6 +1171,9 @@ fn create_wq(d: &mut Device, c: &Cmd, k: ObjKind) -> Result<u32, Fail> {
         g("ts_format"),
         syn::WQ_TS_FORMAT,
     )?;
+    if k == ObjKind::Sq {
+        d.check_sq_pp_index(g("packet_pacing_rate_limit_index") as u16)?;
+    }
     let cqn = g("cqn") as u32;
     d.need(ObjKind::Cq, cqn, syn::BAD_CQN)?;
     if k == ObjKind::Rq {
@@ -1245,6 +1262,10 @@ fn modify_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str, cur: &str) -> R {
             return fail(st::BAD_PARAM, syn::WQ_COUNTER_SET_ID);
         }
     }
+    if k == ObjKind::Sq && c.get("modify_bitmask") & 1 != 0 {
+        // A new rate: 0 (not paced) or a set entry of the table.
+        d.check_sq_pp_index(c.get("ctx.packet_pacing_rate_limit_index") as u16)?;
+    }
     let Some(w) = d.fw.objs.wq_mut(k, n) else {
         return fail(st::BAD_RES, syn::NO_SUCH_OBJECT);
     };
@@ -1282,6 +1303,10 @@ fn modify_wq(d: &mut Device, c: &Cmd, k: ObjKind, num: &str, cur: &str) -> R {
         }
     }
     w.ctx = kept;
+    if k == ObjKind::Sq {
+        // A pacing wait ends: the SQ's rate, or its state, changed.
+        d.raw_sq_repace(n);
+    }
     if new_state == 3 && cur_state != 3 {
         d.raw_wq_error(k, n);
     }

@@ -30,6 +30,7 @@ pub(crate) fn enable_hca(d: &mut Device, c: &Cmd) -> R {
     p.pinned.clear();
     d.fw.issi = 0;
     d.fw.caps = Caps::for_config(&d.cfg);
+    d.fw.rate_limits.clear();
     d.fw.state = HcaState::Enabled;
     c.out().done()
 }
@@ -69,6 +70,7 @@ pub(crate) fn teardown_hca(d: &mut Device, c: &Cmd) -> R {
     let live = d.fw.objs.live();
     d.fw.leaked_at_teardown.extend(live);
     d.fw.objs.clear();
+    d.fw.rate_limits.clear();
     d.engine = Default::default();
     d.fw.state = HcaState::TornDown;
     for p in 1..=d.fw.ports.len() as u8 {
@@ -264,6 +266,7 @@ pub(crate) fn query_hca_cap(d: &mut Device, c: &Cmd) -> R {
         7 => "flow_table_nic_cap",
         8 => "flow_table_eswitch_cap",
         9 => "e_switch_cap",
+        crate::personality::CAP_QOS => "qos_cap",
         _ => "hca_cap_union",
     };
     if c.out_len < off + ifc().size(layout) {

@@ -34,6 +34,7 @@ mod hca;
 mod mad;
 pub(crate) mod objects;
 mod port;
+mod pp;
 mod qp;
 mod ts;
 mod umem;
@@ -42,6 +43,8 @@ pub(crate) use hca::RESD_LKEY;
 pub(crate) use objects::Objects;
 pub use objects::{Cq, Mkey, ObjKind, Qp, QpState, Srq, Wq, buf_addr};
 pub(crate) use port::Port;
+pub use pp::RateLimit;
+pub(crate) use pp::sq_pp_index;
 pub use umem::Umem;
 
 use std::sync::atomic::{Ordering, fence};
@@ -266,6 +269,9 @@ pub(crate) struct Fw {
     /// Multicast groups (ATTACH_TO_MCG): MGID -> the attached UD QPs, in
     /// attach order.
     pub(crate) mcast: std::collections::BTreeMap<[u8; 16], Vec<u32>>,
+    /// The packet pacing rate-limit table (SET_PP_RATE_LIMIT): the set
+    /// entries by index.
+    pub(crate) rate_limits: std::collections::BTreeMap<u16, RateLimit>,
 }
 
 impl Fw {
@@ -290,6 +296,7 @@ impl Fw {
             leaked_at_teardown: Vec::new(),
             pages_lost: Vec::new(),
             mcast: std::collections::BTreeMap::new(),
+            rate_limits: std::collections::BTreeMap::new(),
         }
     }
 
@@ -662,6 +669,10 @@ impl Device {
         let Some(spec) = cmds::spec(opcode) else {
             return fail(st::BAD_OP, syn::BAD_OPCODE);
         };
+        // A command of a capability the device lacks is unknown to it.
+        if spec.needs.is_some_and(|has| !has(self)) {
+            return fail(st::BAD_OP, syn::BAD_OPCODE);
+        }
         // Firmware state.
         use cmds::Gate;
         let s = self.fw.state;

@@ -243,6 +243,14 @@ pub struct Wq {
     pub ctx: Vec<u8>,
 }
 
+impl Wq {
+    /// An SQ's `sqc.packet_pacing_rate_limit_index`: the entry of the
+    /// rate-limit table it is paced by (0: not paced).
+    pub fn packet_pacing_rate_limit_index(&self) -> u16 {
+        super::pp::sq_pp_index(&self.ctx)
+    }
+}
+
 /// A flow table (`flow_table_context`).
 #[derive(Clone, Debug)]
 pub(crate) struct FlowTable {

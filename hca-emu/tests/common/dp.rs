@@ -909,6 +909,12 @@ impl Node {
         self.objs.push((opcode, n));
     }
 
+    /// Takes an object destroyed by hand off `finish`'s list (destroy
+    /// opcode, number).
+    pub fn forget(&mut self, opcode: u16, n: u32) {
+        self.objs.retain(|&o| o != (opcode, n));
+    }
+
     /// Destroys every object in reverse order, tears the HCA down, frees
     /// the memory and asserts the emulator is clean (no IOMMU fault, no
     /// leak, no internal error).
