@@ -849,6 +849,13 @@ fn flow_rules_of_each_selector_kind_sniffer_miss_and_rss_into_raw_qps() {
             &frame(me, peer, None, L3::V4(V4B, V4B), udp(3), 12),
             SendFlags::NONE,
         );
+        // The receiving device works on its own thread: wait for its
+        // count, then no completion may have come of the frame.
+        let t = Instant::now();
+        while eb.datapath().drops.steering_miss == miss {
+            assert!(t.elapsed() < WAIT, "no steering miss counted in {WAIT:?}");
+            std::thread::yield_now();
+        }
         collect(&cqb, 0);
         assert_eq!(eb.datapath().drops.steering_miss, miss + 1);
 
