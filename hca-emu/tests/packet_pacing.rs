@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use common::dp::*;
-use common::{Raw, inp, put_pas, put64, setf};
+use common::{Raw, inp, setf};
 use hca_emu::{EmuConfig, ObjKind, Personality, RateLimit, syndrome as syn};
 
 /// Command statuses.
@@ -200,25 +200,11 @@ fn create_sq_input(
     index: u16,
     flush: bool,
 ) -> (Vec<u8>, u64, u64) {
-    let (log, log_stride) = (6u32, 6u32);
-    let bytes = (1usize << (log + log_stride)).next_multiple_of(4096);
-    let buf = n.mem(bytes, 0);
-    let dbr = n.mem(64, 0);
-    let pages = bytes / 4096;
-    let mut m = inp(0x904, 0, 0x110 + 8 * pages);
+    let (mut m, buf, dbr) = n.raw_wq_input(true, cqn, tisn, 6, 6, 0);
     if flush {
         setf(&mut m, 0x20, 28, 28, 1);
     }
-    setf(&mut m, 0x28, 23, 0, u64::from(cqn));
     setf(&mut m, 0x20 + 0x1c, 15, 0, u64::from(index));
-    setf(&mut m, 0x20 + 0x2c, 23, 0, u64::from(tisn));
-    setf(&mut m, 0x50, 31, 28, 1);
-    setf(&mut m, 0x58, 23, 0, u64::from(n.pd));
-    setf(&mut m, 0x5c, 23, 0, u64::from(n.uar));
-    put64(&mut m, 0x60, dbr);
-    setf(&mut m, 0x70, 19, 16, u64::from(log_stride));
-    setf(&mut m, 0x70, 4, 0, u64::from(log));
-    put_pas(&mut m, 0x110, buf, pages);
     (m, buf, dbr)
 }
 
@@ -257,21 +243,7 @@ fn paced_sq(n: &mut Node, index: u16, flush: bool) -> (Qp, Cq) {
     let sqn = n.r.create(&m);
     n.keep(0x906, sqn);
     modify_sq(n, sqn, 0, 1, None);
-    let sq = Qp {
-        qpn: sqn,
-        st: 0,
-        buf,
-        dbr,
-        log_rq: 6,
-        rq_stride: 64,
-        log_sq: 6,
-        srq: true,
-        sq_pc: 0,
-        rq_pc: 0,
-        port: 1,
-        bf: false,
-        bf_toggle: false,
-    };
+    let sq = raw_wq_qp(sqn, buf, dbr, 6, 6);
     (sq, cq)
 }
 

@@ -991,6 +991,28 @@ impl Node {
         log_stride: u32,
         uidx: u32,
     ) -> Qp {
+        let (m, buf, dbr) = self.raw_wq_input(sq, cqn, tisn, log, log_stride, uidx);
+        let num = self.r.create(&m);
+        self.keep(if sq { 0x906 } else { 0x90a }, num);
+        let mut md = inp(if sq { 0x905 } else { 0x909 }, 0, 0x110);
+        setf(&mut md, 8, 23, 0, u64::from(num));
+        setf(&mut md, 0x20, 23, 20, 1);
+        self.r.ok(&md, 16);
+        raw_wq_qp(num, buf, dbr, log, log_stride)
+    }
+
+    /// The CREATE_SQ (`sq`, on `tisn`) or CREATE_RQ input of
+    /// [`raw_wq_uidx`](Self::raw_wq_uidx), with its buffer and doorbell
+    /// record (allocated here): for a test that sets more of the context.
+    pub fn raw_wq_input(
+        &mut self,
+        sq: bool,
+        cqn: u32,
+        tisn: u32,
+        log: u32,
+        log_stride: u32,
+        uidx: u32,
+    ) -> (Vec<u8>, u64, u64) {
         let bytes = (1usize << (log + log_stride)).next_multiple_of(4096);
         let buf = self.mem(bytes, 0);
         let dbr = self.mem(64, 0);
@@ -1012,27 +1034,7 @@ impl Node {
         setf(&mut m, 0x70, 19, 16, u64::from(log_stride));
         setf(&mut m, 0x70, 4, 0, u64::from(log));
         put_pas(&mut m, 0x110, buf, pages);
-        let num = self.r.create(&m);
-        self.keep(if sq { 0x906 } else { 0x90a }, num);
-        let mut md = inp(if sq { 0x905 } else { 0x909 }, 0, 0x110);
-        setf(&mut md, 8, 23, 0, u64::from(num));
-        setf(&mut md, 0x20, 23, 20, 1);
-        self.r.ok(&md, 16);
-        Qp {
-            qpn: num,
-            st: 0,
-            buf,
-            dbr,
-            log_rq: log,
-            rq_stride: 1 << log_stride,
-            log_sq: log,
-            srq: true,
-            sq_pc: 0,
-            rq_pc: 0,
-            port: 1,
-            bf: false,
-            bf_toggle: false,
-        }
+        (m, buf, dbr)
     }
 
     /// A raw Ethernet SQ (with its TD, TIS and CQ) to put any frame on the
@@ -1142,4 +1144,25 @@ pub fn connect_pair(a: &mut Node, qa: &mut Qp, b: &mut Node, qb: &mut Qp, attrs:
     let pb = b.path_to(a, 1, qa.qpn, 1);
     a.connect(qa, &pa, attrs);
     b.connect(qb, &pb, attrs);
+}
+
+/// The [`Qp`] view of a raw work queue `num` (buffer `buf`, doorbell
+/// record `dbr`, `2^log` entries of `2^log_stride` bytes), for the posting
+/// helpers.
+pub fn raw_wq_qp(num: u32, buf: u64, dbr: u64, log: u32, log_stride: u32) -> Qp {
+    Qp {
+        qpn: num,
+        st: 0,
+        buf,
+        dbr,
+        log_rq: log,
+        rq_stride: 1 << log_stride,
+        log_sq: log,
+        srq: true,
+        sq_pc: 0,
+        rq_pc: 0,
+        port: 1,
+        bf: false,
+        bf_toggle: false,
+    }
 }
