@@ -238,7 +238,7 @@ pub use info::{
 };
 pub use irq::InterruptStats;
 pub use mailbox::MAX_MAILBOX_CHUNKS;
-pub use pacing::{MAX_RATE_ENTRIES, PacketPacingCaps, RateLimit};
+pub use pacing::{MAX_RATE_ENTRIES, PacketPacingCaps, RATE_TABLE, RateLimit};
 pub use pages::MAX_PAGE_CHUNKS;
 pub use pas::{PAS_PAGE_SIZE, PageList};
 pub use query::SpecialContexts;

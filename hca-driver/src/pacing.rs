@@ -26,6 +26,10 @@ use crate::info::Caps;
 /// 127 usable).
 pub const MAX_RATE_ENTRIES: usize = 127;
 
+/// What [`Error::CapacityExceeded`] names for a full rate-limit table
+/// (Linux answers `ENOSPC` there, not `ENOMEM`).
+pub const RATE_TABLE: &str = "packet pacing rate table";
+
 /// A device's packet pacing capabilities (`qos_cap`, current), as
 /// `ibv_query_device_ex` reports them in `packet_pacing_caps`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,7 +217,7 @@ impl<P: Platform> Hca<P> {
             let capacity = t.slots.len();
             let Some(i) = t.slots.iter().position(|s| *s == Slot::Free) else {
                 return Err(Error::CapacityExceeded {
-                    what: "packet pacing rate table",
+                    what: RATE_TABLE,
                     capacity,
                 });
             };

@@ -115,6 +115,8 @@ pub(crate) fn errno_of(e: &hca_driver::Error) -> i32 {
         | E::InvalidWorkRequest { .. }
         | E::AddressHandle(_)
         | E::Command(_) => libc::EINVAL,
+        // mlx5_rl_add_rate: "There is no room in the rate table".
+        E::CapacityExceeded { what, .. } if *what == hca_driver::RATE_TABLE => libc::ENOSPC,
         E::CapacityExceeded { .. } => libc::ENOMEM,
         E::Unsupported(_) => libc::EOPNOTSUPP,
         E::InUse { .. } => libc::EBUSY,

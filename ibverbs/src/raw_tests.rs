@@ -950,5 +950,26 @@ fn packet_pacing_caps_ibv_qp_rate_limit_and_modify_qp_rate_limit() {
     assert_eq!(modify_qp_rate_limit(q, Default::default()), 0);
     assert_eq!(queried_rate(q), 0);
     assert_eq!(ibv_destroy_qp(q), 0);
+
+    // A full rate table is ENOSPC, as mlx5_rl_add_rate answers.
+    let qps: Vec<_> = (0..=hca_driver::MAX_RATE_ENTRIES)
+        .map(|_| raw_qp(&d, d.cq, 1, 0))
+        .collect();
+    for (i, &q) in qps.iter().enumerate().take(hca_driver::MAX_RATE_ENTRIES) {
+        let rl = ibv_qp_rate_limit_attr {
+            rate_limit: 1000 + i as u32,
+            ..Default::default()
+        };
+        assert_eq!(modify_qp_rate_limit(q, rl), 0, "entry {i}");
+    }
+    let last = qps[hca_driver::MAX_RATE_ENTRIES];
+    let rl = ibv_qp_rate_limit_attr {
+        rate_limit: 999,
+        ..Default::default()
+    };
+    assert_eq!(modify_qp_rate_limit(last, rl), libc::ENOSPC);
+    for q in qps {
+        assert_eq!(ibv_destroy_qp(q), 0);
+    }
     close(d);
 }
