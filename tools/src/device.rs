@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 
 use firmware_cmds::Opcode;
 use hca_driver::{CommandRecorder, Config, DumpRecorder, Exchange, Hca, WaitMode};
-use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, WireSpec};
+use hca_emu::{Clock, EmuConfig, EmuHca, EmuPlatform, Personality, WireSpec};
 use platform::vfio::{VfioOptions, VfioPlatform, normalize_bdf};
 use platform::{Either, Platform};
 
@@ -124,6 +124,37 @@ pub struct OpenOptions {
     /// On the emulator: capture port 1's frames into this pcap file
     /// (`--pcap`).
     pub pcap: Option<PathBuf>,
+    /// On the emulator: the model it plays (`--emu-model`; none: the
+    /// recorded ConnectX-4).
+    pub emu_model: Option<Personality>,
+    /// On the emulator: run on the host's clock (as with a wire) rather
+    /// than the virtual one, for a command whose device-timed behaviour
+    /// (packet pacing) the host's clock measures.
+    pub real_time: bool,
+}
+
+/// `--emu-model`: `cx4`, `cx5` or `cx6dx`.
+pub fn parse_emu_model(s: &str) -> Result<Personality> {
+    match s.to_ascii_lowercase().as_str() {
+        "cx4" => Ok(Personality::ConnectX4),
+        "cx5" => Ok(Personality::ConnectX5),
+        "cx6dx" => Ok(Personality::ConnectX6Dx),
+        _ => Err(ToolError::Usage(format!(
+            "--emu-model {s}: one of cx4 (the recorded ConnectX-4), cx5, cx6dx"
+        ))),
+    }
+}
+
+/// How the notice on stderr names an emulated model: its name (with `s`
+/// appended for two) and its details.
+fn model_name(p: Personality, plural: &str) -> String {
+    let name = match p {
+        Personality::ConnectX4 => "ConnectX-4",
+        Personality::ConnectX5 => "ConnectX-5",
+        Personality::ConnectX6Dx => "ConnectX-6 Dx",
+    };
+    let (a, b, c) = p.fw_version();
+    format!("{name}{plural} (hca-emu, firmware {a}.{b}.{c})")
 }
 
 /// The port the emulator's wire and capture are on.
@@ -132,6 +163,11 @@ pub const WIRE_PORT: u8 = 1;
 impl OpenOptions {
     /// The error for `--wire`/`--pcap` given for a real device.
     fn emulator_only(&self) -> Result<()> {
+        if self.emu_model.is_some() {
+            return Err(ToolError::Usage(
+                "--emu-model chooses the emulated HCA's model: it does not apply to a device given with -d".into(),
+            ));
+        }
         if self.wire.is_some() {
             return Err(ToolError::Usage(
                 "--wire (or HCA_EMU_WIRE) cables the emulated HCA: it does not apply to a device given with -d".into(),
@@ -303,11 +339,20 @@ fn wire_seed(w: &WireSpec) -> u64 {
 /// the real-time clock with port 1 cabled to it; with `--pcap`, port 1
 /// captured.
 fn emulator(opts: &OpenOptions) -> Result<(EmuHca, Option<Capture>)> {
-    let what = "the emulated ConnectX-4 (hca-emu, firmware 14.12.1220)";
+    let model = opts.emu_model.unwrap_or(Personality::ConnectX4);
+    let what = format!("the emulated {}", model_name(model, ""));
     let emu = match &opts.wire {
         None => {
-            eprintln!("{}", emulator_notice(opts.emulator_asked, what));
-            EmuHca::new(EmuConfig::default())
+            eprintln!("{}", emulator_notice(opts.emulator_asked, &what));
+            EmuHca::new(EmuConfig {
+                personality: model,
+                clock: if opts.real_time {
+                    Clock::Real
+                } else {
+                    Clock::Virtual
+                },
+                ..EmuConfig::default()
+            })
         }
         Some(w) => {
             eprintln!(
@@ -320,6 +365,7 @@ fn emulator(opts: &OpenOptions) -> Result<(EmuHca, Option<Capture>)> {
             let emu = EmuHca::new(EmuConfig {
                 clock: Clock::Real,
                 seed: wire_seed(w),
+                personality: model,
                 ..EmuConfig::default()
             });
             emu.cable_to(WIRE_PORT, w)
@@ -534,17 +580,30 @@ pub struct PairDesc {
 /// error here: both sides are in this process.
 pub fn emulated_pair(opts: &OpenOptions) -> Result<(EmuHca, EmuHca, Option<Capture>)> {
     opts.no_wire_for_pair()?;
+    let model = opts.emu_model.unwrap_or(Personality::ConnectX4);
     eprintln!(
         "{}",
         emulator_notice(
             opts.emulator_asked,
-            "two emulated ConnectX-4s (hca-emu, firmware 14.12.1220) cabled port 1 to port 1"
+            &format!(
+                "two emulated {} cabled port 1 to port 1",
+                model_name(model, "s")
+            )
         )
     );
-    let a = EmuHca::new(EmuConfig::default());
-    let b = EmuHca::new(EmuConfig {
-        seed: EmuConfig::default().seed ^ 0xb0b,
+    let cfg = EmuConfig {
+        personality: model,
+        clock: if opts.real_time {
+            Clock::Real
+        } else {
+            Clock::Virtual
+        },
         ..EmuConfig::default()
+    };
+    let a = EmuHca::new(cfg.clone());
+    let b = EmuHca::new(EmuConfig {
+        seed: cfg.seed ^ 0xb0b,
+        ..cfg
     });
     hca_emu::connect(&a, 1, &b, 1)
         .map_err(|e| ToolError::Usage(format!("cabling the two emulated HCAs together: {e}")))?;

@@ -106,6 +106,12 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
 
+    /// On the emulator: the ConnectX model it plays: cx4 (the recorded
+    /// ConnectX-4, the default), cx5 or cx6dx (its capabilities with what
+    /// later generations add, such as packet pacing).
+    #[arg(long = "emu-model", global = true, value_name = "MODEL")]
+    emu_model: Option<String>,
+
     /// The sysfs root (for tests and containers).
     #[arg(
         long,
@@ -378,6 +384,11 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             "-d/--device does not apply to `hca {name}`, which runs on no device"
         )));
     }
+    if cli.emu_model.is_some() && dev.is_none() {
+        return Err(ToolError::Usage(format!(
+            "--emu-model does not apply to `hca {name}`, which runs on no device"
+        )));
+    }
     if cli.poll && dev.is_none() {
         return Err(ToolError::Usage(format!(
             "--poll does not apply to `hca {name}`, which runs on no device"
@@ -432,6 +443,12 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         },
         wire,
         pcap,
+        emu_model: cli
+            .emu_model
+            .as_deref()
+            .map(crate::device::parse_emu_model)
+            .transpose()?,
+        real_time: false,
     };
     match &cli.command {
         Command::List { .. } => cmd::list::run(&cli.sysfs_root, json, out),

@@ -141,3 +141,74 @@ fn raw_bw_refuses_what_does_not_apply() {
         "{msg}"
     );
 }
+
+#[test]
+fn raw_bw_paced_by_the_device_stays_within_its_rate() {
+    // 8 Mb/s on the emulated ConnectX-5 (packet pacing): the sender's
+    // average cannot pass 8e6 / 8 / 2^20 MiB/s by more than its first
+    // frame, which leaves at once (n frames in at least n - 1 gaps).
+    let n = 100.0;
+    let o = hca(&[
+        "perf",
+        "raw-bw",
+        "--emu-model",
+        "cx5",
+        "--rate-limit",
+        "8",
+        "-s",
+        "1000",
+        "-n",
+        "100",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("two emulated ConnectX-5s"),
+        "{}",
+        text(&o.stderr)
+    );
+    let j = json(&text(&o.stdout));
+    assert_eq!(j["rate_limit_kbps"], 8000);
+    assert_eq!(j["received"], 100);
+    let avg = j["send"]["bw_average"].as_f64().unwrap();
+    let bound = 8e6 / 8.0 / 1048576.0 * n / (n - 1.0);
+    assert!(avg > 0.0 && avg <= bound, "{avg} MiB/s paced at 8 Mb/s");
+    let o = hca(&[
+        "perf",
+        "raw-bw",
+        "--emu-model",
+        "cx5",
+        "--rate-limit",
+        "2.5",
+        "-n",
+        "20",
+        "-s",
+        "64",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("Paced          : 2.5 Mb/s by the device (packet pacing)"),
+        "{}",
+        text(&o.stdout)
+    );
+
+    // The recorded ConnectX-4 does not pace: the driver's typed refusal.
+    let e = |args: &[&str]| {
+        let o = hca(args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        text(&o.stderr)
+    };
+    let msg = e(&["perf", "raw-bw", "--rate-limit", "8", "-n", "20"]);
+    assert!(
+        msg.contains("--rate-limit") && msg.contains("packet pacing"),
+        "{msg}"
+    );
+    assert!(e(&["perf", "raw-bw", "--rate-limit", "0"]).contains("--rate-limit 0"));
+    assert!(e(&["perf", "write-bw", "--rate-limit", "8"]).contains("does not apply to write-bw"));
+    assert!(e(&["perf", "raw-bw", "--emu-model", "cx9"]).contains("--emu-model cx9"));
+    assert!(e(&["list", "--emu-model", "cx5"]).contains("--emu-model does not apply"));
+    assert!(
+        e(&["info", "-d", "0000:00:10.0", "--emu-model", "cx5"])
+            .contains("--emu-model chooses the emulated HCA's model")
+    );
+}

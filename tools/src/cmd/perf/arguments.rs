@@ -104,6 +104,13 @@ pub struct PerfArgs {
     #[arg(short = 'N', long = "noPeak", alias = "no-peak")]
     no_peak: bool,
 
+    /// raw-bw: pace the sending raw packet QP at this many Mb/s with the
+    /// device's packet pacing (IBV_QP_RATE_LIMIT; perftest's
+    /// --rate_limit_type=PP). ConnectX-5 and later (on the emulator:
+    /// --emu-model cx5).
+    #[arg(long = "rate-limit", value_name = "MBIT/S")]
+    rate_limit: Option<f64>,
+
     /// Speak perftest's own TCP exchange (its socket mode, not rdma_cm)
     /// instead of this tool's, so that the peer can be perftest
     /// (`ib_write_bw` ...) with the same test and options; one size (-s),
@@ -116,6 +123,12 @@ impl PerfArgs {
     /// Validates the arguments: the spec, this side's own options and
     /// where the sides run.
     pub(super) fn validate(&self) -> Result<(Spec, Local, Mode)> {
+        if self.rate_limit.is_some() {
+            return Err(ToolError::Usage(format!(
+                "--rate-limit does not apply to {}: it paces raw-bw's raw packet QP",
+                self.test
+            )));
+        }
         let spec = Spec::from_args(self)?;
         let local = Local {
             ib_port: self.conn.ib_port,
@@ -383,6 +396,8 @@ pub(super) struct RawOpts {
     pub(super) no_peak: bool,
     /// The port.
     pub(super) ib_port: u8,
+    /// The sender's packet pacing rate, kbit/s (`--rate-limit`).
+    pub(super) rate_limit_kbps: Option<u32>,
 }
 
 /// The smallest raw-bw frame: Ethernet, IPv4 and UDP headers and 8 bytes
@@ -471,6 +486,17 @@ impl PerfArgs {
         if self.conn.ib_port == 0 {
             return Err(ToolError::Usage("-i 0: ports are numbered from 1".into()));
         }
+        let rate_limit_kbps = match self.rate_limit {
+            None => None,
+            Some(r) if r.is_finite() && (0.001..=4_294_967.0).contains(&r) => {
+                Some((r * 1000.0).round() as u32)
+            }
+            Some(r) => {
+                return Err(ToolError::Usage(format!(
+                    "--rate-limit {r}: a rate from 0.001 to 4294967 Mb/s"
+                )));
+            }
+        };
         let mode = self.conn.mode()?;
         Ok((
             RawOpts {
@@ -483,6 +509,7 @@ impl PerfArgs {
                 gbits: self.report_gbits,
                 no_peak: self.no_peak || self.duration.is_some(),
                 ib_port: self.conn.ib_port,
+                rate_limit_kbps,
             },
             mode,
         ))

@@ -25,11 +25,11 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hca_driver::Hca;
 use hca_driver::steering::{FlowMatch, FlowSpec, Masked};
 use hca_driver::verbs::{
     DeviceAttr, RAW_PACKET_CAP_IP_CSUM, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
 };
+use hca_driver::{Hca, RateLimit};
 use hca_emu::frame::{Frame, L3, L4};
 use platform::Platform;
 use serde::{Deserialize, Serialize};
@@ -125,7 +125,12 @@ impl<P: Platform + 'static> Sender<P> {
             tx: o.tx_depth,
             slot: o.size as usize,
         };
-        let (q, mac) = RawQp::open(hca, "client", spec, hint)?;
+        let (mut q, mac) = RawQp::open(hca, "client", spec, hint)?;
+        if let Some(k) = o.rate_limit_kbps {
+            q.raw.qp.set_rate_limit(RateLimit::kbps(k)).map_err(|e| {
+                ToolError::driver(format!("pacing the sender at {k} kbit/s (--rate-limit)"), e)
+            })?;
+        }
         let csum = DeviceAttr::from_info(hca.info()).has_raw_packet_cap(RAW_PACKET_CAP_IP_CSUM);
         Ok((
             Sender {
@@ -356,6 +361,9 @@ pub struct RawReport {
     /// How the sender makes the UDP checksum: `offload` (cs_flags) or
     /// `zero`; empty on the server (the client's choice).
     pub udp_checksum: &'static str,
+    /// The sender's packet pacing rate, kbit/s (`--rate-limit`); none on
+    /// the server (the client's choice) and for an unpaced sender.
+    pub rate_limit_kbps: Option<u32>,
     /// Frames sent.
     pub sent: u64,
     /// Frames received whole.
@@ -402,6 +410,13 @@ impl RawReport {
                 " Checksums      : IPv4 header in software, UDP 0 (the device reports no IP checksum offload)"
             )?,
             _ => {}
+        }
+        if let Some(k) = self.rate_limit_kbps {
+            writeln!(
+                out,
+                " Paced          : {} Mb/s by the device (packet pacing)",
+                f64::from(k) / 1000.0
+            )?;
         }
         writeln!(out, "{RESULT_LINE}")?;
         writeln!(out, "{}", if gbits { BW_HEADER_G } else { BW_HEADER })?;
@@ -451,6 +466,18 @@ pub(super) fn run(
     out: &mut dyn Write,
 ) -> Result<()> {
     let (o, mode) = a.raw()?;
+    // A paced sender's rate is device time: on the emulator that must be
+    // the host's, for the bandwidth (host time) to show it.
+    let paced_open;
+    let open = if o.rate_limit_kbps.is_some() {
+        paced_open = OpenOptions {
+            real_time: true,
+            ..open.clone()
+        };
+        &paced_open
+    } else {
+        open
+    };
     match mode {
         Mode::Loopback => {
             let pair = DevicePair::open(sel, open)?;
@@ -537,6 +564,7 @@ fn loopback(o: &RawOpts, pair: &DevicePair) -> Result<RawReport> {
         src_mac: mac_text(&src),
         dst_mac: mac_text(&dst),
         udp_checksum: checksum_name(s.offload()),
+        rate_limit_kbps: o.rate_limit_kbps,
         sent: s.posted,
         received: r.received,
         lost: s.posted.saturating_sub(r.received + r.bad),
@@ -656,6 +684,7 @@ fn serve(o: &RawOpts, dev: &Device, hint: &str, ctl: &mut Control) -> Result<Raw
         src_mac: mac_text(&src),
         dst_mac: mac_text(&mac),
         udp_checksum: "",
+        rate_limit_kbps: None,
         sent,
         received: r.received,
         lost: sent.saturating_sub(r.received + r.bad),
@@ -726,6 +755,7 @@ fn client(
             src_mac: mac_text(&src),
             dst_mac: mac_text(&dst),
             udp_checksum: checksum_name(offload),
+            rate_limit_kbps: o.rate_limit_kbps,
             sent: s.posted,
             received,
             lost: s.posted.saturating_sub(received + bad),
