@@ -181,6 +181,21 @@ impl OpenOptions {
         Ok(())
     }
 
+    /// The emulator's configuration these options ask for: the model
+    /// (`--emu-model`, the recorded ConnectX-4 by default), on the host's
+    /// clock when [`real_time`](Self::real_time), else the virtual one.
+    fn emu_config(&self) -> EmuConfig {
+        EmuConfig {
+            personality: self.emu_model.unwrap_or(Personality::ConnectX4),
+            clock: if self.real_time {
+                Clock::Real
+            } else {
+                Clock::Virtual
+            },
+            ..EmuConfig::default()
+        }
+    }
+
     /// The error for `--wire` in a mode that runs both sides in this
     /// process.
     fn no_wire_for_pair(&self) -> Result<()> {
@@ -344,15 +359,7 @@ fn emulator(opts: &OpenOptions) -> Result<(EmuHca, Option<Capture>)> {
     let emu = match &opts.wire {
         None => {
             eprintln!("{}", emulator_notice(opts.emulator_asked, &what));
-            EmuHca::new(EmuConfig {
-                personality: model,
-                clock: if opts.real_time {
-                    Clock::Real
-                } else {
-                    Clock::Virtual
-                },
-                ..EmuConfig::default()
-            })
+            EmuHca::new(opts.emu_config())
         }
         Some(w) => {
             eprintln!(
@@ -365,8 +372,7 @@ fn emulator(opts: &OpenOptions) -> Result<(EmuHca, Option<Capture>)> {
             let emu = EmuHca::new(EmuConfig {
                 clock: Clock::Real,
                 seed: wire_seed(w),
-                personality: model,
-                ..EmuConfig::default()
+                ..opts.emu_config()
             });
             emu.cable_to(WIRE_PORT, w)
                 .map_err(|e| ToolError::Usage(format!("--wire {w}: {e}")))?;
@@ -591,15 +597,7 @@ pub fn emulated_pair(opts: &OpenOptions) -> Result<(EmuHca, EmuHca, Option<Captu
             )
         )
     );
-    let cfg = EmuConfig {
-        personality: model,
-        clock: if opts.real_time {
-            Clock::Real
-        } else {
-            Clock::Virtual
-        },
-        ..EmuConfig::default()
-    };
+    let cfg = opts.emu_config();
     let a = EmuHca::new(cfg.clone());
     let b = EmuHca::new(EmuConfig {
         seed: cfg.seed ^ 0xb0b,

@@ -147,21 +147,26 @@ fn raw_bw_paced_by_the_device_stays_within_its_rate() {
     // 8 Mb/s on the emulated ConnectX-5 (packet pacing): the sender's
     // average cannot pass 8e6 / 8 / 2^20 MiB/s by more than its first
     // frame, which leaves at once (n frames in at least n - 1 gaps).
-    let n = 100.0;
-    let o = hca(&[
-        "perf",
-        "raw-bw",
-        "--emu-model",
-        "cx5",
-        "--rate-limit",
-        "8",
-        "-s",
-        "1000",
-        "-n",
-        "100",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    // `hca perf raw-bw` on two emulated ConnectX-5s, the sender paced.
+    let paced = |rate: &str, size: &str, n: &str, more: &[&str]| {
+        let mut args = vec![
+            "perf",
+            "raw-bw",
+            "--emu-model",
+            "cx5",
+            "--rate-limit",
+            rate,
+            "-s",
+            size,
+            "-n",
+            n,
+        ];
+        args.extend_from_slice(more);
+        let o = hca(&args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        o
+    };
+    let o = paced("8", "1000", "100", &["--json"]);
     assert!(
         text(&o.stderr).contains("two emulated ConnectX-5s"),
         "{}",
@@ -171,21 +176,10 @@ fn raw_bw_paced_by_the_device_stays_within_its_rate() {
     assert_eq!(j["rate_limit_kbps"], 8000);
     assert_eq!(j["received"], 100);
     let avg = j["send"]["bw_average"].as_f64().unwrap();
+    let n = 100.0;
     let bound = 8e6 / 8.0 / 1048576.0 * n / (n - 1.0);
     assert!(avg > 0.0 && avg <= bound, "{avg} MiB/s paced at 8 Mb/s");
-    let o = hca(&[
-        "perf",
-        "raw-bw",
-        "--emu-model",
-        "cx5",
-        "--rate-limit",
-        "2.5",
-        "-n",
-        "20",
-        "-s",
-        "64",
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = paced("2.5", "64", "20", &[]);
     assert!(
         text(&o.stdout).contains("Paced          : 2.5 Mb/s by the device (packet pacing)"),
         "{}",
